@@ -1,0 +1,49 @@
+"""The exceptions sse-tape raises.
+
+Every error derives from `SSETapeError`, and also from the built-in exception
+a caller would already catch for that kind of failure::
+
+    SSETapeError
+    ├── CassetteError
+    │   ├── CassetteNotFoundError   (also FileNotFoundError)
+    │   └── CassetteFormatError     (also ValueError): corrupt, truncated, foreign or too new
+    ├── ConfigError                 (also ValueError): a bad option, such as a pacing spec
+    └── NoMatchError                (also LookupError): no recorded interaction answers a request
+
+The command line turns any of them into one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CassetteError",
+    "CassetteFormatError",
+    "CassetteNotFoundError",
+    "ConfigError",
+    "NoMatchError",
+    "SSETapeError",
+]
+
+
+class SSETapeError(Exception):
+    """Base class of every error raised by sse-tape."""
+
+
+class CassetteError(SSETapeError):
+    """A cassette file cannot be read or written."""
+
+
+class CassetteNotFoundError(CassetteError, FileNotFoundError):
+    """The cassette file does not exist."""
+
+
+class CassetteFormatError(CassetteError, ValueError):
+    """The file is not a cassette this version of sse-tape can read."""
+
+
+class ConfigError(SSETapeError, ValueError):
+    """An option or specification given by the user is not valid."""
+
+
+class NoMatchError(SSETapeError, LookupError):
+    """No recorded interaction answers a request; the message names the closest ones."""

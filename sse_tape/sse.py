@@ -1,0 +1,164 @@
+"""The Server-Sent Events wire format: a pure incremental decoder and an encoder.
+
+No sockets and no asyncio here: bytes in, events out. The decoder follows the
+WHATWG HTML standard's event stream interpretation rules, step by step:
+https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["SSEDecoder", "ServerSentEvent", "encode_comment", "encode_event"]
+
+_BOM = b"\xef\xbb\xbf"
+# Lines end with CRLF, a lone LF or a lone CR (spec: "end-of-line").
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+_NEWLINES = re.compile(r"\r\n|\r|\n")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSentEvent:
+    """One dispatched event.
+
+    `id` is the stream's last event ID at the time of dispatch (it persists
+    across events, as the spec says); `retry` is the reconnection time set in
+    this event's block, if any.
+    """
+
+    event: str = "message"
+    data: str = ""
+    id: str = ""
+    retry: int | None = None
+
+    def json(self) -> Any:
+        """The data parsed as JSON."""
+        return json.loads(self.data)
+
+
+class SSEDecoder:
+    """Turns the bytes of an event stream, fed in pieces of any size, into events.
+
+    Line ends split across `feed` calls (a CR at the end of one piece, its LF
+    at the start of the next), a UTF-8 character split across pieces and a BOM
+    split across pieces are all handled. An event not yet terminated by a blank
+    line stays pending; at the end of the stream it is discarded, as the spec
+    requires, so there is nothing to flush.
+    """
+
+    __slots__ = ("_bom_checked", "_buf", "_data", "_event", "_last_id", "_retry", "_skip_lf", "retry")
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._bom_checked = False
+        self._skip_lf = False
+        self._data: list[str] = []
+        self._event = ""
+        self._last_id = ""
+        self._retry: int | None = None
+        #: The reconnection time in milliseconds last set by the stream, if any.
+        self.retry: int | None = None
+
+    @property
+    def last_event_id(self) -> str:
+        """The last event ID set by the stream (spec: the last event ID buffer)."""
+        return self._last_id
+
+    def feed(self, data: bytes) -> list[ServerSentEvent]:
+        """Consume the next piece of the stream and return the events it completed."""
+        if not data:
+            return []
+        if self._skip_lf:
+            self._skip_lf = False
+            if data[:1] == b"\n":
+                data = data[1:]
+        buf = self._buf + data
+        if not self._bom_checked:
+            if len(buf) < len(_BOM) and _BOM.startswith(buf):
+                self._buf = buf  # could still become a BOM
+                return []
+            self._bom_checked = True
+            if buf.startswith(_BOM):
+                buf = buf[len(_BOM) :]
+        lines = _LINE_END.split(buf)
+        self._buf = lines.pop()
+        # A CR that ends this piece may be the first half of a CRLF.
+        self._skip_lf = not self._buf and buf.endswith(b"\r")
+        events: list[ServerSentEvent] = []
+        for raw in lines:
+            event = self._process_line(raw.decode("utf-8", "replace"))
+            if event is not None:
+                events.append(event)
+        return events
+
+    def _process_line(self, line: str) -> ServerSentEvent | None:
+        if not line:
+            return self._dispatch()
+        if line[0] == ":":
+            return None  # a comment
+        field, colon, value = line.partition(":")
+        if colon and value[:1] == " ":
+            value = value[1:]
+        if field == "data":
+            self._data.append(value)
+        elif field == "event":
+            self._event = value
+        elif field == "id" and "\0" not in value:
+            self._last_id = value
+        elif field == "retry" and value.isascii() and value.isdigit():
+            self._retry = self.retry = int(value)
+        # Any other field is ignored.
+        return None
+
+    def _dispatch(self) -> ServerSentEvent | None:
+        data, event, retry = self._data, self._event, self._retry
+        self._data, self._event, self._retry = [], "", None
+        if not data:
+            return None  # the data buffer is empty: nothing is dispatched
+        return ServerSentEvent(event=event or "message", data="\n".join(data), id=self._last_id, retry=retry)
+
+
+def encode_event(
+    data: str,
+    *,
+    event: str | None = None,
+    id: str | None = None,
+    retry: int | None = None,
+) -> bytes:
+    """The wire bytes of one event, ending with the blank line that dispatches it.
+
+    Each line of `data` (split at CRLF, CR or LF) becomes its own `data:` line,
+    so a decoder gives back `data` with its line ends normalized to LF.
+    """
+    parts = []
+    if event is not None:
+        _check_single_line("event", event)
+        parts.append(f"event: {event}\n")
+    if id is not None:
+        _check_single_line("id", id)
+        if "\0" in id:
+            raise ValueError("an event id cannot contain NUL: decoders ignore it")
+        parts.append(f"id: {id}\n")
+    if retry is not None:
+        if retry < 0:
+            raise ValueError("retry must be a non-negative number of milliseconds")
+        parts.append(f"retry: {retry}\n")
+    parts.extend(f"data: {line}\n" for line in _NEWLINES.split(data))
+    parts.append("\n")
+    return "".join(parts).encode()
+
+
+def encode_comment(text: str = "") -> bytes:
+    """The wire bytes of a comment (such as a `: heartbeat`), followed by a blank line.
+
+    Decoders ignore comments; servers send them to keep idle connections open.
+    """
+    return ("".join(f": {line}\n" if line else ":\n" for line in _NEWLINES.split(text)) + "\n").encode()
+
+
+def _check_single_line(name: str, value: str) -> None:
+    if _NEWLINES.search(value):
+        raise ValueError(f"an event {name} cannot contain a line break")
