@@ -1,0 +1,455 @@
+"""Cassettes: what crossed the wire, kept as raw byte chunks with their timing.
+
+One model, two encodings chosen by the file's suffix:
+
+- `.toml` (the default): readable and diffable, because people commit cassettes
+  and review them. A chunk that is valid UTF-8 is stored as text, anything
+  else as base64.
+- `.msgpack`: compact and fast to load, with chunks as raw bytes.
+
+`format_version` is an integer, separate from the package version. A file
+written by a newer sse-tape is refused with a request to upgrade. Writes are
+atomic: a temporary file in the same folder, then a rename.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import stat
+import tempfile
+import tomllib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from . import _toml
+from ._exceptions import CassetteError, CassetteFormatError, CassetteNotFoundError
+from .sse import ServerSentEvent, SSEDecoder
+
+__all__ = [
+    "FORMAT_VERSION",
+    "Cassette",
+    "Chunk",
+    "End",
+    "Interaction",
+    "Request",
+    "Response",
+    "bundled_cassettes",
+    "find_cassettes",
+]
+
+#: The cassette format this version writes, and the newest it reads.
+FORMAT_VERSION = 1
+
+SUFFIXES = (".toml", ".msgpack")
+
+Headers = tuple[tuple[str, str], ...]
+
+
+class End(StrEnum):
+    """How a recorded response ended."""
+
+    COMPLETE = "complete"
+    """The server finished the response cleanly."""
+    UPSTREAM_RESET = "upstream-reset"
+    """The server reset or dropped the connection mid-response."""
+    TIMEOUT = "timeout"
+    """The server went silent for longer than the recorder's idle timeout."""
+    CLIENT_GONE = "client-gone"
+    """The client hung up before the response ended."""
+    INTERRUPTED = "interrupted"
+    """The recorder itself was stopped while the response was in flight."""
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One piece of the response body as it was read, `t` seconds after the request was sent."""
+
+    t: float
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """The request of an interaction. `query` is the raw query string, without the `?`."""
+
+    method: str
+    path: str
+    query: str = ""
+    headers: Headers = ()
+    body: bytes = b""
+
+    def json(self) -> Any:
+        """The body parsed as JSON, or None when it is empty or not JSON."""
+        return _parse_json(self.body)
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """The response of an interaction.
+
+    `duration` is when the response ended, in seconds since the request was
+    sent: after the last chunk, or later when the stream went silent before
+    it ended (a timeout, say). None means at the last chunk.
+    """
+
+    status: int = 200
+    headers: Headers = ()
+    chunks: tuple[Chunk, ...] = ()
+    end: End = End.COMPLETE
+    duration: float | None = None
+
+    @property
+    def body(self) -> bytes:
+        """All the chunks joined."""
+        return b"".join(chunk.data for chunk in self.chunks)
+
+    def events(self) -> list[tuple[float, ServerSentEvent]]:
+        """The SSE events in the body, each with the offset of the chunk that completed it."""
+        decoder = SSEDecoder()
+        return [(chunk.t, event) for chunk in self.chunks for event in decoder.feed(chunk.data)]
+
+    def header(self, name: str) -> str | None:
+        """The first value of a header, looked up case-insensitively."""
+        name = name.lower()
+        return next((v for k, v in self.headers if k.lower() == name), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Interaction:
+    """One request and the response that answered it."""
+
+    request: Request
+    response: Response
+    recorded_at: str | None = None
+    """When it was recorded, as an ISO 8601 timestamp."""
+
+
+@dataclass(slots=True)
+class Cassette:
+    """An ordered list of interactions, usually backed by a file."""
+
+    interactions: list[Interaction] = field(default_factory=list)
+    path: Path | None = None
+
+    def __iter__(self) -> Iterator[Interaction]:
+        return iter(self.interactions)
+
+    def __len__(self) -> int:
+        return len(self.interactions)
+
+    @property
+    def name(self) -> str:
+        """A short name for messages: the file name, or `<memory>`."""
+        return self.path.name if self.path else "<memory>"
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Cassette:
+        """Read a cassette file; the suffix says which encoding.
+
+        Raises `CassetteNotFoundError` when the file does not exist and
+        `CassetteFormatError`, naming the file and the problem, when it is
+        truncated, corrupt, not a cassette, or written by a newer sse-tape.
+        """
+        path = Path(path)
+        suffix = _suffix(path)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise CassetteNotFoundError(f"{path}: no such cassette") from None
+        except IsADirectoryError:
+            raise CassetteError(f"{path}: is a folder, not a cassette file") from None
+        except OSError as exc:
+            raise CassetteError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        try:
+            doc = _decode(raw, suffix)
+            return cls(_interactions_from_doc(doc), path)
+        except _Invalid as exc:
+            raise CassetteFormatError(f"{path}: {exc}") from None
+
+    def save(self, path: str | os.PathLike[str] | None = None) -> Path:
+        """Write the cassette atomically, to `path` or to where it was loaded from."""
+        target = Path(path) if path is not None else self.path
+        if target is None:
+            raise CassetteError("this cassette has no path: give one to save()")
+        suffix = _suffix(target)
+        doc = {
+            "format_version": FORMAT_VERSION,
+            "interactions": [_interaction_to_doc(i, binary=suffix == ".msgpack") for i in self.interactions],
+        }
+        data = _encode(doc, suffix)
+        _atomic_write(target, data)
+        self.path = target
+        return target
+
+
+def find_cassettes(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """The cassette files named by `paths`: files as given, folders searched recursively."""
+    found: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found.extend(sorted(f for f in p.rglob("*") if f.suffix in SUFFIXES and f.is_file()))
+        elif p.exists():
+            found.append(p)
+        else:
+            raise CassetteNotFoundError(f"{p}: no such cassette or folder")
+    return found
+
+
+def bundled_cassettes() -> list[Path]:
+    """The example cassettes shipped with sse-tape, one or more for each supported API."""
+    packaged = Path(str(resources.files("sse_tape"))) / "_bundled"
+    # An editable install or a source checkout has them in the repository's cassettes/.
+    folder = packaged if packaged.is_dir() else Path(__file__).resolve().parent.parent / "cassettes"
+    return find_cassettes([folder])
+
+
+# --- encoding -------------------------------------------------------------------------
+
+
+class _Invalid(Exception):
+    """Raised inside this module; `Cassette.load` adds the file name."""
+
+
+def _suffix(path: Path) -> str:
+    if path.suffix not in SUFFIXES:
+        raise CassetteError(f"{path}: unknown cassette type {path.suffix!r}: use .toml or .msgpack")
+    return path.suffix
+
+
+def _encode(doc: dict[str, Any], suffix: str) -> bytes:
+    if suffix == ".msgpack":
+        packed: bytes = msgpack.packb(doc, use_bin_type=True)
+        return packed
+    return _toml.dumps(doc).encode()
+
+
+def _decode(raw: bytes, suffix: str) -> Any:
+    if suffix == ".msgpack":
+        try:
+            return msgpack.unpackb(raw, raw=False, strict_map_key=True)
+        except msgpack.ExtraData:
+            raise _Invalid("not a MessagePack cassette (extra data after the document)") from None
+        except (ValueError, msgpack.UnpackException) as exc:
+            raise _Invalid(f"truncated or corrupt MessagePack ({exc})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _Invalid(f"not a TOML file: invalid UTF-8 at byte {exc.start}") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise _Invalid(f"truncated or corrupt TOML: {exc}") from None
+
+
+def _atomic_write(target: Path, data: bytes) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        # mkstemp makes the file private; give it the mode it had, or the usual one.
+        try:
+            mode = stat.S_IMODE(target.stat().st_mode)
+        except FileNotFoundError:
+            umask = os.umask(0o022)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# Where bytes go in a document: TOML keeps valid UTF-8 as text and the rest as base64;
+# MessagePack keeps raw bytes. Chunks use the keys text/base64/bytes, the request body
+# body/body_base64/body_bytes.
+_CHUNK_KEYS = ("text", "base64", "bytes")
+_BODY_KEYS = ("body", "body_base64", "body_bytes")
+
+
+def _put_bytes(doc: dict[str, Any], data: bytes, keys: tuple[str, str, str], *, binary: bool) -> None:
+    text_key, b64_key, raw_key = keys
+    if binary:
+        doc[raw_key] = data
+        return
+    try:
+        doc[text_key] = data.decode("utf-8")
+    except UnicodeDecodeError:
+        doc[b64_key] = base64.b64encode(data).decode("ascii")
+
+
+def _get_bytes(doc: Mapping[str, Any], keys: tuple[str, str, str], where: str) -> bytes | None:
+    text_key, b64_key, raw_key = keys
+    if (raw := doc.get(raw_key)) is not None:
+        if not isinstance(raw, bytes):
+            raise _Invalid(f"{where}: {raw_key} must be bytes")
+        return raw
+    if (text := doc.get(text_key)) is not None:
+        if not isinstance(text, str):
+            raise _Invalid(f"{where}: {text_key} must be a string")
+        return text.encode("utf-8")
+    if (b64 := doc.get(b64_key)) is not None:
+        try:
+            return base64.b64decode(b64, validate=True)
+        except (binascii.Error, TypeError, ValueError):
+            raise _Invalid(f"{where}: {b64_key} is not valid base64") from None
+    return None
+
+
+def _headers_to_doc(headers: Headers) -> dict[str, str | list[str]]:
+    # A table reads better than a list of pairs; a repeated header keeps all its values in order.
+    table: dict[str, str | list[str]] = {}
+    for name, value in headers:
+        if name not in table:
+            table[name] = value
+        else:
+            prev = table[name]
+            table[name] = [*prev, value] if isinstance(prev, list) else [prev, value]
+    return table
+
+
+def _interaction_to_doc(interaction: Interaction, *, binary: bool) -> dict[str, Any]:
+    req, resp = interaction.request, interaction.response
+    request: dict[str, Any] = {"method": req.method, "path": req.path}
+    if req.query:
+        request["query"] = req.query
+    request["headers"] = _headers_to_doc(req.headers)
+    if req.body:
+        _put_bytes(request, req.body, _BODY_KEYS, binary=binary)
+    response: dict[str, Any] = {"status": resp.status, "end": str(resp.end)}
+    if resp.duration is not None:
+        response["duration"] = resp.duration
+    response["headers"] = _headers_to_doc(resp.headers)
+    response["chunks"] = []
+    for c in resp.chunks:
+        chunk: dict[str, Any] = {"t": c.t}
+        _put_bytes(chunk, c.data, _CHUNK_KEYS, binary=binary)
+        response["chunks"].append(chunk)
+    doc: dict[str, Any] = {}
+    if interaction.recorded_at:
+        doc["recorded_at"] = interaction.recorded_at
+    doc["request"] = request
+    doc["response"] = response
+    return doc
+
+
+# --- decoding, with a precise message for anything out of place ------------------------
+
+
+def _interactions_from_doc(doc: Any) -> list[Interaction]:
+    if not isinstance(doc, Mapping) or "format_version" not in doc:
+        raise _Invalid("not an sse-tape cassette (no format_version)")
+    version = doc["format_version"]
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise _Invalid(f"not an sse-tape cassette (format_version {version!r})")
+    if version > FORMAT_VERSION:
+        raise _Invalid(
+            f"written by a newer sse-tape (cassette format {version}, this one reads up to "
+            f"{FORMAT_VERSION}): upgrade sse-tape"
+        )
+    items = doc.get("interactions", [])
+    if not isinstance(items, list):
+        raise _Invalid("interactions must be a list")
+    return [_interaction_from_doc(item, f"interaction {n}") for n, item in enumerate(items, 1)]
+
+
+def _interaction_from_doc(doc: Any, where: str) -> Interaction:
+    doc = _table(doc, where)
+    req = _table(doc.get("request"), f"{where}: request")
+    resp = _table(doc.get("response"), f"{where}: response")
+    request = Request(
+        method=_field(req, "method", str, f"{where}: request"),
+        path=_field(req, "path", str, f"{where}: request"),
+        query=_field(req, "query", str, f"{where}: request", ""),
+        headers=_headers_from_doc(req.get("headers", {}), f"{where}: request.headers"),
+        body=_get_bytes(req, _BODY_KEYS, f"{where}: request") or b"",
+    )
+    end_word = _field(resp, "end", str, f"{where}: response", "complete")
+    try:
+        end = End(end_word)
+    except ValueError:
+        raise _Invalid(f"{where}: response.end {end_word!r} is not one of {', '.join(End)}") from None
+    chunks = resp.get("chunks", [])
+    if not isinstance(chunks, list):
+        raise _Invalid(f"{where}: response.chunks must be a list")
+    response = Response(
+        status=_field(resp, "status", int, f"{where}: response"),
+        headers=_headers_from_doc(resp.get("headers", {}), f"{where}: response.headers"),
+        chunks=tuple(_chunk_from_doc(c, f"{where}: chunk {n}") for n, c in enumerate(chunks, 1)),
+        end=end,
+        duration=_number(resp, "duration", f"{where}: response", None),
+    )
+    recorded_at = doc.get("recorded_at")
+    return Interaction(request, response, None if recorded_at is None else str(recorded_at))
+
+
+def _chunk_from_doc(doc: Any, where: str) -> Chunk:
+    doc = _table(doc, where)
+    t = _number(doc, "t", where)
+    if t is None or t < 0:
+        raise _Invalid(f"{where}: t must be a number of seconds >= 0")
+    data = _get_bytes(doc, _CHUNK_KEYS, where)
+    if data is None:
+        raise _Invalid(f"{where}: has no text, base64 or bytes")
+    return Chunk(t, data)
+
+
+def _headers_from_doc(doc: Any, where: str) -> Headers:
+    doc = _table(doc, where)
+    pairs: list[tuple[str, str]] = []
+    for name, value in doc.items():
+        values = value if isinstance(value, list) else [value]
+        if not all(isinstance(v, str) for v in values):
+            raise _Invalid(f"{where}: {name} must be a string or a list of strings")
+        pairs.extend((name, v) for v in values)
+    return tuple(pairs)
+
+
+def _table(doc: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(doc, Mapping):
+        raise _Invalid(f"{where} is missing or not a table")
+    return doc
+
+
+_MISSING: Any = object()
+
+
+def _field(doc: Mapping[str, Any], name: str, kind: type, where: str, default: Any = _MISSING) -> Any:
+    value = doc.get(name, default)
+    if value is _MISSING:
+        raise _Invalid(f"{where}.{name} is missing")
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise _Invalid(f"{where}.{name} must be {'an integer' if kind is int else 'a string'}")
+    return value
+
+
+def _number(doc: Mapping[str, Any], name: str, where: str, default: Any = _MISSING) -> float | None:
+    value = doc.get(name, default)
+    if value is _MISSING:
+        raise _Invalid(f"{where}.{name} is missing")
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise _Invalid(f"{where}.{name} must be a number")
+    return float(value)
+
+
+def _parse_json(body: bytes) -> Any:
+    if not body:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None

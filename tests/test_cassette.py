@@ -1,0 +1,213 @@
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+from hatchling.builders.wheel import WheelBuilder
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sse_tape import (
+    Cassette,
+    CassetteError,
+    CassetteFormatError,
+    CassetteNotFoundError,
+    Chunk,
+    End,
+    Interaction,
+    Request,
+    Response,
+    bundled_cassettes,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def awkward_interaction() -> Interaction:
+    return Interaction(
+        Request(
+            "POST",
+            "/v1/chat/completions",
+            query="api-version=2024-10-21&x=%20",
+            headers=(("content-type", "application/json"), ("x-dup", "1"), ("x-dup", "2")),
+            body=b'{"messages": [{"role": "user", "content": "it\'s \\"quoted\\" \\\\ back\\nslash"}]}',
+        ),
+        Response(
+            status=200,
+            headers=(("content-type", "text/event-stream"), ("set-cookie", "a=1"), ("set-cookie", "b=2")),
+            chunks=(
+                Chunk(0.25, b'data: {"x": "\xc3\xa9"}\n\n'),
+                Chunk(0.5, b"event: e\r\ndata: crlf\r\n\r\n"),
+                Chunk(0.75, b"data: lone cr\r\r"),
+                Chunk(1.0, b"\xff\xfe not utf-8 \x00"),
+                Chunk(1.25, b"data: '''triple'''\n\n"),
+            ),
+            end=End.TIMEOUT,
+            duration=21.5,
+        ),
+        recorded_at="2026-11-22T05:00:00+00:00",
+    )
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".msgpack"])
+def test_save_then_load_keeps_every_byte_and_offset(tmp_path: Path, suffix: str) -> None:
+    cassette = Cassette([awkward_interaction(), awkward_interaction()])
+    path = cassette.save(tmp_path / f"c{suffix}")
+    assert Cassette.load(path).interactions == cassette.interactions
+
+
+def test_toml_shows_json_events_as_they_are_on_the_wire(tmp_path: Path) -> None:
+    chunk = b'data: {"choices":[{"delta":{"content":"it\'s \\"ok\\""}}]}\n\n'
+    path = Cassette([Interaction(Request("POST", "/v1/x"), Response(chunks=(Chunk(0.1, chunk),)))]).save(
+        tmp_path / "c.toml"
+    )
+    # A reviewer reads the event line exactly as the server sent it, with no escaping.
+    assert chunk.decode().splitlines()[0] in path.read_text()
+
+
+def test_non_utf8_chunks_are_stored_as_base64_in_toml(tmp_path: Path) -> None:
+    path = Cassette([Interaction(Request("GET", "/"), Response(chunks=(Chunk(0.0, b"\xff\xfe"),)))]).save(
+        tmp_path / "c.toml"
+    )
+    assert 'base64 = "//4="' in path.read_text()
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    chunks=st.lists(
+        st.tuples(st.floats(0, 1e5, allow_nan=False), st.text(max_size=60) | st.binary(max_size=30)), max_size=6
+    ),
+    body=st.text(max_size=60),
+    header=st.text(st.characters(blacklist_categories=("Cs",)), max_size=20),
+)
+def test_toml_round_trips_any_text_or_bytes(
+    tmp_path: Path, chunks: list[tuple[float, str | bytes]], body: str, header: str
+) -> None:
+    interaction = Interaction(
+        Request("POST", "/p", headers=(("x-h", header),), body=body.encode("utf-8", "surrogatepass")),
+        Response(
+            chunks=tuple(Chunk(t, d if isinstance(d, bytes) else d.encode("utf-8", "surrogatepass")) for t, d in chunks)
+        ),
+    )
+    path = Cassette([interaction]).save(tmp_path / "h.toml")
+    assert Cassette.load(path).interactions == [interaction]
+
+
+@pytest.mark.parametrize("path", bundled_cassettes(), ids=lambda p: p.name)
+def test_convert_round_trips_bundled_cassettes_byte_exact(tmp_path: Path, path: Path) -> None:
+    original = Cassette.load(path)
+    packed = original.save(tmp_path / "c.msgpack")
+    back = Cassette.load(packed).save(tmp_path / "c.toml")
+    assert back.read_bytes() == path.read_bytes()
+    repacked = Cassette.load(back).save(tmp_path / "again.msgpack")
+    assert repacked.read_bytes() == packed.read_bytes()
+    assert Cassette.load(repacked).interactions == original.interactions
+
+
+def test_save_is_atomic_and_leaves_no_temporary_files(tmp_path: Path) -> None:
+    target = tmp_path / "c.toml"
+    Cassette([awkward_interaction()]).save(target)
+    os.chmod(target, 0o640)
+    Cassette([awkward_interaction()] * 2).save(target)
+    assert [p.name for p in tmp_path.iterdir()] == ["c.toml"]
+    assert target.stat().st_mode & 0o777 == 0o640
+    assert len(Cassette.load(target)) == 2
+
+
+def test_missing_cassette(tmp_path: Path) -> None:
+    with pytest.raises(CassetteNotFoundError, match="no such cassette") as info:
+        Cassette.load(tmp_path / "nope.toml")
+    assert isinstance(info.value, FileNotFoundError)
+
+
+def test_unknown_suffix(tmp_path: Path) -> None:
+    (tmp_path / "c.json").write_text("{}")
+    with pytest.raises(CassetteError, match=r"unknown cassette type '\.json': use \.toml or \.msgpack"):
+        Cassette.load(tmp_path / "c.json")
+
+
+def test_truncated_toml_names_the_file_and_the_problem(tmp_path: Path) -> None:
+    source = bundled_cassettes()[0].read_bytes()
+    target = tmp_path / "cut.toml"
+    target.write_bytes(source[: len(source) // 2])
+    with pytest.raises(CassetteFormatError, match=r"cut\.toml: truncated or corrupt TOML") as info:
+        Cassette.load(target)
+    assert isinstance(info.value, ValueError)
+
+
+def test_truncated_msgpack(tmp_path: Path) -> None:
+    packed = Cassette.load(bundled_cassettes()[0]).save(tmp_path / "c.msgpack").read_bytes()
+    (tmp_path / "cut.msgpack").write_bytes(packed[:-10])
+    with pytest.raises(CassetteFormatError, match=r"cut\.msgpack: truncated or corrupt MessagePack"):
+        Cassette.load(tmp_path / "cut.msgpack")
+
+
+def test_binary_garbage_as_toml(tmp_path: Path) -> None:
+    (tmp_path / "g.toml").write_bytes(b"\x00\xff\x13garbage")
+    with pytest.raises(CassetteFormatError, match="not a TOML file: invalid UTF-8 at byte 1"):
+        Cassette.load(tmp_path / "g.toml")
+
+
+def test_foreign_toml_is_not_a_cassette(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    with pytest.raises(CassetteFormatError, match=r"pyproject\.toml: not an sse-tape cassette \(no format_version\)"):
+        Cassette.load(tmp_path / "pyproject.toml")
+
+
+def test_newer_format_asks_to_upgrade() -> None:
+    with pytest.raises(CassetteFormatError, match=r"cassette format 99, this one reads up to 1\): upgrade sse-tape"):
+        Cassette.load(FIXTURES / "format-99.toml")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            'format_version = 1\n[[interactions]]\nrequest = {method = "GET"}\nresponse = {status = 200}\n',
+            r"interaction 1: request\.path is missing",
+        ),
+        (
+            'format_version = 1\n[[interactions]]\nrequest = {method = "GET", path = "/"}\nresponse = {status = "ok"}\n',
+            r"interaction 1: response\.status must be an integer",
+        ),
+        (
+            'format_version = 1\n[[interactions]]\nrequest = {method = "GET", path = "/"}\n'
+            'response = {status = 200, end = "exploded"}\n',
+            r"response\.end 'exploded' is not one of complete, upstream-reset",
+        ),
+        (
+            'format_version = 1\n[[interactions]]\nrequest = {method = "GET", path = "/"}\n'
+            "response = {status = 200, chunks = [{t = -1, text = 'x'}]}\n",
+            r"interaction 1: chunk 1: t must be a number of seconds >= 0",
+        ),
+        (
+            'format_version = 1\n[[interactions]]\nrequest = {method = "GET", path = "/"}\n'
+            "response = {status = 200, chunks = [{t = 1, base64 = '!!'}]}\n",
+            r"chunk 1: base64 is not valid base64",
+        ),
+    ],
+    ids=["missing-path", "status-type", "bad-end", "negative-t", "bad-base64"],
+)
+def test_malformed_interactions_say_where(tmp_path: Path, text: str, message: str) -> None:
+    (tmp_path / "bad.toml").write_text(text)
+    with pytest.raises(CassetteFormatError, match=message):
+        Cassette.load(tmp_path / "bad.toml")
+
+
+def test_response_events_carry_the_offset_of_the_chunk_that_completed_them() -> None:
+    response = Response(chunks=(Chunk(0.1, b"data: a"), Chunk(0.2, b"\n\ndata: b\n\n"), Chunk(0.3, b": hb\n\n")))
+    assert [(t, e.data) for t, e in response.events()] == [(0.2, "a"), (0.2, "b")]
+
+
+def test_bundled_cassettes_cover_every_seed_system() -> None:
+    names = {p.stem for p in bundled_cassettes()}
+    assert names == {"openai-chat", "openai-completions", "openai-responses", "lmstudio-chat", "router-chat"}
+
+
+def test_bundled_cassettes_ship_in_the_wheel(tmp_path: Path) -> None:
+    root = Path(__file__).parent.parent
+    wheel = next(WheelBuilder(str(root)).build(directory=str(tmp_path), versions=["standard"]))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {f"sse_tape/_bundled/{p.name}" for p in bundled_cassettes()} <= set(names)
