@@ -1,0 +1,5 @@
+"""`python -m sse_tape` runs the command line."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,267 @@
+"""The mock server: replays recorded interactions over real HTTP.
+
+`MockServer` is an aiohttp application that answers each request with the
+recorded interaction the `Matcher` picks, chunk by chunk and byte for byte, on
+the schedule the `Pacing` gives. `aserve` runs one in the current event loop,
+`serve` in a background thread for synchronous code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import struct
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from concurrent.futures import Future
+from typing import Any
+
+from aiohttp import web
+
+from ._exceptions import NoMatchError
+from .cassette import Cassette, End, Request, bundled_cassettes, find_cassettes
+from .matching import DEFAULT_MATCH_ON, Matcher, MatchOn, Recording
+from .pacing import Pacing
+
+__all__ = ["MockServer", "aserve", "load_cassettes", "serve"]
+
+# Headers that describe one connection, not the response (RFC 9110 section 7.6.1), and
+# those the server must compute itself for this replay.
+_NOT_REPLAYED = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "content-length",
+        "date",
+    }
+)
+_CORS_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
+
+CassetteSource = Cassette | str | os.PathLike[str]
+
+
+def load_cassettes(sources: Iterable[CassetteSource] = ()) -> list[Cassette]:
+    """Cassettes from a mix of `Cassette` objects, files and folders; none given means the bundled ones."""
+    sources = list(sources)
+    if not sources:
+        return [Cassette.load(p) for p in bundled_cassettes()]
+    cassettes = [s for s in sources if isinstance(s, Cassette)]
+    paths = find_cassettes(s for s in sources if not isinstance(s, Cassette))
+    return cassettes + [Cassette.load(p) for p in paths]
+
+
+class MockServer:
+    """An HTTP server replaying cassettes; bound to 127.0.0.1 and a free port unless told otherwise."""
+
+    def __init__(
+        self,
+        cassettes: Iterable[Cassette],
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        match_on: Iterable[MatchOn | str] = DEFAULT_MATCH_ON,
+        ignore_body_fields: Iterable[str] = (),
+        pacing: Pacing | None = None,
+        miss_status: int = 404,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.matcher = Matcher(cassettes, match_on=match_on, ignore_body_fields=ignore_body_fields)
+        self.host = host
+        self.port = port
+        self.pacing = pacing or Pacing()
+        self.miss_status = miss_status
+        self._log = log
+        self._runner: web.AppRunner | None = None
+        self._plays: dict[Recording, int] = {}
+        self.active_streams = 0
+        """Responses being written right now."""
+
+    @property
+    def url(self) -> str:
+        """The base URL, such as `http://127.0.0.1:8080`."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def start(self) -> None:
+        """Bind and start serving; with port 0 the chosen port is in `port` afterwards."""
+        app = web.Application(client_max_size=64 * 1024**2)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        # handler_cancellation: a client that hangs up cancels its stream at once,
+        # even in the middle of a long gap, instead of at the next write.
+        runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
+        try:
+            await site.start()
+        except OSError:
+            await runner.cleanup()
+            raise
+        self.port = runner.addresses[0][1]
+        self._runner = runner
+
+    async def close(self) -> None:
+        """Stop listening and end the streams in flight."""
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            # Let connections already accepted finish their setup before the listener closes:
+            # on Python 3.11 one set up after it closed fails inside asyncio and leaks its socket.
+            for _ in range(3):
+                await asyncio.sleep(0)
+            await runner.cleanup()
+
+    async def __aenter__(self) -> MockServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def _handle(self, http: web.Request) -> web.StreamResponse:
+        if http.method == "OPTIONS" and "Access-Control-Request-Method" in http.headers:
+            return self._preflight(http)
+        request = Request(
+            method=http.method,
+            path=http.rel_url.raw_path,
+            query=http.rel_url.raw_query_string,
+            headers=tuple(http.headers.items()),
+            body=await http.read(),
+        )
+        try:
+            recording = self.matcher.find(request)
+        except NoMatchError as exc:
+            self._say(f"{request.method} {request.path} -> {self.miss_status} {exc}")
+            error = {"message": f"sse-tape: {exc}", "type": "invalid_request_error", "param": None, "code": "no_match"}
+            return web.json_response({"error": error}, status=self.miss_status, headers=self._cors(http), dumps=_dumps)
+        return await self._play(http, recording)
+
+    async def _play(self, http: web.Request, recording: Recording) -> web.StreamResponse:
+        response = recording.interaction.response
+        turn = self._plays.get(recording, 0)
+        self._plays[recording] = turn + 1
+        offsets, end = self.pacing.schedule(response, key=f"{recording}:{turn}")
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        out = web.StreamResponse(status=response.status)
+        for name, value in response.headers:
+            if name.lower() not in _NOT_REPLAYED:
+                out.headers.add(name, value)
+        out.headers.update(self._cors(http))
+        if response.end is End.COMPLETE and response.header("content-length") is not None:
+            out.content_length = len(response.body)
+        self._say(f"{http.method} {http.rel_url.raw_path} -> {response.status} {recording}")
+        self.active_streams += 1
+        try:
+            for chunk, at in zip(response.chunks, offsets, strict=True):
+                delay = start + at - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if not out.prepared:
+                    await out.prepare(http)  # the headers go out with the first chunk
+                await out.write(chunk.data)
+            delay = start + end - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if not out.prepared:
+                await out.prepare(http)
+            if response.end is End.COMPLETE:
+                await out.write_eof()
+            else:
+                # The recorded response never ended properly: neither does the replay.
+                _drop_connection(http, reset=response.end is End.UPSTREAM_RESET)
+        except (ConnectionResetError, ConnectionAbortedError):
+            pass  # the client hung up between two chunks
+        finally:
+            self.active_streams -= 1
+        return out
+
+    def _preflight(self, http: web.Request) -> web.Response:
+        headers = self._cors(http)
+        headers["Access-Control-Allow-Methods"] = _CORS_METHODS
+        headers["Access-Control-Allow-Headers"] = http.headers.get("Access-Control-Request-Headers", "*")
+        headers["Access-Control-Max-Age"] = "86400"
+        return web.Response(status=204, headers=headers)
+
+    @staticmethod
+    def _cors(http: web.Request) -> dict[str, str]:
+        origin = http.headers.get("Origin")
+        headers = {"Access-Control-Allow-Origin": origin or "*", "Access-Control-Expose-Headers": "*"}
+        if origin:
+            headers["Vary"] = "Origin"
+        return headers
+
+    def _say(self, line: str) -> None:
+        if self._log is not None:
+            self._log(line)
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False)
+
+
+def _drop_connection(http: web.Request, *, reset: bool) -> None:
+    transport = http.transport
+    if transport is None:
+        return
+    if reset:
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            # Linger on, timeout 0: close() sends RST instead of FIN.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.abort()
+    else:
+        transport.close()
+
+
+@contextlib.asynccontextmanager
+async def aserve(*cassettes: CassetteSource, **options: Any) -> AsyncIterator[MockServer]:
+    """Serve cassettes (objects, files or folders; none: the bundled ones) while the block runs.
+
+    `options` are `MockServer`'s keywords::
+
+        async with aserve("tests/cassettes", pacing=Pacing.parse("instant")) as server:
+            client = AsyncOpenAI(base_url=server.url + "/v1", api_key="test")
+    """
+    server = MockServer(load_cassettes(cassettes), **options)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.close()
+
+
+@contextlib.contextmanager
+def serve(*cassettes: CassetteSource, **options: Any) -> Iterator[MockServer]:
+    """Like `aserve`, for synchronous code: the server runs in a background thread."""
+    ready: Future[tuple[MockServer, asyncio.AbstractEventLoop, asyncio.Event]] = Future()
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        async with aserve(*cassettes, **options) as server:
+            ready.set_result((server, asyncio.get_running_loop(), stop))
+            await stop.wait()
+
+    def run() -> None:
+        try:
+            asyncio.run(main())
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            else:
+                raise
+
+    thread = threading.Thread(target=run, name="sse-tape-serve", daemon=True)
+    thread.start()
+    server, loop, stop = ready.result()
+    try:
+        yield server
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join()

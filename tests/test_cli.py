@@ -1,0 +1,181 @@
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from sse_tape import Cassette, __version__, bundled_cassettes
+from sse_tape.cli import cli
+
+BUNDLED = {p.stem: p for p in bundled_cassettes()}
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sse_tape", *args], capture_output=True, text=True, timeout=60)
+
+
+class Running:
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sse_tape", "serve", "--port", "0", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.banner = self.proc.stdout.readline()
+        self.url = self.banner.split(" at ")[1].split()[0]
+
+    def stop(self) -> tuple[int, str]:
+        self.proc.send_signal(signal.SIGINT)
+        _, err = self.proc.communicate(timeout=30)
+        return self.proc.returncode, err
+
+
+@pytest.fixture
+def bundled_server() -> Iterator[Running]:
+    server = Running("--pace", "instant")
+    yield server
+    if server.proc.poll() is None:
+        server.proc.kill()
+        server.proc.communicate()
+
+
+def test_version() -> None:
+    result = CliRunner().invoke(cli, ["--version"])
+    assert result.output == f"sse-tape, version {__version__}\n"
+
+
+def test_serve_bundled_prints_its_url_answers_any_prompt_and_stops_on_ctrl_c(bundled_server: Running) -> None:
+    assert bundled_server.banner.startswith("sse-tape: serving 11 interactions from 5 cassettes at http://127.0.0.1:")
+    body = {"model": "anything", "messages": [{"role": "user", "content": "Tell me a joke"}], "stream": True}
+    got = httpx.post(bundled_server.url + "/v1/chat/completions", json=body)
+    assert got.status_code == 200
+    assert got.text.startswith('data: {"id":"chatcmpl-7c2f9a41d3b84e0f"')
+    assert got.text.endswith("data: [DONE]\n\n")
+    code, err = bundled_server.stop()
+    assert code == 0
+    assert "sse-tape: POST /v1/chat/completions -> 200 openai-chat.toml #1" in err
+    assert err.endswith("sse-tape: stopped\n")
+    assert "Traceback" not in err
+
+
+def test_serve_given_cassettes_matches_bodies_by_default(tmp_path: Path) -> None:
+    server = Running(str(BUNDLED["openai-chat"]), "--quiet")
+    try:
+        assert "2 interactions from 1 cassettes" in server.banner
+        got = httpx.post(server.url + "/v1/chat/completions", json={"messages": [], "stream": True})
+        assert got.status_code == 404
+        assert got.json()["error"]["code"] == "no_match"
+    finally:
+        code, err = server.stop()
+    assert code == 0
+    assert err == "sse-tape: stopped\n"
+
+
+@pytest.mark.parametrize("command", ["serve", "show"])
+@pytest.mark.parametrize("damage", ["truncated-toml", "truncated-msgpack", "foreign", "missing"])
+def test_unreadable_cassette_is_one_line_and_exit_2(tmp_path: Path, command: str, damage: str) -> None:
+    source = BUNDLED["openai-chat"]
+    if damage == "truncated-toml":
+        path = tmp_path / "c.toml"
+        path.write_bytes(source.read_bytes()[:700])
+    elif damage == "truncated-msgpack":
+        path = Cassette.load(source).save(tmp_path / "c.msgpack")
+        path.write_bytes(path.read_bytes()[:300])
+    elif damage == "foreign":
+        path = tmp_path / "c.toml"
+        path.write_text("[tool.black]\nline-length = 88\n")
+    else:
+        path = tmp_path / "gone.toml"
+    result = run_cli(command, str(path))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith(f"Error: {path}")
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_bad_pace_is_one_line_and_exit_2() -> None:
+    result = run_cli("serve", "--pace", "warp9")
+    assert result.returncode == 2
+    assert result.stderr == (
+        "Error: unknown pace 'warp9': use recorded, instant, xK (x2, x0.5), a gap (20ms) or tps:N (tps:40)\n"
+    )
+
+
+def test_serve_bad_match_is_one_line_and_exit_2() -> None:
+    result = run_cli("serve", "--match", "method,headers")
+    assert (result.returncode, result.stderr) == (
+        2,
+        "Error: --match 'method,headers': choose from method, path, query, body\n",
+    )
+
+
+def test_serve_on_a_busy_port_is_one_line_and_exit_2() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run_cli("serve", "--port", str(port))
+    assert result.returncode == 2
+    assert result.stderr == f"Error: cannot listen on 127.0.0.1:{port}: address already in use\n"
+
+
+def test_show_summarizes_each_interaction() -> None:
+    result = CliRunner().invoke(cli, ["show", str(BUNDLED["openai-chat"])])
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert lines[0] == f"{BUNDLED['openai-chat']}: 2 interactions"
+    assert lines[2:7] == [
+        "#1 POST /v1/chat/completions",
+        "   -> 200 text/event-stream, ended: complete",
+        "   13 chunks, 13 events, 2277 bytes, 0.541 s, first byte at 0.233 s",
+        "   gaps between events: min 0 ms, median 26 ms, p95 32 ms, max 40 ms",
+        '      0.233 s  message                      {"id":"chatcmpl-7c2f9a41d3b84e0f","object":"chat.completion.chunk",'
+        '"created":1763790000,"m...',
+    ]
+    end_of_first = lines.index("#2 POST /v1/chat/completions") - 2
+    assert lines[end_of_first] == "      0.541 s  message                      [DONE]"
+
+
+def test_show_lists_comments_such_as_heartbeats() -> None:
+    result = CliRunner().invoke(cli, ["show", str(BUNDLED["router-chat"])])
+    assert "     15.463 s  (no event)                   ': heartbeat\\n\\n'" in result.output.splitlines()
+
+
+def test_show_events_prints_every_event_in_full() -> None:
+    result = CliRunner().invoke(cli, ["show", "--events", str(BUNDLED["lmstudio-chat"])])
+    assert result.exit_code == 0
+    assert "event: chat.end" in result.output
+    data = [line.split("data: ", 1)[1] for line in result.output.splitlines() if "data: " in line]
+    assert json.loads(data[0]) == {"type": "chat.start", "model_instance_id": "openai/gpt-oss-20b"}
+    assert all(isinstance(json.loads(d), dict) for d in data)
+
+
+@pytest.mark.parametrize("name", sorted(BUNDLED))
+def test_convert_both_ways_is_byte_exact(tmp_path: Path, name: str) -> None:
+    runner = CliRunner()
+    packed, back = tmp_path / f"{name}.msgpack", tmp_path / f"{name}.toml"
+    first = runner.invoke(cli, ["convert", str(BUNDLED[name]), str(packed)])
+    assert first.exit_code == 0, first.output
+    assert first.output == f"wrote {packed} ({len(Cassette.load(BUNDLED[name]))} interactions)\n"
+    assert runner.invoke(cli, ["convert", str(packed), str(back)]).exit_code == 0
+    assert back.read_bytes() == BUNDLED[name].read_bytes()
+    again = tmp_path / "again.msgpack"
+    assert runner.invoke(cli, ["convert", str(back), str(again)]).exit_code == 0
+    assert again.read_bytes() == packed.read_bytes()
+
+
+def test_convert_to_an_unknown_suffix_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    result = run_cli("convert", str(BUNDLED["openai-chat"]), str(tmp_path / "c.yaml"))
+    assert result.returncode == 2
+    assert result.stderr == f"Error: {tmp_path / 'c.yaml'}: unknown cassette type '.yaml': use .toml or .msgpack\n"

@@ -1,0 +1,387 @@
+"""The mock server over real loopback sockets, consumed by the clients users run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+import httpx
+import openai
+import pytest
+from httpx_sse import connect_sse
+
+from sse_tape import Cassette, Chunk, End, Interaction, MockServer, Pacing, Request, Response, aserve, serve
+
+
+def sdk(server: MockServer, prefix: str = "/v1") -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + prefix, api_key="sk-test", max_retries=0)
+
+
+def test_sdk_chat_stream_yields_the_recorded_text(instant_server: MockServer) -> None:
+    stream = sdk(instant_server).chat.completions.create(
+        model="local-model", messages=[{"role": "user", "content": "Hello!"}], max_tokens=16, stream=True
+    )
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == "Hi there! How can I help you today?"
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_sdk_chat_stream_yields_the_recorded_tool_call(instant_server: MockServer) -> None:
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Get weather for a city",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+            },
+        }
+    ]
+    stream = sdk(instant_server).chat.completions.create(
+        model="local-model",
+        messages=[{"role": "user", "content": "Weather in Tokyo?"}],
+        tools=tools,  # type: ignore[arg-type]
+        tool_choice="auto",
+        stream=True,
+    )
+    calls: dict[int, dict[str, str]] = {}
+    finish = None
+    for chunk in stream:
+        for delta in chunk.choices[0].delta.tool_calls or []:
+            call = calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
+            call["id"] += delta.id or ""
+            call["name"] += delta.function.name or "" if delta.function else ""
+            call["arguments"] += delta.function.arguments or "" if delta.function else ""
+        finish = chunk.choices[0].finish_reason or finish
+    assert calls == {0: {"id": "call_weather", "name": "get_weather", "arguments": '{"city":"Tokyo"}'}}
+    assert json.loads(calls[0]["arguments"]) == {"city": "Tokyo"}
+    assert finish == "tool_calls"
+
+
+def test_sdk_completions_stream_yields_the_recorded_text_and_logprobs(instant_server: MockServer) -> None:
+    client = sdk(instant_server)
+    plain = client.completions.create(model="local-model", prompt="Once upon a time", max_tokens=32, stream=True)
+    text = "".join(c.choices[0].text for c in plain)
+    assert text == (
+        " there was a little robot named Pip who loved to count the stars. Every night it climbed the hill behind the village."
+    )
+    with_logprobs = list(
+        client.completions.create(
+            model="local-model", prompt="Once upon a time", max_tokens=12, logprobs=2, stream=True
+        )
+    )
+    tokens = [c.choices[0].logprobs.tokens[0] for c in with_logprobs if c.choices[0].logprobs]
+    assert "".join(tokens) == " there was a little robot named Pip who loved to count the"
+    assert with_logprobs[-1].choices[0].finish_reason == "length"
+
+
+def test_sdk_responses_stream_runs_the_full_lifecycle(instant_server: MockServer) -> None:
+    events = list(sdk(instant_server).responses.create(model="claude-sonnet-4-20250514", input="Hello!", stream=True))
+    assert [e.type for e in events] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        *["response.output_text.delta"] * 9,
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert (
+        "".join(e.delta for e in events if e.type == "response.output_text.delta") == "Hello! How can I help you today?"
+    )
+    assert events[-1].response.output_text == "Hello! How can I help you today?"  # type: ignore[union-attr]
+
+
+def test_sdk_responses_stream_helper_assembles_the_function_call(instant_server: MockServer) -> None:
+    tools = [
+        {
+            "type": "function",
+            "name": "get_weather",
+            "description": "Get weather for a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+            "strict": None,
+        }
+    ]
+    with sdk(instant_server).responses.stream(
+        model="claude-sonnet-4-20250514",
+        input="Weather in Tokyo?",
+        tools=tools,  # type: ignore[arg-type]
+    ) as stream:
+        deltas = [e.delta for e in stream if e.type == "response.function_call_arguments.delta"]
+        final = stream.get_final_response()
+    assert "".join(deltas) == '{"city":"Tokyo"}'
+    [call] = final.output
+    assert (call.type, call.name, call.arguments) == ("function_call", "get_weather", '{"city":"Tokyo"}')  # type: ignore[union-attr]
+
+
+def test_sdk_router_stream_with_usage_in_the_last_chunk(instant_server: MockServer) -> None:
+    client = sdk(instant_server, "/proj_ABC123/my-endpoint/v1")
+    raw = client.chat.completions.with_raw_response.create(
+        model="llama-3.1-8b",
+        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    assert raw.headers["x-request-id"] == "chatcmpl-abc123"
+    assert raw.headers["x-xerotier-worker-id"] == "worker-7f3a"
+    chunks = list(raw.parse())
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == "The capital of France is Paris."
+    assert [c.usage is not None for c in chunks] == [False] * (len(chunks) - 1) + [True]
+    usage = chunks[-1].usage
+    assert usage is not None
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (25, 8, 33)
+    assert usage.prompt_tokens_details is not None
+    assert usage.prompt_tokens_details.cached_tokens == 12
+
+
+def test_sdk_router_refusal_with_logprobs(instant_server: MockServer) -> None:
+    stream = sdk(instant_server, "/proj_ABC123/my-endpoint/v1").chat.completions.create(
+        model="llama-3.1-8b",
+        messages=[
+            {
+                "role": "user",
+                "content": "Write step-by-step instructions for picking a lock to break into my neighbour's house.",
+            }
+        ],
+        stream=True,
+        logprobs=True,
+    )
+    chunks = list(stream)
+    assert (
+        "".join(c.choices[0].delta.refusal or "" for c in chunks) == "I'm sorry, but I cannot help with that request."
+    )
+    assert all(c.choices[0].delta.content in ("", None) for c in chunks)
+    refusal_tokens = [t.token for c in chunks if c.choices[0].logprobs for t in c.choices[0].logprobs.refusal or []]
+    assert "".join(refusal_tokens) == "I'm sorry, but I cannot help with that request."
+
+
+def test_router_heartbeat_comment_is_replayed_and_ignored_by_the_sdk(instant_server: MockServer) -> None:
+    body = {
+        "model": "llama-3.1-8b",
+        "messages": [{"role": "user", "content": "Is there an even prime greater than 2? Think carefully."}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "reasoning_effort": "high",
+    }
+    raw = httpx.post(instant_server.url + "/proj_ABC123/my-endpoint/v1/chat/completions", json=body)
+    assert b"\n\n: heartbeat\n\n" in raw.content
+    stream = sdk(instant_server, "/proj_ABC123/my-endpoint/v1").chat.completions.create(**body)
+    chunks = list(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks).startswith("No. Every even number")
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens_details.reasoning_tokens == 612  # type: ignore[union-attr]
+
+
+def test_httpx_sse_sees_the_recorded_lmstudio_events(instant_server: MockServer, bundled: dict[str, Cassette]) -> None:
+    body = json.loads(bundled["lmstudio-chat"].interactions[0].request.body)
+    with (
+        httpx.Client() as client,
+        connect_sse(client, "POST", instant_server.url + "/api/v1/chat", json=body) as source,
+    ):
+        events = [(e.event, e.json()) for e in source.iter_sse()]
+    kinds = [kind for kind, _ in events]
+    assert kinds == [
+        "chat.start",
+        "model_load.start",
+        *["model_load.progress"] * 5,
+        "model_load.end",
+        "prompt_processing.start",
+        *["prompt_processing.progress"] * 4,
+        "prompt_processing.end",
+        "reasoning.start",
+        *["reasoning.delta"] * 5,
+        "reasoning.end",
+        "tool_call.start",
+        "tool_call.arguments",
+        "tool_call.success",
+        "message.start",
+        *["message.delta"] * 21,
+        "message.end",
+        "chat.end",
+    ]
+    assert all(kind == data["type"] for kind, data in events)
+    message = "".join(data["content"] for kind, data in events if kind == "message.delta")
+    # The recording has a non-breaking hyphen, as LM Studio's own example does.
+    assert message == "The current top‑trending model on Hugging Face is **moonshotai/Kimi-K2-Thinking**."  # noqa: RUF001
+    assert events[-1][1]["result"]["output"][2] == {"type": "message", "content": message}
+
+
+def test_every_bundled_interaction_is_replayed_byte_for_byte(
+    instant_server: MockServer, bundled: dict[str, Cassette]
+) -> None:
+    with httpx.Client(base_url=instant_server.url) as client:
+        for cassette in bundled.values():
+            for interaction in cassette:
+                req = interaction.request
+                with client.stream(
+                    req.method, req.path, content=req.body, headers={"content-type": "application/json"}
+                ) as got:
+                    body = b"".join(got.iter_raw())
+                assert (got.status_code, body) == (interaction.response.status, interaction.response.body)
+                assert got.headers["content-type"] == interaction.response.header("content-type")
+
+
+def test_miss_is_an_openai_error_the_sdk_raises_with_the_reason(instant_server: MockServer) -> None:
+    with pytest.raises(openai.NotFoundError) as info:
+        sdk(instant_server).chat.completions.create(
+            model="local-model", messages=[{"role": "user", "content": "Bonjour"}], stream=True
+        )
+    error = info.value.body
+    assert isinstance(error, dict)
+    assert error["code"] == "no_match"
+    assert error["type"] == "invalid_request_error"
+    assert 'body.messages[0].content is "Bonjour", recorded "Hello!"' in error["message"]
+    assert "openai-chat.toml #1 (POST /v1/chat/completions)" in error["message"]
+
+
+async def test_miss_status_is_configurable() -> None:
+    async with aserve(Cassette(), miss_status=501) as server, httpx.AsyncClient() as client:
+        got = await client.post(server.url + "/v1/anything", json={})
+    assert got.status_code == 501
+    assert (
+        got.json()["error"]["message"]
+        == "sse-tape: no recorded interaction matches POST /v1/anything (no interactions are loaded)"
+    )
+
+
+def test_cors_preflight_and_response_headers(instant_server: MockServer) -> None:
+    origin = {"Origin": "http://localhost:5173"}
+    preflight = httpx.options(
+        instant_server.url + "/v1/chat/completions",
+        headers={**origin, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"},
+    )
+    assert preflight.status_code == 204
+    assert preflight.headers["access-control-allow-origin"] == "http://localhost:5173"
+    assert "POST" in preflight.headers["access-control-allow-methods"]
+    assert preflight.headers["access-control-allow-headers"] == "content-type"
+    body = {
+        "model": "local-model",
+        "messages": [{"role": "user", "content": "Hello!"}],
+        "max_tokens": 16,
+        "stream": True,
+    }
+    got = httpx.post(instant_server.url + "/v1/chat/completions", json=body, headers=origin)
+    assert got.headers["access-control-allow-origin"] == "http://localhost:5173"
+
+
+def test_hop_by_hop_headers_are_not_replayed(instant_server: MockServer) -> None:
+    body = {
+        "model": "local-model",
+        "messages": [{"role": "user", "content": "Hello!"}],
+        "max_tokens": 16,
+        "stream": True,
+    }
+    got = httpx.post(instant_server.url + "/v1/chat/completions", json=body)
+    # The recording says transfer-encoding: chunked; the server frames this response itself, once.
+    assert got.headers.get_list("transfer-encoding") == ["chunked"]
+    assert got.headers["cache-control"] == "no-cache"
+
+
+def _json_429() -> Cassette:
+    body = b'{"error":{"message":"Rate limit reached","type":"rate_limit_error","code":"rate_limit_exceeded"}}'
+    return Cassette(
+        [
+            Interaction(
+                Request("POST", "/v1/chat/completions", body=b'{"model":"m"}'),
+                Response(
+                    status=429,
+                    headers=(
+                        ("content-type", "application/json"),
+                        ("content-length", str(len(body))),
+                        ("retry-after", "7"),
+                    ),
+                    chunks=(Chunk(0.01, body),),
+                ),
+            )
+        ]
+    )
+
+
+async def test_a_recorded_error_response_keeps_status_headers_and_length() -> None:
+    async with aserve(_json_429()) as server, httpx.AsyncClient() as client:
+        got = await client.post(server.url + "/v1/chat/completions", content=b'{"model": "m"}')
+    assert got.status_code == 429
+    assert got.headers["retry-after"] == "7"
+    assert int(got.headers["content-length"]) == len(got.content)
+    assert got.json()["error"]["code"] == "rate_limit_exceeded"
+
+
+def test_sdk_raises_rate_limit_error_on_a_recorded_429() -> None:
+    with (
+        serve(_json_429(), match_on=["method", "path"]) as server,
+        pytest.raises(openai.RateLimitError, match="Rate limit"),
+    ):
+        sdk(server).chat.completions.create(model="m", messages=[], stream=True)
+
+
+def _cut_short(end: End, duration: float | None = None) -> Cassette:
+    chunks = (Chunk(0.0, b"data: one\n\n"), Chunk(0.01, b"data: two\n\n"))
+    response = Response(headers=(("content-type", "text/event-stream"),), chunks=chunks, end=end, duration=duration)
+    return Cassette([Interaction(Request("GET", "/events"), response)])
+
+
+@pytest.mark.parametrize("end", [End.UPSTREAM_RESET, End.TIMEOUT, End.CLIENT_GONE, End.INTERRUPTED])
+async def test_a_stream_that_never_ended_is_replayed_as_broken(end: End) -> None:
+    got = bytearray()
+
+    async def read_all(client: httpx.AsyncClient, url: str) -> None:
+        async with client.stream("GET", url) as response:
+            async for piece in response.aiter_raw():
+                got.extend(piece)
+
+    async with aserve(_cut_short(end, duration=0.2)) as server, httpx.AsyncClient() as client:
+        with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
+            await read_all(client, server.url + "/events")
+    assert bytes(got) == b"data: one\n\ndata: two\n\n"[: len(got)]
+
+
+async def test_client_disconnect_stops_the_stream_at_once(bundled: dict[str, Cassette]) -> None:
+    heartbeat = bundled["router-chat"].interactions[2]  # 15 s of silence after the role frame
+    baseline = len(asyncio.all_tasks())
+    async with aserve(Cassette([heartbeat]), match_on=["path"]) as server:
+        url = server.url + heartbeat.request.path
+        async with httpx.AsyncClient() as client, client.stream("POST", url, content=b"{}") as response:
+            first = await response.aiter_raw().__anext__()
+            assert first.startswith(b"data: ")
+            assert server.active_streams == 1
+        # The client is gone while the server sleeps towards the next chunk.
+        for _ in range(100):
+            if server.active_streams == 0 and len(asyncio.all_tasks()) == baseline:
+                break
+            await asyncio.sleep(0.02)
+        assert server.active_streams == 0
+        assert len(asyncio.all_tasks()) == baseline
+
+
+async def test_many_concurrent_streams_each_get_the_whole_recording(bundled: dict[str, Cassette]) -> None:
+    interaction = bundled["openai-chat"].interactions[0]
+    async with aserve(Cassette([interaction]), pacing=Pacing.parse("x4")) as server:
+        limits = httpx.Limits(max_connections=200)
+        async with httpx.AsyncClient(base_url=server.url, limits=limits, timeout=30) as client:
+
+            async def one() -> bytes:
+                got = await client.post(interaction.request.path, content=interaction.request.body)
+                return got.content
+
+            bodies = await asyncio.gather(*(one() for _ in range(200)))
+        assert set(bodies) == {interaction.response.body}
+        assert server.active_streams == 0
+
+
+def test_serve_frees_the_port_when_the_block_ends() -> None:
+    with serve(Cassette()) as server:
+        port = server.port
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            pass
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def test_serve_binds_loopback_by_default() -> None:
+    with serve(Cassette()) as server:
+        assert server.url == f"http://127.0.0.1:{server.port}"
