@@ -1,0 +1,238 @@
+"""Replay speed: sse-tape's server against the simplest hand-written aiohttp SSE server.
+
+Both servers run in their own process and send the same bytes on the same
+schedule; one client process measures both, alternately, in one run:
+
+- held: many concurrent streams with 50 ms gaps; how late each event arrives
+  against its schedule (p50/p99), and how many streams completed;
+- instant: events per second when no pacing applies;
+- fidelity: a bundled cassette replayed at its recorded pace; how far the
+  gaps a client observes are from the recorded gaps.
+
+Run: python bench/replay_bench.py [--streams 1000] [--events 60] [--rounds 3]
+Figures vary with the machine and its load; compare the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import multiprocessing as mp
+import statistics
+import time
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from sse_tape import Cassette, Chunk, Interaction, MockServer, Pacing, Request, Response, bundled_cassettes
+
+PATH = "/v1/chat/completions"
+
+
+def make_interaction(events: int, gap: float) -> Interaction:
+    chunks = []
+    for i in range(events):
+        payload = {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion.chunk",
+            "created": 1763790000,
+            "model": "bench",
+            "choices": [{"index": 0, "delta": {"content": f" token{i}"}, "finish_reason": None}],
+        }
+        chunks.append(Chunk(round(0.05 + i * gap, 6), f"data: {json.dumps(payload)}\n\n".encode()))
+    headers = (("content-type", "text/event-stream"), ("cache-control", "no-cache"))
+    return Interaction(Request("POST", PATH, body=b"{}"), Response(200, headers, tuple(chunks)))
+
+
+# --- the two servers -------------------------------------------------------------------
+
+
+def baseline_app(interaction: Interaction, instant: bool) -> web.Application:
+    """The simplest aiohttp SSE server that keeps the same schedule."""
+    schedule = [(0.0 if instant else c.t, c.data) for c in interaction.response.chunks]
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        response = web.StreamResponse(headers={"content-type": "text/event-stream", "cache-control": "no-cache"})
+        for at, data in schedule:
+            delay = start + at - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if not response.prepared:
+                await response.prepare(request)
+            await response.write(data)
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post(PATH, handler)
+    return app
+
+
+def run_server(kind: str, interaction: Interaction, pace: str, ready: mp.Queue) -> None:  # type: ignore[type-arg]
+    async def main() -> None:
+        if kind == "baseline":
+            runner = web.AppRunner(baseline_app(interaction, pace == "instant"), access_log=None)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
+            await site.start()
+            ready.put(runner.addresses[0][1])
+        else:
+            server = MockServer([Cassette([interaction])], match_on=["path"], pacing=Pacing.parse(pace))
+            await server.start()
+            ready.put(server.port)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+class ServerProcess:
+    def __init__(self, kind: str, interaction: Interaction, pace: str) -> None:
+        ready: mp.Queue = mp.Queue()  # type: ignore[type-arg]
+        self.proc = mp.Process(target=run_server, args=(kind, interaction, pace, ready), daemon=True)
+        self.proc.start()
+        self.port = ready.get(timeout=30)
+
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.proc.terminate()
+        self.proc.join()
+
+
+# --- the client: raw sockets, so that its own cost stays small ----------------------------
+
+
+async def stream(port: int, body: bytes = b"{}") -> tuple[float, list[float]]:
+    """Send one request; return when it was sent and when each event (blank line) arrived."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    head = (
+        f"POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    sent = time.perf_counter()
+    writer.write(head.encode() + body)
+    arrivals: list[float] = []
+    tail = b""
+    while True:
+        data = await reader.read(65536)
+        if not data:
+            break
+        now = time.perf_counter()
+        # Each event ends with a blank line; chunked framing never adds one.
+        arrivals.extend([now] * (tail + data).count(b"\n\n"))
+        tail = data[-1:]
+    writer.close()
+    await writer.wait_closed()
+    return sent, arrivals
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def held_streams(port: int, offsets: Sequence[float], streams: int, ramp: float) -> dict[str, float]:
+    async def one(i: int) -> list[float] | None:
+        await asyncio.sleep(ramp * i / streams)
+        try:
+            sent, arrivals = await stream(port)
+        except OSError:
+            return None
+        if len(arrivals) != len(offsets):
+            return None
+        return [(a - sent - t) * 1000 for a, t in zip(arrivals, offsets, strict=True)]
+
+    results = await asyncio.gather(*(one(i) for i in range(streams)))
+    late = [x for r in results if r for x in r]
+    return {
+        "completed": sum(r is not None for r in results),
+        "p50": percentile(late, 0.5) if late else float("nan"),
+        "p99": percentile(late, 0.99) if late else float("nan"),
+    }
+
+
+async def instant_rate(port: int, streams: int) -> float:
+    start = time.perf_counter()
+    results = await asyncio.gather(*(stream(port) for _ in range(streams)))
+    elapsed = time.perf_counter() - start
+    return sum(len(arrivals) for _, arrivals in results) / elapsed
+
+
+async def fidelity(port: int, interaction: Interaction, repeats: int) -> list[float]:
+    """Observed minus recorded gap between consecutive events, in ms, over `repeats` replays."""
+    recorded = [t for t, _ in interaction.response.events()]
+    errors = []
+    for _ in range(repeats):
+        sent, arrivals = await stream(port, interaction.request.body)
+        observed = [a - sent for a in arrivals]
+        if len(observed) != len(recorded):
+            raise SystemExit(f"fidelity: got {len(observed)} events, the recording has {len(recorded)}")
+        errors.append((observed[0] - recorded[0]) * 1000)  # the first event: time to first byte
+        gaps = zip(itertools.pairwise(observed), itertools.pairwise(recorded), strict=True)
+        errors += [((o2 - o1) - (r2 - r1)) * 1000 for (o1, o2), (r1, r2) in gaps]
+    return errors
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--streams", type=int, default=1000, help="concurrent streams held (default 1000)")
+    parser.add_argument("--events", type=int, default=60, help="events per held stream (default 60)")
+    parser.add_argument("--gap", type=float, default=0.05, help="seconds between events (default 0.05)")
+    parser.add_argument("--ramp", type=float, default=1.0, help="seconds over which streams start (default 1)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per server (default 3)")
+    args = parser.parse_args()
+
+    held = make_interaction(args.events, args.gap)
+    offsets = [c.t for c in held.response.chunks]
+    instant = make_interaction(20_000, 0.0)
+    table: dict[str, dict[str, list[float]]] = {"baseline": {}, "sse-tape": {}}
+
+    for _ in range(args.rounds):
+        for kind in ("baseline", "sse-tape"):
+            with ServerProcess(kind, held, "recorded") as server:
+                result = asyncio.run(held_streams(server.port, offsets, args.streams, args.ramp))
+            for key, value in result.items():
+                table[kind].setdefault(key, []).append(value)
+            with ServerProcess(kind, instant, "instant") as server:
+                rate = asyncio.run(instant_rate(server.port, 4))
+            table[kind].setdefault("events/s", []).append(rate)
+
+    print(f"{args.streams} streams x {args.events} events, {args.gap * 1000:.0f} ms gaps, started over {args.ramp} s;")
+    print(f"instant: 4 streams x 20000 events. Median of {args.rounds} alternating rounds [min-max]; ratio of medians.")
+    print(f"{'':22}{'baseline':>24}{'sse-tape':>24}{'ratio':>8}")
+    rows = [
+        ("streams completed", "completed", "{:.0f}"),
+        ("lateness p50 (ms)", "p50", "{:.2f}"),
+        ("lateness p99 (ms)", "p99", "{:.1f}"),
+        ("instant events/s", "events/s", "{:.0f}"),
+    ]
+    for label, key, fmt in rows:
+        cells = []
+        for kind in ("baseline", "sse-tape"):
+            values = table[kind][key]
+            spread = f"[{fmt.format(min(values))}-{fmt.format(max(values))}]"
+            cells.append(f"{fmt.format(statistics.median(values))} {spread}")
+        a, b = (statistics.median(table[kind][key]) for kind in ("baseline", "sse-tape"))
+        print(f"{label:22}{cells[0]:>24}{cells[1]:>24}{b / a if a else float('nan'):>8.2f}")
+
+    bundled = next(c for c in map(Cassette.load, bundled_cassettes()) if c.path and c.path.stem == "openai-chat")
+    recording = bundled.interactions[0]
+    with ServerProcess("sse-tape", recording, "recorded") as server:
+        errors = asyncio.run(fidelity(server.port, recording, 20))
+    absolute = [abs(e) for e in errors]
+    print(
+        f"\nreplay fidelity, openai-chat.toml #1 at recorded pace, 20 replays, {len(errors)} gaps:\n"
+        f"  observed - recorded gap: mean {statistics.mean(errors):+.2f} ms, "
+        f"|error| p50 {percentile(absolute, 0.5):.2f} ms, p99 {percentile(absolute, 0.99):.2f} ms, "
+        f"max {max(absolute):.2f} ms"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+# Everyday tasks. `just --list` shows them.
+
+# Install sse-tape with everything the tests and tools need.
+install:
+    python -m pip install -e '.[dev]'
+
+# Run the whole test suite.
+test *args:
+    python -m pytest {{args}}
+
+# Lint, check formatting and types.
+lint:
+    ruff check .
+    ruff format --check .
+    mypy
+
+# Format the code.
+fmt:
+    ruff format .
+    ruff check --fix .
+
+# Serve the bundled cassettes (or the given ones) on 127.0.0.1:8080.
+serve *args:
+    sse-tape serve {{args}}
+
+# Measure the replay server against a hand-written aiohttp SSE server.
+bench *args:
+    python bench/replay_bench.py {{args}}
