@@ -12,14 +12,17 @@ order, starting over when all have been played.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from enum import StrEnum
 from typing import Any
+from urllib.parse import parse_qsl
 
 from ._exceptions import ConfigError, NoMatchError
+from ._paths import locate
 from .cassette import Cassette, Interaction, Request
+from .redaction import REDACTED
 
 __all__ = ["DEFAULT_MATCH_ON", "MatchOn", "Matcher", "Recording"]
 
@@ -57,7 +60,9 @@ class Matcher:
 
     `ignore_body_fields` are dotted paths into the JSON body (`user`,
     `metadata.trace_id`, `messages.*.name`): they are removed on both sides
-    before bodies are compared.
+    before bodies are compared. With `allow_repeats` off, each recording
+    answers once and a request beyond them is a miss (vcrpy's
+    `allow_playback_repeats`); on, they start over.
     """
 
     def __init__(
@@ -66,7 +71,9 @@ class Matcher:
         *,
         match_on: Iterable[MatchOn | str] = DEFAULT_MATCH_ON,
         ignore_body_fields: Iterable[str] = (),
+        allow_repeats: bool = True,
     ) -> None:
+        self.allow_repeats = allow_repeats
         try:
             self.match_on = tuple(dict.fromkeys(MatchOn(m) for m in match_on))
         except ValueError as exc:
@@ -90,6 +97,11 @@ class Matcher:
         best = max(scores.values())
         group = tuple(n for n in agreeing if scores[n] == best)
         turn = self._played.get(group, 0)
+        if turn >= len(group) and not self.allow_repeats:
+            raise NoMatchError(
+                f"the {len(group)} recording{'s'[: len(group) != 1]} matching {request.method} {request.path} "
+                f"{'have' if len(group) != 1 else 'has'} been played already: {self.recordings[group[0]]}"
+            )
         self._played[group] = turn + 1
         return self.recordings[group[turn % len(group)]]
 
@@ -117,7 +129,8 @@ class Matcher:
         if parsed is None:
             return request.body  # not JSON: compared as bytes
         for path in self.ignore_body_fields:
-            _remove(parsed, path)
+            for container, key in reversed(locate(parsed, path)):
+                del container[key]
         return parsed
 
     def _agrees(self, request: Request, body: Any, n: int) -> bool:
@@ -130,8 +143,8 @@ class Matcher:
         if part is MatchOn.PATH:
             return request.path == recorded.path
         if part is MatchOn.QUERY:
-            return _query(request.query) == _query(recorded.query)
-        return bool(body == self._bodies[n])
+            return _query_agrees(request.query, recorded.query)
+        return _json_agrees(body, self._bodies[n])
 
     def _differences(self, request: Request, body: Any, n: int) -> tuple[list[str], list[str]]:
         """How request and recording n disagree: one line per part, and the body's differences."""
@@ -164,34 +177,26 @@ def _likeness(a: Any, b: Any) -> int:
     return score
 
 
-def _query(query: str) -> list[str]:
-    return sorted(query.split("&")) if query else []
+def _query_agrees(here: str, recorded: str) -> bool:
+    """Same parameters in any order; a recorded value that was redacted stands for any value."""
+    if here == recorded:
+        return True
+    ours = sorted(parse_qsl(here, keep_blank_values=True))
+    theirs = sorted(parse_qsl(recorded, keep_blank_values=True))
+    return len(ours) == len(theirs) and all(
+        a == b and (x == y or y == REDACTED) for (a, x), (b, y) in zip(ours, theirs, strict=True)
+    )
 
 
-def _remove(doc: Any, path: Sequence[str]) -> None:
-    head, rest = path[0], path[1:]
-    if isinstance(doc, dict):
-        targets = list(doc) if head == "*" else [head]
-        for key in targets:
-            if key not in doc:
-                continue
-            if rest:
-                _remove(doc[key], rest)
-            else:
-                del doc[key]
-    elif isinstance(doc, list):
-        if head == "*":
-            indexes = range(len(doc))
-        elif head.isdigit() and int(head) < len(doc):
-            indexes = range(int(head), int(head) + 1)
-        else:
-            return
-        if rest:
-            for i in indexes:
-                _remove(doc[i], rest)
-        else:
-            for i in reversed(indexes):
-                del doc[i]
+def _json_agrees(here: Any, recorded: Any) -> bool:
+    """Equal as data, where a recorded value that was redacted stands for any value."""
+    if here == recorded or recorded == REDACTED:
+        return True
+    if isinstance(here, dict) and isinstance(recorded, dict):
+        return here.keys() == recorded.keys() and all(_json_agrees(here[k], recorded[k]) for k in here)
+    if isinstance(here, list) and isinstance(recorded, list):
+        return len(here) == len(recorded) and all(map(_json_agrees, here, recorded))
+    return False
 
 
 def _show(value: Any) -> str:
@@ -212,6 +217,6 @@ def _json_diff(a: Any, b: Any, where: str) -> list[str]:
         return out
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in _json_diff(x, y, f"{where}[{i}]")]
-    if a == b:
+    if a == b or b == REDACTED:
         return []
     return [f"{where} is {_show(a)}, recorded {_show(b)}"]
