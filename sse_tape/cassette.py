@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import fcntl
 import json
 import os
 import stat
@@ -42,6 +43,7 @@ __all__ = [
     "Interaction",
     "Request",
     "Response",
+    "append_interactions",
     "bundled_cassettes",
     "find_cassettes",
 ]
@@ -189,6 +191,29 @@ class Cassette:
         _atomic_write(target, data)
         self.path = target
         return target
+
+
+def append_interactions(path: str | os.PathLike[str], interactions: Iterable[Interaction]) -> int:
+    """Add interactions to the end of a cassette file, creating it if need be; returns how many it holds.
+
+    The file is read and rewritten under an exclusive lock on its folder, so
+    recorders in several processes or threads appending to one cassette lose
+    nothing; the rewrite is atomic, so a crash leaves the old or the new file.
+    A file that cannot be read is left alone and the error raised.
+    """
+    path = Path(path)
+    _suffix(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Lock the folder, not the file: the file is replaced by a rename, the folder stays.
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        cassette = Cassette.load(path) if path.exists() else Cassette(path=path)
+        cassette.interactions.extend(interactions)
+        cassette.save()
+        return len(cassette)
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def find_cassettes(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import multiprocessing
 import os
 import zipfile
 from pathlib import Path
@@ -19,6 +20,7 @@ from sse_tape import (
     Interaction,
     Request,
     Response,
+    append_interactions,
     bundled_cassettes,
 )
 
@@ -211,3 +213,34 @@ def test_bundled_cassettes_ship_in_the_wheel(tmp_path: Path) -> None:
     wheel = next(WheelBuilder(str(root)).build(directory=str(tmp_path), versions=["standard"]))
     names = zipfile.ZipFile(wheel).namelist()
     assert {f"sse_tape/_bundled/{p.name}" for p in bundled_cassettes()} <= set(names)
+
+
+def _append_many(path: str, writer: int, count: int) -> None:
+    for n in range(count):
+        request = Request("POST", f"/w{writer}/{n}")
+        append_interactions(path, [Interaction(request, Response(chunks=(Chunk(0.0, b"data: x\n\n"),)))])
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".msgpack"])
+def test_concurrent_appenders_lose_no_interaction(tmp_path: Path, suffix: str) -> None:
+    path = str(tmp_path / f"shared{suffix}")
+    context = multiprocessing.get_context("spawn")
+    writers = [context.Process(target=_append_many, args=(path, w, 25)) for w in range(3)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(60)
+        assert writer.exitcode == 0
+    paths = [i.request.path for i in Cassette.load(path)]
+    assert sorted(paths) == sorted(f"/w{w}/{n}" for w in range(3) for n in range(25))
+    for w in range(3):  # each writer's interactions stay in the order it wrote them
+        mine = [p for p in paths if p.startswith(f"/w{w}/")]
+        assert mine == [f"/w{w}/{n}" for n in range(25)]
+
+
+def test_append_leaves_an_unreadable_cassette_alone(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("not = [toml")
+    with pytest.raises(CassetteFormatError):
+        append_interactions(path, [awkward_interaction()])
+    assert path.read_text() == "not = [toml"
