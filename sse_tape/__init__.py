@@ -10,15 +10,29 @@ from ._exceptions import (
     ConfigError,
     NoMatchError,
     SSETapeError,
+    UpstreamError,
 )
-from .cassette import FORMAT_VERSION, Cassette, Chunk, End, Interaction, Request, Response, bundled_cassettes
+from .cassette import (
+    FORMAT_VERSION,
+    Cassette,
+    Chunk,
+    End,
+    Interaction,
+    Request,
+    Response,
+    append_interactions,
+    bundled_cassettes,
+)
 from .matching import Matcher, MatchOn, Recording
 from .pacing import PaceMode, Pacing
+from .record import RecordingProxy, RecordMode, arecording, record_once, recording
+from .redaction import REDACTED, Redaction
 from .server import MockServer, aserve, serve
 from .sse import ServerSentEvent, SSEDecoder, encode_comment, encode_event
 
 __all__ = [
     "FORMAT_VERSION",
+    "REDACTED",
     "Cassette",
     "CassetteError",
     "CassetteFormatError",
@@ -33,16 +47,24 @@ __all__ = [
     "NoMatchError",
     "PaceMode",
     "Pacing",
+    "RecordMode",
     "Recording",
+    "RecordingProxy",
+    "Redaction",
     "Request",
     "Response",
     "SSEDecoder",
     "SSETapeError",
     "ServerSentEvent",
+    "UpstreamError",
     "__version__",
+    "append_interactions",
+    "arecording",
     "aserve",
     "bundled_cassettes",
     "encode_comment",
     "encode_event",
+    "record_once",
+    "recording",
     "serve",
 ]

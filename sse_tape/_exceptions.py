@@ -8,7 +8,8 @@ a caller would already catch for that kind of failure::
     │   ├── CassetteNotFoundError   (also FileNotFoundError)
     │   └── CassetteFormatError     (also ValueError): corrupt, truncated, foreign or too new
     ├── ConfigError                 (also ValueError): a bad option, such as a pacing spec
-    └── NoMatchError                (also LookupError): no recorded interaction answers a request
+    ├── NoMatchError                (also LookupError): no recorded interaction answers a request
+    └── UpstreamError               (also ConnectionError): the upstream sent no response to record
 
 The command line turns any of them into one line on stderr and exit status 2.
 """
@@ -22,6 +23,7 @@ __all__ = [
     "ConfigError",
     "NoMatchError",
     "SSETapeError",
+    "UpstreamError",
 ]
 
 
@@ -47,3 +49,7 @@ class ConfigError(SSETapeError, ValueError):
 
 class NoMatchError(SSETapeError, LookupError):
     """No recorded interaction answers a request; the message names the closest ones."""
+
+
+class UpstreamError(SSETapeError, ConnectionError):
+    """The upstream could not be reached, or sent no response head in time."""

@@ -7,6 +7,8 @@ import itertools
 import os
 import signal
 import statistics
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,9 @@ from . import __version__
 from ._exceptions import ConfigError, SSETapeError
 from .cassette import Cassette, Interaction
 from .matching import DEFAULT_MATCH_ON, MatchOn
-from .pacing import Pacing
+from .pacing import Pacing, parse_duration
+from .record import RecordingProxy, RecordMode, describe, record_once
+from .redaction import Redaction
 from .server import MockServer, load_cassettes
 from .sse import SSEDecoder
 
@@ -48,59 +52,74 @@ def cli() -> None:
     """
 
 
+_SERVER_OPTIONS = [
+    click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on."),
+    click.option(
+        "--port",
+        default=8080,
+        show_default=True,
+        type=click.IntRange(0, 65535),
+        help="Port to listen on; 0 picks a free one and prints it.",
+    ),
+    click.option(
+        "--match",
+        "match",
+        metavar="PARTS",
+        help="What a request must share with a recording, comma-separated from method, path, query, body. "
+        "[default: method,path,body; method,path when serving the bundled cassettes]",
+    ),
+    click.option(
+        "--ignore-body-field",
+        multiple=True,
+        metavar="FIELD",
+        help="A JSON body field to leave out when comparing bodies, as a dotted path "
+        "(user, metadata.trace_id, messages.*.name). Repeatable.",
+    ),
+    click.option(
+        "--pace",
+        default="recorded",
+        show_default=True,
+        help="recorded; xK to scale (x2 twice as fast, x0.5 half speed); instant; a fixed gap (20ms); "
+        "or tps:N events per second.",
+    ),
+    click.option("--jitter", metavar="AMOUNT", help="Move each gap randomly by up to AMOUNT (5ms, or 10% of the gap)."),
+    click.option("--seed", default=0, show_default=True, type=int, help="Seed for --jitter: same seed, same timing."),
+    click.option(
+        "--miss-status",
+        default=404,
+        show_default=True,
+        type=click.IntRange(400, 599),
+        help="HTTP status of the JSON error sent when no recording matches.",
+    ),
+    click.option("-q", "--quiet", is_flag=True, help="Do not log each request on stderr."),
+]
+
+
+def _server_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The options of a command that answers requests from recordings (serve, record)."""
+    for option in reversed(_SERVER_OPTIONS):
+        command = option(command)
+    return command
+
+
+def _server_keywords(options: dict[str, Any], *, default_match: tuple[MatchOn, ...]) -> dict[str, Any]:
+    """MockServer's keywords from the options `_server_options` added."""
+    match = options.pop("match")
+    return {
+        "host": options.pop("host"),
+        "port": options.pop("port"),
+        "match_on": default_match if match is None else _parse_match(match),
+        "ignore_body_fields": options.pop("ignore_body_field"),
+        "pacing": Pacing.parse(options.pop("pace"), jitter=options.pop("jitter"), seed=options.pop("seed")),
+        "miss_status": options.pop("miss_status"),
+        "log": None if options.pop("quiet") else _log,
+    }
+
+
 @cli.command()
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option(
-    "--port",
-    default=8080,
-    show_default=True,
-    type=click.IntRange(0, 65535),
-    help="Port to listen on; 0 picks a free one and prints it.",
-)
-@click.option(
-    "--match",
-    "match",
-    metavar="PARTS",
-    help="What a request must share with a recording, comma-separated from method, path, query, body. "
-    "[default: method,path,body; method,path when serving the bundled cassettes]",
-)
-@click.option(
-    "--ignore-body-field",
-    multiple=True,
-    metavar="FIELD",
-    help="A JSON body field to leave out when comparing bodies, as a dotted path "
-    "(user, metadata.trace_id, messages.*.name). Repeatable.",
-)
-@click.option(
-    "--pace",
-    default="recorded",
-    show_default=True,
-    help="recorded; xK to scale (x2 twice as fast, x0.5 half speed); instant; a fixed gap (20ms); "
-    "or tps:N events per second.",
-)
-@click.option("--jitter", metavar="AMOUNT", help="Move each gap randomly by up to AMOUNT (5ms, or 10% of the gap).")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed for --jitter: same seed, same timing.")
-@click.option(
-    "--miss-status",
-    default=404,
-    show_default=True,
-    type=click.IntRange(400, 599),
-    help="HTTP status of the JSON error sent when no recording matches.",
-)
-@click.option("-q", "--quiet", is_flag=True, help="Do not log each request on stderr.")
-def serve(
-    paths: tuple[Path, ...],
-    host: str,
-    port: int,
-    match: str | None,
-    ignore_body_field: tuple[str, ...],
-    pace: str,
-    jitter: str | None,
-    seed: int,
-    miss_status: int,
-    quiet: bool,
-) -> None:
+@_server_options
+def serve(paths: tuple[Path, ...], **options: Any) -> None:
     """Replay cassettes as a mock HTTP server.
 
     PATHS are cassette files or folders of them (searched recursively); with
@@ -108,23 +127,150 @@ def serve(
     supported API. Each request gets the recorded response that matches it,
     byte for byte, at the chosen pace. Ctrl-C stops the server.
     """
-    if match is None:
-        match_on: tuple[MatchOn, ...] = DEFAULT_MATCH_ON if paths else (MatchOn.METHOD, MatchOn.PATH)
-    else:
-        match_on = _parse_match(match)
+    default_match = DEFAULT_MATCH_ON if paths else (MatchOn.METHOD, MatchOn.PATH)
+    keywords = _server_keywords(options, default_match=default_match)
     cassettes = load_cassettes(paths)
-    server = MockServer(
-        cassettes,
-        host=host,
-        port=port,
-        match_on=match_on,
-        ignore_body_fields=ignore_body_field,
-        pacing=Pacing.parse(pace, jitter=jitter, seed=seed),
-        miss_status=miss_status,
-        log=None if quiet else _log,
-    )
+    server = MockServer(cassettes, **keywords)
     count = sum(len(c) for c in cassettes)
-    asyncio.run(_serve_until_stopped(server, f"{count} interactions from {len(cassettes)} cassettes"))
+    asyncio.run(_serve_until_stopped(server, f"serving {count} interactions from {len(cassettes)} cassettes"))
+
+
+@cli.command()
+@click.argument("url", required=False)
+@click.option(
+    "-c",
+    "--cassette",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Cassette to append to (.toml or .msgpack); created if missing.",
+)
+@click.option(
+    "--upstream",
+    metavar="URL",
+    help="Proxy mode: the server to forward to, as a base URL (http://127.0.0.1:8000, https://host/v1).",
+)
+@click.option(
+    "--record-mode",
+    type=click.Choice([m.value for m in RecordMode]),
+    default=RecordMode.NEW_EPISODES.value,
+    show_default=True,
+    help="Proxy mode: once (record if the cassette is new, else replay only), new_episodes (replay what "
+    "matches, record the rest), none (replay only), all (always record).",
+)
+@click.option(
+    "--idle-timeout",
+    default="300s",
+    show_default=True,
+    help="Give up on an upstream that sends nothing for this long; the stream is recorded as a timeout.",
+)
+@click.option("--redact-header", multiple=True, metavar="NAME", help="Also redact this header. Repeatable.")
+@click.option(
+    "--keep-header",
+    multiple=True,
+    metavar="NAME",
+    help="Record this header as is, even if it looks secret. Repeatable.",
+)
+@click.option(
+    "--redact-json-field",
+    multiple=True,
+    metavar="FIELD",
+    help="Redact this JSON request body field, as a dotted path (user, metadata.email). Repeatable.",
+)
+@click.option("-X", "--method", help="One-shot mode: the request method [default: POST with --data, else GET].")
+@click.option("-d", "--data", help="One-shot mode: the request body; @FILE reads a file, @- standard input.")
+@click.option(
+    "-H", "--header", multiple=True, metavar="'NAME: VALUE'", help="One-shot mode: a request header. Repeatable."
+)
+@_server_options
+def record(url: str | None, cassette: Path, upstream: str | None, **options: Any) -> None:
+    """Record SSE sessions, with the timing of every chunk, into a cassette.
+
+    Proxy mode, `sse-tape record --upstream URL -c FILE`: point any client at
+    this proxy as its base URL and use it as usual. Each response streams
+    through untouched as it arrives and is appended to the cassette as soon
+    as it ends. Requests the record mode says to replay are answered from the
+    cassette, as `sse-tape serve` would.
+
+    One-shot mode, `sse-tape record URL -d @body.json -c FILE`: send one
+    request, print the stream as it arrives, and append it.
+
+    Credentials (Authorization, cookies, API-key and token headers and query
+    parameters) are replaced by <redacted> before anything is written.
+    """
+    redaction = Redaction.build(
+        headers=options.pop("redact_header"),
+        keep_headers=options.pop("keep_header"),
+        json_fields=options.pop("redact_json_field"),
+    )
+    idle_timeout = parse_duration(options.pop("idle_timeout"))
+    one_shot = (options.pop("method"), options.pop("data"), options.pop("header"))
+    mode = RecordMode(options.pop("record_mode"))
+    if (url is None) == (upstream is None):
+        raise ConfigError("give either a URL (one-shot mode) or --upstream URL (proxy mode)")
+    if upstream is not None:
+        if any(one_shot):
+            raise ConfigError("-X, -d and -H are for one-shot mode; in proxy mode the client sends the requests")
+        keywords = _server_keywords(options, default_match=DEFAULT_MATCH_ON)
+        proxy = RecordingProxy(
+            cassette, upstream, mode=mode, redaction=redaction, idle_timeout=idle_timeout, **keywords
+        )
+        banner = f"recording {proxy.upstream} into {cassette} (record mode {mode})"
+        asyncio.run(_serve_until_stopped(proxy, banner))
+        _log(proxy.summary())
+    else:
+        assert url is not None
+        _record_one_shot(url, cassette, *one_shot, redaction=redaction, idle_timeout=idle_timeout)
+
+
+def _record_one_shot(
+    url: str,
+    cassette: Path,
+    method: str | None,
+    data: str | None,
+    header: tuple[str, ...],
+    *,
+    redaction: Redaction,
+    idle_timeout: float,
+) -> None:
+    headers = []
+    for line in header:
+        name, colon, value = line.partition(":")
+        if not colon or not name.strip():
+            raise ConfigError(f"-H {line!r}: write a header as 'Name: value'")
+        headers.append((name.strip(), value.strip()))
+    body = _read_data(data) if data is not None else b""
+    if body and not any(name.lower() == "content-type" for name, _ in headers):
+        headers.append(("content-type", "application/json"))
+    if cassette.exists():
+        Cassette.load(cassette)  # an unreadable cassette stops us before the request is sent
+    try:
+        interaction = asyncio.run(
+            record_once(
+                url,
+                cassette,
+                method=method or ("POST" if data is not None else "GET"),
+                headers=headers,
+                body=body,
+                redaction=redaction,
+                idle_timeout=idle_timeout,
+                out=click.get_binary_stream("stdout"),
+            )
+        )
+    except KeyboardInterrupt:
+        _log(f"interrupted: what arrived is saved in {cassette}")
+        sys.exit(130)
+    _log(f"{describe(interaction)}; appended to {cassette}")
+
+
+def _read_data(data: str) -> bytes:
+    if not data.startswith("@"):
+        return data.encode()
+    if data == "@-":
+        return click.get_binary_stream("stdin").read()
+    try:
+        return Path(data[1:]).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"--data {data}: cannot read {data[1:]}: {exc.strerror or exc}") from None
 
 
 async def _serve_until_stopped(server: MockServer, what: str) -> None:
@@ -137,7 +283,7 @@ async def _serve_until_stopped(server: MockServer, what: str) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    click.echo(f"sse-tape: serving {what} at {server.url} (Ctrl-C stops)")
+    click.echo(f"sse-tape: {what} at {server.url} (Ctrl-C stops)")
     try:
         await stop.wait()
     finally:

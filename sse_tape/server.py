@@ -17,7 +17,7 @@ import struct
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Self, TypeVar
 
 from aiohttp import web
 
@@ -26,7 +26,7 @@ from .cassette import Cassette, End, Request, bundled_cassettes, find_cassettes
 from .matching import DEFAULT_MATCH_ON, Matcher, MatchOn, Recording
 from .pacing import Pacing
 
-__all__ = ["MockServer", "aserve", "load_cassettes", "serve"]
+__all__ = ["MockServer", "aserve", "load_cassettes", "run_in_thread", "serve"]
 
 # Headers that describe one connection, not the response (RFC 9110 section 7.6.1), and
 # those the server must compute itself for this replay.
@@ -71,9 +71,12 @@ class MockServer:
         ignore_body_fields: Iterable[str] = (),
         pacing: Pacing | None = None,
         miss_status: int = 404,
+        allow_repeats: bool = True,
         log: Callable[[str], None] | None = None,
     ) -> None:
-        self.matcher = Matcher(cassettes, match_on=match_on, ignore_body_fields=ignore_body_fields)
+        self.matcher = Matcher(
+            cassettes, match_on=match_on, ignore_body_fields=ignore_body_fields, allow_repeats=allow_repeats
+        )
         self.host = host
         self.port = port
         self.pacing = pacing or Pacing()
@@ -117,7 +120,7 @@ class MockServer:
                 await asyncio.sleep(0)
             await runner.cleanup()
 
-    async def __aenter__(self) -> MockServer:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
@@ -134,13 +137,23 @@ class MockServer:
             headers=tuple(http.headers.items()),
             body=await http.read(),
         )
+        return await self._answer(http, request)
+
+    async def _answer(self, http: web.Request, request: Request) -> web.StreamResponse:
         try:
             recording = self.matcher.find(request)
         except NoMatchError as exc:
-            self._say(f"{request.method} {request.path} -> {self.miss_status} {exc}")
-            error = {"message": f"sse-tape: {exc}", "type": "invalid_request_error", "param": None, "code": "no_match"}
-            return web.json_response({"error": error}, status=self.miss_status, headers=self._cors(http), dumps=_dumps)
+            return self._miss(http, request, exc)
         return await self._play(http, recording)
+
+    def _miss(self, http: web.Request, request: Request, exc: NoMatchError) -> web.Response:
+        self._say(f"{request.method} {request.path} -> {self.miss_status} {exc}")
+        return self._error(http, self.miss_status, str(exc), "invalid_request_error", "no_match")
+
+    def _error(self, http: web.Request, status: int, message: str, kind: str, code: str) -> web.Response:
+        """A JSON error in the OpenAI shape, which the official SDKs raise with its message."""
+        error = {"message": f"sse-tape: {message}", "type": kind, "param": None, "code": code}
+        return web.json_response({"error": error}, status=status, headers=self._cors(http), dumps=_dumps)
 
     async def _play(self, http: web.Request, recording: Recording) -> web.StreamResponse:
         response = recording.interaction.response
@@ -175,7 +188,7 @@ class MockServer:
                 await out.write_eof()
             else:
                 # The recorded response never ended properly: neither does the replay.
-                _drop_connection(http, reset=response.end is End.UPSTREAM_RESET)
+                drop_connection(http, reset=response.end is End.UPSTREAM_RESET)
         except (ConnectionResetError, ConnectionAbortedError):
             pass  # the client hung up between two chunks
         finally:
@@ -206,7 +219,8 @@ def _dumps(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False)
 
 
-def _drop_connection(http: web.Request, *, reset: bool) -> None:
+def drop_connection(http: web.Request, *, reset: bool) -> None:
+    """Close the client's connection without ending the response: with a TCP reset, or a plain close."""
     transport = http.transport
     if transport is None:
         return
@@ -229,23 +243,32 @@ async def aserve(*cassettes: CassetteSource, **options: Any) -> AsyncIterator[Mo
         async with aserve("tests/cassettes", pacing=Pacing.parse("instant")) as server:
             client = AsyncOpenAI(base_url=server.url + "/v1", api_key="test")
     """
-    server = MockServer(load_cassettes(cassettes), **options)
-    await server.start()
-    try:
+    async with MockServer(load_cassettes(cassettes), **options) as server:
         yield server
-    finally:
-        await server.close()
 
 
 @contextlib.contextmanager
 def serve(*cassettes: CassetteSource, **options: Any) -> Iterator[MockServer]:
     """Like `aserve`, for synchronous code: the server runs in a background thread."""
-    ready: Future[tuple[MockServer, asyncio.AbstractEventLoop, asyncio.Event]] = Future()
+    with run_in_thread(MockServer(load_cassettes(cassettes), **options)) as server:
+        yield server
+
+
+ServerT = TypeVar("ServerT", bound=contextlib.AbstractAsyncContextManager[Any])
+
+
+@contextlib.contextmanager
+def run_in_thread(server: ServerT) -> Iterator[ServerT]:
+    """Enter `server` (any async context manager) in a background thread with its own event loop.
+
+    It runs until the block ends; then it is exited in that thread, which ends.
+    """
+    ready: Future[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = Future()
 
     async def main() -> None:
         stop = asyncio.Event()
-        async with aserve(*cassettes, **options) as server:
-            ready.set_result((server, asyncio.get_running_loop(), stop))
+        async with server:
+            ready.set_result((asyncio.get_running_loop(), stop))
             await stop.wait()
 
     def run() -> None:
@@ -257,9 +280,9 @@ def serve(*cassettes: CassetteSource, **options: Any) -> Iterator[MockServer]:
             else:
                 raise
 
-    thread = threading.Thread(target=run, name="sse-tape-serve", daemon=True)
+    thread = threading.Thread(target=run, name=f"sse-tape-{type(server).__name__}", daemon=True)
     thread.start()
-    server, loop, stop = ready.result()
+    loop, stop = ready.result()
     try:
         yield server
     finally:

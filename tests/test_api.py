@@ -5,6 +5,7 @@ def test_public_api_is_pinned() -> None:
     # A change to this list is a change to what users may import: make it on purpose.
     assert sse_tape.__all__ == [
         "FORMAT_VERSION",
+        "REDACTED",
         "Cassette",
         "CassetteError",
         "CassetteFormatError",
@@ -19,17 +20,25 @@ def test_public_api_is_pinned() -> None:
         "NoMatchError",
         "PaceMode",
         "Pacing",
+        "RecordMode",
         "Recording",
+        "RecordingProxy",
+        "Redaction",
         "Request",
         "Response",
         "SSEDecoder",
         "SSETapeError",
         "ServerSentEvent",
+        "UpstreamError",
         "__version__",
+        "append_interactions",
+        "arecording",
         "aserve",
         "bundled_cassettes",
         "encode_comment",
         "encode_event",
+        "record_once",
+        "recording",
         "serve",
     ]
 
@@ -39,3 +48,4 @@ def test_every_error_derives_from_the_base_and_a_builtin() -> None:
     assert issubclass(sse_tape.CassetteFormatError, ValueError)
     assert issubclass(sse_tape.ConfigError, ValueError)
     assert issubclass(sse_tape.NoMatchError, LookupError)
+    assert issubclass(sse_tape.UpstreamError, (sse_tape.SSETapeError, ConnectionError))

@@ -1,0 +1,400 @@
+"""The recording proxy and one-shot recording, against a real upstream of our own on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from upstream import Upstream, chat_chunk
+
+from sse_tape import Cassette, End, Pacing, aserve
+from sse_tape.record import RecordingProxy, RecordMode, arecording
+from sse_tape.redaction import REDACTED, Redaction
+from sse_tape.server import run_in_thread
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[Upstream]:
+    async with Upstream() as up:
+        yield up
+
+
+@pytest.fixture
+def threaded_upstream() -> Iterator[Upstream]:
+    with run_in_thread(Upstream()) as up:
+        yield up
+
+
+async def read_all(client: httpx.AsyncClient, method: str, url: str, **kwargs: object) -> tuple[int, bytes]:
+    async with client.stream(method, url, **kwargs) as response:  # type: ignore[arg-type]
+        return response.status_code, b"".join([piece async for piece in response.aiter_raw()])
+
+
+async def test_proxy_streams_each_chunk_through_before_the_upstream_finishes(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "c.toml"
+    async with arecording(cassette, upstream.url) as proxy, httpx.AsyncClient() as client:
+        url = proxy.url + "/v1/chat/completions?events=6&gap=0.1"
+        async with client.stream("POST", url, content=b'{"stream": true}') as response:
+            pieces = response.aiter_raw()
+            first = await pieces.__anext__()
+            first_seen = asyncio.get_running_loop().time()
+            rest = b"".join([piece async for piece in pieces])
+    # The client had the first event while the upstream still had events to write: nothing was buffered.
+    assert upstream.last_write is not None
+    assert first_seen < upstream.last_write
+    body = first + rest
+    assert body == b"".join(chat_chunk(n) for n in range(6)) + b"data: [DONE]\n\n"
+    [recorded] = Cassette.load(cassette).interactions
+    assert recorded.response.body == body
+    assert recorded.response.end is End.COMPLETE
+    offsets = [c.t for c in recorded.response.chunks]
+    assert offsets == sorted(offsets)
+    assert len(recorded.response.chunks) >= 6  # one read per write, 100 ms apart
+    assert recorded.request.path == "/v1/chat/completions"
+    assert recorded.request.query == "events=6&gap=0.1"
+    assert recorded.request.body == b'{"stream": true}'
+
+
+async def test_recording_replays_byte_for_byte(upstream: Upstream, tmp_path: Path) -> None:
+    cassette = tmp_path / "c.msgpack"
+    async with arecording(cassette, upstream.url) as proxy, httpx.AsyncClient() as client:
+        live = await read_all(client, "POST", proxy.url + "/v1/chat/completions?events=3", content=b"{}")
+    async with aserve(cassette, pacing=Pacing.parse("instant")) as server, httpx.AsyncClient() as client:
+        replayed = await read_all(client, "POST", server.url + "/v1/chat/completions?events=3", content=b"{}")
+    assert replayed == live
+
+
+async def test_upstream_reset_is_passed_on_recorded_and_replayed(upstream: Upstream, tmp_path: Path) -> None:
+    cassette = tmp_path / "c.toml"
+    got = bytearray()
+
+    async def read_into(url: str) -> None:
+        async with httpx.AsyncClient() as client, client.stream("GET", url) as response:
+            async for piece in response.aiter_raw():
+                got.extend(piece)
+
+    async with arecording(cassette, upstream.url) as proxy:
+        with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
+            await read_into(proxy.url + "/reset")
+    [recorded] = Cassette.load(cassette).interactions
+    assert recorded.response.end is End.UPSTREAM_RESET
+    assert recorded.response.body == chat_chunk(0) + chat_chunk(1)
+    assert bytes(got) == recorded.response.body[: len(got)]
+    got.clear()
+    async with aserve(cassette) as server:
+        with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
+            await read_into(server.url + "/reset")
+
+
+async def test_stall_past_the_idle_timeout_is_recorded_as_a_timeout(upstream: Upstream, tmp_path: Path) -> None:
+    cassette = tmp_path / "c.toml"
+    async with arecording(cassette, upstream.url, idle_timeout=0.3) as proxy, httpx.AsyncClient() as client:
+        with pytest.raises(httpx.RemoteProtocolError):
+            await read_all(client, "GET", proxy.url + "/stall")
+    [recorded] = Cassette.load(cassette).interactions
+    assert recorded.response.end is End.TIMEOUT
+    assert recorded.response.body == chat_chunk(0)
+    assert recorded.response.duration is not None
+    assert recorded.response.duration >= 0.3
+    await asyncio.sleep(0.05)
+    assert upstream.disconnects == 1  # the proxy gave up on the upstream too
+
+
+async def test_429_with_retry_after_is_recorded_and_replayed_to_the_sdk(upstream: Upstream, tmp_path: Path) -> None:
+    cassette = tmp_path / "c.toml"
+    async with arecording(cassette, upstream.url) as proxy:
+        client = openai.AsyncOpenAI(base_url=proxy.url, api_key="sk-test", max_retries=0)
+        with pytest.raises(openai.RateLimitError, match="Rate limit reached") as live:
+            await client.post("/limited", body={"x": 1}, cast_to=object)
+        await client.close()
+    [recorded] = Cassette.load(cassette).interactions
+    assert recorded.response.status == 429
+    assert recorded.response.header("retry-after") == "7"
+    async with aserve(cassette) as server:
+        client = openai.AsyncOpenAI(base_url=server.url, api_key="sk-test", max_retries=0)
+        with pytest.raises(openai.RateLimitError, match="Rate limit reached") as replayed:
+            await client.post("/limited", body={"x": 1}, cast_to=object)
+        await client.close()
+    assert replayed.value.response.headers["retry-after"] == live.value.response.headers["retry-after"] == "7"
+
+
+async def test_non_utf8_chunks_are_recorded_losslessly(upstream: Upstream, tmp_path: Path) -> None:
+    cassette = tmp_path / "c.toml"
+    async with arecording(cassette, upstream.url) as proxy, httpx.AsyncClient() as client:
+        _, live = await read_all(client, "GET", proxy.url + "/binary")
+    assert live == b"data: \xff\xfe\x00\n\ndata: ok\n\n"
+    assert "base64 = " in cassette.read_text()
+    assert Cassette.load(cassette).interactions[0].response.body == live
+
+
+async def test_client_hang_up_cancels_the_upstream_and_is_recorded(upstream: Upstream, tmp_path: Path) -> None:
+    cassette = tmp_path / "c.toml"
+    async with arecording(cassette, upstream.url) as proxy:
+        async with httpx.AsyncClient() as client:
+            url = proxy.url + "/v1/chat/completions?events=100&gap=0.05"
+            async with client.stream("POST", url, content=b"{}") as response:
+                await response.aiter_raw().__anext__()
+        for _ in range(100):
+            if upstream.disconnects:
+                break
+            await asyncio.sleep(0.02)
+        assert upstream.disconnects == 1
+        assert proxy.active_streams == 0
+    [recorded] = Cassette.load(cassette).interactions
+    assert recorded.response.end is End.CLIENT_GONE
+    assert 1 <= len(recorded.response.chunks) < 100
+
+
+async def test_secrets_never_reach_the_cassette(upstream: Upstream, tmp_path: Path) -> None:
+    cassette = tmp_path / "c.toml"
+    redaction = Redaction.build(json_fields=["user"])
+    async with arecording(cassette, upstream.url, redaction=redaction) as proxy, httpx.AsyncClient() as client:
+        headers = {
+            "Authorization": "Bearer sk-proj-BEARER-SECRET-1",
+            "x-api-key": "KEY-SECRET-2",
+            "x-goog-api-key": "KEY-SECRET-3",
+            "Cookie": "sid=COOKIE-SECRET-4",
+            "x-ratelimit-remaining-tokens": "1000",
+        }
+        body = json.dumps({"model": "m", "user": "alice@example.com", "stream": True})
+        url = proxy.url + "/v1/chat/completions?events=2&api_key=QUERY-SECRET-5"
+        await read_all(client, "POST", url, headers=headers, content=body)
+        await read_all(client, "GET", proxy.url + "/cookie")
+    text = cassette.read_text()
+    for secret in ("BEARER-SECRET", "KEY-SECRET", "COOKIE-SECRET", "QUERY-SECRET", "alice@example.com"):
+        assert secret not in text
+    first, second = Cassette.load(cassette).interactions
+    recorded = dict(first.request.headers)
+    assert recorded["Authorization"] == recorded["x-api-key"] == recorded["x-goog-api-key"] == REDACTED
+    assert recorded["Cookie"] == REDACTED
+    assert recorded["x-ratelimit-remaining-tokens"] == "1000"
+    assert first.request.query == f"events=2&api_key={REDACTED.replace('<', '%3C').replace('>', '%3E')}"
+    assert json.loads(first.request.body)["user"] == REDACTED
+    assert second.response.header("set-cookie") == REDACTED
+    # The upstream itself got the real credentials.
+    assert upstream.seen_headers[0]["Authorization"] == "Bearer sk-proj-BEARER-SECRET-1"
+
+
+async def test_a_redacted_field_matches_any_value_on_replay(upstream: Upstream, tmp_path: Path) -> None:
+    cassette = tmp_path / "c.toml"
+    body = {"model": "m", "user": "alice", "stream": True}
+    redaction = Redaction.build(json_fields=["user"])
+    async with arecording(cassette, upstream.url, redaction=redaction) as proxy, httpx.AsyncClient() as client:
+        await read_all(client, "POST", proxy.url + "/v1/chat/completions?events=1", json=body)
+    async with aserve(cassette) as server, httpx.AsyncClient() as client:
+        status, _ = await read_all(
+            client, "POST", server.url + "/v1/chat/completions?events=1", json={**body, "user": "bob"}
+        )
+    assert status == 200
+
+
+async def test_upstream_down_is_a_502_and_nothing_is_recorded(tmp_path: Path) -> None:
+    cassette = tmp_path / "c.toml"
+    async with arecording(cassette, "http://127.0.0.1:9") as proxy, httpx.AsyncClient() as client:
+        got = await client.post(proxy.url + "/v1/chat/completions", json={})
+    assert got.status_code == 502
+    assert got.json()["error"]["message"].startswith("sse-tape: cannot reach http://127.0.0.1:9/v1/chat/completions")
+    assert not cassette.exists()
+    assert proxy.counts["upstream errors"] == 1
+
+
+def _seed(cassette: Path, upstream: Upstream) -> None:
+    """Record one interaction, `POST /v1/chat/completions?events=1` with body {}."""
+
+    async def go() -> None:
+        async with arecording(cassette, upstream.url) as proxy, httpx.AsyncClient() as client:
+            await read_all(client, "POST", proxy.url + "/v1/chat/completions?events=1", content=b"{}")
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    ("mode", "hits", "statuses", "recorded"),
+    [
+        # The same request three times against a cassette holding it once.
+        (RecordMode.NEW_EPISODES, 2, [200, 200, 200], 3),  # replayed once, then recorded
+        (RecordMode.NONE, 0, [200, 200, 200], 1),  # replayed, again and again
+        (RecordMode.ONCE, 0, [200, 200, 200], 1),  # the cassette exists: replay only
+        (RecordMode.ALL, 3, [200, 200, 200], 4),  # always recorded
+    ],
+)
+def test_record_modes_with_an_existing_cassette(
+    threaded_upstream: Upstream, tmp_path: Path, mode: RecordMode, hits: int, statuses: list[int], recorded: int
+) -> None:
+    cassette = tmp_path / "c.toml"
+    _seed(cassette, threaded_upstream)
+    threaded_upstream.hits = 0
+    with run_in_thread(RecordingProxy(cassette, threaded_upstream.url, mode=mode)) as proxy:
+        got = [httpx.post(proxy.url + "/v1/chat/completions?events=1", content=b"{}").status_code for _ in range(3)]
+        miss = httpx.post(proxy.url + "/v1/chat/completions?events=2", content=b'{"other": 1}')
+    assert got == statuses
+    expected_miss = 404 if mode in (RecordMode.NONE, RecordMode.ONCE) else 200
+    assert miss.status_code == expected_miss
+    assert threaded_upstream.hits == hits + (expected_miss == 200)
+    assert len(Cassette.load(cassette)) == recorded + (expected_miss == 200)
+
+
+def test_once_records_everything_when_the_cassette_is_new(threaded_upstream: Upstream, tmp_path: Path) -> None:
+    cassette = tmp_path / "new.toml"
+    with run_in_thread(RecordingProxy(cassette, threaded_upstream.url, mode="once")) as proxy:
+        for _ in range(2):
+            httpx.post(proxy.url + "/v1/chat/completions?events=1", content=b"{}")
+    assert threaded_upstream.hits == 2
+    assert len(Cassette.load(cassette)) == 2
+
+
+def test_a_corrupt_cassette_stops_the_proxy_before_it_records(tmp_path: Path) -> None:
+    cassette = tmp_path / "c.toml"
+    cassette.write_text("format_version = 1\n[[interactions]\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "sse_tape", "record", "--upstream", "http://127.0.0.1:9", "-c", str(cassette)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"Error: {cassette}: truncated or corrupt TOML")
+    assert cassette.read_text() == "format_version = 1\n[[interactions]\n"
+
+
+class Recorder:
+    """`sse-tape record --upstream` in a subprocess."""
+
+    def __init__(self, upstream: Upstream, cassette: Path) -> None:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sse_tape",
+                "record",
+                "--upstream",
+                upstream.url,
+                "-c",
+                str(cassette),
+                "--port",
+                "0",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.url = self.proc.stdout.readline().split(" at ")[1].split()[0]
+
+    def complete(self, n: int) -> None:
+        for _ in range(n):
+            assert httpx.post(self.url + "/v1/chat/completions?events=2&gap=0.01", content=b"{}").status_code == 200
+
+    def stop(self, sig: signal.Signals) -> str:
+        self.proc.send_signal(sig)
+        _, err = self.proc.communicate(timeout=30)
+        return err
+
+
+def _stream_in_flight(url: str) -> Iterator[bytes]:
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream("POST", url + "/v1/chat/completions?events=1000&gap=0.02", content=b"{}") as response,
+    ):
+        yield from response.iter_raw()
+
+
+def test_sigint_saves_every_interaction_and_the_stream_in_flight(threaded_upstream: Upstream, tmp_path: Path) -> None:
+    cassette = tmp_path / "c.toml"
+    recorder = Recorder(threaded_upstream, cassette)
+    recorder.complete(2)
+    pieces = _stream_in_flight(recorder.url)
+    received = next(pieces) + next(pieces) + next(pieces)
+    err = recorder.stop(signal.SIGINT)
+    assert recorder.proc.returncode == 0
+    interactions = Cassette.load(cassette).interactions
+    assert [i.response.end for i in interactions] == [End.COMPLETE, End.COMPLETE, End.INTERRUPTED]
+    assert interactions[2].response.body.startswith(received)
+    lines = err.splitlines()
+    for line in lines[:2]:
+        assert line.startswith("sse-tape: POST /v1/chat/completions -> 200, 3 events, ")
+        assert line.endswith(" s, complete")
+    assert lines[2].startswith("sse-tape: POST /v1/chat/completions -> 200, ")
+    assert lines[2].endswith(", interrupted")
+    assert lines[-1] == f"sse-tape: recorded 3 interactions to {cassette} (1 interrupted)"
+
+
+def test_sigkill_leaves_a_valid_cassette_with_every_completed_interaction(
+    threaded_upstream: Upstream, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "c.toml"
+    recorder = Recorder(threaded_upstream, cassette)
+    recorder.complete(3)
+    pieces = _stream_in_flight(recorder.url)
+    next(pieces)
+    recorder.stop(signal.SIGKILL)
+    interactions = Cassette.load(cassette).interactions
+    assert [i.response.end for i in interactions] == [End.COMPLETE] * 3
+
+
+def test_one_shot_prints_the_stream_and_appends_it(threaded_upstream: Upstream, tmp_path: Path) -> None:
+    cassette = tmp_path / "c.toml"
+    (tmp_path / "body.json").write_text('{"model": "m", "stream": true}')
+    command = [
+        sys.executable,
+        "-m",
+        "sse_tape",
+        "record",
+        threaded_upstream.url + "/v1/chat/completions?events=3&gap=0.01",
+        "-d",
+        f"@{tmp_path / 'body.json'}",
+        "-H",
+        "Authorization: Bearer ONE-SHOT-SECRET",
+        "-c",
+        str(cassette),
+    ]
+    for _ in range(2):
+        result = subprocess.run(command, capture_output=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == b"".join(chat_chunk(n) for n in range(3)) + b"data: [DONE]\n\n"
+        assert result.stderr.decode().startswith("sse-tape: POST /v1/chat/completions -> 200, 4 events, ")
+    interactions = Cassette.load(cassette).interactions
+    assert len(interactions) == 2
+    assert interactions[0].request.method == "POST"
+    assert interactions[0].request.query == "events=3&gap=0.01"
+    assert dict(interactions[0].request.headers)["content-type"] == "application/json"
+    assert "ONE-SHOT-SECRET" not in cassette.read_text()
+    assert threaded_upstream.seen_headers[0]["Authorization"] == "Bearer ONE-SHOT-SECRET"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["http://127.0.0.1:9/x", "--upstream", "http://127.0.0.1:9"],
+            "give either a URL (one-shot mode) or --upstream",
+        ),
+        ([], "give either a URL (one-shot mode) or --upstream"),
+        (["--upstream", "http://127.0.0.1:9", "-d", "{}"], "-X, -d and -H are for one-shot mode"),
+        (["http://127.0.0.1:9/x", "-H", "no colon"], "-H 'no colon': write a header as 'Name: value'"),
+        (["http://127.0.0.1:9/x", "--idle-timeout", "soon"], "'soon' is not a duration"),
+        (["http://127.0.0.1:9/x", "-d", "@/nonexistent/body.json"], "--data @/nonexistent/body.json: cannot read"),
+        (["http://127.0.0.1:9/x"], "cannot reach http://127.0.0.1:9/x"),
+    ],
+)
+def test_record_usage_errors_are_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "sse_tape", "record", "-c", str(tmp_path / "c.toml"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"Error: {message}")
+    assert result.stderr.count("\n") == 1
+    assert not (tmp_path / "c.toml").exists()

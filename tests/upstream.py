@@ -1,0 +1,125 @@
+"""A small SSE server of our own, for the upstream behaviour llama_cpp.server will not show on demand.
+
+Routes:
+- `POST /v1/chat/completions?events=N&gap=S`: N chat chunks S seconds apart, then `[DONE]`;
+  it counts client disconnects and notes when it wrote its last event.
+- `GET /reset`: two events, then a TCP reset.
+- `GET /stall`: one event, then silence until the client goes.
+- `POST /limited`: a 429 JSON error with `Retry-After: 7`.
+- `GET /binary`: a chunk that is not UTF-8.
+- `GET /cookie`: one event, with a secret in `Set-Cookie`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import struct
+from typing import Any
+
+from aiohttp import web
+
+SSE = {"content-type": "text/event-stream", "cache-control": "no-cache"}
+
+
+def chat_chunk(n: int) -> bytes:
+    payload = {
+        "id": "chatcmpl-up",
+        "object": "chat.completion.chunk",
+        "created": 1763790000,
+        "model": "up",
+        "choices": [{"index": 0, "delta": {"content": f" w{n}"}, "finish_reason": None}],
+    }
+    return f"data: {json.dumps(payload)}\n\n".encode()
+
+
+class Upstream:
+    """Run with `async with Upstream() as up:` (or in a thread); `up.url` is its base URL."""
+
+    def __init__(self) -> None:
+        self.disconnects = 0
+        self.last_write: float | None = None
+        self.seen_headers: list[dict[str, str]] = []
+        self.hits = 0
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def __aenter__(self) -> Upstream:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_get("/reset", self.reset)
+        app.router.add_get("/stall", self.stall)
+        app.router.add_post("/limited", self.limited)
+        app.router.add_get("/binary", self.binary)
+        app.router.add_get("/cookie", self.cookie)
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._runner is not None
+        await asyncio.sleep(0)
+        await self._runner.cleanup()
+
+    async def _stream(
+        self, request: web.Request, chunks: list[bytes], gap: float, **headers: str
+    ) -> web.StreamResponse:
+        self.hits += 1
+        self.seen_headers.append(dict(request.headers))
+        await request.read()
+        response = web.StreamResponse(headers={**SSE, **headers})
+        await response.prepare(request)
+        try:
+            for n, chunk in enumerate(chunks):
+                if n:
+                    await asyncio.sleep(gap)
+                await response.write(chunk)
+                self.last_write = asyncio.get_running_loop().time()
+        except (asyncio.CancelledError, ConnectionResetError):
+            self.disconnects += 1
+            raise
+        return response
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        events, gap = int(request.query.get("events", "5")), float(request.query.get("gap", "0.05"))
+        response = await self._stream(request, [chat_chunk(n) for n in range(events)] + [b"data: [DONE]\n\n"], gap)
+        await response.write_eof()
+        return response
+
+    async def reset(self, request: web.Request) -> web.StreamResponse:
+        response = await self._stream(request, [chat_chunk(0), chat_chunk(1)], 0.02)
+        sock: Any = request.transport.get_extra_info("socket") if request.transport else None
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        if request.transport is not None:
+            request.transport.abort()
+        return response
+
+    async def stall(self, request: web.Request) -> web.StreamResponse:
+        response = await self._stream(request, [chat_chunk(0)], 0)
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            self.disconnects += 1
+            raise
+        return response
+
+    async def limited(self, request: web.Request) -> web.Response:
+        self.hits += 1
+        await request.read()
+        error = {"error": {"message": "Rate limit reached", "type": "rate_limit_error", "code": "rate_limit_exceeded"}}
+        return web.json_response(error, status=429, headers={"retry-after": "7"})
+
+    async def binary(self, request: web.Request) -> web.StreamResponse:
+        response = await self._stream(request, [b"data: \xff\xfe\x00\n\n", b"data: ok\n\n"], 0.01)
+        await response.write_eof()
+        return response
+
+    async def cookie(self, request: web.Request) -> web.StreamResponse:
+        response = await self._stream(request, [chat_chunk(0)], 0, **{"set-cookie": "session=COOKIE-SECRET-42"})
+        await response.write_eof()
+        return response
