@@ -26,3 +26,7 @@ serve *args:
 # Measure the replay server against a hand-written aiohttp SSE server.
 bench *args:
     python bench/replay_bench.py {{args}}
+
+# Measure the latency the recording proxy adds, against a direct connection and mitmdump.
+bench-proxy *args:
+    python bench/proxy_bench.py {{args}}

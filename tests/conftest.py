@@ -1,8 +1,16 @@
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
+import httpx
 import pytest
+from tiny_model import write_tiny_gguf
 
 from sse_tape import Cassette, MockServer, Pacing, bundled_cassettes, serve
 
@@ -18,3 +26,55 @@ def instant_server() -> Iterator[MockServer]:
     """The bundled cassettes served at instant pace, default matching, in a background thread."""
     with serve(pacing=Pacing.parse("instant")) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random-weight llama GGUF (about 460 KB), written once per session."""
+    return write_tiny_gguf(tmp_path_factory.mktemp("model") / "tiny.gguf", seed=0)
+
+
+@pytest.fixture(scope="session")
+def llama_server(tiny_model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`python -m llama_cpp.server` serving the tiny model on a free loopback port; yields its base URL."""
+    from llama_cpp.server.settings import Settings
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # Every server setting can also come from an environment variable, and HOST and PORT override the flags.
+    blocked = {name.upper() for name in Settings.model_fields} | {"CONFIG_FILE"}
+    env = {key: value for key, value in os.environ.items() if key.upper() not in blocked}
+    log_path = tmp_path_factory.mktemp("llama-server") / "server.log"
+    command = [
+        sys.executable, "-m", "llama_cpp.server",
+        "--model", str(tiny_model_path), "--model_alias", "tiny",
+        "--host", "127.0.0.1", "--port", str(port),
+        "--n_ctx", "2048", "--n_threads", "1", "--n_threads_batch", "1", "--seed", "0",
+        # By default a second request cuts the stream in flight short.
+        "--interrupt_requests", "False", "--verbose", "False",
+    ]  # fmt: skip
+    base_url = f"http://127.0.0.1:{port}"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"llama_cpp.server exited with {process.returncode}:\n{log_path.read_text()}")
+            try:
+                if httpx.get(f"{base_url}/v1/models", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"llama_cpp.server did not answer within 60 s:\n{log_path.read_text()}")
+            time.sleep(0.05)
+        yield base_url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -15,8 +15,8 @@ import openai
 import pytest
 from upstream import Upstream, chat_chunk
 
-from sse_tape import Cassette, End, Pacing, aserve
-from sse_tape.record import RecordingProxy, RecordMode, arecording
+from sse_tape import Cassette, End, Pacing, aserve, serve
+from sse_tape.record import RecordingProxy, RecordMode, arecording, recording
 from sse_tape.redaction import REDACTED, Redaction
 from sse_tape.server import run_in_thread
 
@@ -398,3 +398,57 @@ def test_record_usage_errors_are_one_line_and_exit_2(tmp_path: Path, args: list[
     assert result.stderr.startswith(f"Error: {message}")
     assert result.stderr.count("\n") == 1
     assert not (tmp_path / "c.toml").exists()
+
+
+def _chat_through(base_url: str, api_key: str) -> tuple[list[openai.types.chat.ChatCompletionChunk], str]:
+    client = openai.OpenAI(base_url=base_url + "/v1", api_key=api_key, max_retries=0)
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "Say something."}],
+            max_tokens=24,
+            temperature=0,
+            stream=True,
+        )
+    )
+    return chunks, "".join(c.choices[0].delta.content or "" for c in chunks)
+
+
+def test_openai_sdk_chat_through_the_proxy_from_llama_cpp_then_replayed(llama_server: str, tmp_path: Path) -> None:
+    cassette = tmp_path / "llama.toml"
+    with recording(cassette, llama_server) as proxy:
+        live_chunks, live_text = _chat_through(proxy.url, "sk-llama-SECRET-77")
+    assert len(live_text.split()) >= 10
+    assert live_chunks[0].choices[0].delta.role == "assistant"
+    assert live_chunks[-1].choices[0].finish_reason == "length"
+    [recorded] = Cassette.load(cassette).interactions
+    assert recorded.response.end is End.COMPLETE
+    assert recorded.response.header("x-request-id")
+    assert len(recorded.response.chunks) >= 24
+    offsets = [c.t for c in recorded.response.chunks]
+    assert offsets == sorted(offsets)
+    assert "sk-llama-SECRET-77" not in cassette.read_text()
+    with serve(cassette) as server:
+        replayed_chunks, replayed_text = _chat_through(server.url, "sk-other")
+    assert replayed_text == live_text
+    # Same ids, same creation times, same everything: the SDK parsed the same bytes.
+    assert [c.model_dump() for c in replayed_chunks] == [c.model_dump() for c in live_chunks]
+
+
+def test_completions_and_raw_bytes_from_llama_cpp_are_replayed_exactly(llama_server: str, tmp_path: Path) -> None:
+    cassette = tmp_path / "llama.msgpack"
+    body = {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 16, "logprobs": 2, "stream": True}
+    with recording(cassette, llama_server) as proxy:
+        client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-test", max_retries=0)
+        sdk_text = "".join(c.choices[0].text for c in client.completions.create(**body))
+        with httpx.stream("POST", proxy.url + "/v1/completions", json={**body, "seed": 7}) as live:
+            live_bytes = b"".join(live.iter_raw())
+    recorded = Cassette.load(cassette).interactions
+    assert len(recorded) == 2
+    assert recorded[1].response.body == live_bytes
+    assert live_bytes.endswith(b"data: [DONE]\n\n")
+    with serve(cassette) as server:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="sk-test", max_retries=0)
+        assert "".join(c.choices[0].text for c in client.completions.create(**body)) == sdk_text
+        with httpx.stream("POST", server.url + "/v1/completions", json={**body, "seed": 7}) as replayed:
+            assert b"".join(replayed.iter_raw()) == live_bytes
