@@ -232,7 +232,7 @@ class RecordingProxy(MockServer):
         except UpstreamError as exc:
             self.counts["upstream errors"] += 1
             self._say(f"{request.method} {request.path} -> 502 {exc}")
-            return self._error(http, 502, str(exc), "upstream_error", "bad_gateway")
+            return self._error(http, 502, str(exc), "bad_gateway")
         except (ConnectionResetError, ConnectionAbortedError):
             capture.end = End.CLIENT_GONE
         except asyncio.CancelledError:
@@ -292,7 +292,7 @@ def recording(cassette: str | os.PathLike[str], upstream: str, **options: Any) -
 
 async def record_once(
     url: str,
-    cassette: str | os.PathLike[str],
+    cassette: str | os.PathLike[str] | None,
     *,
     method: str = "GET",
     headers: Iterable[tuple[str, str]] = (),
@@ -304,7 +304,8 @@ async def record_once(
     """Send one request, write the response body to `out` as it arrives, and append it to `cassette`.
 
     The interaction is saved however the response ends, even when this is
-    cancelled (Ctrl-C): then as far as it got, marked interrupted.
+    cancelled (Ctrl-C): then as far as it got, marked interrupted. With no
+    cassette it is only returned.
     """
     target = httpx.URL(url)
     query = target.query.decode("ascii")
@@ -334,7 +335,7 @@ async def record_once(
         finally:
             # Runs on cancellation too: what arrived is saved, marked interrupted.
             interaction = capture.interaction()
-            if interaction is not None:
+            if interaction is not None and cassette is not None:
                 interaction = (redaction or Redaction()).interaction(interaction)
                 append_interactions(cassette, [interaction])
     assert interaction is not None

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import socket
 import struct
@@ -23,6 +22,7 @@ from aiohttp import web
 
 from ._exceptions import NoMatchError
 from .cassette import Cassette, End, Request, bundled_cassettes, find_cassettes
+from .dialects import DIALECTS, for_path
 from .matching import DEFAULT_MATCH_ON, Matcher, MatchOn, Recording
 from .pacing import Pacing
 
@@ -147,13 +147,19 @@ class MockServer:
         return await self._play(http, recording)
 
     def _miss(self, http: web.Request, request: Request, exc: NoMatchError) -> web.Response:
+        # Where a request has no recording. Synthesis (--on-miss synth) will answer here,
+        # in the dialect of the request's path.
         self._say(f"{request.method} {request.path} -> {self.miss_status} {exc}")
-        return self._error(http, self.miss_status, str(exc), "invalid_request_error", "no_match")
+        return self._error(http, self.miss_status, str(exc), "no_match")
 
-    def _error(self, http: web.Request, status: int, message: str, kind: str, code: str) -> web.Response:
-        """A JSON error in the OpenAI shape, which the official SDKs raise with its message."""
-        error = {"message": f"sse-tape: {message}", "type": kind, "param": None, "code": code}
-        return web.json_response({"error": error}, status=status, headers=self._cors(http), dumps=_dumps)
+    def _error(self, http: web.Request, status: int, message: str, code: str) -> web.Response:
+        """A JSON error shaped as the API of the request's path shapes them (OpenAI's by default).
+
+        The official SDKs raise it with its message.
+        """
+        dialect = for_path(http.rel_url.raw_path) or DIALECTS["openai-chat"]
+        _, headers, body = dialect.http_error(status, f"sse-tape: {message}", code=code)
+        return web.Response(status=status, body=body, headers={**dict(headers), **self._cors(http)})
 
     async def _play(self, http: web.Request, recording: Recording) -> web.StreamResponse:
         response = recording.interaction.response
@@ -213,10 +219,6 @@ class MockServer:
     def _say(self, line: str) -> None:
         if self._log is not None:
             self._log(line)
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False)
 
 
 def drop_connection(http: web.Request, *, reset: bool) -> None:

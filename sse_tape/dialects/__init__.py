@@ -1,0 +1,137 @@
+"""API dialects: each one API's streaming contract, spoken, checked and translated.
+
+`DIALECTS` maps each name to its dialect: `openai-chat`, `openai-completions`,
+`openai-responses`, `lmstudio-chat`. `detect` tells which one an interaction
+speaks; `translate` re-encodes an interaction in another, keeping the timing
+of the original events.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from .._exceptions import ConfigError
+from ..cassette import Chunk, Interaction, Response
+from .base import Dialect, Prompt, Violation
+from .lmstudio_chat import LMStudioChat
+from .openai_chat import OpenAIChat
+from .openai_completions import OpenAICompletions
+from .openai_responses import OpenAIResponses
+
+__all__ = [
+    "DIALECTS",
+    "Dialect",
+    "Prompt",
+    "Violation",
+    "check_error_response",
+    "detect",
+    "for_path",
+    "get",
+    "translate",
+]
+
+DIALECTS: dict[str, Dialect] = {
+    d.name: d for d in (OpenAIChat(), OpenAICompletions(), OpenAIResponses(), LMStudioChat())
+}
+
+# Path endings, most specific first: /v1/chat/completions also ends with /completions.
+_ENDINGS = (
+    ("/chat/completions", "openai-chat"),
+    ("/completions", "openai-completions"),
+    ("/responses", "openai-responses"),
+    ("/api/v1/chat", "lmstudio-chat"),
+)
+
+
+def get(name: str) -> Dialect:
+    """The dialect of this name; raises `ConfigError` naming the choices."""
+    try:
+        return DIALECTS[name]
+    except KeyError:
+        raise ConfigError(f"unknown dialect {name!r}: choose from {', '.join(DIALECTS)}") from None
+
+
+def for_path(path: str) -> Dialect | None:
+    """The dialect whose API streams from `path` (with any prefix before it), if any."""
+    return next((DIALECTS[name] for ending, name in _ENDINGS if path.rstrip("/").endswith(ending)), None)
+
+
+def detect(interaction: Interaction) -> Dialect | None:
+    """The dialect an interaction speaks: by its path, or else by what its first event looks like."""
+    found = for_path(interaction.request.path)
+    if found is not None:
+        return found
+    for _, sse in interaction.response.events()[:3]:
+        try:
+            obj = json.loads(sse.data)
+        except ValueError:
+            continue
+        kind = obj.get("type", "") if isinstance(obj, dict) else ""
+        if kind == "chat.start":
+            return DIALECTS["lmstudio-chat"]
+        if kind.startswith("response."):
+            return DIALECTS["openai-responses"]
+        marker = obj.get("object") if isinstance(obj, dict) else None
+        if marker == "chat.completion.chunk":
+            return DIALECTS["openai-chat"]
+        if marker == "text_completion":
+            return DIALECTS["openai-completions"]
+    return None
+
+
+def translate(interaction: Interaction, target: Dialect, source: Dialect | None = None) -> Interaction:
+    """The interaction as `target`'s API would have served it.
+
+    The response's events are decoded into neutral events and encoded again,
+    each new frame at the time of the original event it came from; the
+    request's path and body are rewritten for the target API. An error
+    response before the stream becomes the target's error body.
+    """
+    source = source or detect(interaction)
+    request, response = interaction.request, interaction.response
+    if source is None:
+        raise ConfigError(f"{request.method} {request.path}: cannot tell its dialect; name it with --dialect")
+    prefix = request.path[: -len(source.path)] if request.path.endswith(source.path) else ""
+    path = prefix + target.path  # a router's /proj/x/v1/chat/completions keeps its /proj/x
+    body = json.dumps(target.request_body(source.prompt(request.json())), ensure_ascii=False).encode()
+    headers = tuple((k, v) for k, v in request.headers if k.lower() != "content-length")
+    new_request = replace(request, path=path, body=body, headers=headers)
+    kept = tuple((k, v) for k, v in response.headers if k.lower() not in ("content-length", "content-type"))
+    if response.status >= 400:
+        _, error_headers, error_body = target.http_error(response.status, _error_message(response.body))
+        t = response.chunks[0].t if response.chunks else 0.0
+        chunks: tuple[Chunk, ...] = (Chunk(t, error_body),)
+        return replace(
+            interaction, request=new_request, response=replace(response, headers=(*kept, *error_headers), chunks=chunks)
+        )
+    timed = response.events()
+    pairs = source.decode_indexed([sse for _, sse in timed])
+    times = [timed[i][0] for i, _ in pairs]
+    frames = target.encode_indexed([event for _, event in pairs])
+    chunks = tuple(Chunk(times[k], frame) for k, frame in frames)
+    headers = (*kept, ("content-type", "text/event-stream"))
+    return replace(interaction, request=new_request, response=replace(response, headers=headers, chunks=chunks))
+
+
+def check_error_response(response: Response) -> list[Violation]:
+    """What is wrong with an error response before the stream: all these APIs send `{"error": {"message": ...}}`."""
+    try:
+        obj = json.loads(response.body)
+    except ValueError:
+        return [Violation(None, f"error response {response.status} body is not JSON")]
+    error = obj.get("error") if isinstance(obj, dict) else None
+    if not isinstance(error, dict) or not isinstance(error.get("message"), str):
+        return [Violation(None, f"error response {response.status} has no error.message")]
+    return []
+
+
+def _error_message(body: bytes) -> str:
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return body.decode("utf-8", "replace")
+    error = obj.get("error") if isinstance(obj, dict) else None
+    if isinstance(error, dict) and "message" in error:
+        return str(error["message"])
+    return str(error or obj)

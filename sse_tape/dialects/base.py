@@ -1,0 +1,170 @@
+"""What every dialect provides, and the helpers they share."""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ..cassette import Headers, Request
+from ..sse import ServerSentEvent, encode_event
+from .events import Error, Event, ToolCallEnd
+
+__all__ = [
+    "DONE",
+    "Checker",
+    "Dialect",
+    "Prompt",
+    "Violation",
+    "data_frame",
+    "executed_calls",
+    "named_frame",
+    "to_json",
+]
+
+#: The terminal frame of the OpenAI-style streams.
+DONE = b"data: [DONE]\n\n"
+
+
+def to_json(obj: Any) -> str:
+    """Compact JSON, as the servers send it."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def executed_calls(events: Sequence[Event]) -> set[int]:
+    """Tool calls the server ran itself (their end carries an output or an error), as LM Studio's MCP tools.
+
+    OpenAI's function calls are for the client to run; a server-run call has no
+    place in those streams, so their encoders leave these out.
+    """
+    return {e.index for e in events if isinstance(e, ToolCallEnd) and (e.output is not None or e.error is not None)}
+
+
+def data_frame(obj: Any) -> bytes:
+    """An unnamed event carrying `obj` as compact JSON, as OpenAI-style servers send chunks."""
+    return encode_event(to_json(obj))
+
+
+def named_frame(obj: dict[str, Any]) -> bytes:
+    """An event named after `obj["type"]`, carrying `obj` as JSON (Responses API, LM Studio)."""
+    return encode_event(to_json(obj), event=obj["type"])
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """A way a stream breaks its dialect's contract.
+
+    `event` is the position of the offending SSE event, from 1, or None when
+    the stream as a whole is at fault (no terminal frame, say).
+    """
+
+    event: int | None
+    message: str
+
+    def __str__(self) -> str:
+        return f"event {self.event}: {self.message}" if self.event is not None else self.message
+
+
+@dataclass(slots=True)
+class Prompt:
+    """What a request asks for, in no API's words: enough to rewrite it for another API."""
+
+    model: str = ""
+    messages: list[dict[str, str]] = field(default_factory=list)
+    """Each with `role` and `content`."""
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    """Each with `name`, `description` and `parameters` (a JSON schema)."""
+    max_tokens: int | None = None
+    include_usage: bool = False
+    """Whether the response reports token usage (OpenAI's stream_options.include_usage)."""
+
+
+class Dialect(ABC):
+    """One API's streaming contract: how it frames generation, errors, and what it promises."""
+
+    name: ClassVar[str]
+    """The dialect's name on the command line (`openai-chat`, ...)."""
+    path: ClassVar[str]
+    """The request path this API streams from."""
+
+    def encode(self, events: Sequence[Event]) -> list[bytes]:
+        """The SSE frames this API's server sends for `events`, terminal frames included."""
+        return [frame for _, frame in self.encode_indexed(events)]
+
+    @abstractmethod
+    def encode_indexed(self, events: Sequence[Event]) -> list[tuple[int, bytes]]:
+        """Like `encode`, each frame with the index of the event that produced it (for timing)."""
+
+    def decode(self, events: Iterable[ServerSentEvent]) -> list[Event]:
+        """The neutral events a recorded stream of this API carries."""
+        return [event for _, event in self.decode_indexed(list(events))]
+
+    @abstractmethod
+    def decode_indexed(self, events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]:
+        """Like `decode`, each event with the index of the SSE event it came from (for timing)."""
+
+    def error_frames(self, error: Error, before: Sequence[Event] = ()) -> list[bytes]:
+        """How this server reports `error` mid-stream after `before`, with the terminal frames that follow."""
+        return [frame for index, frame in self.encode_indexed([*before, error]) if index == len(before)]
+
+    def http_error(
+        self, status: int, message: str, *, type: str | None = None, code: str | None = None
+    ) -> tuple[int, Headers, bytes]:
+        """Status, headers and JSON body of this API's error response before any stream.
+
+        `type` defaults to the API's word for a bad request (4xx) or a server error (5xx).
+        """
+        kind = type or ("invalid_request_error" if status < 500 else "server_error")
+        body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+        return status, (("content-type", "application/json"),), to_json(body).encode()
+
+    @abstractmethod
+    def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
+        """Every way `events` break this API's streaming contract; `request` enables rules that depend on it."""
+
+    @abstractmethod
+    def prompt(self, body: Any) -> Prompt:
+        """The neutral prompt of a request body of this API."""
+
+    @abstractmethod
+    def request_body(self, prompt: Prompt) -> dict[str, Any]:
+        """A streaming request body of this API asking for `prompt`."""
+
+
+class Checker:
+    """Collects violations while a dialect walks a stream."""
+
+    def __init__(self) -> None:
+        self.violations: list[Violation] = []
+
+    def add(self, index: int | None, message: str) -> None:
+        """Note a violation at the 0-based SSE event `index` (None: the whole stream)."""
+        self.violations.append(Violation(None if index is None else index + 1, message))
+
+    def json(self, index: int, event: ServerSentEvent) -> Any:
+        """The event's data as JSON, or None after noting that it is not JSON."""
+        try:
+            return json.loads(event.data)
+        except ValueError:
+            self.add(index, f"data is not JSON: {event.data[:40]!r}")
+            return None
+
+
+def messages_text(prompt: Prompt) -> str:
+    """The prompt's messages as one text, for APIs that take a single prompt string."""
+    return "\n\n".join(m["content"] for m in prompt.messages if m.get("content"))
+
+
+def chat_messages(messages: Any) -> list[dict[str, str]]:
+    """Role and text content of OpenAI-style chat messages (text parts of multi-part content joined)."""
+    out = []
+    for message in messages if isinstance(messages, list) else []:
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        if isinstance(content, list):
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        out.append({"role": str(message.get("role", "user")), "content": content if isinstance(content, str) else ""})
+    return out

@@ -1,0 +1,182 @@
+"""Neutral generation events: what any streaming LLM API says, in no API's words.
+
+A dialect decodes its stream into these and encodes these into its stream,
+so a cassette recorded from one API can be replayed in another, an injected
+error can be framed as each server frames it, and synthesis can speak any of
+them. They are values: frozen, comparable, hashable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "Error",
+    "Event",
+    "Finish",
+    "ModelLoadEnd",
+    "ModelLoadProgress",
+    "ModelLoadStart",
+    "PromptEnd",
+    "PromptProgress",
+    "PromptStart",
+    "ReasoningDelta",
+    "RefusalDelta",
+    "Start",
+    "TextDelta",
+    "TokenLogprob",
+    "ToolCallDelta",
+    "ToolCallEnd",
+    "ToolCallStart",
+    "Usage",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """A response begins: its id, the model answering, and when it was created (Unix seconds)."""
+
+    id: str = ""
+    model: str = ""
+    created: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelLoadStart:
+    """The server starts loading the model."""
+
+    model: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelLoadProgress:
+    """Model loading progress, from 0 to 1."""
+
+    progress: float
+
+
+@dataclass(frozen=True, slots=True)
+class ModelLoadEnd:
+    """The model is loaded, after `seconds`."""
+
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PromptStart:
+    """Prompt processing (prefill) begins."""
+
+
+@dataclass(frozen=True, slots=True)
+class PromptProgress:
+    """Prompt processing progress, from 0 to 1."""
+
+    progress: float
+
+
+@dataclass(frozen=True, slots=True)
+class PromptEnd:
+    """Prompt processing is done; generation follows."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    """A piece of the model's reasoning."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One token's log probability, with the most likely alternatives as (token, logprob) pairs."""
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """A piece of the answer, with its tokens' log probabilities when they were asked for."""
+
+    text: str
+    logprobs: tuple[TokenLogprob, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RefusalDelta:
+    """A piece of a refusal, streamed apart from the answer."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStart:
+    """The model starts calling a tool. `index` tells parallel calls apart."""
+
+    index: int
+    id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A piece of a tool call's JSON arguments."""
+
+    index: int
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallEnd:
+    """A tool call is complete; servers that run the tool report its `output` or its `error`."""
+
+    index: int
+    output: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts for the whole response."""
+
+    input_tokens: int
+    output_tokens: int
+    reasoning_tokens: int | None = None
+    cached_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """Generation ended: `stop`, `length`, `tool_calls` or `content_filter`."""
+
+    reason: str = "stop"
+
+
+@dataclass(frozen=True, slots=True)
+class Error:
+    """Generation failed mid-stream."""
+
+    message: str
+    type: str = "server_error"
+    code: str | None = None
+
+
+Event = (
+    Start
+    | ModelLoadStart
+    | ModelLoadProgress
+    | ModelLoadEnd
+    | PromptStart
+    | PromptProgress
+    | PromptEnd
+    | ReasoningDelta
+    | TextDelta
+    | RefusalDelta
+    | ToolCallStart
+    | ToolCallDelta
+    | ToolCallEnd
+    | Usage
+    | Finish
+    | Error
+)

@@ -1,0 +1,356 @@
+"""`lmstudio-chat`: LM Studio's POST /api/v1/chat with `"stream": true`.
+
+Named events whose data repeats the name in `type`: `chat.start`; optional
+`model_load.start` / `.progress` / `.end`; `prompt_processing.start` /
+`.progress` / `.end`; blocks of `reasoning.start` / `.delta` / `.end` and
+`message.start` / `.delta` / `.end`; tool calls as `tool_call.start`,
+`tool_call.arguments` (the whole arguments object at once) and
+`tool_call.success` (with the tool's output) or `tool_call.failure`; an
+`error`; and always last `chat.end`, whose `result` aggregates the output and
+the stats, also after an error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ..cassette import Headers, Request
+from ..sse import ServerSentEvent
+from .base import Checker, Dialect, Prompt, Violation, chat_messages, named_frame, to_json
+from .events import (
+    Error,
+    Event,
+    Finish,
+    ModelLoadEnd,
+    ModelLoadProgress,
+    ModelLoadStart,
+    PromptEnd,
+    PromptProgress,
+    PromptStart,
+    ReasoningDelta,
+    RefusalDelta,
+    Start,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    Usage,
+)
+
+__all__ = ["EVENT_TYPES", "LMStudioChat"]
+
+EVENT_TYPES = (
+    "chat.start",
+    "model_load.start",
+    "model_load.progress",
+    "model_load.end",
+    "prompt_processing.start",
+    "prompt_processing.progress",
+    "prompt_processing.end",
+    "reasoning.start",
+    "reasoning.delta",
+    "reasoning.end",
+    "tool_call.start",
+    "tool_call.arguments",
+    "tool_call.success",
+    "tool_call.failure",
+    "message.start",
+    "message.delta",
+    "message.end",
+    "error",
+    "chat.end",
+)
+
+# What may follow what: the phases of a response, in order.
+_BLOCK = {"reasoning": ("reasoning.start", "reasoning.end"), "message": ("message.start", "message.end")}
+
+
+def arguments_text(arguments: Any) -> str:
+    """A tool call's arguments object as the JSON text the neutral events carry."""
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+class LMStudioChat(Dialect):
+    """LM Studio's native REST chat streaming."""
+
+    name = "lmstudio-chat"
+    path = "/api/v1/chat"
+
+    def encode_indexed(self, events: Sequence[Event]) -> list[tuple[int, bytes]]:
+        frames: list[tuple[int, bytes]] = []
+        model = ""
+        block: str | None = None
+        output: list[dict[str, Any]] = []
+        calls: dict[int, dict[str, Any]] = {}
+        usage: Usage | None = None
+        at = 0
+
+        def emit(obj: dict[str, Any]) -> None:
+            frames.append((at, named_frame(obj)))
+
+        def enter(kind: str | None) -> None:
+            nonlocal block
+            if block == kind:
+                return
+            if block is not None:
+                emit({"type": _BLOCK[block][1]})
+            if kind is not None:
+                emit({"type": _BLOCK[kind][0]})
+                output.append({"type": kind, "content": ""})
+            block = kind
+
+        def end_frame() -> bytes:
+            result: dict[str, Any] = {"model_instance_id": model, "output": output}
+            if usage is not None:
+                stats = {"input_tokens": usage.input_tokens, "total_output_tokens": usage.output_tokens}
+                if usage.reasoning_tokens is not None:
+                    stats["reasoning_output_tokens"] = usage.reasoning_tokens
+                result["stats"] = stats
+            return named_frame({"type": "chat.end", "result": result})
+
+        for i, event in enumerate(events):
+            at = i
+            if isinstance(event, Start):
+                model = event.model
+                emit({"type": "chat.start", "model_instance_id": model})
+            elif isinstance(event, ModelLoadStart):
+                emit({"type": "model_load.start", "model_instance_id": event.model or model})
+            elif isinstance(event, ModelLoadProgress):
+                emit({"type": "model_load.progress", "model_instance_id": model, "progress": event.progress})
+            elif isinstance(event, ModelLoadEnd):
+                emit({"type": "model_load.end", "model_instance_id": model, "load_time_seconds": event.seconds})
+            elif isinstance(event, PromptStart):
+                emit({"type": "prompt_processing.start"})
+            elif isinstance(event, PromptProgress):
+                emit({"type": "prompt_processing.progress", "progress": event.progress})
+            elif isinstance(event, PromptEnd):
+                emit({"type": "prompt_processing.end"})
+            elif isinstance(event, ReasoningDelta):
+                enter("reasoning")
+                output[-1]["content"] += event.text
+                emit({"type": "reasoning.delta", "content": event.text})
+            elif isinstance(event, TextDelta | RefusalDelta):
+                enter("message")
+                output[-1]["content"] += event.text
+                emit({"type": "message.delta", "content": event.text})
+            elif isinstance(event, ToolCallStart):
+                enter(None)
+                calls[event.index] = {"tool": event.name, "arguments": ""}
+                emit({"type": "tool_call.start", "tool": event.name})
+            elif isinstance(event, ToolCallDelta) and event.index in calls:
+                calls[event.index]["arguments"] += event.arguments
+            elif isinstance(event, ToolCallEnd) and event.index in calls:
+                call = calls.pop(event.index)
+                try:
+                    arguments = json.loads(call["arguments"]) if call["arguments"] else {}
+                except ValueError:
+                    arguments = call["arguments"]
+                if event.error is not None:
+                    metadata = {"type": "invalid_arguments", "tool_name": call["tool"], "arguments": arguments}
+                    emit({"type": "tool_call.failure", "reason": event.error, "metadata": metadata})
+                    output.append({"type": "invalid_tool_call", "reason": event.error, "metadata": metadata})
+                    continue
+                emit({"type": "tool_call.arguments", "tool": call["tool"], "arguments": arguments})
+                emit(
+                    {
+                        "type": "tool_call.success",
+                        "tool": call["tool"],
+                        "arguments": arguments,
+                        "output": event.output or "",
+                    }
+                )
+                output.append(
+                    {"type": "tool_call", "tool": call["tool"], "arguments": arguments, "output": event.output or ""}
+                )
+            elif isinstance(event, Usage):
+                usage = event
+            elif isinstance(event, Finish):
+                enter(None)
+            elif isinstance(event, Error):
+                enter(None)
+                error = {"type": event.type, "message": event.message}
+                if event.code is not None:
+                    error["code"] = event.code
+                emit({"type": "error", "error": error})
+                frames.append((i, end_frame()))
+                return frames
+        enter(None)
+        if events:
+            frames.append((len(events) - 1, end_frame()))
+        return frames
+
+    def decode_indexed(self, events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]:
+        out: list[tuple[int, Event]] = []
+        calls = 0
+        open_call: int | None = None
+        failed = False
+        for i, sse in enumerate(events):
+            try:
+                obj = json.loads(sse.data)
+            except ValueError:
+                continue
+            if not isinstance(obj, dict):
+                continue
+            kind = obj.get("type", sse.event)
+            if kind == "chat.start":
+                out.append((i, Start(model=str(obj.get("model_instance_id", "")))))
+            elif kind == "model_load.start":
+                out.append((i, ModelLoadStart(str(obj.get("model_instance_id", "")))))
+            elif kind == "model_load.progress":
+                out.append((i, ModelLoadProgress(float(obj.get("progress", 0.0)))))
+            elif kind == "model_load.end":
+                out.append((i, ModelLoadEnd(float(obj.get("load_time_seconds", 0.0)))))
+            elif kind == "prompt_processing.start":
+                out.append((i, PromptStart()))
+            elif kind == "prompt_processing.progress":
+                out.append((i, PromptProgress(float(obj.get("progress", 0.0)))))
+            elif kind == "prompt_processing.end":
+                out.append((i, PromptEnd()))
+            elif kind == "reasoning.delta" and obj.get("content"):
+                out.append((i, ReasoningDelta(obj["content"])))
+            elif kind == "message.delta" and obj.get("content"):
+                out.append((i, TextDelta(obj["content"])))
+            elif kind == "tool_call.start":
+                open_call, calls = calls, calls + 1
+                out.append((i, ToolCallStart(open_call, "", str(obj.get("tool", "")))))
+            elif kind == "tool_call.arguments" and open_call is not None:
+                out.append((i, ToolCallDelta(open_call, arguments_text(obj.get("arguments", {})))))
+            elif kind == "tool_call.success" and open_call is not None:
+                out.append((i, ToolCallEnd(open_call, output=str(obj.get("output", "")))))
+                open_call = None
+            elif kind == "tool_call.failure":
+                if open_call is None:  # an invalid tool name fails without a start
+                    open_call, calls = calls, calls + 1
+                    name = str((obj.get("metadata") or {}).get("tool_name", ""))
+                    out.append((i, ToolCallStart(open_call, "", name)))
+                out.append((i, ToolCallEnd(open_call, error=str(obj.get("reason", "")))))
+                open_call = None
+            elif kind == "error":
+                error: dict[str, Any] = obj["error"] if isinstance(obj.get("error"), dict) else {}
+                out.append(
+                    (i, Error(str(error.get("message", "")), str(error.get("type", "unknown")), error.get("code")))
+                )
+                failed = True
+            elif kind == "chat.end" and not failed:
+                out.append((i, Finish("tool_calls" if calls and not _has_message(obj) else "stop")))
+                stats = (obj.get("result") or {}).get("stats") or {}
+                if isinstance(stats.get("input_tokens"), int):
+                    tokens = (stats["input_tokens"], int(stats.get("total_output_tokens") or 0))
+                    out.append((i, Usage(*tokens, reasoning_tokens=stats.get("reasoning_output_tokens"))))
+        return out
+
+    def http_error(
+        self, status: int, message: str, *, type: str | None = None, code: str | None = None
+    ) -> tuple[int, Headers, bytes]:
+        error: dict[str, Any] = {"type": type or ("invalid_request" if status < 500 else "internal_error")}
+        error["message"] = message
+        if code is not None:
+            error["code"] = code
+        return status, (("content-type", "application/json"),), to_json({"error": error}).encode()
+
+    def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
+        c = Checker()
+        previous: str | None = None
+        blocks: list[str] = []  # open reasoning/message blocks; more than one is itself a violation
+        in_tool = False
+        ended_at: int | None = None
+        error_seen = False
+        streamed = {"reasoning": "", "message": ""}
+        progress = {"model_load": -1.0, "prompt_processing": -1.0}
+        for i, sse in enumerate(events):
+            obj = c.json(i, sse)
+            if obj is None:
+                continue
+            kind = obj.get("type") if isinstance(obj, dict) else None
+            if not isinstance(kind, str):
+                c.add(i, "data has no type")
+                continue
+            if kind not in EVENT_TYPES:
+                c.add(i, f"unknown event type {kind!r}")
+                continue
+            if sse.event != kind:
+                c.add(i, f"event name {sse.event!r} but type {kind!r}")
+            if ended_at is not None:
+                c.add(i, f"{kind} after chat.end")
+            elif i == 0 and kind != "chat.start":
+                c.add(i, f"first event is {kind}, not chat.start")
+            phase, _, step = kind.partition(".")
+            if phase in _BLOCK:
+                if step == "start":
+                    if blocks or in_tool:
+                        c.add(i, f"{kind} after {previous}")
+                    blocks.append(phase)
+                elif not blocks or blocks[-1] != phase:
+                    c.add(i, f"{kind} after {previous}")
+                elif step == "end":
+                    blocks.pop()
+                if step == "delta":
+                    streamed[phase] += str(obj.get("content", ""))
+            elif phase == "tool_call":
+                if step == "start":
+                    if blocks or in_tool:
+                        c.add(i, f"{kind} after {previous}")
+                    in_tool = True
+                elif step == "failure":
+                    in_tool = False
+                elif not in_tool:
+                    c.add(i, f"{kind} after {previous}")
+                elif step == "success":
+                    in_tool = False
+            elif phase in progress and step == "progress":
+                value = obj.get("progress")
+                if not isinstance(value, int | float) or not 0 <= value <= 1:
+                    c.add(i, f"{kind} progress {value!r} is not between 0 and 1")
+                elif value < progress[phase]:
+                    c.add(i, f"{kind} goes back from {progress[phase]} to {value}")
+                else:
+                    progress[phase] = value
+            elif kind == "error":
+                error_seen = True
+                if not isinstance(obj.get("error"), dict) or "message" not in obj["error"]:
+                    c.add(i, "error event without error.message")
+            elif kind == "chat.end":
+                ended_at = i
+                if blocks:
+                    c.add(i, f"chat.end before {_BLOCK[blocks[-1]][1]}")
+                self._check_result(c, i, obj.get("result"), streamed)
+            previous = kind
+        if ended_at is None:
+            c.add(None, "no terminal frame (chat.end)" + (" after the error" if error_seen else ""))
+        return c.violations
+
+    @staticmethod
+    def _check_result(c: Checker, i: int, result: Any, streamed: dict[str, str]) -> None:
+        if not isinstance(result, dict) or not isinstance(result.get("output"), list):
+            c.add(i, "chat.end has no result.output")
+            return
+        for kind, text in streamed.items():
+            aggregated = "".join(str(o.get("content", "")) for o in result["output"] if o.get("type") == kind)
+            if aggregated != text:
+                c.add(i, f"chat.end {kind} differs from the streamed {kind}.delta content")
+
+    def prompt(self, body: Any) -> Prompt:
+        body = body if isinstance(body, dict) else {}
+        given = body.get("input", "")
+        messages = [{"role": "user", "content": given}] if isinstance(given, str) else chat_messages(given)
+        if isinstance(body.get("system_prompt"), str):
+            messages.insert(0, {"role": "system", "content": body["system_prompt"]})
+        return Prompt(str(body.get("model", "")), messages, [], body.get("max_output_tokens"), include_usage=True)
+
+    def request_body(self, prompt: Prompt) -> dict[str, Any]:
+        system = [m["content"] for m in prompt.messages if m["role"] == "system"]
+        turns = [m for m in prompt.messages if m["role"] != "system"]
+        body: dict[str, Any] = {"model": prompt.model, "input": turns[-1]["content"] if turns else ""}
+        if system:
+            body["system_prompt"] = "\n\n".join(system)
+        if prompt.max_tokens is not None:
+            body["max_output_tokens"] = prompt.max_tokens
+        body["stream"] = True
+        return body
+
+
+def _has_message(end: dict[str, Any]) -> bool:
+    output = (end.get("result") or {}).get("output") or []
+    return any(isinstance(o, dict) and o.get("type") == "message" for o in output)

@@ -1,0 +1,189 @@
+"""`openai-completions`: POST /v1/completions with `"stream": true`.
+
+Unnamed `text_completion` chunks whose `choices[0].text` carries the new
+text, with per-token `logprobs` (`tokens`, `text_offset`, `token_logprobs`,
+`top_logprobs`) when asked for; a final chunk with `finish_reason`; a usage
+chunk when `stream_options.include_usage` is set; `data: [DONE]`. Errors are
+framed as in openai-chat. Reasoning, refusals and tool calls have no place
+here and are dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ..cassette import Request
+from ..sse import ServerSentEvent, encode_event
+from .base import DONE, Checker, Dialect, Prompt, Violation, data_frame, messages_text, to_json
+from .events import Error, Event, Finish, Start, TextDelta, TokenLogprob, Usage
+from .openai_chat import error_from, error_json, usage_from, usage_json, wants_usage
+
+__all__ = ["OpenAICompletions"]
+
+FINISH_REASONS = ("stop", "length", "content_filter")
+
+
+class OpenAICompletions(Dialect):
+    """OpenAI (legacy) completions streaming."""
+
+    name = "openai-completions"
+    path = "/v1/completions"
+
+    def encode_indexed(self, events: Sequence[Event]) -> list[tuple[int, bytes]]:
+        frames: list[tuple[int, bytes]] = []
+        start = Start("cmpl-sse-tape")
+        offset = 0
+
+        def chunk(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+            head = {"id": start.id, "object": "text_completion", "created": start.created, "model": start.model}
+            return data_frame({**head, "choices": choices, **extra})
+
+        for i, event in enumerate(events):
+            if isinstance(event, Start):
+                start = event
+            elif isinstance(event, TextDelta):
+                logprobs = None
+                if event.logprobs is not None:
+                    offsets = []
+                    for lp in event.logprobs:
+                        offsets.append(offset)
+                        offset += len(lp.token)
+                    logprobs = {
+                        "tokens": [lp.token for lp in event.logprobs],
+                        "text_offset": offsets,
+                        "token_logprobs": [lp.logprob for lp in event.logprobs],
+                        "top_logprobs": [dict(lp.top) for lp in event.logprobs],
+                    }
+                else:
+                    offset += len(event.text)
+                choice = {"text": event.text, "index": 0, "logprobs": logprobs, "finish_reason": None}
+                frames.append((i, chunk([choice])))
+            elif isinstance(event, Finish):
+                reason = event.reason if event.reason in FINISH_REASONS else "stop"  # no tool calls here
+                frames.append((i, chunk([{"text": "", "index": 0, "logprobs": None, "finish_reason": reason}])))
+            elif isinstance(event, Usage):
+                frames.append((i, chunk([], usage=usage_json(event))))
+            elif isinstance(event, Error):
+                frames.append((i, encode_event(to_json(error_json(event)), event="error")))
+                frames.append((i, DONE))
+                return frames
+        if frames:
+            frames.append((len(events) - 1, DONE))
+        return frames
+
+    def decode_indexed(self, events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]:
+        out: list[tuple[int, Event]] = []
+        started = False
+        for i, sse in enumerate(events):
+            if sse.data == "[DONE]":
+                continue
+            try:
+                obj = json.loads(sse.data)
+            except ValueError:
+                continue
+            if sse.event == "error":
+                out.append((i, error_from(obj)))
+                continue
+            if not isinstance(obj, dict):
+                continue
+            if not started:
+                started = True
+                out.append((i, Start(str(obj.get("id", "")), str(obj.get("model", "")), int(obj.get("created") or 0))))
+            for choice in obj.get("choices") or []:
+                if choice.get("text"):
+                    out.append((i, TextDelta(choice["text"], _logprobs_from(choice.get("logprobs")))))
+                if choice.get("finish_reason"):
+                    out.append((i, Finish(choice["finish_reason"])))
+            if (usage := usage_from(obj.get("usage"))) is not None:
+                out.append((i, usage))
+        return out
+
+    def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
+        c = Checker()
+        stream_id: Any = None
+        finished_at: int | None = None
+        done_at: int | None = None
+        error_at: int | None = None
+        for i, sse in enumerate(events):
+            if done_at is not None:
+                c.add(i, "event after [DONE]")
+                continue
+            if sse.data == "[DONE]":
+                done_at = i
+                continue
+            if sse.event == "error":
+                c.json(i, sse)
+                error_at = i
+                continue
+            obj = c.json(i, sse)
+            if obj is None:
+                continue
+            if not isinstance(obj, dict):
+                c.add(i, "chunk is not a JSON object")
+                continue
+            if obj.get("object") != "text_completion":
+                c.add(i, f"object is {obj.get('object')!r}, not 'text_completion'")
+            if stream_id is None:
+                stream_id = obj.get("id")
+            elif obj.get("id") != stream_id:
+                c.add(i, f"id changes from {stream_id!r} to {obj.get('id')!r}")
+            choices = obj.get("choices")
+            if not isinstance(choices, list) or (not choices and not obj.get("usage")):
+                c.add(i, "choices is missing or empty")
+                continue
+            for choice in choices:
+                if not isinstance(choice.get("text"), str):
+                    c.add(i, "choice has no text")
+                elif choice["text"] and finished_at is not None:
+                    c.add(i, "text after the finish_reason chunk")
+                logprobs = choice.get("logprobs")
+                if isinstance(logprobs, dict):
+                    lengths = {k: len(logprobs.get(k) or []) for k in ("tokens", "token_logprobs", "text_offset")}
+                    if len(set(lengths.values())) != 1:
+                        counts = ", ".join(f"{k} {n}" for k, n in lengths.items())
+                        c.add(i, f"logprobs lists differ in length: {counts}")
+                reason = choice.get("finish_reason")
+                if reason is not None:
+                    if reason not in FINISH_REASONS:
+                        c.add(i, f"finish_reason {reason!r} is not one of {', '.join(FINISH_REASONS)}")
+                    if finished_at is not None:
+                        c.add(i, "finish_reason repeated")
+                    finished_at = i
+        if finished_at is None and error_at is None:
+            c.add(None, "no chunk with a finish_reason")
+        if done_at is None:
+            c.add(None, "no terminal frame (data: [DONE])")
+        return c.violations
+
+    def prompt(self, body: Any) -> Prompt:
+        body = body if isinstance(body, dict) else {}
+        text = body.get("prompt", "")
+        text = "".join(text) if isinstance(text, list) else str(text)
+        messages = [{"role": "user", "content": text}]
+        return Prompt(str(body.get("model", "")), messages, [], body.get("max_tokens"), include_usage=wants_usage(body))
+
+    def request_body(self, prompt: Prompt) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": prompt.model, "prompt": messages_text(prompt), "stream": True}
+        if prompt.max_tokens is not None:
+            body["max_tokens"] = prompt.max_tokens
+        if prompt.include_usage:
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+
+def _logprobs_from(obj: Any) -> tuple[TokenLogprob, ...] | None:
+    if not isinstance(obj, dict):
+        return None
+    tops = obj.get("top_logprobs") or []
+    return tuple(
+        TokenLogprob(
+            str(token),
+            float(logprob or 0.0),
+            tuple((str(t), float(p)) for t, p in (tops[n] or {}).items()) if n < len(tops) else (),
+        )
+        for n, (token, logprob) in enumerate(
+            zip(obj.get("tokens") or [], obj.get("token_logprobs") or [], strict=False)
+        )
+    )

@@ -1,0 +1,711 @@
+"""Dialects: every check rule with the exact message, error framing, detection, translation."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from sse_tape import Cassette, Chunk, Interaction, Pacing, Request, Response, ServerSentEvent, SSEDecoder, serve
+from sse_tape.dialects import DIALECTS, check_error_response, detect, for_path, translate
+from sse_tape.dialects.events import Error, Finish, Start, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+
+DONE = "data: [DONE]\n\n"
+
+
+def events_of(*frames: str | bytes) -> list[ServerSentEvent]:
+    decoder = SSEDecoder()
+    return [e for f in frames for e in decoder.feed(f.encode() if isinstance(f, str) else f)]
+
+
+def frame(obj: Any, event: str | None = None) -> str:
+    return (f"event: {event}\n" if event else "") + f"data: {json.dumps(obj)}\n\n"
+
+
+def violations(dialect: str, *frames: str, request: Request | None = None) -> list[str]:
+    return [str(v) for v in DIALECTS[dialect].check(events_of(*frames), request)]
+
+
+# --- openai-chat -----------------------------------------------------------------------------
+
+
+def chunk(delta: dict[str, Any] | None = None, finish: str | None = None, **top: Any) -> str:
+    choice = {"index": 0, "delta": {} if delta is None else delta, "finish_reason": finish}
+    return frame(
+        {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [choice], **top}
+    )
+
+
+ROLE = chunk({"role": "assistant"})
+HI = chunk({"content": "Hi"})
+STOP = chunk(finish="stop")
+
+
+def call(index: int, args: str, **first: Any) -> dict[str, Any]:
+    return {"tool_calls": [{"index": index, **first, "function": {**first.pop("function", {}), "arguments": args}}]}
+
+
+CALL_START = call(0, "", id="call_1", type="function", function={"name": "f"})
+
+
+@pytest.mark.parametrize(
+    ("frames", "expected"),
+    [
+        ([ROLE, HI, STOP, DONE], []),
+        ([ROLE, "data: {oops\n\n", STOP, DONE], ["event 2: data is not JSON: '{oops'"]),
+        (
+            [
+                ROLE,
+                frame({"id": "c1", "object": "chat.completion", "choices": [{"delta": {"content": "x"}}]}),
+                STOP,
+                DONE,
+            ],
+            ["event 2: object is 'chat.completion', not 'chat.completion.chunk'"],
+        ),
+        ([ROLE, chunk({"content": "x"}, id="c2"), STOP, DONE], ["event 2: id changes from 'c1' to 'c2'"]),
+        (
+            [ROLE, frame({"id": "c1", "object": "chat.completion.chunk"}), STOP, DONE],
+            ["event 2: choices is missing or not a list"],
+        ),
+        (
+            [ROLE, frame({"id": "c1", "object": "chat.completion.chunk", "choices": []}), STOP, DONE],
+            ["event 2: chunk with no choices and no usage"],
+        ),
+        ([HI, STOP, DONE], ["event 1: content delta before the role frame"]),
+        ([ROLE, ROLE, HI, STOP, DONE], ["event 2: role frame repeated"]),
+        ([chunk({"role": "user"}), HI, STOP, DONE], ["event 1: role is 'user', not 'assistant'"]),
+        ([ROLE, STOP, HI, DONE], ["event 3: delta after the finish_reason chunk"]),
+        (
+            [ROLE, chunk(call(0, "{}", function={"name": "f"})), chunk(finish="tool_calls"), DONE],
+            ["event 2: tool call 0 starts without id, type 'function'"],
+        ),
+        (
+            [
+                ROLE,
+                chunk(CALL_START),
+                chunk(call(0, "{}", id="call_1", function={"name": "f"})),
+                chunk(finish="tool_calls"),
+                DONE,
+            ],
+            ["event 3: tool call 0 repeats its id or name after its first delta"],
+        ),
+        (
+            [ROLE, chunk({"tool_calls": [{"function": {"arguments": "{}"}}]}), STOP, DONE],
+            ["event 2: tool call delta without an index"],
+        ),
+        (
+            [ROLE, HI, chunk(finish="done"), DONE],
+            ["event 3: finish_reason 'done' is not one of stop, length, tool_calls, content_filter"],
+        ),
+        ([ROLE, HI, STOP, STOP, DONE], ["event 4: finish_reason repeated"]),
+        (
+            [ROLE, HI, chunk(finish="tool_calls"), DONE],
+            ["event 3: finish_reason is 'tool_calls' but no tool call was streamed"],
+        ),
+        (
+            [ROLE, chunk(CALL_START), chunk(call(0, "{}")), STOP, DONE],
+            ["event 4: tool calls were streamed but finish_reason is 'stop'"],
+        ),
+        (
+            [ROLE, chunk(CALL_START), chunk(call(0, '{"city":')), chunk(finish="tool_calls"), DONE],
+            ["tool call 0 arguments are not valid JSON: '{\"city\":'"],
+        ),
+        ([ROLE, HI, DONE], ["no chunk with a finish_reason"]),
+        ([ROLE, HI, STOP], ["no terminal frame (data: [DONE])"]),
+        ([ROLE, HI, STOP, DONE, HI], ["event 5: event after [DONE]"]),
+        ([ROLE, HI, frame({"error": "boom"}, "error"), DONE], ["event 3: error event without error.message"]),
+        ([ROLE, HI, frame({"error": {"message": "boom"}}, "error"), DONE], []),
+        ([ROLE, frame({"x": 1}, "ping"), HI, STOP, DONE], ["event 2: unexpected event type 'ping'"]),
+        (
+            [
+                ROLE,
+                HI,
+                STOP,
+                frame({"id": "c1", "object": "chat.completion.chunk", "choices": [], "usage": {"total": 3}}),
+                DONE,
+            ],
+            ["event 4: usage has no prompt_tokens"],
+        ),
+    ],
+    ids=lambda v: v[0][:40] if isinstance(v, list) and v and isinstance(v[0], str) else None,
+)
+def test_openai_chat_rules(frames: list[str], expected: list[str]) -> None:
+    assert violations("openai-chat", *frames) == expected
+
+
+def test_openai_chat_include_usage_needs_a_usage_chunk() -> None:
+    request = Request(
+        "POST", "/v1/chat/completions", body=b'{"stream": true, "stream_options": {"include_usage": true}}'
+    )
+    assert violations("openai-chat", ROLE, HI, STOP, DONE, request=request) == [
+        "stream_options.include_usage was set but no chunk carries usage"
+    ]
+    usage = {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
+    with_usage = chunk(finish="stop", usage=usage)
+    assert violations("openai-chat", ROLE, HI, with_usage, DONE, request=request) == []
+
+
+# --- openai-completions ----------------------------------------------------------------------
+
+
+def text_chunk(text: str, finish: str | None = None, logprobs: Any = None, **top: Any) -> str:
+    choice = {"text": text, "index": 0, "logprobs": logprobs, "finish_reason": finish}
+    return frame({"id": "k1", "object": "text_completion", "created": 1, "model": "m", "choices": [choice], **top})
+
+
+ONCE, END = text_chunk(" once"), text_chunk("", "stop")
+
+
+@pytest.mark.parametrize(
+    ("frames", "expected"),
+    [
+        ([ONCE, END, DONE], []),
+        ([ONCE, "data: nope\n\n", END, DONE], ["event 2: data is not JSON: 'nope'"]),
+        (
+            [ONCE, text_chunk(" x", object="chat.completion.chunk"), END, DONE],
+            ["event 2: object is 'chat.completion.chunk', not 'text_completion'"],
+        ),
+        ([ONCE, text_chunk(" x", id="k2"), END, DONE], ["event 2: id changes from 'k1' to 'k2'"]),
+        (
+            [ONCE, frame({"id": "k1", "object": "text_completion", "choices": []}), END, DONE],
+            ["event 2: choices is missing or empty"],
+        ),
+        (
+            [ONCE, frame({"id": "k1", "object": "text_completion", "choices": [{"index": 0}]}), END, DONE],
+            ["event 2: choice has no text"],
+        ),
+        ([ONCE, END, ONCE, DONE], ["event 3: text after the finish_reason chunk"]),
+        (
+            [
+                text_chunk(" a", logprobs={"tokens": [" a", " b"], "token_logprobs": [-1.0], "text_offset": [0, 2]}),
+                END,
+                DONE,
+            ],
+            ["event 1: logprobs lists differ in length: tokens 2, token_logprobs 1, text_offset 2"],
+        ),
+        (
+            [ONCE, text_chunk("", "tool_calls"), DONE],
+            ["event 2: finish_reason 'tool_calls' is not one of stop, length, content_filter"],
+        ),
+        ([ONCE, END, END, DONE], ["event 3: finish_reason repeated"]),
+        ([ONCE, DONE], ["no chunk with a finish_reason"]),
+        ([ONCE, END], ["no terminal frame (data: [DONE])"]),
+        ([ONCE, END, DONE, ONCE], ["event 4: event after [DONE]"]),
+    ],
+)
+def test_openai_completions_rules(frames: list[str], expected: list[str]) -> None:
+    assert violations("openai-completions", *frames) == expected
+
+
+# --- openai-responses --------------------------------------------------------------------------
+
+
+def responses_stream(*, text: str = "Hi", **broken: Any) -> list[str]:
+    """A valid Responses stream, then changed as `broken` says."""
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": {"id": "r1", "status": "in_progress"}},
+        {"type": "response.in_progress", "response": {"id": "r1", "status": "in_progress"}},
+        {"type": "response.output_item.added", "output_index": 0, "item": {"id": "m1", "type": "message"}},
+        {"type": "response.content_part.added", "item_id": "m1", "output_index": 0, "content_index": 0},
+        {"type": "response.output_text.delta", "item_id": "m1", "output_index": 0, "content_index": 0, "delta": "H"},
+        {"type": "response.output_text.delta", "item_id": "m1", "output_index": 0, "content_index": 0, "delta": "i"},
+        {"type": "response.output_text.done", "item_id": "m1", "output_index": 0, "content_index": 0, "text": text},
+        {"type": "response.content_part.done", "item_id": "m1", "output_index": 0, "content_index": 0},
+        {"type": "response.output_item.done", "output_index": 0, "item": {"id": "m1", "type": "message"}},
+        {"type": "response.completed", "response": {"id": "r1", "status": "completed"}},
+    ]
+    for index, change in broken.get("replace", {}).items():
+        events[index] = change
+    for index in sorted(broken.get("drop", ()), reverse=True):
+        del events[index]
+    for n, e in enumerate(events):
+        e["sequence_number"] = n + (n >= broken.get("bump", len(events)))
+    frames = [frame(e, broken.get("names", {}).get(n, e.get("type"))) for n, e in enumerate(events)]
+    return frames + broken.get("tail", [DONE])
+
+
+@pytest.mark.parametrize(
+    ("frames", "expected"),
+    [
+        (responses_stream(), []),
+        (responses_stream(tail=[]), []),  # OpenAI's own API sends no [DONE]
+        (
+            responses_stream(names={4: "response.output_text.deltas"}),
+            ["event 5: event name 'response.output_text.deltas' but type 'response.output_text.delta'"],
+        ),
+        (responses_stream(bump=5), ["event 6: sequence_number jumps from 4 to 6"]),
+        (
+            responses_stream(
+                replace={6: {"type": "response.output_text.done", "item_id": "m1", "text": "Hi"}}, bump=99
+            ),
+            [],
+        ),
+        (responses_stream(drop=[0, 1]), ["event 1: first event is response.output_item.added, not response.created"]),
+        (responses_stream(text="Hello"), ["event 7: response.output_text.done text differs from its deltas"]),
+        (responses_stream(drop=[8]), ["event 9: response.completed before response.output_item.done for m1"]),
+        (
+            responses_stream(tail=[frame({"type": "response.in_progress", "sequence_number": 10}), DONE]),
+            ["event 11: response.in_progress after response.completed"],
+        ),
+        (
+            responses_stream(drop=[9], tail=[DONE]),
+            [
+                "event 10: [DONE] before the terminal event",
+                "no terminal event (response.completed, response.incomplete or response.failed)",
+            ],
+        ),
+        (
+            responses_stream(
+                replace={4: {"type": "response.output_text.delta", "item_id": "m9", "sequence_number": 4, "delta": "H"}}
+            ),
+            [
+                "event 5: response.output_text.delta for unknown item m9",
+                "event 7: response.output_text.done text differs from its deltas",
+            ],
+        ),
+        (responses_stream(replace={3: {"item_id": "m1"}}), ["event 4: data has no type"]),
+    ],
+)
+def test_openai_responses_rules(frames: list[str], expected: list[str]) -> None:
+    assert violations("openai-responses", *frames) == expected
+
+
+def test_openai_responses_delta_after_its_item_is_done() -> None:
+    late = {"type": "response.output_text.delta", "item_id": "m1", "output_index": 0, "content_index": 0, "delta": "!"}
+    frames = responses_stream()
+    frames.insert(9, frame({**late, "sequence_number": 9}))
+    assert (
+        violations("openai-responses", *frames)[0]
+        == "event 10: response.output_text.delta after response.output_item.done for m1"
+    )
+
+
+# --- lmstudio-chat -------------------------------------------------------------------------------
+
+
+def lms(*types: str | dict[str, Any], names: dict[int, str] | None = None) -> list[str]:
+    out = []
+    for n, t in enumerate(types):
+        obj = {"type": t} if isinstance(t, str) else t
+        if obj["type"].endswith(".delta") and "content" not in obj:
+            obj = {**obj, "content": "x"}
+        out.append(frame(obj, (names or {}).get(n, obj["type"])))
+    return out
+
+
+def chat_end(reasoning: str = "", message: str = "x") -> dict[str, Any]:
+    output = [{"type": "reasoning", "content": reasoning}] if reasoning else []
+    output += [{"type": "message", "content": message}] if message else []
+    return {"type": "chat.end", "result": {"model_instance_id": "m", "output": output}}
+
+
+START = {"type": "chat.start", "model_instance_id": "m"}
+MESSAGE = ("message.start", "message.delta", "message.end")
+
+
+@pytest.mark.parametrize(
+    ("frames", "expected"),
+    [
+        (lms(START, *MESSAGE, chat_end()), []),
+        (lms(START, "reasoning.start", "reasoning.delta", "reasoning.end", *MESSAGE, chat_end("x")), []),
+        (lms(START, {"type": "chat.middle"}, *MESSAGE, chat_end()), ["event 2: unknown event type 'chat.middle'"]),
+        (
+            lms(START, *MESSAGE, chat_end(), names={1: "message.begin"}),
+            ["event 2: event name 'message.begin' but type 'message.start'"],
+        ),
+        (lms(*MESSAGE, chat_end()), ["event 1: first event is message.start, not chat.start"]),
+        (
+            lms(START, *MESSAGE, {"type": "tool_call.arguments", "tool": "f", "arguments": {}}, chat_end()),
+            ["event 5: tool_call.arguments after message.end"],
+        ),
+        (
+            lms(
+                START,
+                "message.start",
+                "reasoning.start",
+                "reasoning.delta",
+                "reasoning.end",
+                "message.delta",
+                "message.end",
+                chat_end("x"),
+            ),
+            ["event 3: reasoning.start after message.start"],
+        ),
+        (
+            lms(
+                START,
+                "message.start",
+                {"type": "tool_call.start", "tool": "f"},
+                "message.delta",
+                "message.end",
+                chat_end(),
+            ),
+            ["event 3: tool_call.start after message.start"],
+        ),
+        (lms(START, "reasoning.delta", *MESSAGE, chat_end("x")), ["event 2: reasoning.delta after chat.start"]),
+        (
+            lms(START, {"type": "prompt_processing.progress", "progress": 1.5}, *MESSAGE, chat_end()),
+            ["event 2: prompt_processing.progress progress 1.5 is not between 0 and 1"],
+        ),
+        (
+            lms(
+                START,
+                {"type": "model_load.progress", "progress": 0.7},
+                {"type": "model_load.progress", "progress": 0.2},
+                *MESSAGE,
+                chat_end(),
+            ),
+            ["event 3: model_load.progress goes back from 0.7 to 0.2"],
+        ),
+        (lms(START, "message.start", "message.delta", chat_end()), ["event 4: chat.end before message.end"]),
+        (
+            lms(START, *MESSAGE, chat_end(message="y")),
+            ["event 5: chat.end message differs from the streamed message.delta content"],
+        ),
+        (lms(START, *MESSAGE, {"type": "chat.end", "result": {}}), ["event 5: chat.end has no result.output"]),
+        (lms(START, *MESSAGE), ["no terminal frame (chat.end)"]),
+        (
+            lms(START, *MESSAGE, {"type": "error", "error": {"type": "unknown", "message": "boom"}}),
+            ["no terminal frame (chat.end) after the error"],
+        ),
+        (
+            lms(START, *MESSAGE, {"type": "error", "error": "boom"}, chat_end()),
+            ["event 5: error event without error.message"],
+        ),
+        (
+            lms(START, *MESSAGE, chat_end(), *MESSAGE),
+            [
+                "event 6: message.start after chat.end",
+                "event 7: message.delta after chat.end",
+                "event 8: message.end after chat.end",
+            ],
+        ),
+    ],
+)
+def test_lmstudio_chat_rules(frames: list[str], expected: list[str]) -> None:
+    assert violations("lmstudio-chat", *frames) == expected
+
+
+# --- framing errors ------------------------------------------------------------------------------
+
+
+BEFORE = [Start("id1", "m", 1), TextDelta("Hi")]
+
+
+def test_openai_chat_error_frames() -> None:
+    frames = DIALECTS["openai-chat"].error_frames(Error("overloaded", "server_error", "busy"), BEFORE)
+    assert b"".join(frames) == (
+        b'event: error\ndata: {"error":{"message":"overloaded","type":"server_error","code":"busy"}}\n\n'
+        b"data: [DONE]\n\n"
+    )
+
+
+def test_openai_responses_error_frames_fail_the_response() -> None:
+    frames = DIALECTS["openai-responses"].error_frames(Error("Request timed out", code="request_timeout"), BEFORE)
+    closing, (failed, done) = events_of(*frames)[:-2], events_of(*frames)[-2:]
+    # The message in progress is closed first, then the response fails.
+    assert [e.event for e in closing] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+    ]
+    assert failed.event == "response.failed"
+    body = failed.json()
+    assert body["response"]["status"] == "failed"
+    assert body["response"]["error"] == {"code": "request_timeout", "message": "Request timed out"}
+    assert body["response"]["output"][0]["content"][0]["text"] == "Hi"  # what was generated before
+    assert done.data == "[DONE]"
+
+
+def test_lmstudio_error_frames_end_the_chat_with_what_was_generated() -> None:
+    frames = DIALECTS["lmstudio-chat"].error_frames(Error("model crashed", "internal_error"), BEFORE)
+    error, end = events_of(*frames)[-2:]
+    assert (error.event, error.json()) == (
+        "error",
+        {"type": "error", "error": {"type": "internal_error", "message": "model crashed"}},
+    )
+    assert end.event == "chat.end"
+    assert end.json()["result"]["output"] == [{"type": "message", "content": "Hi"}]
+
+
+@pytest.mark.parametrize(
+    ("name", "status", "expected"),
+    [
+        (
+            "openai-chat",
+            429,
+            {"error": {"message": "slow down", "type": "invalid_request_error", "param": None, "code": None}},
+        ),
+        (
+            "openai-responses",
+            503,
+            {"error": {"message": "slow down", "type": "server_error", "param": None, "code": None}},
+        ),
+        ("lmstudio-chat", 404, {"error": {"type": "invalid_request", "message": "slow down"}}),
+        ("lmstudio-chat", 500, {"error": {"type": "internal_error", "message": "slow down"}}),
+    ],
+)
+def test_http_errors(name: str, status: int, expected: dict[str, Any]) -> None:
+    got_status, headers, body = DIALECTS[name].http_error(status, "slow down")
+    assert (got_status, dict(headers), json.loads(body)) == (status, {"content-type": "application/json"}, expected)
+
+
+# --- detection and translation ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("/v1/chat/completions", "openai-chat"),
+        ("/proj_ABC123/my-endpoint/v1/chat/completions", "openai-chat"),
+        ("/chat/completions", "openai-chat"),
+        ("/v1/completions", "openai-completions"),
+        ("/v1/responses", "openai-responses"),
+        ("/api/v1/chat", "lmstudio-chat"),
+    ],
+)
+def test_dialect_by_path(path: str, name: str) -> None:
+    found = for_path(path)
+    assert found is not None
+    assert found.name == name
+
+
+def test_dialect_by_content_when_the_path_does_not_tell(bundled: dict[str, Cassette]) -> None:
+    for name, expected in [
+        ("lmstudio-chat", "lmstudio-chat"),
+        ("openai-responses", "openai-responses"),
+        ("openai-completions", "openai-completions"),
+    ]:
+        interaction = bundled[name].interactions[0]
+        moved = Interaction(Request("POST", "/somewhere"), interaction.response)
+        found = detect(moved)
+        assert found is not None
+        assert found.name == expected
+
+
+@pytest.mark.parametrize("target", sorted(DIALECTS))
+def test_every_bundled_interaction_translates_into_a_clean_stream(bundled: dict[str, Cassette], target: str) -> None:
+    for cassette in bundled.values():
+        for interaction in cassette:
+            translated = translate(interaction, DIALECTS[target])
+            assert translated.request.path.endswith(DIALECTS[target].path)
+            events = [e for _, e in translated.response.events()]
+            assert DIALECTS[target].check(events, translated.request) == []
+
+
+def test_translation_keeps_the_timing_of_the_original_events(bundled: dict[str, Cassette]) -> None:
+    original = bundled["openai-chat"].interactions[0]
+    translated = translate(original, DIALECTS["openai-responses"])
+    deltas = [t for t, e in translated.response.events() if e.event == "response.output_text.delta"]
+    content = [
+        t
+        for t, e in original.response.events()
+        if e.data != "[DONE]" and e.json()["choices"][0]["delta"].get("content")
+    ]
+    assert deltas == content
+
+
+def test_translation_rewrites_the_request_for_the_target_api(bundled: dict[str, Cassette]) -> None:
+    tools = bundled["openai-chat"].interactions[1]
+    as_responses = translate(tools, DIALECTS["openai-responses"]).request
+    assert as_responses.path == "/v1/responses"
+    assert json.loads(as_responses.body) == {
+        "model": "local-model",
+        "input": "Weather in Tokyo?",
+        "tools": [
+            {
+                "type": "function",
+                "name": "get_weather",
+                "description": "Get weather for a city",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+            }
+        ],
+        "stream": True,
+    }
+    router = bundled["router-chat"].interactions[0]
+    assert translate(router, DIALECTS["openai-completions"]).request.path == "/proj_ABC123/my-endpoint/v1/completions"
+
+
+def test_translating_an_error_response_uses_the_targets_error_shape() -> None:
+    error = b'{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}'
+    interaction = Interaction(
+        Request("POST", "/v1/chat/completions", body=b'{"model":"m","messages":[]}'),
+        Response(429, (("content-type", "application/json"), ("retry-after", "3")), (Chunk(0.1, error),)),
+    )
+    translated = translate(interaction, DIALECTS["lmstudio-chat"]).response
+    assert translated.status == 429
+    assert translated.header("retry-after") == "3"
+    assert json.loads(translated.body) == {"error": {"type": "invalid_request", "message": "Rate limit reached"}}
+
+
+# --- the official SDK reads translated streams ------------------------------------------------------------
+
+
+def _translated(bundled: dict[str, Cassette], source: str, index: int, target: str) -> Cassette:
+    return Cassette([translate(bundled[source].interactions[index], DIALECTS[target])])
+
+
+def test_sdk_reads_lmstudio_translated_to_chat(bundled: dict[str, Cassette]) -> None:
+    cassette = _translated(bundled, "lmstudio-chat", 0, "openai-chat")
+    with serve(cassette, match_on=["method", "path"], pacing=Pacing.parse("instant")) as server:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
+        stream = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "?"}], stream=True, stream_options={"include_usage": True}
+        )
+        *chunks, last = list(stream)
+    # LM Studio reports usage, so the translated request asks for it: it comes last, with no choices.
+    assert last.usage is not None
+    assert (last.usage.prompt_tokens, last.choices) == (329, [])
+    text = "".join(c.choices[0].delta.content or "" for c in chunks)
+    assert text == "The current top‑trending model on Hugging Face is **moonshotai/Kimi-K2-Thinking**."  # noqa: RUF001
+    reasoning = "".join(getattr(c.choices[0].delta, "reasoning_content", None) or "" for c in chunks)
+    assert reasoning == "Need to call function."
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_sdk_reads_chat_tool_calls_translated_to_responses(bundled: dict[str, Cassette]) -> None:
+    cassette = _translated(bundled, "openai-chat", 1, "openai-responses")
+    with serve(cassette, match_on=["method", "path"], pacing=Pacing.parse("instant")) as server:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
+        events = list(client.responses.create(model="m", input="Weather in Tokyo?", stream=True))
+        with client.responses.stream(model="m", input="Weather in Tokyo?") as stream:
+            final = stream.get_final_response()
+    assert "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta") == '{"city":"Tokyo"}'
+    [call] = final.output
+    assert (call.type, call.name, call.call_id, call.arguments) == (
+        "function_call",
+        "get_weather",
+        "call_weather",
+        '{"city":"Tokyo"}',
+    )  # type: ignore[union-attr]
+
+
+def test_sdk_reads_responses_translated_to_chat_and_completions(bundled: dict[str, Cassette]) -> None:
+    chat = _translated(bundled, "openai-responses", 0, "openai-chat")
+    completions = _translated(bundled, "openai-responses", 0, "openai-completions")
+    with serve(chat, completions, match_on=["method", "path"], pacing=Pacing.parse("instant")) as server:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
+        usage = {"include_usage": True}
+        chat_chunks = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "?"}], stream=True, stream_options=usage
+        )
+        chat_text = "".join(c.choices[0].delta.content or "" for c in chat_chunks if c.choices)
+        completion_chunks = client.completions.create(model="m", prompt="?", stream=True, stream_options=usage)
+        completion_text = "".join(c.choices[0].text for c in completion_chunks if c.choices)
+    assert chat_text == completion_text == "Hello! How can I help you today?"
+
+
+def test_sdk_reads_router_refusal_translated_to_responses(bundled: dict[str, Cassette]) -> None:
+    cassette = _translated(bundled, "router-chat", 1, "openai-responses")
+    with serve(cassette, match_on=["method", "path"], pacing=Pacing.parse("instant")) as server:
+        client = openai.OpenAI(base_url=server.url + "/proj_ABC123/my-endpoint/v1", api_key="x", max_retries=0)
+        with client.responses.stream(model="m", input="?") as stream:
+            refusal = "".join(e.delta for e in stream if e.type == "response.refusal.delta")
+    assert refusal == "I'm sorry, but I cannot help with that request."
+
+
+def test_sdk_raises_the_injected_chat_error_mid_stream() -> None:
+    events = [Start("c1", "m", 1), TextDelta("Hi"), Error("The model crashed", "server_error", "model_error")]
+    body = b"".join(DIALECTS["openai-chat"].encode(events))
+    cassette = Cassette([Interaction(Request("POST", "/v1/chat/completions"), Response(chunks=(Chunk(0.0, body),)))])
+    with serve(cassette, match_on=["path"]) as server:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
+        stream = client.chat.completions.create(model="m", messages=[], stream=True)
+        with pytest.raises(openai.APIError, match="The model crashed"):
+            for _ in stream:
+                pass
+
+
+def test_a_miss_on_lmstudios_path_answers_in_lmstudios_error_shape() -> None:
+    with serve(Cassette()) as server:
+        got = httpx.post(server.url + "/api/v1/chat", json={"model": "m", "input": "hi"})
+    assert got.status_code == 404
+    error = got.json()["error"]
+    assert error["type"] == "invalid_request"
+    assert error["code"] == "no_match"
+    assert error["message"].startswith("sse-tape: no recorded interaction matches POST /api/v1/chat")
+
+
+def test_tool_call_ids_and_server_run_calls_in_translation() -> None:
+    # LM Studio's calls have no id and are run by the server: OpenAI's function calls are neither.
+    events = [
+        Start("", "m"),
+        ToolCallStart(0, "", "search"),
+        ToolCallDelta(0, "{}"),
+        ToolCallEnd(0, output="[]"),
+        TextDelta("Done."),
+        Finish(),
+    ]
+    assert DIALECTS["openai-chat"].decode(events_of(*DIALECTS["openai-chat"].encode(events))) == [
+        Start("", "m"),
+        TextDelta("Done."),
+        Finish(),
+    ]
+    client_call = [
+        Start("c", "m"),
+        ToolCallStart(0, "", "f"),
+        ToolCallDelta(0, "{}"),
+        ToolCallEnd(0),
+        Finish("tool_calls"),
+    ]
+    decoded = DIALECTS["openai-chat"].decode(events_of(*DIALECTS["openai-chat"].encode(client_call)))
+    assert decoded[1] == ToolCallStart(0, "call_0", "f")
+
+
+def test_check_live_against_llama_cpp_server(llama_server: str) -> None:
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": True}
+    clean = _check_live(llama_server, body)
+    assert (clean.returncode, clean.stdout.splitlines()[-1]) == (0, "checked 1 interaction: 0 violations")
+    # What it does not do: llama-cpp-python ignores stream_options.include_usage.
+    usage = _check_live(llama_server, {**body, "stream_options": {"include_usage": True}})
+    assert usage.returncode == 1
+    assert "  stream_options.include_usage was set but no chunk carries usage" in usage.stdout.splitlines()
+    # And it repeats a tool call's id and name in every delta.
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+    forced = {"type": "function", "function": {"name": "get_weather"}}
+    calls = _check_live(llama_server, {**body, "max_tokens": 64, "tools": [tool], "tool_choice": forced})
+    assert calls.returncode == 1
+    assert "  event 3: tool call 0 repeats its id or name after its first delta" in calls.stdout.splitlines()
+
+
+def _check_live(base_url: str, body: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    command = [
+        sys.executable,
+        "-m",
+        "sse_tape",
+        "check",
+        "--live",
+        base_url + "/v1/chat/completions",
+        "-d",
+        json.dumps(body),
+    ]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("name", ["openai-responses", "lmstudio-chat"])
+def test_named_event_dialects_fault_data_that_is_not_json(name: str) -> None:
+    assert "event 1: data is not JSON: 'nope'" in violations(name, "event: x\ndata: nope\n\n")
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b'{"error": {"message": "slow down", "type": "rate_limit_error"}}', []),
+        (b"<html>502 Bad Gateway</html>", ["error response 429 body is not JSON"]),
+        (b'{"detail": "slow down"}', ["error response 429 has no error.message"]),
+    ],
+)
+def test_error_responses_before_the_stream(body: bytes, expected: list[str]) -> None:
+    response = Response(429, (("content-type", "application/json"),), (Chunk(0.0, body),))
+    assert [str(v) for v in check_error_response(response)] == expected

@@ -1,0 +1,203 @@
+"""decode(encode(events)) == events for every dialect, over random event sequences.
+
+Each strategy draws sequences a dialect can express: completions has no
+tool calls, LM Studio sends a tool call's arguments whole and has no
+logprobs or call ids, the Responses API reports usage only in its final
+event, and so on.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sse_tape import SSEDecoder
+from sse_tape.dialects import DIALECTS
+from sse_tape.dialects.events import (
+    Error,
+    Event,
+    Finish,
+    ModelLoadEnd,
+    ModelLoadProgress,
+    ModelLoadStart,
+    PromptEnd,
+    PromptProgress,
+    PromptStart,
+    ReasoningDelta,
+    RefusalDelta,
+    Start,
+    TextDelta,
+    TokenLogprob,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    Usage,
+)
+from sse_tape.dialects.lmstudio_chat import arguments_text
+
+text = st.text(min_size=1, max_size=12)
+maybe_count = st.none() | st.integers(1, 10**6)
+finite = st.floats(allow_nan=False, allow_infinity=False)
+
+
+def token_logprob(unique_top: bool) -> st.SearchStrategy[TokenLogprob]:
+    top = st.lists(st.tuples(text, finite), max_size=3, unique_by=(lambda p: p[0]) if unique_top else None)
+    return st.builds(TokenLogprob, text, finite, top.map(tuple))
+
+
+def round_trips(name: str, events: list[Event]) -> None:
+    dialect = DIALECTS[name]
+    decoder = SSEDecoder()
+    sse = [event for frame in dialect.encode(events) for event in decoder.feed(frame)]
+    assert dialect.decode(sse) == events
+
+
+def split_ending(
+    draw: Any, ending: list[Event], error: st.SearchStrategy[Error], before_error: list[Event]
+) -> list[Event]:
+    """The normal ending, or an error in its place."""
+    return [*before_error, draw(error)] if draw(st.booleans()) else ending
+
+
+@st.composite
+def openai_chat_events(draw: Any) -> list[Event]:
+    events: list[Event] = [Start(draw(text), draw(st.text(max_size=8)), draw(st.integers(0, 2**40)))]
+    logprobs = st.none() | st.lists(token_logprob(unique_top=False), max_size=2).map(tuple)
+    deltas = st.one_of(
+        st.builds(TextDelta, text, logprobs), st.builds(ReasoningDelta, text), st.builds(RefusalDelta, text)
+    )
+    events += draw(st.lists(deltas, max_size=6))
+    calls = draw(st.integers(0, 2))
+    for index in range(calls):
+        events.append(ToolCallStart(index, draw(text), draw(text)))
+        events += [ToolCallDelta(index, a) for a in draw(st.lists(text, max_size=3))]
+    reason = "tool_calls" if calls else draw(st.sampled_from(["stop", "length", "content_filter"]))
+    usage = draw(
+        st.lists(st.builds(Usage, st.integers(0, 10**6), st.integers(0, 10**6), maybe_count, maybe_count), max_size=1)
+    )
+    ending: list[Event] = [*(ToolCallEnd(i) for i in range(calls)), Finish(reason), *usage]
+    error = st.builds(Error, text, text, st.none() | text)
+    return events + split_ending(draw, ending, error, [])
+
+
+@st.composite
+def openai_completions_events(draw: Any) -> list[Event]:
+    events: list[Event] = [Start(draw(text), draw(st.text(max_size=8)), draw(st.integers(0, 2**40)))]
+    logprobs = st.none() | st.lists(token_logprob(unique_top=True), min_size=1, max_size=2).map(tuple)
+    events += draw(st.lists(st.builds(TextDelta, text, logprobs), max_size=6))
+    usage = draw(
+        st.lists(st.builds(Usage, st.integers(0, 10**6), st.integers(0, 10**6), maybe_count, maybe_count), max_size=1)
+    )
+    ending: list[Event] = [Finish(draw(st.sampled_from(["stop", "length", "content_filter"]))), *usage]
+    if len(events) == 1:
+        return events + ending  # no role frame here: the Start travels in the first chunk, which an error is not
+    return events + split_ending(draw, ending, st.builds(Error, text, text, st.none() | text), [])
+
+
+@st.composite
+def openai_responses_events(draw: Any) -> list[Event]:
+    events: list[Event] = [Start(draw(text), draw(st.text(max_size=8)), draw(st.integers(0, 2**40)))]
+    logprobs = st.none() | st.lists(token_logprob(unique_top=False), min_size=1, max_size=2).map(tuple)
+    deltas = st.one_of(
+        st.builds(TextDelta, text, logprobs), st.builds(ReasoningDelta, text), st.builds(RefusalDelta, text)
+    )
+    events += draw(st.lists(deltas, max_size=6))
+    calls = draw(st.integers(0, 2))
+    for index in range(calls):
+        events.append(ToolCallStart(index, draw(text), draw(text)))
+        events += [ToolCallDelta(index, a) for a in draw(st.lists(text, max_size=3))]
+        events.append(ToolCallEnd(index))
+    reason = "tool_calls" if calls else draw(st.sampled_from(["stop", "length", "content_filter"]))
+    if reason == "tool_calls" and draw(st.booleans()):
+        reason = "length"  # cut short after its calls
+    usage = draw(
+        st.lists(st.builds(Usage, st.integers(0, 10**6), st.integers(0, 10**6), maybe_count, maybe_count), max_size=1)
+    )
+    code = st.none() | text.filter(lambda c: c != "server_error")
+    return events + split_ending(
+        draw, [Finish(reason), *usage], st.builds(Error, text, st.just("server_error"), code), []
+    )
+
+
+@st.composite
+def lmstudio_chat_events(draw: Any) -> list[Event]:
+    model = draw(st.text(max_size=8))
+    events: list[Event] = [Start("", model, 0)]
+    if draw(st.booleans()):
+        events.append(ModelLoadStart(model))
+        events += [ModelLoadProgress(p) for p in sorted(draw(st.lists(st.floats(0, 1), max_size=3)))]
+        events.append(ModelLoadEnd(draw(st.floats(0, 100))))
+    if draw(st.booleans()):
+        events.append(PromptStart())
+        events += [PromptProgress(p) for p in sorted(draw(st.lists(st.floats(0, 1), max_size=3)))]
+        events.append(PromptEnd())
+    deltas = st.one_of(st.builds(TextDelta, text), st.builds(ReasoningDelta, text))
+    events += draw(st.lists(deltas, max_size=4))
+    calls = draw(st.integers(0, 2))
+    for index in range(calls):
+        events.append(ToolCallStart(index, "", draw(text)))
+        if draw(st.booleans()):
+            arguments = draw(st.dictionaries(text, st.integers() | text, max_size=2))
+            events += [ToolCallDelta(index, arguments_text(arguments)), ToolCallEnd(index, output=draw(st.text()))]
+        else:
+            events.append(ToolCallEnd(index, error=draw(text)))
+    after = draw(st.lists(deltas, max_size=3))
+    events += after
+    has_message = any(isinstance(e, TextDelta) for e in events)
+    reason = "tool_calls" if calls and not has_message else "stop"
+    usage = draw(st.lists(st.builds(Usage, st.integers(0, 10**6), st.integers(0, 10**6), maybe_count), max_size=1))
+    return events + split_ending(draw, [Finish(reason), *usage], st.builds(Error, text, text, st.none() | text), [])
+
+
+@settings(max_examples=200)
+@given(openai_chat_events())
+def test_openai_chat_round_trips(events: list[Event]) -> None:
+    round_trips("openai-chat", events)
+
+
+@settings(max_examples=200)
+@given(openai_completions_events())
+def test_openai_completions_round_trips(events: list[Event]) -> None:
+    round_trips("openai-completions", events)
+
+
+@settings(max_examples=200)
+@given(openai_responses_events())
+def test_openai_responses_round_trips(events: list[Event]) -> None:
+    round_trips("openai-responses", events)
+
+
+@settings(max_examples=200)
+@given(lmstudio_chat_events())
+def test_lmstudio_chat_round_trips(events: list[Event]) -> None:
+    round_trips("lmstudio-chat", events)
+
+
+@settings(max_examples=100)
+@given(st.sampled_from(sorted(DIALECTS)), st.data())
+def test_every_encoded_stream_passes_its_own_check(name: str, data: st.DataObject) -> None:
+    strategy = {
+        "openai-chat": openai_chat_events(),
+        "openai-completions": openai_completions_events(),
+        "openai-responses": openai_responses_events(),
+        "lmstudio-chat": lmstudio_chat_events(),
+    }[name]
+    events = _json_arguments(data.draw(strategy))
+    decoder = SSEDecoder()
+    sse = [event for frame in DIALECTS[name].encode(events) for event in decoder.feed(frame)]
+    assert DIALECTS[name].check(sse) == []
+
+
+def _json_arguments(events: list[Event]) -> list[Event]:
+    """Each tool call with one JSON object as its arguments: random text is not JSON, and the checker says so."""
+    out: list[Event] = []
+    for event in events:
+        if isinstance(event, ToolCallDelta):
+            continue
+        out.append(event)
+        if isinstance(event, ToolCallStart):
+            out.append(ToolCallDelta(event.index, json.dumps({"n": event.index})))
+    return out
