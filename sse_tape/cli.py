@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import signal
 import statistics
@@ -16,7 +17,9 @@ import click
 
 from . import __version__
 from ._exceptions import ConfigError, SSETapeError
-from .cassette import Cassette, Interaction
+from .cassette import Cassette, Interaction, find_cassettes
+from .dialects import DIALECTS, Dialect, Violation, check_error_response, detect, translate
+from .dialects import get as get_dialect
 from .matching import DEFAULT_MATCH_ON, MatchOn
 from .pacing import Pacing, parse_duration
 from .record import RecordingProxy, RecordMode, describe, record_once
@@ -222,6 +225,22 @@ def record(url: str | None, cassette: Path, upstream: str | None, **options: Any
         _record_one_shot(url, cassette, *one_shot, redaction=redaction, idle_timeout=idle_timeout)
 
 
+def _one_shot_request(
+    method: str | None, data: str | None, header: tuple[str, ...]
+) -> tuple[str, list[tuple[str, str]], bytes]:
+    """Method, headers and body from the curl-like -X, -d and -H options."""
+    headers = []
+    for line in header:
+        name, colon, value = line.partition(":")
+        if not colon or not name.strip():
+            raise ConfigError(f"-H {line!r}: write a header as 'Name: value'")
+        headers.append((name.strip(), value.strip()))
+    body = _read_data(data) if data is not None else b""
+    if body and not any(name.lower() == "content-type" for name, _ in headers):
+        headers.append(("content-type", "application/json"))
+    return method or ("POST" if data is not None else "GET"), headers, body
+
+
 def _record_one_shot(
     url: str,
     cassette: Path,
@@ -232,15 +251,7 @@ def _record_one_shot(
     redaction: Redaction,
     idle_timeout: float,
 ) -> None:
-    headers = []
-    for line in header:
-        name, colon, value = line.partition(":")
-        if not colon or not name.strip():
-            raise ConfigError(f"-H {line!r}: write a header as 'Name: value'")
-        headers.append((name.strip(), value.strip()))
-    body = _read_data(data) if data is not None else b""
-    if body and not any(name.lower() == "content-type" for name, _ in headers):
-        headers.append(("content-type", "application/json"))
+    method, headers, body = _one_shot_request(method, data, header)
     if cassette.exists():
         Cassette.load(cassette)  # an unreadable cassette stops us before the request is sent
     try:
@@ -248,7 +259,7 @@ def _record_one_shot(
             record_once(
                 url,
                 cassette,
-                method=method or ("POST" if data is not None else "GET"),
+                method=method,
                 headers=headers,
                 body=body,
                 redaction=redaction,
@@ -353,14 +364,121 @@ def _describe(n: int, interaction: Interaction, *, full: bool) -> list[str]:
 
 
 @cli.command()
+@click.argument("cassettes", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "--dialect",
+    metavar="NAME",
+    help=f"Check against this dialect instead of telling it from the path: {', '.join(DIALECTS)}.",
+)
+@click.option(
+    "--live", metavar="URL", help="Send one request to URL and check the stream it answers, instead of cassettes."
+)
+@click.option("-X", "--method", help="With --live: the request method [default: POST with --data, else GET].")
+@click.option("-d", "--data", help="With --live: the request body; @FILE reads a file, @- standard input.")
+@click.option(
+    "-H", "--header", multiple=True, metavar="'NAME: VALUE'", help="With --live: a request header. Repeatable."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def check(
+    cassettes: tuple[Path, ...],
+    dialect: str | None,
+    live: str | None,
+    method: str | None,
+    data: str | None,
+    header: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Check streams against their API's contract.
+
+    Each interaction's dialect (openai-chat, openai-completions,
+    openai-responses, lmstudio-chat) is told from its path, or named with
+    --dialect; every violation is reported with the position of the event and
+    the reason. Exit status: 0 when clean, 1 when violations are found, 2 when
+    the input cannot be used.
+    """
+    chosen = get_dialect(dialect) if dialect else None
+    if (live is None) == (not cassettes):
+        raise ConfigError("give cassettes to check, or --live URL")
+    if live is not None:
+        request_method, headers, body = _one_shot_request(method, data, header)
+        interaction = asyncio.run(record_once(live, None, method=request_method, headers=headers, body=body))
+        sources: list[tuple[str, list[Interaction]]] = [(live, [interaction])]
+    else:
+        sources = [(str(path), Cassette.load(path).interactions) for path in find_cassettes(cassettes)]
+    rows = [
+        _check_interaction(source, n, interaction, chosen)
+        for source, interactions in sources
+        for n, interaction in enumerate(interactions, 1)
+    ]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, ensure_ascii=False))
+    else:
+        for row in rows:
+            where = f"{row['source']} #{row['interaction']} {row['method']} {row['path']}"
+            if row["error"]:
+                click.echo(f"{where}: {row['error']}")
+                continue
+            count = len(row["violations"])
+            verdict = "ok" if not count else f"{count} violation{'s'[: count != 1]}"
+            click.echo(f"{where} ({row['dialect']}): {verdict}")
+            for v in row["violations"]:
+                click.echo(f"  {Violation(v['event'], v['message'])}")
+        total = sum(len(row["violations"]) for row in rows)
+        click.echo(f"checked {len(rows)} interaction{'s'[: len(rows) != 1]}: {total} violation{'s'[: total != 1]}")
+    if any(row["error"] for row in rows):
+        sys.exit(2)
+    if any(row["violations"] for row in rows):
+        sys.exit(1)
+
+
+def _check_interaction(source: str, n: int, interaction: Interaction, chosen: Dialect | None) -> dict[str, Any]:
+    request, response = interaction.request, interaction.response
+    row: dict[str, Any] = {
+        "source": source,
+        "interaction": n,
+        "method": request.method,
+        "path": request.path,
+        "status": response.status,
+        "dialect": None,
+        "violations": [],
+        "error": None,
+    }
+    found = chosen or detect(interaction)
+    if found is None:
+        row["error"] = "cannot tell its dialect: name it with --dialect"
+        return row
+    row["dialect"] = found.name
+    if response.status >= 400:
+        violations = check_error_response(response)
+    else:
+        violations = found.check([event for _, event in response.events()], request)
+    row["violations"] = [{"event": v.event, "message": v.message} for v in violations]
+    return row
+
+
+@cli.command()
 @click.argument("source", type=click.Path(path_type=Path))
 @click.argument("target", type=click.Path(path_type=Path))
-def convert(source: Path, target: Path) -> None:
+@click.option(
+    "--to-dialect",
+    metavar="NAME",
+    help=f"Also translate every interaction into this API: {', '.join(DIALECTS)}. Timing is kept.",
+)
+@click.option("--dialect", "from_dialect", metavar="NAME", help="The source's dialect, if its paths do not tell.")
+def convert(source: Path, target: Path, to_dialect: str | None, from_dialect: str | None) -> None:
     """Rewrite a cassette in another encoding, chosen by TARGET's suffix (.toml or .msgpack).
 
-    Lossless: every chunk keeps its exact bytes and timing.
+    Lossless: every chunk keeps its exact bytes and timing. With --to-dialect,
+    each stream is decoded and encoded again as the other API would send it,
+    each new event at the time of the original one, and each request's path
+    and body are rewritten for that API: record once from an OpenAI-compatible
+    server, test an LM Studio or Responses client.
     """
     loaded = Cassette.load(source)
+    if to_dialect is not None:
+        into = get_dialect(to_dialect)
+        origin = get_dialect(from_dialect) if from_dialect else None
+        loaded.interactions = [translate(i, into, origin) for i in loaded.interactions]
     loaded.save(target)
     click.echo(f"wrote {target} ({len(loaded)} interaction{'s'[: len(loaded) != 1]})")
 

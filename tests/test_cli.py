@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -179,3 +180,88 @@ def test_convert_to_an_unknown_suffix_is_one_line_and_exit_2(tmp_path: Path) -> 
     result = run_cli("convert", str(BUNDLED["openai-chat"]), str(tmp_path / "c.yaml"))
     assert result.returncode == 2
     assert result.stderr == f"Error: {tmp_path / 'c.yaml'}: unknown cassette type '.yaml': use .toml or .msgpack\n"
+
+
+def test_check_passes_every_bundled_cassette() -> None:
+    result = CliRunner().invoke(cli, ["check", *map(str, BUNDLED.values())])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert f"{BUNDLED['lmstudio-chat']} #1 POST /api/v1/chat (lmstudio-chat): ok" in lines
+    assert lines[-1] == "checked 11 interactions: 0 violations"
+
+
+def _broken_chat(tmp_path: Path) -> Path:
+    source = Cassette.load(BUNDLED["openai-chat"])
+    first = source.interactions[0]
+    chunks = first.response.chunks[1:-1]  # no role frame, no [DONE]
+    broken = replace(first, response=replace(first.response, chunks=chunks))
+    return Cassette([broken, source.interactions[1]]).save(tmp_path / "broken.toml")
+
+
+def test_check_reports_violations_with_exit_1(tmp_path: Path) -> None:
+    path = _broken_chat(tmp_path)
+    result = run_cli("check", str(path))
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == [
+        f"{path} #1 POST /v1/chat/completions (openai-chat): 2 violations",
+        "  event 1: content delta before the role frame",
+        "  no terminal frame (data: [DONE])",
+        f"{path} #2 POST /v1/chat/completions (openai-chat): ok",
+        "checked 2 interactions: 2 violations",
+    ]
+
+
+def test_check_json(tmp_path: Path) -> None:
+    result = run_cli("check", "--json", str(_broken_chat(tmp_path)))
+    assert result.returncode == 1
+    report = json.loads(result.stdout)
+    assert [r["violations"] for r in report] == [
+        [
+            {"event": 1, "message": "content delta before the role frame"},
+            {"event": None, "message": "no terminal frame (data: [DONE])"},
+        ],
+        [],
+    ]
+    assert report[0]["dialect"] == "openai-chat"
+
+
+def test_check_with_a_named_dialect(tmp_path: Path) -> None:
+    result = run_cli("check", "--dialect", "openai-completions", str(BUNDLED["openai-chat"]))
+    assert result.returncode == 1
+    assert "event 1: object is 'chat.completion.chunk', not 'text_completion'" in result.stdout
+
+
+def test_check_unknown_dialect_is_exit_2(tmp_path: Path) -> None:
+    interaction = Cassette.load(BUNDLED["openai-chat"]).interactions[0]
+    path = Cassette(
+        [
+            replace(
+                interaction,
+                request=replace(interaction.request, path="/x"),
+                response=replace(interaction.response, chunks=()),
+            )
+        ]
+    ).save(tmp_path / "odd.toml")
+    result = run_cli("check", str(path))
+    assert result.returncode == 2
+    assert result.stdout.splitlines()[0] == f"{path} #1 POST /x: cannot tell its dialect: name it with --dialect"
+    bad = run_cli("check", "--dialect", "klingon", str(path))
+    assert (bad.returncode, bad.stderr) == (
+        2,
+        "Error: unknown dialect 'klingon': choose from openai-chat, openai-completions, openai-responses, lmstudio-chat\n",
+    )
+
+
+def test_check_needs_cassettes_or_live() -> None:
+    result = run_cli("check")
+    assert (result.returncode, result.stderr) == (2, "Error: give cassettes to check, or --live URL\n")
+
+
+@pytest.mark.parametrize("target", ["openai-chat", "openai-completions", "openai-responses", "lmstudio-chat"])
+def test_convert_to_a_dialect_gives_a_clean_cassette(tmp_path: Path, target: str) -> None:
+    out = tmp_path / "translated.toml"
+    result = CliRunner().invoke(cli, ["convert", str(BUNDLED["router-chat"]), str(out), "--to-dialect", target])
+    assert result.exit_code == 0, result.output
+    translated = Cassette.load(out)
+    assert all(i.request.path.startswith("/proj_ABC123/my-endpoint/") for i in translated)
+    assert run_cli("check", str(out)).returncode == 0
