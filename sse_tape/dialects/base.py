@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -31,6 +31,17 @@ DONE = b"data: [DONE]\n\n"
 def to_json(obj: Any) -> str:
     """Compact JSON, as the servers send it."""
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def json_objects(events: Sequence[ServerSentEvent]) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """Position, event name and data of each event whose data is a JSON object; the rest (`[DONE]`) are skipped."""
+    for i, sse in enumerate(events):
+        try:
+            obj = json.loads(sse.data)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            yield i, sse.event, obj
 
 
 def executed_calls(events: Sequence[Event]) -> set[int]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..cassette import Headers, Request
 from ..sse import ServerSentEvent
-from .base import Checker, Dialect, Prompt, Violation, chat_messages, named_frame, to_json
+from .base import Checker, Dialect, Prompt, Violation, chat_messages, json_objects, named_frame, to_json
 from .events import (
     Error,
     Event,
@@ -186,14 +186,8 @@ class LMStudioChat(Dialect):
         calls = 0
         open_call: int | None = None
         failed = False
-        for i, sse in enumerate(events):
-            try:
-                obj = json.loads(sse.data)
-            except ValueError:
-                continue
-            if not isinstance(obj, dict):
-                continue
-            kind = obj.get("type", sse.event)
+        for i, name, obj in json_objects(events):
+            kind = obj.get("type", name)
             if kind == "chat.start":
                 out.append((i, Start(model=str(obj.get("model_instance_id", "")))))
             elif kind == "model_load.start":

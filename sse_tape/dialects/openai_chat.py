@@ -11,12 +11,23 @@ error is an `event: error` carrying `{"error": {...}}`, then `[DONE]`.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..cassette import Request
 from ..sse import ServerSentEvent, encode_event
-from .base import DONE, Checker, Dialect, Prompt, Violation, chat_messages, data_frame, executed_calls, to_json
+from .base import (
+    DONE,
+    Checker,
+    Dialect,
+    Prompt,
+    Violation,
+    chat_messages,
+    data_frame,
+    executed_calls,
+    json_objects,
+    to_json,
+)
 from .events import (
     Error,
     Event,
@@ -32,7 +43,7 @@ from .events import (
     Usage,
 )
 
-__all__ = ["OpenAIChat"]
+__all__ = ["ChunkFraming", "OpenAIChat"]
 
 FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter")
 
@@ -65,6 +76,11 @@ def usage_from(obj: Any) -> Usage | None:
     )
 
 
+def start_from(chunk: dict[str, Any]) -> Start:
+    """The Start that the first chunk of an OpenAI-style stream implies: its id, model and creation time."""
+    return Start(str(chunk.get("id", "")), str(chunk.get("model", "")), int(chunk.get("created") or 0))
+
+
 def wants_usage(body: Any) -> bool:
     """Whether a chat or completions request body sets stream_options.include_usage."""
     options = body.get("stream_options") if isinstance(body, dict) else None
@@ -75,17 +91,16 @@ def error_json(error: Error) -> dict[str, Any]:
     return {"error": {"message": error.message, "type": error.type, "code": error.code}}
 
 
-def error_from(obj: Any) -> Error:
-    inner = obj.get("error") if isinstance(obj, dict) else None
+def error_from(obj: dict[str, Any]) -> Error:
+    inner = obj.get("error")
     if not isinstance(inner, dict):
         return Error(str(obj))
     return Error(str(inner.get("message", "")), str(inner.get("type") or "server_error"), inner.get("code"))
 
 
-def _logprobs_json(logprobs: tuple[TokenLogprob, ...] | None) -> dict[str, Any] | None:
-    if logprobs is None:
-        return None
-    content = [
+def token_entries(logprobs: tuple[TokenLogprob, ...]) -> list[dict[str, Any]]:
+    """OpenAI's per-token logprob entries (chat and the Responses API): token, logprob, bytes, top_logprobs."""
+    return [
         {
             "token": lp.token,
             "logprob": lp.logprob,
@@ -94,20 +109,77 @@ def _logprobs_json(logprobs: tuple[TokenLogprob, ...] | None) -> dict[str, Any] 
         }
         for lp in logprobs
     ]
-    return {"content": content, "refusal": None}
 
 
-def _logprobs_from(obj: Any) -> tuple[TokenLogprob, ...] | None:
-    if not isinstance(obj, dict):
-        return None
+def tokens_from(entries: Any) -> tuple[TokenLogprob, ...]:
+    """TokenLogprobs from OpenAI's per-token logprob entries."""
     return tuple(
         TokenLogprob(
-            str(entry.get("token", "")),
-            float(entry.get("logprob", 0.0)),
-            tuple((str(t.get("token", "")), float(t.get("logprob", 0.0))) for t in entry.get("top_logprobs") or []),
+            str(e.get("token", "")),
+            float(e.get("logprob", 0.0)),
+            tuple((str(t.get("token", "")), float(t.get("logprob", 0.0))) for t in e.get("top_logprobs") or []),
         )
-        for entry in obj.get("content") or []
+        for e in entries or []
     )
+
+
+def error_event_frames(error: Error) -> list[bytes]:
+    """How OpenAI-style chunk streams end on an error: `event: error` with the error, then `[DONE]`."""
+    return [encode_event(to_json(error_json(error)), event="error"), DONE]
+
+
+class ChunkFraming:
+    """The framing every OpenAI-style chunk stream shares, checked while the chunks are handed on.
+
+    `chunks` notes events after `[DONE]`, error events without a message,
+    unexpected event names, data that is not a JSON object, a wrong `object`
+    and an `id` that changes; `close` notes a stream with no finish or no `[DONE]`.
+    """
+
+    def __init__(self, checker: Checker, object_name: str) -> None:
+        self.c = checker
+        self.object_name = object_name
+        self.done_at: int | None = None
+        self.error_at: int | None = None
+
+    def chunks(self, events: Sequence[ServerSentEvent]) -> Iterator[tuple[int, dict[str, Any]]]:
+        c, stream_id = self.c, None
+        for i, sse in enumerate(events):
+            if self.done_at is not None:
+                c.add(i, "event after [DONE]")
+                continue
+            if sse.data == "[DONE]":
+                self.done_at = i
+                continue
+            if sse.event == "error":
+                obj = c.json(i, sse)
+                inner = obj.get("error") if isinstance(obj, dict) else None
+                if obj is not None and not (isinstance(inner, dict) and isinstance(inner.get("message"), str)):
+                    c.add(i, "error event without error.message")
+                self.error_at = i
+                continue
+            if sse.event != "message":
+                c.add(i, f"unexpected event type {sse.event!r}")
+                continue
+            obj = c.json(i, sse)
+            if obj is None:
+                continue
+            if not isinstance(obj, dict):
+                c.add(i, "chunk is not a JSON object")
+                continue
+            if obj.get("object") != self.object_name:
+                c.add(i, f"object is {obj.get('object')!r}, not {self.object_name!r}")
+            if stream_id is None:
+                stream_id = obj.get("id")
+            elif obj.get("id") != stream_id:
+                c.add(i, f"id changes from {stream_id!r} to {obj.get('id')!r}")
+            yield i, obj
+
+    def close(self, finished_at: int | None) -> None:
+        if finished_at is None and self.error_at is None:
+            self.c.add(None, "no chunk with a finish_reason")
+        if self.done_at is None:
+            self.c.add(None, "no terminal frame (data: [DONE])")
 
 
 class OpenAIChat(Dialect):
@@ -140,7 +212,10 @@ class OpenAIChat(Dialect):
                 start = event
                 frames.append((i, chunk({"role": "assistant", "content": ""})))
             elif isinstance(event, TextDelta):
-                frames.append((i, chunk({"content": event.text}, logprobs=_logprobs_json(event.logprobs))))
+                logprobs = (
+                    None if event.logprobs is None else {"content": token_entries(event.logprobs), "refusal": None}
+                )
+                frames.append((i, chunk({"content": event.text}, logprobs=logprobs)))
             elif isinstance(event, ReasoningDelta):
                 frames.append((i, chunk({"reasoning_content": event.text})))
             elif isinstance(event, RefusalDelta):
@@ -159,8 +234,7 @@ class OpenAIChat(Dialect):
                     (i, data_frame({**usage, "model": start.model, "choices": [], "usage": usage_json(event)}))
                 )
             elif isinstance(event, Error):
-                frames.append((i, encode_event(to_json(error_json(event)), event="error")))
-                frames.append((i, DONE))
+                frames.extend((i, f) for f in error_event_frames(event))
                 return frames
         if events:
             frames.append((len(events) - 1, DONE))
@@ -169,29 +243,20 @@ class OpenAIChat(Dialect):
     def decode_indexed(self, events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]:
         out: list[tuple[int, Event]] = []
         open_calls: list[int] = []
-        started = False
-        for i, sse in enumerate(events):
-            if sse.data == "[DONE]":
-                continue
-            try:
-                obj = json.loads(sse.data)
-            except ValueError:
-                continue
-            if sse.event == "error":
+        for i, name, obj in json_objects(events):
+            if name == "error":
                 out.append((i, error_from(obj)))
                 continue
-            if not isinstance(obj, dict):
-                continue
-            if not started:
-                started = True
-                created = obj.get("created")
-                out.append((i, Start(str(obj.get("id", "")), str(obj.get("model", "")), int(created or 0))))
+            if not out:
+                out.append((i, start_from(obj)))
             for choice in obj.get("choices") or []:
                 delta = choice.get("delta") or {}
                 if delta.get("reasoning_content"):
                     out.append((i, ReasoningDelta(delta["reasoning_content"])))
                 if delta.get("content"):
-                    out.append((i, TextDelta(delta["content"], _logprobs_from(choice.get("logprobs")))))
+                    logprobs = choice.get("logprobs")
+                    tokens = tokens_from(logprobs.get("content")) if isinstance(logprobs, dict) else None
+                    out.append((i, TextDelta(delta["content"], tokens)))
                 if delta.get("refusal"):
                     out.append((i, RefusalDelta(delta["refusal"])))
                 for call in delta.get("tool_calls") or []:
@@ -213,42 +278,12 @@ class OpenAIChat(Dialect):
 
     def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
         c = Checker()
-        stream_id: Any = None
+        framing = ChunkFraming(c, "chat.completion.chunk")
         role_seen = early_content_reported = usage_seen = False
         finished_at: int | None = None
-        done_at: int | None = None
-        error_at: int | None = None
         calls: dict[int, str] = {}
         repeated: set[int] = set()
-        for i, sse in enumerate(events):
-            if done_at is not None:
-                c.add(i, "event after [DONE]")
-                continue
-            if sse.data == "[DONE]":
-                done_at = i
-                continue
-            if sse.event == "error":
-                obj = c.json(i, sse)
-                inner = obj.get("error") if isinstance(obj, dict) else None
-                if obj is not None and not (isinstance(inner, dict) and isinstance(inner.get("message"), str)):
-                    c.add(i, "error event without error.message")
-                error_at = i
-                continue
-            if sse.event != "message":
-                c.add(i, f"unexpected event type {sse.event!r}")
-                continue
-            obj = c.json(i, sse)
-            if obj is None:
-                continue
-            if not isinstance(obj, dict):
-                c.add(i, "chunk is not a JSON object")
-                continue
-            if obj.get("object") != "chat.completion.chunk":
-                c.add(i, f"object is {obj.get('object')!r}, not 'chat.completion.chunk'")
-            if stream_id is None:
-                stream_id = obj.get("id")
-            elif obj.get("id") != stream_id:
-                c.add(i, f"id changes from {stream_id!r} to {obj.get('id')!r}")
+        for i, obj in framing.chunks(events):
             choices = obj.get("choices")
             if not isinstance(choices, list):
                 c.add(i, "choices is missing or not a list")
@@ -294,11 +329,8 @@ class OpenAIChat(Dialect):
                 json.loads(arguments)
             except ValueError:
                 c.add(None, f"tool call {index} arguments are not valid JSON: {arguments[:40]!r}")
-        if finished_at is None and error_at is None:
-            c.add(None, "no chunk with a finish_reason")
-        if done_at is None:
-            c.add(None, "no terminal frame (data: [DONE])")
-        if request is not None and wants_usage(request.json()) and not usage_seen and error_at is None:
+        framing.close(finished_at)
+        if request is not None and wants_usage(request.json()) and not usage_seen and framing.error_at is None:
             c.add(None, "stream_options.include_usage was set but no chunk carries usage")
         return c.violations
 

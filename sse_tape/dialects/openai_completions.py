@@ -10,15 +10,14 @@ here and are dropped.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from ..cassette import Request
-from ..sse import ServerSentEvent, encode_event
-from .base import DONE, Checker, Dialect, Prompt, Violation, data_frame, messages_text, to_json
+from ..sse import ServerSentEvent
+from .base import DONE, Checker, Dialect, Prompt, Violation, data_frame, json_objects, messages_text
 from .events import Error, Event, Finish, Start, TextDelta, TokenLogprob, Usage
-from .openai_chat import error_from, error_json, usage_from, usage_json, wants_usage
+from .openai_chat import ChunkFraming, error_event_frames, error_from, start_from, usage_from, usage_json, wants_usage
 
 __all__ = ["OpenAICompletions"]
 
@@ -66,8 +65,7 @@ class OpenAICompletions(Dialect):
             elif isinstance(event, Usage):
                 frames.append((i, chunk([], usage=usage_json(event))))
             elif isinstance(event, Error):
-                frames.append((i, encode_event(to_json(error_json(event)), event="error")))
-                frames.append((i, DONE))
+                frames.extend((i, f) for f in error_event_frames(event))
                 return frames
         if frames:
             frames.append((len(events) - 1, DONE))
@@ -75,22 +73,12 @@ class OpenAICompletions(Dialect):
 
     def decode_indexed(self, events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]:
         out: list[tuple[int, Event]] = []
-        started = False
-        for i, sse in enumerate(events):
-            if sse.data == "[DONE]":
-                continue
-            try:
-                obj = json.loads(sse.data)
-            except ValueError:
-                continue
-            if sse.event == "error":
+        for i, name, obj in json_objects(events):
+            if name == "error":
                 out.append((i, error_from(obj)))
                 continue
-            if not isinstance(obj, dict):
-                continue
-            if not started:
-                started = True
-                out.append((i, Start(str(obj.get("id", "")), str(obj.get("model", "")), int(obj.get("created") or 0))))
+            if not out:
+                out.append((i, start_from(obj)))
             for choice in obj.get("choices") or []:
                 if choice.get("text"):
                     out.append((i, TextDelta(choice["text"], _logprobs_from(choice.get("logprobs")))))
@@ -102,33 +90,9 @@ class OpenAICompletions(Dialect):
 
     def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
         c = Checker()
-        stream_id: Any = None
+        framing = ChunkFraming(c, "text_completion")
         finished_at: int | None = None
-        done_at: int | None = None
-        error_at: int | None = None
-        for i, sse in enumerate(events):
-            if done_at is not None:
-                c.add(i, "event after [DONE]")
-                continue
-            if sse.data == "[DONE]":
-                done_at = i
-                continue
-            if sse.event == "error":
-                c.json(i, sse)
-                error_at = i
-                continue
-            obj = c.json(i, sse)
-            if obj is None:
-                continue
-            if not isinstance(obj, dict):
-                c.add(i, "chunk is not a JSON object")
-                continue
-            if obj.get("object") != "text_completion":
-                c.add(i, f"object is {obj.get('object')!r}, not 'text_completion'")
-            if stream_id is None:
-                stream_id = obj.get("id")
-            elif obj.get("id") != stream_id:
-                c.add(i, f"id changes from {stream_id!r} to {obj.get('id')!r}")
+        for i, obj in framing.chunks(events):
             choices = obj.get("choices")
             if not isinstance(choices, list) or (not choices and not obj.get("usage")):
                 c.add(i, "choices is missing or empty")
@@ -151,10 +115,7 @@ class OpenAICompletions(Dialect):
                     if finished_at is not None:
                         c.add(i, "finish_reason repeated")
                     finished_at = i
-        if finished_at is None and error_at is None:
-            c.add(None, "no chunk with a finish_reason")
-        if done_at is None:
-            c.add(None, "no terminal frame (data: [DONE])")
+        framing.close(finished_at)
         return c.violations
 
     def prompt(self, body: Any) -> Prompt:

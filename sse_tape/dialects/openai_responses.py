@@ -21,7 +21,17 @@ from typing import Any
 
 from ..cassette import Request
 from ..sse import ServerSentEvent
-from .base import DONE, Checker, Dialect, Prompt, Violation, chat_messages, executed_calls, named_frame
+from .base import (
+    DONE,
+    Checker,
+    Dialect,
+    Prompt,
+    Violation,
+    chat_messages,
+    executed_calls,
+    json_objects,
+    named_frame,
+)
 from .events import (
     Error,
     Event,
@@ -30,12 +40,12 @@ from .events import (
     RefusalDelta,
     Start,
     TextDelta,
-    TokenLogprob,
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
     Usage,
 )
+from .openai_chat import token_entries, tokens_from
 
 __all__ = ["OpenAIResponses"]
 
@@ -155,31 +165,6 @@ def _usage_from(obj: Any) -> Usage | None:
     return Usage(obj["input_tokens"], int(obj.get("output_tokens") or 0), reasoning or None, cached or None)
 
 
-def _logprobs_json(logprobs: tuple[TokenLogprob, ...] | None) -> list[dict[str, Any]]:
-    return [
-        {
-            "token": lp.token,
-            "logprob": lp.logprob,
-            "bytes": list(lp.token.encode()),
-            "top_logprobs": [{"token": t, "logprob": p, "bytes": list(t.encode())} for t, p in lp.top],
-        }
-        for lp in logprobs or ()
-    ]
-
-
-def _logprobs_from(obj: Any) -> tuple[TokenLogprob, ...] | None:
-    if not obj:
-        return None
-    return tuple(
-        TokenLogprob(
-            str(e.get("token", "")),
-            float(e.get("logprob", 0.0)),
-            tuple((str(t.get("token", "")), float(t.get("logprob", 0.0))) for t in e.get("top_logprobs") or []),
-        )
-        for e in obj
-    )
-
-
 class OpenAIResponses(Dialect):
     """The OpenAI Responses API streaming."""
 
@@ -201,7 +186,7 @@ class OpenAIResponses(Dialect):
             elif isinstance(event, TextDelta):
                 item = e.open("message")
                 item.text += event.text
-                logprobs = _logprobs_json(event.logprobs)
+                logprobs = token_entries(event.logprobs or ())
                 item.logprobs += logprobs
                 e.emit("response.output_text.delta", **e._where(item), delta=event.text, logprobs=logprobs)
             elif isinstance(event, RefusalDelta):
@@ -257,21 +242,15 @@ class OpenAIResponses(Dialect):
     def decode_indexed(self, events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]:
         out: list[tuple[int, Event]] = []
         calls: dict[str, int] = {}  # function call item id -> tool call index
-        for i, sse in enumerate(events):
-            try:
-                obj = json.loads(sse.data)
-            except ValueError:
-                continue
-            if not isinstance(obj, dict):
-                continue
-            kind = obj.get("type", sse.event)
+        for i, name, obj in json_objects(events):
+            kind = obj.get("type", name)
             response: dict[str, Any] = obj["response"] if isinstance(obj.get("response"), dict) else {}
             item: dict[str, Any] = obj["item"] if isinstance(obj.get("item"), dict) else {}
             if kind == "response.created":
                 created = int(response.get("created_at") or 0)
                 out.append((i, Start(str(response.get("id", "")), str(response.get("model", "")), created)))
             elif kind == "response.output_text.delta" and obj.get("delta"):
-                out.append((i, TextDelta(obj["delta"], _logprobs_from(obj.get("logprobs")))))
+                out.append((i, TextDelta(obj["delta"], tokens_from(obj.get("logprobs")) or None)))
             elif kind == "response.refusal.delta" and obj.get("delta"):
                 out.append((i, RefusalDelta(obj["delta"])))
             elif kind in ("response.reasoning_text.delta", "response.reasoning_summary_text.delta") and obj.get(
