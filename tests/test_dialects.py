@@ -709,3 +709,18 @@ def test_named_event_dialects_fault_data_that_is_not_json(name: str) -> None:
 def test_error_responses_before_the_stream(body: bytes, expected: list[str]) -> None:
     response = Response(429, (("content-type", "application/json"),), (Chunk(0.0, body),))
     assert [str(v) for v in check_error_response(response)] == expected
+
+
+def test_translation_to_chat_sends_heartbeats_when_idle_and_the_request_id(bundled: dict[str, Cassette]) -> None:
+    thinking = bundled["router-chat"].interactions[2]  # 17.6 s of silence after the role frame
+    as_lmstudio = translate(thinking, DIALECTS["lmstudio-chat"])
+    assert b": heartbeat" not in as_lmstudio.response.body
+    back = translate(as_lmstudio, DIALECTS["openai-chat"]).response
+    beats = [c.t for c in back.chunks if c.data == b": heartbeat\n\n"]
+    role_frame_at = thinking.response.chunks[0].t
+    assert beats == [round(role_frame_at + 15.0, 6)]  # 15 s after the last frame, chat.start at the role frame's time
+    assert back.header("x-request-id") == "chatcmpl-ghi789"  # carried over from the recording, through LM Studio
+    as_chat = translate(thinking, DIALECTS["openai-chat"]).response
+    assert [c.t for c in as_chat.chunks if c.data == b": heartbeat\n\n"] == [round(role_frame_at + 15.0, 6)]
+    assert as_chat.header("x-request-id") == "chatcmpl-ghi789"
+    assert as_chat.header("x-xerotier-worker-id") == "worker-7f3a"  # the router's own headers carry over

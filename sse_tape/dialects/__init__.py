@@ -14,6 +14,7 @@ from dataclasses import replace
 from .._exceptions import ConfigError
 from ..cassette import Chunk, Interaction, Response
 from .base import Dialect, Prompt, Violation
+from .events import Start
 from .lmstudio_chat import LMStudioChat
 from .openai_chat import OpenAIChat
 from .openai_completions import OpenAICompletions
@@ -108,10 +109,29 @@ def translate(interaction: Interaction, target: Dialect, source: Dialect | None 
     timed = response.events()
     pairs = source.decode_indexed([sse for _, sse in timed])
     times = [timed[i][0] for i, _ in pairs]
-    frames = target.encode_indexed([event for _, event in pairs])
-    chunks = tuple(Chunk(times[k], frame) for k, frame in frames)
-    headers = (*kept, ("content-type", "text/event-stream"))
+    events = [event for _, event in pairs]
+    chunks = _with_heartbeats([Chunk(times[k], frame) for k, frame in target.encode_indexed(events)], target)
+    start = next((e for e in events if isinstance(e, Start)), Start())
+    headers = target.response_headers(start)
+    names = {name.lower() for name, _ in headers}
+    headers = (*headers, *((k, v) for k, v in kept if k.lower() not in names))
     return replace(interaction, request=new_request, response=replace(response, headers=headers, chunks=chunks))
+
+
+def _with_heartbeats(chunks: list[Chunk], dialect: Dialect) -> tuple[Chunk, ...]:
+    """The chunks, with the dialect's heartbeat comment wherever the stream is silent long enough."""
+    if dialect.heartbeat is None:
+        return tuple(chunks)
+    interval, comment = dialect.heartbeat
+    out: list[Chunk] = []
+    last = 0.0
+    for chunk in chunks:
+        while chunk.t - last > interval:
+            last = round(last + interval, 6)
+            out.append(Chunk(last, comment))
+        out.append(chunk)
+        last = chunk.t
+    return tuple(out)
 
 
 def check_error_response(response: Response) -> list[Violation]:

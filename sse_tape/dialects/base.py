@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from ..cassette import Headers, Request
 from ..sse import ServerSentEvent, encode_event
-from .events import Error, Event, ToolCallEnd
+from .events import Error, Event, Start, ToolCallEnd
 
 __all__ = [
     "DONE",
@@ -99,6 +99,12 @@ class Dialect(ABC):
     """The dialect's name on the command line (`openai-chat`, ...)."""
     path: ClassVar[str]
     """The request path this API streams from."""
+    heartbeat: ClassVar[tuple[float, bytes] | None] = None
+    """How this server keeps an idle stream open: after so many silent seconds, this comment."""
+
+    def response_headers(self, start: Start) -> Headers:
+        """The headers this server sends with a stream that begins with `start`."""
+        return (("content-type", "text/event-stream"), ("cache-control", "no-cache"))
 
     def encode(self, events: Sequence[Event]) -> list[bytes]:
         """The SSE frames this API's server sends for `events`, terminal frames included."""

@@ -14,8 +14,8 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..cassette import Request
-from ..sse import ServerSentEvent, encode_event
+from ..cassette import Headers, Request
+from ..sse import ServerSentEvent, encode_comment, encode_event
 from .base import (
     DONE,
     Checker,
@@ -187,6 +187,12 @@ class OpenAIChat(Dialect):
 
     name = "openai-chat"
     path = "/v1/chat/completions"
+    # The hosted router in the seeds: ": heartbeat" after 15 s without a chunk.
+    heartbeat = (15.0, encode_comment("heartbeat"))
+
+    def response_headers(self, start: Start) -> Headers:
+        headers = super().response_headers(start)
+        return (*headers, ("x-request-id", start.id)) if start.id else headers
 
     def encode_indexed(self, events: Sequence[Event]) -> list[tuple[int, bytes]]:
         frames: list[tuple[int, bytes]] = []

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..cassette import Request
+from ..cassette import Headers, Request
 from ..sse import ServerSentEvent
 from .base import (
     DONE,
@@ -170,6 +170,9 @@ class OpenAIResponses(Dialect):
 
     name = "openai-responses"
     path = "/v1/responses"
+
+    def response_headers(self, start: Start) -> Headers:
+        return (("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache"))
 
     def encode_indexed(self, events: Sequence[Event]) -> list[tuple[int, bytes]]:
         e = _Encoder()
