@@ -102,8 +102,10 @@ def free_port() -> int:
 def mitmdump(binary: str, upstream: str) -> Iterator[int]:
     port = free_port()
     proc = subprocess.Popen(
-        [binary, "-q", "--mode", f"reverse:{upstream}", "--listen-host", "127.0.0.1", "--listen-port", str(port)]
-        + ["--set", "stream_large_bodies=1", "--set", "connection_strategy=lazy"],
+        [
+            *(binary, "-q", "--mode", f"reverse:{upstream}", "--listen-host", "127.0.0.1", "--listen-port", str(port)),
+            *("--set", "stream_large_bodies=1", "--set", "connection_strategy=lazy"),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

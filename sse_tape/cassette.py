@@ -18,6 +18,7 @@ import base64
 import binascii
 import fcntl
 import json
+import math
 import os
 import stat
 import tempfile
@@ -45,6 +46,7 @@ __all__ = [
     "Response",
     "append_interactions",
     "bundled_cassettes",
+    "check_cassette_path",
     "find_cassettes",
 ]
 
@@ -108,6 +110,13 @@ class Response:
     chunks: tuple[Chunk, ...] = ()
     end: End = End.COMPLETE
     duration: float | None = None
+
+    @property
+    def end_time(self) -> float:
+        """When the response ended, in seconds since the request was sent."""
+        if self.duration is not None:
+            return self.duration
+        return self.chunks[-1].t if self.chunks else 0.0
 
     @property
     def body(self) -> bytes:
@@ -188,7 +197,10 @@ class Cassette:
             "interactions": [_interaction_to_doc(i, binary=suffix == ".msgpack") for i in self.interactions],
         }
         data = _encode(doc, suffix)
-        _atomic_write(target, data)
+        try:
+            _atomic_write(target, data)
+        except OSError as exc:
+            raise CassetteError(f"{target}: cannot write: {exc.strerror or exc}") from None
         self.path = target
         return target
 
@@ -201,11 +213,13 @@ def append_interactions(path: str | os.PathLike[str], interactions: Iterable[Int
     nothing; the rewrite is atomic, so a crash leaves the old or the new file.
     A file that cannot be read is left alone and the error raised.
     """
-    path = Path(path)
-    _suffix(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Lock the folder, not the file: the file is replaced by a rename, the folder stays.
-    fd = os.open(path.parent, os.O_RDONLY)
+    path = check_cassette_path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Lock the folder, not the file: the file is replaced by a rename, the folder stays.
+        fd = os.open(path.parent, os.O_RDONLY)
+    except OSError as exc:
+        raise CassetteError(f"{path}: cannot write: {exc.strerror or exc}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         cassette = Cassette.load(path) if path.exists() else Cassette(path=path)
@@ -244,6 +258,18 @@ class _Invalid(Exception):
     """Raised inside this module; `Cassette.load` adds the file name."""
 
 
+def check_cassette_path(path: str | os.PathLike[str]) -> Path:
+    """The path, if its suffix names a cassette encoding; raises `CassetteError` otherwise.
+
+    Recorders call it before they send anything, so that nothing is recorded into a file that cannot be written.
+    """
+    path = Path(path)
+    _suffix(path)
+    if path.exists() and not path.is_file():
+        raise CassetteError(f"{path}: is not a file")
+    return path
+
+
 def _suffix(path: Path) -> str:
     if path.suffix not in SUFFIXES:
         raise CassetteError(f"{path}: unknown cassette type {path.suffix!r}: use .toml or .msgpack")
@@ -279,15 +305,15 @@ def _atomic_write(target: Path, data: bytes) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
-        # mkstemp makes the file private; give it the mode it had, or the usual one.
-        try:
-            mode = stat.S_IMODE(target.stat().st_mode)
-        except FileNotFoundError:
-            umask = os.umask(0o022)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
+            # mkstemp makes the file private; give it the mode it had, or the usual one.
+            try:
+                mode = stat.S_IMODE(target.stat().st_mode)
+            except FileNotFoundError:
+                umask = os.umask(0o022)
+                os.umask(umask)
+                mode = 0o666 & ~umask
+            os.fchmod(f.fileno(), mode)
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -409,8 +435,11 @@ def _interaction_from_doc(doc: Any, where: str) -> Interaction:
     chunks = resp.get("chunks", [])
     if not isinstance(chunks, list):
         raise _Invalid(f"{where}: response.chunks must be a list")
+    status = _field(resp, "status", int, f"{where}: response")
+    if not 100 <= status <= 599:
+        raise _Invalid(f"{where}: response.status {status} is not an HTTP status")
     response = Response(
-        status=_field(resp, "status", int, f"{where}: response"),
+        status=status,
         headers=_headers_from_doc(resp.get("headers", {}), f"{where}: response.headers"),
         chunks=tuple(_chunk_from_doc(c, f"{where}: chunk {n}") for n, c in enumerate(chunks, 1)),
         end=end,
@@ -423,7 +452,7 @@ def _interaction_from_doc(doc: Any, where: str) -> Interaction:
 def _chunk_from_doc(doc: Any, where: str) -> Chunk:
     doc = _table(doc, where)
     t = _number(doc, "t", where)
-    if t is None or t < 0:
+    if t is None or not 0 <= t < math.inf:
         raise _Invalid(f"{where}: t must be a number of seconds >= 0")
     data = _get_bytes(doc, _CHUNK_KEYS, where)
     if data is None:
@@ -435,6 +464,8 @@ def _headers_from_doc(doc: Any, where: str) -> Headers:
     doc = _table(doc, where)
     pairs: list[tuple[str, str]] = []
     for name, value in doc.items():
+        if not isinstance(name, str):
+            raise _Invalid(f"{where}: header name {name!r} is not text")
         values = value if isinstance(value, list) else [value]
         if not all(isinstance(v, str) for v in values):
             raise _Invalid(f"{where}: {name} must be a string or a list of strings")
@@ -466,8 +497,8 @@ def _number(doc: Mapping[str, Any], name: str, where: str, default: Any = _MISSI
         raise _Invalid(f"{where}.{name} is missing")
     if value is None:
         return None
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise _Invalid(f"{where}.{name} must be a number")
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        raise _Invalid(f"{where}.{name} must be a finite number")
     return float(value)
 
 

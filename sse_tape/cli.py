@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
 import json
 import os
@@ -17,7 +18,7 @@ import click
 
 from . import __version__
 from ._exceptions import ConfigError, SSETapeError
-from .cassette import Cassette, Interaction, find_cassettes
+from .cassette import Cassette, Interaction, check_cassette_path, find_cassettes
 from .dialects import DIALECTS, Dialect, Violation, check_error_response, detect, translate
 from .dialects import get as get_dialect
 from .matching import DEFAULT_MATCH_ON, MatchOn
@@ -220,6 +221,8 @@ def record(url: str | None, cassette: Path, upstream: str | None, **options: Any
         banner = f"recording {proxy.upstream} into {cassette} (record mode {mode})"
         asyncio.run(_serve_until_stopped(proxy, banner))
         _log(proxy.summary())
+        if proxy.counts["not saved"]:
+            raise SSETapeError(f"{proxy.counts['not saved']} interactions could not be saved to {cassette}")
     else:
         assert url is not None
         _record_one_shot(url, cassette, *one_shot, redaction=redaction, idle_timeout=idle_timeout)
@@ -252,6 +255,7 @@ def _record_one_shot(
     idle_timeout: float,
 ) -> None:
     method, headers, body = _one_shot_request(method, data, header)
+    check_cassette_path(cassette)
     if cassette.exists():
         Cassette.load(cassette)  # an unreadable cassette stops us before the request is sent
     try:
@@ -288,7 +292,9 @@ async def _serve_until_stopped(server: MockServer, what: str) -> None:
     try:
         await server.start()
     except OSError as exc:
-        reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+        # asyncio wraps the bind error's text in a sentence of its own; an unknown host is a gaierror.
+        known = exc.errno is not None and exc.errno in errno.errorcode
+        reason = os.strerror(exc.errno).lower() if known and exc.errno is not None else exc.strerror or str(exc)
         raise SSETapeError(f"cannot listen on {server.host}:{server.port}: {reason}") from None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -332,12 +338,11 @@ def _describe(n: int, interaction: Interaction, *, full: bool) -> list[str]:
     query = f"?{req.query}" if req.query else ""
     kind = resp.header("content-type") or "no content-type"
     timed = resp.events()
-    duration = resp.duration if resp.duration is not None else (resp.chunks[-1].t if resp.chunks else 0.0)
     lines = [
         f"#{n} {req.method} {req.path}{query}",
         f"   -> {resp.status} {kind}, ended: {resp.end}",
         f"   {len(resp.chunks)} chunks, {len(timed)} events, {len(resp.body)} bytes, "
-        f"{duration:.3f} s" + (f", first byte at {resp.chunks[0].t:.3f} s" if resp.chunks else ""),
+        f"{resp.end_time:.3f} s" + (f", first byte at {resp.chunks[0].t:.3f} s" if resp.chunks else ""),
     ]
     gaps = [b[0] - a[0] for a, b in itertools.pairwise(timed)]
     if gaps:
@@ -451,7 +456,11 @@ def _check_interaction(source: str, n: int, interaction: Interaction, chosen: Di
     if response.status >= 400:
         violations = check_error_response(response)
     else:
-        violations = found.check([event for _, event in response.events()], request)
+        try:
+            violations = found.check([event for _, event in response.events()], request)
+        except (TypeError, ValueError, AttributeError, KeyError) as exc:
+            # A stream malformed in a way no rule foresaw is still a finding, not a crash.
+            violations = [Violation(None, f"the stream is malformed in a way check cannot follow ({exc!r})")]
     row["violations"] = [{"event": v.event, "message": v.message} for v in violations]
     return row
 

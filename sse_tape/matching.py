@@ -85,7 +85,8 @@ class Matcher:
             for n, interaction in enumerate(cassette.interactions, 1)
         ]
         self._bodies = [self._comparable_body(r.interaction.request) for r in self.recordings]
-        self._played: dict[tuple[int, ...], int] = {}
+        self._played: dict[tuple[int, ...], int] = {}  # turns taken by each group of equally alike recordings
+        self._used: set[int] = set()  # recordings that answered, when repeats are off
 
     def find(self, request: Request) -> Recording:
         """The recording that answers `request`; raises `NoMatchError` naming the closest ones."""
@@ -94,14 +95,20 @@ class Matcher:
         if not agreeing:
             raise NoMatchError(self.explain_miss(request))
         scores = {n: _likeness(body, self._bodies[n]) for n in agreeing}
+        if not self.allow_repeats:
+            # The most alike recording that has not answered yet.
+            fresh = [n for n in sorted(agreeing, key=lambda n: (-scores[n], n)) if n not in self._used]
+            if not fresh:
+                count = len(agreeing)
+                raise NoMatchError(
+                    f"the {count} recording{'s'[: count != 1]} matching {request.method} {request.path} "
+                    f"{'have' if count != 1 else 'has'} been played already: {self.recordings[agreeing[0]]}"
+                )
+            self._used.add(fresh[0])
+            return self.recordings[fresh[0]]
         best = max(scores.values())
         group = tuple(n for n in agreeing if scores[n] == best)
         turn = self._played.get(group, 0)
-        if turn >= len(group) and not self.allow_repeats:
-            raise NoMatchError(
-                f"the {len(group)} recording{'s'[: len(group) != 1]} matching {request.method} {request.path} "
-                f"{'have' if len(group) != 1 else 'has'} been played already: {self.recordings[group[0]]}"
-            )
         self._played[group] = turn + 1
         return self.recordings[group[turn % len(group)]]
 

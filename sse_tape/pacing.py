@@ -9,6 +9,9 @@ A pace is one of:
 - `tps:N`: N events per second, each SSE event counted as one token; the first
   chunk at once, each later chunk after the events before it.
 
+A response that ended in silence (a stall before a timeout, say) keeps its
+silence, scaled at `xK`; only `instant` drops it.
+
 Jitter (`5ms`, or `10%` of each gap) moves every gap by a uniform random amount
 in [-jitter, +jitter], never below zero, from a seeded generator: the same seed
 gives the same schedule.
@@ -16,6 +19,7 @@ gives the same schedule.
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from collections.abc import Sequence
@@ -80,7 +84,7 @@ class Pacing:
             raise ConfigError(
                 f"unknown pace {pace!r}: use recorded, instant, xK (x2, x0.5), a gap (20ms) or tps:N (tps:40)"
             ) from None
-        if mode in (PaceMode.SCALED, PaceMode.TPS) and not value > 0:
+        if mode in (PaceMode.SCALED, PaceMode.TPS) and not 0 < value < math.inf:
             raise ConfigError(f"pace {pace!r}: the number must be greater than 0")
         amount, relative = 0.0, False
         if jitter:
@@ -91,8 +95,8 @@ class Pacing:
                     raise ConfigError(f"jitter {jitter!r}: write a duration (5ms) or a percentage (10%)") from None
             else:
                 amount = parse_duration(jitter)
-            if amount < 0:
-                raise ConfigError("jitter cannot be negative")
+            if not 0 <= amount < math.inf:
+                raise ConfigError(f"jitter {jitter!r}: give a duration or a percentage of 0 or more")
         return cls(mode, value, amount, relative, seed)
 
     def schedule(self, response: Response, *, key: str = "") -> tuple[list[float], float]:
@@ -103,18 +107,19 @@ class Pacing:
         jitter is reproducible per replay and differs between replays.
         """
         chunks = response.chunks
-        last = chunks[-1].t if chunks else 0.0
-        tail = max((response.duration if response.duration is not None else last) - last, 0.0)
+        # The silence between the last chunk and the end (a stall before a timeout) is kept:
+        # scaled with the rest, dropped only at instant pace.
+        tail = max(response.end_time - (chunks[-1].t if chunks else 0.0), 0.0)
         if self.mode is PaceMode.RECORDED:
-            offsets, tail = [c.t for c in chunks], tail
+            offsets = [c.t for c in chunks]
         elif self.mode is PaceMode.SCALED:
             offsets, tail = [c.t / self.value for c in chunks], tail / self.value
         elif self.mode is PaceMode.INSTANT:
             offsets, tail = [0.0] * len(chunks), 0.0
         elif self.mode is PaceMode.GAP:
-            offsets, tail = [i * self.value for i in range(len(chunks))], 0.0
+            offsets = [i * self.value for i in range(len(chunks))]
         else:
-            offsets, tail = [n / self.value for n in _events_before(chunks)], 0.0
+            offsets = [n / self.value for n in _events_before(chunks)]
         if self.jitter and offsets:
             offsets = self._jittered(offsets, random.Random(f"{self.seed}:{key}"))
         return offsets, (offsets[-1] if offsets else 0.0) + tail

@@ -21,27 +21,27 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from pathlib import Path
 from typing import Any, BinaryIO
 
 import httpx
 from aiohttp import web
 
-from ._exceptions import NoMatchError, UpstreamError
-from .cassette import Cassette, Chunk, End, Headers, Interaction, Request, Response, append_interactions
+from ._exceptions import ConfigError, NoMatchError, UpstreamError
+from .cassette import (
+    Cassette,
+    Chunk,
+    End,
+    Headers,
+    Interaction,
+    Request,
+    Response,
+    append_interactions,
+    check_cassette_path,
+)
 from .redaction import Redaction
-from .server import MockServer, drop_connection, run_in_thread
+from .server import MockServer, drop_connection, end_to_end, run_in_thread
 
 __all__ = ["RecordMode", "RecordingProxy", "arecording", "describe", "record_once", "recording"]
-
-# Hop-by-hop headers (RFC 9110 section 7.6.1) and those httpx sets itself.
-_NOT_FORWARDED = frozenset(
-    {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "host"}
-    | {"content-length", "accept-encoding"}
-)
-_NOT_RETURNED = frozenset(
-    {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade"}
-)
 
 
 class RecordMode(StrEnum):
@@ -121,10 +121,27 @@ async def _fetch(
 
 
 def _upstream_headers(request: Request) -> list[tuple[str, str]]:
-    headers = [(k, v) for k, v in request.headers if k.lower() not in _NOT_FORWARDED]
-    # Ask for the body as it is, so the cassette holds readable events rather than gzip.
+    # httpx sets host and content-length itself; ask for the body as it is, so that the
+    # cassette holds readable events rather than gzip.
+    headers = end_to_end(request.headers, also_drop=("host", "content-length", "accept-encoding"))
     headers.append(("accept-encoding", "identity"))
     return headers
+
+
+def parse_upstream(url: str) -> str:
+    """An upstream base URL, checked: http or https, a host, a valid port, no query; raises `ConfigError`."""
+    try:
+        parsed = httpx.URL(url)
+        port = parsed.port
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise ConfigError(f"{url!r} is not a URL: {exc}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ConfigError(f"{url!r}: give an http:// or https:// URL with a host")
+    if port is not None and not 0 < port < 65536:
+        raise ConfigError(f"{url!r}: port {port} is out of range")
+    if parsed.query or parsed.fragment:
+        raise ConfigError(f"{url!r}: an upstream base URL takes no query or fragment")
+    return url.rstrip("/")
 
 
 def _upstream_url(upstream: str, request: Request) -> str:
@@ -134,9 +151,8 @@ def _upstream_url(upstream: str, request: Request) -> str:
 def describe(interaction: Interaction) -> str:
     """One line about a recorded interaction: request, status, events, duration, how it ended."""
     req, resp = interaction.request, interaction.response
-    seconds = resp.duration if resp.duration is not None else (resp.chunks[-1].t if resp.chunks else 0.0)
     events = len(resp.events())
-    return f"{req.method} {req.path} -> {resp.status}, {events} event{'s'[: events != 1]}, {seconds:.2f} s, {resp.end}"
+    return f"{req.method} {req.path} -> {resp.status}, {events} event{'s'[: events != 1]}, {resp.end_time:.2f} s, {resp.end}"
 
 
 class RecordingProxy(MockServer):
@@ -158,7 +174,8 @@ class RecordingProxy(MockServer):
         idle_timeout: float = 300.0,
         **options: Any,
     ) -> None:
-        self.cassette_path = Path(cassette)
+        self.cassette_path = check_cassette_path(cassette)
+        self.upstream = parse_upstream(upstream)
         # Read it now: a cassette that cannot be read must stop us before we record over it.
         existing = Cassette.load(self.cassette_path) if self.cassette_path.exists() else None
         self.mode = RecordMode(mode)
@@ -166,7 +183,6 @@ class RecordingProxy(MockServer):
         replayable = [existing] if existing is not None and self.mode is not RecordMode.ALL else []
         options.setdefault("allow_repeats", self.mode is not RecordMode.NEW_EPISODES)
         super().__init__(replayable, **options)
-        self.upstream = upstream.rstrip("/")
         self.redaction = redaction or Redaction()
         self.idle_timeout = idle_timeout
         self.counts: Counter[str] = Counter()
@@ -214,9 +230,8 @@ class RecordingProxy(MockServer):
 
         async def on_head(capture: _Capture) -> None:
             out.set_status(capture.status or 502)
-            for name, value in capture.headers:
-                if name.lower() not in _NOT_RETURNED:
-                    out.headers.add(name, value)
+            for name, value in end_to_end(capture.headers):
+                out.headers.add(name, value)
             await out.prepare(http)
 
         self.active_streams += 1
@@ -252,7 +267,12 @@ class RecordingProxy(MockServer):
         interaction = capture.interaction()
         if interaction is None:
             return
-        interaction = self.redaction.interaction(interaction)
+        try:
+            interaction = self.redaction.interaction(interaction)
+        except Exception as exc:  # a bug here must not pass silently: count it as not saved
+            self.counts["not saved"] += 1
+            self._say(f"could not redact an interaction, so it was not saved: {exc!r}")
+            return
         self.counts["recorded"] += 1
         if interaction.response.end is not End.COMPLETE:
             self.counts[str(interaction.response.end)] += 1
@@ -307,6 +327,9 @@ async def record_once(
     cancelled (Ctrl-C): then as far as it got, marked interrupted. With no
     cassette it is only returned.
     """
+    if cassette is not None:
+        check_cassette_path(cassette)
+    parse_upstream(url.split("?", 1)[0])
     target = httpx.URL(url)
     query = target.query.decode("ascii")
     request = Request(method.upper(), target.raw_path.decode("ascii").split("?", 1)[0], query, tuple(headers), body)

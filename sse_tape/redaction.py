@@ -30,7 +30,8 @@ _SECRET_WORDS = frozenset(
     {"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials", "cookie", "auth"}
 )
 _ALWAYS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie", "api-key", "x-api-key"})
-_WORD = re.compile(r"[a-z0-9]+")
+# Words of a name in any style: x-api-key, api_key, apiKey, accessToken, X-AuthToken.
+_WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +56,11 @@ class Redaction:
 
     def is_secret(self, name: str) -> bool:
         """Whether a header or query parameter of this name is redacted."""
-        name = name.lower()
-        if name in self.keep_headers:
+        lower = name.lower()
+        if lower in self.keep_headers:
             return False
-        return name in _ALWAYS or name in self.headers or not _SECRET_WORDS.isdisjoint(_WORD.findall(name))
+        words = {word.lower() for word in _WORD.findall(name)}
+        return lower in _ALWAYS or lower in self.headers or not _SECRET_WORDS.isdisjoint(words)
 
     def interaction(self, interaction: Interaction) -> Interaction:
         """The interaction with its secrets replaced by the marker."""
@@ -101,4 +103,9 @@ class Redaction:
         hits = [hit for path in self.json_fields for hit in locate(doc, path.split("."))]
         for container, key in hits:
             container[key] = REDACTED
-        return json.dumps(doc, ensure_ascii=False).encode() if hits else body
+        if not hits:
+            return body
+        try:
+            return json.dumps(doc, ensure_ascii=False).encode()
+        except UnicodeEncodeError:  # a lone surrogate such as "\ud800" is valid JSON text, not valid UTF-8
+            return json.dumps(doc).encode()

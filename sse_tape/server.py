@@ -28,21 +28,19 @@ from .pacing import Pacing
 
 __all__ = ["MockServer", "aserve", "load_cassettes", "run_in_thread", "serve"]
 
-# Headers that describe one connection, not the response (RFC 9110 section 7.6.1), and
-# those the server must compute itself for this replay.
-_NOT_REPLAYED = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "content-length",
-        "date",
-    }
+# Headers that describe one connection, not the message (RFC 9110 section 7.6.1).
+HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade"}
 )
+
+
+def end_to_end(headers: Iterable[tuple[str, str]], also_drop: Iterable[str] = ()) -> list[tuple[str, str]]:
+    """The headers a proxy or a replay passes on: not hop-by-hop ones, nor those the Connection header names."""
+    named = {h.strip().lower() for name, value in headers if name.lower() == "connection" for h in value.split(",")}
+    dropped = HOP_BY_HOP | named | {h.lower() for h in also_drop}
+    return [(name, value) for name, value in headers if name.lower() not in dropped]
+
+
 _CORS_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
 
 CassetteSource = Cassette | str | os.PathLike[str]
@@ -169,9 +167,8 @@ class MockServer:
         loop = asyncio.get_running_loop()
         start = loop.time()
         out = web.StreamResponse(status=response.status)
-        for name, value in response.headers:
-            if name.lower() not in _NOT_REPLAYED:
-                out.headers.add(name, value)
+        for name, value in end_to_end(response.headers, also_drop=("content-length", "date")):
+            out.headers.add(name, value)
         out.headers.update(self._cors(http))
         if response.end is End.COMPLETE and response.header("content-length") is not None:
             out.content_length = len(response.body)
@@ -242,7 +239,7 @@ async def aserve(*cassettes: CassetteSource, **options: Any) -> AsyncIterator[Mo
 
     `options` are `MockServer`'s keywords::
 
-        async with aserve("tests/cassettes", pacing=Pacing.parse("instant")) as server:
+        async with aserve("recordings/", pacing=Pacing.parse("instant")) as server:
             client = AsyncOpenAI(base_url=server.url + "/v1", api_key="test")
     """
     async with MockServer(load_cassettes(cassettes), **options) as server:

@@ -49,10 +49,10 @@ class SSEDecoder:
     requires, so there is nothing to flush.
     """
 
-    __slots__ = ("_bom_checked", "_buf", "_data", "_event", "_last_id", "_retry", "_skip_lf", "retry")
+    __slots__ = ("_bom_checked", "_data", "_event", "_last_id", "_pending", "_retry", "_skip_lf", "retry")
 
     def __init__(self) -> None:
-        self._buf = b""
+        self._pending: list[bytes] = []  # the line in progress, in the pieces it came in
         self._bom_checked = False
         self._skip_lf = False
         self._data: list[str] = []
@@ -69,24 +69,30 @@ class SSEDecoder:
 
     def feed(self, data: bytes) -> list[ServerSentEvent]:
         """Consume the next piece of the stream and return the events it completed."""
-        if not data:
-            return []
-        if self._skip_lf:
+        if self._skip_lf and data:
             self._skip_lf = False
             if data[:1] == b"\n":
                 data = data[1:]
-        buf = self._buf + data
+        if not data:
+            return []
         if not self._bom_checked:
-            if len(buf) < len(_BOM) and _BOM.startswith(buf):
-                self._buf = buf  # could still become a BOM
+            head = b"".join(self._pending) + data
+            self._pending = []
+            if len(head) < len(_BOM) and _BOM.startswith(head):
+                self._pending.append(head)  # could still become a BOM
                 return []
             self._bom_checked = True
-            if buf.startswith(_BOM):
-                buf = buf[len(_BOM) :]
+            data = head[len(_BOM) :] if head.startswith(_BOM) else head
+        if b"\n" not in data and b"\r" not in data:
+            # No line ends here: keep the piece and look at no byte twice, however long the line.
+            self._pending.append(data)
+            return []
+        buf = b"".join((*self._pending, data)) if self._pending else data
         lines = _LINE_END.split(buf)
-        self._buf = lines.pop()
+        rest = lines.pop()
+        self._pending = [rest] if rest else []
         # A CR that ends this piece may be the first half of a CRLF.
-        self._skip_lf = not self._buf and buf.endswith(b"\r")
+        self._skip_lf = not rest and buf.endswith(b"\r")
         events: list[ServerSentEvent] = []
         for raw in lines:
             event = self._process_line(raw.decode("utf-8", "replace"))

@@ -5,6 +5,7 @@ import os
 import zipfile
 from pathlib import Path
 
+import msgpack
 import pytest
 from hatchling.builders.wheel import WheelBuilder
 from hypothesis import HealthCheck, given, settings
@@ -189,8 +190,37 @@ def test_newer_format_asks_to_upgrade() -> None:
             "response = {status = 200, chunks = [{t = 1, base64 = '!!'}]}\n",
             r"chunk 1: base64 is not valid base64",
         ),
+        (
+            'format_version = 1\n[[interactions]]\nrequest = {method = "GET", path = "/"}\n'
+            "response = {status = 200, chunks = [{t = nan, text = 'x'}]}\n",
+            r"interaction 1: chunk 1\.t must be a finite number",
+        ),
+        (
+            'format_version = 1\n[[interactions]]\nrequest = {method = "GET", path = "/"}\n'
+            "response = {status = 200, chunks = [{t = inf, text = 'x'}]}\n",
+            r"interaction 1: chunk 1\.t must be a finite number",
+        ),
+        (
+            'format_version = 1\n[[interactions]]\nrequest = {method = "GET", path = "/"}\nresponse = {status = 1000}\n',
+            r"interaction 1: response.status 1000 is not an HTTP status",
+        ),
+        (
+            'format_version = 1\n[[interactions]]\nrequest = {method = "GET", path = "/"}\n'
+            "response = {status = 200, duration = inf}\n",
+            r"interaction 1: response.duration must be a finite number",
+        ),
     ],
-    ids=["missing-path", "status-type", "bad-end", "negative-t", "bad-base64"],
+    ids=[
+        "missing-path",
+        "status-type",
+        "bad-end",
+        "negative-t",
+        "bad-base64",
+        "nan-t",
+        "inf-t",
+        "status-1000",
+        "inf-duration",
+    ],
 )
 def test_malformed_interactions_say_where(tmp_path: Path, text: str, message: str) -> None:
     (tmp_path / "bad.toml").write_text(text)
@@ -244,3 +274,23 @@ def test_append_leaves_an_unreadable_cassette_alone(tmp_path: Path) -> None:
     with pytest.raises(CassetteFormatError):
         append_interactions(path, [awkward_interaction()])
     assert path.read_text() == "not = [toml"
+
+
+def test_a_header_name_that_is_not_text_is_refused(tmp_path: Path) -> None:
+    doc = {
+        "format_version": 1,
+        "interactions": [
+            {"request": {"method": "GET", "path": "/", "headers": {b"x": "y"}}, "response": {"status": 200}}
+        ],
+    }
+    (tmp_path / "c.msgpack").write_bytes(msgpack.packb(doc, use_bin_type=True))
+    with pytest.raises(CassetteFormatError, match=r"interaction 1: request.headers: header name b'x' is not text"):
+        Cassette.load(tmp_path / "c.msgpack")
+
+
+def test_saving_where_no_file_can_be_written_is_a_cassette_error(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(CassetteError, match=r"afile/c.toml: cannot write: "):
+        Cassette([awkward_interaction()]).save(tmp_path / "afile" / "c.toml")
+    with pytest.raises(CassetteError, match=r"afile/c.toml: cannot write: "):
+        append_interactions(tmp_path / "afile" / "c.toml", [awkward_interaction()])

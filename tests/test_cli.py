@@ -13,7 +13,7 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from sse_tape import Cassette, __version__, bundled_cassettes
+from sse_tape import Cassette, Chunk, Interaction, Request, Response, __version__, bundled_cassettes
 from sse_tape.cli import cli
 
 BUNDLED = {p.stem: p for p in bundled_cassettes()}
@@ -265,3 +265,31 @@ def test_convert_to_a_dialect_gives_a_clean_cassette(tmp_path: Path, target: str
     translated = Cassette.load(out)
     assert all(i.request.path.startswith("/proj_ABC123/my-endpoint/") for i in translated)
     assert run_cli("check", str(out)).returncode == 0
+
+
+def test_check_and_convert_survive_malformed_chunks(tmp_path: Path) -> None:
+    chunks = (
+        Chunk(
+            0.0,
+            b'data: {"object": "chat.completion.chunk", "choices": ["a"], "usage": {"prompt_tokens": 1, "completion_tokens": "many"}}\n\n',
+        ),
+    )
+    interaction = Interaction(Request("POST", "/v1/chat/completions"), Response(chunks=chunks))
+    path = Cassette([interaction]).save(tmp_path / "odd.toml")
+    checked = run_cli("check", str(path))
+    assert checked.returncode == 1
+    assert "Traceback" not in checked.stderr
+    converted = run_cli("convert", str(path), str(tmp_path / "out.toml"), "--to-dialect", "openai-responses")
+    assert converted.returncode == 0, converted.stderr
+    # The source never finished, and neither does its translation: check says so, without a traceback.
+    rechecked = run_cli("check", str(tmp_path / "out.toml"))
+    assert rechecked.returncode == 1
+    assert "no terminal event" in rechecked.stdout
+
+
+def test_convert_to_a_path_that_cannot_be_written_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    result = run_cli("convert", str(BUNDLED["openai-chat"]), str(tmp_path / "afile" / "c.toml"))
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"Error: {tmp_path / 'afile' / 'c.toml'}: cannot write: ")
+    assert result.stderr.count("\n") == 1

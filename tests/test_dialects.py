@@ -724,3 +724,11 @@ def test_translation_to_chat_sends_heartbeats_when_idle_and_the_request_id(bundl
     assert [c.t for c in as_chat.chunks if c.data == b": heartbeat\n\n"] == [round(role_frame_at + 15.0, 6)]
     assert as_chat.header("x-request-id") == "chatcmpl-ghi789"
     assert as_chat.header("x-xerotier-worker-id") == "worker-7f3a"  # the router's own headers carry over
+
+
+def test_redacting_a_body_with_a_lone_surrogate_escape_keeps_the_interaction() -> None:
+    from sse_tape.redaction import REDACTED, Redaction
+
+    body = b'{"user": "alice", "s": "\\ud800"}'
+    redacted = Redaction.build(json_fields=["user"]).request(Request("POST", "/v1/chat/completions", body=body))
+    assert json.loads(redacted.body) == {"user": REDACTED, "s": "\ud800"}

@@ -109,3 +109,15 @@ def test_unknown_match_part_is_a_config_error() -> None:
 
 def test_match_on_accepts_enum_members() -> None:
     assert Matcher([], match_on=[MatchOn.PATH]).match_on == (MatchOn.PATH,)
+
+
+def test_without_repeats_each_recording_answers_once_even_across_groups() -> None:
+    # With method,path matching, which recordings tie as most alike depends on the request.
+    cassette = Cassette([recording(CHAT, {"m": "x"}, "A"), recording(CHAT, {"m": "y"}, "B")])
+    matcher = Matcher([cassette], match_on=["method", "path"], allow_repeats=False)
+    assert tag(matcher, post(CHAT, {"m": "x"})) == "A"
+    assert tag(matcher, post(CHAT, {"m": "z"})) == "B"  # A has answered; B has not
+    with pytest.raises(
+        NoMatchError, match="the 2 recordings matching POST /v1/chat/completions have been played already"
+    ):
+        matcher.find(post(CHAT, {"m": "x"}))

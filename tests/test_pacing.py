@@ -21,10 +21,11 @@ RESPONSE = Response(
         ("x2", [0.25, 0.3, 0.45], 1.0),
         ("x0.5", [1.0, 1.2, 1.8], 4.0),
         ("instant", [0.0, 0.0, 0.0], 0.0),
-        ("20ms", [0.0, 0.02, 0.04], 0.04),
-        ("1.5s", [0.0, 1.5, 3.0], 3.0),
+        # A fixed gap or rate paces the chunks; the 1.1 s of silence before the end is kept.
+        ("20ms", [0.0, 0.02, 0.04], 1.14),
+        ("1.5s", [0.0, 1.5, 3.0], 4.1),
         # Events before each chunk: 0, 1 (a), 3 (a, b, c).
-        ("tps:10", [0.0, 0.1, 0.3], 0.3),
+        ("tps:10", [0.0, 0.1, 0.3], 1.4),
     ],
 )
 def test_schedules(spec: str, offsets: list[float], end: float) -> None:
@@ -39,13 +40,13 @@ def test_parse_modes() -> None:
     assert Pacing.parse("250ms", jitter="10%", seed=7) == Pacing(PaceMode.GAP, 0.25, 0.1, True, 7)
 
 
-@pytest.mark.parametrize("spec", ["fast", "x0", "x-1", "tps:0", "tps:abc", "20 parsecs", ""])
+@pytest.mark.parametrize("spec", ["fast", "x0", "x-1", "xnan", "xinf", "tps:0", "tps:inf", "tps:abc", "20 parsecs", ""])
 def test_bad_pace_names_the_choices(spec: str) -> None:
     with pytest.raises(ConfigError, match=r"pace|number must be greater than 0"):
         Pacing.parse(spec)
 
 
-@pytest.mark.parametrize("jitter", ["lots", "5", "-5ms", "x%"])
+@pytest.mark.parametrize("jitter", ["lots", "5", "-5ms", "x%", "nan%", "inf%", "-10%"])
 def test_bad_jitter(jitter: str) -> None:
     with pytest.raises(ConfigError):
         Pacing.parse("recorded", jitter=jitter)

@@ -15,7 +15,7 @@ import openai
 import pytest
 from upstream import Upstream, chat_chunk
 
-from sse_tape import Cassette, End, Pacing, aserve, serve
+from sse_tape import Cassette, CassetteError, End, Pacing, aserve, serve
 from sse_tape.record import RecordingProxy, RecordMode, arecording, recording
 from sse_tape.redaction import REDACTED, Redaction
 from sse_tape.server import run_in_thread
@@ -84,16 +84,18 @@ async def test_upstream_reset_is_passed_on_recorded_and_replayed(upstream: Upstr
                 got.extend(piece)
 
     async with arecording(cassette, upstream.url) as proxy:
-        with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
+        with pytest.raises(httpx.ReadError):  # a reset, passed on as a reset
             await read_into(proxy.url + "/reset")
     [recorded] = Cassette.load(cassette).interactions
     assert recorded.response.end is End.UPSTREAM_RESET
     assert recorded.response.body == chat_chunk(0) + chat_chunk(1)
+    assert got.startswith(chat_chunk(0))
     assert bytes(got) == recorded.response.body[: len(got)]
     got.clear()
     async with aserve(cassette) as server:
-        with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
+        with pytest.raises(httpx.ReadError):
             await read_into(server.url + "/reset")
+    assert got.startswith(chat_chunk(0))
 
 
 async def test_stall_past_the_idle_timeout_is_recorded_as_a_timeout(upstream: Upstream, tmp_path: Path) -> None:
@@ -166,19 +168,22 @@ async def test_secrets_never_reach_the_cassette(upstream: Upstream, tmp_path: Pa
             "Cookie": "sid=COOKIE-SECRET-4",
             "x-ratelimit-remaining-tokens": "1000",
         }
+        headers["X-AuthToken"] = "CAMEL-SECRET-6"
         body = json.dumps({"model": "m", "user": "alice@example.com", "stream": True})
-        url = proxy.url + "/v1/chat/completions?events=2&api_key=QUERY-SECRET-5"
+        url = proxy.url + "/v1/chat/completions?events=2&api_key=QUERY-SECRET-5&accessToken=CAMEL-SECRET-7"
         await read_all(client, "POST", url, headers=headers, content=body)
         await read_all(client, "GET", proxy.url + "/cookie")
     text = cassette.read_text()
-    for secret in ("BEARER-SECRET", "KEY-SECRET", "COOKIE-SECRET", "QUERY-SECRET", "alice@example.com"):
+    for secret in ("BEARER-SECRET", "KEY-SECRET", "COOKIE-SECRET", "QUERY-SECRET", "CAMEL-SECRET", "alice@example.com"):
         assert secret not in text
     first, second = Cassette.load(cassette).interactions
     recorded = dict(first.request.headers)
     assert recorded["Authorization"] == recorded["x-api-key"] == recorded["x-goog-api-key"] == REDACTED
     assert recorded["Cookie"] == REDACTED
     assert recorded["x-ratelimit-remaining-tokens"] == "1000"
-    assert first.request.query == f"events=2&api_key={REDACTED.replace('<', '%3C').replace('>', '%3E')}"
+    marker = REDACTED.replace("<", "%3C").replace(">", "%3E")
+    assert first.request.query == f"events=2&api_key={marker}&accessToken={marker}"
+    assert recorded["X-AuthToken"] == REDACTED
     assert json.loads(first.request.body)["user"] == REDACTED
     assert second.response.header("set-cookie") == REDACTED
     # The upstream itself got the real credentials.
@@ -452,3 +457,49 @@ def test_completions_and_raw_bytes_from_llama_cpp_are_replayed_exactly(llama_ser
         assert "".join(c.choices[0].text for c in client.completions.create(**body)) == sdk_text
         with httpx.stream("POST", server.url + "/v1/completions", json={**body, "seed": 7}) as replayed:
             assert b"".join(replayed.iter_raw()) == live_bytes
+
+
+def test_a_cassette_path_that_cannot_be_written_stops_the_recorder_before_any_request(
+    threaded_upstream: Upstream, tmp_path: Path
+) -> None:
+    with pytest.raises(CassetteError, match=r"unknown cassette type '\.json'"):
+        RecordingProxy(tmp_path / "p.json", threaded_upstream.url)
+    (tmp_path / "afile").write_text("x")
+    for cassette, message in [
+        (tmp_path / "c.json", f"Error: {tmp_path / 'c.json'}: unknown cassette type '.json': use .toml or .msgpack\n"),
+        (tmp_path / "afile" / "c.toml", f"Error: {tmp_path / 'afile' / 'c.toml'}: cannot write: "),
+    ]:
+        url = threaded_upstream.url + "/v1/chat/completions"
+        result = subprocess.run(
+            [sys.executable, "-m", "sse_tape", "record", url, "-d", "{}", "-c", str(cassette)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 2
+        assert result.stderr.startswith(message)
+        assert result.stderr.count("\n") == 1
+    # The first was refused before the request; the second, unwritable only at the save, after it.
+    assert threaded_upstream.hits == 1
+
+
+@pytest.mark.parametrize(
+    ("upstream", "message"),
+    [
+        ("localhost:8000", "'localhost:8000': give an http:// or https:// URL with a host"),
+        ("http://127.0.0.1:99999", "'http://127.0.0.1:99999': port 99999 is out of range"),
+        ("http://127.0.0.1:8000/v1?key=x", "an upstream base URL takes no query or fragment"),
+        ("ftp://127.0.0.1", "give an http:// or https:// URL with a host"),
+    ],
+)
+def test_a_bad_upstream_url_is_one_line_and_exit_2(tmp_path: Path, upstream: str, message: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "sse_tape", "record", "--upstream", upstream, "-c", str(tmp_path / "c.toml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("Error: ")
+    assert message in result.stderr
+    assert result.stderr.count("\n") == 1

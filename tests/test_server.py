@@ -325,8 +325,16 @@ def _cut_short(end: End, duration: float | None = None) -> Cassette:
     return Cassette([Interaction(Request("GET", "/events"), response)])
 
 
-@pytest.mark.parametrize("end", [End.UPSTREAM_RESET, End.TIMEOUT, End.CLIENT_GONE, End.INTERRUPTED])
-async def test_a_stream_that_never_ended_is_replayed_as_broken(end: End) -> None:
+@pytest.mark.parametrize(
+    ("end", "error"),
+    [
+        (End.UPSTREAM_RESET, httpx.ReadError),  # a TCP reset
+        (End.TIMEOUT, httpx.RemoteProtocolError),  # a close before the end of the chunked body
+        (End.CLIENT_GONE, httpx.RemoteProtocolError),
+        (End.INTERRUPTED, httpx.RemoteProtocolError),
+    ],
+)
+async def test_a_stream_that_never_ended_is_replayed_as_broken(end: End, error: type[Exception]) -> None:
     got = bytearray()
 
     async def read_all(client: httpx.AsyncClient, url: str) -> None:
@@ -334,10 +342,14 @@ async def test_a_stream_that_never_ended_is_replayed_as_broken(end: End) -> None
             async for piece in response.aiter_raw():
                 got.extend(piece)
 
+    loop = asyncio.get_running_loop()
     async with aserve(_cut_short(end, duration=0.2)) as server, httpx.AsyncClient() as client:
-        with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
+        started = loop.time()
+        with pytest.raises(error):
             await read_all(client, server.url + "/events")
-    assert bytes(got) == b"data: one\n\ndata: two\n\n"[: len(got)]
+        # The recorded silence before the end is replayed: the break comes no sooner than it did.
+        assert loop.time() - started >= 0.19
+    assert bytes(got) == b"data: one\n\ndata: two\n\n"
 
 
 async def test_client_disconnect_stops_the_stream_at_once(bundled: dict[str, Cassette]) -> None:

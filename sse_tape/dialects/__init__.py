@@ -68,7 +68,8 @@ def detect(interaction: Interaction) -> Dialect | None:
             obj = json.loads(sse.data)
         except ValueError:
             continue
-        kind = obj.get("type", "") if isinstance(obj, dict) else ""
+        kind = obj.get("type") if isinstance(obj, dict) else None
+        kind = kind if isinstance(kind, str) else ""
         if kind == "chat.start":
             return DIALECTS["lmstudio-chat"]
         if kind.startswith("response."):
@@ -107,7 +108,12 @@ def translate(interaction: Interaction, target: Dialect, source: Dialect | None 
             interaction, request=new_request, response=replace(response, headers=(*kept, *error_headers), chunks=chunks)
         )
     timed = response.events()
-    pairs = source.decode_indexed([sse for _, sse in timed])
+    try:
+        pairs = source.decode_indexed([sse for _, sse in timed])
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+        raise ConfigError(
+            f"{request.method} {request.path}: cannot read its stream as {source.name} ({exc!r})"
+        ) from None
     times = [timed[i][0] for i, _ in pairs]
     events = [event for _, event in pairs]
     chunks = _with_heartbeats([Chunk(times[k], frame) for k, frame in target.encode_indexed(events)], target)

@@ -321,7 +321,8 @@ class LMStudioChat(Dialect):
             c.add(i, "chat.end has no result.output")
             return
         for kind, text in streamed.items():
-            aggregated = "".join(str(o.get("content", "")) for o in result["output"] if o.get("type") == kind)
+            parts = [o for o in result["output"] if isinstance(o, dict) and o.get("type") == kind]
+            aggregated = "".join(str(o.get("content", "")) for o in parts)
             if aggregated != text:
                 c.add(i, f"chat.end {kind} differs from the streamed {kind}.delta content")
 

@@ -68,9 +68,10 @@ def usage_from(obj: Any) -> Usage | None:
         return None
     prompt_details = obj.get("prompt_tokens_details") or {}
     completion_details = obj.get("completion_tokens_details") or {}
+    completion = obj.get("completion_tokens")
     return Usage(
         input_tokens=obj["prompt_tokens"],
-        output_tokens=int(obj.get("completion_tokens") or 0),
+        output_tokens=completion if isinstance(completion, int) else 0,
         reasoning_tokens=completion_details.get("reasoning_tokens"),
         cached_tokens=prompt_details.get("cached_tokens"),
     )
@@ -256,7 +257,9 @@ class OpenAIChat(Dialect):
             if not out:
                 out.append((i, start_from(obj)))
             for choice in obj.get("choices") or []:
-                delta = choice.get("delta") or {}
+                delta: dict[str, Any] | None = choice.get("delta") if isinstance(choice, dict) else None
+                if not isinstance(delta, dict):
+                    continue
                 if delta.get("reasoning_content"):
                     out.append((i, ReasoningDelta(delta["reasoning_content"])))
                 if delta.get("content"):
@@ -266,7 +269,10 @@ class OpenAIChat(Dialect):
                 if delta.get("refusal"):
                     out.append((i, RefusalDelta(delta["refusal"])))
                 for call in delta.get("tool_calls") or []:
-                    index, function = int(call.get("index", 0)), call.get("function") or {}
+                    if not isinstance(call, dict) or not isinstance(call.get("index", 0), int):
+                        continue
+                    index = call.get("index", 0)
+                    function: dict[str, Any] = call["function"] if isinstance(call.get("function"), dict) else {}
                     if index not in open_calls and (call.get("id") or function.get("name")):
                         open_calls.append(index)
                         out.append(
@@ -347,7 +353,7 @@ class OpenAIChat(Dialect):
             if not isinstance(index, int):
                 c.add(i, "tool call delta without an index")
                 continue
-            function = call.get("function") or {}
+            function: dict[str, Any] = call["function"] if isinstance(call.get("function"), dict) else {}
             if index not in calls:
                 missing = [
                     name

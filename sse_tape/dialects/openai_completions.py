@@ -80,6 +80,8 @@ class OpenAICompletions(Dialect):
             if not out:
                 out.append((i, start_from(obj)))
             for choice in obj.get("choices") or []:
+                if not isinstance(choice, dict):
+                    continue
                 if choice.get("text"):
                     out.append((i, TextDelta(choice["text"], _logprobs_from(choice.get("logprobs")))))
                 if choice.get("finish_reason"):
@@ -98,6 +100,9 @@ class OpenAICompletions(Dialect):
                 c.add(i, "choices is missing or empty")
                 continue
             for choice in choices:
+                if not isinstance(choice, dict):
+                    c.add(i, "choice is not a JSON object")
+                    continue
                 if not isinstance(choice.get("text"), str):
                     c.add(i, "choice has no text")
                 elif choice["text"] and finished_at is not None:
