@@ -189,6 +189,7 @@ class RecordingProxy(MockServer):
         """How many interactions were recorded, replayed, missed, failed upstream, or not saved."""
         self._client: httpx.AsyncClient | None = None
         self._saving: set[asyncio.Future[int]] = set()
+        self._save_order = asyncio.Lock()
         self._closing = False
 
     async def start(self) -> None:
@@ -220,7 +221,7 @@ class RecordingProxy(MockServer):
                     return self._miss(http, request, exc)
             else:
                 self.counts["replayed"] += 1
-                return await self._play(http, recording)
+                return await self._play(http, request, recording)
         return await self._forward(http, request)
 
     async def _forward(self, http: web.Request, request: Request) -> web.StreamResponse:
@@ -277,10 +278,15 @@ class RecordingProxy(MockServer):
         if interaction.response.end is not End.COMPLETE:
             self.counts[str(interaction.response.end)] += 1
         self._say(describe(interaction))
-        # Saved off the event loop, so other streams keep flowing; close() waits for it.
-        saving = asyncio.ensure_future(asyncio.to_thread(append_interactions, self.cassette_path, [interaction]))
+        # Saved off the event loop, so other streams keep flowing, and in the order the interactions
+        # ended (the lock is first come, first served), which replays of identical requests follow.
+        saving = asyncio.ensure_future(self._save(interaction))
         self._saving.add(saving)
         saving.add_done_callback(self._saved)
+
+    async def _save(self, interaction: Interaction) -> int:
+        async with self._save_order:
+            return await asyncio.to_thread(append_interactions, self.cassette_path, [interaction])
 
     def _saved(self, saving: asyncio.Future[int]) -> None:
         self._saving.discard(saving)

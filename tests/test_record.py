@@ -503,3 +503,11 @@ def test_a_bad_upstream_url_is_one_line_and_exit_2(tmp_path: Path, upstream: str
     assert result.stderr.startswith("Error: ")
     assert message in result.stderr
     assert result.stderr.count("\n") == 1
+
+
+async def test_interactions_are_saved_in_the_order_they_ended(upstream: Upstream, tmp_path: Path) -> None:
+    cassette = tmp_path / "c.toml"
+    async with arecording(cassette, upstream.url) as proxy, httpx.AsyncClient() as client:
+        for n in range(12):
+            await read_all(client, "POST", proxy.url + f"/v1/chat/completions?events=1&n={n}", content=b"{}")
+    assert [i.request.query for i in Cassette.load(cassette)] == [f"events=1&n={n}" for n in range(12)]
