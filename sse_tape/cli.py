@@ -21,6 +21,7 @@ from ._exceptions import ConfigError, SSETapeError
 from .cassette import Cassette, Interaction, check_cassette_path, find_cassettes
 from .dialects import DIALECTS, Dialect, Violation, check_error_response, detect, translate
 from .dialects import get as get_dialect
+from .faults import FAULTS, PROFILES, load_profile, parse_faults
 from .matching import DEFAULT_MATCH_ON, MatchOn
 from .pacing import Pacing, parse_duration
 from .record import RecordingProxy, RecordMode, describe, record_once
@@ -87,7 +88,9 @@ _SERVER_OPTIONS = [
         "or tps:N events per second.",
     ),
     click.option("--jitter", metavar="AMOUNT", help="Move each gap randomly by up to AMOUNT (5ms, or 10% of the gap)."),
-    click.option("--seed", default=0, show_default=True, type=int, help="Seed for --jitter: same seed, same timing."),
+    click.option(
+        "--seed", default=0, show_default=True, type=int, help="Seed for --jitter and faults: same seed, same run."
+    ),
     click.option(
         "--miss-status",
         default=404,
@@ -123,7 +126,27 @@ def _server_keywords(options: dict[str, Any], *, default_match: tuple[MatchOn, .
 @cli.command()
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @_server_options
-def serve(paths: tuple[Path, ...], **options: Any) -> None:
+@click.option(
+    "--fault",
+    "faults",
+    multiple=True,
+    metavar="SPEC",
+    help="Inject a fault, as NAME[:key=value,...]; every fault takes p=, times= and path=. Repeatable. "
+    f"Faults: {', '.join(FAULTS)}.",
+)
+@click.option(
+    "--profile",
+    "profiles",
+    multiple=True,
+    metavar="NAME",
+    help=f"Inject a named set of faults from sse-tape.toml or pyproject.toml, or a shipped one: {', '.join(PROFILES)}.",
+)
+@click.option(
+    "--report", type=click.Path(path_type=Path), help="Append a JSON line to this file for every fault injected."
+)
+def serve(
+    paths: tuple[Path, ...], faults: tuple[str, ...], profiles: tuple[str, ...], report: Path | None, **options: Any
+) -> None:
     """Replay cassettes as a mock HTTP server.
 
     PATHS are cassette files or folders of them (searched recursively); with
@@ -133,8 +156,10 @@ def serve(paths: tuple[Path, ...], **options: Any) -> None:
     """
     default_match = DEFAULT_MATCH_ON if paths else (MatchOn.METHOD, MatchOn.PATH)
     keywords = _server_keywords(options, default_match=default_match)
+    # Checked before anything starts: a bad spec is one line naming what is wrong.
+    chosen = [*(f for name in profiles for f in load_profile(name)), *parse_faults(faults)]
     cassettes = load_cassettes(paths)
-    server = MockServer(cassettes, **keywords)
+    server = MockServer(cassettes, faults=chosen, seed=keywords["pacing"].seed, report=report, **keywords)
     count = sum(len(c) for c in cassettes)
     asyncio.run(_serve_until_stopped(server, f"serving {count} interactions from {len(cassettes)} cassettes"))
 

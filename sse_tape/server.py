@@ -10,19 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
+import json
 import os
 import socket
 import struct
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, Self, TypeVar
 
 from aiohttp import web
 
-from ._exceptions import NoMatchError
+from ._exceptions import ConfigError, NoMatchError
 from .cassette import Cassette, End, Request, bundled_cassettes, find_cassettes
-from .dialects import DIALECTS, for_path
+from .dialects import DIALECTS, detect, for_path
+from .faults import Fault, Injector, Plan, apply, parse_fault, parse_faults
 from .matching import DEFAULT_MATCH_ON, Matcher, MatchOn, Recording
 from .pacing import Pacing
 
@@ -41,6 +45,10 @@ def end_to_end(headers: Iterable[tuple[str, str]], also_drop: Iterable[str] = ()
     return [(name, value) for name, value in headers if name.lower() not in dropped]
 
 
+#: The request header that asks for faults in this request alone.
+FAULT_HEADER = "X-SSE-Tape-Fault"
+#: Where the control endpoints live.
+CONTROL_PREFIX = "/__sse_tape__/"
 _CORS_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
 
 CassetteSource = Cassette | str | os.PathLike[str]
@@ -70,6 +78,9 @@ class MockServer:
         pacing: Pacing | None = None,
         miss_status: int = 404,
         allow_repeats: bool = True,
+        faults: Iterable[Fault | str] = (),
+        seed: int = 0,
+        report: str | os.PathLike[str] | None = None,
         log: Callable[[str], None] | None = None,
     ) -> None:
         self.matcher = Matcher(
@@ -84,6 +95,12 @@ class MockServer:
         self._plays: dict[Recording, int] = {}
         self.active_streams = 0
         """Responses being written right now."""
+        self.injector = Injector([parse_fault(f) if isinstance(f, str) else f for f in faults], seed)
+        self.requests = 0
+        """Replays so far."""
+        self.injections: list[dict[str, Any]] = []
+        """Each fault injected: into which request, and what it did."""
+        self.report_path = Path(report) if report is not None else None
 
     @property
     def url(self) -> str:
@@ -128,6 +145,8 @@ class MockServer:
     async def _handle(self, http: web.Request) -> web.StreamResponse:
         if http.method == "OPTIONS" and "Access-Control-Request-Method" in http.headers:
             return self._preflight(http)
+        if http.rel_url.path.startswith(CONTROL_PREFIX):
+            return await self._control(http)
         request = Request(
             method=http.method,
             path=http.rel_url.raw_path,
@@ -142,7 +161,33 @@ class MockServer:
             recording = self.matcher.find(request)
         except NoMatchError as exc:
             return self._miss(http, request, exc)
-        return await self._play(http, recording)
+        return await self._play(http, request, recording)
+
+    async def _control(self, http: web.Request) -> web.Response:
+        """`/__sse_tape__/faults`: GET what is set and what was injected, POST new faults, DELETE them all."""
+        if not _is_loopback(http.remote):
+            return web.json_response({"error": "the control endpoint answers loopback clients only"}, status=403)
+        if http.rel_url.path != CONTROL_PREFIX + "faults":
+            return web.json_response({"error": f"no such endpoint; use {CONTROL_PREFIX}faults"}, status=404)
+        if http.method == "POST":
+            try:
+                body = await http.json()
+                specs = body["faults"] if isinstance(body, dict) else body
+                self.injector.faults = parse_faults(specs if isinstance(specs, list) else [specs])
+            except (ValueError, KeyError, TypeError) as exc:
+                return web.json_response({"error": f"give {{'faults': [specs]}}: {exc}"}, status=400)
+        elif http.method == "DELETE":
+            self.injector.faults = []
+        elif http.method != "GET":
+            return web.json_response({"error": "use GET, POST or DELETE"}, status=405)
+        return web.json_response(
+            {
+                "faults": [f.spec for f in self.injector.faults],
+                "requests": self.requests,
+                "injected": self.injector.injected,
+                "injections": self.injections[-100:],
+            }
+        )
 
     def _miss(self, http: web.Request, request: Request, exc: NoMatchError) -> web.Response:
         # Where a request has no recording. Synthesis (--on-miss synth) will answer here,
@@ -159,44 +204,76 @@ class MockServer:
         _, headers, body = dialect.http_error(status, f"sse-tape: {message}", code=code)
         return web.Response(status=status, body=body, headers={**dict(headers), **self._cors(http)})
 
-    async def _play(self, http: web.Request, recording: Recording) -> web.StreamResponse:
+    async def _play(self, http: web.Request, request: Request, recording: Recording) -> web.StreamResponse:
         response = recording.interaction.response
         turn = self._plays.get(recording, 0)
         self._plays[recording] = turn + 1
         offsets, end = self.pacing.schedule(response, key=f"{recording}:{turn}")
+        plan = Plan.of(response, offsets, end)
+        try:
+            asked = self._header_faults(http)
+        except ConfigError as exc:
+            return self._error(http, 400, f"{FAULT_HEADER}: {exc}", "bad_fault")
+        faults, rng = self.injector.choose(request, asked)
+        self.requests += 1
+        if faults:
+            dialect = for_path(request.path) or detect(recording.interaction)
+            apply(faults, plan, request=request, dialect=dialect, rng=rng)
+            for fault, note in plan.notes:
+                self._say(f"fault {fault.spec}: {note} -> {request.method} {request.path} (request {self.requests})")
+                self._report(
+                    {"request": self.requests, "method": request.method, "path": request.path, "fault": fault.spec}
+                    | {"what": note, "recording": str(recording)}
+                )
+        self._say(f"{http.method} {http.rel_url.raw_path} -> {plan.status} {recording}")
+        return await self._write(http, plan, keep_length=response.header("content-length") is not None)
+
+    async def _write(self, http: web.Request, plan: Plan, *, keep_length: bool) -> web.StreamResponse:
+        """Send a plan: headers, each write at its offset from now, then the end it asks for."""
         loop = asyncio.get_running_loop()
         start = loop.time()
-        out = web.StreamResponse(status=response.status)
-        for name, value in end_to_end(response.headers, also_drop=("content-length", "date")):
-            out.headers.add(name, value)
-        out.headers.update(self._cors(http))
-        if response.end is End.COMPLETE and response.header("content-length") is not None:
-            out.content_length = len(response.body)
-        self._say(f"{http.method} {http.rel_url.raw_path} -> {response.status} {recording}")
         self.active_streams += 1
         try:
-            for chunk, at in zip(response.chunks, offsets, strict=True):
-                delay = start + at - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
+            if plan.hang:
+                await asyncio.Event().wait()  # until the client goes or the server stops
+            out = web.StreamResponse(status=plan.status)
+            for name, value in end_to_end(plan.headers, also_drop=("content-length", "date")):
+                out.headers.add(name, value)
+            out.headers.update(self._cors(http))
+            if plan.end is End.COMPLETE and (keep_length or _has(plan.headers, "content-length")):
+                out.content_length = len(plan.body)
+            if plan.headers_at is not None:
+                await _sleep_until(loop, start + plan.headers_at)
+                await out.prepare(http)
+            for at, data in plan.writes:
+                await _sleep_until(loop, start + at)
                 if not out.prepared:
                     await out.prepare(http)  # the headers go out with the first chunk
-                await out.write(chunk.data)
-            delay = start + end - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
+                await out.write(data)
+            await _sleep_until(loop, start + plan.end_at)
             if not out.prepared:
                 await out.prepare(http)
-            if response.end is End.COMPLETE:
+            if plan.end is End.COMPLETE:
                 await out.write_eof()
             else:
-                # The recorded response never ended properly: neither does the replay.
-                drop_connection(http, reset=response.end is End.UPSTREAM_RESET)
+                # The recorded response never ended properly, or a fault says so: neither does this one.
+                drop_connection(http, reset=plan.end is End.UPSTREAM_RESET)
         except (ConnectionResetError, ConnectionAbortedError):
-            pass  # the client hung up between two chunks
+            pass  # the client hung up between two writes
         finally:
             self.active_streams -= 1
         return out
+
+    def _header_faults(self, http: web.Request) -> list[Fault]:
+        """Faults asked for by this request alone, in `X-SSE-Tape-Fault` (several separated by `;`)."""
+        specs = [s for value in http.headers.getall(FAULT_HEADER, []) for s in value.split(";") if s.strip()]
+        return parse_faults(specs)
+
+    def _report(self, entry: dict[str, Any]) -> None:
+        self.injections.append(entry)
+        if self.report_path is not None:
+            with self.report_path.open("a", encoding="utf-8") as report:
+                report.write(json.dumps(entry, ensure_ascii=False) + "\n")
 
     def _preflight(self, http: web.Request) -> web.Response:
         headers = self._cors(http)
@@ -216,6 +293,23 @@ class MockServer:
     def _say(self, line: str) -> None:
         if self._log is not None:
             self._log(line)
+
+
+async def _sleep_until(loop: asyncio.AbstractEventLoop, when: float) -> None:
+    delay = when - loop.time()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+def _has(headers: Iterable[tuple[str, str]], name: str) -> bool:
+    return any(k.lower() == name for k, _ in headers)
+
+
+def _is_loopback(remote: str | None) -> bool:
+    try:
+        return remote is not None and ipaddress.ip_address(remote).is_loopback
+    except ValueError:
+        return False
 
 
 def drop_connection(http: web.Request, *, reset: bool) -> None:

@@ -407,19 +407,22 @@ def test_openai_chat_error_frames() -> None:
 
 def test_openai_responses_error_frames_fail_the_response() -> None:
     frames = DIALECTS["openai-responses"].error_frames(Error("Request timed out", code="request_timeout"), BEFORE)
-    closing, (failed, done) = events_of(*frames)[:-2], events_of(*frames)[-2:]
-    # The message in progress is closed first, then the response fails.
-    assert [e.event for e in closing] == [
-        "response.output_text.done",
-        "response.content_part.done",
-        "response.output_item.done",
-    ]
+    # A failure closes nothing: response.failed, then [DONE].
+    failed, done = events_of(*frames)
     assert failed.event == "response.failed"
     body = failed.json()
     assert body["response"]["status"] == "failed"
     assert body["response"]["error"] == {"code": "request_timeout", "message": "Request timed out"}
-    assert body["response"]["output"][0]["content"][0]["text"] == "Hi"  # what was generated before
     assert done.data == "[DONE]"
+
+
+def test_openai_responses_error_frames_continue_the_sequence_numbers_already_sent() -> None:
+    sent = events_of(
+        frame({"type": "response.created", "sequence_number": 0}),
+        frame({"type": "response.in_progress", "sequence_number": 41}),
+    )
+    frames = DIALECTS["openai-responses"].error_frames(Error("boom"), BEFORE, sent=sent)
+    assert events_of(*frames)[0].json()["sequence_number"] == 42
 
 
 def test_lmstudio_error_frames_end_the_chat_with_what_was_generated() -> None:

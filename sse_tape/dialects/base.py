@@ -122,8 +122,14 @@ class Dialect(ABC):
     def decode_indexed(self, events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]:
         """Like `decode`, each event with the index of the SSE event it came from (for timing)."""
 
-    def error_frames(self, error: Error, before: Sequence[Event] = ()) -> list[bytes]:
-        """How this server reports `error` mid-stream after `before`, with the terminal frames that follow."""
+    def error_frames(
+        self, error: Error, before: Sequence[Event] = (), sent: Sequence[ServerSentEvent] = ()
+    ) -> list[bytes]:
+        """How this server reports `error` mid-stream after `before`, with the terminal frames that follow.
+
+        `sent` are the SSE events the client already has, when they were not encoded from `before`
+        (a recording cut short): a dialect that numbers its events continues from them.
+        """
         return [frame for index, frame in self.encode_indexed([*before, error]) if index == len(before)]
 
     def http_error(

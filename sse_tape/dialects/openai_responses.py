@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..cassette import Headers, Request
-from ..sse import ServerSentEvent
+from ..sse import ServerSentEvent, SSEDecoder
 from .base import (
     DONE,
     Checker,
@@ -174,6 +174,19 @@ class OpenAIResponses(Dialect):
     def response_headers(self, start: Start) -> Headers:
         return (("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache"))
 
+    def error_frames(
+        self, error: Error, before: Sequence[Event] = (), sent: Sequence[ServerSentEvent] = ()
+    ) -> list[bytes]:
+        frames = super().error_frames(error, before)
+        numbers = [
+            obj["sequence_number"] for _, _, obj in json_objects(sent) if isinstance(obj.get("sequence_number"), int)
+        ]
+        if not numbers:
+            return frames
+        # Continue the numbering of the stream the client has, not of a re-encoding of it.
+        [failed] = [obj for _, _, obj in json_objects(SSEDecoder().feed(frames[0]))]
+        return [named_frame({**failed, "sequence_number": numbers[-1] + 1}), *frames[1:]]
+
     def encode_indexed(self, events: Sequence[Event]) -> list[tuple[int, bytes]]:
         e = _Encoder()
         usage = next((event for event in events if isinstance(event, Usage)), None)
@@ -233,7 +246,7 @@ class OpenAIResponses(Dialect):
                 else:
                     e.emit("response.completed", response=e.response("completed", usage=_usage_json(usage)))
             elif isinstance(event, Error):
-                e.close()
+                # A failure closes nothing: the response fails with its items as they are.
                 error = {"code": event.code or event.type, "message": event.message}
                 e.emit("response.failed", response=e.response("failed", error=error, usage=None))
                 e.frames.append((i, DONE))

@@ -1,0 +1,454 @@
+"""Fault injection, seen by the clients users run: the official openai SDK, httpx-sse, httpx."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from httpx_sse import connect_sse
+
+from sse_tape import Cassette, ConfigError, MockServer, Pacing, SSEDecoder, aserve, serve
+from sse_tape.dialects import DIALECTS
+from sse_tape.faults import FAULTS, PROFILES, load_profile, parse_fault
+
+CHAT_BODY = {
+    "model": "local-model",
+    "messages": [{"role": "user", "content": "Hello!"}],
+    "max_tokens": 16,
+    "stream": True,
+}
+TEXT = "Hi there! How can I help you today?"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[MockServer]:
+    with serve(pacing=Pacing.parse("instant"), match_on=["method", "path"]) as running:
+        yield running
+
+
+def sdk(server: MockServer, retries: int = 0) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=retries)
+
+
+def chat(server: MockServer, fault: str, retries: int = 0) -> str:
+    stream = sdk(server, retries).chat.completions.create(**CHAT_BODY, extra_headers={"X-SSE-Tape-Fault": fault})
+    return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+
+def raw(server: MockServer, fault: str, path: str = "/v1/chat/completions", body: Any = None) -> httpx.Response:
+    return httpx.post(server.url + path, json=body or CHAT_BODY, headers={"X-SSE-Tape-Fault": fault}, timeout=10)
+
+
+def events(data: bytes) -> list[tuple[str, str]]:
+    return [(e.event, e.data) for e in SSEDecoder().feed(data)]
+
+
+# --- the grammar ----------------------------------------------------------------------------------
+
+
+def test_grammar() -> None:
+    fault = parse_fault("disconnect:after=50%,mode=reset,p=0.25,times=3,path=/v1/chat/completions")
+    assert (fault.name, fault.option("after"), fault.option("mode")) == ("disconnect", "50%", "reset")
+    assert (fault.p, fault.times, fault.path) == (0.25, 3, "/v1/chat/completions")
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("disconect", "unknown fault 'disconect'; faults are status, ttfb, hang, empty, error, drop"),
+        ("disconnect:afterr=5", "disconnect takes no 'afterr'; its keys are after, mode, p, path, times"),
+        ("disconnect:after", "'after' is not key=value"),
+        ("error:at=half", "'half' is not a position: write 5 (events), 50%, 200b or 1.5s"),
+        ("status", "status needs code=, such as status:code=429"),
+        ("status:code=42", "code '42' is not an HTTP status"),
+        ("stall:for=soon", "'soon' is not a duration"),
+        ("disconnect:mode=explode", "mode 'explode': use close or reset"),
+        ("fragment:size=0", "size '0' is not a whole number above 0"),
+        ("latency:p=2", "p is a probability from 0 to 1"),
+    ],
+)
+def test_bad_specs_name_the_bad_part(spec: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_fault(spec)
+    assert message in str(info.value)
+
+
+def test_a_bad_fault_stops_serve_at_start_up_with_one_line() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "sse_tape", "serve", "--fault", "disconnect:afterr=5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (result.returncode, result.stderr) == (
+        2,
+        "Error: fault 'disconnect:afterr=5': disconnect takes no 'afterr'; its keys are after, mode, p, path, times\n",
+    )
+
+
+def test_a_bad_fault_header_is_a_400_naming_it(server: MockServer) -> None:
+    got = raw(server, "status:code=abc")
+    assert got.status_code == 400
+    assert (
+        got.json()["error"]["message"]
+        == "sse-tape: X-SSE-Tape-Fault: fault 'status:code=abc': code 'abc' is not an HTTP status"
+    )
+
+
+# --- before the stream ---------------------------------------------------------------------------
+
+
+def test_429_once_is_retried_by_the_sdk_which_then_succeeds() -> None:
+    with serve(pacing=Pacing.parse("instant"), faults=["status:code=429,retry_after=1,times=1"]) as running:
+        assert chat(running, "", retries=2) == TEXT
+        assert running.injector.injected == {"status:code=429,retry_after=1,times=1": 1}
+
+
+def test_status_uses_the_dialects_error_shape_and_retry_after(server: MockServer) -> None:
+    got = raw(server, "status:code=429,retry_after=7,message=slow down")
+    assert (got.status_code, got.headers["retry-after"]) == (429, "7")
+    assert got.json()["error"]["message"] == "slow down"
+    lms = raw(server, "status:code=503", path="/api/v1/chat", body={"model": "m", "input": "?", "stream": True})
+    assert lms.json() == {"error": {"type": "internal_error", "message": "injected by sse-tape: status 503"}}
+
+
+def test_a_status_replaces_the_stream_so_stream_faults_pass_it_by(server: MockServer) -> None:
+    got = raw(server, "status:code=500;error:at=2;fragment:size=1")
+    assert got.status_code == 500
+    assert got.json()["error"]["message"] == "injected by sse-tape: status 500"
+
+
+def test_empty_is_a_200_without_a_body(server: MockServer) -> None:
+    got = raw(server, "empty")
+    assert (got.status_code, got.content, got.headers["content-length"]) == (200, b"", "0")
+    assert chat(server, "empty") == ""
+
+
+async def test_ttfb_holds_the_headers_back() -> None:
+    async with aserve(pacing=Pacing.parse("instant"), match_on=["path"]) as running, httpx.AsyncClient() as client:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        async with client.stream(
+            "POST",
+            running.url + "/v1/chat/completions",
+            json=CHAT_BODY,
+            headers={"X-SSE-Tape-Fault": "ttfb:delay=300ms"},
+        ):
+            assert loop.time() - started >= 0.29  # a floor: the headers cannot come sooner
+
+
+async def test_hang_answers_nothing_and_leaks_nothing_when_the_client_gives_up() -> None:
+    async with aserve(pacing=Pacing.parse("instant"), match_on=["path"]) as running:
+        baseline = len(asyncio.all_tasks())
+        async with httpx.AsyncClient(timeout=0.3) as client:
+            with pytest.raises(httpx.ReadTimeout):
+                await client.post(
+                    running.url + "/v1/chat/completions", json=CHAT_BODY, headers={"X-SSE-Tape-Fault": "hang"}
+                )
+        for _ in range(100):
+            if running.active_streams == 0 and len(asyncio.all_tasks()) == baseline:
+                break
+            await asyncio.sleep(0.02)
+        assert running.active_streams == 0
+
+
+# --- during the stream ------------------------------------------------------------------------------
+
+
+def test_sdk_raises_the_injected_mid_stream_error(server: MockServer) -> None:
+    with pytest.raises(openai.APIError, match="model crashed"):
+        chat(server, "error:at=3,message=model crashed,code=model_error")
+    body = raw(server, "error:at=3,message=model crashed").content
+    assert events(body)[-2:] == [
+        ("error", '{"error":{"message":"model crashed","type":"server_error","code":null}}'),
+        ("message", "[DONE]"),
+    ]
+    assert len(events(body)) == 5  # three events, then the error and its [DONE]
+
+
+def test_responses_error_is_response_failed_with_what_came_before(server: MockServer) -> None:
+    body = {"model": "claude-sonnet-4-20250514", "input": "Hello!", "stream": True}
+    got = events(
+        raw(server, "error:at=6,message=Request timed out,code=request_timeout", "/v1/responses", body).content
+    )
+    failed = json.loads(got[-2][1])
+    assert got[-2][0] == "response.failed"
+    assert failed["response"]["error"] == {"code": "request_timeout", "message": "Request timed out"}
+    assert got[-1] == ("message", "[DONE]")
+    assert (
+        DIALECTS["openai-responses"].check(SSEDecoder().feed(raw(server, "error:at=6", "/v1/responses", body).content))
+        == []
+    )
+
+
+def test_lmstudio_error_is_followed_by_chat_end_with_the_partial_result(server: MockServer) -> None:
+    body = {"model": "m", "input": "?", "stream": True}
+    with (
+        httpx.Client() as client,
+        connect_sse(
+            client,
+            "POST",
+            server.url + "/api/v1/chat",
+            json=body,
+            headers={"X-SSE-Tape-Fault": "error:at=33,type=internal_error,message=boom"},
+        ) as source,
+    ):
+        got = [(e.event, e.json()) for e in source.iter_sse()]
+    assert got[-2] == ("error", {"type": "error", "error": {"type": "internal_error", "message": "boom"}})
+    assert got[-1][0] == "chat.end"
+    message = "".join(d["content"] for kind, d in got if kind == "message.delta")
+    assert got[-1][1]["result"]["output"][-1] == {"type": "message", "content": message}
+    assert message  # what had streamed before the error, not the whole answer
+    assert message != "The current top‑trending model on Hugging Face is **moonshotai/Kimi-K2-Thinking**."  # noqa: RUF001
+
+
+@pytest.mark.parametrize("mode", ["close", "reset"])
+def test_sdk_raises_on_a_disconnect(server: MockServer, mode: str) -> None:
+    with pytest.raises(openai.APIConnectionError):
+        chat(server, f"disconnect:after=3,mode={mode}")
+
+
+def read_until_broken(server: MockServer, fault: str, got: bytearray) -> None:
+    """Read the chat stream into `got` until it ends or breaks."""
+    with httpx.stream(
+        "POST", server.url + "/v1/chat/completions", json=CHAT_BODY, headers={"X-SSE-Tape-Fault": fault}
+    ) as r:
+        for piece in r.iter_raw():
+            got.extend(piece)
+
+
+@pytest.mark.parametrize(("mode", "error"), [("close", httpx.RemoteProtocolError), ("reset", httpx.ReadError)])
+def test_disconnect_keeps_what_came_before(server: MockServer, mode: str, error: type[Exception]) -> None:
+    got = bytearray()
+    with pytest.raises(error):
+        read_until_broken(server, f"disconnect:after=3,mode={mode}", got)
+    assert len(events(bytes(got))) == 3
+
+
+def test_stall_with_heartbeats(server: MockServer) -> None:
+    got = raw(server, "stall:at=2,for=500ms,heartbeat=200ms")
+    assert got.elapsed.total_seconds() >= 0.49
+    text = got.content.decode()
+    assert text.count(": heartbeat\n\n") == 2
+    assert [e[1] for e in events(got.content)] == [e[1] for e in events(raw(server, "").content)]
+
+
+def test_latency_and_bandwidth_slow_the_stream_down(server: MockServer) -> None:
+    assert raw(server, "latency:delay=300ms").elapsed.total_seconds() >= 0.29
+    body = raw(server, "").content
+    slow = raw(server, "bandwidth:rate=4000")
+    assert slow.content == body
+    assert slow.elapsed.total_seconds() >= (len(body) - 400) / 4000
+
+
+# --- on the wire --------------------------------------------------------------------------------------
+
+
+def test_httpx_sse_reassembles_one_byte_writes_including_split_characters(
+    server: MockServer, bundled: dict[str, Cassette]
+) -> None:
+    body = json.loads(bundled["lmstudio-chat"].interactions[0].request.body)  # the recording with the character
+
+    def lmstudio_events(fault: str) -> list[tuple[str, str]]:
+        with (
+            httpx.Client() as client,
+            connect_sse(
+                client, "POST", server.url + "/api/v1/chat", json=body, headers={"X-SSE-Tape-Fault": fault}
+            ) as source,
+        ):
+            return [(e.event, e.data) for e in source.iter_sse()]
+
+    whole = lmstudio_events("")
+    assert any("‑" in data for _, data in whole)  # noqa: RUF001 - a three-byte character, split by size=1
+    assert lmstudio_events("fragment:size=1") == whole
+    assert lmstudio_events("fragment:size=3,gap=1ms") == whole
+
+
+@pytest.mark.parametrize("style", ["crlf", "cr"])
+def test_cr_and_crlf_line_ends_decode_to_the_same_events(server: MockServer, style: str) -> None:
+    got = raw(server, f"eol:style={style}").content
+    assert (b"\r\n" in got) == (style == "crlf")
+    assert b"\n" not in got.replace(b"\r\n", b"") or style == "crlf"
+    assert events(got) == events(raw(server, "").content)
+    assert chat(server, f"eol:style={style}") == TEXT
+    with (
+        httpx.Client() as client,
+        connect_sse(
+            client,
+            "POST",
+            server.url + "/v1/chat/completions",
+            json=CHAT_BODY,
+            headers={"X-SSE-Tape-Fault": f"eol:style={style}"},
+        ) as source,
+    ):
+        assert [e.data for e in source.iter_sse()] == [d for _, d in events(raw(server, "").content)]
+
+
+def test_coalesce_sends_the_same_bytes(server: MockServer) -> None:
+    assert raw(server, "coalesce").content == raw(server, "").content
+
+
+def test_corrupt_json_makes_the_sdk_raise(server: MockServer) -> None:
+    with pytest.raises(json.JSONDecodeError):
+        chat(server, "corrupt:at=2")
+
+
+def test_corrupt_utf8_reaches_the_client_as_replacement_characters(server: MockServer) -> None:
+    got = raw(server, "corrupt:at=2,kind=utf8").content
+    assert b"\xff\xfe" in got
+    assert "\ufffd" in events(got)[2][1]
+
+
+def test_drop_and_duplicate(server: MockServer) -> None:
+    whole = events(raw(server, "").content)
+    assert events(raw(server, "drop:at=done").content) == whole[:-1]
+    assert events(raw(server, "drop:at=role").content) == whole[1:]
+    # at=N: the event after the first N, counting from 0.
+    assert events(raw(server, "duplicate:at=2").content) == [*whole[:3], whole[2], *whole[3:]]
+    assert events(raw(server, "drop:at=2").content) == [*whole[:2], *whole[3:]]
+    violations = [str(v) for v in DIALECTS["openai-chat"].check(SSEDecoder().feed(raw(server, "drop:at=done").content))]
+    assert violations == ["no terminal frame (data: [DONE])"]
+
+
+def test_garbage_then_close(server: MockServer) -> None:
+    got = bytearray()
+    with pytest.raises(httpx.RemoteProtocolError):
+        read_until_broken(server, "garbage:at=2,size=32", got)
+    first_two = raw(server, "").content.split(b"\n\n")[:2]
+    prefix = b"\n\n".join(first_two) + b"\n\n"  # the two events before the position
+    assert bytes(got).startswith(prefix)
+    assert len(got) == len(prefix) + 32
+
+
+# --- choosing: seeds, times, paths, the header, the control endpoint, the report ---------------------
+
+
+def _injected_requests(seed: int) -> list[int]:
+    with serve(pacing=Pacing.parse("instant"), faults=["disconnect:after=2,p=0.5"], seed=seed) as running:
+        for _ in range(20):
+            got = bytearray()
+            with contextlib.suppress(httpx.RemoteProtocolError):
+                read_until_broken(running, "", got)
+        return [entry["request"] for entry in running.injections]
+
+
+def test_the_same_seed_gives_the_same_faults_and_another_seed_others() -> None:
+    first, again, other = _injected_requests(1), _injected_requests(1), _injected_requests(2)
+    assert first == again
+    assert first != other
+    assert 2 <= len(first) <= 18  # p=0.5 over 20 requests
+
+
+def test_times_and_path_limit_a_fault(server: MockServer) -> None:
+    with serve(pacing=Pacing.parse("instant"), faults=["empty:times=2,path=/v1/chat/completions"]) as running:
+        assert [len(raw(running, "").content) for _ in range(3)] == [0, 0, 2277]
+        completions = {"model": "local-model", "prompt": "Once upon a time", "max_tokens": 32, "stream": True}
+        assert raw(running, "", "/v1/completions", completions).content  # another path: untouched
+
+
+def test_control_endpoint_sets_counts_and_clears_faults(tmp_path: Path) -> None:
+    report = tmp_path / "report.jsonl"
+    with serve(pacing=Pacing.parse("instant"), report=report) as running:
+        control = running.url + "/__sse_tape__/faults"
+        assert httpx.post(control, json={"faults": ["empty"]}).json()["faults"] == ["empty"]
+        assert raw(running, "").content == b""
+        state = httpx.get(control).json()
+        assert (state["injected"], state["requests"]) == ({"empty": 1}, 1)
+        assert httpx.post(control, json={"faults": ["bogus"]}).status_code == 400
+        assert httpx.delete(control).json()["faults"] == []
+        assert raw(running, "").content.endswith(b"data: [DONE]\n\n")
+    [entry] = [json.loads(line) for line in report.read_text().splitlines()]
+    assert entry == {
+        "request": 1,
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "fault": "empty",
+        "what": "200 with no body",
+        "recording": "openai-chat.toml #1 (POST /v1/chat/completions)",
+    }
+
+
+# --- profiles -------------------------------------------------------------------------------------------
+
+
+def test_shipped_profiles_parse() -> None:
+    for name in PROFILES:
+        assert load_profile(name, folder=Path("/nonexistent"))
+
+
+def test_profiles_from_sse_tape_toml_and_pyproject(tmp_path: Path) -> None:
+    (tmp_path / "sse-tape.toml").write_text(
+        '[profiles.ci]\nfaults = ["status:code=429,times=1", "latency:delay=5ms"]\n'
+    )
+    (tmp_path / "pyproject.toml").write_text('[tool.sse-tape.profiles.nightly]\nfaults = ["disconnect:after=50%"]\n')
+    assert [f.spec for f in load_profile("ci", folder=tmp_path)] == ["status:code=429,times=1", "latency:delay=5ms"]
+    assert [f.spec for f in load_profile("nightly", folder=tmp_path)] == ["disconnect:after=50%"]
+    with pytest.raises(
+        ConfigError, match="unknown profile 'nope': profiles are ci, flaky-network, nightly, overloaded"
+    ):
+        load_profile("nope", folder=tmp_path)
+
+
+# --- every fault against every bundled cassette --------------------------------------------------------------
+
+MATRIX = {
+    "status": "status:code=503,retry_after=1",
+    "ttfb": "ttfb:delay=10ms",
+    "hang": "hang",
+    "empty": "empty",
+    "error": "error:at=50%",
+    "drop": "drop:at=1",
+    "duplicate": "duplicate:at=1",
+    "corrupt": "corrupt:at=1,kind=utf8",
+    "stall": "stall:at=1,for=20ms,heartbeat=5ms",
+    "latency": "latency:delay=5ms,jitter=5ms",
+    "bandwidth": "bandwidth:rate=200000",
+    "fragment": "fragment:size=5",
+    "coalesce": "coalesce",
+    "eol": "eol:style=cr",
+    "garbage": "garbage:at=50%,size=16",
+    "disconnect": "disconnect:after=50%,mode=reset",
+}
+
+
+def test_the_matrix_covers_every_fault() -> None:
+    assert set(MATRIX) == set(FAULTS)
+
+
+async def test_every_fault_against_every_bundled_interaction_crashes_nothing_and_leaks_nothing(
+    bundled: dict[str, Cassette],
+) -> None:
+    interactions = [i for c in bundled.values() for i in c]
+    baseline = len(asyncio.all_tasks())
+    async with aserve(*bundled.values(), pacing=Pacing.parse("instant")) as running:
+        async with httpx.AsyncClient(base_url=running.url, timeout=2) as client:
+
+            async def one(fault: str, interaction: Any) -> int:
+                request = interaction.request
+                headers = {"content-type": "application/json", "X-SSE-Tape-Fault": fault}
+                try:
+                    async with client.stream(request.method, request.path, content=request.body, headers=headers) as r:
+                        async for _ in r.aiter_raw():
+                            pass
+                        return r.status_code
+                except (httpx.RemoteProtocolError, httpx.ReadError, httpx.ReadTimeout):
+                    return -1
+
+            statuses = await asyncio.gather(*(one(f, i) for f in MATRIX.values() for i in interactions))
+        for _ in range(100):
+            if running.active_streams == 0 and len(asyncio.all_tasks()) == baseline:
+                break
+            await asyncio.sleep(0.02)
+        assert running.active_streams == 0
+        assert len(asyncio.all_tasks()) == baseline
+        assert 500 not in statuses  # no fault made the server itself fail
+        assert running.requests == len(MATRIX) * len(interactions)
