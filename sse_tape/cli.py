@@ -132,7 +132,7 @@ def _server_keywords(options: dict[str, Any], *, default_match: tuple[MatchOn, .
     multiple=True,
     metavar="SPEC",
     help="Inject a fault, as NAME[:key=value,...]; every fault takes p=, times= and path=. Repeatable. "
-    f"Faults: {', '.join(FAULTS)}.",
+    f"Faults: {', '.join(FAULTS)}; `sse-tape faults` describes them.",
 )
 @click.option(
     "--profile",
@@ -488,6 +488,21 @@ def _check_interaction(source: str, n: int, interaction: Interaction, chosen: Di
             violations = [Violation(None, f"the stream is malformed in a way check cannot follow ({exc!r})")]
     row["violations"] = [{"event": v.event, "message": v.message} for v in violations]
     return row
+
+
+@cli.command("faults")
+def list_faults() -> None:
+    """List the faults serve can inject, their keys, and the shipped profiles."""
+    for name, kind in FAULTS.items():
+        keys = ", ".join(f"{key}=<{what}>" for key, what in kind.keys.items())
+        click.echo(f"{name:<11} {kind.help}")
+        if keys:
+            click.echo(f"{'':<11} keys: {keys}")
+    click.echo("\nevery fault also takes p=<probability>, times=<count> and path=<path ending>")
+    click.echo("positions: 5 (after 5 events), 50% (of the events), 200b (a byte), 1.5s (a time)")
+    click.echo("\nprofiles (--profile):")
+    for name, specs in PROFILES.items():
+        click.echo(f"  {name}: {'  '.join(specs)}")
 
 
 @cli.command()

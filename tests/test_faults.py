@@ -452,3 +452,16 @@ async def test_every_fault_against_every_bundled_interaction_crashes_nothing_and
         assert len(asyncio.all_tasks()) == baseline
         assert 500 not in statuses  # no fault made the server itself fail
         assert running.requests == len(MATRIX) * len(interactions)
+
+
+def test_the_faults_command_describes_every_fault_and_profile() -> None:
+    result = subprocess.run([sys.executable, "-m", "sse_tape", "faults"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0
+    names = {
+        line.split()[0]
+        for line in result.stdout.splitlines()
+        if line and not line.startswith((" ", "every", "positions", "profiles"))
+    }
+    assert names == set(FAULTS)
+    assert "disconnect  drop the connection at a position: a clean close or a TCP reset" in result.stdout
+    assert all(f"  {name}: " in result.stdout for name in PROFILES)
