@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -429,6 +430,7 @@ async def test_every_fault_against_every_bundled_interaction_crashes_nothing_and
 ) -> None:
     interactions = [i for c in bundled.values() for i in c]
     baseline = len(asyncio.all_tasks())
+    open_files = len(os.listdir("/proc/self/fd"))
     async with aserve(*bundled.values(), pacing=Pacing.parse("instant")) as running:
         async with httpx.AsyncClient(base_url=running.url, timeout=2) as client:
 
@@ -452,6 +454,7 @@ async def test_every_fault_against_every_bundled_interaction_crashes_nothing_and
         assert len(asyncio.all_tasks()) == baseline
         assert 500 not in statuses  # no fault made the server itself fail
         assert running.requests == len(MATRIX) * len(interactions)
+    assert len(os.listdir("/proc/self/fd")) == open_files  # every socket, of both sides, is closed
 
 
 def test_the_faults_command_describes_every_fault_and_profile() -> None:
@@ -465,3 +468,20 @@ def test_the_faults_command_describes_every_fault_and_profile() -> None:
     assert names == set(FAULTS)
     assert "disconnect  drop the connection at a position: a clean close or a TCP reset" in result.stdout
     assert all(f"  {name}: " in result.stdout for name in PROFILES)
+
+
+@pytest.mark.parametrize(
+    ("remote", "allowed"),
+    [
+        ("127.0.0.1", True),
+        ("127.9.9.9", True),
+        ("::1", True),
+        ("10.1.2.3", False),
+        ("192.168.0.7", False),
+        (None, False),
+    ],
+)
+def test_the_control_endpoint_answers_loopback_clients_only(remote: str | None, allowed: bool) -> None:
+    from sse_tape.server import _is_loopback
+
+    assert _is_loopback(remote) is allowed
