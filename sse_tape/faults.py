@@ -364,6 +364,8 @@ def _empty(fault: Fault, plan: Plan, dialect: Dialect | None, rng: random.Random
 
 def _error(fault: Fault, plan: Plan, dialect: Dialect | None, rng: random.Random) -> str:
     dialect = dialect or _default_dialect()
+    if not any(b.event is not None for b in _blocks(plan.body)):
+        return "not an event stream: left alone"
     offset = _offset(plan, Position.parse(fault.option("at") or "0"))
     before = [b.event for b in _blocks(plan.body[:offset]) if b.event is not None]
     error = Error(

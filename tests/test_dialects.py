@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from clients import openai_client
 
 from sse_tape import Cassette, Chunk, Interaction, Pacing, Request, Response, ServerSentEvent, SSEDecoder, serve
 from sse_tape.dialects import DIALECTS, check_error_response, detect, for_path, translate
@@ -556,7 +557,7 @@ def _translated(bundled: dict[str, Cassette], source: str, index: int, target: s
 def test_sdk_reads_lmstudio_translated_to_chat(bundled: dict[str, Cassette]) -> None:
     cassette = _translated(bundled, "lmstudio-chat", 0, "openai-chat")
     with serve(cassette, match_on=["method", "path"], pacing=Pacing.parse("instant")) as server:
-        client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
+        client = openai_client(server.url + "/v1", api_key="x", max_retries=0)
         stream = client.chat.completions.create(
             model="m", messages=[{"role": "user", "content": "?"}], stream=True, stream_options={"include_usage": True}
         )
@@ -574,7 +575,7 @@ def test_sdk_reads_lmstudio_translated_to_chat(bundled: dict[str, Cassette]) -> 
 def test_sdk_reads_chat_tool_calls_translated_to_responses(bundled: dict[str, Cassette]) -> None:
     cassette = _translated(bundled, "openai-chat", 1, "openai-responses")
     with serve(cassette, match_on=["method", "path"], pacing=Pacing.parse("instant")) as server:
-        client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
+        client = openai_client(server.url + "/v1", api_key="x", max_retries=0)
         events = list(client.responses.create(model="m", input="Weather in Tokyo?", stream=True))
         with client.responses.stream(model="m", input="Weather in Tokyo?") as stream:
             final = stream.get_final_response()
@@ -592,7 +593,7 @@ def test_sdk_reads_responses_translated_to_chat_and_completions(bundled: dict[st
     chat = _translated(bundled, "openai-responses", 0, "openai-chat")
     completions = _translated(bundled, "openai-responses", 0, "openai-completions")
     with serve(chat, completions, match_on=["method", "path"], pacing=Pacing.parse("instant")) as server:
-        client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
+        client = openai_client(server.url + "/v1", api_key="x", max_retries=0)
         usage = {"include_usage": True}
         chat_chunks = client.chat.completions.create(
             model="m", messages=[{"role": "user", "content": "?"}], stream=True, stream_options=usage
@@ -606,7 +607,7 @@ def test_sdk_reads_responses_translated_to_chat_and_completions(bundled: dict[st
 def test_sdk_reads_router_refusal_translated_to_responses(bundled: dict[str, Cassette]) -> None:
     cassette = _translated(bundled, "router-chat", 1, "openai-responses")
     with serve(cassette, match_on=["method", "path"], pacing=Pacing.parse("instant")) as server:
-        client = openai.OpenAI(base_url=server.url + "/proj_ABC123/my-endpoint/v1", api_key="x", max_retries=0)
+        client = openai_client(server.url + "/proj_ABC123/my-endpoint/v1", api_key="x", max_retries=0)
         with client.responses.stream(model="m", input="?") as stream:
             refusal = "".join(e.delta for e in stream if e.type == "response.refusal.delta")
     assert refusal == "I'm sorry, but I cannot help with that request."
@@ -617,7 +618,7 @@ def test_sdk_raises_the_injected_chat_error_mid_stream() -> None:
     body = b"".join(DIALECTS["openai-chat"].encode(events))
     cassette = Cassette([Interaction(Request("POST", "/v1/chat/completions"), Response(chunks=(Chunk(0.0, body),)))])
     with serve(cassette, match_on=["path"]) as server:
-        client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
+        client = openai_client(server.url + "/v1", api_key="x", max_retries=0)
         stream = client.chat.completions.create(model="m", messages=[], stream=True)
         with pytest.raises(openai.APIError, match="The model crashed"):
             for _ in stream:

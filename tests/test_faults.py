@@ -15,9 +15,22 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from clients import openai_client
 from httpx_sse import connect_sse
 
-from sse_tape import Cassette, ConfigError, MockServer, Pacing, SSEDecoder, aserve, serve
+from sse_tape import (
+    Cassette,
+    Chunk,
+    ConfigError,
+    Interaction,
+    MockServer,
+    Pacing,
+    Request,
+    Response,
+    SSEDecoder,
+    aserve,
+    serve,
+)
 from sse_tape.dialects import DIALECTS
 from sse_tape.faults import FAULTS, PROFILES, load_profile, parse_fault
 
@@ -37,7 +50,7 @@ def server() -> Iterator[MockServer]:
 
 
 def sdk(server: MockServer, retries: int = 0) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=retries)
+    return openai_client(server.url + "/v1", api_key="x", max_retries=retries)
 
 
 def chat(server: MockServer, fault: str, retries: int = 0) -> str:
@@ -485,3 +498,16 @@ def test_the_control_endpoint_answers_loopback_clients_only(remote: str | None, 
     from sse_tape.server import _is_loopback
 
     assert _is_loopback(remote) is allowed
+
+
+def test_stream_faults_leave_a_response_that_is_not_a_stream_alone(tmp_path: Path) -> None:
+    body = b'{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}'
+    interaction = Interaction(
+        Request("POST", "/v1/chat/completions"),
+        Response(429, (("content-type", "application/json"), ("content-length", str(len(body)))), (Chunk(0.0, body),)),
+    )
+    with serve(Cassette([interaction]), match_on=["path"], faults=["error:at=50%", "drop:at=0"]) as running:
+        got = httpx.post(running.url + "/v1/chat/completions", json={})
+        notes = [entry["what"] for entry in running.injections]
+    assert (got.status_code, got.content) == (429, body)
+    assert notes == ["not an event stream: left alone", "no event to drop"]

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from clients import openai_client
 from upstream import Upstream, chat_chunk
 
 from sse_tape import Cassette, CassetteError, End, Pacing, aserve, serve
@@ -406,7 +407,7 @@ def test_record_usage_errors_are_one_line_and_exit_2(tmp_path: Path, args: list[
 
 
 def _chat_through(base_url: str, api_key: str) -> tuple[list[openai.types.chat.ChatCompletionChunk], str]:
-    client = openai.OpenAI(base_url=base_url + "/v1", api_key=api_key, max_retries=0)
+    client = openai_client(base_url + "/v1", api_key=api_key, max_retries=0)
     chunks = list(
         client.chat.completions.create(
             model="tiny",
@@ -444,7 +445,7 @@ def test_completions_and_raw_bytes_from_llama_cpp_are_replayed_exactly(llama_ser
     cassette = tmp_path / "llama.msgpack"
     body = {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 16, "logprobs": 2, "stream": True}
     with recording(cassette, llama_server) as proxy:
-        client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-test", max_retries=0)
+        client = openai_client(proxy.url + "/v1", api_key="sk-test", max_retries=0)
         sdk_text = "".join(c.choices[0].text for c in client.completions.create(**body))
         with httpx.stream("POST", proxy.url + "/v1/completions", json={**body, "seed": 7}) as live:
             live_bytes = b"".join(live.iter_raw())
@@ -453,7 +454,7 @@ def test_completions_and_raw_bytes_from_llama_cpp_are_replayed_exactly(llama_ser
     assert recorded[1].response.body == live_bytes
     assert live_bytes.endswith(b"data: [DONE]\n\n")
     with serve(cassette) as server:
-        client = openai.OpenAI(base_url=server.url + "/v1", api_key="sk-test", max_retries=0)
+        client = openai_client(server.url + "/v1", api_key="sk-test", max_retries=0)
         assert "".join(c.choices[0].text for c in client.completions.create(**body)) == sdk_text
         with httpx.stream("POST", server.url + "/v1/completions", json={**body, "seed": 7}) as replayed:
             assert b"".join(replayed.iter_raw()) == live_bytes

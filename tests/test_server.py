@@ -9,13 +9,14 @@ import socket
 import httpx
 import openai
 import pytest
+from clients import openai_client
 from httpx_sse import connect_sse
 
 from sse_tape import Cassette, Chunk, End, Interaction, MockServer, Pacing, Request, Response, aserve, serve
 
 
 def sdk(server: MockServer, prefix: str = "/v1") -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + prefix, api_key="sk-test", max_retries=0)
+    return openai_client(server.url + prefix, api_key="sk-test", max_retries=0)
 
 
 def test_sdk_chat_stream_yields_the_recorded_text(instant_server: MockServer) -> None:
