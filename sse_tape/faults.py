@@ -533,8 +533,8 @@ class Injector:
         self.seen: dict[str, int] = {}
         self.injected: dict[str, int] = {}
 
-    def choose(self, request: Request, extra: Sequence[Fault] = ()) -> tuple[list[Fault], random.Random]:
-        """The faults that apply to this request, and the generator their random choices use."""
+    def choose(self, request: Request, extra: Sequence[Fault] = ()) -> list[Fault]:
+        """The faults that apply to this request."""
         chosen = []
         for fault in [*self.faults, *extra]:
             if not fault.applies_to(request):
@@ -547,8 +547,11 @@ class Injector:
                 continue
             self.injected[fault.spec] = self.injected.get(fault.spec, 0) + 1
             chosen.append(fault)
-        key = "|".join(f"{f.spec}:{self.seen[f.spec]}" for f in chosen)
-        return chosen, random.Random(f"{self.seed}:{key}")
+        return chosen
+
+    def rng(self, chosen: Sequence[Fault]) -> random.Random:
+        """The generator for the random choices of faults just chosen: the same seed, the same choices."""
+        return random.Random(f"{self.seed}:" + "|".join(f"{f.spec}:{self.seen[f.spec]}" for f in chosen))
 
 
 #: Profiles shipped with sse-tape: named sets of faults for `--profile`.

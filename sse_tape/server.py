@@ -214,9 +214,10 @@ class MockServer:
             asked = self._header_faults(http)
         except ConfigError as exc:
             return self._error(http, 400, f"{FAULT_HEADER}: {exc}", "bad_fault")
-        faults, rng = self.injector.choose(request, asked)
+        faults = self.injector.choose(request, asked)
         self.requests += 1
         if faults:
+            rng = self.injector.rng(faults)
             dialect = for_path(request.path) or detect(recording.interaction)
             apply(faults, plan, request=request, dialect=dialect, rng=rng)
             for fault, note in plan.notes:
@@ -246,7 +247,9 @@ class MockServer:
                 await _sleep_until(loop, start + plan.headers_at)
                 await out.prepare(http)
             for at, data in plan.writes:
-                await _sleep_until(loop, start + at)
+                delay = start + at - loop.time()  # inline: this loop runs once per event of every stream
+                if delay > 0:
+                    await asyncio.sleep(delay)
                 if not out.prepared:
                     await out.prepare(http)  # the headers go out with the first chunk
                 await out.write(data)
