@@ -17,6 +17,7 @@ what happens before the stream, then events, then timing, then the wire.
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import tomllib
@@ -108,14 +109,18 @@ class Position:
         text = text.strip()
         try:
             if text.endswith("%"):
-                return cls("fraction", float(text[:-1]) / 100)
-            if text.endswith("b"):
-                return cls("bytes", float(int(text[:-1])))
-            if text.endswith("s"):
-                return cls("seconds", parse_duration(text))
-            return cls("events", float(int(text)))
+                position = cls("fraction", float(text[:-1]) / 100)
+            elif text.endswith("b"):
+                position = cls("bytes", float(int(text[:-1])))
+            elif text.endswith("s"):
+                position = cls("seconds", parse_duration(text))
+            else:
+                position = cls("events", float(int(text)))
         except (ValueError, ConfigError):
             raise ValueError(f"{text!r} is not a position: write 5 (events), 50%, 200b or 1.5s") from None
+        if not 0 <= position.value < math.inf or (position.unit == "fraction" and position.value > 1):
+            raise ValueError(f"{text!r} is not a position: it must be 0 or more (a fraction, at most 100%)")
+        return position
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,8 +185,8 @@ def _validate(name: str, options: Mapping[str, str]) -> None:
         elif key in ("delay", "jitter", "for", "heartbeat", "gap"):
             parse_duration(value)
         elif key in ("code",) and name == "status":
-            if not value.isdigit() or not 100 <= int(value) <= 599:
-                raise ValueError(f"code {value!r} is not an HTTP status")
+            if not value.isdigit() or not 200 <= int(value) <= 599 or int(value) in (204, 304):
+                raise ValueError(f"code {value!r} is not an HTTP status with a body (200-599, not 204 or 304)")
         elif key in ("retry_after", "size", "rate"):
             if not value.isdigit() or (key != "retry_after" and int(value) < 1):
                 raise ValueError(f"{key} {value!r} is not a whole number{' above 0' if key != 'retry_after' else ''}")
@@ -298,6 +303,20 @@ def _offset(plan: Plan, where: Position) -> int:
     return events[count - 1].end if count <= len(events) else len(body)
 
 
+def _boundary(plan: Plan, offset: int) -> int:
+    """The end of the last whole block at or before `offset`: where something can be put between events."""
+    return max((b.end for b in _blocks(plan.body) if b.end <= offset), default=0)
+
+
+def _before_terminal(plan: Plan, offset: int, dialect: Dialect) -> int:
+    """`offset`, moved back to before the stream's terminal frame if it is after it."""
+    body = plan.body
+    for block in _blocks(body):
+        if block.event is not None and dialect.is_terminal(block.event):
+            return min(offset, block.start)
+    return offset
+
+
 def _event_at(plan: Plan, fault: Fault, key: str = "at") -> _Block | None:
     """The event a position names: the one after which it falls (at=0: the first)."""
     spec = fault.option(key, "0") or "0"
@@ -307,7 +326,7 @@ def _event_at(plan: Plan, fault: Fault, key: str = "at") -> _Block | None:
     if spec == "role":
         return events[0]
     if spec == "done":
-        return next((b for b in reversed(events) if b.event is not None and b.event.data == "[DONE]"), None)
+        return next((b for b in reversed(events) if b.event and b.event.data == "[DONE]"), None)
     offset = _offset(plan, Position.parse(spec))
     return next((b for b in events if b.end > offset), events[-1])
 
@@ -315,10 +334,11 @@ def _event_at(plan: Plan, fault: Fault, key: str = "at") -> _Block | None:
 # --- applying -----------------------------------------------------------------------------------
 
 
-def apply(
-    faults: Sequence[Fault], plan: Plan, *, request: Request, dialect: Dialect | None, rng: random.Random
-) -> Plan:
-    """The plan with each fault applied, stage by stage; each fault notes what it did in `plan.notes`."""
+def apply(faults: Sequence[Fault], plan: Plan, *, dialect: Dialect | None, rng: random.Random) -> Plan:
+    """The plan with each fault applied, stage by stage (within a stage, in the order given).
+
+    Each fault applied notes what it did in `plan.notes`.
+    """
     for stage in _STAGES:
         for fault in faults:
             if fault.stage is stage and not (plan.replaced and stage is not Stage.BEFORE):
@@ -328,12 +348,12 @@ def apply(
 
 def _status(fault: Fault, plan: Plan, dialect: Dialect | None, rng: random.Random) -> str:
     plan.replaced = True
-    code = int(fault.option("code") or 500)
+    code = int(str(fault.option("code")))  # required and checked when parsed
     message = fault.option("message") or f"injected by sse-tape: status {code}"
     status, headers, body = (dialect or _default_dialect()).http_error(code, message)
     plan.status, plan.headers = status, list(headers)
-    if fault.option("retry_after") is not None:
-        plan.headers.append(("retry-after", fault.option("retry_after") or "1"))
+    if (retry_after := fault.option("retry_after")) is not None:
+        plan.headers.append(("retry-after", retry_after))
     first = plan.writes[0][0] if plan.writes else 0.0
     plan.writes, plan.end, plan.end_at = [(first, body)], End.COMPLETE, first
     plan.headers.append(("content-length", str(len(body))))
@@ -357,6 +377,7 @@ def _hang(fault: Fault, plan: Plan, dialect: Dialect | None, rng: random.Random)
 def _empty(fault: Fault, plan: Plan, dialect: Dialect | None, rng: random.Random) -> str:
     plan.replaced = True
     plan.status = 200
+    plan.end_at = plan.writes[0][0] if plan.writes else 0.0  # answer when the stream would have begun
     plan.writes, plan.end = [], End.COMPLETE
     plan.headers = [(k, v) for k, v in plan.headers if k.lower() != "content-length"] + [("content-length", "0")]
     return "200 with no body"
@@ -367,7 +388,10 @@ def _error(fault: Fault, plan: Plan, dialect: Dialect | None, rng: random.Random
     if not any(b.event is not None for b in _blocks(plan.body)):
         return "not an event stream: left alone"
     offset = _offset(plan, Position.parse(fault.option("at") or "0"))
+    offset = _before_terminal(plan, _boundary(plan, offset), dialect)
     before = [b.event for b in _blocks(plan.body[:offset]) if b.event is not None]
+    if any(isinstance(e, Error) for e in dialect.decode(before)):
+        return "the stream has ended in an error already: left alone"
     error = Error(
         fault.option("message") or "injected by sse-tape", fault.option("type") or "server_error", fault.option("code")
     )
@@ -412,12 +436,13 @@ def _corrupt(fault: Fault, plan: Plan, dialect: Dialect | None, rng: random.Rand
 
 
 def _stall(fault: Fault, plan: Plan, dialect: Dialect | None, rng: random.Random) -> str:
-    offset = _offset(plan, Position.parse(fault.option("at") or "50%"))
+    where = Position.parse(fault.option("at") or "50%")
+    offset = _boundary(plan, _offset(plan, where))
     seconds = parse_duration(fault.option("for") or "5s")
     t = plan.time_at(offset)
     filler: list[tuple[float, bytes]] = []
-    if fault.option("heartbeat"):
-        every = parse_duration(fault.option("heartbeat") or "15s")
+    if heartbeat := fault.option("heartbeat"):
+        every = parse_duration(heartbeat)
         beat = every
         while every > 0 and beat < seconds:
             filler.append((t + beat, encode_comment("heartbeat")))
@@ -440,11 +465,13 @@ def _latency(fault: Fault, plan: Plan, dialect: Dialect | None, rng: random.Rand
 
 def _bandwidth(fault: Fault, plan: Plan, dialect: Dialect | None, rng: random.Random) -> str:
     rate = int(fault.option("rate") or 1000)
+    piece = max(rate // 20, 1)  # a write every 50 ms at most, so no burst outruns the rate
     writes, free_at = [], 0.0
     for t, data in plan.writes:
-        start = max(t, free_at)
-        writes.append((start, data))
-        free_at = start + len(data) / rate
+        for i in range(0, len(data), piece):
+            start = max(t, free_at)
+            writes.append((start, data[i : i + piece]))
+            free_at = start + len(data[i : i + piece]) / rate
     plan.end_at = max(plan.end_at, free_at)
     plan.writes = writes
     return f"at most {rate} bytes/s"
@@ -454,9 +481,12 @@ def _fragment(fault: Fault, plan: Plan, dialect: Dialect | None, rng: random.Ran
     size = int(fault.option("size") or 1)
     gap = parse_duration(fault.option("gap") or "0ms")
     writes: list[tuple[float, bytes]] = []
+    shift = 0.0  # the gaps so far push every later write back
     for t, data in plan.writes:
-        writes.extend((t + n * gap, data[i : i + size]) for n, i in enumerate(range(0, len(data), size)))
-    plan.writes = writes
+        pieces = [data[i : i + size] for i in range(0, len(data), size)]
+        writes.extend((t + shift + n * gap, piece) for n, piece in enumerate(pieces))
+        shift += max(len(pieces) - 1, 0) * gap
+    plan.writes, plan.end_at = writes, plan.end_at + shift
     return f"{len(writes)} writes of at most {size} bytes"
 
 
@@ -490,8 +520,12 @@ def _garbage(fault: Fault, plan: Plan, dialect: Dialect | None, rng: random.Rand
 
 
 def _disconnect(fault: Fault, plan: Plan, dialect: Dialect | None, rng: random.Random) -> str:
-    offset = _offset(plan, Position.parse(fault.option("after") or "50%"))
-    t = plan.time_at(offset)
+    where = Position.parse(fault.option("after") or "50%")
+    offset = _offset(plan, where)
+    if where.unit == "seconds" and where.value >= plan.end_at:
+        return f"the stream ended before {where.value:g} s: left alone"
+    # At a time, the connection drops then, even in the middle of a silence; else when the byte was due.
+    t = where.value if where.unit == "seconds" else plan.time_at(offset)
     plan.cut(offset)
     reset = fault.option("mode") == "reset"
     plan.end, plan.end_at = (End.UPSTREAM_RESET if reset else End.INTERRUPTED), t
@@ -525,33 +559,51 @@ def _default_dialect() -> Dialect:
 
 
 class Injector:
-    """Decides, per request, which faults apply: by path, by `times`, and by seeded chance."""
+    """Decides, per request, which faults apply: by path, by `times`, and by seeded chance.
+
+    `times` and chance count the requests each fault has seen: a fault set on
+    the server by its place in the list, a fault asked for in a request header
+    by its text. Setting new faults starts the server's counts over.
+    """
 
     def __init__(self, faults: Iterable[Fault], seed: int = 0) -> None:
-        self.faults = list(faults)
         self.seed = seed
-        self.seen: dict[str, int] = {}
+        self.seen: dict[tuple[str, int | str], int] = {}
         self.injected: dict[str, int] = {}
+        """How many times each fault was applied, by its text."""
+        self._draw = ""
+        self.set(faults)
+
+    def set(self, faults: Iterable[Fault]) -> None:
+        """Replace the server's faults, and start their counts over."""
+        self.faults = list(faults)
+        self.seen = {key: n for key, n in self.seen.items() if key[0] == "header"}
 
     def choose(self, request: Request, extra: Sequence[Fault] = ()) -> list[Fault]:
         """The faults that apply to this request."""
-        chosen = []
-        for fault in [*self.faults, *extra]:
+        chosen: list[Fault] = []
+        labels: list[str] = []
+        keyed = [(("server", n), f) for n, f in enumerate(self.faults)] + [(("header", f.spec), f) for f in extra]
+        for key, fault in keyed:
             if not fault.applies_to(request):
                 continue
-            n = self.seen.get(fault.spec, 0)
-            self.seen[fault.spec] = n + 1
+            n = self.seen.get(key, 0)
+            self.seen[key] = n + 1
             if fault.times is not None and n >= fault.times:
                 continue
             if fault.p < 1 and random.Random(f"{self.seed}:{fault.spec}:{n}").random() >= fault.p:
                 continue
-            self.injected[fault.spec] = self.injected.get(fault.spec, 0) + 1
             chosen.append(fault)
+            labels.append(f"{fault.spec}:{n}")
+        self._draw = f"{self.seed}:" + "|".join(labels)
         return chosen
 
-    def rng(self, chosen: Sequence[Fault]) -> random.Random:
-        """The generator for the random choices of faults just chosen: the same seed, the same choices."""
-        return random.Random(f"{self.seed}:" + "|".join(f"{f.spec}:{self.seen[f.spec]}" for f in chosen))
+    def rng(self) -> random.Random:
+        """The generator for the random choices of the faults just chosen: the same seed, the same choices."""
+        return random.Random(self._draw)
+
+    def applied(self, fault: Fault) -> None:
+        self.injected[fault.spec] = self.injected.get(fault.spec, 0) + 1
 
 
 #: Profiles shipped with sse-tape: named sets of faults for `--profile`.

@@ -16,6 +16,7 @@ import os
 import socket
 import struct
 import threading
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -98,9 +99,14 @@ class MockServer:
         self.injector = Injector([parse_fault(f) if isinstance(f, str) else f for f in faults], seed)
         self.requests = 0
         """Replays so far."""
-        self.injections: list[dict[str, Any]] = []
-        """Each fault injected: into which request, and what it did."""
+        self.injections: deque[dict[str, Any]] = deque(maxlen=1000)
+        """The last faults injected: into which request, and what each did (--report keeps them all)."""
         self.report_path = Path(report) if report is not None else None
+        if self.report_path is not None:
+            try:
+                self.report_path.open("a", encoding="utf-8").close()  # fail now, not at the first fault
+            except OSError as exc:
+                raise ConfigError(f"--report {self.report_path}: cannot write: {exc.strerror or exc}") from None
 
     @property
     def url(self) -> str:
@@ -172,12 +178,14 @@ class MockServer:
         if http.method == "POST":
             try:
                 body = await http.json()
-                specs = body["faults"] if isinstance(body, dict) else body
-                self.injector.faults = parse_faults(specs if isinstance(specs, list) else [specs])
-            except (ValueError, KeyError, TypeError) as exc:
-                return web.json_response({"error": f"give {{'faults': [specs]}}: {exc}"}, status=400)
+                specs = body.get("faults") if isinstance(body, dict) else None
+                if not isinstance(specs, list) or not all(isinstance(s, str) for s in specs):
+                    raise ValueError("faults must be a list of fault specifications")
+                self.injector.set(parse_faults(specs))
+            except ValueError as exc:  # ConfigError too: a bad spec
+                return web.json_response({"error": f'give {{"faults": ["spec", ...]}}: {exc}'}, status=400)
         elif http.method == "DELETE":
-            self.injector.faults = []
+            self.injector.set([])
         elif http.method != "GET":
             return web.json_response({"error": "use GET, POST or DELETE"}, status=405)
         return web.json_response(
@@ -185,7 +193,7 @@ class MockServer:
                 "faults": [f.spec for f in self.injector.faults],
                 "requests": self.requests,
                 "injected": self.injector.injected,
-                "injections": self.injections[-100:],
+                "injections": list(self.injections)[-100:],
             }
         )
 
@@ -217,10 +225,10 @@ class MockServer:
         faults = self.injector.choose(request, asked)
         self.requests += 1
         if faults:
-            rng = self.injector.rng(faults)
             dialect = for_path(request.path) or detect(recording.interaction)
-            apply(faults, plan, request=request, dialect=dialect, rng=rng)
+            apply(faults, plan, dialect=dialect, rng=self.injector.rng())
             for fault, note in plan.notes:
+                self.injector.applied(fault)
                 self._say(f"fault {fault.spec}: {note} -> {request.method} {request.path} (request {self.requests})")
                 self._report(
                     {"request": self.requests, "method": request.method, "path": request.path, "fault": fault.spec}
@@ -275,8 +283,11 @@ class MockServer:
     def _report(self, entry: dict[str, Any]) -> None:
         self.injections.append(entry)
         if self.report_path is not None:
-            with self.report_path.open("a", encoding="utf-8") as report:
-                report.write(json.dumps(entry, ensure_ascii=False) + "\n")
+            try:
+                with self.report_path.open("a", encoding="utf-8") as report:
+                    report.write(json.dumps(entry, ensure_ascii=False) + "\n")
+            except OSError as exc:
+                self._say(f"could not write the report {self.report_path}: {exc.strerror or exc}")
 
     def _preflight(self, http: web.Request) -> web.Response:
         headers = self._cors(http)

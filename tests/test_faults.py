@@ -88,6 +88,12 @@ def test_grammar() -> None:
         ("disconnect:mode=explode", "mode 'explode': use close or reset"),
         ("fragment:size=0", "size '0' is not a whole number above 0"),
         ("latency:p=2", "p is a probability from 0 to 1"),
+        ("disconnect:after=nan%", "'nan%' is not a position: it must be 0 or more"),
+        ("disconnect:after=inf%", "'inf%' is not a position"),
+        ("error:at=-3b", "'-3b' is not a position: it must be 0 or more"),
+        ("error:at=150%", "'150%' is not a position"),
+        ("status:code=101", "code '101' is not an HTTP status with a body"),
+        ("status:code=204", "code '204' is not an HTTP status with a body"),
     ],
 )
 def test_bad_specs_name_the_bad_part(spec: str, message: str) -> None:
@@ -114,7 +120,7 @@ def test_a_bad_fault_header_is_a_400_naming_it(server: MockServer) -> None:
     assert got.status_code == 400
     assert (
         got.json()["error"]["message"]
-        == "sse-tape: X-SSE-Tape-Fault: fault 'status:code=abc': code 'abc' is not an HTTP status"
+        == "sse-tape: X-SSE-Tape-Fault: fault 'status:code=abc': code 'abc' is not an HTTP status with a body (200-599, not 204 or 304)"
     )
 
 
@@ -173,6 +179,7 @@ async def test_hang_answers_nothing_and_leaks_nothing_when_the_client_gives_up()
                 break
             await asyncio.sleep(0.02)
         assert running.active_streams == 0
+        assert len(asyncio.all_tasks()) == baseline
 
 
 # --- during the stream ------------------------------------------------------------------------------
@@ -290,8 +297,11 @@ def test_httpx_sse_reassembles_one_byte_writes_including_split_characters(
 @pytest.mark.parametrize("style", ["crlf", "cr"])
 def test_cr_and_crlf_line_ends_decode_to_the_same_events(server: MockServer, style: str) -> None:
     got = raw(server, f"eol:style={style}").content
-    assert (b"\r\n" in got) == (style == "crlf")
-    assert b"\n" not in got.replace(b"\r\n", b"") or style == "crlf"
+    if style == "crlf":
+        assert b"\n" not in got.replace(b"\r\n", b"")  # every LF is part of a CRLF
+    else:
+        assert b"\n" not in got
+        assert b"\r" in got
     assert events(got) == events(raw(server, "").content)
     assert chat(server, f"eol:style={style}") == TEXT
     with (
@@ -511,3 +521,148 @@ def test_stream_faults_leave_a_response_that_is_not_a_stream_alone(tmp_path: Pat
         notes = [entry["what"] for entry in running.injections]
     assert (got.status_code, got.content) == (429, body)
     assert notes == ["not an event stream: left alone", "no event to drop"]
+
+
+# --- what a second review found -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("at", ["150b", "1b", "0.3s", "100%", "99", "3"])
+def test_an_error_always_comes_whole_between_events_and_before_the_terminal_frame(server: MockServer, at: str) -> None:
+    got = events(raw(server, f"error:at={at},message=boom").content)
+    assert got[-2:] == [
+        ("error", '{"error":{"message":"boom","type":"server_error","code":null}}'),
+        ("message", "[DONE]"),
+    ]
+    assert ("message", "[DONE]") not in got[:-1]
+    with pytest.raises(openai.APIError, match="boom"):
+        chat(server, f"error:at={at},message=boom")
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "at"),
+    [
+        ("/v1/responses", {"model": "claude-sonnet-4-20250514", "input": "Hello!", "stream": True}, "100%"),
+        ("/api/v1/chat", None, "100%"),
+        ("/api/v1/chat", None, "47"),
+    ],
+)
+def test_errors_in_every_dialect_keep_the_stream_valid(
+    server: MockServer, bundled: dict[str, Cassette], path: str, body: Any, at: str
+) -> None:
+    body = body or json.loads(bundled["lmstudio-chat"].interactions[0].request.body)
+    dialect = DIALECTS["openai-responses" if path == "/v1/responses" else "lmstudio-chat"]
+    got = SSEDecoder().feed(raw(server, f"error:at={at}", path, body).content)
+    assert dialect.check(got) == []
+
+
+def test_a_second_error_leaves_the_stream_alone(server: MockServer) -> None:
+    body = {"model": "claude-sonnet-4-20250514", "input": "Hello!", "stream": True}
+    got = raw(server, "error:at=50%;error:at=100%", "/v1/responses", body)
+    assert got.status_code == 200
+    assert [e for e, _ in events(got.content)].count("response.failed") == 1
+
+
+def test_heartbeats_of_a_stall_come_between_events(server: MockServer) -> None:
+    got = raw(server, "stall:at=150b,for=300ms,heartbeat=100ms").content
+    assert [d for _, d in events(got)] == [d for _, d in events(raw(server, "").content)]
+    assert b"\n\n: heartbeat\n\n" in got
+
+
+async def test_a_disconnect_at_a_time_comes_then_even_during_a_stall() -> None:
+    async def read(client: httpx.AsyncClient, url: str) -> None:
+        fault = {"X-SSE-Tape-Fault": "stall:at=2,for=5s;disconnect:after=300ms"}
+        async with client.stream("POST", url, json=CHAT_BODY, headers=fault) as response:
+            async for _ in response.aiter_raw():
+                pass
+
+    async with aserve(pacing=Pacing.parse("instant"), match_on=["path"]) as running, httpx.AsyncClient() as client:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(httpx.RemoteProtocolError):
+            await read(client, running.url + "/v1/chat/completions")
+        assert 0.29 <= loop.time() - started < 4  # not when the stall ends, 5 s in
+
+
+def test_empty_answers_when_the_stream_would_have_begun(bundled: dict[str, Cassette]) -> None:
+    thinking = Cassette([bundled["router-chat"].interactions[2]])  # 18.7 s long, first byte at 0.46 s
+    with serve(thinking, match_on=["path"]) as running:
+        got = httpx.post(
+            running.url + "/proj_ABC123/my-endpoint/v1/chat/completions", json={}, headers={"X-SSE-Tape-Fault": "empty"}
+        )
+    assert got.content == b""
+    assert got.elapsed.total_seconds() < 10  # not after the recording's 18.7 s
+
+
+def test_fragment_gaps_push_the_rest_back(server: MockServer) -> None:
+    whole = raw(server, "").content
+    got = raw(server, "fragment:size=100,gap=20ms")
+    assert got.content == whole
+    assert got.elapsed.total_seconds() >= (len(whole) // 100 - 13) * 0.02  # 13 recorded writes; the rest spaced
+
+
+def test_bandwidth_never_bursts_past_the_rate(server: MockServer) -> None:
+    whole = raw(server, "").content
+    got = raw(server, "bandwidth:rate=2000")
+    assert got.content == whole
+    assert got.elapsed.total_seconds() >= (len(whole) - 100) / 2000  # at most rate/20 bytes before the clock runs
+
+
+def test_times_counts_per_source_and_starts_over_when_faults_are_set() -> None:
+    with serve(pacing=Pacing.parse("instant"), faults=["status:code=418,times=2"]) as running:
+        both = [raw(running, "status:code=418,times=2").status_code for _ in range(3)]
+        assert both == [418, 418, 200]  # the server's fault and the header's each counted their own requests once
+        control = running.url + "/__sse_tape__/faults"
+        httpx.post(control, json={"faults": ["status:code=429,times=1"]})
+        assert raw(running, "").status_code == 429
+        httpx.delete(control)
+        httpx.post(control, json={"faults": ["status:code=429,times=1"]})
+        assert raw(running, "").status_code == 429  # counts started over
+
+
+@pytest.mark.parametrize(
+    "body", [{"faults": [1]}, {"faults": None}, {"faults": {"a": 1}}, ["empty"], {"faults": ["nope"]}]
+)
+def test_a_bad_control_body_is_a_400(server: MockServer, body: Any) -> None:
+    got = httpx.post(server.url + "/__sse_tape__/faults", json=body)
+    assert got.status_code == 400
+    assert got.json()["error"].startswith('give {"faults": ["spec", ...]}')
+
+
+def test_an_unwritable_report_stops_serve_at_start_up() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "sse_tape", "serve", "--report", "/nonexistent/dir/r.jsonl"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (result.returncode, result.stderr) == (
+        2,
+        "Error: --report /nonexistent/dir/r.jsonl: cannot write: No such file or directory\n",
+    )
+
+
+def test_injected_counts_match_what_was_applied() -> None:
+    with serve(pacing=Pacing.parse("instant")) as running:
+        raw(running, "status:code=500;error:at=2")
+        state = httpx.get(running.url + "/__sse_tape__/faults").json()
+    assert state["injected"] == {"status:code=500": 1}  # the error passed the replaced response by
+    assert [i["fault"] for i in state["injections"]] == ["status:code=500"]
+
+
+def test_the_control_endpoint_refuses_other_than_loopback() -> None:
+    from aiohttp.test_utils import make_mocked_request
+
+    server = MockServer([])
+    request = make_mocked_request("GET", "/__sse_tape__/faults", transport=_Transport("10.1.2.3"))
+    response = asyncio.run(server._control(request))
+    assert response.status == 403
+
+
+class _Transport:
+    """Just enough of a transport for aiohttp to read the peer's address."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return (self.host, 40000) if name == "peername" else default

@@ -106,6 +106,10 @@ class Dialect(ABC):
         """The headers this server sends with a stream that begins with `start`."""
         return (("content-type", "text/event-stream"), ("cache-control", "no-cache"))
 
+    @abstractmethod
+    def is_terminal(self, event: ServerSentEvent) -> bool:
+        """Whether this event ends the stream's generation (a finish, an error, the terminal frame)."""
+
     def encode(self, events: Sequence[Event]) -> list[bytes]:
         """The SSE frames this API's server sends for `events`, terminal frames included."""
         return [frame for _, frame in self.encode_indexed(events)]

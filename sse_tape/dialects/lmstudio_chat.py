@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..cassette import Headers, Request
-from ..sse import ServerSentEvent
+from ..sse import ServerSentEvent, SSEDecoder
 from .base import Checker, Dialect, Prompt, Violation, chat_messages, json_objects, named_frame, to_json
 from .events import (
     Error,
@@ -234,6 +234,21 @@ class LMStudioChat(Dialect):
                     tokens = (stats["input_tokens"], int(stats.get("total_output_tokens") or 0))
                     out.append((i, Usage(*tokens, reasoning_tokens=stats.get("reasoning_output_tokens"))))
         return out
+
+    def is_terminal(self, event: ServerSentEvent) -> bool:
+        objects = [obj for _, _, obj in json_objects([event])]
+        return bool(objects) and objects[0].get("type") in ("chat.end", "error")
+
+    def error_frames(
+        self, error: Error, before: Sequence[Event] = (), sent: Sequence[ServerSentEvent] = ()
+    ) -> list[bytes]:
+        frames = super().error_frames(error, before)
+        # Block ends are not neutral events: if the client has seen the block closed, do not close it again.
+        sent_types = [obj.get("type") for _, _, obj in json_objects(sent)]
+        first = [obj.get("type") for _, _, obj in json_objects(SSEDecoder().feed(frames[0]))] if frames else []
+        if sent_types and first and first[0] == sent_types[-1] and str(first[0]).endswith(".end"):
+            return frames[1:]
+        return frames
 
     def http_error(
         self, status: int, message: str, *, type: str | None = None, code: str | None = None

@@ -82,6 +82,22 @@ def start_from(chunk: dict[str, Any]) -> Start:
     return Start(str(chunk.get("id", "")), str(chunk.get("model", "")), int(chunk.get("created") or 0))
 
 
+def is_openai_terminal(event: ServerSentEvent) -> bool:
+    """The chunk with a finish_reason, a usage-only chunk, an error event, or [DONE]."""
+    if event.data == "[DONE]" or event.event == "error":
+        return True
+    try:
+        obj = json.loads(event.data)
+    except ValueError:
+        return False
+    choices = obj.get("choices") if isinstance(obj, dict) else None
+    if not isinstance(choices, list):
+        return False
+    return any(isinstance(c, dict) and c.get("finish_reason") for c in choices) or (
+        not choices and bool(obj.get("usage"))
+    )
+
+
 def wants_usage(body: Any) -> bool:
     """Whether a chat or completions request body sets stream_options.include_usage."""
     options = body.get("stream_options") if isinstance(body, dict) else None
@@ -190,6 +206,9 @@ class OpenAIChat(Dialect):
     path = "/v1/chat/completions"
     # The hosted router in the seeds: ": heartbeat" after 15 s without a chunk.
     heartbeat = (15.0, encode_comment("heartbeat"))
+
+    def is_terminal(self, event: ServerSentEvent) -> bool:
+        return is_openai_terminal(event)
 
     def response_headers(self, start: Start) -> Headers:
         headers = super().response_headers(start)

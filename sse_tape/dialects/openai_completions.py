@@ -17,7 +17,16 @@ from ..cassette import Request
 from ..sse import ServerSentEvent
 from .base import DONE, Checker, Dialect, Prompt, Violation, data_frame, json_objects, messages_text
 from .events import Error, Event, Finish, Start, TextDelta, TokenLogprob, Usage
-from .openai_chat import ChunkFraming, error_event_frames, error_from, start_from, usage_from, usage_json, wants_usage
+from .openai_chat import (
+    ChunkFraming,
+    error_event_frames,
+    error_from,
+    is_openai_terminal,
+    start_from,
+    usage_from,
+    usage_json,
+    wants_usage,
+)
 
 __all__ = ["OpenAICompletions"]
 
@@ -29,6 +38,9 @@ class OpenAICompletions(Dialect):
 
     name = "openai-completions"
     path = "/v1/completions"
+
+    def is_terminal(self, event: ServerSentEvent) -> bool:
+        return is_openai_terminal(event)
 
     def encode_indexed(self, events: Sequence[Event]) -> list[tuple[int, bytes]]:
         frames: list[tuple[int, bytes]] = []

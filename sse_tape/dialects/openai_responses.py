@@ -171,6 +171,12 @@ class OpenAIResponses(Dialect):
     name = "openai-responses"
     path = "/v1/responses"
 
+    def is_terminal(self, event: ServerSentEvent) -> bool:
+        if event.data == "[DONE]":
+            return True
+        objects = [obj for _, _, obj in json_objects([event])]
+        return bool(objects) and objects[0].get("type") in (*TERMINAL, "error")
+
     def response_headers(self, start: Start) -> Headers:
         return (("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache"))
 
@@ -181,7 +187,7 @@ class OpenAIResponses(Dialect):
         numbers = [
             obj["sequence_number"] for _, _, obj in json_objects(sent) if isinstance(obj.get("sequence_number"), int)
         ]
-        if not numbers:
+        if not numbers or not frames:
             return frames
         # Continue the numbering of the stream the client has, not of a re-encoding of it.
         [failed] = [obj for _, _, obj in json_objects(SSEDecoder().feed(frames[0]))]
