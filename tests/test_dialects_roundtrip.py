@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -152,40 +153,26 @@ def lmstudio_chat_events(draw: Any) -> list[Event]:
     return events + split_ending(draw, [Finish(reason), *usage], st.builds(Error, text, text, st.none() | text), [])
 
 
+STRATEGIES = {
+    "openai-chat": openai_chat_events(),
+    "openai-completions": openai_completions_events(),
+    "openai-responses": openai_responses_events(),
+    "lmstudio-chat": lmstudio_chat_events(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
 @settings(max_examples=200)
-@given(openai_chat_events())
-def test_openai_chat_round_trips(events: list[Event]) -> None:
-    round_trips("openai-chat", events)
+@given(data=st.data())
+def test_decode_of_encode_round_trips(name: str, data: st.DataObject) -> None:
+    round_trips(name, data.draw(STRATEGIES[name]))
 
 
-@settings(max_examples=200)
-@given(openai_completions_events())
-def test_openai_completions_round_trips(events: list[Event]) -> None:
-    round_trips("openai-completions", events)
-
-
-@settings(max_examples=200)
-@given(openai_responses_events())
-def test_openai_responses_round_trips(events: list[Event]) -> None:
-    round_trips("openai-responses", events)
-
-
-@settings(max_examples=200)
-@given(lmstudio_chat_events())
-def test_lmstudio_chat_round_trips(events: list[Event]) -> None:
-    round_trips("lmstudio-chat", events)
-
-
-@settings(max_examples=100)
-@given(st.sampled_from(sorted(DIALECTS)), st.data())
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+@settings(max_examples=50)
+@given(data=st.data())
 def test_every_encoded_stream_passes_its_own_check(name: str, data: st.DataObject) -> None:
-    strategy = {
-        "openai-chat": openai_chat_events(),
-        "openai-completions": openai_completions_events(),
-        "openai-responses": openai_responses_events(),
-        "lmstudio-chat": lmstudio_chat_events(),
-    }[name]
-    events = _json_arguments(data.draw(strategy))
+    events = _json_arguments(data.draw(STRATEGIES[name]))
     decoder = SSEDecoder()
     sse = [event for frame in DIALECTS[name].encode(events) for event in decoder.feed(frame)]
     assert DIALECTS[name].check(sse) == []

@@ -102,13 +102,15 @@ def test_bad_specs_name_the_bad_part(spec: str, message: str) -> None:
     assert message in str(info.value)
 
 
-def test_a_bad_fault_stops_serve_at_start_up_with_one_line() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "sse_tape", "serve", "--fault", "disconnect:afterr=5"],
-        capture_output=True,
-        text=True,
-        timeout=60,
+def serve_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """`sse-tape serve ...` that is expected to stop at start-up."""
+    return subprocess.run(
+        [sys.executable, "-m", "sse_tape", "serve", *args], capture_output=True, text=True, timeout=60
     )
+
+
+def test_a_bad_fault_stops_serve_at_start_up_with_one_line() -> None:
+    result = serve_cli("--fault", "disconnect:afterr=5")
     assert (result.returncode, result.stderr) == (
         2,
         "Error: fault 'disconnect:afterr=5': disconnect takes no 'afterr'; its keys are after, mode, p, path, times\n",
@@ -629,12 +631,7 @@ def test_a_bad_control_body_is_a_400(server: MockServer, body: Any) -> None:
 
 
 def test_an_unwritable_report_stops_serve_at_start_up() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "sse_tape", "serve", "--report", "/nonexistent/dir/r.jsonl"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = serve_cli("--report", "/nonexistent/dir/r.jsonl")
     assert (result.returncode, result.stderr) == (
         2,
         "Error: --report /nonexistent/dir/r.jsonl: cannot write: No such file or directory\n",
