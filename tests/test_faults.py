@@ -446,6 +446,19 @@ MATRIX = {
 }
 
 
+# Byte and time positions, and faults combined, over the same cassettes.
+MORE = [
+    "error:at=150b",
+    "error:at=200ms;error:at=100%",
+    "stall:at=100ms,for=10ms,heartbeat=3ms",
+    "disconnect:after=1s",
+    "drop:at=done",
+    "fragment:size=1;eol:style=crlf",
+    "status:code=429;error:at=2;fragment:size=3",
+    "corrupt:at=150b,kind=json",
+]
+
+
 def test_the_matrix_covers_every_fault() -> None:
     assert set(MATRIX) == set(FAULTS)
 
@@ -470,7 +483,8 @@ async def test_every_fault_against_every_bundled_interaction_crashes_nothing_and
                 except (httpx.RemoteProtocolError, httpx.ReadError, httpx.ReadTimeout):
                     return -1
 
-            statuses = await asyncio.gather(*(one(f, i) for f in MATRIX.values() for i in interactions))
+            specs = [*MATRIX.values(), *MORE]
+            statuses = await asyncio.gather(*(one(f, i) for f in specs for i in interactions))
         for _ in range(100):
             if running.active_streams == 0 and len(asyncio.all_tasks()) == baseline:
                 break
@@ -478,7 +492,7 @@ async def test_every_fault_against_every_bundled_interaction_crashes_nothing_and
         assert running.active_streams == 0
         assert len(asyncio.all_tasks()) == baseline
         assert 500 not in statuses  # no fault made the server itself fail
-        assert running.requests == len(MATRIX) * len(interactions)
+        assert running.requests == len(specs) * len(interactions)
     assert len(os.listdir("/proc/self/fd")) == open_files  # every socket, of both sides, is closed
 
 
