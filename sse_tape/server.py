@@ -213,15 +213,15 @@ class MockServer:
         return web.Response(status=status, body=body, headers={**dict(headers), **self._cors(http)})
 
     async def _play(self, http: web.Request, request: Request, recording: Recording) -> web.StreamResponse:
+        try:
+            asked = self._header_faults(http)
+        except ConfigError as exc:
+            return self._error(http, 400, f"{FAULT_HEADER}: {exc}", "bad_fault")
         response = recording.interaction.response
         turn = self._plays.get(recording, 0)
         self._plays[recording] = turn + 1
         offsets, end = self.pacing.schedule(response, key=f"{recording}:{turn}")
         plan = Plan.of(response, offsets, end)
-        try:
-            asked = self._header_faults(http)
-        except ConfigError as exc:
-            return self._error(http, 400, f"{FAULT_HEADER}: {exc}", "bad_fault")
         faults = self.injector.choose(request, asked)
         self.requests += 1
         if faults:
@@ -235,9 +235,9 @@ class MockServer:
                     | {"what": note, "recording": str(recording)}
                 )
         self._say(f"{http.method} {http.rel_url.raw_path} -> {plan.status} {recording}")
-        return await self._write(http, plan, keep_length=response.header("content-length") is not None)
+        return await self._write(http, plan)
 
-    async def _write(self, http: web.Request, plan: Plan, *, keep_length: bool) -> web.StreamResponse:
+    async def _write(self, http: web.Request, plan: Plan) -> web.StreamResponse:
         """Send a plan: headers, each write at its offset from now, then the end it asks for."""
         loop = asyncio.get_running_loop()
         start = loop.time()
@@ -249,7 +249,8 @@ class MockServer:
             for name, value in end_to_end(plan.headers, also_drop=("content-length", "date")):
                 out.headers.add(name, value)
             out.headers.update(self._cors(http))
-            if plan.end is End.COMPLETE and (keep_length or _has(plan.headers, "content-length")):
+            # A recorded length, or one a fault set, is sent again for the body as it is now.
+            if plan.end is End.COMPLETE and _has(plan.headers, "content-length"):
                 out.content_length = len(plan.body)
             if plan.headers_at is not None:
                 await _sleep_until(loop, start + plan.headers_at)
