@@ -362,7 +362,9 @@ def _describe(n: int, interaction: Interaction, *, full: bool) -> list[str]:
     req, resp = interaction.request, interaction.response
     query = f"?{req.query}" if req.query else ""
     kind = resp.header("content-type") or "no content-type"
-    timed = resp.events()
+    decoder = SSEDecoder()  # one pass serves the counts, the gaps and the timeline
+    per_chunk = [(chunk, decoder.feed(chunk.data)) for chunk in resp.chunks]
+    timed = [(chunk.t, event) for chunk, events in per_chunk for event in events]
     lines = [
         f"#{n} {req.method} {req.path}{query}",
         f"   -> {resp.status} {kind}, ended: {resp.end}",
@@ -377,9 +379,7 @@ def _describe(n: int, interaction: Interaction, *, full: bool) -> list[str]:
             f"   gaps between events: min {ms[0]:.0f} ms, median {statistics.median(ms):.0f} ms, "
             f"p95 {p95:.0f} ms, max {ms[-1]:.0f} ms"
         )
-    decoder = SSEDecoder()
-    for chunk in resp.chunks:
-        events = decoder.feed(chunk.data)
+    for chunk, events in per_chunk:
         if not events:  # a comment such as a heartbeat, or part of an event
             raw = repr(chunk.data)[1:]
             lines.append(f"   {chunk.t:8.3f} s  {'(no event)':<28} {raw[:90] + '...' if len(raw) > 93 else raw}")
