@@ -639,7 +639,7 @@ def test_tool_call_ids_and_server_run_calls_in_translation() -> None:
     # LM Studio's calls have no id and are run by the server: OpenAI's function calls are neither.
     events = [
         Start("", "m"),
-        ToolCallStart(0, "", "search"),
+        ToolCallStart(0, "", "search", server=True),
         ToolCallDelta(0, "{}"),
         ToolCallEnd(0, output="[]"),
         TextDelta("Done."),

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sse_tape import SSEDecoder
+from sse_tape import ServerSentEvent, SSEDecoder
 from sse_tape.dialects import DIALECTS
 from sse_tape.dialects.events import (
     Error,
@@ -139,7 +139,7 @@ def lmstudio_chat_events(draw: Any) -> list[Event]:
     events += draw(st.lists(deltas, max_size=4))
     calls = draw(st.integers(0, 2))
     for index in range(calls):
-        events.append(ToolCallStart(index, "", draw(text)))
+        events.append(ToolCallStart(index, "", draw(text), server=True))  # LM Studio runs its tools itself
         if draw(st.booleans()):
             arguments = draw(st.dictionaries(text, st.integers() | text, max_size=2))
             events += [ToolCallDelta(index, arguments_text(arguments)), ToolCallEnd(index, output=draw(st.text()))]
@@ -188,3 +188,51 @@ def _json_arguments(events: list[Event]) -> list[Event]:
         if isinstance(event, ToolCallStart):
             out.append(ToolCallDelta(event.index, json.dumps({"n": event.index})))
     return out
+
+
+def _streamed(events: list[Event], arguments: bool) -> str:
+    """What a client can show of `events`: the answer's text and refusal, and tool-call arguments when streamed."""
+    parts = [e.text for e in events if isinstance(e, TextDelta | RefusalDelta)]
+    if arguments:
+        parts += [e.arguments for e in events if isinstance(e, ToolCallDelta)]
+    return "".join(parts)
+
+
+def _sse(frames: list[bytes]) -> list[ServerSentEvent]:
+    decoder = SSEDecoder()
+    return [event for frame in frames for event in decoder.feed(frame)]
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+@settings(max_examples=100)
+@given(data=st.data())
+def test_the_streaming_encoder_sends_each_piece_of_the_answer_as_it_is_fed(name: str, data: st.DataObject) -> None:
+    events = data.draw(STRATEGIES[name])
+    dialect = DIALECTS[name]
+    arguments = name != "lmstudio-chat"  # LM Studio sends a call's arguments whole, when the call ends
+    encoder = dialect.encoder()
+    frames: list[bytes] = []
+    for n, event in enumerate(events, 1):
+        frames += encoder.feed(event)
+        # Nothing is held back for later events: the client can already show all that was fed.
+        assert _streamed(dialect.decode(_sse(frames)), arguments) == _streamed(events[:n], arguments)
+    frames += encoder.close()
+    assert frames == dialect.encode(events)
+    assert encoder.close() == []  # a stream ends once
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+@settings(max_examples=50)
+@given(data=st.data())
+def test_two_streams_encoded_at_once_do_not_mix(name: str, data: st.DataObject) -> None:
+    first, second = data.draw(STRATEGIES[name]), data.draw(STRATEGIES[name])
+    dialect = DIALECTS[name]
+    a, b = dialect.encoder(), dialect.encoder()
+    got_a: list[bytes] = []
+    got_b: list[bytes] = []
+    for n in range(max(len(first), len(second))):
+        if n < len(first):
+            got_a += a.feed(first[n])
+        if n < len(second):
+            got_b += b.feed(second[n])
+    assert (got_a + a.close(), got_b + b.close()) == (dialect.encode(first), dialect.encode(second))

@@ -27,6 +27,7 @@ __all__ = [
     "Violation",
     "check_error_response",
     "detect",
+    "dialect_for",
     "for_path",
     "get",
     "translate",
@@ -80,6 +81,16 @@ def detect(interaction: Interaction) -> Dialect | None:
         if marker == "text_completion":
             return DIALECTS["openai-completions"]
     return None
+
+
+def dialect_for(path: str, interaction: Interaction | None = None) -> Dialect:
+    """The dialect to answer a request for `path` in: the path's, else the recording's, else openai-chat.
+
+    Errors, faults and misses are all framed by what this returns, so a
+    client meets the error shape of the API it called.
+    """
+    found = for_path(path) or (detect(interaction) if interaction is not None else None)
+    return found or DIALECTS["openai-chat"]
 
 
 def translate(interaction: Interaction, target: Dialect, source: Dialect | None = None) -> Interaction:

@@ -10,16 +10,16 @@ from typing import Any, ClassVar
 
 from ..cassette import Headers, Request
 from ..sse import ServerSentEvent, encode_event
-from .events import Error, Event, Start, ToolCallEnd
+from .events import Error, Event, Start
 
 __all__ = [
     "DONE",
     "Checker",
     "Dialect",
+    "Encoder",
     "Prompt",
     "Violation",
     "data_frame",
-    "executed_calls",
     "named_frame",
     "to_json",
 ]
@@ -42,15 +42,6 @@ def json_objects(events: Sequence[ServerSentEvent]) -> Iterator[tuple[int, str, 
             continue
         if isinstance(obj, dict):
             yield i, sse.event, obj
-
-
-def executed_calls(events: Sequence[Event]) -> set[int]:
-    """Tool calls the server ran itself (their end carries an output or an error), as LM Studio's MCP tools.
-
-    OpenAI's function calls are for the client to run; a server-run call has no
-    place in those streams, so their encoders leave these out.
-    """
-    return {e.index for e in events if isinstance(e, ToolCallEnd) and (e.output is not None or e.error is not None)}
 
 
 def data_frame(obj: Any) -> bytes:
@@ -92,6 +83,65 @@ class Prompt:
     """Whether the response reports token usage (OpenAI's stream_options.include_usage)."""
 
 
+class Encoder(ABC):
+    """Frames neutral events one at a time, as one API's server sends them.
+
+    `feed` takes the next event, in the order `events` sets down, and returns
+    the frames it makes at once: nothing waits for a later event, so a token
+    reaches the wire when it is generated. `close` ends a stream that had no
+    error and returns its terminal frames. An `Error` ends the stream itself:
+    its frames include the terminal ones, and nothing is framed after it.
+    """
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        self.fed = False
+        """Whether any event has been fed."""
+        self.ended = False
+        """Whether the stream is over: closed, or ended by an error."""
+
+    def feed(self, event: Event) -> list[bytes]:
+        """The frames for the next event."""
+        if self.ended:
+            return []
+        self.fed = True
+        frames = self._frame(event)
+        if isinstance(event, Error):
+            self.ended = True
+        return frames
+
+    def close(self) -> list[bytes]:
+        """The frames that end the stream (none if an error has ended it already)."""
+        if self.ended:
+            return []
+        self.ended = True
+        return self._close()
+
+    def resume(self, sent: Sequence[ServerSentEvent]) -> None:
+        """Continue a stream the client already has: `sent` are its events, from this API's server.
+
+        The neutral events `sent` carries set this encoder's state (their
+        frames are not sent again), then `_sync` takes what only the wire
+        tells (sequence numbers, blocks already closed), so the next frames
+        continue that stream as its own server would.
+        """
+        for event in self.dialect.decode(sent):
+            self.feed(event)
+        self._sync(sent)
+
+    @abstractmethod
+    def _frame(self, event: Event) -> list[bytes]:
+        """The frames for one event."""
+
+    @abstractmethod
+    def _close(self) -> list[bytes]:
+        """The terminal frames of a stream that ends without an error."""
+
+    def _sync(self, sent: Sequence[ServerSentEvent]) -> None:
+        """Take from the wire what the neutral events do not carry; nothing by default."""
+        return
+
+
 class Dialect(ABC):
     """One API's streaming contract: how it frames generation, errors, and what it promises."""
 
@@ -110,13 +160,19 @@ class Dialect(ABC):
     def is_terminal(self, event: ServerSentEvent) -> bool:
         """Whether this event ends the stream's generation (a finish, an error, the terminal frame)."""
 
+    @abstractmethod
+    def encoder(self) -> Encoder:
+        """A streaming encoder for one new stream."""
+
     def encode(self, events: Sequence[Event]) -> list[bytes]:
         """The SSE frames this API's server sends for `events`, terminal frames included."""
         return [frame for _, frame in self.encode_indexed(events)]
 
-    @abstractmethod
     def encode_indexed(self, events: Sequence[Event]) -> list[tuple[int, bytes]]:
         """Like `encode`, each frame with the index of the event that produced it (for timing)."""
+        encoder = self.encoder()
+        frames = [(i, frame) for i, event in enumerate(events) for frame in encoder.feed(event)]
+        return frames + [(len(events) - 1, frame) for frame in encoder.close()]
 
     def decode(self, events: Iterable[ServerSentEvent]) -> list[Event]:
         """The neutral events a recorded stream of this API carries."""
@@ -129,12 +185,19 @@ class Dialect(ABC):
     def error_frames(
         self, error: Error, before: Sequence[Event] = (), sent: Sequence[ServerSentEvent] = ()
     ) -> list[bytes]:
-        """How this server reports `error` mid-stream after `before`, with the terminal frames that follow.
+        """How this server reports `error` mid-stream, with the terminal frames that follow.
 
-        `sent` are the SSE events the client already has, when they were not encoded from `before`
-        (a recording cut short): a dialect that numbers its events continues from them.
+        The stream so far is `sent`, the SSE events the client already has
+        (from a recording, say), or else `before`, neutral events whose
+        frames were sent.
         """
-        return [frame for index, frame in self.encode_indexed([*before, error]) if index == len(before)]
+        encoder = self.encoder()
+        if sent:
+            encoder.resume(sent)
+        else:
+            for event in before:
+                encoder.feed(event)
+        return encoder.feed(error)
 
     def http_error(
         self, status: int, message: str, *, type: str | None = None, code: str | None = None

@@ -4,6 +4,28 @@ A dialect decodes its stream into these and encodes these into its stream,
 so a cassette recorded from one API can be replayed in another, an injected
 error can be framed as each server frames it, and synthesis can speak any of
 them. They are values: frozen, comparable, hashable.
+
+The order they come in is a contract: every decoder produces it and every
+streaming encoder relies on it, because an encoder frames each event as it
+arrives and cannot look ahead.
+
+1. `Start`, first and once.
+2. Any of `ModelLoadStart`, `ModelLoadProgress`..., `ModelLoadEnd`, then any of
+   `PromptStart`, `PromptProgress`..., `PromptEnd` (progress never goes back).
+3. The answer, interleaved as generated: `ReasoningDelta`, `TextDelta`,
+   `RefusalDelta`, and tool calls. A call is `ToolCallStart`, then its
+   `ToolCallDelta`s, then `ToolCallEnd`; calls with different indexes may
+   interleave, and a call left open when the stream finishes is ended by
+   `Finish`. Whether the server runs a tool itself is said at its start
+   (`ToolCallStart.server`), so an API with no such calls can leave all of
+   its events out.
+4. `Finish`, once.
+5. `Usage`, at most once, after `Finish`: servers count tokens when
+   generation is over. (An encoder that needs usage in its final frame, as
+   the Responses API does, holds only that frame until `Usage` or the end.)
+
+`Error` may come at any point after `Start` and ends the stream in place of
+steps 4 and 5: nothing follows it.
 """
 
 from __future__ import annotations
@@ -112,11 +134,17 @@ class RefusalDelta:
 
 @dataclass(frozen=True, slots=True)
 class ToolCallStart:
-    """The model starts calling a tool. `index` tells parallel calls apart."""
+    """The model starts calling a tool. `index` tells parallel calls apart.
+
+    `server`: the server runs the tool itself and reports its result in the
+    `ToolCallEnd` (LM Studio's MCP tools). OpenAI's function calls are for
+    the client to run, so OpenAI-style encoders leave such calls out.
+    """
 
     index: int
     id: str
     name: str
+    server: bool = False
 
 
 @dataclass(frozen=True, slots=True)

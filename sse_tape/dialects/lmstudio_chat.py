@@ -3,7 +3,8 @@
 Named events whose data repeats the name in `type`: `chat.start`; optional
 `model_load.start` / `.progress` / `.end`; `prompt_processing.start` /
 `.progress` / `.end`; blocks of `reasoning.start` / `.delta` / `.end` and
-`message.start` / `.delta` / `.end`; tool calls as `tool_call.start`,
+`message.start` / `.delta` / `.end`; tool calls, which LM Studio runs itself
+(tools of plugins and MCP servers), as `tool_call.start`,
 `tool_call.arguments` (the whole arguments object at once) and
 `tool_call.success` (with the tool's output) or `tool_call.failure`; an
 `error`; and always last `chat.end`, whose `result` aggregates the output and
@@ -17,8 +18,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..cassette import Headers, Request
-from ..sse import ServerSentEvent, SSEDecoder
-from .base import Checker, Dialect, Prompt, Violation, chat_messages, json_objects, named_frame, to_json
+from ..sse import ServerSentEvent
+from .base import Checker, Dialect, Encoder, Prompt, Violation, chat_messages, json_objects, named_frame, to_json
 from .events import (
     Error,
     Event,
@@ -72,114 +73,127 @@ def arguments_text(arguments: Any) -> str:
     return json.dumps(arguments, ensure_ascii=False)
 
 
+class _LMStudioEncoder(Encoder):
+    def __init__(self, dialect: Dialect) -> None:
+        super().__init__(dialect)
+        self.frames: list[bytes] = []
+        self.model = ""
+        self.block: str | None = None  # the reasoning or message block open on the wire
+        self.output: list[dict[str, Any]] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.usage: Usage | None = None
+
+    def _frame(self, event: Event) -> list[bytes]:
+        self.frames = []
+        self._event(event)
+        return self.frames
+
+    def _close(self) -> list[bytes]:
+        self.frames = []
+        self.enter(None)
+        if self.fed:
+            self.frames.append(self.end_frame())
+        return self.frames
+
+    def _sync(self, sent: Sequence[ServerSentEvent]) -> None:
+        # Block ends are not neutral events: the wire tells whether the last block is still open.
+        self.block = None
+        for _, _, obj in json_objects(sent):
+            phase, _, step = str(obj.get("type")).partition(".")
+            if phase in _BLOCK and step in ("start", "end"):
+                self.block = phase if step == "start" else None
+
+    def emit(self, obj: dict[str, Any]) -> None:
+        self.frames.append(named_frame(obj))
+
+    def enter(self, kind: str | None) -> None:
+        if self.block == kind:
+            return
+        if self.block is not None:
+            self.emit({"type": _BLOCK[self.block][1]})
+        if kind is not None:
+            self.emit({"type": _BLOCK[kind][0]})
+            self.output.append({"type": kind, "content": ""})
+        self.block = kind
+
+    def end_frame(self) -> bytes:
+        result: dict[str, Any] = {"model_instance_id": self.model, "output": self.output}
+        if self.usage is not None:
+            stats = {"input_tokens": self.usage.input_tokens, "total_output_tokens": self.usage.output_tokens}
+            if self.usage.reasoning_tokens is not None:
+                stats["reasoning_output_tokens"] = self.usage.reasoning_tokens
+            result["stats"] = stats
+        return named_frame({"type": "chat.end", "result": result})
+
+    def _event(self, event: Event) -> None:
+        model = self.model
+        if isinstance(event, Start):
+            self.model = event.model
+            self.emit({"type": "chat.start", "model_instance_id": event.model})
+        elif isinstance(event, ModelLoadStart):
+            self.emit({"type": "model_load.start", "model_instance_id": event.model or model})
+        elif isinstance(event, ModelLoadProgress):
+            self.emit({"type": "model_load.progress", "model_instance_id": model, "progress": event.progress})
+        elif isinstance(event, ModelLoadEnd):
+            self.emit({"type": "model_load.end", "model_instance_id": model, "load_time_seconds": event.seconds})
+        elif isinstance(event, PromptStart):
+            self.emit({"type": "prompt_processing.start"})
+        elif isinstance(event, PromptProgress):
+            self.emit({"type": "prompt_processing.progress", "progress": event.progress})
+        elif isinstance(event, PromptEnd):
+            self.emit({"type": "prompt_processing.end"})
+        elif isinstance(event, ReasoningDelta):
+            self.enter("reasoning")
+            self.output[-1]["content"] += event.text
+            self.emit({"type": "reasoning.delta", "content": event.text})
+        elif isinstance(event, TextDelta | RefusalDelta):
+            self.enter("message")
+            self.output[-1]["content"] += event.text
+            self.emit({"type": "message.delta", "content": event.text})
+        elif isinstance(event, ToolCallStart):
+            self.enter(None)
+            self.calls[event.index] = {"tool": event.name, "arguments": ""}
+            self.emit({"type": "tool_call.start", "tool": event.name})
+        elif isinstance(event, ToolCallDelta) and event.index in self.calls:
+            self.calls[event.index]["arguments"] += event.arguments  # sent whole, at the end of the call
+        elif isinstance(event, ToolCallEnd) and event.index in self.calls:
+            self._tool_call_end(event, self.calls.pop(event.index))
+        elif isinstance(event, Usage):
+            self.usage = event
+        elif isinstance(event, Finish):
+            self.enter(None)
+        elif isinstance(event, Error):
+            self.enter(None)
+            error = {"type": event.type, "message": event.message}
+            if event.code is not None:
+                error["code"] = event.code
+            self.emit({"type": "error", "error": error})
+            self.frames.append(self.end_frame())
+
+    def _tool_call_end(self, event: ToolCallEnd, call: dict[str, Any]) -> None:
+        try:
+            arguments = json.loads(call["arguments"]) if call["arguments"] else {}
+        except ValueError:
+            arguments = call["arguments"]
+        if event.error is not None:
+            metadata = {"type": "invalid_arguments", "tool_name": call["tool"], "arguments": arguments}
+            self.emit({"type": "tool_call.failure", "reason": event.error, "metadata": metadata})
+            self.output.append({"type": "invalid_tool_call", "reason": event.error, "metadata": metadata})
+            return
+        output = event.output or ""
+        self.emit({"type": "tool_call.arguments", "tool": call["tool"], "arguments": arguments})
+        self.emit({"type": "tool_call.success", "tool": call["tool"], "arguments": arguments, "output": output})
+        self.output.append({"type": "tool_call", "tool": call["tool"], "arguments": arguments, "output": output})
+
+
 class LMStudioChat(Dialect):
     """LM Studio's native REST chat streaming."""
 
     name = "lmstudio-chat"
     path = "/api/v1/chat"
 
-    def encode_indexed(self, events: Sequence[Event]) -> list[tuple[int, bytes]]:
-        frames: list[tuple[int, bytes]] = []
-        model = ""
-        block: str | None = None
-        output: list[dict[str, Any]] = []
-        calls: dict[int, dict[str, Any]] = {}
-        usage: Usage | None = None
-        at = 0
-
-        def emit(obj: dict[str, Any]) -> None:
-            frames.append((at, named_frame(obj)))
-
-        def enter(kind: str | None) -> None:
-            nonlocal block
-            if block == kind:
-                return
-            if block is not None:
-                emit({"type": _BLOCK[block][1]})
-            if kind is not None:
-                emit({"type": _BLOCK[kind][0]})
-                output.append({"type": kind, "content": ""})
-            block = kind
-
-        def end_frame() -> bytes:
-            result: dict[str, Any] = {"model_instance_id": model, "output": output}
-            if usage is not None:
-                stats = {"input_tokens": usage.input_tokens, "total_output_tokens": usage.output_tokens}
-                if usage.reasoning_tokens is not None:
-                    stats["reasoning_output_tokens"] = usage.reasoning_tokens
-                result["stats"] = stats
-            return named_frame({"type": "chat.end", "result": result})
-
-        for i, event in enumerate(events):
-            at = i
-            if isinstance(event, Start):
-                model = event.model
-                emit({"type": "chat.start", "model_instance_id": model})
-            elif isinstance(event, ModelLoadStart):
-                emit({"type": "model_load.start", "model_instance_id": event.model or model})
-            elif isinstance(event, ModelLoadProgress):
-                emit({"type": "model_load.progress", "model_instance_id": model, "progress": event.progress})
-            elif isinstance(event, ModelLoadEnd):
-                emit({"type": "model_load.end", "model_instance_id": model, "load_time_seconds": event.seconds})
-            elif isinstance(event, PromptStart):
-                emit({"type": "prompt_processing.start"})
-            elif isinstance(event, PromptProgress):
-                emit({"type": "prompt_processing.progress", "progress": event.progress})
-            elif isinstance(event, PromptEnd):
-                emit({"type": "prompt_processing.end"})
-            elif isinstance(event, ReasoningDelta):
-                enter("reasoning")
-                output[-1]["content"] += event.text
-                emit({"type": "reasoning.delta", "content": event.text})
-            elif isinstance(event, TextDelta | RefusalDelta):
-                enter("message")
-                output[-1]["content"] += event.text
-                emit({"type": "message.delta", "content": event.text})
-            elif isinstance(event, ToolCallStart):
-                enter(None)
-                calls[event.index] = {"tool": event.name, "arguments": ""}
-                emit({"type": "tool_call.start", "tool": event.name})
-            elif isinstance(event, ToolCallDelta) and event.index in calls:
-                calls[event.index]["arguments"] += event.arguments
-            elif isinstance(event, ToolCallEnd) and event.index in calls:
-                call = calls.pop(event.index)
-                try:
-                    arguments = json.loads(call["arguments"]) if call["arguments"] else {}
-                except ValueError:
-                    arguments = call["arguments"]
-                if event.error is not None:
-                    metadata = {"type": "invalid_arguments", "tool_name": call["tool"], "arguments": arguments}
-                    emit({"type": "tool_call.failure", "reason": event.error, "metadata": metadata})
-                    output.append({"type": "invalid_tool_call", "reason": event.error, "metadata": metadata})
-                    continue
-                emit({"type": "tool_call.arguments", "tool": call["tool"], "arguments": arguments})
-                emit(
-                    {
-                        "type": "tool_call.success",
-                        "tool": call["tool"],
-                        "arguments": arguments,
-                        "output": event.output or "",
-                    }
-                )
-                output.append(
-                    {"type": "tool_call", "tool": call["tool"], "arguments": arguments, "output": event.output or ""}
-                )
-            elif isinstance(event, Usage):
-                usage = event
-            elif isinstance(event, Finish):
-                enter(None)
-            elif isinstance(event, Error):
-                enter(None)
-                error = {"type": event.type, "message": event.message}
-                if event.code is not None:
-                    error["code"] = event.code
-                emit({"type": "error", "error": error})
-                frames.append((i, end_frame()))
-                return frames
-        enter(None)
-        if events:
-            frames.append((len(events) - 1, end_frame()))
-        return frames
+    def encoder(self) -> Encoder:
+        return _LMStudioEncoder(self)
 
     def decode_indexed(self, events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]:
         out: list[tuple[int, Event]] = []
@@ -208,7 +222,7 @@ class LMStudioChat(Dialect):
                 out.append((i, TextDelta(obj["content"])))
             elif kind == "tool_call.start":
                 open_call, calls = calls, calls + 1
-                out.append((i, ToolCallStart(open_call, "", str(obj.get("tool", "")))))
+                out.append((i, ToolCallStart(open_call, "", str(obj.get("tool", "")), server=True)))
             elif kind == "tool_call.arguments" and open_call is not None:
                 out.append((i, ToolCallDelta(open_call, arguments_text(obj.get("arguments", {})))))
             elif kind == "tool_call.success" and open_call is not None:
@@ -218,7 +232,7 @@ class LMStudioChat(Dialect):
                 if open_call is None:  # an invalid tool name fails without a start
                     open_call, calls = calls, calls + 1
                     name = str((obj.get("metadata") or {}).get("tool_name", ""))
-                    out.append((i, ToolCallStart(open_call, "", name)))
+                    out.append((i, ToolCallStart(open_call, "", name, server=True)))
                 out.append((i, ToolCallEnd(open_call, error=str(obj.get("reason", "")))))
                 open_call = None
             elif kind == "error":
@@ -238,17 +252,6 @@ class LMStudioChat(Dialect):
     def is_terminal(self, event: ServerSentEvent) -> bool:
         objects = [obj for _, _, obj in json_objects([event])]
         return bool(objects) and objects[0].get("type") in ("chat.end", "error")
-
-    def error_frames(
-        self, error: Error, before: Sequence[Event] = (), sent: Sequence[ServerSentEvent] = ()
-    ) -> list[bytes]:
-        frames = super().error_frames(error, before)
-        # Block ends are not neutral events: if the client has seen the block closed, do not close it again.
-        sent_types = [obj.get("type") for _, _, obj in json_objects(sent)]
-        first = [obj.get("type") for _, _, obj in json_objects(SSEDecoder().feed(frames[0]))] if frames else []
-        if sent_types and first and first[0] == sent_types[-1] and str(first[0]).endswith(".end"):
-            return frames[1:]
-        return frames
 
     def http_error(
         self, status: int, message: str, *, type: str | None = None, code: str | None = None

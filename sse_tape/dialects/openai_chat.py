@@ -11,23 +11,24 @@ error is an `event: error` carrying `{"error": {...}}`, then `[DONE]`.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..cassette import Headers, Request
-from ..sse import ServerSentEvent, encode_comment, encode_event
-from .base import (
-    DONE,
-    Checker,
-    Dialect,
-    Prompt,
-    Violation,
-    chat_messages,
-    data_frame,
-    executed_calls,
-    json_objects,
-    to_json,
+from ..sse import ServerSentEvent, encode_comment
+from ._openai import (
+    ChunkFraming,
+    error_event_frames,
+    error_from,
+    is_openai_terminal,
+    start_from,
+    token_entries,
+    tokens_from,
+    usage_from,
+    usage_json,
+    wants_usage,
 )
+from .base import DONE, Checker, Dialect, Encoder, Prompt, Violation, chat_messages, data_frame, json_objects
 from .events import (
     Error,
     Event,
@@ -36,167 +37,61 @@ from .events import (
     RefusalDelta,
     Start,
     TextDelta,
-    TokenLogprob,
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
     Usage,
 )
 
-__all__ = ["ChunkFraming", "OpenAIChat"]
+__all__ = ["OpenAIChat"]
 
 FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter")
 
 
-def usage_json(usage: Usage) -> dict[str, Any]:
-    """OpenAI's usage object (chat and completions)."""
-    out: dict[str, Any] = {
-        "prompt_tokens": usage.input_tokens,
-        "completion_tokens": usage.output_tokens,
-        "total_tokens": usage.input_tokens + usage.output_tokens,
-    }
-    if usage.cached_tokens is not None:
-        out["prompt_tokens_details"] = {"cached_tokens": usage.cached_tokens}
-    if usage.reasoning_tokens is not None:
-        out["completion_tokens_details"] = {"reasoning_tokens": usage.reasoning_tokens}
-    return out
+class _ChatEncoder(Encoder):
+    def __init__(self, dialect: Dialect) -> None:
+        super().__init__(dialect)
+        self.start = Start("chatcmpl-sse-tape")
+        self.server_calls: set[int] = set()  # calls the server runs: no place in this API
 
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+        return data_frame({**self._head(), "choices": [choice]})
 
-def usage_from(obj: Any) -> Usage | None:
-    """A Usage from OpenAI's usage object, if it is one."""
-    if not isinstance(obj, dict) or not isinstance(obj.get("prompt_tokens"), int):
-        return None
-    prompt_details = obj.get("prompt_tokens_details") or {}
-    completion_details = obj.get("completion_tokens_details") or {}
-    completion = obj.get("completion_tokens")
-    return Usage(
-        input_tokens=obj["prompt_tokens"],
-        output_tokens=completion if isinstance(completion, int) else 0,
-        reasoning_tokens=completion_details.get("reasoning_tokens"),
-        cached_tokens=prompt_details.get("cached_tokens"),
-    )
+    def _head(self) -> dict[str, Any]:
+        start = self.start
+        return {"id": start.id, "object": "chat.completion.chunk", "created": start.created, "model": start.model}
 
+    def _frame(self, event: Event) -> list[bytes]:
+        if isinstance(event, ToolCallStart) and event.server:
+            self.server_calls.add(event.index)
+        if isinstance(event, ToolCallStart | ToolCallDelta | ToolCallEnd) and event.index in self.server_calls:
+            return []
+        if isinstance(event, Start):
+            self.start = event
+            return [self._chunk({"role": "assistant", "content": ""})]
+        if isinstance(event, TextDelta):
+            logprobs = None if event.logprobs is None else {"content": token_entries(event.logprobs), "refusal": None}
+            return [self._chunk({"content": event.text}, logprobs=logprobs)]
+        if isinstance(event, ReasoningDelta):
+            return [self._chunk({"reasoning_content": event.text})]
+        if isinstance(event, RefusalDelta):
+            return [self._chunk({"refusal": event.text})]
+        if isinstance(event, ToolCallStart):
+            call = {"index": event.index, "id": event.id or f"call_{event.index}", "type": "function"}
+            return [self._chunk({"tool_calls": [{**call, "function": {"name": event.name, "arguments": ""}}]})]
+        if isinstance(event, ToolCallDelta):
+            return [self._chunk({"tool_calls": [{"index": event.index, "function": {"arguments": event.arguments}}]})]
+        if isinstance(event, Finish):
+            return [self._chunk({}, finish=event.reason)]
+        if isinstance(event, Usage):
+            return [data_frame({**self._head(), "choices": [], "usage": usage_json(event)})]
+        if isinstance(event, Error):
+            return error_event_frames(event)
+        return []  # progress and ToolCallEnd have no frame of their own here
 
-def start_from(chunk: dict[str, Any]) -> Start:
-    """The Start that the first chunk of an OpenAI-style stream implies: its id, model and creation time."""
-    return Start(str(chunk.get("id", "")), str(chunk.get("model", "")), int(chunk.get("created") or 0))
-
-
-def is_openai_terminal(event: ServerSentEvent) -> bool:
-    """The chunk with a finish_reason, a usage-only chunk, an error event, or [DONE]."""
-    if event.data == "[DONE]" or event.event == "error":
-        return True
-    try:
-        obj = json.loads(event.data)
-    except ValueError:
-        return False
-    choices = obj.get("choices") if isinstance(obj, dict) else None
-    if not isinstance(choices, list):
-        return False
-    return any(isinstance(c, dict) and c.get("finish_reason") for c in choices) or (
-        not choices and bool(obj.get("usage"))
-    )
-
-
-def wants_usage(body: Any) -> bool:
-    """Whether a chat or completions request body sets stream_options.include_usage."""
-    options = body.get("stream_options") if isinstance(body, dict) else None
-    return isinstance(options, dict) and options.get("include_usage") is True
-
-
-def error_json(error: Error) -> dict[str, Any]:
-    return {"error": {"message": error.message, "type": error.type, "code": error.code}}
-
-
-def error_from(obj: dict[str, Any]) -> Error:
-    inner = obj.get("error")
-    if not isinstance(inner, dict):
-        return Error(str(obj))
-    return Error(str(inner.get("message", "")), str(inner.get("type") or "server_error"), inner.get("code"))
-
-
-def token_entries(logprobs: tuple[TokenLogprob, ...]) -> list[dict[str, Any]]:
-    """OpenAI's per-token logprob entries (chat and the Responses API): token, logprob, bytes, top_logprobs."""
-    return [
-        {
-            "token": lp.token,
-            "logprob": lp.logprob,
-            "bytes": list(lp.token.encode()),
-            "top_logprobs": [{"token": t, "logprob": p, "bytes": list(t.encode())} for t, p in lp.top],
-        }
-        for lp in logprobs
-    ]
-
-
-def tokens_from(entries: Any) -> tuple[TokenLogprob, ...]:
-    """TokenLogprobs from OpenAI's per-token logprob entries."""
-    return tuple(
-        TokenLogprob(
-            str(e.get("token", "")),
-            float(e.get("logprob", 0.0)),
-            tuple((str(t.get("token", "")), float(t.get("logprob", 0.0))) for t in e.get("top_logprobs") or []),
-        )
-        for e in entries or []
-    )
-
-
-def error_event_frames(error: Error) -> list[bytes]:
-    """How OpenAI-style chunk streams end on an error: `event: error` with the error, then `[DONE]`."""
-    return [encode_event(to_json(error_json(error)), event="error"), DONE]
-
-
-class ChunkFraming:
-    """The framing every OpenAI-style chunk stream shares, checked while the chunks are handed on.
-
-    `chunks` notes events after `[DONE]`, error events without a message,
-    unexpected event names, data that is not a JSON object, a wrong `object`
-    and an `id` that changes; `close` notes a stream with no finish or no `[DONE]`.
-    """
-
-    def __init__(self, checker: Checker, object_name: str) -> None:
-        self.c = checker
-        self.object_name = object_name
-        self.done_at: int | None = None
-        self.error_at: int | None = None
-
-    def chunks(self, events: Sequence[ServerSentEvent]) -> Iterator[tuple[int, dict[str, Any]]]:
-        c, stream_id = self.c, None
-        for i, sse in enumerate(events):
-            if self.done_at is not None:
-                c.add(i, "event after [DONE]")
-                continue
-            if sse.data == "[DONE]":
-                self.done_at = i
-                continue
-            if sse.event == "error":
-                obj = c.json(i, sse)
-                inner = obj.get("error") if isinstance(obj, dict) else None
-                if obj is not None and not (isinstance(inner, dict) and isinstance(inner.get("message"), str)):
-                    c.add(i, "error event without error.message")
-                self.error_at = i
-                continue
-            if sse.event != "message":
-                c.add(i, f"unexpected event type {sse.event!r}")
-                continue
-            obj = c.json(i, sse)
-            if obj is None:
-                continue
-            if not isinstance(obj, dict):
-                c.add(i, "chunk is not a JSON object")
-                continue
-            if obj.get("object") != self.object_name:
-                c.add(i, f"object is {obj.get('object')!r}, not {self.object_name!r}")
-            if stream_id is None:
-                stream_id = obj.get("id")
-            elif obj.get("id") != stream_id:
-                c.add(i, f"id changes from {stream_id!r} to {obj.get('id')!r}")
-            yield i, obj
-
-    def close(self, finished_at: int | None) -> None:
-        if finished_at is None and self.error_at is None:
-            self.c.add(None, "no chunk with a finish_reason")
-        if self.done_at is None:
-            self.c.add(None, "no terminal frame (data: [DONE])")
+    def _close(self) -> list[bytes]:
+        return [DONE] if self.fed else []
 
 
 class OpenAIChat(Dialect):
@@ -214,57 +109,8 @@ class OpenAIChat(Dialect):
         headers = super().response_headers(start)
         return (*headers, ("x-request-id", start.id)) if start.id else headers
 
-    def encode_indexed(self, events: Sequence[Event]) -> list[tuple[int, bytes]]:
-        frames: list[tuple[int, bytes]] = []
-        start = Start("chatcmpl-sse-tape")
-
-        def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
-            choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
-            return data_frame(
-                {
-                    "id": start.id,
-                    "object": "chat.completion.chunk",
-                    "created": start.created,
-                    "model": start.model,
-                    "choices": [choice],
-                }
-            )
-
-        skipped = executed_calls(events)
-        for i, event in enumerate(events):
-            if isinstance(event, ToolCallStart | ToolCallDelta | ToolCallEnd) and event.index in skipped:
-                continue
-            if isinstance(event, Start):
-                start = event
-                frames.append((i, chunk({"role": "assistant", "content": ""})))
-            elif isinstance(event, TextDelta):
-                logprobs = (
-                    None if event.logprobs is None else {"content": token_entries(event.logprobs), "refusal": None}
-                )
-                frames.append((i, chunk({"content": event.text}, logprobs=logprobs)))
-            elif isinstance(event, ReasoningDelta):
-                frames.append((i, chunk({"reasoning_content": event.text})))
-            elif isinstance(event, RefusalDelta):
-                frames.append((i, chunk({"refusal": event.text})))
-            elif isinstance(event, ToolCallStart):
-                call = {"index": event.index, "id": event.id or f"call_{event.index}", "type": "function"}
-                frames.append((i, chunk({"tool_calls": [{**call, "function": {"name": event.name, "arguments": ""}}]})))
-            elif isinstance(event, ToolCallDelta):
-                piece = {"index": event.index, "function": {"arguments": event.arguments}}
-                frames.append((i, chunk({"tool_calls": [piece]})))
-            elif isinstance(event, Finish):
-                frames.append((i, chunk({}, finish=event.reason)))
-            elif isinstance(event, Usage):
-                usage = {"id": start.id, "object": "chat.completion.chunk", "created": start.created}
-                frames.append(
-                    (i, data_frame({**usage, "model": start.model, "choices": [], "usage": usage_json(event)}))
-                )
-            elif isinstance(event, Error):
-                frames.extend((i, f) for f in error_event_frames(event))
-                return frames
-        if events:
-            frames.append((len(events) - 1, DONE))
-        return frames
+    def encoder(self) -> Encoder:
+        return _ChatEncoder(self)
 
     def decode_indexed(self, events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]:
         out: list[tuple[int, Event]] = []
@@ -355,7 +201,7 @@ class OpenAIChat(Dialect):
                     c.add(i, "finish_reason is 'tool_calls' but no tool call was streamed")
                 if reason == "stop" and calls:
                     c.add(i, "tool calls were streamed but finish_reason is 'stop'")
-        for index, arguments in calls.items():
+        for index, arguments in calls.items() if framing.error_at is None else ():  # an error cuts calls short
             try:
                 json.loads(arguments)
             except ValueError:

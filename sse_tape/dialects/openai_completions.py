@@ -15,9 +15,7 @@ from typing import Any
 
 from ..cassette import Request
 from ..sse import ServerSentEvent
-from .base import DONE, Checker, Dialect, Prompt, Violation, data_frame, json_objects, messages_text
-from .events import Error, Event, Finish, Start, TextDelta, TokenLogprob, Usage
-from .openai_chat import (
+from ._openai import (
     ChunkFraming,
     error_event_frames,
     error_from,
@@ -27,10 +25,58 @@ from .openai_chat import (
     usage_json,
     wants_usage,
 )
+from .base import DONE, Checker, Dialect, Encoder, Prompt, Violation, data_frame, json_objects, messages_text
+from .events import Error, Event, Finish, Start, TextDelta, TokenLogprob, Usage
 
 __all__ = ["OpenAICompletions"]
 
 FINISH_REASONS = ("stop", "length", "content_filter")
+
+
+class _CompletionsEncoder(Encoder):
+    def __init__(self, dialect: Dialect) -> None:
+        super().__init__(dialect)
+        self.start = Start("cmpl-sse-tape")
+        self.offset = 0  # characters of text so far, for the logprobs' text_offset
+        self.framed = False
+
+    def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        start = self.start
+        head = {"id": start.id, "object": "text_completion", "created": start.created, "model": start.model}
+        self.framed = True
+        return data_frame({**head, "choices": choices, **extra})
+
+    def _frame(self, event: Event) -> list[bytes]:
+        if isinstance(event, Start):
+            self.start = event  # no role frame here: the first text chunk carries the id
+        elif isinstance(event, TextDelta):
+            logprobs = None
+            if event.logprobs is not None:
+                offsets = []
+                for lp in event.logprobs:
+                    offsets.append(self.offset)
+                    self.offset += len(lp.token)
+                logprobs = {
+                    "tokens": [lp.token for lp in event.logprobs],
+                    "text_offset": offsets,
+                    "token_logprobs": [lp.logprob for lp in event.logprobs],
+                    "top_logprobs": [dict(lp.top) for lp in event.logprobs],
+                }
+            else:
+                self.offset += len(event.text)
+            return [self._chunk([{"text": event.text, "index": 0, "logprobs": logprobs, "finish_reason": None}])]
+        elif isinstance(event, Finish):
+            reason = event.reason if event.reason in FINISH_REASONS else "stop"  # no tool calls here
+            return [self._chunk([{"text": "", "index": 0, "logprobs": None, "finish_reason": reason}])]
+        elif isinstance(event, Usage):
+            return [self._chunk([], usage=usage_json(event))]
+        elif isinstance(event, Error):
+            self.framed = True
+            return error_event_frames(event)
+        return []
+
+    def _close(self) -> list[bytes]:
+        return [DONE] if self.framed else []
 
 
 class OpenAICompletions(Dialect):
@@ -42,46 +88,8 @@ class OpenAICompletions(Dialect):
     def is_terminal(self, event: ServerSentEvent) -> bool:
         return is_openai_terminal(event)
 
-    def encode_indexed(self, events: Sequence[Event]) -> list[tuple[int, bytes]]:
-        frames: list[tuple[int, bytes]] = []
-        start = Start("cmpl-sse-tape")
-        offset = 0
-
-        def chunk(choices: list[dict[str, Any]], **extra: Any) -> bytes:
-            head = {"id": start.id, "object": "text_completion", "created": start.created, "model": start.model}
-            return data_frame({**head, "choices": choices, **extra})
-
-        for i, event in enumerate(events):
-            if isinstance(event, Start):
-                start = event
-            elif isinstance(event, TextDelta):
-                logprobs = None
-                if event.logprobs is not None:
-                    offsets = []
-                    for lp in event.logprobs:
-                        offsets.append(offset)
-                        offset += len(lp.token)
-                    logprobs = {
-                        "tokens": [lp.token for lp in event.logprobs],
-                        "text_offset": offsets,
-                        "token_logprobs": [lp.logprob for lp in event.logprobs],
-                        "top_logprobs": [dict(lp.top) for lp in event.logprobs],
-                    }
-                else:
-                    offset += len(event.text)
-                choice = {"text": event.text, "index": 0, "logprobs": logprobs, "finish_reason": None}
-                frames.append((i, chunk([choice])))
-            elif isinstance(event, Finish):
-                reason = event.reason if event.reason in FINISH_REASONS else "stop"  # no tool calls here
-                frames.append((i, chunk([{"text": "", "index": 0, "logprobs": None, "finish_reason": reason}])))
-            elif isinstance(event, Usage):
-                frames.append((i, chunk([], usage=usage_json(event))))
-            elif isinstance(event, Error):
-                frames.extend((i, f) for f in error_event_frames(event))
-                return frames
-        if frames:
-            frames.append((len(events) - 1, DONE))
-        return frames
+    def encoder(self) -> Encoder:
+        return _CompletionsEncoder(self)
 
     def decode_indexed(self, events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]:
         out: list[tuple[int, Event]] = []

@@ -20,18 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..cassette import Headers, Request
-from ..sse import ServerSentEvent, SSEDecoder
-from .base import (
-    DONE,
-    Checker,
-    Dialect,
-    Prompt,
-    Violation,
-    chat_messages,
-    executed_calls,
-    json_objects,
-    named_frame,
-)
+from ..sse import ServerSentEvent
+from ._openai import token_entries, tokens_from
+from .base import DONE, Checker, Dialect, Encoder, Prompt, Violation, chat_messages, json_objects, named_frame
 from .events import (
     Error,
     Event,
@@ -45,12 +36,17 @@ from .events import (
     ToolCallStart,
     Usage,
 )
-from .openai_chat import token_entries, tokens_from
 
 __all__ = ["OpenAIResponses"]
 
 TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+_DELTAS = (
+    "response.output_text.delta",
+    "response.refusal.delta",
+    "response.reasoning_text.delta",
+    "response.function_call_arguments.delta",
+)
 
 
 @dataclass(slots=True)
@@ -66,18 +62,139 @@ class _Item:
     logprobs: list[dict[str, Any]] = field(default_factory=list)
 
 
-class _Encoder:
-    def __init__(self) -> None:
-        self.frames: list[tuple[int, bytes]] = []
+class _ResponsesEncoder(Encoder):
+    def __init__(self, dialect: Dialect) -> None:
+        super().__init__(dialect)
+        self.frames: list[bytes] = []
         self.sequence = 0
         self.start = Start("resp_sse_tape")
         self.output: list[dict[str, Any]] = []
         self.item: _Item | None = None
         self.calls: dict[int, _Item] = {}
-        self.at = 0
+        self.server_calls: set[int] = set()  # calls the server runs: no place in this API
+        self.finish: Finish | None = None  # the final event waits for the usage that follows the finish
+        self.usage: Usage | None = None
+
+    def _frame(self, event: Event) -> list[bytes]:
+        self.frames = []
+        self._event(event)
+        return self.frames
+
+    def _close(self) -> list[bytes]:
+        self.frames = []
+        self._final()
+        if self.fed:
+            self.frames.append(DONE)
+        return self.frames
+
+    def _sync(self, sent: Sequence[ServerSentEvent]) -> None:
+        # What the client has is the truth: its sequence numbers, its items and their ids, what is still open.
+        objects = [obj for _, _, obj in json_objects(sent)]
+        numbers = [obj["sequence_number"] for obj in objects if isinstance(obj.get("sequence_number"), int)]
+        if numbers:
+            self.sequence = numbers[-1] + 1
+        items: dict[str, dict[str, Any]] = {}
+        texts: dict[str, str] = {}
+        refusals: set[str] = set()
+        for obj in objects:
+            kind, item = obj.get("type"), obj.get("item")
+            if kind in ("response.output_item.added", "response.output_item.done") and isinstance(item, dict):
+                items[str(item.get("id"))] = item
+            elif kind in _DELTAS and "item_id" in obj:
+                texts[str(obj["item_id"])] = texts.get(str(obj["item_id"]), "") + str(obj.get("delta", ""))
+                if kind == "response.refusal.delta":
+                    refusals.add(str(obj["item_id"]))
+        self.output, self.item, self.calls = [], None, {}
+        calls = 0
+        for item_id, item in items.items():
+            open_ = item.get("status") == "in_progress"
+            if item.get("type") == "function_call":
+                if open_:
+                    self.calls[calls] = _Item(
+                        "function_call", item_id, len(self.output), texts.get(item_id, ""),
+                        str(item.get("call_id", "")), str(item.get("name", "")),
+                    )  # fmt: skip
+                calls += 1
+            elif open_:
+                kind = (
+                    "reasoning" if item.get("type") == "reasoning" else "refusal" if item_id in refusals else "message"
+                )
+                self.item = _Item(kind, item_id, len(self.output), texts.get(item_id, ""))
+                continue  # an open text item joins the output when it closes
+            self.output.append(item)
+
+    def _event(self, event: Event) -> None:
+        if isinstance(event, ToolCallStart) and event.server:
+            self.server_calls.add(event.index)
+        if isinstance(event, ToolCallStart | ToolCallDelta | ToolCallEnd) and event.index in self.server_calls:
+            return
+        if isinstance(event, Start):
+            self.start = event
+            self.emit("response.created", response=self.response("in_progress", usage=None))
+            self.emit("response.in_progress", response=self.response("in_progress", usage=None))
+        elif isinstance(event, TextDelta):
+            item = self.open("message")
+            item.text += event.text
+            logprobs = token_entries(event.logprobs or ())
+            item.logprobs += logprobs
+            self.emit("response.output_text.delta", **_where(item), delta=event.text, logprobs=logprobs)
+        elif isinstance(event, RefusalDelta):
+            item = self.open("refusal")
+            item.text += event.text
+            self.emit("response.refusal.delta", **_where(item), delta=event.text)
+        elif isinstance(event, ReasoningDelta):
+            item = self.open("reasoning")
+            item.text += event.text
+            self.emit("response.reasoning_text.delta", **_where(item), delta=event.text)
+        elif isinstance(event, ToolCallStart):
+            self.close_item()
+            index = len(self.output)
+            call = self.calls[event.index] = _Item(
+                "function_call", f"fc_{index}", index, call_id=event.id or f"call_{event.index}", name=event.name
+            )
+            self.output.append(_function_call(call, "in_progress"))  # holds its place in the output
+            self.emit("response.output_item.added", output_index=call.index, item=_function_call(call, "in_progress"))
+        elif isinstance(event, ToolCallDelta) and event.index in self.calls:
+            call = self.calls[event.index]
+            call.text += event.arguments
+            where = {"item_id": call.id, "output_index": call.index}
+            self.emit("response.function_call_arguments.delta", **where, delta=event.arguments)
+        elif isinstance(event, ToolCallEnd) and event.index in self.calls:
+            call = self.calls.pop(event.index)
+            where = {"item_id": call.id, "output_index": call.index}
+            self.emit("response.function_call_arguments.done", **where, name=call.name, arguments=call.text)
+            self.output[call.index] = _function_call(call, "completed")
+            self.emit("response.output_item.done", output_index=call.index, item=self.output[call.index])
+        elif isinstance(event, Finish):
+            self.close_item()
+            self.finish = event
+            if self.usage is not None:
+                self._final()
+        elif isinstance(event, Usage):
+            self.usage = event
+            self._final()
+        elif isinstance(event, Error):
+            # A failure closes nothing: the response fails with its items as they are.
+            error = {"code": event.code or event.type, "message": event.message}
+            self.emit("response.failed", response=self.response("failed", error=error, usage=None))
+            self.frames.append(DONE)
+
+    def _final(self) -> None:
+        """`response.completed` or `.incomplete`, once the finish has come; it carries the usage."""
+        finish, self.finish = self.finish, None
+        if finish is None:
+            return
+        usage = _usage_json(self.usage)
+        if finish.reason in _INCOMPLETE:
+            details = {"reason": _INCOMPLETE[finish.reason]}
+            self.emit(
+                "response.incomplete", response=self.response("incomplete", incomplete_details=details, usage=usage)
+            )
+        else:
+            self.emit("response.completed", response=self.response("completed", usage=usage))
 
     def emit(self, type: str, **fields: Any) -> None:
-        self.frames.append((self.at, named_frame({"type": type, "sequence_number": self.sequence, **fields})))
+        self.frames.append(named_frame({"type": type, "sequence_number": self.sequence, **fields}))
         self.sequence += 1
 
     def response(self, status: str, **extra: Any) -> dict[str, Any]:
@@ -94,55 +211,55 @@ class _Encoder:
     def open(self, kind: str) -> _Item:
         if self.item is not None and self.item.kind == kind:
             return self.item
-        self.close()
+        self.close_item()
         prefix = {"message": "msg", "refusal": "msg", "reasoning": "rs"}[kind]
         item = self.item = _Item(kind, f"{prefix}_{len(self.output)}", len(self.output))
         if kind == "reasoning":
-            self.emit("response.output_item.added", output_index=item.index, item=self._reasoning(item, "in_progress"))
+            self.emit("response.output_item.added", output_index=item.index, item=_reasoning(item, "in_progress"))
             return item
         added = {"id": item.id, "type": "message", "status": "in_progress", "role": "assistant", "content": []}
         self.emit("response.output_item.added", output_index=item.index, item=added)
-        self.emit("response.content_part.added", **self._where(item), part=self._part(item, ""))
+        self.emit("response.content_part.added", **_where(item), part=_part(item, ""))
         return item
 
-    def close(self) -> None:
+    def close_item(self) -> None:
         item, self.item = self.item, None
         if item is None:
             return
         if item.kind == "reasoning":
-            self.emit("response.reasoning_text.done", **self._where(item), text=item.text)
-            done = self._reasoning(item, "completed")
+            self.emit("response.reasoning_text.done", **_where(item), text=item.text)
+            done = _reasoning(item, "completed")
         else:
             if item.kind == "refusal":
-                self.emit("response.refusal.done", **self._where(item), refusal=item.text)
+                self.emit("response.refusal.done", **_where(item), refusal=item.text)
             else:
-                self.emit("response.output_text.done", **self._where(item), text=item.text, logprobs=item.logprobs)
-            self.emit("response.content_part.done", **self._where(item), part=self._part(item, item.text))
-            content = [self._part(item, item.text)]
+                self.emit("response.output_text.done", **_where(item), text=item.text, logprobs=item.logprobs)
+            self.emit("response.content_part.done", **_where(item), part=_part(item, item.text))
+            content = [_part(item, item.text)]
             done = {"id": item.id, "type": "message", "status": "completed", "role": "assistant", "content": content}
         self.emit("response.output_item.done", output_index=item.index, item=done)
         self.output.append(done)
 
-    @staticmethod
-    def _where(item: _Item) -> dict[str, Any]:
-        return {"item_id": item.id, "output_index": item.index, "content_index": 0}
 
-    @staticmethod
-    def _part(item: _Item, text: str) -> dict[str, Any]:
-        if item.kind == "refusal":
-            return {"type": "refusal", "refusal": text}
-        return {"type": "output_text", "text": text, "annotations": []}
+def _where(item: _Item) -> dict[str, Any]:
+    return {"item_id": item.id, "output_index": item.index, "content_index": 0}
 
-    @staticmethod
-    def _reasoning(item: _Item, status: str) -> dict[str, Any]:
-        content = [{"type": "reasoning_text", "text": item.text}] if status == "completed" else []
-        return {"id": item.id, "type": "reasoning", "status": status, "summary": [], "content": content}
 
-    @staticmethod
-    def _function_call(item: _Item, status: str) -> dict[str, Any]:
-        arguments = item.text if status == "completed" else ""
-        fields = {"call_id": item.call_id, "name": item.name, "arguments": arguments}
-        return {"id": item.id, "type": "function_call", "status": status, **fields}
+def _part(item: _Item, text: str) -> dict[str, Any]:
+    if item.kind == "refusal":
+        return {"type": "refusal", "refusal": text}
+    return {"type": "output_text", "text": text, "annotations": []}
+
+
+def _reasoning(item: _Item, status: str) -> dict[str, Any]:
+    content = [{"type": "reasoning_text", "text": item.text}] if status == "completed" else []
+    return {"id": item.id, "type": "reasoning", "status": status, "summary": [], "content": content}
+
+
+def _function_call(item: _Item, status: str) -> dict[str, Any]:
+    arguments = item.text if status == "completed" else ""
+    fields = {"call_id": item.call_id, "name": item.name, "arguments": arguments}
+    return {"id": item.id, "type": "function_call", "status": status, **fields}
 
 
 def _usage_json(usage: Usage | None) -> dict[str, Any] | None:
@@ -180,86 +297,8 @@ class OpenAIResponses(Dialect):
     def response_headers(self, start: Start) -> Headers:
         return (("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache"))
 
-    def error_frames(
-        self, error: Error, before: Sequence[Event] = (), sent: Sequence[ServerSentEvent] = ()
-    ) -> list[bytes]:
-        frames = super().error_frames(error, before)
-        numbers = [
-            obj["sequence_number"] for _, _, obj in json_objects(sent) if isinstance(obj.get("sequence_number"), int)
-        ]
-        if not numbers or not frames:
-            return frames
-        # Continue the numbering of the stream the client has, not of a re-encoding of it.
-        [failed] = [obj for _, _, obj in json_objects(SSEDecoder().feed(frames[0]))]
-        return [named_frame({**failed, "sequence_number": numbers[-1] + 1}), *frames[1:]]
-
-    def encode_indexed(self, events: Sequence[Event]) -> list[tuple[int, bytes]]:
-        e = _Encoder()
-        usage = next((event for event in events if isinstance(event, Usage)), None)
-        skipped = executed_calls(events)
-        for i, event in enumerate(events):
-            e.at = i
-            if isinstance(event, ToolCallStart | ToolCallDelta | ToolCallEnd) and event.index in skipped:
-                continue
-            if isinstance(event, Start):
-                e.start = event
-                e.emit("response.created", response=e.response("in_progress", usage=None))
-                e.emit("response.in_progress", response=e.response("in_progress", usage=None))
-            elif isinstance(event, TextDelta):
-                item = e.open("message")
-                item.text += event.text
-                logprobs = token_entries(event.logprobs or ())
-                item.logprobs += logprobs
-                e.emit("response.output_text.delta", **e._where(item), delta=event.text, logprobs=logprobs)
-            elif isinstance(event, RefusalDelta):
-                item = e.open("refusal")
-                item.text += event.text
-                e.emit("response.refusal.delta", **e._where(item), delta=event.text)
-            elif isinstance(event, ReasoningDelta):
-                item = e.open("reasoning")
-                item.text += event.text
-                e.emit("response.reasoning_text.delta", **e._where(item), delta=event.text)
-            elif isinstance(event, ToolCallStart):
-                e.close()
-                call = e.calls[event.index] = _Item(
-                    "function_call",
-                    f"fc_{len(e.output)}",
-                    len(e.output),
-                    call_id=event.id or f"call_{event.index}",
-                    name=event.name,
-                )
-                e.output.append(e._function_call(call, "in_progress"))  # holds its place in the output
-                e.emit(
-                    "response.output_item.added", output_index=call.index, item=e._function_call(call, "in_progress")
-                )
-            elif isinstance(event, ToolCallDelta) and event.index in e.calls:
-                call = e.calls[event.index]
-                call.text += event.arguments
-                where = {"item_id": call.id, "output_index": call.index}
-                e.emit("response.function_call_arguments.delta", **where, delta=event.arguments)
-            elif isinstance(event, ToolCallEnd) and event.index in e.calls:
-                call = e.calls.pop(event.index)
-                where = {"item_id": call.id, "output_index": call.index}
-                e.emit("response.function_call_arguments.done", **where, name=call.name, arguments=call.text)
-                e.output[call.index] = e._function_call(call, "completed")
-                e.emit("response.output_item.done", output_index=call.index, item=e.output[call.index])
-            elif isinstance(event, Finish):
-                e.close()
-                if event.reason in _INCOMPLETE:
-                    details = {"reason": _INCOMPLETE[event.reason]}
-                    response = e.response("incomplete", incomplete_details=details, usage=_usage_json(usage))
-                    e.emit("response.incomplete", response=response)
-                else:
-                    e.emit("response.completed", response=e.response("completed", usage=_usage_json(usage)))
-            elif isinstance(event, Error):
-                # A failure closes nothing: the response fails with its items as they are.
-                error = {"code": event.code or event.type, "message": event.message}
-                e.emit("response.failed", response=e.response("failed", error=error, usage=None))
-                e.frames.append((i, DONE))
-                return e.frames
-        if events:
-            e.frames.append((len(events) - 1, DONE))
-        return e.frames
+    def encoder(self) -> Encoder:
+        return _ResponsesEncoder(self)
 
     def decode_indexed(self, events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]:
         out: list[tuple[int, Event]] = []

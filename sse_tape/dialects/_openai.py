@@ -1,0 +1,173 @@
+"""What the OpenAI-family dialects share: usage, errors, logprob entries and the chunk-stream framing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ..sse import ServerSentEvent, encode_event
+from .base import DONE, Checker, to_json
+from .events import Error, Start, TokenLogprob, Usage
+
+__all__ = [
+    "ChunkFraming",
+    "error_event_frames",
+    "error_from",
+    "is_openai_terminal",
+    "start_from",
+    "token_entries",
+    "tokens_from",
+    "usage_from",
+    "usage_json",
+    "wants_usage",
+]
+
+
+def usage_json(usage: Usage) -> dict[str, Any]:
+    """OpenAI's usage object (chat and completions)."""
+    out: dict[str, Any] = {
+        "prompt_tokens": usage.input_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": usage.input_tokens + usage.output_tokens,
+    }
+    if usage.cached_tokens is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": usage.cached_tokens}
+    if usage.reasoning_tokens is not None:
+        out["completion_tokens_details"] = {"reasoning_tokens": usage.reasoning_tokens}
+    return out
+
+
+def usage_from(obj: Any) -> Usage | None:
+    """A Usage from OpenAI's usage object, if it is one."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("prompt_tokens"), int):
+        return None
+    prompt_details = obj.get("prompt_tokens_details") or {}
+    completion_details = obj.get("completion_tokens_details") or {}
+    completion = obj.get("completion_tokens")
+    return Usage(
+        input_tokens=obj["prompt_tokens"],
+        output_tokens=completion if isinstance(completion, int) else 0,
+        reasoning_tokens=completion_details.get("reasoning_tokens"),
+        cached_tokens=prompt_details.get("cached_tokens"),
+    )
+
+
+def start_from(chunk: dict[str, Any]) -> Start:
+    """The Start that the first chunk of an OpenAI-style stream implies: its id, model and creation time."""
+    return Start(str(chunk.get("id", "")), str(chunk.get("model", "")), int(chunk.get("created") or 0))
+
+
+def is_openai_terminal(event: ServerSentEvent) -> bool:
+    """The chunk with a finish_reason, a usage-only chunk, an error event, or [DONE]."""
+    if event.data == "[DONE]" or event.event == "error":
+        return True
+    try:
+        obj = json.loads(event.data)
+    except ValueError:
+        return False
+    choices = obj.get("choices") if isinstance(obj, dict) else None
+    if not isinstance(choices, list):
+        return False
+    return any(isinstance(c, dict) and c.get("finish_reason") for c in choices) or (
+        not choices and bool(obj.get("usage"))
+    )
+
+
+def wants_usage(body: Any) -> bool:
+    """Whether a chat or completions request body sets stream_options.include_usage."""
+    options = body.get("stream_options") if isinstance(body, dict) else None
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+def error_from(obj: dict[str, Any]) -> Error:
+    """An Error from an `{"error": {...}}` event."""
+    inner = obj.get("error")
+    if not isinstance(inner, dict):
+        return Error(str(obj))
+    return Error(str(inner.get("message", "")), str(inner.get("type") or "server_error"), inner.get("code"))
+
+
+def error_event_frames(error: Error) -> list[bytes]:
+    """How OpenAI-style chunk streams end on an error: `event: error` with the error, then `[DONE]`."""
+    body = {"error": {"message": error.message, "type": error.type, "code": error.code}}
+    return [encode_event(to_json(body), event="error"), DONE]
+
+
+def token_entries(logprobs: tuple[TokenLogprob, ...]) -> list[dict[str, Any]]:
+    """OpenAI's per-token logprob entries (chat and the Responses API): token, logprob, bytes, top_logprobs."""
+    return [
+        {
+            "token": lp.token,
+            "logprob": lp.logprob,
+            "bytes": list(lp.token.encode()),
+            "top_logprobs": [{"token": t, "logprob": p, "bytes": list(t.encode())} for t, p in lp.top],
+        }
+        for lp in logprobs
+    ]
+
+
+def tokens_from(entries: Any) -> tuple[TokenLogprob, ...]:
+    """TokenLogprobs from OpenAI's per-token logprob entries."""
+    return tuple(
+        TokenLogprob(
+            str(e.get("token", "")),
+            float(e.get("logprob", 0.0)),
+            tuple((str(t.get("token", "")), float(t.get("logprob", 0.0))) for t in e.get("top_logprobs") or []),
+        )
+        for e in entries or []
+    )
+
+
+class ChunkFraming:
+    """The framing every OpenAI-style chunk stream shares, checked while the chunks are handed on.
+
+    `chunks` notes events after `[DONE]`, error events without a message,
+    unexpected event names, data that is not a JSON object, a wrong `object`
+    and an `id` that changes; `close` notes a stream with no finish or no `[DONE]`.
+    """
+
+    def __init__(self, checker: Checker, object_name: str) -> None:
+        self.c = checker
+        self.object_name = object_name
+        self.done_at: int | None = None
+        self.error_at: int | None = None
+
+    def chunks(self, events: Sequence[ServerSentEvent]) -> Iterator[tuple[int, dict[str, Any]]]:
+        c, stream_id = self.c, None
+        for i, sse in enumerate(events):
+            if self.done_at is not None:
+                c.add(i, "event after [DONE]")
+                continue
+            if sse.data == "[DONE]":
+                self.done_at = i
+                continue
+            if sse.event == "error":
+                obj = c.json(i, sse)
+                inner = obj.get("error") if isinstance(obj, dict) else None
+                if obj is not None and not (isinstance(inner, dict) and isinstance(inner.get("message"), str)):
+                    c.add(i, "error event without error.message")
+                self.error_at = i
+                continue
+            if sse.event != "message":
+                c.add(i, f"unexpected event type {sse.event!r}")
+                continue
+            obj = c.json(i, sse)
+            if obj is None:
+                continue
+            if not isinstance(obj, dict):
+                c.add(i, "chunk is not a JSON object")
+                continue
+            if obj.get("object") != self.object_name:
+                c.add(i, f"object is {obj.get('object')!r}, not {self.object_name!r}")
+            if stream_id is None:
+                stream_id = obj.get("id")
+            elif obj.get("id") != stream_id:
+                c.add(i, f"id changes from {stream_id!r} to {obj.get('id')!r}")
+            yield i, obj
+
+    def close(self, finished_at: int | None) -> None:
+        if finished_at is None and self.error_at is None:
+            self.c.add(None, "no chunk with a finish_reason")
+        if self.done_at is None:
+            self.c.add(None, "no terminal frame (data: [DONE])")
