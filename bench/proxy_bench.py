@@ -32,7 +32,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from sse_tape import RecordingProxy
+from sse_tape import recording_server
 
 PATH = "/v1/chat/completions"
 _STAMP = re.compile(rb'"t": (\d+)')
@@ -72,7 +72,7 @@ def run_upstream(events: int, gap: float, ready: mp.Queue) -> None:  # type: ign
 
 def run_sse_tape(upstream: str, cassette: str, ready: mp.Queue) -> None:  # type: ignore[type-arg]
     async def main() -> None:
-        proxy = RecordingProxy(cassette, upstream, mode="all")
+        proxy = recording_server(cassette, upstream, mode="all")
         await proxy.start()
         ready.put(proxy.port)
         await asyncio.Event().wait()

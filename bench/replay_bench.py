@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from sse_tape import Cassette, Chunk, Interaction, MockServer, Pacing, Request, Response, bundled_cassettes
+from sse_tape import Cassette, Chunk, Interaction, MockServer, Request, Response, ServeOptions, bundled_cassettes
 
 PATH = "/v1/chat/completions"
 
@@ -82,7 +82,8 @@ def run_server(kind: str, interaction: Interaction, pace: str, ready: mp.Queue) 
             await site.start()
             ready.put(runner.addresses[0][1])
         else:
-            server = MockServer([Cassette([interaction])], match_on=["path"], pacing=Pacing.parse(pace))
+            options = ServeOptions.build(match_on=["path"], pace=pace)
+            server = MockServer([Cassette([interaction])], options=options)
             await server.start()
             ready.put(server.port)
         await asyncio.Event().wait()

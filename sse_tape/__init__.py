@@ -23,9 +23,11 @@ from .cassette import (
     append_interactions,
     bundled_cassettes,
 )
+from .journal import Journal, ReplayState
 from .matching import Matcher, MatchOn, Recording
+from .options import MissPolicy, ServeOptions
 from .pacing import PaceMode, Pacing
-from .record import RecordingProxy, RecordMode, arecording, record_once, recording
+from .record import RecordMode, arecording, record_once, recording, recording_server
 from .redaction import REDACTED, Redaction
 from .server import MockServer, aserve, serve
 from .sse import ServerSentEvent, SSEDecoder, encode_comment, encode_event
@@ -41,20 +43,23 @@ __all__ = [
     "ConfigError",
     "End",
     "Interaction",
+    "Journal",
     "MatchOn",
     "Matcher",
+    "MissPolicy",
     "MockServer",
     "NoMatchError",
     "PaceMode",
     "Pacing",
     "RecordMode",
     "Recording",
-    "RecordingProxy",
     "Redaction",
+    "ReplayState",
     "Request",
     "Response",
     "SSEDecoder",
     "SSETapeError",
+    "ServeOptions",
     "ServerSentEvent",
     "UpstreamError",
     "__version__",
@@ -66,5 +71,6 @@ __all__ = [
     "encode_event",
     "record_once",
     "recording",
+    "recording_server",
     "serve",
 ]

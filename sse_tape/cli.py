@@ -18,13 +18,14 @@ import click
 
 from . import __version__
 from ._exceptions import ConfigError, SSETapeError
+from ._units import parse_duration
 from .cassette import Cassette, Interaction, check_cassette_path, find_cassettes
 from .dialects import DIALECTS, Dialect, Violation, check_error_response, detect, translate
 from .dialects import get as get_dialect
-from .faults import FAULTS, PROFILES, load_profile, parse_faults
+from .faults import FAULTS, PROFILES
 from .matching import DEFAULT_MATCH_ON, MatchOn
-from .pacing import Pacing, parse_duration
-from .record import RecordingProxy, RecordMode, describe, record_once
+from .options import MissPolicy, ServeOptions, parse_match
+from .record import RecordMode, describe, record_once, recording_server
 from .redaction import Redaction
 from .server import MockServer, load_cassettes
 from .sse import SSEDecoder
@@ -109,18 +110,22 @@ def _server_options(command: Callable[..., None]) -> Callable[..., None]:
     return command
 
 
-def _server_keywords(options: dict[str, Any], *, default_match: tuple[MatchOn, ...]) -> dict[str, Any]:
-    """MockServer's keywords from the options `_server_options` added."""
-    match = options.pop("match")
-    return {
-        "host": options.pop("host"),
-        "port": options.pop("port"),
-        "match_on": default_match if match is None else _parse_match(match),
-        "ignore_body_fields": options.pop("ignore_body_field"),
-        "pacing": Pacing.parse(options.pop("pace"), jitter=options.pop("jitter"), seed=options.pop("seed")),
-        "miss_status": options.pop("miss_status"),
-        "log": None if options.pop("quiet") else _log,
-    }
+def _options(
+    words: dict[str, Any], *, default_match: tuple[MatchOn, ...], **more: Any
+) -> tuple[ServeOptions, dict[str, Any]]:
+    """The serving options from the words `_server_options` added (plus `more`), and where to listen."""
+    match = words.pop("match")
+    options = ServeOptions.build(
+        match_on=default_match if match is None else parse_match(match, "--match"),
+        ignore_body_fields=words.pop("ignore_body_field"),
+        pace=words.pop("pace"),
+        jitter=words.pop("jitter"),
+        seed=words.pop("seed"),
+        miss_status=words.pop("miss_status"),
+        **more,
+    )
+    listen = {"host": words.pop("host"), "port": words.pop("port"), "log": None if words.pop("quiet") else _log}
+    return options, listen
 
 
 @cli.command()
@@ -142,10 +147,27 @@ def _server_keywords(options: dict[str, Any], *, default_match: tuple[MatchOn, .
     help=f"Inject a named set of faults from sse-tape.toml or pyproject.toml, or a shipped one: {', '.join(PROFILES)}.",
 )
 @click.option(
-    "--report", type=click.Path(path_type=Path), help="Append a JSON line to this file for every fault injected."
+    "--report",
+    type=click.Path(path_type=Path),
+    help="Append every journal entry (each request, match, miss, fault and stream end) to this file as JSON lines.",
 )
+@click.option(
+    "--on-miss",
+    type=click.Choice([MissPolicy.ERROR.value, MissPolicy.FORWARD.value]),
+    default=MissPolicy.ERROR.value,
+    show_default=True,
+    help="What a request no recording answers gets: error (the API's JSON error naming the closest recordings) "
+    "or forward (sent to --upstream, its answer streamed back; to record it, use sse-tape record).",
+)
+@click.option("--upstream", metavar="URL", help="With --on-miss forward: the server to send misses to, as a base URL.")
 def serve(
-    paths: tuple[Path, ...], faults: tuple[str, ...], profiles: tuple[str, ...], report: Path | None, **options: Any
+    paths: tuple[Path, ...],
+    faults: tuple[str, ...],
+    profiles: tuple[str, ...],
+    report: Path | None,
+    on_miss: str,
+    upstream: str | None,
+    **words: Any,
 ) -> None:
     """Replay cassettes as a mock HTTP server.
 
@@ -155,11 +177,14 @@ def serve(
     byte for byte, at the chosen pace. Ctrl-C stops the server.
     """
     default_match = DEFAULT_MATCH_ON if paths else (MatchOn.METHOD, MatchOn.PATH)
-    keywords = _server_keywords(options, default_match=default_match)
     # Checked before anything starts: a bad spec is one line naming what is wrong.
-    chosen = [*(f for name in profiles for f in load_profile(name)), *parse_faults(faults)]
+    options, listen = _options(
+        words, default_match=default_match, faults=faults, profiles=profiles, report=report, on_miss=on_miss
+    )
+    if upstream is not None and options.on_miss is not MissPolicy.FORWARD:
+        raise ConfigError("--upstream is for --on-miss forward")
     cassettes = load_cassettes(paths)
-    server = MockServer(cassettes, faults=chosen, seed=keywords["pacing"].seed, report=report, **keywords)
+    server = MockServer(cassettes, options=options, upstream=upstream, **listen)
     count = sum(len(c) for c in cassettes)
     asyncio.run(_serve_until_stopped(server, f"serving {count} interactions from {len(cassettes)} cassettes"))
 
@@ -211,7 +236,7 @@ def serve(
     "-H", "--header", multiple=True, metavar="'NAME: VALUE'", help="One-shot mode: a request header. Repeatable."
 )
 @_server_options
-def record(url: str | None, cassette: Path, upstream: str | None, **options: Any) -> None:
+def record(url: str | None, cassette: Path, upstream: str | None, **words: Any) -> None:
     """Record SSE sessions, with the timing of every chunk, into a cassette.
 
     Proxy mode, `sse-tape record --upstream URL -c FILE`: point any client at
@@ -227,27 +252,28 @@ def record(url: str | None, cassette: Path, upstream: str | None, **options: Any
     parameters) are replaced by <redacted> before anything is written.
     """
     redaction = Redaction.build(
-        headers=options.pop("redact_header"),
-        keep_headers=options.pop("keep_header"),
-        json_fields=options.pop("redact_json_field"),
+        headers=words.pop("redact_header"),
+        keep_headers=words.pop("keep_header"),
+        json_fields=words.pop("redact_json_field"),
     )
-    idle_timeout = parse_duration(options.pop("idle_timeout"))
-    one_shot = (options.pop("method"), options.pop("data"), options.pop("header"))
-    mode = RecordMode(options.pop("record_mode"))
+    idle_timeout = parse_duration(words.pop("idle_timeout"))
+    one_shot = (words.pop("method"), words.pop("data"), words.pop("header"))
+    mode = RecordMode(words.pop("record_mode"))
     if (url is None) == (upstream is None):
         raise ConfigError("give either a URL (one-shot mode) or --upstream URL (proxy mode)")
     if upstream is not None:
         if any(one_shot):
             raise ConfigError("-X, -d and -H are for one-shot mode; in proxy mode the client sends the requests")
-        keywords = _server_keywords(options, default_match=DEFAULT_MATCH_ON)
-        proxy = RecordingProxy(
-            cassette, upstream, mode=mode, redaction=redaction, idle_timeout=idle_timeout, **keywords
+        options, listen = _options(words, default_match=DEFAULT_MATCH_ON)
+        server = recording_server(
+            cassette, upstream, mode=mode, redaction=redaction, idle_timeout=idle_timeout, options=options, **listen
         )
-        banner = f"recording {proxy.upstream} into {cassette} (record mode {mode})"
-        asyncio.run(_serve_until_stopped(proxy, banner))
-        _log(proxy.summary())
-        if proxy.counts["not saved"]:
-            raise SSETapeError(f"{proxy.counts['not saved']} interactions could not be saved to {cassette}")
+        banner = f"recording {upstream.rstrip('/')} into {cassette} (record mode {mode})"
+        asyncio.run(_serve_until_stopped(server, banner))
+        if server.recorder is not None:
+            _log(server.recorder.summary())
+        if failed := server.journal.counts["save-failed"]:
+            raise SSETapeError(f"{failed} interactions could not be saved to {cassette}")
     else:
         assert url is not None
         _record_one_shot(url, cassette, *one_shot, redaction=redaction, idle_timeout=idle_timeout)
@@ -293,7 +319,7 @@ def _record_one_shot(
                 body=body,
                 redaction=redaction,
                 idle_timeout=idle_timeout,
-                out=click.get_binary_stream("stdout"),
+                out=sys.stdout.buffer,
             )
         )
     except KeyboardInterrupt:
@@ -306,7 +332,7 @@ def _read_data(data: str) -> bytes:
     if not data.startswith("@"):
         return data.encode()
     if data == "@-":
-        return click.get_binary_stream("stdin").read()
+        return sys.stdin.buffer.read()
     try:
         return Path(data[1:]).read_bytes()
     except OSError as exc:
@@ -331,14 +357,6 @@ async def _serve_until_stopped(server: MockServer, what: str) -> None:
     finally:
         await server.close()
     _log("stopped")
-
-
-def _parse_match(text: str) -> tuple[MatchOn, ...]:
-    words = [w.strip() for w in text.split(",") if w.strip()]
-    bad = [w for w in words if w not in MatchOn.__members__.values()]
-    if bad or not words:
-        raise ConfigError(f"--match {text!r}: choose from {', '.join(MatchOn)}")
-    return tuple(MatchOn(w) for w in words)
 
 
 def _log(line: str) -> None:
@@ -494,11 +512,11 @@ def _check_interaction(source: str, n: int, interaction: Interaction, chosen: Di
 def list_faults() -> None:
     """List the faults serve can inject, their keys, and the shipped profiles."""
     for name, kind in FAULTS.items():
-        keys = ", ".join(f"{key}=<{what}>" for key, what in kind.keys.items())
         click.echo(f"{name:<11} {kind.help}")
-        if keys:
-            click.echo(f"{'':<11} keys: {keys}")
-    click.echo("\nevery fault also takes p=<probability>, times=<count> and path=<path ending>")
+        if kind.keys:
+            main = f"; {name}:VALUE sets {kind.main}" if kind.main else ""
+            click.echo(f"{'':<11} keys: {', '.join(key.describe() for key in kind.keys)}{main}")
+    click.echo("\nevery fault also takes p=<probability, default 1>, times=<count> and path=<path ending>")
     click.echo("positions: 5 (after 5 events), 50% (of the events), 200b (a byte), 1.5s (a time)")
     click.echo("\nprofiles (--profile):")
     for name, specs in PROFILES.items():

@@ -22,6 +22,7 @@ from urllib.parse import parse_qsl
 from ._exceptions import ConfigError, NoMatchError
 from ._paths import locate
 from .cassette import Cassette, Interaction, Request
+from .journal import ReplayState
 from .redaction import REDACTED
 
 __all__ = ["DEFAULT_MATCH_ON", "MatchOn", "Matcher", "Recording"]
@@ -62,7 +63,8 @@ class Matcher:
     `metadata.trace_id`, `messages.*.name`): they are removed on both sides
     before bodies are compared. With `allow_repeats` off, each recording
     answers once and a request beyond them is a miss (vcrpy's
-    `allow_playback_repeats`); on, they start over.
+    `allow_playback_repeats`); on, they start over. What has played is kept
+    in `state`, which a server shares with the rest of its replay.
     """
 
     def __init__(
@@ -72,8 +74,10 @@ class Matcher:
         match_on: Iterable[MatchOn | str] = DEFAULT_MATCH_ON,
         ignore_body_fields: Iterable[str] = (),
         allow_repeats: bool = True,
+        state: ReplayState | None = None,
     ) -> None:
         self.allow_repeats = allow_repeats
+        self.state = state or ReplayState()
         try:
             self.match_on = tuple(dict.fromkeys(MatchOn(m) for m in match_on))
         except ValueError as exc:
@@ -85,11 +89,18 @@ class Matcher:
             for n, interaction in enumerate(cassette.interactions, 1)
         ]
         self._bodies = [self._comparable_body(r.interaction.request) for r in self.recordings]
-        self._played: dict[tuple[int, ...], int] = {}  # turns taken by each group of equally alike recordings
-        self._used: set[int] = set()  # recordings that answered, when repeats are off
+        self.state.track(self.recordings)
+
+    def add(self, interaction: Interaction, cassette: str, index: int) -> Recording:
+        """Make a new interaction (one just recorded) playable: it answers from the next request on."""
+        recording = Recording(interaction, cassette, index)
+        self.recordings.append(recording)
+        self._bodies.append(self._comparable_body(interaction.request))
+        self.state.track([recording])
+        return recording
 
     def find(self, request: Request) -> Recording:
-        """The recording that answers `request`; raises `NoMatchError` naming the closest ones."""
+        """The recording that answers `request`, noted as played; raises `NoMatchError` naming the closest ones."""
         body = self._comparable_body(request)
         agreeing = [n for n in range(len(self.recordings)) if self._agrees(request, body, n)]
         if not agreeing:
@@ -97,20 +108,24 @@ class Matcher:
         scores = {n: _likeness(body, self._bodies[n]) for n in agreeing}
         if not self.allow_repeats:
             # The most alike recording that has not answered yet.
-            fresh = [n for n in sorted(agreeing, key=lambda n: (-scores[n], n)) if n not in self._used]
+            plays = self.state.plays
+            fresh = [n for n in sorted(agreeing, key=lambda n: (-scores[n], n)) if not plays[self.recordings[n]]]
             if not fresh:
                 count = len(agreeing)
                 raise NoMatchError(
                     f"the {count} recording{'s'[: count != 1]} matching {request.method} {request.path} "
                     f"{'have' if count != 1 else 'has'} been played already: {self.recordings[agreeing[0]]}"
                 )
-            self._used.add(fresh[0])
-            return self.recordings[fresh[0]]
+            return self._play(fresh[0])
         best = max(scores.values())
         group = tuple(n for n in agreeing if scores[n] == best)
-        turn = self._played.get(group, 0)
-        self._played[group] = turn + 1
-        return self.recordings[group[turn % len(group)]]
+        turn = self.state.turns.get(group, 0)
+        self.state.turns[group] = turn + 1
+        return self._play(group[turn % len(group)])
+
+    def _play(self, n: int) -> Recording:
+        self.state.played(self.recordings[n])
+        return self.recordings[n]
 
     def explain_miss(self, request: Request, *, limit: int = 3) -> str:
         """A message naming the closest recordings and how each differs from `request`."""

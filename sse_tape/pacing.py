@@ -21,18 +21,17 @@ from __future__ import annotations
 
 import math
 import random
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 from ._exceptions import ConfigError
+from ._units import parse_duration
 from .cassette import Chunk, Response
+from .plan import Plan
 from .sse import SSEDecoder
 
-__all__ = ["PaceMode", "Pacing", "parse_duration"]
-
-_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s)")
+__all__ = ["PaceMode", "Pacing"]
 
 
 class PaceMode(StrEnum):
@@ -43,15 +42,6 @@ class PaceMode(StrEnum):
     INSTANT = "instant"
     GAP = "gap"
     TPS = "tps"
-
-
-def parse_duration(text: str) -> float:
-    """Seconds from `250ms` or `1.5s`; raises `ConfigError` otherwise."""
-    m = _DURATION.fullmatch(text.strip())
-    if not m:
-        raise ConfigError(f"{text!r} is not a duration: write it like 20ms or 1.5s")
-    value = float(m[1])
-    return value / 1000 if m[2] == "ms" else value
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +113,11 @@ class Pacing:
         if self.jitter and offsets:
             offsets = self._jittered(offsets, random.Random(f"{self.seed}:{key}"))
         return offsets, (offsets[-1] if offsets else 0.0) + tail
+
+    def plan(self, response: Response, *, key: str = "") -> Plan:
+        """The plan that replays `response` at this pace; `key` as for `schedule`."""
+        offsets, end = self.schedule(response, key=key)
+        return Plan.of(response, offsets, end)
 
     def _jittered(self, offsets: Sequence[float], rng: random.Random) -> list[float]:
         out: list[float] = []

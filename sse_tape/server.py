@@ -1,50 +1,45 @@
-"""The mock server: replays recorded interactions over real HTTP.
+"""The server: each request is answered by an ordered chain of responders.
 
-`MockServer` is an aiohttp application that answers each request with the
-recorded interaction the `Matcher` picks, chunk by chunk and byte for byte, on
-the schedule the `Pacing` gives. `aserve` runs one in the current event loop,
-`serve` in a background thread for synchronous code.
+`MockServer` is an aiohttp application. A request goes to its responders in
+turn until one answers: `Replay` (the recording the matcher picks, at the
+server's pace, with its faults) and, behind it, what the miss policy puts
+there (an upstream the request is forwarded to, recording what passes).
+A request no responder answers gets the API's JSON error naming the closest
+recordings. Every step goes into the server's `journal`; every counter replay
+depends on lives in its `state`.
+
+`aserve` runs a server in the current event loop, `serve` in a background
+thread for synchronous code.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import ipaddress
-import json
 import os
-import socket
-import struct
-import threading
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from concurrent.futures import Future
-from pathlib import Path
-from typing import Any, Self, TypeVar
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from aiohttp import web
 
 from ._exceptions import ConfigError, NoMatchError
+from ._http import Progress, run_in_thread, write_plan
 from .cassette import Cassette, End, Request, bundled_cassettes, find_cassettes
-from .dialects import DIALECTS, detect, for_path
-from .faults import Fault, Injector, Plan, apply, parse_fault, parse_faults
-from .matching import DEFAULT_MATCH_ON, Matcher, MatchOn, Recording
-from .pacing import Pacing
+from .dialects import Dialect, dialect_for
+from .faults import Fault, Injector, apply, parse_faults
+from .journal import Ended, FaultInjected, Journal, Matched, Miss, Missed, Received, ReplayState
+from .matching import Matcher, Recording
+from .options import MissPolicy, ServeOptions
+from .plan import Plan, blocks_of
 
-__all__ = ["MockServer", "aserve", "load_cassettes", "run_in_thread", "serve"]
+if TYPE_CHECKING:
+    from .record import Recorder
+    from .upstream import Upstream
 
-# Headers that describe one connection, not the message (RFC 9110 section 7.6.1).
-HOP_BY_HOP = frozenset(
-    {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade"}
-)
-
-
-def end_to_end(headers: Iterable[tuple[str, str]], also_drop: Iterable[str] = ()) -> list[tuple[str, str]]:
-    """The headers a proxy or a replay passes on: not hop-by-hop ones, nor those the Connection header names."""
-    named = {h.strip().lower() for name, value in headers if name.lower() == "connection" for h in value.split(",")}
-    dropped = HOP_BY_HOP | named | {h.lower() for h in also_drop}
-    return [(name, value) for name, value in headers if name.lower() not in dropped]
-
+__all__ = ["Exchange", "MockServer", "Replay", "Responder", "aserve", "load_cassettes", "serve"]
 
 #: The request header that asks for faults in this request alone.
 FAULT_HEADER = "X-SSE-Tape-Fault"
@@ -65,48 +60,152 @@ def load_cassettes(sources: Iterable[CassetteSource] = ()) -> list[Cassette]:
     return cassettes + [Cassette.load(p) for p in paths]
 
 
+@dataclass(slots=True)
+class Exchange:
+    """One request on its way through the responders, and how its answer went."""
+
+    http: web.Request
+    request: Request
+    number: int
+    """The request's number, counted from 1 since the server started (or was reset)."""
+    faults: list[Fault]
+    """Faults the request asked for in its `X-SSE-Tape-Fault` header."""
+    dialect: Dialect
+    """The API of the request's path, which frames its errors."""
+    miss: str | None = None
+    """Why replay did not answer: the closest recordings and how each differs."""
+    status: int = 0
+    end: End = End.COMPLETE
+    progress: Progress = field(default_factory=Progress)
+    event_ends: Sequence[int] = ()
+    """Where each event of the body sent ends, to count the events that went out."""
+
+
+class Responder(Protocol):
+    """Answers requests, or passes them on: replay, forwarding to an upstream, and more."""
+
+    async def start(self, server: MockServer) -> None:
+        """Called once the server's event loop runs, before the first request."""
+        ...
+
+    async def respond(self, exchange: Exchange) -> web.StreamResponse | None:
+        """Answer the request (streaming as it likes), or return None to leave it to the next responder."""
+        ...
+
+    async def close(self) -> None:
+        """Called when the server stops, after the streams in flight were cut."""
+        ...
+
+
+class Replay:
+    """Answers from the recordings the server's matcher holds, at the server's pace, with its faults."""
+
+    def __init__(self) -> None:
+        self._server: MockServer | None = None
+        self._event_ends: dict[Recording, list[int]] = {}  # per recording, worked out at its first replay
+
+    async def start(self, server: MockServer) -> None:
+        self._server = server
+
+    async def close(self) -> None:
+        pass
+
+    async def respond(self, exchange: Exchange) -> web.StreamResponse | None:
+        server = self._server
+        assert server is not None, "start() the responder first"
+        request = exchange.request
+        try:
+            recording = server.matcher.find(request)
+        except NoMatchError as exc:
+            exchange.miss = str(exc)
+            return None
+        response = recording.interaction.response
+        turn = server.state.plays[recording] - 1
+        plan = server.options.pace.plan(response, key=f"{recording}:{turn}")
+        faults, rng = server.injector.choose(request, exchange.faults)
+        server.journal.add(
+            Matched(
+                request=exchange.number,
+                method=request.method,
+                path=request.path,
+                recording=str(recording),
+                status=response.status,
+            )
+        )
+        if faults and rng is not None:
+            dialect = dialect_for(request.path, recording.interaction)
+            for fault, what in apply(faults, plan, dialect=dialect, rng=rng):
+                server.state.injected[fault.spec] += 1
+                server.journal.add(
+                    FaultInjected(
+                        request=exchange.number,
+                        method=request.method,
+                        path=request.path,
+                        fault=fault.spec,
+                        what=what,
+                        recording=str(recording),
+                    )
+                )
+            exchange.event_ends = [b.end for b in plan.events]
+        else:
+            exchange.event_ends = self._ends(recording)
+        return await server.send(exchange, plan)
+
+    def _ends(self, recording: Recording) -> list[int]:
+        ends = self._event_ends.get(recording)
+        if ends is None:
+            body = recording.interaction.response.body
+            ends = self._event_ends[recording] = [b.end for b in blocks_of(body) if b.event is not None]
+        return ends
+
+
 class MockServer:
-    """An HTTP server replaying cassettes; bound to 127.0.0.1 and a free port unless told otherwise."""
+    """An HTTP server answering from cassettes; bound to 127.0.0.1 and a free port unless told otherwise.
+
+    `options` say how it answers (`ServeOptions`). Behind replay, the miss
+    policy `options.on_miss` puts: nothing (`error`), or an `upstream` each
+    miss is forwarded to (`forward`), its answers kept by `recorder`
+    (`record`). With `replay` off, every request goes to the upstream. `log`
+    gets a line for each logged journal entry.
+    """
 
     def __init__(
         self,
-        cassettes: Iterable[Cassette],
+        cassettes: Iterable[Cassette] = (),
         *,
+        options: ServeOptions | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
-        match_on: Iterable[MatchOn | str] = DEFAULT_MATCH_ON,
-        ignore_body_fields: Iterable[str] = (),
-        pacing: Pacing | None = None,
-        miss_status: int = 404,
-        allow_repeats: bool = True,
-        faults: Iterable[Fault | str] = (),
-        seed: int = 0,
-        report: str | os.PathLike[str] | None = None,
         log: Callable[[str], None] | None = None,
+        upstream: str | Upstream | None = None,
+        recorder: Recorder | None = None,
+        replay: bool = True,
     ) -> None:
-        self.matcher = Matcher(
-            cassettes, match_on=match_on, ignore_body_fields=ignore_body_fields, allow_repeats=allow_repeats
-        )
+        self.options = options or ServeOptions()
         self.host = host
         self.port = port
-        self.pacing = pacing or Pacing()
-        self.miss_status = miss_status
-        self._log = log
-        self._runner: web.AppRunner | None = None
-        self._plays: dict[Recording, int] = {}
+        self.state = ReplayState()
+        """Every counter replay depends on; `reset()` starts them over."""
+        self.matcher = Matcher(
+            cassettes,
+            match_on=self.options.match_on,
+            ignore_body_fields=self.options.ignore_body_fields,
+            allow_repeats=self.options.allow_repeats,
+            state=self.state,
+        )
+        self.injector = Injector(self.options.faults, self.options.seed, self.state)
+        self.journal = Journal(log=log, report=self.options.report)
+        """What happened to each request, newest last."""
+        self.recorder = recorder if self.options.on_miss is MissPolicy.RECORD else None
+        """What keeps the answers forwarded on a miss, under the `record` policy."""
+        behind = _behind_replay(self.options.on_miss, upstream, self.recorder)
+        self.responders: list[Responder] = [*([Replay()] if replay else []), *behind]
+        """The chain each request goes through, in order."""
         self.active_streams = 0
-        """Responses being written right now."""
-        self.injector = Injector([parse_fault(f) if isinstance(f, str) else f for f in faults], seed)
-        self.requests = 0
-        """Replays so far."""
-        self.injections: deque[dict[str, Any]] = deque(maxlen=1000)
-        """The last faults injected: into which request, and what each did (--report keeps them all)."""
-        self.report_path = Path(report) if report is not None else None
-        if self.report_path is not None:
-            try:
-                self.report_path.open("a", encoding="utf-8").close()  # fail now, not at the first fault
-            except OSError as exc:
-                raise ConfigError(f"--report {self.report_path}: cannot write: {exc.strerror or exc}") from None
+        """Requests being answered right now."""
+        self.closing = False
+        """Set while the server stops: streams cut now were interrupted, not abandoned by their clients."""
+        self._runner: web.AppRunner | None = None
 
     @property
     def url(self) -> str:
@@ -114,8 +213,15 @@ class MockServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
+    def reset(self) -> None:
+        """Start replay over: every recording unplayed, every count at zero, the journal empty."""
+        self.state.reset()
+        self.journal.clear()
+
     async def start(self) -> None:
         """Bind and start serving; with port 0 the chosen port is in `port` afterwards."""
+        for responder in self.responders:
+            await responder.start(self)
         app = web.Application(client_max_size=64 * 1024**2)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         # handler_cancellation: a client that hangs up cancels its stream at once,
@@ -127,19 +233,27 @@ class MockServer:
             await site.start()
         except OSError:
             await runner.cleanup()
+            await self._close_responders()
             raise
         self.port = runner.addresses[0][1]
         self._runner = runner
 
     async def close(self) -> None:
-        """Stop listening and end the streams in flight."""
+        """Stop listening, end the streams in flight, and let the responders finish (saving what they recorded)."""
         if self._runner is not None:
+            self.closing = True
             runner, self._runner = self._runner, None
             # Let connections already accepted finish their setup before the listener closes:
             # on Python 3.11 one set up after it closed fails inside asyncio and leaks its socket.
             for _ in range(3):
                 await asyncio.sleep(0)
             await runner.cleanup()
+            await self._close_responders()
+        self.journal.close()
+
+    async def _close_responders(self) -> None:
+        for responder in self.responders:
+            await responder.close()
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -147,6 +261,8 @@ class MockServer:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+    # --- answering -------------------------------------------------------------------------------
 
     async def _handle(self, http: web.Request) -> web.StreamResponse:
         if http.method == "OPTIONS" and "Access-Control-Request-Method" in http.headers:
@@ -160,21 +276,95 @@ class MockServer:
             headers=tuple(http.headers.items()),
             body=await http.read(),
         )
-        return await self._answer(http, request)
-
-    async def _answer(self, http: web.Request, request: Request) -> web.StreamResponse:
+        self.state.requests += 1
+        number = self.state.requests
+        self.journal.add(Received(request=number, method=request.method, path=request.path, query=request.query))
+        exchange = Exchange(http, request, number, [], dialect_for(request.path))
+        start = asyncio.get_running_loop().time()
+        self.active_streams += 1
         try:
-            recording = self.matcher.find(request)
-        except NoMatchError as exc:
-            return self._miss(http, request, exc)
-        return await self._play(http, request, recording)
+            try:
+                exchange.faults = self._header_faults(http)
+            except ConfigError as exc:
+                return self.error(exchange, 400, f"{FAULT_HEADER}: {exc}", "bad_fault")
+            for responder in self.responders:
+                answer = await responder.respond(exchange)
+                if answer is not None:
+                    return answer
+            return self._miss(exchange)
+        except asyncio.CancelledError:
+            exchange.end = End.INTERRUPTED if self.closing else End.CLIENT_GONE
+            raise
+        finally:
+            self.active_streams -= 1
+            self.journal.add(
+                Ended(
+                    request=number,
+                    method=request.method,
+                    path=request.path,
+                    status=exchange.status,
+                    end=exchange.end,
+                    bytes=exchange.progress.bytes,
+                    events=bisect.bisect_right(exchange.event_ends, exchange.progress.bytes),
+                    seconds=round(asyncio.get_running_loop().time() - start, 6),
+                )
+            )
+
+    async def send(self, exchange: Exchange, plan: Plan) -> web.StreamResponse:
+        """Write a plan as the answer to `exchange`, noting its status, its progress and how it ended."""
+        exchange.status = plan.status
+        response, exchange.end = await write_plan(exchange.http, plan, exchange.progress, self._cors(exchange.http))
+        return response
+
+    def error(self, exchange: Exchange, status: int, message: str, code: str) -> web.Response:
+        """A JSON error shaped as the API of the request's path shapes them (OpenAI's by default).
+
+        The official SDKs raise it with its message.
+        """
+        _, headers, body = exchange.dialect.http_error(status, f"sse-tape: {message}", code=code)
+        exchange.status = status
+        exchange.progress.bytes = len(body)
+        return web.Response(status=status, body=body, headers={**dict(headers), **self._cors(exchange.http)})
+
+    def _miss(self, exchange: Exchange) -> web.Response:
+        request = exchange.request
+        reason = exchange.miss or self.matcher.explain_miss(request)
+        status = self.options.miss_status
+        self.state.misses.append(Miss(exchange.number, request.method, request.path, reason))
+        self.journal.add(
+            Missed(request=exchange.number, method=request.method, path=request.path, status=status, reason=reason)
+        )
+        return self.error(exchange, status, reason, "no_match")
+
+    def _header_faults(self, http: web.Request) -> list[Fault]:
+        """Faults asked for by this request alone, in `X-SSE-Tape-Fault` (several separated by `;`)."""
+        specs = [s for value in http.headers.getall(FAULT_HEADER, []) for s in value.split(";") if s.strip()]
+        return parse_faults(specs)
+
+    # --- the control endpoints -----------------------------------------------------------------------
 
     async def _control(self, http: web.Request) -> web.Response:
-        """`/__sse_tape__/faults`: GET what is set and what was injected, POST new faults, DELETE them all."""
+        """`/__sse_tape__/faults`, `/__sse_tape__/journal` and `/__sse_tape__/reset`, for loopback clients."""
         if not _is_loopback(http.remote):
             return web.json_response({"error": "the control endpoint answers loopback clients only"}, status=403)
-        if http.rel_url.path != CONTROL_PREFIX + "faults":
-            return web.json_response({"error": f"no such endpoint; use {CONTROL_PREFIX}faults"}, status=404)
+        endpoint = http.rel_url.path.removeprefix(CONTROL_PREFIX)
+        if endpoint == "faults":
+            return await self._control_faults(http)
+        if endpoint == "journal" and http.method == "GET":
+            try:
+                limit = int(http.query.get("limit", "100"))
+            except ValueError:
+                return web.json_response({"error": "limit must be a whole number"}, status=400)
+            entries = self.journal.last(max(limit, 0))
+            return web.json_response({"entries": [e.to_json() for e in entries]})
+        if endpoint == "reset" and http.method == "POST":
+            self.reset()
+            return web.json_response({"reset": True})
+        known = f"GET {CONTROL_PREFIX}faults, GET {CONTROL_PREFIX}journal, POST {CONTROL_PREFIX}reset"
+        return web.json_response({"error": f"no such endpoint; use {known}"}, status=404)
+
+    async def _control_faults(self, http: web.Request) -> web.Response:
+        """GET what is set and what was injected, POST new faults, DELETE them all."""
         if http.method == "POST":
             try:
                 body = await http.json()
@@ -188,107 +378,15 @@ class MockServer:
             self.injector.set([])
         elif http.method != "GET":
             return web.json_response({"error": "use GET, POST or DELETE"}, status=405)
+        injections = [e.to_json() for e in self.journal if isinstance(e, FaultInjected)]
         return web.json_response(
             {
                 "faults": [f.spec for f in self.injector.faults],
-                "requests": self.requests,
-                "injected": self.injector.injected,
-                "injections": list(self.injections)[-100:],
+                "requests": self.state.requests,
+                "injected": dict(self.state.injected),
+                "injections": injections[-100:],
             }
         )
-
-    def _miss(self, http: web.Request, request: Request, exc: NoMatchError) -> web.Response:
-        # Where a request has no recording. Synthesis (--on-miss synth) will answer here,
-        # in the dialect of the request's path.
-        self._say(f"{request.method} {request.path} -> {self.miss_status} {exc}")
-        return self._error(http, self.miss_status, str(exc), "no_match")
-
-    def _error(self, http: web.Request, status: int, message: str, code: str) -> web.Response:
-        """A JSON error shaped as the API of the request's path shapes them (OpenAI's by default).
-
-        The official SDKs raise it with its message.
-        """
-        dialect = for_path(http.rel_url.raw_path) or DIALECTS["openai-chat"]
-        _, headers, body = dialect.http_error(status, f"sse-tape: {message}", code=code)
-        return web.Response(status=status, body=body, headers={**dict(headers), **self._cors(http)})
-
-    async def _play(self, http: web.Request, request: Request, recording: Recording) -> web.StreamResponse:
-        try:
-            asked = self._header_faults(http)
-        except ConfigError as exc:
-            return self._error(http, 400, f"{FAULT_HEADER}: {exc}", "bad_fault")
-        response = recording.interaction.response
-        turn = self._plays.get(recording, 0)
-        self._plays[recording] = turn + 1
-        offsets, end = self.pacing.schedule(response, key=f"{recording}:{turn}")
-        plan = Plan.of(response, offsets, end)
-        faults = self.injector.choose(request, asked)
-        self.requests += 1
-        if faults:
-            dialect = for_path(request.path) or detect(recording.interaction)
-            apply(faults, plan, dialect=dialect, rng=self.injector.rng())
-            for fault, note in plan.notes:
-                self.injector.applied(fault)
-                self._say(f"fault {fault.spec}: {note} -> {request.method} {request.path} (request {self.requests})")
-                self._report(
-                    {"request": self.requests, "method": request.method, "path": request.path, "fault": fault.spec}
-                    | {"what": note, "recording": str(recording)}
-                )
-        self._say(f"{http.method} {http.rel_url.raw_path} -> {plan.status} {recording}")
-        return await self._write(http, plan)
-
-    async def _write(self, http: web.Request, plan: Plan) -> web.StreamResponse:
-        """Send a plan: headers, each write at its offset from now, then the end it asks for."""
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        self.active_streams += 1
-        try:
-            if plan.hang:
-                await asyncio.Event().wait()  # until the client goes or the server stops
-            out = web.StreamResponse(status=plan.status)
-            for name, value in end_to_end(plan.headers, also_drop=("content-length", "date")):
-                out.headers.add(name, value)
-            out.headers.update(self._cors(http))
-            # A recorded length, or one a fault set, is sent again for the body as it is now.
-            if plan.end is End.COMPLETE and _has(plan.headers, "content-length"):
-                out.content_length = len(plan.body)
-            if plan.headers_at is not None:
-                await _sleep_until(loop, start + plan.headers_at)
-                await out.prepare(http)
-            for at, data in plan.writes:
-                delay = start + at - loop.time()  # inline: this loop runs once per event of every stream
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                if not out.prepared:
-                    await out.prepare(http)  # the headers go out with the first chunk
-                await out.write(data)
-            await _sleep_until(loop, start + plan.end_at)
-            if not out.prepared:
-                await out.prepare(http)
-            if plan.end is End.COMPLETE:
-                await out.write_eof()
-            else:
-                # The recorded response never ended properly, or a fault says so: neither does this one.
-                drop_connection(http, reset=plan.end is End.UPSTREAM_RESET)
-        except (ConnectionResetError, ConnectionAbortedError):
-            pass  # the client hung up between two writes
-        finally:
-            self.active_streams -= 1
-        return out
-
-    def _header_faults(self, http: web.Request) -> list[Fault]:
-        """Faults asked for by this request alone, in `X-SSE-Tape-Fault` (several separated by `;`)."""
-        specs = [s for value in http.headers.getall(FAULT_HEADER, []) for s in value.split(";") if s.strip()]
-        return parse_faults(specs)
-
-    def _report(self, entry: dict[str, Any]) -> None:
-        self.injections.append(entry)
-        if self.report_path is not None:
-            try:
-                with self.report_path.open("a", encoding="utf-8") as report:
-                    report.write(json.dumps(entry, ensure_ascii=False) + "\n")
-            except OSError as exc:
-                self._say(f"could not write the report {self.report_path}: {exc.strerror or exc}")
 
     def _preflight(self, http: web.Request) -> web.Response:
         headers = self._cors(http)
@@ -305,19 +403,20 @@ class MockServer:
             headers["Vary"] = "Origin"
         return headers
 
-    def _say(self, line: str) -> None:
-        if self._log is not None:
-            self._log(line)
 
+def _behind_replay(policy: MissPolicy, upstream: str | Upstream | None, recorder: Recorder | None) -> list[Responder]:
+    """The responders the miss policy puts behind replay."""
+    if policy is MissPolicy.ERROR:
+        return []
+    if upstream is None:
+        raise ConfigError(f"on miss {policy}: give the upstream to send misses to")
+    if policy is MissPolicy.RECORD and recorder is None:
+        raise ConfigError("on miss record: give the recorder that keeps what is forwarded")
+    # Imported here: a server that only replays never loads the upstream client.
+    from .record import Forwarder
+    from .upstream import AiohttpUpstream
 
-async def _sleep_until(loop: asyncio.AbstractEventLoop, when: float) -> None:
-    delay = when - loop.time()
-    if delay > 0:
-        await asyncio.sleep(delay)
-
-
-def _has(headers: Iterable[tuple[str, str]], name: str) -> bool:
-    return any(k.lower() == name for k, _ in headers)
+    return [Forwarder(AiohttpUpstream(upstream) if isinstance(upstream, str) else upstream, recorder)]
 
 
 def _is_loopback(remote: str | None) -> bool:
@@ -327,72 +426,50 @@ def _is_loopback(remote: str | None) -> bool:
         return False
 
 
-def drop_connection(http: web.Request, *, reset: bool) -> None:
-    """Close the client's connection without ending the response: with a TCP reset, or a plain close."""
-    transport = http.transport
-    if transport is None:
-        return
-    if reset:
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            # Linger on, timeout 0: close() sends RST instead of FIN.
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        transport.abort()
-    else:
-        transport.close()
+def _options(options: ServeOptions | None, words: dict[str, Any]) -> ServeOptions:
+    if options is not None and words:
+        raise TypeError(f"give options or keywords, not both (got {', '.join(words)})")
+    return options if options is not None else ServeOptions.build(**words)
 
 
 @contextlib.asynccontextmanager
-async def aserve(*cassettes: CassetteSource, **options: Any) -> AsyncIterator[MockServer]:
+async def aserve(
+    *cassettes: CassetteSource,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    log: Callable[[str], None] | None = None,
+    upstream: str | None = None,
+    options: ServeOptions | None = None,
+    **words: Any,
+) -> AsyncIterator[MockServer]:
     """Serve cassettes (objects, files or folders; none: the bundled ones) while the block runs.
 
-    `options` are `MockServer`'s keywords::
+    `words` are `ServeOptions.build`'s keywords (or give `options`); with
+    `on_miss="forward"`, misses go to `upstream`::
 
-        async with aserve("recordings/", pacing=Pacing.parse("instant")) as server:
+        async with aserve("recordings/", pace="instant", faults=["error:5"]) as server:
             client = AsyncOpenAI(base_url=server.url + "/v1", api_key="test")
     """
-    async with MockServer(load_cassettes(cassettes), **options) as server:
+    server = MockServer(
+        load_cassettes(cassettes), options=_options(options, words), host=host, port=port, log=log, upstream=upstream
+    )
+    async with server:
         yield server
 
 
 @contextlib.contextmanager
-def serve(*cassettes: CassetteSource, **options: Any) -> Iterator[MockServer]:
+def serve(
+    *cassettes: CassetteSource,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    log: Callable[[str], None] | None = None,
+    upstream: str | None = None,
+    options: ServeOptions | None = None,
+    **words: Any,
+) -> Iterator[MockServer]:
     """Like `aserve`, for synchronous code: the server runs in a background thread."""
-    with run_in_thread(MockServer(load_cassettes(cassettes), **options)) as server:
+    server = MockServer(
+        load_cassettes(cassettes), options=_options(options, words), host=host, port=port, log=log, upstream=upstream
+    )
+    with run_in_thread(server):
         yield server
-
-
-ServerT = TypeVar("ServerT", bound=contextlib.AbstractAsyncContextManager[Any])
-
-
-@contextlib.contextmanager
-def run_in_thread(server: ServerT) -> Iterator[ServerT]:
-    """Enter `server` (any async context manager) in a background thread with its own event loop.
-
-    It runs until the block ends; then it is exited in that thread, which ends.
-    """
-    ready: Future[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = Future()
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        async with server:
-            ready.set_result((asyncio.get_running_loop(), stop))
-            await stop.wait()
-
-    def run() -> None:
-        try:
-            asyncio.run(main())
-        except BaseException as exc:
-            if not ready.done():
-                ready.set_exception(exc)
-            else:
-                raise
-
-    thread = threading.Thread(target=run, name=f"sse-tape-{type(server).__name__}", daemon=True)
-    thread.start()
-    loop, stop = ready.result()
-    try:
-        yield server
-    finally:
-        loop.call_soon_threadsafe(stop.set)
-        thread.join()

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from tiny_model import write_tiny_gguf
 
-from sse_tape import Cassette, MockServer, Pacing, bundled_cassettes, serve
+from sse_tape import Cassette, MockServer, bundled_cassettes, serve
 
 
 @pytest.fixture(scope="session")
@@ -24,7 +24,7 @@ def bundled() -> dict[str, Cassette]:
 @pytest.fixture(scope="module")
 def instant_server() -> Iterator[MockServer]:
     """The bundled cassettes served at instant pace, default matching, in a background thread."""
-    with serve(pacing=Pacing.parse("instant")) as server:
+    with serve(pace="instant") as server:
         yield server
 
 

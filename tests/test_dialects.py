@@ -12,7 +12,7 @@ import openai
 import pytest
 from clients import openai_client
 
-from sse_tape import Cassette, Chunk, Interaction, Pacing, Request, Response, ServerSentEvent, SSEDecoder, serve
+from sse_tape import Cassette, Chunk, Interaction, Request, Response, ServerSentEvent, SSEDecoder, serve
 from sse_tape.dialects import DIALECTS, check_error_response, detect, for_path, translate
 from sse_tape.dialects.events import Error, Finish, Start, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
 
@@ -556,7 +556,7 @@ def _translated(bundled: dict[str, Cassette], source: str, index: int, target: s
 
 def test_sdk_reads_lmstudio_translated_to_chat(bundled: dict[str, Cassette]) -> None:
     cassette = _translated(bundled, "lmstudio-chat", 0, "openai-chat")
-    with serve(cassette, match_on=["method", "path"], pacing=Pacing.parse("instant")) as server:
+    with serve(cassette, match_on=["method", "path"], pace="instant") as server:
         client = openai_client(server.url + "/v1", api_key="x", max_retries=0)
         stream = client.chat.completions.create(
             model="m", messages=[{"role": "user", "content": "?"}], stream=True, stream_options={"include_usage": True}
@@ -574,7 +574,7 @@ def test_sdk_reads_lmstudio_translated_to_chat(bundled: dict[str, Cassette]) -> 
 
 def test_sdk_reads_chat_tool_calls_translated_to_responses(bundled: dict[str, Cassette]) -> None:
     cassette = _translated(bundled, "openai-chat", 1, "openai-responses")
-    with serve(cassette, match_on=["method", "path"], pacing=Pacing.parse("instant")) as server:
+    with serve(cassette, match_on=["method", "path"], pace="instant") as server:
         client = openai_client(server.url + "/v1", api_key="x", max_retries=0)
         events = list(client.responses.create(model="m", input="Weather in Tokyo?", stream=True))
         with client.responses.stream(model="m", input="Weather in Tokyo?") as stream:
@@ -592,7 +592,7 @@ def test_sdk_reads_chat_tool_calls_translated_to_responses(bundled: dict[str, Ca
 def test_sdk_reads_responses_translated_to_chat_and_completions(bundled: dict[str, Cassette]) -> None:
     chat = _translated(bundled, "openai-responses", 0, "openai-chat")
     completions = _translated(bundled, "openai-responses", 0, "openai-completions")
-    with serve(chat, completions, match_on=["method", "path"], pacing=Pacing.parse("instant")) as server:
+    with serve(chat, completions, match_on=["method", "path"], pace="instant") as server:
         client = openai_client(server.url + "/v1", api_key="x", max_retries=0)
         usage = {"include_usage": True}
         chat_chunks = client.chat.completions.create(
@@ -606,7 +606,7 @@ def test_sdk_reads_responses_translated_to_chat_and_completions(bundled: dict[st
 
 def test_sdk_reads_router_refusal_translated_to_responses(bundled: dict[str, Cassette]) -> None:
     cassette = _translated(bundled, "router-chat", 1, "openai-responses")
-    with serve(cassette, match_on=["method", "path"], pacing=Pacing.parse("instant")) as server:
+    with serve(cassette, match_on=["method", "path"], pace="instant") as server:
         client = openai_client(server.url + "/proj_ABC123/my-endpoint/v1", api_key="x", max_retries=0)
         with client.responses.stream(model="m", input="?") as stream:
             refusal = "".join(e.delta for e in stream if e.type == "response.refusal.delta")

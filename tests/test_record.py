@@ -16,10 +16,11 @@ import pytest
 from clients import openai_client
 from upstream import Upstream, chat_chunk
 
-from sse_tape import Cassette, CassetteError, End, Pacing, aserve, serve
-from sse_tape.record import RecordingProxy, RecordMode, arecording, recording
+from sse_tape import Cassette, CassetteError, End, aserve, serve
+from sse_tape._http import run_in_thread
+from sse_tape.journal import Ended, Received
+from sse_tape.record import RecordMode, arecording, recording, recording_server
 from sse_tape.redaction import REDACTED, Redaction
-from sse_tape.server import run_in_thread
 
 
 @pytest.fixture
@@ -66,11 +67,20 @@ async def test_proxy_streams_each_chunk_through_before_the_upstream_finishes(
     assert recorded.request.body == b'{"stream": true}'
 
 
+async def test_writes_that_arrive_together_are_recorded_apart(upstream: Upstream, tmp_path: Path) -> None:
+    cassette = tmp_path / "c.toml"
+    async with arecording(cassette, upstream.url) as proxy, httpx.AsyncClient() as client:
+        await read_all(client, "POST", proxy.url + "/v1/chat/completions?events=40&gap=0", content=b"{}")
+    [recorded] = Cassette.load(cassette).interactions
+    # Written back to back, so read together; each HTTP chunk the upstream wrote is still a chunk of its own.
+    assert [c.data for c in recorded.response.chunks] == [chat_chunk(n) for n in range(40)] + [b"data: [DONE]\n\n"]
+
+
 async def test_recording_replays_byte_for_byte(upstream: Upstream, tmp_path: Path) -> None:
     cassette = tmp_path / "c.msgpack"
     async with arecording(cassette, upstream.url) as proxy, httpx.AsyncClient() as client:
         live = await read_all(client, "POST", proxy.url + "/v1/chat/completions?events=3", content=b"{}")
-    async with aserve(cassette, pacing=Pacing.parse("instant")) as server, httpx.AsyncClient() as client:
+    async with aserve(cassette, pace="instant") as server, httpx.AsyncClient() as client:
         replayed = await read_all(client, "POST", server.url + "/v1/chat/completions?events=3", content=b"{}")
     assert replayed == live
 
@@ -211,7 +221,7 @@ async def test_upstream_down_is_a_502_and_nothing_is_recorded(tmp_path: Path) ->
     assert got.status_code == 502
     assert got.json()["error"]["message"].startswith("sse-tape: cannot reach http://127.0.0.1:9/v1/chat/completions")
     assert not cassette.exists()
-    assert proxy.counts["upstream errors"] == 1
+    assert proxy.journal.counts["upstream-failed"] == 1
 
 
 def _seed(cassette: Path, upstream: Upstream) -> None:
@@ -228,7 +238,7 @@ def _seed(cassette: Path, upstream: Upstream) -> None:
     ("mode", "hits", "statuses", "recorded"),
     [
         # The same request three times against a cassette holding it once.
-        (RecordMode.NEW_EPISODES, 2, [200, 200, 200], 3),  # replayed once, then recorded
+        (RecordMode.NEW_EPISODES, 1, [200, 200, 200], 2),  # replayed, recorded, then what was recorded replayed
         (RecordMode.NONE, 0, [200, 200, 200], 1),  # replayed, again and again
         (RecordMode.ONCE, 0, [200, 200, 200], 1),  # the cassette exists: replay only
         (RecordMode.ALL, 3, [200, 200, 200], 4),  # always recorded
@@ -240,7 +250,7 @@ def test_record_modes_with_an_existing_cassette(
     cassette = tmp_path / "c.toml"
     _seed(cassette, threaded_upstream)
     threaded_upstream.hits = 0
-    with run_in_thread(RecordingProxy(cassette, threaded_upstream.url, mode=mode)) as proxy:
+    with run_in_thread(recording_server(cassette, threaded_upstream.url, mode=mode)) as proxy:
         got = [httpx.post(proxy.url + "/v1/chat/completions?events=1", content=b"{}").status_code for _ in range(3)]
         miss = httpx.post(proxy.url + "/v1/chat/completions?events=2", content=b'{"other": 1}')
     assert got == statuses
@@ -252,7 +262,7 @@ def test_record_modes_with_an_existing_cassette(
 
 def test_once_records_everything_when_the_cassette_is_new(threaded_upstream: Upstream, tmp_path: Path) -> None:
     cassette = tmp_path / "new.toml"
-    with run_in_thread(RecordingProxy(cassette, threaded_upstream.url, mode="once")) as proxy:
+    with run_in_thread(recording_server(cassette, threaded_upstream.url, mode="once")) as proxy:
         for _ in range(2):
             httpx.post(proxy.url + "/v1/chat/completions?events=1", content=b"{}")
     assert threaded_upstream.hits == 2
@@ -298,8 +308,9 @@ class Recorder:
         self.url = self.proc.stdout.readline().split(" at ")[1].split()[0]
 
     def complete(self, n: int) -> None:
-        for _ in range(n):
-            assert httpx.post(self.url + "/v1/chat/completions?events=2&gap=0.01", content=b"{}").status_code == 200
+        for i in range(n):  # different requests: an identical one would replay what was just recorded
+            body = json.dumps({"n": i})
+            assert httpx.post(self.url + "/v1/chat/completions?events=2&gap=0.01", content=body).status_code == 200
 
     def stop(self, sig: signal.Signals) -> str:
         self.proc.send_signal(sig)
@@ -327,11 +338,16 @@ def test_sigint_saves_every_interaction_and_the_stream_in_flight(threaded_upstre
     assert [i.response.end for i in interactions] == [End.COMPLETE, End.COMPLETE, End.INTERRUPTED]
     assert interactions[2].response.body.startswith(received)
     lines = err.splitlines()
-    for line in lines[:2]:
-        assert line.startswith("sse-tape: POST /v1/chat/completions -> 200, 3 events, ")
+    ended = [line for line in lines if " ended: " in line]
+    for line in ended[:2]:
+        assert line.startswith("sse-tape: POST /v1/chat/completions ended: 200, 3 events, ")
         assert line.endswith(" s, complete")
-    assert lines[2].startswith("sse-tape: POST /v1/chat/completions -> 200, ")
-    assert lines[2].endswith(", interrupted")
+    assert ended[2].startswith("sse-tape: POST /v1/chat/completions ended: 200, ")
+    assert ended[2].endswith(" s, interrupted")
+    assert [line for line in lines if " recorded into " in line] == [
+        f"sse-tape: POST /v1/chat/completions recorded into {cassette} as #{n} ({end})"
+        for n, end in [(1, "complete"), (2, "complete"), (3, "interrupted")]
+    ]
     assert lines[-1] == f"sse-tape: recorded 3 interactions to {cassette} (1 interrupted)"
 
 
@@ -441,6 +457,22 @@ def test_openai_sdk_chat_through_the_proxy_from_llama_cpp_then_replayed(llama_se
     assert [c.model_dump() for c in replayed_chunks] == [c.model_dump() for c in live_chunks]
 
 
+def test_new_episodes_records_a_request_once_and_replays_it_when_it_comes_again(
+    llama_server: str, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "session.toml"
+    with recording(cassette, llama_server, mode="new_episodes") as proxy:
+        first_chunks, first = _chat_through(proxy.url, "sk-test")
+        again_chunks, again = _chat_through(proxy.url, "sk-test")
+    kinds = [type(e).__name__ for e in proxy.journal if not isinstance(e, Received | Ended)]
+    assert sorted(kinds) == ["Forwarded", "Matched", "Recorded"]  # the save may end before or after the replay
+    assert kinds.index("Forwarded") < kinds.index("Matched")
+    assert len(Cassette.load(cassette)) == 1
+    # The model was asked once: the second stream is the first one's bytes, ids and all.
+    assert [c.model_dump() for c in again_chunks] == [c.model_dump() for c in first_chunks]
+    assert first == again
+
+
 def test_completions_and_raw_bytes_from_llama_cpp_are_replayed_exactly(llama_server: str, tmp_path: Path) -> None:
     cassette = tmp_path / "llama.msgpack"
     body = {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 16, "logprobs": 2, "stream": True}
@@ -464,7 +496,7 @@ def test_a_cassette_path_that_cannot_be_written_stops_the_recorder_before_any_re
     threaded_upstream: Upstream, tmp_path: Path
 ) -> None:
     with pytest.raises(CassetteError, match=r"unknown cassette type '\.json'"):
-        RecordingProxy(tmp_path / "p.json", threaded_upstream.url)
+        recording_server(tmp_path / "p.json", threaded_upstream.url)
     (tmp_path / "afile").write_text("x")
     for cassette, message in [
         (tmp_path / "c.json", f"Error: {tmp_path / 'c.json'}: unknown cassette type '.json': use .toml or .msgpack\n"),
@@ -509,6 +541,29 @@ def test_a_bad_upstream_url_is_one_line_and_exit_2(tmp_path: Path, upstream: str
 async def test_interactions_are_saved_in_the_order_they_ended(upstream: Upstream, tmp_path: Path) -> None:
     cassette = tmp_path / "c.toml"
     async with arecording(cassette, upstream.url) as proxy, httpx.AsyncClient() as client:
-        for n in range(12):
-            await read_all(client, "POST", proxy.url + f"/v1/chat/completions?events=1&n={n}", content=b"{}")
+        for n in range(12):  # different bodies: an identical request would replay what was just recorded
+            await read_all(client, "POST", proxy.url + f"/v1/chat/completions?events=1&n={n}", content=f'{{"n":{n}}}')
     assert [i.request.query for i in Cassette.load(cassette)] == [f"events=1&n={n}" for n in range(12)]
+
+
+async def test_serve_forwards_misses_to_the_upstream_and_replays_the_rest(upstream: Upstream) -> None:
+    chat = {"model": "local-model", "messages": [{"role": "user", "content": "Hello!"}], "stream": True}
+    options = {"pace": "instant", "match_on": "method,path", "on_miss": "forward"}
+    async with aserve(upstream=upstream.url, **options) as server, httpx.AsyncClient() as client:
+        replayed = await read_all(client, "POST", server.url + "/v1/chat/completions", json=chat)
+        forwarded = await read_all(client, "GET", server.url + "/binary")
+    assert replayed[0] == 200
+    assert forwarded == (200, b"data: \xff\xfe\x00\n\ndata: ok\n\n")
+    assert upstream.hits == 1
+    assert [type(e).__name__ for e in server.journal if not isinstance(e, Received | Ended)] == ["Matched", "Forwarded"]
+    assert server.recorder is None  # forwarding records nothing
+
+
+def test_upstream_is_for_forwarding_misses() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "sse_tape", "serve", "--upstream", "http://127.0.0.1:9"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (result.returncode, result.stderr) == (2, "Error: --upstream is for --on-miss forward\n")

@@ -12,7 +12,7 @@ import pytest
 from clients import openai_client
 from httpx_sse import connect_sse
 
-from sse_tape import Cassette, Chunk, End, Interaction, MockServer, Pacing, Request, Response, aserve, serve
+from sse_tape import Cassette, Chunk, End, Interaction, MockServer, Request, Response, aserve, serve
 
 
 def sdk(server: MockServer, prefix: str = "/v1") -> openai.OpenAI:
@@ -373,7 +373,7 @@ async def test_client_disconnect_stops_the_stream_at_once(bundled: dict[str, Cas
 
 async def test_many_concurrent_streams_each_get_the_whole_recording(bundled: dict[str, Cassette]) -> None:
     interaction = bundled["openai-chat"].interactions[0]
-    async with aserve(Cassette([interaction]), pacing=Pacing.parse("x4")) as server:
+    async with aserve(Cassette([interaction]), pace="x4") as server:
         limits = httpx.Limits(max_connections=200)
         async with httpx.AsyncClient(base_url=server.url, limits=limits, timeout=30) as client:
 

@@ -1,0 +1,149 @@
+"""Wire helpers the server and the recorder share: headers that do not travel, writing a plan, dropping a
+connection, and running an async server in a thread for synchronous code."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import struct
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from .cassette import End
+from .plan import Plan
+
+__all__ = ["HOP_BY_HOP", "Progress", "drop_connection", "end_to_end", "has_header", "run_in_thread", "write_plan"]
+
+# Headers that describe one connection, not the message (RFC 9110 section 7.6.1).
+HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade"}
+)
+
+
+def end_to_end(headers: Iterable[tuple[str, str]], also_drop: Iterable[str] = ()) -> list[tuple[str, str]]:
+    """The headers a proxy or a replay passes on: not hop-by-hop ones, nor those the Connection header names."""
+    headers = list(headers)
+    named = {h.strip().lower() for name, value in headers if name.lower() == "connection" for h in value.split(",")}
+    dropped = HOP_BY_HOP | named | {h.lower() for h in also_drop}
+    return [(name, value) for name, value in headers if name.lower() not in dropped]
+
+
+def has_header(headers: Iterable[tuple[str, str]], name: str) -> bool:
+    """Whether a header of this (lower-case) name is among `headers`."""
+    return any(k.lower() == name for k, _ in headers)
+
+
+def drop_connection(http: web.Request, *, reset: bool) -> None:
+    """Close the client's connection without ending the response: with a TCP reset, or a plain close."""
+    transport = http.transport
+    if transport is None:
+        return
+    if reset:
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            # Linger on, timeout 0: close() sends RST instead of FIN.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.abort()
+    else:
+        transport.close()
+
+
+@dataclass(slots=True)
+class Progress:
+    """How far a response got: its bytes written so far."""
+
+    bytes: int = 0
+
+
+async def write_plan(
+    http: web.Request, plan: Plan, progress: Progress, headers: Mapping[str, str] | None = None
+) -> tuple[web.StreamResponse, End]:
+    """Send a plan: headers (plus `headers`), each write at its offset from now, then the end it asks for.
+
+    Returns the response and how it ended: the plan's end, or `End.CLIENT_GONE`
+    when the client hung up between writes. A client that hangs up during a
+    wait cancels the handler, and the cancellation propagates.
+    """
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    out = web.StreamResponse(status=plan.status)
+    try:
+        if plan.hang:
+            await asyncio.Event().wait()  # until the client goes or the server stops
+        for name, value in end_to_end(plan.headers, also_drop=("content-length", "date")):
+            out.headers.add(name, value)
+        if headers:
+            out.headers.update(headers)
+        # A recorded length, or one a fault set, is sent again for the body as it is now.
+        if plan.end is End.COMPLETE and has_header(plan.headers, "content-length"):
+            out.content_length = sum(len(data) for _, data in plan.writes)
+        if plan.headers_at is not None:
+            await _sleep_until(loop, start + plan.headers_at)
+            await out.prepare(http)
+        for at, data in plan.writes:
+            delay = start + at - loop.time()  # inline: this loop runs once per event of every stream
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if not out.prepared:
+                await out.prepare(http)  # the headers go out with the first chunk
+            await out.write(data)
+            progress.bytes += len(data)
+        await _sleep_until(loop, start + plan.end_at)
+        if not out.prepared:
+            await out.prepare(http)
+        if plan.end is End.COMPLETE:
+            await out.write_eof()
+        else:
+            # The recorded response never ended properly, or a fault says so: neither does this one.
+            drop_connection(http, reset=plan.end is End.UPSTREAM_RESET)
+    except (ConnectionResetError, ConnectionAbortedError):
+        return out, End.CLIENT_GONE  # the client hung up between two writes
+    return out, plan.end
+
+
+async def _sleep_until(loop: asyncio.AbstractEventLoop, when: float) -> None:
+    delay = when - loop.time()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+ServerT = TypeVar("ServerT", bound=contextlib.AbstractAsyncContextManager[Any])
+
+
+@contextlib.contextmanager
+def run_in_thread(server: ServerT) -> Iterator[ServerT]:
+    """Enter `server` (any async context manager) in a background thread with its own event loop.
+
+    It runs until the block ends; then it is exited in that thread, which ends.
+    """
+    ready: Future[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = Future()
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        async with server:
+            ready.set_result((asyncio.get_running_loop(), stop))
+            await stop.wait()
+
+    def run() -> None:
+        try:
+            asyncio.run(main())
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            else:
+                raise
+
+    thread = threading.Thread(target=run, name=f"sse-tape-{type(server).__name__}", daemon=True)
+    thread.start()
+    loop, stop = ready.result()
+    try:
+        yield server
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join()

@@ -1,0 +1,309 @@
+"""What happened to each request, and the replay state that decides what happens next.
+
+Every step of answering a request is a typed journal entry: it was
+received; a recording matched it, or nothing did and why; a fault was
+injected and what it did; it was forwarded upstream and recorded; its
+stream ended, how, after how many bytes and events and how long. The log
+lines, the `--report` file (JSON lines), the control endpoint
+(`GET /__sse_tape__/journal`) and the pytest plugin are all views of one
+`Journal`.
+
+`ReplayState` owns every counter replay depends on (how often each recording
+has played, the turns of equally good matches, what each fault has seen),
+keeps the misses, answers which recordings never played, and can be reset.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, ClassVar
+
+from ._exceptions import ConfigError
+from .cassette import End
+
+if TYPE_CHECKING:
+    from .matching import Recording
+
+__all__ = [
+    "Ended",
+    "Entry",
+    "FaultInjected",
+    "Forwarded",
+    "Journal",
+    "Matched",
+    "Miss",
+    "Missed",
+    "Received",
+    "Recorded",
+    "ReplayState",
+    "SaveFailed",
+    "UpstreamFailed",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Entry:
+    """One step of answering request number `request` (counted from 1 since the server started)."""
+
+    kind: ClassVar[str] = "entry"
+    request: int
+    time: float = field(default_factory=time.time)
+    """When it happened, in Unix seconds."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry as a JSON object whose `type` names its kind."""
+        return {"type": self.kind, **asdict(self)}
+
+    def line(self) -> str | None:
+        """The log line for this entry, or None when it is not logged."""
+        return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Received(Entry):
+    """A request arrived."""
+
+    kind: ClassVar[str] = "received"
+    method: str
+    path: str
+    query: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Matched(Entry):
+    """A recording answers the request."""
+
+    kind: ClassVar[str] = "matched"
+    method: str
+    path: str
+    recording: str
+    status: int
+
+    def line(self) -> str:
+        return f"{self.method} {self.path} -> {self.status} {self.recording}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Missed(Entry):
+    """Nothing answered the request; `reason` names the closest recordings and how each differs."""
+
+    kind: ClassVar[str] = "missed"
+    method: str
+    path: str
+    status: int
+    reason: str
+
+    def line(self) -> str:
+        return f"{self.method} {self.path} -> {self.status} {self.reason}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FaultInjected(Entry):
+    """A fault changed the response: which one, and what it did."""
+
+    kind: ClassVar[str] = "fault"
+    method: str
+    path: str
+    fault: str
+    what: str
+    recording: str | None = None
+
+    def line(self) -> str:
+        return f"fault {self.fault}: {self.what} -> {self.method} {self.path} (request {self.request})"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Forwarded(Entry):
+    """The request went to the upstream, and its response head came back."""
+
+    kind: ClassVar[str] = "forwarded"
+    method: str
+    path: str
+    url: str
+    status: int
+
+    def line(self) -> str:
+        return f"{self.method} {self.path} -> {self.status} from {self.url}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpstreamFailed(Entry):
+    """The upstream sent no response: the client got a 502."""
+
+    kind: ClassVar[str] = "upstream-failed"
+    method: str
+    path: str
+    reason: str
+
+    def line(self) -> str:
+        return f"{self.method} {self.path} -> 502 {self.reason}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recorded(Entry):
+    """The interaction was saved to a cassette, as its interaction number `index`."""
+
+    kind: ClassVar[str] = "recorded"
+    method: str
+    path: str
+    cassette: str
+    index: int
+    end: End
+
+    def line(self) -> str:
+        return f"{self.method} {self.path} recorded into {self.cassette} as #{self.index} ({self.end})"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SaveFailed(Entry):
+    """The interaction could not be saved."""
+
+    kind: ClassVar[str] = "save-failed"
+    cassette: str
+    reason: str
+
+    def line(self) -> str:
+        return f"could not save an interaction to {self.cassette}: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ended(Entry):
+    """The response is over: how it ended, after how many bytes and events, and how long after it arrived."""
+
+    kind: ClassVar[str] = "ended"
+    method: str
+    path: str
+    status: int
+    end: End
+    bytes: int
+    events: int
+    seconds: float
+
+    def line(self) -> str:
+        events = f"{self.events} event{'s'[: self.events != 1]}"
+        return f"{self.method} {self.path} ended: {self.status}, {events}, {self.bytes} bytes, {self.seconds:.2f} s, {self.end}"
+
+
+class Journal:
+    """Every entry of a server's requests, newest last.
+
+    It keeps the last `keep` entries in memory and counts every entry by its
+    kind; `log` gets the line of each logged entry as it is added; `report`
+    (a file) gets every entry as one JSON line.
+    """
+
+    def __init__(
+        self,
+        *,
+        keep: int = 10_000,
+        log: Callable[[str], None] | None = None,
+        report: str | Path | None = None,
+    ) -> None:
+        self.entries: deque[Entry] = deque(maxlen=keep)
+        self.counts: Counter[str] = Counter()
+        """How many entries of each kind were added (also those no longer kept)."""
+        self.log = log
+        self.report_path = Path(report) if report is not None else None
+        self._report: IO[str] | None = None
+        if self.report_path is not None:
+            try:
+                self._report = self.report_path.open("a", encoding="utf-8")
+            except OSError as exc:
+                raise ConfigError(f"--report {self.report_path}: cannot write: {exc.strerror or exc}") from None
+
+    def add(self, entry: Entry) -> None:
+        """Record an entry, and pass it on to the log and the report."""
+        self.entries.append(entry)
+        self.counts[entry.kind] += 1
+        if self.log is not None and (line := entry.line()) is not None:
+            self.log(line)
+        if self._report is not None:
+            try:
+                self._report.write(json.dumps(entry.to_json(), ensure_ascii=False) + "\n")
+                self._report.flush()
+            except OSError as exc:
+                if self.log is not None:
+                    self.log(f"could not write the report {self.report_path}: {exc.strerror or exc}")
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def last(self, limit: int | None = None) -> list[Entry]:
+        """The newest `limit` entries (all kept, if None), newest last."""
+        entries = list(self.entries)
+        return entries if limit is None else entries[max(len(entries) - limit, 0) :]
+
+    def clear(self) -> None:
+        """Forget the entries and their counts (the report keeps what it has)."""
+        self.entries.clear()
+        self.counts.clear()
+
+    def close(self) -> None:
+        """Close the report file."""
+        if self._report is not None:
+            self._report.close()
+            self._report = None
+
+
+@dataclass(frozen=True, slots=True)
+class Miss:
+    """A request nothing answered, and why."""
+
+    request: int
+    method: str
+    path: str
+    reason: str
+
+
+class ReplayState:
+    """Every counter replay depends on, in one place that can be queried and reset.
+
+    - `plays`: how many times each recording has answered;
+    - `turns`: for each group of equally good matches, how many requests it has answered (so
+      repeated identical requests get the group's recordings in order);
+    - `fault_turns`: how many requests each fault has seen (for `times=` and `p=`);
+    - `injected`: how many times each fault, by its text, was applied;
+    - `misses`: the requests nothing answered, each with its explanation;
+    - `requests`: how many requests arrived.
+    """
+
+    def __init__(self) -> None:
+        self.recordings: list[Recording] = []
+        """Every recording replay can play, in the order they were loaded or recorded."""
+        self.plays: Counter[Recording] = Counter()
+        self.turns: dict[tuple[int, ...], int] = {}
+        self.fault_turns: dict[tuple[str, int | str], int] = {}
+        self.injected: Counter[str] = Counter()
+        self.misses: list[Miss] = []
+        self.requests = 0
+
+    def track(self, recordings: Iterable[Recording]) -> None:
+        """Add recordings that can be played."""
+        self.recordings.extend(recordings)
+
+    def played(self, recording: Recording) -> int:
+        """Note that `recording` answers a request; returns how many times it had answered before."""
+        turn = self.plays[recording]
+        self.plays[recording] = turn + 1
+        return turn
+
+    def unplayed(self) -> list[Recording]:
+        """The recordings that never answered a request, in order."""
+        return [r for r in self.recordings if not self.plays[r]]
+
+    def reset(self) -> None:
+        """Start over: every recording unplayed, every count at zero, no misses."""
+        self.plays.clear()
+        self.turns.clear()
+        self.fault_turns.clear()
+        self.injected.clear()
+        self.misses.clear()
+        self.requests = 0

@@ -1,0 +1,117 @@
+"""How a server answers requests: one typed, frozen options object, built from the same words everywhere.
+
+`sse-tape serve --pace x2 --fault error:5`, `serve(pace="x2", faults=["error:5"])`
+and the pytest plugin's marker all go through `ServeOptions.build`, so a word
+means the same thing, and is refused with the same message, wherever it is
+written.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from ._exceptions import ConfigError
+from .faults import Fault, load_profile, parse_fault
+from .matching import DEFAULT_MATCH_ON, MatchOn
+from .pacing import Pacing
+
+__all__ = ["MissPolicy", "ServeOptions", "parse_match"]
+
+
+class MissPolicy(StrEnum):
+    """What happens to a request no recording answers."""
+
+    ERROR = "error"
+    """Answer with the API's JSON error naming the closest recordings (status `miss_status`)."""
+    FORWARD = "forward"
+    """Send it to the upstream and stream its answer back; record nothing."""
+    RECORD = "record"
+    """Send it to the upstream, stream its answer back, and record it into the cassette."""
+
+
+def parse_match(words: str | Iterable[MatchOn | str], name: str = "match_on") -> tuple[MatchOn, ...]:
+    """What must agree, from `method,path` or a list of parts; raises `ConfigError` naming the option `name`."""
+    items = [w.strip() for w in words.split(",")] if isinstance(words, str) else [str(w) for w in words]
+    parts = [w for w in items if w]
+    bad = [w for w in parts if w not in MatchOn.__members__.values()]
+    if bad or not parts:
+        shown = words if isinstance(words, str) else ",".join(items)
+        raise ConfigError(f"{name} {shown!r}: choose from {', '.join(MatchOn)}")
+    return tuple(dict.fromkeys(MatchOn(w) for w in parts))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServeOptions:
+    """How a server answers: matching, pacing, misses, repeats and faults. Build one with `build`."""
+
+    match_on: tuple[MatchOn, ...] = DEFAULT_MATCH_ON
+    """What a request must share with a recording."""
+    ignore_body_fields: tuple[str, ...] = ()
+    """Dotted paths into JSON bodies left out of the comparison (`user`, `messages.*.name`)."""
+    pace: Pacing = field(default_factory=Pacing)
+    """When each recorded chunk goes out."""
+    miss_status: int = 404
+    """The status of the error a miss gets under `MissPolicy.ERROR`."""
+    on_miss: MissPolicy = MissPolicy.ERROR
+    """What happens to a request no recording answers."""
+    allow_repeats: bool = True
+    """Recordings answer again once all that match have played; off: each answers once."""
+    faults: tuple[Fault, ...] = ()
+    """Faults for every request, besides those a request asks for in its header."""
+    seed: int = 0
+    """Seed of every random choice: jitter, fault chance and fault bytes."""
+    report: Path | None = None
+    """A file that gets every journal entry as a JSON line."""
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        match_on: str | Iterable[MatchOn | str] = DEFAULT_MATCH_ON,
+        ignore_body_fields: Iterable[str] = (),
+        pace: str | Pacing = "recorded",
+        jitter: str | None = None,
+        seed: int = 0,
+        miss_status: int = 404,
+        on_miss: MissPolicy | str = MissPolicy.ERROR,
+        allow_repeats: bool = True,
+        faults: Iterable[Fault | str] = (),
+        profiles: Iterable[str] = (),
+        report: str | os.PathLike[str] | None = None,
+    ) -> ServeOptions:
+        """Options from the words a user writes; raises `ConfigError` naming a bad one.
+
+        `match_on` is `"method,path"` or a list of parts; `pace` is a pace
+        word (`recorded`, `x2`, `instant`, `20ms`, `tps:40`) or a `Pacing`;
+        `jitter` is `5ms` or `10%`; `faults` are specs (`error:5`) or `Fault`s;
+        `profiles` name sets of faults (they come before `faults`).
+        """
+        if isinstance(pace, Pacing):
+            if jitter is not None:
+                raise ConfigError("give jitter inside the Pacing, or pace as a word")
+            pacing = pace
+        else:
+            pacing = Pacing.parse(pace, jitter=jitter, seed=seed)
+        if not 400 <= miss_status <= 599:
+            raise ConfigError(f"miss status {miss_status} is not an HTTP error status (400-599)")
+        try:
+            policy = MissPolicy(on_miss)
+        except ValueError:
+            raise ConfigError(f"on miss {on_miss!r}: choose from {', '.join(MissPolicy)}") from None
+        chosen = [f for name in profiles for f in load_profile(name)]
+        chosen += [parse_fault(f) if isinstance(f, str) else f for f in faults]
+        return cls(
+            match_on=parse_match(match_on),
+            ignore_body_fields=tuple(ignore_body_fields),
+            pace=pacing,
+            miss_status=miss_status,
+            on_miss=policy,
+            allow_repeats=allow_repeats,
+            faults=tuple(chosen),
+            seed=seed,
+            report=None if report is None else Path(report),
+        )

@@ -1,0 +1,243 @@
+"""The plan: what goes on the wire for one response, and when.
+
+Pacing turns a recorded response into a `Plan` (status, headers, writes at
+offsets from the request's arrival, and how the response ends); faults
+rewrite it; the server's writer sends it. A plan knows where its SSE events
+lie in the body: the blocks are found the first time something asks for
+them, then kept right as the plan is cut, spliced and stretched, so faults
+that work between events never split the body again.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ._exceptions import ConfigError
+from ._units import parse_duration
+from .cassette import End, Response
+from .sse import ServerSentEvent, SSEDecoder
+
+__all__ = ["Block", "Plan", "Position", "PositionUnit", "Write", "blocks_of"]
+
+#: One write: when it is due, in seconds from the request's arrival, and its bytes.
+Write = tuple[float, bytes]
+
+# The end of an SSE block: a line end, then an empty line. A CRLF is one line end, never CR then LF.
+_BLOCK_END = re.compile(rb"(?>\r\n|\r|\n)(?>\r\n|\r|\n)")
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """One SSE block of a body: its byte span and the event it dispatches.
+
+    `event` is None for a comment (a heartbeat), a block without data, and an
+    unfinished block at the end of the body.
+    """
+
+    start: int
+    end: int
+    event: ServerSentEvent | None
+
+
+def blocks_of(body: bytes, at: int = 0) -> list[Block]:
+    """The blocks of `body`, their spans counted from `at`."""
+    blocks, start = [], 0
+    for m in _BLOCK_END.finditer(body):
+        events = SSEDecoder().feed(body[start : m.end()])
+        blocks.append(Block(at + start, at + m.end(), events[0] if events else None))
+        start = m.end()
+    if start < len(body):
+        blocks.append(Block(at + start, at + len(body), None))
+    return blocks
+
+
+class PositionUnit(StrEnum):
+    """What a position counts."""
+
+    EVENTS = "events"
+    FRACTION = "fraction"
+    BYTES = "bytes"
+    SECONDS = "seconds"
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where in a stream: after `value` events, at a fraction of them, at a byte, or at a time."""
+
+    unit: PositionUnit
+    value: float
+
+    @classmethod
+    def parse(cls, text: str) -> Position:
+        """A position from `5` (events), `50%`, `200b` or `1.5s`; raises `ConfigError`."""
+        text = text.strip()
+        try:
+            if text.endswith("%"):
+                position = cls(PositionUnit.FRACTION, float(text[:-1]) / 100)
+            elif text.endswith("b"):
+                position = cls(PositionUnit.BYTES, float(int(text[:-1])))
+            elif text.endswith("s"):
+                position = cls(PositionUnit.SECONDS, parse_duration(text))
+            else:
+                position = cls(PositionUnit.EVENTS, float(int(text)))
+        except (ValueError, ConfigError):
+            raise ConfigError(f"{text!r} is not a position: write 5 (events), 50%, 200b or 1.5s") from None
+        if not 0 <= position.value < math.inf or (position.unit is PositionUnit.FRACTION and position.value > 1):
+            raise ConfigError(f"{text!r} is not a position: it must be 0 or more (a fraction, at most 100%)")
+        return position
+
+    def __str__(self) -> str:
+        if self.unit is PositionUnit.FRACTION:
+            return f"{self.value * 100:g}%"
+        if self.unit is PositionUnit.BYTES:
+            return f"{self.value:g}b"
+        if self.unit is PositionUnit.SECONDS:
+            return f"{self.value:g}s"
+        return f"{self.value:g}"
+
+
+@dataclass(slots=True)
+class Plan:
+    """What the server will send: status, headers, and writes at offsets from the request's arrival."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    writes: list[Write]
+    end: End = End.COMPLETE
+    end_at: float = 0.0
+    """When the response ends, in seconds from the request's arrival."""
+    headers_at: float | None = None
+    """When the headers go out; None: with the first write."""
+    hang: bool = False
+    """Accept the request and never answer."""
+    replaced: bool = False
+    """Something else took the stream's place (a status, no body, no answer): stream faults pass it by."""
+    _blocks: list[Block] | None = None
+
+    @classmethod
+    def of(cls, response: Response, offsets: Sequence[float], end_at: float) -> Plan:
+        """The plan that sends `response`'s chunks at `offsets` and ends at `end_at`."""
+        writes = [(t, chunk.data) for t, chunk in zip(offsets, response.chunks, strict=True)]
+        return cls(response.status, list(response.headers), writes, response.end, end_at)
+
+    @property
+    def body(self) -> bytes:
+        """Every byte the plan writes, in order."""
+        return b"".join(data for _, data in self.writes)
+
+    @property
+    def blocks(self) -> list[Block]:
+        """The SSE blocks of the body, found once and kept right through every change."""
+        if self._blocks is None:
+            self._blocks = blocks_of(self.body)
+        return self._blocks
+
+    @property
+    def events(self) -> list[Block]:
+        """The blocks that dispatch an event."""
+        return [b for b in self.blocks if b.event is not None]
+
+    # --- finding places ----------------------------------------------------------------------
+
+    def offset(self, where: Position) -> int:
+        """The byte offset a position names: after that many events, at that byte, or where the stream is then."""
+        if where.unit is PositionUnit.BYTES:
+            return min(int(where.value), sum(len(data) for _, data in self.writes))
+        if where.unit is PositionUnit.SECONDS:
+            seen = 0
+            for t, data in self.writes:
+                if t >= where.value:
+                    return seen
+                seen += len(data)
+            return seen
+        events = self.events
+        count = round(where.value * len(events)) if where.unit is PositionUnit.FRACTION else int(where.value)
+        if count <= 0:
+            return events[0].start if events else 0
+        return events[count - 1].end if count <= len(events) else sum(len(data) for _, data in self.writes)
+
+    def boundary(self, offset: int) -> int:
+        """The end of the last whole block at or before `offset`: where something fits between events."""
+        return max((b.end for b in self.blocks if b.end <= offset), default=0)
+
+    def time_at(self, offset: int) -> float:
+        """When the byte at `offset` is due (the last write's time, past the end)."""
+        n = self._split(offset)
+        if n < len(self.writes):
+            return self.writes[n][0]
+        return self.writes[-1][0] if self.writes else 0.0
+
+    # --- changing the bytes; the blocks follow ---------------------------------------------------
+
+    def cut(self, offset: int) -> None:
+        """Keep only the bytes before `offset`."""
+        del self.writes[self._split(offset) :]
+        if self._blocks is not None:
+            kept = [b for b in self._blocks if b.end <= offset]
+            partial = [Block(b.start, offset, None) for b in self._blocks if b.start < offset < b.end]
+            self._blocks = kept + partial
+
+    def replace(self, start: int, end: int, data: bytes) -> None:
+        """Put `data` in place of bytes `start`..`end`, sent when byte `start` was due."""
+        t = self.time_at(start)
+        first, last = self._split(start), self._split(end)
+        self.writes[first:last] = [(t, data)] if data else []
+        self._splice(start, end, data)
+
+    def insert(self, offset: int, writes: Sequence[Write]) -> None:
+        """Put `writes` (at their own times) before the byte at `offset`."""
+        n = self._split(offset)
+        self.writes[n:n] = writes
+        self._splice(offset, offset, b"".join(data for _, data in writes))
+
+    def append(self, t: float, data: bytes) -> None:
+        """Add `data` at the end of the body, due at `t`."""
+        size = sum(len(d) for _, d in self.writes)
+        self.writes.append((t, data))
+        if self._blocks is not None:
+            # An unfinished last block may be finished by the new bytes: read it again with them.
+            tail = self._blocks.pop().start if self._blocks and self._blocks[-1].end == size else size
+            body = self.body
+            self._blocks += blocks_of(body[tail:], at=tail)
+
+    def delay_from(self, offset: int, seconds: float, filler: Sequence[Write] = ()) -> None:
+        """Hold back everything from byte `offset` by `seconds`, sending `filler` meanwhile."""
+        n = self._split(offset)
+        self.writes[n:] = [(t + seconds, data) for t, data in self.writes[n:]]
+        self.end_at += seconds
+        if filler:
+            self.insert(offset, filler)
+
+    def rewrite(self, writes: list[Write]) -> None:
+        """New writes with other bytes (other line ends, say): the blocks are found again when asked for."""
+        self.writes = writes
+        self._blocks = None
+
+    def _split(self, offset: int) -> int:
+        """Split the write holding byte `offset` so a write starts there; return that write's index."""
+        seen = 0
+        for n, (t, data) in enumerate(self.writes):
+            if seen + len(data) > offset:
+                if offset > seen:
+                    cut = offset - seen
+                    self.writes[n : n + 1] = [(t, data[:cut]), (t, data[cut:])]
+                    return n + 1
+                return n
+            seen += len(data)
+        return len(self.writes)
+
+    def _splice(self, start: int, end: int, data: bytes) -> None:
+        """Keep the blocks right after bytes `start`..`end` became `data`."""
+        if self._blocks is None:
+            return
+        if any(b.start < edge < b.end for b in self._blocks for edge in (start, end)):
+            self._blocks = None  # a change inside a block: find them all again when asked
+            return
+        shift = len(data) - (end - start)
+        before = [b for b in self._blocks if b.end <= start]
+        after = [Block(b.start + shift, b.end + shift, b.event) for b in self._blocks if b.start >= end]
+        self._blocks = before + blocks_of(data, at=start) + after

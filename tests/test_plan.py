@@ -1,0 +1,88 @@
+"""The plan: positions, and event boundaries kept right through every change a fault makes."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sse_tape import Cassette, ConfigError, Pacing, Response
+from sse_tape.plan import Plan, Position, PositionUnit, blocks_of
+
+
+def _streams(bundled: dict[str, Cassette]) -> list[Response]:
+    return [i.response for c in bundled.values() for i in c if i.response.status == 200]
+
+
+@pytest.mark.parametrize(
+    ("text", "unit", "value"),
+    [
+        ("5", "events", 5),
+        ("50%", "fraction", 0.5),
+        ("200b", "bytes", 200),
+        ("1.5s", "seconds", 1.5),
+        ("300ms", "seconds", 0.3),
+    ],
+)
+def test_positions(text: str, unit: str, value: float) -> None:
+    assert Position.parse(text) == Position(PositionUnit(unit), value)
+
+
+def test_a_position_prints_as_it_is_written() -> None:
+    assert [str(Position.parse(t)) for t in ("5", "50%", "200b", "1.5s")] == ["5", "50%", "200b", "1.5s"]
+
+
+def test_a_bad_position_says_how_to_write_one() -> None:
+    with pytest.raises(ConfigError, match="'soon' is not a position: write 5 "):
+        Position.parse("soon")
+
+
+def test_event_positions_name_the_end_of_that_event(bundled: dict[str, Cassette]) -> None:
+    plan = Pacing().plan(bundled["openai-chat"].interactions[0].response)
+    events = plan.events
+    assert plan.offset(Position.parse("0")) == events[0].start
+    assert plan.offset(Position.parse("3")) == events[2].end
+    assert plan.offset(Position.parse("100%")) == events[-1].end
+    assert plan.offset(Position.parse("9999")) == len(plan.body)
+
+
+# Each change a fault can make, as (name, function of a plan and two drawn numbers).
+CHANGES = {
+    "cut": lambda plan, a, b: plan.cut(a % (len(plan.body) + 1)),
+    "replace a block": lambda plan, a, b: _replace_block(plan, a, b),
+    "replace bytes": lambda plan, a, b: plan.replace(
+        min(a, b) % (len(plan.body) + 1), max(a, b) % (len(plan.body) + 1), b"x\n\n"
+    ),
+    "insert": lambda plan, a, b: plan.insert(a % (len(plan.body) + 1), [(0.0, b": beat\n\n"), (0.1, b"data: 1\n\n")]),
+    "delay": lambda plan, a, b: plan.delay_from(plan.boundary(a % (len(plan.body) + 1)), 1.0, [(0.5, b": hb\n\n")]),
+    "append": lambda plan, a, b: plan.append(9.0, b"data: [DONE]\n\n" if a % 2 else b"data: cut sh"),
+    "rewrite": lambda plan, a, b: plan.rewrite([(t, d.replace(b"\n", b"\r\n")) for t, d in plan.writes]),
+}
+
+
+def _replace_block(plan: Plan, a: int, b: int) -> None:
+    if plan.blocks:
+        block = plan.blocks[a % len(plan.blocks)]
+        plan.replace(block.start, block.end, plan.body[block.start : block.end] * (b % 3))
+
+
+@settings(max_examples=300)
+@given(data=st.data())
+def test_blocks_stay_those_of_the_body_through_any_changes(bundled: dict[str, Cassette], data: st.DataObject) -> None:
+    plan = Pacing().plan(data.draw(st.sampled_from(_streams(bundled))))
+    plan.blocks  # found now, then kept up to date by each change  # noqa: B018
+    changes = data.draw(
+        st.lists(st.tuples(st.sampled_from(sorted(CHANGES)), st.integers(0, 10**4), st.integers(0, 10**4)), max_size=6)
+    )
+    for name, a, b in changes:
+        CHANGES[name](plan, a, b)
+        assert plan.blocks == blocks_of(plan.body), name
+
+
+def test_splitting_a_write_keeps_the_bytes_and_their_times(bundled: dict[str, Cassette]) -> None:
+    plan = Pacing().plan(bundled["openai-chat"].interactions[0].response)
+    body, writes = plan.body, list(plan.writes)
+    at = plan.time_at(17)
+    assert plan.body == body
+    assert len(plan.writes) == len(writes) + 1
+    assert at == writes[0][0]
