@@ -6,7 +6,13 @@ client process receives them directly, through `sse-tape record --upstream`
 (recording every stream to a TOML cassette), and through mitmproxy's
 `mitmdump` in reverse-proxy mode with streaming on, alternating rounds in one
 run. Latency is receipt minus write; "added" is a path's latency minus the
-direct one at the same percentile.
+direct one at the same percentile; "cpu/event" is the proxy process's CPU
+time (user and system) over the round, per event relayed.
+
+The 50-stream load runs twice: with every stream started at once, so that
+the upstream writes 50 events in the same instant every 20 ms (the worst
+case for a single-threaded proxy's median), and with the starts 0.4 ms apart,
+as independent clients would come.
 
 Run: python bench/proxy_bench.py [--mitmdump PATH] [--rounds 3]
 mitmproxy pins many dependencies; install it in a venv of its own
@@ -19,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
+import os
 import re
 import shutil
 import socket
@@ -81,12 +88,13 @@ def run_sse_tape(upstream: str, cassette: str, ready: mp.Queue) -> None:  # type
 
 
 @contextmanager
-def process(target: Callable[..., None], *args: object) -> Iterator[int]:
+def process(target: Callable[..., None], *args: object) -> Iterator[tuple[int, int]]:
+    """Run `target` in a process of its own; yields the port it puts on the queue, and its pid."""
     ready: mp.Queue = mp.Queue()  # type: ignore[type-arg]
     proc = mp.Process(target=target, args=(*args, ready), daemon=True)
     proc.start()
     try:
-        yield ready.get(timeout=30)
+        yield ready.get(timeout=30), proc.pid or 0
     finally:
         proc.terminate()
         proc.join()
@@ -99,7 +107,7 @@ def free_port() -> int:
 
 
 @contextmanager
-def mitmdump(binary: str, upstream: str) -> Iterator[int]:
+def mitmdump(binary: str, upstream: str) -> Iterator[tuple[int, int]]:
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -117,7 +125,7 @@ def mitmdump(binary: str, upstream: str) -> Iterator[int]:
                 break
             except OSError:
                 time.sleep(0.1)
-        yield port
+        yield port, proc.pid
     finally:
         proc.terminate()
         proc.wait()
@@ -142,9 +150,19 @@ async def stream(port: int) -> list[int]:
     return latencies
 
 
-async def load(port: int, streams: int) -> list[int]:
-    results = await asyncio.gather(*(stream(port) for _ in range(streams)))
+async def load(port: int, streams: int, stagger: float = 0.0) -> list[int]:
+    async def one(n: int) -> list[int]:
+        await asyncio.sleep(n * stagger)
+        return await stream(port)
+
+    results = await asyncio.gather(*(one(n) for n in range(streams)))
     return [x for r in results for x in r]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -158,35 +176,39 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
     args = parser.parse_args()
     scenarios = [
-        ("1 stream x 300 events, 10 ms gaps", 1, 300, 0.01),
-        ("50 streams x 100 events, 20 ms gaps", 50, 100, 0.02),
+        ("1 stream x 300 events, 10 ms gaps", 1, 300, 0.01, 0.0),
+        ("50 streams x 100 events, 20 ms gaps, all started at once", 50, 100, 0.02, 0.0),
+        ("50 streams x 100 events, 20 ms gaps, started 0.4 ms apart", 50, 100, 0.02, 0.0004),
     ]
     paths = ["direct", "sse-tape"] + (["mitmdump"] if args.mitmdump else [])
-    for label, streams, events, gap in scenarios:
-        results: dict[str, list[tuple[float, float]]] = {p: [] for p in paths}
-        with process(run_upstream, events, gap) as up_port, tempfile.TemporaryDirectory() as tmp:
+    for label, streams, events, gap, stagger in scenarios:
+        results: dict[str, list[tuple[float, float, float]]] = {p: [] for p in paths}
+        with process(run_upstream, events, gap) as (up_port, _), tempfile.TemporaryDirectory() as tmp:
             upstream = f"http://127.0.0.1:{up_port}"
             for n in range(args.rounds):
                 for path in paths:
                     if path == "direct":
-                        latencies = asyncio.run(load(up_port, streams))
-                    elif path == "sse-tape":
-                        cassette = str(Path(tmp) / f"round{n}.toml")
-                        with process(run_sse_tape, upstream, cassette) as port:
-                            latencies = asyncio.run(load(port, streams))
+                        latencies, cpu = asyncio.run(load(up_port, streams, stagger)), 0.0
                     else:
-                        with mitmdump(args.mitmdump, upstream) as port:
-                            latencies = asyncio.run(load(port, streams))
+                        proxy = (
+                            process(run_sse_tape, upstream, str(Path(tmp) / f"round{n}.toml"))
+                            if path == "sse-tape"
+                            else mitmdump(args.mitmdump, upstream)
+                        )
+                        with proxy as (port, pid):
+                            before = cpu_seconds(pid)
+                            latencies = asyncio.run(load(port, streams, stagger))
+                            cpu = cpu_seconds(pid) - before
                     if len(latencies) != streams * events:
                         raise SystemExit(f"{path}: got {len(latencies)} events of {streams * events}")
                     ms = [x / 1e6 for x in latencies]
-                    results[path].append((percentile(ms, 0.5), percentile(ms, 0.99)))
+                    results[path].append((percentile(ms, 0.5), percentile(ms, 0.99), cpu / len(ms) * 1e6))
         print(f"\n{label}; median of {args.rounds} alternating rounds")
-        print(f"{'':12}{'p50 ms':>10}{'p99 ms':>10}{'added p50':>12}{'added p99':>12}")
+        print(f"{'':12}{'p50 ms':>10}{'p99 ms':>10}{'added p50':>12}{'added p99':>12}{'cpu/event':>12}")
         direct = [statistics.median(r[i] for r in results["direct"]) for i in (0, 1)]
         for path in paths:
-            p50, p99 = (statistics.median(r[i] for r in results[path]) for i in (0, 1))
-            added = "" if path == "direct" else f"{p50 - direct[0]:>12.3f}{p99 - direct[1]:>12.3f}"
+            p50, p99, cpu = (statistics.median(r[i] for r in results[path]) for i in (0, 1, 2))
+            added = "" if path == "direct" else f"{p50 - direct[0]:>12.3f}{p99 - direct[1]:>12.3f}{cpu:>10.0f}us"
             print(f"{path:12}{p50:>10.3f}{p99:>10.3f}{added}")
     if not args.mitmdump:
         print("\nmitmdump not found: pass --mitmdump PATH to compare with mitmproxy")

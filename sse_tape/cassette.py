@@ -7,6 +7,12 @@ One model, two encodings chosen by the file's suffix:
   else as base64.
 - `.msgpack`: compact and fast to load, with chunks as raw bytes.
 
+A recorder writes each stream to a spool beside the cassette
+(`session.toml.<id>.spool`, see `_spool`) and appends it to the cassette when
+its session ends. A spool left by a killed session is part of its cassette:
+loading the cassette reads it too, and the next write of the cassette takes
+its interactions in and removes it.
+
 `format_version` is an integer, separate from the package version. A file
 written by a newer sse-tape is refused with a request to upgrade. Writes are
 atomic: a temporary file in the same folder, then a rename.
@@ -16,10 +22,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import fcntl
 import json
 import math
 import os
+import re
 import stat
 import tempfile
 import tomllib
@@ -144,12 +152,20 @@ class Interaction:
     """When it was recorded, as an ISO 8601 timestamp."""
 
 
+# What identifies a file's content without reading it: inode, size, modification time.
+_Stamp = tuple[int, int, int]
+
+
 @dataclass(slots=True)
 class Cassette:
     """An ordered list of interactions, usually backed by a file."""
 
     interactions: list[Interaction] = field(default_factory=list)
     path: Path | None = None
+    _stamp: _Stamp | None = field(default=None, repr=False, compare=False)
+    # Spools of killed sessions read with the file, and their interactions, which the file does not hold yet.
+    _spools: list[Path] = field(default_factory=list, repr=False, compare=False)
+    _pending: list[Interaction] = field(default_factory=list, repr=False, compare=False)
 
     def __iter__(self) -> Iterator[Interaction]:
         return iter(self.interactions)
@@ -164,27 +180,30 @@ class Cassette:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Cassette:
-        """Read a cassette file; the suffix says which encoding.
+        """Read a cassette file, and the spools killed recording sessions left beside it.
 
-        Raises `CassetteNotFoundError` when the file does not exist and
-        `CassetteFormatError`, naming the file and the problem, when it is
-        truncated, corrupt, not a cassette, or written by a newer sse-tape.
+        The suffix says which encoding. Raises `CassetteNotFoundError` when
+        there is neither file nor spool, and `CassetteFormatError`, naming the
+        file and the problem, when it is truncated, corrupt, not a cassette,
+        or written by a newer sse-tape.
         """
+        from ._spool import read_spool, spools_of  # spools hold interactions: the import graph stays one way
+
         path = Path(path)
         suffix = _suffix(path)
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            raise CassetteNotFoundError(f"{path}: no such cassette") from None
-        except IsADirectoryError:
-            raise CassetteError(f"{path}: is a folder, not a cassette file") from None
-        except OSError as exc:
-            raise CassetteError(f"{path}: cannot read: {exc.strerror or exc}") from None
-        try:
-            doc = _decode(raw, suffix)
-            return cls(_interactions_from_doc(doc), path)
-        except _Invalid as exc:
-            raise CassetteFormatError(f"{path}: {exc}") from None
+        spools = spools_of(path, stale=True)
+        if spools and not path.exists():
+            cassette = cls(path=path)
+        else:
+            raw, stamp = _read(path)
+            try:
+                cassette = cls(_interactions_from_doc(_decode(raw, suffix)), path, stamp)
+            except _Invalid as exc:
+                raise CassetteFormatError(f"{path}: {exc}") from None
+        cassette._spools = spools
+        cassette._pending = [i for spool in spools for i in read_spool(spool)]
+        cassette.interactions += cassette._pending
+        return cassette
 
     def save(self, path: str | os.PathLike[str] | None = None) -> Path:
         """Write the cassette atomically, to `path` or to where it was loaded from."""
@@ -196,47 +215,75 @@ class Cassette:
             "format_version": FORMAT_VERSION,
             "interactions": [_interaction_to_doc(i, binary=suffix == ".msgpack") for i in self.interactions],
         }
-        data = _encode(doc, suffix)
-        try:
-            _atomic_write(target, data)
-        except OSError as exc:
-            raise CassetteError(f"{target}: cannot write: {exc.strerror or exc}") from None
+        self._stamp = _write(target, _encode(doc, suffix))
+        if target == self.path:
+            self._absorbed()
         self.path = target
         return target
+
+    def append(self, interactions: Iterable[Interaction]) -> None:
+        """Add interactions to the end of this cassette's file, creating it if need be.
+
+        Under an exclusive lock on the folder, so that appenders in several
+        processes or threads lose nothing; atomic, so a crash leaves the old
+        or the new file. When the file is as this cassette last read or wrote
+        it, its bytes are kept and only the new interactions are encoded: an
+        append costs the same whatever the cassette's size. When another
+        writer changed it, it is read again first; a file that cannot be read
+        is left alone and the error raised. Interactions read from spools go
+        into the file first, and those spools are removed.
+        """
+        added = list(interactions)
+        path = self.path
+        if path is None:
+            raise CassetteError("this cassette has no path: give it one before appending")
+        suffix = _suffix(path)
+        with _folder_lock(path):
+            if path.exists() and _stamp_of(path) != self._stamp:
+                again = Cassette.load(path)  # written by someone else since: read it whole, and check it
+                self.interactions, self._stamp = again.interactions, again._stamp
+                self._spools, self._pending = again._spools, again._pending
+            new = [*self._pending, *added]
+            if not new:
+                return
+            raw = _read(path)[0] if path.exists() else _encode({"format_version": FORMAT_VERSION}, suffix)
+            docs = [_interaction_to_doc(i, binary=suffix == ".msgpack") for i in new]
+            self._stamp = _write(path, _appended(raw, docs, suffix))
+            self._absorbed()
+        self.interactions.extend(added)
+
+    def _absorbed(self) -> None:
+        """The file now holds what the spools read with it held: remove them."""
+        for spool in self._spools:
+            spool.unlink(missing_ok=True)
+        self._spools, self._pending = [], []
 
 
 def append_interactions(path: str | os.PathLike[str], interactions: Iterable[Interaction]) -> int:
     """Add interactions to the end of a cassette file, creating it if need be; returns how many it holds.
 
-    The file is read and rewritten under an exclusive lock on its folder, so
-    recorders in several processes or threads appending to one cassette lose
-    nothing; the rewrite is atomic, so a crash leaves the old or the new file.
-    A file that cannot be read is left alone and the error raised.
+    See `Cassette.append`: locked, atomic, and a file that cannot be read is left alone.
     """
     path = check_cassette_path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Lock the folder, not the file: the file is replaced by a rename, the folder stays.
-        fd = os.open(path.parent, os.O_RDONLY)
-    except OSError as exc:
-        raise CassetteError(f"{path}: cannot write: {exc.strerror or exc}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        cassette = Cassette.load(path) if path.exists() else Cassette(path=path)
-        cassette.interactions.extend(interactions)
-        cassette.save()
-        return len(cassette)
-    finally:
-        os.close(fd)  # closing releases the lock
+    cassette = Cassette.load(path) if path.exists() else Cassette(path=path)
+    cassette.append(interactions)
+    return len(cassette)
 
 
 def find_cassettes(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """The cassette files named by `paths`: files as given, folders searched recursively."""
+    """The cassette files named by `paths`: files as given, folders searched recursively.
+
+    A cassette that only a killed session's spool holds so far counts as found.
+    """
+    from ._spool import cassette_of, spools_of
+
     found: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            found.extend(sorted(f for f in p.rglob("*") if f.suffix in SUFFIXES and f.is_file()))
-        elif p.exists():
+            files = {f for f in p.rglob("*") if f.suffix in SUFFIXES and f.is_file()}
+            files |= {c for f in p.rglob("*.spool") if (c := cassette_of(f)) and spools_of(c, stale=True)}
+            found.extend(sorted(files))
+        elif p.exists() or spools_of(p, stale=True):
             found.append(p)
         else:
             raise CassetteNotFoundError(f"{p}: no such cassette or folder")
@@ -301,7 +348,71 @@ def _decode(raw: bytes, suffix: str) -> Any:
         raise _Invalid(f"truncated or corrupt TOML: {exc}") from None
 
 
-def _atomic_write(target: Path, data: bytes) -> None:
+def _read(path: Path) -> tuple[bytes, _Stamp]:
+    try:
+        with path.open("rb") as f:
+            return f.read(), _stamp_of_fd(f.fileno())
+    except FileNotFoundError:
+        raise CassetteNotFoundError(f"{path}: no such cassette") from None
+    except IsADirectoryError:
+        raise CassetteError(f"{path}: is a folder, not a cassette file") from None
+    except OSError as exc:
+        raise CassetteError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def _stamp_of(path: Path) -> _Stamp:
+    st = path.stat()
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _stamp_of_fd(fd: int) -> _Stamp:
+    st = os.fstat(fd)
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+@contextlib.contextmanager
+def _folder_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on the cassette's folder: the file is replaced by renames, the folder stays."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path.parent, os.O_RDONLY)
+    except OSError as exc:
+        raise CassetteError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+_INLINE_INTERACTIONS = re.compile(rb'^[ \t]*"?interactions"?[ \t]*=', re.MULTILINE)
+
+
+def _appended(raw: bytes, docs: list[dict[str, Any]], suffix: str) -> bytes:
+    """The bytes of a cassette file with these interaction documents added at its end."""
+    if not docs:
+        return raw
+    if suffix == ".msgpack":
+        doc = _decode(raw, suffix)
+        doc["interactions"] = [*doc.get("interactions", []), *docs]
+        return _encode(doc, suffix)
+    if _INLINE_INTERACTIONS.search(raw):
+        # A hand-written `interactions = [...]`: array-of-tables headers cannot follow it. Write it anew.
+        doc = _decode(raw, suffix)
+        doc["interactions"] = [*doc.get("interactions", []), *docs]
+        return _encode(doc, suffix)
+    # `[[interactions]]` tables may come at the end of any TOML document: the old bytes stay as they are.
+    return raw + (b"" if raw.endswith(b"\n") else b"\n") + _toml.dumps({"interactions": docs}).encode()
+
+
+def _write(target: Path, data: bytes) -> _Stamp:
+    try:
+        return _atomic_write(target, data)
+    except OSError as exc:
+        raise CassetteError(f"{target}: cannot write: {exc.strerror or exc}") from None
+
+
+def _atomic_write(target: Path, data: bytes) -> _Stamp:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
@@ -317,10 +428,12 @@ def _atomic_write(target: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+            stamp = _stamp_of_fd(f.fileno())
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return stamp
 
 
 # Where bytes go in a document: TOML keeps valid UTF-8 as text and the rest as base64;

@@ -175,14 +175,14 @@ class Plan:
 
     def cut(self, offset: int) -> None:
         """Keep only the bytes before `offset`."""
+        size = self._size()
         del self.writes[self._split(offset) :]
-        if self._blocks is not None:
-            kept = [b for b in self._blocks if b.end <= offset]
-            partial = [Block(b.start, offset, None) for b in self._blocks if b.start < offset < b.end]
-            self._blocks = kept + partial
+        self._splice(offset, size, b"")
 
     def replace(self, start: int, end: int, data: bytes) -> None:
         """Put `data` in place of bytes `start`..`end`, sent when byte `start` was due."""
+        if not 0 <= start <= end:
+            raise ValueError(f"bytes {start}..{end} are not a span")
         t = self.time_at(start)
         first, last = self._split(start), self._split(end)
         self.writes[first:last] = [(t, data)] if data else []
@@ -196,13 +196,9 @@ class Plan:
 
     def append(self, t: float, data: bytes) -> None:
         """Add `data` at the end of the body, due at `t`."""
-        size = sum(len(d) for _, d in self.writes)
+        size = self._size()
         self.writes.append((t, data))
-        if self._blocks is not None:
-            # An unfinished last block may be finished by the new bytes: read it again with them.
-            tail = self._blocks.pop().start if self._blocks and self._blocks[-1].end == size else size
-            body = self.body
-            self._blocks += blocks_of(body[tail:], at=tail)
+        self._splice(size, size, data)
 
     def delay_from(self, offset: int, seconds: float, filler: Sequence[Write] = ()) -> None:
         """Hold back everything from byte `offset` by `seconds`, sending `filler` meanwhile."""
@@ -230,14 +226,34 @@ class Plan:
             seen += len(data)
         return len(self.writes)
 
+    def _size(self) -> int:
+        return sum(len(data) for _, data in self.writes)
+
     def _splice(self, start: int, end: int, data: bytes) -> None:
-        """Keep the blocks right after bytes `start`..`end` became `data`."""
+        """Keep the blocks right after bytes `start`..`end` became `data`.
+
+        The body is read again from the block that ends at or after `start`
+        (a block cut short there may now go on, a CR there may now be half of a
+        CRLF) until a block ends where an old block, wholly after the change,
+        now starts: from there on the old blocks stand, moved.
+        """
         if self._blocks is None:
             return
-        if any(b.start < edge < b.end for b in self._blocks for edge in (start, end)):
-            self._blocks = None  # a change inside a block: find them all again when asked
-            return
+        blocks = self._blocks
         shift = len(data) - (end - start)
-        before = [b for b in self._blocks if b.end <= start]
-        after = [Block(b.start + shift, b.end + shift, b.event) for b in self._blocks if b.start >= end]
-        self._blocks = before + blocks_of(data, at=start) + after
+        i = next((n for n, b in enumerate(blocks) if b.end >= start), len(blocks))
+        pos = blocks[i].start if i < len(blocks) else start
+        moved = {b.start + shift: n for n, b in enumerate(blocks) if b.start >= end}
+        body = self.body
+        read: list[Block] = []
+        for m in _BLOCK_END.finditer(body, pos):
+            events = SSEDecoder().feed(body[pos : m.end()])
+            read.append(Block(pos, m.end(), events[0] if events else None))
+            pos = m.end()
+            if pos >= start + len(data) and pos in moved:
+                rest = blocks[moved[pos] :]
+                self._blocks = blocks[:i] + read + [Block(b.start + shift, b.end + shift, b.event) for b in rest]
+                return
+        if pos < len(body):
+            read.append(Block(pos, len(body), None))
+        self._blocks = blocks[:i] + read

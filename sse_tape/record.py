@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from aiohttp import web
 from yarl import URL
 
-from ._exceptions import ConfigError, UpstreamError
+from ._exceptions import CassetteError, CassetteNotFoundError, ConfigError, UpstreamError
 from ._http import drop_connection, end_to_end, run_in_thread
+from ._spool import SpoolWriter
 from .cassette import (
     Cassette,
     Chunk,
@@ -42,10 +43,12 @@ from .cassette import (
     append_interactions,
     check_cassette_path,
 )
+from .dialects import Dialect
 from .journal import Forwarded, Recorded, SaveFailed, UpstreamFailed
 from .options import MissPolicy, ServeOptions
 from .plan import blocks_of
 from .redaction import Redaction
+from .sse import SSEDecoder
 from .upstream import AiohttpUpstream, Upstream, parse_upstream
 
 if TYPE_CHECKING:
@@ -94,6 +97,8 @@ class _Capture:
     chunks: list[Chunk] = field(default_factory=list)
     end: End = End.INTERRUPTED
     duration: float = 0.0
+    spool: int | None = None
+    """The stream's number in the recorder's spool, once it is spooled."""
 
     def interaction(self) -> Interaction | None:
         """The interaction so far; None if no response head ever came."""
@@ -111,7 +116,7 @@ async def _relay(
     capture: _Capture,
     *,
     on_head: Callable[[_Capture], Awaitable[None]],
-    on_chunk: Callable[[bytes], Awaitable[None]],
+    on_chunk: Callable[[Chunk], Awaitable[None]],
 ) -> None:
     """Send the captured request upstream and stream the response into `capture` and the callbacks.
 
@@ -127,8 +132,9 @@ async def _relay(
             capture.status, capture.headers = reply.status, reply.headers
             await on_head(capture)
             async for data in reply:
-                capture.chunks.append(Chunk(round(loop.time() - start, 6), data))
-                await on_chunk(data)
+                chunk = Chunk(round(loop.time() - start, 6), data)
+                capture.chunks.append(chunk)
+                await on_chunk(chunk)
             capture.end = reply.end
     finally:
         capture.duration = round(loop.time() - start, 6)
@@ -142,81 +148,127 @@ def describe(interaction: Interaction) -> str:
 
 
 class Recorder:
-    """Saves each interaction it is given into a cassette, secrets redacted.
+    """Records what a responder streams into a cassette, secrets redacted, and loses none of it.
 
-    Interactions are appended off the event loop, in the order they ended,
-    so other streams keep flowing; each save is noted in the server's journal.
-    With `playable`, each also joins the server's matcher at once, so an
-    identical request later in the session replays it.
+    Each stream goes to a spool beside the cassette as it arrives, before the
+    client gets it (see `_spool`): a killed recorder leaves every byte a client
+    saw on disk. An interaction is on the disk before it is reported
+    recorded. When the session ends, what was recorded is appended to the
+    cassette, at a cost that does not grow with the cassette, and the spool
+    is removed. With `playable`, what is recorded joins the server's matcher
+    at once, so an identical request later in the session replays it.
     """
 
     def __init__(
-        self, cassette: str | os.PathLike[str], redaction: Redaction | None = None, *, playable: bool = True
+        self, cassette: Cassette | str | os.PathLike[str], redaction: Redaction | None = None, *, playable: bool = True
     ) -> None:
-        self.cassette = check_cassette_path(cassette)
+        if not isinstance(cassette, Cassette):
+            cassette = Cassette(path=check_cassette_path(cassette))
+        if cassette.path is None:
+            raise CassetteError("the recorder needs a cassette with a path")
+        self.cassette = cassette
+        """The cassette appended to when the session ends."""
+        self.path = cassette.path
         self.redaction = redaction or Redaction()
         self.playable = playable
         self.ends: Counter[End] = Counter()
         """The interactions recorded, by how each ended."""
+        self.recorded: list[Interaction] = []
+        """What this session recorded, in the order the streams ended."""
         self._server: MockServer | None = None
-        self._count = 0
-        self._saving: set[asyncio.Future[int]] = set()
-        self._save_order = asyncio.Lock()
+        self._spool: SpoolWriter | None = None
+        self._streams = 0
+        self._syncing: set[asyncio.Future[None]] = set()
 
     async def start(self, server: MockServer) -> None:
+        """Open the spool: a folder that cannot be written is an error now, before anything is recorded."""
         self._server = server
-        self._count = sum(1 for r in server.matcher.recordings if r.cassette == self.cassette.name)
+        self._spool = SpoolWriter(self.path)
 
     async def close(self) -> None:
-        """Wait until every interaction given is saved (or failed to be)."""
-        if self._saving:
-            await asyncio.gather(*self._saving, return_exceptions=True)
+        """Append what was recorded to the cassette, then remove the spool (kept if the append fails)."""
+        if self._syncing:
+            await asyncio.gather(*self._syncing, return_exceptions=True)
+        spool, self._spool = self._spool, None
+        if spool is None:
+            return
+        try:
+            await asyncio.to_thread(self.cassette.append, self.recorded)
+        except CassetteError as exc:
+            spool.close(remove=False)
+            kept = "holds what was written before that" if spool.failed else "keeps the recordings"
+            self._failed(None, f"{exc}; {spool.path} {kept}")
+            return
+        spool.close(remove=True)
+
+    def begin(self, capture: _Capture) -> None:
+        """A stream's response head came: spool its request and head."""
+        self._streams += 1
+        capture.spool = self._streams
+        request = self.redaction.request(capture.request)
+        headers = self.redaction.response(Response(capture.status or 0, capture.headers)).headers
+
+        def write(spool: SpoolWriter, n: int) -> None:
+            spool.start(n, request, capture.recorded_at)
+            spool.head(n, capture.status or 0, headers)
+
+        self._spooled(write, capture)
+
+    def received(self, capture: _Capture, chunk: Chunk) -> None:
+        """A piece of a stream's body came: spool it."""
+        self._spooled(lambda spool, n: spool.chunk(n, chunk), capture)
 
     def keep(self, capture: _Capture, number: int) -> None:
-        """Record what a capture holds, as request `number`: redacted, playable at once, saved soon."""
+        """The stream of request `number` is over: record it as far as it got."""
         server = self._server
         assert server is not None, "start() the recorder first"
         interaction = capture.interaction()
         if interaction is None:
-            return
-        try:
-            interaction = self.redaction.interaction(interaction)
-        except Exception as exc:  # a bug here must not pass silently: note it as not saved
-            server.journal.add(
-                SaveFailed(request=number, cassette=str(self.cassette), reason=f"cannot redact: {exc!r}")
-            )
-            return
-        self._count += 1
-        if self.playable:
-            server.matcher.add(interaction, self.cassette.name, self._count)
+            return  # no response head, nothing to record
+        end = interaction.response.end
+        self._spooled(lambda spool, n: spool.end(n, end, capture.duration), capture)
+        interaction = self.redaction.interaction(interaction)
+        self.recorded.append(interaction)
         self.ends[interaction.response.end] += 1
-        saving = asyncio.ensure_future(self._save(interaction, number, self._count))
-        self._saving.add(saving)
-        saving.add_done_callback(self._saving.discard)
+        index = len(self.cassette) + len(self.recorded)
+        if self.playable:
+            server.matcher.add(interaction, self.path.name, index)
+        syncing = asyncio.ensure_future(self._report(interaction, number, index))
+        self._syncing.add(syncing)
+        syncing.add_done_callback(self._syncing.discard)
 
-    async def _save(self, interaction: Interaction, number: int, index: int) -> int:
+    async def _report(self, interaction: Interaction, number: int, index: int) -> None:
+        """Note the interaction recorded once it is on the disk."""
         assert self._server is not None
-        journal = self._server.journal
-        request = interaction.request
-        # The lock is first come, first served: interactions are saved in the order they ended,
-        # which replays of identical requests follow.
-        async with self._save_order:
+        if self._spool is not None and self._spool.failed is None:
             try:
-                count = await asyncio.to_thread(append_interactions, self.cassette, [interaction])
-            except Exception as exc:
-                journal.add(SaveFailed(request=number, cassette=str(self.cassette), reason=str(exc)))
-                return 0
-        journal.add(
+                await asyncio.to_thread(self._spool.sync)
+            except OSError as exc:
+                self._failed(number, f"{self._spool.path}: cannot write: {exc.strerror or exc}")
+        request = interaction.request
+        self._server.journal.add(
             Recorded(
                 request=number,
                 method=request.method,
                 path=request.path,
-                cassette=str(self.cassette),
+                cassette=str(self.path),
                 index=index,
                 end=interaction.response.end,
             )
         )
-        return count
+
+    def _spooled(self, write: Callable[[SpoolWriter, int], object], capture: _Capture) -> None:
+        spool = self._spool
+        if spool is None or spool.failed is not None or capture.spool is None:
+            return
+        try:
+            write(spool, capture.spool)
+        except CassetteError as exc:  # a full disk, say: said once; the session goes on in memory
+            self._failed(None, f"{exc}; what it holds stays readable, and what comes next is kept in memory")
+
+    def _failed(self, number: int | None, reason: str) -> None:
+        assert self._server is not None
+        self._server.journal.add(SaveFailed(request=number or 0, cassette=str(self.path), reason=reason))
 
     def summary(self) -> str:
         """One line: what was recorded, replayed and missed, and where."""
@@ -230,24 +282,36 @@ class Recorder:
                 ("matched", "replayed"),
                 ("missed", "missed"),
                 ("upstream-failed", "upstream errors"),
-                ("save-failed", "not saved"),
+                ("save-failed", "save failures"),
             )
             if counts[kind]
         ]
-        line = f"recorded {recorded} interaction{'s'[: recorded != 1]} to {self.cassette}"
+        line = f"recorded {recorded} interaction{'s'[: recorded != 1]} to {self.path}"
         return line + (f" ({', '.join(parts)})" if parts else "")
+
+
+@dataclass(slots=True)
+class _Client:
+    gone: bool = False
 
 
 class Forwarder:
     """A responder that forwards each request to an upstream and streams its answer back untouched.
 
-    With a `Recorder`, what passes is recorded.
+    With a `Recorder`, what passes is recorded. A client that hangs up stops
+    the upstream request at once, unless it left after the answer's terminal
+    frame (the openai SDK closes its socket at `[DONE]`, before the upstream's
+    own end): then the upstream is read to its end, `drain_timeout` seconds
+    at most, so that the recording says it ended complete.
     """
 
-    def __init__(self, upstream: Upstream, recorder: Recorder | None = None) -> None:
+    def __init__(self, upstream: Upstream, recorder: Recorder | None = None, *, drain_timeout: float = 5.0) -> None:
         self.upstream = upstream
         self.recorder = recorder
+        self.drain_timeout = drain_timeout
         self._server: MockServer | None = None
+        self._streams: set[asyncio.Future[web.StreamResponse]] = set()
+        self._draining: set[asyncio.Future[web.StreamResponse]] = set()
 
     async def start(self, server: MockServer) -> None:
         self._server = server
@@ -255,6 +319,14 @@ class Forwarder:
             await self.recorder.start(server)
 
     async def close(self) -> None:
+        # The server is stopping. A stream read on for a client that had its answer gets a moment to
+        # end (the upstream's end is usually right behind its terminal frame); the rest are interrupted.
+        if self._draining:
+            await asyncio.wait(self._draining, timeout=min(self.drain_timeout, 1.0))
+        for stream in self._streams:
+            stream.cancel()
+        if self._streams:
+            await asyncio.gather(*self._streams, return_exceptions=True)
         if self.recorder is not None:
             await self.recorder.close()
         await self.upstream.close()
@@ -262,8 +334,36 @@ class Forwarder:
     async def respond(self, exchange: Exchange) -> web.StreamResponse:
         server = self._server
         assert server is not None, "start() the responder first"
+        capture = _Capture(exchange.request)
+        client = _Client()
+        # Shielded from the handler: when the client goes, this decides whether the upstream is cut or drained.
+        stream = asyncio.ensure_future(self._forward(exchange, capture, client))
+        self._streams.add(stream)
+        stream.add_done_callback(self._streams.discard)
+        stream.add_done_callback(self._draining.discard)
+        try:
+            return await asyncio.shield(stream)
+        except asyncio.CancelledError:
+            # The client went, or the server is stopping. A client that had its answer gets the
+            # upstream read on for the recording; otherwise the upstream request stops now.
+            if not client.gone:
+                client.gone = True
+                if _answered(capture, exchange.dialect):
+                    self._drain(stream)
+                else:
+                    stream.cancel()
+            raise
+
+    def _drain(self, stream: asyncio.Future[web.StreamResponse]) -> None:
+        """Read on for the recording, `drain_timeout` seconds at most."""
+        self._draining.add(stream)
+        asyncio.get_running_loop().call_later(self.drain_timeout, stream.cancel)
+
+    async def _forward(self, exchange: Exchange, capture: _Capture, client: _Client) -> web.StreamResponse:
+        server = self._server
+        assert server is not None
         request = exchange.request
-        capture = _Capture(request)
+        recorder = self.recorder
         out = web.StreamResponse()
 
         async def on_head(capture: _Capture) -> None:
@@ -277,14 +377,29 @@ class Forwarder:
                     status=exchange.status,
                 )
             )
+            if recorder is not None:
+                recorder.begin(capture)
             out.set_status(exchange.status)
             for name, value in end_to_end(capture.headers):
                 out.headers.add(name, value)
             await out.prepare(exchange.http)
 
-        async def on_chunk(data: bytes) -> None:
-            await out.write(data)
-            exchange.progress.bytes += len(data)
+        async def on_chunk(chunk: Chunk) -> None:
+            if recorder is not None:
+                recorder.received(capture, chunk)  # on disk before the client has it
+            if client.gone:
+                return  # reading the upstream to its end for the recording
+            try:
+                await out.write(chunk.data)
+            except (ConnectionResetError, ConnectionAbortedError):
+                client.gone = True
+                if not _answered(capture, exchange.dialect):
+                    raise
+                current = asyncio.current_task()
+                assert current is not None
+                self._drain(current)
+                return
+            exchange.progress.bytes += len(chunk.data)
 
         try:
             await _relay(self.upstream, capture, on_head=on_head, on_chunk=on_chunk)
@@ -303,14 +418,23 @@ class Forwarder:
                 exchange.end = capture.end
                 body = b"".join(chunk.data for chunk in capture.chunks)
                 exchange.event_ends = [b.end for b in blocks_of(body) if b.event is not None]
-                if self.recorder is not None:
-                    self.recorder.keep(capture, exchange.number)
+                if recorder is not None:
+                    recorder.keep(capture, exchange.number)
+        if client.gone:
+            return out
         if capture.end is End.COMPLETE:
             await out.write_eof()
         elif capture.end is not End.CLIENT_GONE:
             # The upstream broke off or went silent: so does the response the client gets.
             drop_connection(exchange.http, reset=capture.end is End.UPSTREAM_RESET)
         return out
+
+
+def _answered(capture: _Capture, dialect: Dialect) -> bool:
+    """Whether the client had the answer's terminal frame: the last whole event it got ends the answer."""
+    decoder = SSEDecoder()
+    events = [event for chunk in capture.chunks for event in decoder.feed(chunk.data)]
+    return bool(events) and dialect.is_terminal(events[-1])
 
 
 def recording_server(
@@ -341,8 +465,12 @@ def recording_server(
         mode = RecordMode(mode)
     except ValueError:
         raise ConfigError(f"record mode {mode!r}: choose from {', '.join(RecordMode)}") from None
-    # Read it now: a cassette that cannot be read must stop us before we record over it.
-    existing = Cassette.load(path) if path.exists() else None
+    # Read it now: a cassette that cannot be read must stop us before we record over it. It holds
+    # what killed sessions left in their spools too: it exists if either does.
+    try:
+        existing: Cassette | None = Cassette.load(path)
+    except CassetteNotFoundError:
+        existing = None
     replay_only = mode is RecordMode.NONE or (mode is RecordMode.ONCE and existing is not None)
     chosen = dataclasses.replace(
         options or ServeOptions(),
@@ -357,7 +485,7 @@ def recording_server(
         log=log,
         upstream=forwarded,
         # What new_episodes records replays from the next request on; once and all record every request.
-        recorder=Recorder(path, redaction, playable=mode is RecordMode.NEW_EPISODES),
+        recorder=Recorder(existing or Cassette(path=path), redaction, playable=mode is RecordMode.NEW_EPISODES),
         replay=mode is not RecordMode.ALL,
     )
 
@@ -404,9 +532,9 @@ async def record_once(
     async def on_head(capture: _Capture) -> None:
         pass
 
-    async def on_chunk(data: bytes) -> None:
+    async def on_chunk(chunk: Chunk) -> None:
         if out is not None:
-            out.write(data)
+            out.write(chunk.data)
             out.flush()
 
     try:

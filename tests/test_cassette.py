@@ -3,6 +3,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import msgpack
@@ -24,6 +25,8 @@ from sse_tape import (
     append_interactions,
     bundled_cassettes,
 )
+from sse_tape._spool import SpoolWriter
+from sse_tape.cassette import find_cassettes
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -294,3 +297,78 @@ def test_saving_where_no_file_can_be_written_is_a_cassette_error(tmp_path: Path)
         Cassette([awkward_interaction()]).save(tmp_path / "afile" / "c.toml")
     with pytest.raises(CassetteError, match=r"afile/c.toml: cannot write: "):
         append_interactions(tmp_path / "afile" / "c.toml", [awkward_interaction()])
+
+
+# --- appends and spools ----------------------------------------------------------------------------
+
+
+def _spooled(cassette: Path, *streams: tuple[Interaction, bool]) -> SpoolWriter:
+    """A spool beside `cassette` holding each interaction, ended or (False) cut off before its end."""
+    spool = SpoolWriter(cassette)
+    for n, (interaction, ended) in enumerate(streams, 1):
+        response = interaction.response
+        spool.start(n, interaction.request, interaction.recorded_at or "")
+        spool.head(n, response.status, response.headers)
+        for chunk in response.chunks:
+            spool.chunk(n, chunk)
+        if ended:
+            spool.end(n, response.end, response.end_time)
+    return spool
+
+
+def test_an_append_keeps_the_files_bytes_and_adds_the_new_tables(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    cassette = Cassette([awkward_interaction()], path)
+    cassette.save()
+    before = path.read_bytes()
+    cassette.append([awkward_interaction()])
+    after = path.read_bytes()
+    assert after.startswith(before)
+    assert after[len(before) :].startswith(b"\n[[interactions]]\n")
+    assert Cassette.load(path).interactions == [awkward_interaction()] * 2
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".msgpack"])
+def test_an_append_after_another_writer_reads_the_file_again(tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"c{suffix}"
+    mine = Cassette([], path)
+    mine.save()
+    append_interactions(path, [awkward_interaction()])  # someone else
+    mine.append([awkward_interaction()])
+    assert len(Cassette.load(path)) == len(mine) == 2
+
+
+def test_a_hand_written_inline_interactions_array_is_appended_to_by_rewriting(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("format_version = 1\ninteractions = []\n")
+    append_interactions(path, [awkward_interaction()])
+    assert Cassette.load(path).interactions == [awkward_interaction()]
+
+
+def test_a_killed_sessions_spool_is_read_with_its_cassette_until_the_next_write_takes_it_in(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    first = Interaction(Request("GET", "/1"), Response(chunks=(Chunk(0.1, b"data: 1\n\n"),)), "t")
+    cut = Interaction(Request("GET", "/2"), Response(chunks=(Chunk(0.2, b"data: 2\n\n"),)), "t")
+    spool = _spooled(path, (first, True), (cut, False))
+    with pytest.raises(CassetteNotFoundError):
+        Cassette.load(path)  # a running recorder holds the spool: it will append what it holds itself
+    spool.close(remove=False)  # as a killed process does
+    assert find_cassettes([tmp_path]) == [path]  # a cassette only the spool holds so far is found
+    loaded = Cassette.load(path)
+    assert loaded.interactions == [
+        first,
+        Interaction(cut.request, replace(cut.response, end=End.INTERRUPTED, duration=0.2), "t"),
+    ]
+    loaded.save()
+    assert not spool.path.exists()
+    assert len(Cassette.load(path)) == 2
+
+
+def test_a_spool_cut_off_in_the_middle_of_a_record_keeps_what_came_before(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    one = Interaction(Request("GET", "/1"), Response(chunks=(Chunk(0.1, b"data: 1\n\n"),)), "t")
+    spool = _spooled(path, (one, True), (one, True))
+    spool.close(remove=False)
+    raw = spool.path.read_bytes()
+    spool.path.write_bytes(raw[:-3])  # the last record, the second stream's end, half written
+    assert [i.response.end for i in Cassette.load(path)] == [End.COMPLETE, End.INTERRUPTED]

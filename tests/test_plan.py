@@ -51,7 +51,7 @@ CHANGES = {
     "cut": lambda plan, a, b: plan.cut(a % (len(plan.body) + 1)),
     "replace a block": lambda plan, a, b: _replace_block(plan, a, b),
     "replace bytes": lambda plan, a, b: plan.replace(
-        min(a, b) % (len(plan.body) + 1), max(a, b) % (len(plan.body) + 1), b"x\n\n"
+        *sorted((a % (len(plan.body) + 1), b % (len(plan.body) + 1))), b"x\n\n"
     ),
     "insert": lambda plan, a, b: plan.insert(a % (len(plan.body) + 1), [(0.0, b": beat\n\n"), (0.1, b"data: 1\n\n")]),
     "delay": lambda plan, a, b: plan.delay_from(plan.boundary(a % (len(plan.body) + 1)), 1.0, [(0.5, b": hb\n\n")]),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 from clients import openai_client
 from upstream import Upstream, chat_chunk
 
-from sse_tape import Cassette, CassetteError, End, aserve, serve
+from sse_tape import Cassette, CassetteError, Chunk, End, Interaction, Request, Response, aserve, serve
 from sse_tape._http import run_in_thread
 from sse_tape.journal import Ended, Received
 from sse_tape.record import RecordMode, arecording, recording, recording_server
@@ -358,10 +359,12 @@ def test_sigkill_leaves_a_valid_cassette_with_every_completed_interaction(
     recorder = Recorder(threaded_upstream, cassette)
     recorder.complete(3)
     pieces = _stream_in_flight(recorder.url)
-    next(pieces)
+    received = next(pieces)
     recorder.stop(signal.SIGKILL)
     interactions = Cassette.load(cassette).interactions
-    assert [i.response.end for i in interactions] == [End.COMPLETE] * 3
+    # The stream in flight is kept too, as far as the client got it at least.
+    assert [i.response.end for i in interactions] == [End.COMPLETE] * 3 + [End.INTERRUPTED]
+    assert interactions[3].response.body.startswith(received)
 
 
 def test_one_shot_prints_the_stream_and_appends_it(threaded_upstream: Upstream, tmp_path: Path) -> None:
@@ -567,3 +570,92 @@ def test_upstream_is_for_forwarding_misses() -> None:
         timeout=60,
     )
     assert (result.returncode, result.stderr) == (2, "Error: --upstream is for --on-miss forward\n")
+
+
+async def test_a_client_that_reads_to_done_and_hangs_up_is_recorded_complete(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "c.toml"
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    async with arecording(cassette, upstream.url) as proxy:
+        http = httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0))
+        client = openai.AsyncOpenAI(base_url=proxy.url + "/v1", api_key="sk-test", max_retries=0, http_client=http)
+        for n in range(3):
+            # The upstream ends its body 0.2 s after [DONE]; the SDK closes its connection at [DONE].
+            query = {"events": 3, "gap": 0.01, "linger": 0.2}
+            stream = await client.chat.completions.create(**chat, user=str(n), extra_query=query)
+            assert [c.choices[0].delta.content async for c in stream] == [" w0", " w1", " w2"]
+        await client.close()
+    recorded = Cassette.load(cassette).interactions
+    assert [i.response.end for i in recorded] == [End.COMPLETE] * 3
+    assert all(i.response.body.endswith(b"data: [DONE]\n\n") for i in recorded)
+
+
+def test_a_sigkill_right_after_a_stream_ends_keeps_it_whatever_the_cassettes_size(
+    threaded_upstream: Upstream, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "big.toml"
+    old = Interaction(Request("POST", "/v1/old"), Response(chunks=(Chunk(0.0, b"data: x\n\n"),)))
+    Cassette([old] * 1000, cassette).save()
+    for n in range(3):
+        recorder = Recorder(threaded_upstream, cassette)
+        url = recorder.url + "/v1/chat/completions?events=2&gap=0.01"
+        got = httpx.post(url, content=json.dumps({"n": n}))
+        recorder.proc.kill()  # the moment the client has the whole stream
+        recorder.proc.communicate(timeout=30)
+        interactions = Cassette.load(cassette).interactions
+        assert len(interactions) == 1001 + n
+        assert interactions[-1].response.end is End.COMPLETE
+        assert interactions[-1].response.body == got.content
+
+
+def _in_a_small_disk(tmp_path: Path, options: str, code: str) -> subprocess.CompletedProcess[str]:
+    """Run Python `code` where `tmp_path/disk` is a tmpfs mounted with `options`, in a mount namespace of its own."""
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-r", "-m", "true"]).returncode:
+        pytest.skip("needs unshare and user namespaces to mount a small disk")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    tests = Path(__file__).parent
+    # Into the folder after mounting: a working folder entered before would still be the one beneath.
+    script = f'mount -t tmpfs -o {options} tmpfs {disk} && cd {disk} && exec {sys.executable} -c "$0"'
+    command = ["unshare", "-r", "-m", "sh", "-c", script, f"import sys; sys.path.insert(0, {str(tests)!r})\n{code}"]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+
+def test_a_read_only_folder_is_a_clear_error_before_anything_is_forwarded(tmp_path: Path) -> None:
+    code = "from sse_tape.cli import main; main()"
+    result = _in_a_small_disk(
+        tmp_path,
+        "size=64k,ro",
+        f"import sys; sys.argv[1:] = ['record', '--upstream', 'http://127.0.0.1:9', '-c', 'c.toml']\n{code}",
+    )
+    assert (result.returncode, result.stderr) == (2, "Error: c.toml: cannot write beside it: Read-only file system\n")
+
+
+def test_a_full_disk_is_said_once_and_what_was_saved_stays_readable(tmp_path: Path) -> None:
+    code = """
+import json, httpx
+from sse_tape import Cassette
+from sse_tape._http import run_in_thread
+from sse_tape.journal import SaveFailed
+from sse_tape.record import recording
+from upstream import Upstream
+with run_in_thread(Upstream()) as up:
+    with recording("c.toml", up.url) as proxy:
+        got = httpx.post(proxy.url + "/v1/chat/completions?events=2000&gap=0", content=b"{}", timeout=60)
+    failed = [e.reason for e in proxy.journal if isinstance(e, SaveFailed)]
+[kept] = Cassette.load("c.toml").interactions
+print(json.dumps({"status": got.status_code, "sent": len(got.content), "failed": failed,
+                  "end": str(kept.response.end), "kept": len(kept.response.body), "prefix": got.content.startswith(kept.response.body)}))
+"""
+    result = _in_a_small_disk(tmp_path, "size=64k", code)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["status"], report["sent"]) == (200, sum(len(chat_chunk(n)) for n in range(2000)) + 14)
+    first, at_exit = report["failed"]  # the first failed write, then the append at exit
+    assert "cannot write: No space left on device; what it holds stays readable" in first
+    assert "No space left on device; " in at_exit
+    assert at_exit.endswith(".spool holds what was written before that")
+    assert report["end"] == "interrupted"
+    assert 0 < report["kept"] < report["sent"]
+    assert report["prefix"]

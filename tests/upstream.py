@@ -1,8 +1,8 @@
 """A small SSE server of our own, for the upstream behaviour llama_cpp.server will not show on demand.
 
 Routes:
-- `POST /v1/chat/completions?events=N&gap=S`: N chat chunks S seconds apart, then `[DONE]`;
-  it counts client disconnects and notes when it wrote its last event.
+- `POST /v1/chat/completions?events=N&gap=S&linger=L`: N chat chunks S seconds apart, then `[DONE]`,
+  then L seconds before the body ends; it counts client disconnects and notes when it wrote its last event.
 - `GET /reset`: two events, then a TCP reset.
 - `GET /stall`: one event, then silence until the client goes.
 - `POST /limited`: a 429 JSON error with `Retry-After: 7`.
@@ -87,6 +87,7 @@ class Upstream:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         events, gap = int(request.query.get("events", "5")), float(request.query.get("gap", "0.05"))
         response = await self._stream(request, [chat_chunk(n) for n in range(events)] + [b"data: [DONE]\n\n"], gap)
+        await asyncio.sleep(float(request.query.get("linger", "0")))
         await response.write_eof()
         return response
 
