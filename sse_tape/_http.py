@@ -82,11 +82,11 @@ async def write_plan(
             out.headers.update(headers)
         # A recorded length, or one a fault set, is sent again for the body as it is now.
         if plan.end is End.COMPLETE and has_header(plan.headers, "content-length"):
-            out.content_length = sum(len(data) for _, data in plan.writes)
+            out.content_length = plan.size()
         if plan.headers_at is not None:
             await _sleep_until(loop, start + plan.headers_at)
             await out.prepare(http)
-        for at, data in plan.writes:
+        for at, data in plan.timeline():
             delay = start + at - loop.time()  # inline: this loop runs once per event of every stream
             if delay > 0:
                 await asyncio.sleep(delay)

@@ -22,7 +22,7 @@ import random
 import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,7 +32,7 @@ from ._units import parse_duration
 from .cassette import End, Request
 from .dialects import Dialect
 from .dialects.events import Error, Start
-from .plan import Block, Plan, Position
+from .plan import Block, Noise, Plan, Position
 from .sse import encode_comment
 
 if TYPE_CHECKING:
@@ -53,6 +53,9 @@ __all__ = [
 ]
 
 
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
 class Stage(StrEnum):
     """When a fault acts, in the order faults are applied."""
 
@@ -64,6 +67,14 @@ class Stage(StrEnum):
 
 
 # --- the values a key takes -------------------------------------------------------------------------
+# Every value is bounded, so that no spec, from the command line or from a request's header, can make
+# a server wait for ever, build a body of any size or run out of memory.
+_MAX_SECONDS = 3600.0
+_MAX_TEXT = 1000
+_MAX_SPEC = 2000
+#: How many faults one request may ask for in its header.
+MAX_HEADER_FAULTS = 16
+
 # Each reads the text of one key's value and returns it typed, or raises ValueError or
 # ConfigError with a message naming the value and what would do.
 
@@ -72,8 +83,14 @@ def _position(key: str, text: str) -> Position:
     return Position.parse(text)
 
 
-def _duration(key: str, text: str) -> float:
-    return parse_duration(text)
+def _duration(at_least: float = 0.0, at_most: float = _MAX_SECONDS) -> Callable[[str, str], float]:
+    def parse(key: str, text: str) -> float:
+        seconds = parse_duration(text)
+        if not at_least <= seconds <= at_most:
+            raise ValueError(f"{key} {text!r} is out of bounds: from {at_least:g} s to {at_most:g} s")
+        return seconds
+
+    return parse
 
 
 def _status(key: str, text: str) -> int:
@@ -82,10 +99,12 @@ def _status(key: str, text: str) -> int:
     return int(text)
 
 
-def _whole(minimum: int) -> Callable[[str, str], int]:
+def _whole(minimum: int, maximum: int) -> Callable[[str, str], int]:
     def parse(key: str, text: str) -> int:
-        if not text.isdigit() or int(text) < minimum:
+        if not text.isdigit() or int(text[:20]) < minimum:
             raise ValueError(f"{key} {text!r} is not a whole number{' above 0' if minimum else ''}")
+        if len(text) > 20 or int(text) > maximum:
+            raise ValueError(f"{key} {text[:20]!r} is out of bounds: at most {maximum:,}")
         return int(text)
 
     return parse
@@ -101,6 +120,8 @@ def _choice(*words: str) -> Callable[[str, str], str]:
 
 
 def _text(key: str, text: str) -> str:
+    if len(text) > _MAX_TEXT:
+        raise ValueError(f"{key} is {len(text):,} characters long: at most {_MAX_TEXT:,}")
     return text
 
 
@@ -180,6 +201,8 @@ _COMMON = ("p", "path", "times")
 
 def parse_fault(spec: str) -> Fault:
     """A fault from its text; raises `ConfigError` naming the bad part and what is valid."""
+    if len(spec) > _MAX_SPEC:
+        raise ConfigError(f"fault {spec[:40]!r}...: a spec is at most {_MAX_SPEC:,} characters")
     name, _, rest = spec.strip().partition(":")
     kind = FAULTS.get(name)
     if kind is None:
@@ -199,9 +222,9 @@ def parse_fault(spec: str) -> Fault:
         given[key] = value
     try:
         p = float(given.pop("p", "1"))
-        times = int(given.pop("times")) if "times" in given else None
-        if not 0 <= p <= 1 or (times is not None and times < 0):
-            raise ValueError("p is a probability from 0 to 1, times a count from 0")
+        times = _whole(0, 10**9)("times", given.pop("times")) if "times" in given else None
+        if not 0 <= p <= 1:
+            raise ValueError("p is a probability from 0 to 1")
         path = given.pop("path", None)
         values = []
         for k in kind.keys:
@@ -355,16 +378,10 @@ def _corrupt(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> 
 def _stall(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> str:
     offset = plan.boundary(plan.offset(fault["at"]))
     seconds: float = fault["for"]
-    t = plan.time_at(offset)
-    filler: list[tuple[float, bytes]] = []
     every: float | None = fault["heartbeat"]
-    if every:
-        beat = every
-        while beat < seconds:
-            filler.append((t + beat, encode_comment("heartbeat")))
-            beat += every
-    plan.delay_from(offset, seconds, filler)
-    return f"silent for {seconds:g} s at byte {offset} ({t:.3f} s), {len(filler)} heartbeats"
+    t = plan.delay_from(offset, seconds, (every, encode_comment("heartbeat")) if every else None)
+    beats = f", a heartbeat every {every:g} s" if every else ""
+    return f"silent for {seconds:g} s at byte {offset} ({t:.3f} s){beats}"
 
 
 def _latency(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> str:
@@ -420,8 +437,9 @@ def _eol(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> str:
             data += b"\n"  # keep a CRLF split across writes whole
         if data.startswith(b"\n") and n and plan.writes[n - 1][1].endswith(b"\r"):
             data = data[1:]
-        writes.append((t, re.sub(rb"\r\n|\r|\n", style, data)))
+        writes.append((t, _LINE_END.sub(style, data)))
     plan.rewrite(writes)
+    plan.beats = [replace(b, data=_LINE_END.sub(style, b.data)) for b in plan.beats]
     return f"line ends {fault['style']}"
 
 
@@ -430,7 +448,7 @@ def _garbage(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> 
     size: int = fault["size"]
     t = plan.time_at(offset)
     plan.cut(offset)
-    plan.append(t, rng.randbytes(size))
+    plan.noise = Noise(t, size, rng.getrandbits(64))  # made as it is sent, however many bytes
     plan.end, plan.end_at = End.INTERRUPTED, t
     return f"{size} random bytes at byte {offset}, then closed"
 
@@ -456,11 +474,11 @@ FAULTS: dict[str, FaultKind] = {
     for kind in (
         FaultKind("status", Stage.BEFORE, "answer with this status and the API's JSON error instead of the recording",
                   (Key("code", "HTTP status", _status, required=True),
-                   Key("retry_after", "seconds", _whole(0)),
+                   Key("retry_after", "seconds", _whole(0, 86_400)),
                    Key("message", "text", _text)),
                   _status_transform, main="code"),
         FaultKind("ttfb", Stage.BEFORE, "wait this long before the headers",
-                  (Key("delay", "duration", _duration, "1s"),), _ttfb, main="delay"),
+                  (Key("delay", "duration", _duration(), "1s"),), _ttfb, main="delay"),
         FaultKind("hang", Stage.BEFORE, "accept the request and never answer", (), _hang),
         FaultKind("empty", Stage.BEFORE, "answer 200 with no body", (), _empty),
         FaultKind("error", Stage.EVENTS,
@@ -479,22 +497,22 @@ FAULTS: dict[str, FaultKind] = {
                   _corrupt, main="at"),
         FaultKind("stall", Stage.TIMING, "go silent at a position for a while, optionally sending heartbeat comments",
                   (Key("at", _AT, _position, "50%"),
-                   Key("for", "duration", _duration, "5s"),
-                   Key("heartbeat", "duration", _duration)),
+                   Key("for", "duration", _duration(), "5s"),
+                   Key("heartbeat", "duration", _duration(at_least=0.001))),
                   _stall, main="at"),
         FaultKind("latency", Stage.TIMING, "delay every write",
-                  (Key("delay", "duration", _duration, "100ms"), Key("jitter", "duration", _duration, "0ms")),
+                  (Key("delay", "duration", _duration(at_most=60), "100ms"), Key("jitter", "duration", _duration(at_most=60), "0ms")),
                   _latency, main="delay"),
         FaultKind("bandwidth", Stage.TIMING, "send no faster than this",
-                  (Key("rate", "bytes per second", _whole(1), "1000"),), _bandwidth, main="rate"),
+                  (Key("rate", "bytes per second", _whole(1, 10**9), "1000"),), _bandwidth, main="rate"),
         FaultKind("fragment", Stage.WIRE, "cut the body into writes of this many bytes, splitting lines and characters",
-                  (Key("size", "bytes", _whole(1), "1"), Key("gap", "duration", _duration, "0ms")),
+                  (Key("size", "bytes", _whole(1, 2**20), "1"), Key("gap", "duration", _duration(at_most=60), "0ms")),
                   _fragment, main="size"),
         FaultKind("coalesce", Stage.WIRE, "send the whole body in one write, when the last chunk was due", (), _coalesce),
         FaultKind("eol", Stage.WIRE, "rewrite the line ends",
                   (Key("style", "crlf or cr", _choice("crlf", "cr"), "crlf"),), _eol, main="style"),
         FaultKind("garbage", Stage.WIRE, "send random bytes from a position, then close",
-                  (Key("at", _AT, _position, "0"), Key("size", "bytes", _whole(1), "64")), _garbage, main="at"),
+                  (Key("at", _AT, _position, "0"), Key("size", "bytes", _whole(1, 2**24), "64")), _garbage, main="at"),
         FaultKind("disconnect", Stage.END, "drop the connection at a position: a clean close or a TCP reset",
                   (Key("after", _AT, _position, "50%"), Key("mode", "close or reset", _choice("close", "reset"), "close")),
                   _disconnect, main="after"),
@@ -519,7 +537,7 @@ class Injector:
     def set(self, faults: Iterable[Fault]) -> None:
         """Replace the server's faults, and start their counts over."""
         self.faults = list(faults)
-        self.state.fault_turns = {key: n for key, n in self.state.fault_turns.items() if key[0] == "header"}
+        self.state.server_fault_turns.clear()
 
     def choose(self, request: Request, extra: Sequence[Fault] = ()) -> tuple[list[Fault], random.Random | None]:
         """The faults that apply to this request, and the generator for their random choices.
@@ -529,19 +547,21 @@ class Injector:
         """
         chosen: list[Fault] = []
         labels: list[str] = []
-        turns = self.state.fault_turns
-        keyed = [(("server", n), f) for n, f in enumerate(self.faults)] + [(("header", f.spec), f) for f in extra]
-        for key, fault in keyed:
+        state = self.state
+        for n, fault in enumerate([*self.faults, *extra]):
             if not fault.applies_to(request):
                 continue
-            n = turns.get(key, 0)
-            turns[key] = n + 1
-            if fault.times is not None and n >= fault.times:
+            if n < len(self.faults):
+                turn = state.server_fault_turns.get(n, 0)
+                state.server_fault_turns[n] = turn + 1
+            else:
+                turn = state.header_fault_turn(fault.spec)
+            if fault.times is not None and turn >= fault.times:
                 continue
-            if fault.p < 1 and random.Random(f"{self.seed}:{fault.spec}:{n}").random() >= fault.p:
+            if fault.p < 1 and random.Random(f"{self.seed}:{fault.spec}:{turn}").random() >= fault.p:
                 continue
             chosen.append(fault)
-            labels.append(f"{fault.spec}:{n}")
+            labels.append(f"{fault.spec}:{turn}")
         if not chosen:
             return [], None
         return chosen, random.Random(f"{self.seed}:" + "|".join(labels))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -269,18 +269,24 @@ class ReplayState:
     - `plays`: how many times each recording has answered;
     - `turns`: for each group of equally good matches, how many requests it has answered (so
       repeated identical requests get the group's recordings in order);
-    - `fault_turns`: how many requests each fault has seen (for `times=` and `p=`);
+    - `server_fault_turns`, `header_fault_turns`: how many requests each fault has seen (for
+      `times=` and `p=`), a server's fault by its place in the list, a request's by its text;
     - `injected`: how many times each fault, by its text, was applied;
+
+    What requests' headers bring is kept for the last `keep` distinct faults, so that no
+    stream of requests can grow it without bound.
     - `misses`: the requests nothing answered, each with its explanation;
     - `requests`: how many requests arrived.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep: int = 10_000) -> None:
+        self.keep = keep
         self.recordings: list[Recording] = []
         """Every recording replay can play, in the order they were loaded or recorded."""
         self.plays: Counter[Recording] = Counter()
         self.turns: dict[tuple[int, ...], int] = {}
-        self.fault_turns: dict[tuple[str, int | str], int] = {}
+        self.server_fault_turns: dict[int, int] = {}
+        self.header_fault_turns: OrderedDict[str, int] = OrderedDict()
         self.injected: Counter[str] = Counter()
         self.misses: list[Miss] = []
         self.requests = 0
@@ -295,6 +301,22 @@ class ReplayState:
         self.plays[recording] = turn + 1
         return turn
 
+    def header_fault_turn(self, spec: str) -> int:
+        """How many requests a fault asked for in headers has seen before this one, counting this one."""
+        turns = self.header_fault_turns
+        n = turns.get(spec, 0)
+        turns[spec] = n + 1
+        turns.move_to_end(spec)
+        if len(turns) > self.keep:
+            turns.popitem(last=False)  # the fault seen longest ago starts over, if it comes again
+        return n
+
+    def note_injected(self, spec: str) -> None:
+        """Count one more application of a fault."""
+        self.injected[spec] += 1
+        if len(self.injected) > self.keep:
+            del self.injected[next(iter(self.injected))]
+
     def unplayed(self) -> list[Recording]:
         """The recordings that never answered a request, in order."""
         return [r for r in self.recordings if not self.plays[r]]
@@ -303,7 +325,8 @@ class ReplayState:
         """Start over: every recording unplayed, every count at zero, no misses."""
         self.plays.clear()
         self.turns.clear()
-        self.fault_turns.clear()
+        self.server_fault_turns.clear()
+        self.header_fault_turns.clear()
         self.injected.clear()
         self.misses.clear()
         self.requests = 0

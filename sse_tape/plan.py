@@ -10,10 +10,12 @@ that work between events never split the body again.
 
 from __future__ import annotations
 
+import heapq
 import math
+import random
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from ._exceptions import ConfigError
@@ -21,7 +23,7 @@ from ._units import parse_duration
 from .cassette import End, Response
 from .sse import ServerSentEvent, SSEDecoder
 
-__all__ = ["Block", "Plan", "Position", "PositionUnit", "Write", "blocks_of"]
+__all__ = ["Beats", "Block", "Noise", "Plan", "Position", "PositionUnit", "Write", "blocks_of"]
 
 #: One write: when it is due, in seconds from the request's arrival, and its bytes.
 Write = tuple[float, bytes]
@@ -55,6 +57,47 @@ def blocks_of(body: bytes, at: int = 0) -> list[Block]:
     return blocks
 
 
+@dataclass(frozen=True, slots=True)
+class Beats:
+    """A comment sent every `every` seconds after `start`, for as long as that stays before `until`:
+    heartbeats through a silence, produced as they are sent."""
+
+    start: float
+    every: float
+    until: float
+    data: bytes
+
+    def count(self) -> int:
+        """How many comments: every k >= 1 with `start + k * every` before `until`."""
+        return max(math.ceil((self.until - self.start) / self.every) - 1, 0) if self.every > 0 else 0
+
+    def __iter__(self) -> Iterator[Write]:
+        for k in range(1, self.count() + 1):
+            yield self.start + k * self.every, self.data
+
+
+@dataclass(frozen=True, slots=True)
+class Noise:
+    """`size` random bytes from a generator seeded with `seed`, due at `t` after every write, produced as sent."""
+
+    t: float
+    size: int
+    seed: int
+
+    def __iter__(self) -> Iterator[Write]:
+        rng = random.Random(self.seed)
+        left = self.size
+        while left > 0:
+            piece = min(left, 65536)
+            yield self.t, rng.randbytes(piece)
+            left -= piece
+
+
+# The bounds positions are checked against: past them a number is not a place in any stream.
+_MAX_EVENTS = 10**9
+_MAX_BYTES = 2**40
+
+
 class PositionUnit(StrEnum):
     """What a position counts."""
 
@@ -75,6 +118,8 @@ class Position:
     def parse(cls, text: str) -> Position:
         """A position from `5` (events), `50%`, `200b` or `1.5s`; raises `ConfigError`."""
         text = text.strip()
+        if len(text) > 32:
+            raise ConfigError(f"{text[:32]!r}... is not a position: write 5 (events), 50%, 200b or 1.5s")
         try:
             if text.endswith("%"):
                 position = cls(PositionUnit.FRACTION, float(text[:-1]) / 100)
@@ -88,6 +133,9 @@ class Position:
             raise ConfigError(f"{text!r} is not a position: write 5 (events), 50%, 200b or 1.5s") from None
         if not 0 <= position.value < math.inf or (position.unit is PositionUnit.FRACTION and position.value > 1):
             raise ConfigError(f"{text!r} is not a position: it must be 0 or more (a fraction, at most 100%)")
+        limit = {PositionUnit.EVENTS: _MAX_EVENTS, PositionUnit.BYTES: _MAX_BYTES, PositionUnit.SECONDS: 3600}
+        if position.value > limit.get(position.unit, 1):
+            raise ConfigError(f"{text!r} is past any stream: at most {limit[position.unit]:,} {position.unit}")
         return position
 
     def __str__(self) -> str:
@@ -116,6 +164,10 @@ class Plan:
     """Accept the request and never answer."""
     replaced: bool = False
     """Something else took the stream's place (a status, no body, no answer): stream faults pass it by."""
+    beats: list[Beats] = field(default_factory=list)
+    """Heartbeat comments through silences, besides the writes."""
+    noise: Noise | None = None
+    """Random bytes after the writes."""
     _blocks: list[Block] | None = None
 
     @classmethod
@@ -128,6 +180,30 @@ class Plan:
     def body(self) -> bytes:
         """Every byte the plan writes, in order."""
         return b"".join(data for _, data in self.writes)
+
+    def size(self) -> int:
+        """How many bytes go out in all: the writes, the heartbeats and the noise."""
+        beats = sum(b.count() * len(b.data) for b in self.beats)
+        return self._size() + beats + (self.noise.size if self.noise is not None else 0)
+
+    def timeline(self) -> Iterator[Write]:
+        """Every write in the order it is due, heartbeats and noise made as they are reached."""
+        if not self.beats and self.noise is None:
+            return iter(self.writes)
+        return self._merged()
+
+    def _merged(self) -> Iterator[Write]:
+        pending: list[tuple[float, int, bytes, Iterator[Write]]] = []
+        for n, beats in enumerate(self.beats):
+            _push(pending, n, iter(beats))
+        for t, data in self.writes:
+            while pending and pending[0][0] < t:
+                yield _pop(pending)
+            yield t, data
+        if self.noise is not None:
+            yield from self.noise
+        while pending and pending[0][0] < self.end_at:
+            yield _pop(pending)
 
     @property
     def blocks(self) -> list[Block]:
@@ -200,13 +276,22 @@ class Plan:
         self.writes.append((t, data))
         self._splice(size, size, data)
 
-    def delay_from(self, offset: int, seconds: float, filler: Sequence[Write] = ()) -> None:
-        """Hold back everything from byte `offset` by `seconds`, sending `filler` meanwhile."""
+    def delay_from(self, offset: int, seconds: float, heartbeat: tuple[float, bytes] | None = None) -> float:
+        """Hold back everything from byte `offset` by `seconds`; returns when the silence begins.
+
+        With `heartbeat` (every so many seconds, this comment), the silence is
+        kept alive; heartbeats of later silences move with them.
+        """
+        t = self.time_at(offset)
         n = self._split(offset)
-        self.writes[n:] = [(t + seconds, data) for t, data in self.writes[n:]]
+        self.writes[n:] = [(at + seconds, data) for at, data in self.writes[n:]]
         self.end_at += seconds
-        if filler:
-            self.insert(offset, filler)
+        self.beats = [
+            replace(b, start=b.start + seconds, until=b.until + seconds) if b.start >= t else b for b in self.beats
+        ]
+        if heartbeat is not None:
+            self.beats.append(Beats(t, heartbeat[0], t + seconds, heartbeat[1]))
+        return t
 
     def rewrite(self, writes: list[Write]) -> None:
         """New writes with other bytes (other line ends, say): the blocks are found again when asked for."""
@@ -257,3 +342,15 @@ class Plan:
         if pos < len(body):
             read.append(Block(pos, len(body), None))
         self._blocks = blocks[:i] + read
+
+
+def _push(pending: list[tuple[float, int, bytes, Iterator[Write]]], n: int, beats: Iterator[Write]) -> None:
+    first = next(beats, None)
+    if first is not None:
+        heapq.heappush(pending, (first[0], n, first[1], beats))
+
+
+def _pop(pending: list[tuple[float, int, bytes, Iterator[Write]]]) -> Write:
+    t, n, data, beats = heapq.heappop(pending)
+    _push(pending, n, beats)
+    return t, data

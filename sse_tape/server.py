@@ -29,7 +29,7 @@ from ._exceptions import ConfigError, NoMatchError
 from ._http import Progress, run_in_thread, write_plan
 from .cassette import Cassette, End, Request, bundled_cassettes, find_cassettes
 from .dialects import Dialect, dialect_for
-from .faults import Fault, Injector, apply, parse_faults
+from .faults import MAX_HEADER_FAULTS, Fault, Injector, apply, parse_faults
 from .journal import Ended, FaultInjected, Journal, Matched, Miss, Missed, Received, ReplayState
 from .matching import Matcher, Recording
 from .options import MissPolicy, ServeOptions
@@ -135,7 +135,7 @@ class Replay:
         if faults and rng is not None:
             dialect = dialect_for(request.path, recording.interaction)
             for fault, what in apply(faults, plan, dialect=dialect, rng=rng):
-                server.state.injected[fault.spec] += 1
+                server.state.note_injected(fault.spec)
                 server.journal.add(
                     FaultInjected(
                         request=exchange.number,
@@ -339,6 +339,8 @@ class MockServer:
     def _header_faults(self, http: web.Request) -> list[Fault]:
         """Faults asked for by this request alone, in `X-SSE-Tape-Fault` (several separated by `;`)."""
         specs = [s for value in http.headers.getall(FAULT_HEADER, []) for s in value.split(";") if s.strip()]
+        if len(specs) > MAX_HEADER_FAULTS:
+            raise ConfigError(f"{len(specs)} faults: a request may ask for {MAX_HEADER_FAULTS} at most")
         return parse_faults(specs)
 
     # --- the control endpoints -----------------------------------------------------------------------

@@ -125,12 +125,26 @@ def test_every_key_has_its_default_once_parsed() -> None:
         ("error:at=150%", "'150%' is not a position"),
         ("status:code=101", "code '101' is not an HTTP status with a body"),
         ("status:code=204", "code '204' is not an HTTP status with a body"),
+        # Every value is bounded: no spec can make a server wait for ever or build a body of any size.
+        (f"stall:at=1,for={'9' * 400}s,heartbeat=1s", "for '" + "9" * 400 + "s' is out of bounds: from 0 s to 3600 s"),
+        ("stall:for=20000s,heartbeat=1ms", "for '20000s' is out of bounds: from 0 s to 3600 s"),
+        ("stall:heartbeat=0ms", "heartbeat '0ms' is out of bounds: from 0.001 s to 3600 s"),
+        ("garbage:size=300000000", "size '300000000' is out of bounds: at most 16,777,216"),
+        ("fragment:size=" + "9" * 500, "is out of bounds: at most 1,048,576"),
+        ("error:at=" + "9" * 400, "is not a position: write 5 (events)"),
+        ("error:at=99999999999", "'99999999999' is past any stream: at most 1,000,000,000 events"),
+        ("empty:times=" + "9" * 500, "times '99999999999999999999' is out of bounds: at most 1,000,000,000"),
+        ("error:message=" + "x" * 1001, "message is 1,001 characters long: at most 1,000"),
+        ("latency:delay=61s", "delay '61s' is out of bounds: from 0 s to 60 s"),
+        ("empty:p=" + "9" * 400, "p is a probability from 0 to 1"),
+        ("empty:p=1," + "x" * 2000, "a spec is at most 2,000 characters"),
     ],
 )
 def test_bad_specs_name_the_bad_part(spec: str, message: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_fault(spec)
     assert message in str(info.value)
+    assert len(str(info.value)) < 3000
 
 
 def serve_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -742,3 +756,33 @@ class _Transport:
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return (self.host, 40000) if name == "peername" else default
+
+
+def test_faults_at_their_bounds_neither_block_nor_swell_the_server() -> None:
+    # The server in a process of its own with its address space capped at 512 MiB: an hour of heartbeats
+    # every millisecond or 16 MiB of random bytes built up front would not fit; made as they are sent, they do.
+    code = (
+        "import resource; resource.setrlimit(resource.RLIMIT_AS, (1 << 29, 1 << 29))\n"
+        "import sys; sys.argv[1:] = ['serve', '--port', '0', '--pace', 'instant', '-q']\n"
+        "from sse_tape.cli import main; main()"
+    )
+    server = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().split(" at ")[1].split()[0] + "/v1/chat/completions"
+        heavy = ["stall:at=1,for=3600s,heartbeat=1ms", "garbage:at=1,size=16777216"] * 3
+        with httpx.Client(timeout=30) as client:
+            for spec in heavy:
+                with client.stream("POST", url, json=CHAT_BODY, headers={"X-SSE-Tape-Fault": spec}) as streamed:
+                    got = b""
+                    for piece in streamed.iter_raw():
+                        got += piece
+                        if len(got) > 4000:
+                            break
+                assert len(got) > 4000
+            assert client.post(url, json=CHAT_BODY).status_code == 200  # still answering
+        assert server.poll() is None
+    finally:
+        server.terminate()
+        _, err = server.communicate(timeout=30)
+    assert "Error" not in err

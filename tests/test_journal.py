@@ -9,7 +9,8 @@ import httpx
 import pytest
 from clients import openai_client
 
-from sse_tape import Cassette, serve
+from sse_tape import Cassette, ReplayState, Request, serve
+from sse_tape.faults import Injector, parse_fault
 from sse_tape.journal import Ended, FaultInjected, Matched, Missed, Received
 
 CHAT = {"model": "local-model", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16, "stream": True}
@@ -101,3 +102,15 @@ def test_a_bad_journal_limit_is_a_400(limit: str) -> None:
     with serve(pace="instant") as server:
         got = httpx.get(server.url + f"/__sse_tape__/journal?limit={limit}")
     assert (got.status_code, got.json()) == (400, {"error": "limit must be a whole number"})
+
+
+def test_what_request_headers_bring_is_kept_for_a_bounded_number_of_faults() -> None:
+    state = ReplayState(keep=100)
+    injector = Injector([], seed=0, state=state)
+    request = Request("POST", "/v1/chat/completions")
+    for n in range(1000):
+        chosen, _ = injector.choose(request, [parse_fault(f"empty:times={n + 1}")])
+        for fault in chosen:
+            state.note_injected(fault.spec)
+    assert len(state.header_fault_turns) == len(state.injected) == 100
+    assert list(state.header_fault_turns)[-1] == "empty:times=1000"  # the newest are kept

@@ -54,7 +54,7 @@ CHANGES = {
         *sorted((a % (len(plan.body) + 1), b % (len(plan.body) + 1))), b"x\n\n"
     ),
     "insert": lambda plan, a, b: plan.insert(a % (len(plan.body) + 1), [(0.0, b": beat\n\n"), (0.1, b"data: 1\n\n")]),
-    "delay": lambda plan, a, b: plan.delay_from(plan.boundary(a % (len(plan.body) + 1)), 1.0, [(0.5, b": hb\n\n")]),
+    "delay": lambda plan, a, b: plan.delay_from(plan.boundary(a % (len(plan.body) + 1)), 1.0, (0.3, b": hb\n\n")),
     "append": lambda plan, a, b: plan.append(9.0, b"data: [DONE]\n\n" if a % 2 else b"data: cut sh"),
     "rewrite": lambda plan, a, b: plan.rewrite([(t, d.replace(b"\n", b"\r\n")) for t, d in plan.writes]),
 }
