@@ -1,5 +1,5 @@
 """Wire helpers the server and the recorder share: headers that do not travel, writing a plan, dropping a
-connection, and running an async server in a thread for synchronous code."""
+connection, keeping connections in bounds, and running an async server in a thread for synchronous code."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import contextlib
 import socket
 import struct
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -18,7 +18,16 @@ from aiohttp import web
 from .cassette import End
 from .plan import Plan
 
-__all__ = ["HOP_BY_HOP", "Progress", "drop_connection", "end_to_end", "has_header", "run_in_thread", "write_plan"]
+__all__ = [
+    "HOP_BY_HOP",
+    "ConnectionGuard",
+    "Progress",
+    "drop_connection",
+    "end_to_end",
+    "has_header",
+    "run_in_thread",
+    "write_plan",
+]
 
 # Headers that describe one connection, not the message (RFC 9110 section 7.6.1).
 HOP_BY_HOP = frozenset(
@@ -147,3 +156,121 @@ def run_in_thread(server: ServerT) -> Iterator[ServerT]:
     finally:
         loop.call_soon_threadsafe(stop.set)
         thread.join()
+
+
+class ConnectionGuard:
+    """Keeps a server's connections in bounds: a deadline for every request head and for idleness,
+    and a limit on how many are open at once.
+
+    Wraps the server's protocol factory. A connection must deliver a whole
+    request head within `request_timeout` of its first byte (or of opening),
+    and may sit idle between requests for `keep_alive`; past either it is
+    closed. While a request is being answered there is no deadline: streams
+    last as long as they last. A connection beyond `max_connections` gets a
+    503 and is closed at once, so the descriptors it took are freed before
+    the process runs out of them.
+    """
+
+    def __init__(
+        self,
+        factory: Callable[[], asyncio.Protocol],
+        *,
+        request_timeout: float,
+        keep_alive: float,
+        max_connections: int,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.factory = factory
+        self.request_timeout = request_timeout
+        self.keep_alive = keep_alive
+        self.max_connections = max_connections
+        self.log = log
+        self.open: dict[asyncio.BaseTransport, _Guarded] = {}
+        self.refused = 0
+        """Connections turned away because too many were open."""
+
+    def __call__(self) -> asyncio.Protocol:
+        return _Guarded(self)
+
+    def busy(self, transport: asyncio.BaseTransport | None, busy: bool) -> None:
+        """A request on this connection is being answered (True), or its answer is over (False)."""
+        guarded = self.open.get(transport) if transport is not None else None
+        if guarded is not None:
+            guarded.set_busy(busy)
+
+
+_TOO_MANY = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: 27\r\nconnection: close\r\n\r\nsse-tape: too many clients\n"
+
+
+class _Guarded(asyncio.Protocol):
+    """One connection: the real protocol inside, and the deadline it is held to."""
+
+    def __init__(self, guard: ConnectionGuard) -> None:
+        self.guard = guard
+        self.inner: asyncio.Protocol | None = None
+        self.transport: asyncio.Transport | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.busy = False
+        self.idle = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        guard = self.guard
+        if len(guard.open) >= guard.max_connections:
+            guard.refused += 1
+            if guard.log is not None and guard.refused == 1:
+                guard.log(f"{guard.max_connections} connections open: turning more away with 503 until some close")
+            transport.write(_TOO_MANY)
+            transport.close()
+            return
+        guard.open[transport] = self
+        self.inner = guard.factory()
+        self.inner.connection_made(transport)
+        self._arm(guard.request_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        if self.inner is None:
+            return
+        if self.idle:  # the first bytes of the next request: its head has the request deadline
+            self.idle = False
+            self._arm(self.guard.request_timeout)
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received() if self.inner is not None else None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.inner is not None and self.transport is not None:
+            self.guard.open.pop(self.transport, None)
+            self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        if self.inner is not None:
+            self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.inner is not None:
+            self.inner.resume_writing()
+
+    def set_busy(self, busy: bool) -> None:
+        self.busy = busy
+        if busy:
+            if self.timer is not None:
+                self.timer.cancel()
+                self.timer = None
+        else:
+            self.idle = True
+            self._arm(self.guard.keep_alive)
+
+    def _arm(self, seconds: float) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer = asyncio.get_running_loop().call_later(seconds, self._expire)
+
+    def _expire(self) -> None:
+        self.timer = None
+        if not self.busy and self.transport is not None:
+            self.transport.close()  # a head that never finished, or a connection left idle

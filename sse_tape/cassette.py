@@ -24,7 +24,6 @@ import base64
 import binascii
 import contextlib
 import fcntl
-import json
 import math
 import os
 import re
@@ -40,7 +39,7 @@ from typing import Any
 
 import msgpack
 
-from . import _toml
+from . import _json, _toml
 from ._exceptions import CassetteError, CassetteFormatError, CassetteNotFoundError
 from .sse import ServerSentEvent, SSEDecoder
 
@@ -619,6 +618,6 @@ def _parse_json(body: bytes) -> Any:
     if not body:
         return None
     try:
-        return json.loads(body)
-    except ValueError:
+        return _json.parse(body)
+    except ValueError:  # not JSON, or nested too deep to compare as data
         return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import ipaddress
 import itertools
 import json
 import os
@@ -27,7 +28,7 @@ from .matching import DEFAULT_MATCH_ON, MatchOn
 from .options import MissPolicy, ServeOptions, parse_match
 from .record import RecordMode, describe, record_once, recording_server
 from .redaction import Redaction
-from .server import MockServer, load_cassettes
+from .server import Limits, MockServer, load_cassettes
 from .sse import SSEDecoder
 
 __all__ = ["cli", "main"]
@@ -99,6 +100,26 @@ _SERVER_OPTIONS = [
         type=click.IntRange(400, 599),
         help="HTTP status of the JSON error sent when no recording matches.",
     ),
+    click.option(
+        "--request-timeout",
+        default="10s",
+        show_default=True,
+        help="Close a connection whose request head, or body, takes longer than this to arrive.",
+    ),
+    click.option(
+        "--keep-alive", default="60s", show_default=True, help="Close a connection idle this long between requests."
+    ),
+    click.option(
+        "--max-connections",
+        type=click.IntRange(1),
+        help="Turn connections beyond this many away with a 503. [default: what the descriptor limit leaves room for]",
+    ),
+    click.option(
+        "--allow-remote-control",
+        is_flag=True,
+        help="Obey the X-SSE-Tape-Fault header and the /__sse_tape__/ endpoints from other machines too "
+        "(by default, from this machine only).",
+    ),
     click.option("-q", "--quiet", is_flag=True, help="Do not log each request on stderr."),
 ]
 
@@ -124,7 +145,18 @@ def _options(
         miss_status=words.pop("miss_status"),
         **more,
     )
-    listen = {"host": words.pop("host"), "port": words.pop("port"), "log": None if words.pop("quiet") else _log}
+    limits = Limits(
+        request_timeout=parse_duration(words.pop("request_timeout")),
+        keep_alive=parse_duration(words.pop("keep_alive")),
+        **({"max_connections": n} if (n := words.pop("max_connections")) is not None else {}),
+    )
+    listen = {
+        "host": words.pop("host"),
+        "port": words.pop("port"),
+        "log": None if words.pop("quiet") else _log,
+        "limits": limits,
+        "allow_remote_control": words.pop("allow_remote_control"),
+    }
     return options, listen
 
 
@@ -352,11 +384,25 @@ async def _serve_until_stopped(server: MockServer, what: str) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     click.echo(f"sse-tape: {what} at {server.url} (Ctrl-C stops)")
+    if not _is_loopback_host(server.host):
+        control = (
+            "and so can the fault header and the control endpoints"
+            if server.allow_remote_control
+            else ("the fault header and the control endpoints still answer this machine only")
+        )
+        _log(f"warning: listening on {server.host}: other machines can reach every recording served; {control}")
     try:
         await stop.wait()
     finally:
         await server.close()
     _log("stopped")
+
+
+def _is_loopback_host(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _log(line: str) -> None:

@@ -15,7 +15,6 @@ keeps the misses, answers which recordings never played, and can be reset.
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
@@ -23,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar
 
+from . import _json
 from ._exceptions import ConfigError
 from .cassette import End
 
@@ -224,7 +224,7 @@ class Journal:
             self.log(line)
         if self._report is not None:
             try:
-                self._report.write(json.dumps(entry.to_json(), ensure_ascii=False) + "\n")
+                self._report.write(_json.dumps(entry.to_json(), compact=False) + "\n")
                 self._report.flush()
             except OSError as exc:
                 if self.log is not None:

@@ -52,7 +52,7 @@ from .sse import SSEDecoder
 from .upstream import AiohttpUpstream, Upstream, parse_upstream
 
 if TYPE_CHECKING:
-    from .server import Exchange, MockServer
+    from .server import Exchange, Limits, MockServer
 
 __all__ = [
     "Forwarder",
@@ -448,6 +448,8 @@ def recording_server(
     host: str = "127.0.0.1",
     port: int = 0,
     log: Callable[[str], None] | None = None,
+    limits: Limits | None = None,
+    allow_remote_control: bool = False,
 ) -> MockServer:
     """A server that records into `cassette` what it forwards to `upstream`, and replays by `mode`.
 
@@ -487,6 +489,8 @@ def recording_server(
         # What new_episodes records replays from the next request on; once and all record every request.
         recorder=Recorder(existing or Cassette(path=path), redaction, playable=mode is RecordMode.NEW_EPISODES),
         replay=mode is not RecordMode.ALL,
+        limits=limits,
+        allow_remote_control=allow_remote_control,
     )
 
 

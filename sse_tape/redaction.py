@@ -12,12 +12,12 @@ matches any value on replay.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from urllib.parse import parse_qsl, quote
 
+from . import _json
 from ._paths import locate
 from .cassette import Headers, Interaction, Request, Response
 
@@ -97,7 +97,7 @@ class Redaction:
         if not self.json_fields or not body:
             return body
         try:
-            doc = json.loads(body)
+            doc = _json.parse(body)
         except ValueError:
             return body
         hits = [hit for path in self.json_fields for hit in locate(doc, path.split("."))]
@@ -105,7 +105,4 @@ class Redaction:
             container[key] = REDACTED
         if not hits:
             return body
-        try:
-            return json.dumps(doc, ensure_ascii=False).encode()
-        except UnicodeEncodeError:  # a lone surrogate such as "\ud800" is valid JSON text, not valid UTF-8
-            return json.dumps(doc).encode()
+        return _json.dumps(doc, compact=False).encode()

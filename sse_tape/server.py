@@ -18,15 +18,19 @@ import asyncio
 import bisect
 import contextlib
 import ipaddress
+import logging
 import os
+import resource
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
+from . import _json
 from ._exceptions import ConfigError, NoMatchError
-from ._http import Progress, run_in_thread, write_plan
+from ._http import ConnectionGuard, Progress, run_in_thread, write_plan
 from .cassette import Cassette, End, Request, bundled_cassettes, find_cassettes
 from .dialects import Dialect, dialect_for
 from .faults import MAX_HEADER_FAULTS, Fault, Injector, apply, parse_faults
@@ -39,7 +43,7 @@ if TYPE_CHECKING:
     from .record import Recorder
     from .upstream import Upstream
 
-__all__ = ["Exchange", "MockServer", "Replay", "Responder", "aserve", "load_cassettes", "serve"]
+__all__ = ["Exchange", "Limits", "MockServer", "Replay", "Responder", "aserve", "load_cassettes", "serve"]
 
 #: The request header that asks for faults in this request alone.
 FAULT_HEADER = "X-SSE-Tape-Fault"
@@ -159,6 +163,30 @@ class Replay:
         return ends
 
 
+def _default_max_connections() -> int:
+    # Each connection is a descriptor (two when it is forwarded upstream); keep clear of the limit.
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return 10_000 if soft == resource.RLIM_INFINITY else max(8, min(10_000, (soft - 64) // 2))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """How long a client may take, and how many may be connected at once.
+
+    A request's head must arrive within `request_timeout` of its first byte
+    (or of the connection opening), and its body within `request_timeout` of
+    the head; a connection may sit idle between requests for `keep_alive`.
+    Past either, the connection is closed (a body too slow gets a 408 first).
+    Answers themselves have no deadline. Beyond `max_connections` (by default,
+    what the process's descriptor limit leaves room for), a new connection
+    gets a 503 and is closed.
+    """
+
+    request_timeout: float = 10.0
+    keep_alive: float = 60.0
+    max_connections: int = field(default_factory=_default_max_connections)
+
+
 class MockServer:
     """An HTTP server answering from cassettes; bound to 127.0.0.1 and a free port unless told otherwise.
 
@@ -166,7 +194,9 @@ class MockServer:
     policy `options.on_miss` puts: nothing (`error`), or an `upstream` each
     miss is forwarded to (`forward`), its answers kept by `recorder`
     (`record`). With `replay` off, every request goes to the upstream. `log`
-    gets a line for each logged journal entry.
+    gets a line for each logged journal entry. `limits` keep slow and idle
+    clients from holding connections. The fault header and the control
+    endpoints answer loopback clients only, unless `allow_remote_control`.
     """
 
     def __init__(
@@ -180,10 +210,14 @@ class MockServer:
         upstream: str | Upstream | None = None,
         recorder: Recorder | None = None,
         replay: bool = True,
+        limits: Limits | None = None,
+        allow_remote_control: bool = False,
     ) -> None:
         self.options = options or ServeOptions()
         self.host = host
         self.port = port
+        self.limits = limits or Limits()
+        self.allow_remote_control = allow_remote_control
         self.state = ReplayState()
         """Every counter replay depends on; `reset()` starts them over."""
         self.matcher = Matcher(
@@ -195,6 +229,7 @@ class MockServer:
         )
         self.injector = Injector(self.options.faults, self.options.seed, self.state)
         self.journal = Journal(log=log, report=self.options.report)
+        self._log = log
         """What happened to each request, newest last."""
         self.recorder = recorder if self.options.on_miss is MissPolicy.RECORD else None
         """What keeps the answers forwarded on a miss, under the `record` policy."""
@@ -206,6 +241,9 @@ class MockServer:
         self.closing = False
         """Set while the server stops: streams cut now were interrupted, not abandoned by their clients."""
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.Server | None = None
+        self._guard: ConnectionGuard | None = None
+        self._loop_errors: _LoopErrors | None = None
 
     @property
     def url(self) -> str:
@@ -224,19 +262,36 @@ class MockServer:
             await responder.start(self)
         app = web.Application(client_max_size=64 * 1024**2)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        # handler_cancellation: a client that hangs up cancels its stream at once,
-        # even in the middle of a long gap, instead of at the next write.
-        runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5)
+        runner = web.AppRunner(
+            app,
+            access_log=None,
+            # A client that hangs up cancels its stream at once, even in the middle of a long gap.
+            handler_cancellation=True,
+            shutdown_timeout=0.5,
+            keepalive_timeout=self.limits.keep_alive,
+            logger=_one_line_logger(self._log),  # a bad request is a line, not a traceback
+        )
         await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
+        loop = asyncio.get_running_loop()
+        assert runner.server is not None
+        self._guard = ConnectionGuard(
+            runner.server,
+            request_timeout=self.limits.request_timeout,
+            keep_alive=self.limits.keep_alive,
+            max_connections=self.limits.max_connections,
+            log=self._log,
+        )
         try:
-            await site.start()
+            self._listener = await loop.create_server(
+                self._guard, self.host, self.port, reuse_address=True, backlog=1024
+            )
         except OSError:
             await runner.cleanup()
             await self._close_responders()
             raise
-        self.port = runner.addresses[0][1]
+        self.port = self._listener.sockets[0].getsockname()[1]
         self._runner = runner
+        self._loop_errors = _LoopErrors.install(loop, self._log)
 
     async def close(self) -> None:
         """Stop listening, end the streams in flight, and let the responders finish (saving what they recorded)."""
@@ -247,8 +302,12 @@ class MockServer:
             # on Python 3.11 one set up after it closed fails inside asyncio and leaks its socket.
             for _ in range(3):
                 await asyncio.sleep(0)
+            if self._listener is not None:
+                self._listener.close()
             await runner.cleanup()
             await self._close_responders()
+            if self._loop_errors is not None:
+                self._loop_errors.uninstall()
         self.journal.close()
 
     async def _close_responders(self) -> None:
@@ -265,16 +324,24 @@ class MockServer:
     # --- answering -------------------------------------------------------------------------------
 
     async def _handle(self, http: web.Request) -> web.StreamResponse:
+        assert self._guard is not None
+        self._guard.busy(http.transport, True)
+        try:
+            return await self._answer(http)
+        finally:
+            self._guard.busy(http.transport, False)
+
+    async def _answer(self, http: web.Request) -> web.StreamResponse:
+        is_control = http.rel_url.path.startswith(CONTROL_PREFIX)
         if http.method == "OPTIONS" and "Access-Control-Request-Method" in http.headers:
-            return self._preflight(http)
-        if http.rel_url.path.startswith(CONTROL_PREFIX):
+            return self._preflight(http, control=is_control)
+        if is_control:
             return await self._control(http)
         request = Request(
             method=http.method,
             path=http.rel_url.raw_path,
             query=http.rel_url.raw_query_string,
             headers=tuple(http.headers.items()),
-            body=await http.read(),
         )
         self.state.requests += 1
         number = self.state.requests
@@ -284,9 +351,20 @@ class MockServer:
         self.active_streams += 1
         try:
             try:
+                exchange.request = replace(
+                    request, body=await asyncio.wait_for(http.read(), self.limits.request_timeout)
+                )
+            except TimeoutError:
+                if http.transport is not None:
+                    http.transport.close()  # whatever of the body is still coming is not read
+                return self.error(exchange, 408, "the request body did not arrive in time", "request_timeout")
+            try:
                 exchange.faults = self._header_faults(http)
             except ConfigError as exc:
                 return self.error(exchange, 400, f"{FAULT_HEADER}: {exc}", "bad_fault")
+            if exchange.faults and not self._controls(http):
+                message = f"{FAULT_HEADER} is obeyed for loopback clients only (see --allow-remote-control)"
+                return self.error(exchange, 403, message, "forbidden")
             for responder in self.responders:
                 answer = await responder.respond(exchange)
                 if answer is not None:
@@ -346,9 +424,19 @@ class MockServer:
     # --- the control endpoints -----------------------------------------------------------------------
 
     async def _control(self, http: web.Request) -> web.Response:
-        """`/__sse_tape__/faults`, `/__sse_tape__/journal` and `/__sse_tape__/reset`, for loopback clients."""
-        if not _is_loopback(http.remote):
-            return web.json_response({"error": "the control endpoint answers loopback clients only"}, status=403)
+        """`/__sse_tape__/faults`, `/__sse_tape__/journal` and `/__sse_tape__/reset`."""
+        if not self._controls(http):
+            return web.json_response(
+                {"error": "the control endpoints answer loopback clients only (see --allow-remote-control)"},
+                status=403,
+            )
+        if (origin := http.headers.get("Origin")) is not None and origin != _own_origin(http):
+            # A web page the user has open must not drive the server: only pages the server itself served may.
+            return web.json_response({"error": f"the control endpoints refuse requests from {origin}"}, status=403)
+        if http.method == "POST" and http.content_type != "application/json":
+            # A browser sends a JSON body (or a DELETE) only after asking the server (a preflight), which is
+            # refused to foreign pages; a form or text/plain POST would not ask.
+            return web.json_response({"error": "send the control endpoints Content-Type: application/json"}, status=415)
         endpoint = http.rel_url.path.removeprefix(CONTROL_PREFIX)
         if endpoint == "faults":
             return await self._control_faults(http)
@@ -365,11 +453,15 @@ class MockServer:
         known = f"GET {CONTROL_PREFIX}faults, GET {CONTROL_PREFIX}journal, POST {CONTROL_PREFIX}reset"
         return web.json_response({"error": f"no such endpoint; use {known}"}, status=404)
 
+    def _controls(self, http: web.Request) -> bool:
+        """Whether this client may set faults: one on this machine, or anyone when remote control is allowed."""
+        return self.allow_remote_control or _is_loopback(http.remote)
+
     async def _control_faults(self, http: web.Request) -> web.Response:
         """GET what is set and what was injected, POST new faults, DELETE them all."""
         if http.method == "POST":
             try:
-                body = await http.json()
+                body = _json.parse(await http.read())
                 specs = body.get("faults") if isinstance(body, dict) else None
                 if not isinstance(specs, list) or not all(isinstance(s, str) for s in specs):
                     raise ValueError("faults must be a list of fault specifications")
@@ -390,7 +482,9 @@ class MockServer:
             }
         )
 
-    def _preflight(self, http: web.Request) -> web.Response:
+    def _preflight(self, http: web.Request, *, control: bool) -> web.Response:
+        if control and http.headers.get("Origin") != _own_origin(http):
+            return web.Response(status=403, text="the control endpoints refuse other origins\n")
         headers = self._cors(http)
         headers["Access-Control-Allow-Methods"] = _CORS_METHODS
         headers["Access-Control-Allow-Headers"] = http.headers.get("Access-Control-Request-Headers", "*")
@@ -419,6 +513,66 @@ def _behind_replay(policy: MissPolicy, upstream: str | Upstream | None, recorder
     from .upstream import AiohttpUpstream
 
     return [Forwarder(AiohttpUpstream(upstream) if isinstance(upstream, str) else upstream, recorder)]
+
+
+def _own_origin(http: web.Request) -> str:
+    return f"{http.scheme}://{http.host}"
+
+
+class _OneLine(logging.Handler):
+    """aiohttp's log, as sse-tape's lines: a request that is not HTTP is one line, not a traceback."""
+
+    def __init__(self, log: Callable[[str], None] | None) -> None:
+        super().__init__()
+        self.log = log
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.log is None:
+            return
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is None or isinstance(exc, HttpProcessingError):
+            reason = " ".join(str(exc).split()) if exc is not None else ""
+            self.log(f"{record.getMessage()}: {reason}" if reason else record.getMessage())
+        else:  # anything else is a bug of ours: keep the whole story
+            self.log(logging.Formatter().format(record))
+
+
+def _one_line_logger(log: Callable[[str], None] | None) -> logging.Logger:
+    logger = logging.Logger("sse_tape.server")  # not in the logging tree: a server's own
+    logger.addHandler(_OneLine(log))
+    return logger
+
+
+class _LoopErrors:
+    """Running out of descriptors is said once, not at every failed accept (asyncio retries each second)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, log: Callable[[str], None] | None) -> None:
+        self.loop = loop
+        self.log = log
+        self.exhausted = 0
+
+    @classmethod
+    def install(cls, loop: asyncio.AbstractEventLoop, log: Callable[[str], None] | None) -> _LoopErrors | None:
+        if loop.get_exception_handler() is not None:
+            return None  # the loop's owner handles its errors
+        errors = cls(loop, log)
+        loop.set_exception_handler(errors)
+        return errors
+
+    def uninstall(self) -> None:
+        if self.loop.get_exception_handler() is self:
+            self.loop.set_exception_handler(None)
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if "out of system resource" in str(context.get("message", "")):
+            self.exhausted += 1
+            if self.exhausted == 1 and self.log is not None:
+                exc = context.get("exception")
+                self.log(
+                    f"cannot accept connections: {exc or 'out of descriptors'}; raise `ulimit -n` or lower --max-connections"
+                )
+            return
+        loop.default_exception_handler(context)
 
 
 def _is_loopback(remote: str | None) -> bool:

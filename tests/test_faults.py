@@ -742,10 +742,41 @@ def test_injected_counts_match_what_was_applied() -> None:
 def test_the_control_endpoint_refuses_other_than_loopback() -> None:
     from aiohttp.test_utils import make_mocked_request
 
-    server = MockServer([])
     request = make_mocked_request("GET", "/__sse_tape__/faults", transport=_Transport("10.1.2.3"))
-    response = asyncio.run(server._control(request))
-    assert response.status == 403
+    assert asyncio.run(MockServer([])._control(request)).status == 403
+    assert asyncio.run(MockServer([], allow_remote_control=True)._control(request)).status == 200
+
+
+def test_a_page_from_another_origin_cannot_drive_the_control_endpoints(server: MockServer) -> None:
+    control = server.url + "/__sse_tape__/faults"
+    evil = {"Origin": "https://evil.example"}
+    # What a form or fetch(..., {mode: "no-cors"}) sends without asking first: refused.
+    text = httpx.post(control, content='{"faults": ["hang"]}', headers={**evil, "content-type": "text/plain"})
+    assert text.status_code == 403
+    assert httpx.post(control, json={"faults": ["hang"]}, headers=evil).status_code == 403
+    # The question a browser asks before a JSON POST or a DELETE: not approved.
+    preflight = httpx.options(control, headers={**evil, "Access-Control-Request-Method": "DELETE"})
+    assert preflight.status_code == 403
+    assert "access-control-allow-origin" not in preflight.headers
+    # Without an origin (curl, the SDKs) or from the server's own pages, it works; a POST must say it is JSON.
+    assert httpx.post(control, content='{"faults": []}', headers={"content-type": "text/plain"}).status_code == 415
+    own = {"Origin": server.url}
+    assert httpx.post(control, json={"faults": []}, headers=own).json()["faults"] == []
+    assert httpx.get(control).json()["faults"] == []
+
+
+def test_the_fault_header_is_obeyed_for_loopback_clients_only() -> None:
+    from aiohttp.test_utils import make_mocked_request
+
+    async def status(server: MockServer) -> int:
+        async with server:
+            headers = {"X-SSE-Tape-Fault": "status:500"}
+            request = make_mocked_request("POST", "/v1/nowhere", headers=headers, transport=_Transport("10.1.2.3"))
+            response = await server._answer(request)
+            return response.status
+
+    assert asyncio.run(status(MockServer([]))) == 403
+    assert asyncio.run(status(MockServer([], allow_remote_control=True))) == 404  # obeyed: the miss comes first
 
 
 class _Transport:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import socket
+import subprocess
+import sys
 
 import httpx
 import openai
@@ -12,7 +15,9 @@ import pytest
 from clients import openai_client
 from httpx_sse import connect_sse
 
-from sse_tape import Cassette, Chunk, End, Interaction, MockServer, Request, Response, aserve, serve
+from sse_tape import Cassette, Chunk, End, Interaction, MockServer, Request, Response, ServeOptions, aserve, serve
+from sse_tape.journal import Ended
+from sse_tape.server import Limits, load_cassettes
 
 
 def sdk(server: MockServer, prefix: str = "/v1") -> openai.OpenAI:
@@ -398,3 +403,126 @@ def test_serve_frees_the_port_when_the_block_ends() -> None:
 def test_serve_binds_loopback_by_default() -> None:
     with serve(Cassette()) as server:
         assert server.url == f"http://127.0.0.1:{server.port}"
+
+
+# --- what a hostile or careless client tries ---------------------------------------------------------
+
+CHAT = {"model": "local-model", "messages": [{"role": "user", "content": "Hello!"}], "stream": True}
+QUICK = Limits(request_timeout=0.5, keep_alive=0.5, max_connections=30)
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bool:
+    """Whether the server closes the connection within `seconds` (what it sends first is read and dropped)."""
+    sock.settimeout(seconds)
+    with sock:
+        try:
+            while sock.recv(4096):
+                pass
+        except TimeoutError:
+            return False
+        except ConnectionResetError:
+            pass
+    return True
+
+
+async def test_slow_heads_idle_connections_and_bodies_that_never_come_are_cut_off() -> None:
+    async with MockServer(
+        load_cassettes([]), options=ServeOptions.build(match_on="method,path"), limits=QUICK
+    ) as server:
+        loop = asyncio.get_running_loop()
+
+        def scenario() -> list[bool]:
+            trickle = socket.create_connection(("127.0.0.1", server.port))
+            trickle.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")  # and never the rest
+            idle = socket.create_connection(("127.0.0.1", server.port))  # says nothing at all
+            body = socket.create_connection(("127.0.0.1", server.port))
+            body.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+            expect = socket.create_connection(("127.0.0.1", server.port))
+            expect.sendall(b"POST /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\nExpect: 100-continue\r\n\r\n")
+            # Meanwhile a normal request is answered.
+            answered = httpx.post(server.url + "/v1/chat/completions", json=CHAT).status_code == 200
+            return [answered] + [_closed_within(s, 30) for s in (trickle, idle, body, expect)]
+
+        assert await loop.run_in_executor(None, scenario) == [True] * 5
+        statuses = [e.status for e in server.journal if isinstance(e, Ended)]
+        assert statuses.count(408) == 2  # the body that never came, and the body promised after 100-continue
+
+
+async def test_connections_beyond_the_limit_get_a_503_and_the_rest_are_served() -> None:
+    async with MockServer(
+        load_cassettes([]), options=ServeOptions.build(match_on="method,path"), limits=QUICK
+    ) as server:
+        loop = asyncio.get_running_loop()
+
+        def scenario() -> tuple[list[bytes], int]:
+            held = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(30)]
+            with socket.create_connection(("127.0.0.1", server.port)) as extra:
+                extra.settimeout(10)
+                refused = extra.recv(100)
+            for sock in held:
+                _closed_within(sock, 30)  # the idle ones time out
+            return [refused], httpx.post(server.url + "/v1/chat/completions", json=CHAT).status_code
+
+        [refused], status = await loop.run_in_executor(None, scenario)
+    assert refused.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
+    assert status == 200
+
+
+def test_a_request_that_is_not_http_is_one_line_on_stderr() -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sse_tape", "serve", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        port = int(process.stdout.readline().split(" at ")[1].split()[0].rsplit(":", 1)[1])
+        for raw in (b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n", b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\n\r\n"):
+            with socket.create_connection(("127.0.0.1", port)) as sock:
+                sock.sendall(raw)
+                assert sock.recv(100).startswith(b"HTTP/1.0 400 Bad Request")
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    lines = err.splitlines()
+    assert "Traceback" not in err
+    assert [line.split(":", 2)[1] for line in lines if "Error handling request" in line] == [
+        " Error handling request from 127.0.0.1"
+    ] * 2
+    assert any("Invalid header token" in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        (b"[" * 100_000, 404),  # not a body any recording has: compared as bytes, not parsed into a crash
+        (b'{"model": "\\ud800", "messages": []}', 404),  # a lone surrogate, named in the miss explanation
+    ],
+)
+def test_bodies_that_break_parsers_get_an_answer_not_a_500(body: bytes, status: int) -> None:
+    with serve("cassettes/") as server:
+        got = httpx.post(
+            server.url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
+        )
+    assert got.status_code == status
+    assert got.json()["error"]["message"].startswith("sse-tape: no recorded interaction matches")
+
+
+def test_listening_beyond_loopback_says_what_becomes_reachable() -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sse_tape", "serve", "--host", "0.0.0.0", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        process.stdout.readline()
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    assert err.splitlines()[0] == (
+        "sse-tape: warning: listening on 0.0.0.0: other machines can reach every recording served; "
+        "the fault header and the control endpoints still answer this machine only"
+    )

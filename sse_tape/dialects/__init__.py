@@ -8,9 +8,9 @@ of the original events.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
+from .. import _json
 from .._exceptions import ConfigError
 from ..cassette import Chunk, Interaction, Response
 from .base import Dialect, Prompt, Violation
@@ -66,7 +66,7 @@ def detect(interaction: Interaction) -> Dialect | None:
         return found
     for _, sse in interaction.response.events()[:3]:
         try:
-            obj = json.loads(sse.data)
+            obj = _json.parse(sse.data, max_depth=None)
         except ValueError:
             continue
         kind = obj.get("type") if isinstance(obj, dict) else None
@@ -107,7 +107,7 @@ def translate(interaction: Interaction, target: Dialect, source: Dialect | None 
         raise ConfigError(f"{request.method} {request.path}: cannot tell its dialect; name it with --dialect")
     prefix = request.path[: -len(source.path)] if request.path.endswith(source.path) else ""
     path = prefix + target.path  # a router's /proj/x/v1/chat/completions keeps its /proj/x
-    body = json.dumps(target.request_body(source.prompt(request.json())), ensure_ascii=False).encode()
+    body = _json.dumps(target.request_body(source.prompt(request.json())), compact=False).encode()
     headers = tuple((k, v) for k, v in request.headers if k.lower() != "content-length")
     new_request = replace(request, path=path, body=body, headers=headers)
     kept = tuple((k, v) for k, v in response.headers if k.lower() not in ("content-length", "content-type"))
@@ -154,7 +154,7 @@ def _with_heartbeats(chunks: list[Chunk], dialect: Dialect) -> tuple[Chunk, ...]
 def check_error_response(response: Response) -> list[Violation]:
     """What is wrong with an error response before the stream: all these APIs send `{"error": {"message": ...}}`."""
     try:
-        obj = json.loads(response.body)
+        obj = _json.parse(response.body, max_depth=None)
     except ValueError:
         return [Violation(None, f"error response {response.status} body is not JSON")]
     error = obj.get("error") if isinstance(obj, dict) else None
@@ -165,7 +165,7 @@ def check_error_response(response: Response) -> list[Violation]:
 
 def _error_message(body: bytes) -> str:
     try:
-        obj = json.loads(body)
+        obj = _json.parse(body, max_depth=None)
     except ValueError:
         return body.decode("utf-8", "replace")
     error = obj.get("error") if isinstance(obj, dict) else None

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from .. import _json
 from ..sse import ServerSentEvent, encode_event
 from .base import DONE, Checker, to_json
 from .events import Error, Start, TokenLogprob, Usage
@@ -63,7 +63,7 @@ def is_openai_terminal(event: ServerSentEvent) -> bool:
     if event.data == "[DONE]" or event.event == "error":
         return True
     try:
-        obj = json.loads(event.data)
+        obj = _json.parse(event.data, max_depth=None)
     except ValueError:
         return False
     choices = obj.get("choices") if isinstance(obj, dict) else None

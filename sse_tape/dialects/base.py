@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from .. import _json
 from ..cassette import Headers, Request
 from ..sse import ServerSentEvent, encode_event
 from .events import Error, Event, Start
@@ -30,14 +30,14 @@ DONE = b"data: [DONE]\n\n"
 
 def to_json(obj: Any) -> str:
     """Compact JSON, as the servers send it."""
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return _json.dumps(obj)
 
 
 def json_objects(events: Sequence[ServerSentEvent]) -> Iterator[tuple[int, str, dict[str, Any]]]:
     """Position, event name and data of each event whose data is a JSON object; the rest (`[DONE]`) are skipped."""
     for i, sse in enumerate(events):
         try:
-            obj = json.loads(sse.data)
+            obj = _json.parse(sse.data, max_depth=None)
         except ValueError:
             continue
         if isinstance(obj, dict):
@@ -236,7 +236,7 @@ class Checker:
     def json(self, index: int, event: ServerSentEvent) -> Any:
         """The event's data as JSON, or None after noting that it is not JSON."""
         try:
-            return json.loads(event.data)
+            return _json.parse(event.data, max_depth=None)
         except ValueError:
             self.add(index, f"data is not JSON: {event.data[:40]!r}")
             return None

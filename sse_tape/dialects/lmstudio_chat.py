@@ -17,6 +17,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from .. import _json
 from ..cassette import Headers, Request
 from ..sse import ServerSentEvent
 from .base import Checker, Dialect, Encoder, Prompt, Violation, chat_messages, json_objects, named_frame, to_json
@@ -172,7 +173,7 @@ class _LMStudioEncoder(Encoder):
 
     def _tool_call_end(self, event: ToolCallEnd, call: dict[str, Any]) -> None:
         try:
-            arguments = json.loads(call["arguments"]) if call["arguments"] else {}
+            arguments = _json.parse(call["arguments"], max_depth=None) if call["arguments"] else {}
         except ValueError:
             arguments = call["arguments"]
         if event.error is not None:

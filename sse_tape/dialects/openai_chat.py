@@ -10,10 +10,10 @@ error is an `event: error` carrying `{"error": {...}}`, then `[DONE]`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
+from .. import _json
 from ..cassette import Headers, Request
 from ..sse import ServerSentEvent, encode_comment
 from ._openai import (
@@ -203,7 +203,7 @@ class OpenAIChat(Dialect):
                     c.add(i, "tool calls were streamed but finish_reason is 'stop'")
         for index, arguments in calls.items() if framing.error_at is None else ():  # an error cuts calls short
             try:
-                json.loads(arguments)
+                _json.parse(arguments, max_depth=None)
             except ValueError:
                 c.add(None, f"tool call {index} arguments are not valid JSON: {arguments[:40]!r}")
         framing.close(finished_at)
