@@ -18,18 +18,19 @@ from .cassette import (
     Chunk,
     End,
     Interaction,
+    Recording,
     Request,
     Response,
     append_interactions,
     bundled_cassettes,
 )
 from .journal import Journal, ReplayState
-from .matching import Matcher, MatchOn, Recording
+from .matching import Matcher, MatchOn
 from .options import MissPolicy, ServeOptions
 from .pacing import PaceMode, Pacing
-from .record import RecordMode, arecording, record_once, recording, recording_server
+from .record import RecordMode, record_once
 from .redaction import REDACTED, Redaction
-from .server import MockServer, aserve, serve
+from .server import MockServer, arecording, aserve, recording, recording_server, serve
 from .sse import ServerSentEvent, SSEDecoder, encode_comment, encode_event
 
 __all__ = [

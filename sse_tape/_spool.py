@@ -2,18 +2,20 @@
 
 Adding to a cassette means writing a new file, so a recorder does not do that
 per interaction. It writes each request, response head and chunk to a spool
-beside the cassette (`session.toml.<id>.spool`) the moment it has them, before
-the client gets them, and appends what it recorded to the cassette when the
-session ends, then removes the spool. A session that is killed leaves its
-spool behind: every chunk that reached a client is in it, and a stream cut off
-is there as far as it got. Loading the cassette reads such a spool too (its
-unfinished streams marked interrupted), and the next write of the cassette
-takes them in and removes the spool.
+beside the cassette (`session.toml.<pid>-<hex>.spool`) the moment it has
+them, before the client gets them, and appends what it recorded to the
+cassette when the session ends, then removes the spool. A session that is
+killed leaves its spool behind: every chunk that reached a client is in it,
+and a stream cut off is there as far as it got. The cassette reads such a
+spool with its own file (see `cassette.py`), until a write of the cassette
+takes it in.
 
-The file is a stream of MessagePack values: a header map, then one array per
-record: `["start", n, recorded_at, method, path, query, headers, body]`,
-`["head", n, status, headers]`, `["chunk", n, t, data]`,
-`["end", n, end, duration]`; `n` numbers the streams of the session. A writer
+This module is the file format alone, over plain values: it knows no
+cassette type. The file is a stream of MessagePack values: a header map
+(format, version, the cassette's file name, the spool's id, when it began),
+then one array per record: `["start", n, recorded_at, method, path, query,
+headers, body]`, `["head", n, status, headers]`, `["chunk", n, t, data]`,
+`["end", n, end, duration]`; `n` numbers the session's streams. A writer
 holds an exclusive lock on its spool, so a spool nobody holds was left by a
 session that is over. A record cut short by a crash or a full disk ends the
 stream of records; everything before it is read.
@@ -22,9 +24,10 @@ stream of records; everything before it is read.
 from __future__ import annotations
 
 import fcntl
-import glob
 import os
+import re
 import secrets
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,24 +35,38 @@ from typing import Any
 import msgpack
 
 from ._exceptions import CassetteError, CassetteFormatError
-from .cassette import SUFFIXES, Chunk, End, Headers, Interaction, Request, Response
 
-__all__ = ["SpoolWriter", "cassette_of", "read_spool", "spools_of"]
+__all__ = ["SpoolWriter", "SpooledStream", "cassette_of", "read_spool", "spool_id", "spools_of"]
 
 _MAGIC = "sse-tape-spool"
 _VERSION = 1
+# `session.toml.<pid>-<hex>.spool`: the id is strict, so `chat.toml.v2.toml`'s spools are not `chat.toml`'s.
+_NAME = re.compile(r"(?P<cassette>.+)\.(?P<id>\d+-[0-9a-f]{6})\.spool")
+
+Pairs = list[tuple[str, str]]
 
 
 def spools_of(cassette: Path, *, stale: bool = False) -> list[Path]:
-    """The spools recorders wrote beside `cassette`; with `stale`, only those no running recorder holds."""
-    found = sorted(cassette.parent.glob(glob.escape(cassette.name) + ".*.spool"))
-    return [p for p in found if not _held(p)] if stale else found
+    """The spools recorders wrote beside `cassette`, oldest first; with `stale`, only those no running
+    recorder holds."""
+    found = [p for p in cassette.parent.glob("*.spool") if cassette_of(p) == cassette]
+    if stale:
+        found = [p for p in found if not _held(p)]
+    return sorted(found, key=_began)
 
 
 def cassette_of(spool: Path) -> Path | None:
-    """The cassette a spool belongs to: `session.toml` for `session.toml.<id>.spool`."""
-    name, _, rest = spool.name.rpartition(".spool")[0].rpartition(".")
-    return spool.with_name(name) if name and rest and Path(name).suffix in SUFFIXES else None
+    """The cassette a spool belongs to: `session.toml` for `session.toml.<pid>-<hex>.spool`."""
+    m = _NAME.fullmatch(spool.name)
+    return spool.with_name(m["cassette"]) if m else None
+
+
+def spool_id(spool: Path) -> str:
+    """The id in a spool's name, which the cassette notes beside what it took from it."""
+    m = _NAME.fullmatch(spool.name)
+    if m is None:
+        raise ValueError(f"{spool.name} is not a spool's name")
+    return m["id"]
 
 
 def _held(path: Path) -> bool:
@@ -67,6 +84,16 @@ def _held(path: Path) -> bool:
     return False
 
 
+def _began(path: Path) -> float:
+    try:
+        with path.open("rb") as f:
+            header = next(iter(msgpack.Unpacker(f, raw=False, max_buffer_size=1 << 16)), None)
+    except (OSError, ValueError, msgpack.UnpackException):
+        return 0.0
+    began = header.get("began") if isinstance(header, dict) else None
+    return float(began) if isinstance(began, int | float) else 0.0
+
+
 class SpoolWriter:
     """Writes one recording session's streams to a new spool beside `cassette`.
 
@@ -79,7 +106,8 @@ class SpoolWriter:
     """
 
     def __init__(self, cassette: Path) -> None:
-        self.path = cassette.with_name(f"{cassette.name}.{os.getpid()}-{secrets.token_hex(3)}.spool")
+        self.id = f"{os.getpid()}-{secrets.token_hex(3)}"
+        self.path = cassette.with_name(f"{cassette.name}.{self.id}.spool")
         self.failed: str | None = None
         try:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o666)
@@ -87,7 +115,8 @@ class SpoolWriter:
             raise CassetteError(f"{cassette}: cannot write beside it: {exc.strerror or exc}") from None
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
-            self._write({"format": _MAGIC, "version": _VERSION, "cassette": cassette.name})
+            header = {"format": _MAGIC, "version": _VERSION, "cassette": cassette.name, "id": self.id}
+            self._write({**header, "began": time.time()})
             os.fsync(self._fd)
         except (CassetteError, OSError) as exc:
             self.close(remove=True)
@@ -95,22 +124,21 @@ class SpoolWriter:
                 f"{cassette}: cannot write beside it: {getattr(exc, 'strerror', None) or exc}"
             ) from None
 
-    def start(self, n: int, request: Request, recorded_at: str) -> None:
+    def start(self, n: int, recorded_at: str, method: str, path: str, query: str, headers: Pairs, body: bytes) -> None:
         """A stream begins: its request."""
-        headers = [list(h) for h in request.headers]
-        self._write(["start", n, recorded_at, request.method, request.path, request.query, headers, request.body])
+        self._write(["start", n, recorded_at, method, path, query, [list(h) for h in headers], body])
 
-    def head(self, n: int, status: int, headers: Headers) -> None:
+    def head(self, n: int, status: int, headers: Pairs) -> None:
         """The response head of stream `n`."""
         self._write(["head", n, status, [list(h) for h in headers]])
 
-    def chunk(self, n: int, chunk: Chunk) -> None:
-        """A piece of stream `n`'s body, as it arrived."""
-        self._write(["chunk", n, chunk.t, chunk.data])
+    def chunk(self, n: int, t: float, data: bytes) -> None:
+        """A piece of stream `n`'s body, as it arrived, `t` seconds after its request."""
+        self._write(["chunk", n, t, data])
 
-    def end(self, n: int, end: End, duration: float) -> None:
+    def end(self, n: int, end: str, duration: float) -> None:
         """Stream `n` is over: how, and when."""
-        self._write(["end", n, str(end), duration])
+        self._write(["end", n, end, duration])
 
     def sync(self) -> None:
         """Put everything written so far on the disk."""
@@ -118,12 +146,12 @@ class SpoolWriter:
             os.fsync(self._fd)
 
     def close(self, *, remove: bool) -> None:
-        """Close the spool (releasing its lock); remove it when what it holds is safe elsewhere."""
+        """Close the spool (releasing its lock); remove it first when what it holds is safe elsewhere."""
+        if remove:
+            self.path.unlink(missing_ok=True)  # while still locked: no reader ever finds it unheld and taken in
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-        if remove:
-            self.path.unlink(missing_ok=True)
 
     def _write(self, record: Any) -> None:
         if self.failed is not None:
@@ -139,29 +167,26 @@ class SpoolWriter:
 
 
 @dataclass(slots=True)
-class _Stream:
-    request: Request
+class SpooledStream:
+    """One stream as the spool holds it, in plain values."""
+
     recorded_at: str
+    method: str
+    path: str
+    query: str
+    request_headers: Pairs
+    body: bytes
     status: int | None = None
-    headers: Headers = ()
-    chunks: list[Chunk] = field(default_factory=list)
-    end: End | None = None
+    headers: Pairs = field(default_factory=list)
+    chunks: list[tuple[float, bytes]] = field(default_factory=list)
+    end: str | None = None
+    """How it ended, or None when the spool stops before its end."""
     duration: float | None = None
 
-    def interaction(self) -> Interaction | None:
-        if self.status is None:
-            return None  # no response head ever came
-        end = self.end or End.INTERRUPTED
-        last = self.chunks[-1].t if self.chunks else 0.0
-        duration = None if end is End.COMPLETE else (self.duration if self.duration is not None else last)
-        return Interaction(
-            self.request, Response(self.status, self.headers, tuple(self.chunks), end, duration), self.recorded_at
-        )
 
-
-def read_spool(path: Path) -> list[Interaction]:
-    """The interactions a spool holds: those that ended, in the order they ended, then (when no running
-    recorder holds it) those cut off, marked interrupted, in the order they began."""
+def read_spool(path: Path) -> list[SpooledStream]:
+    """The streams a spool holds that have a response head: those that ended, in the order they ended,
+    then (when no running recorder holds it) those cut off, in the order they began."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -178,7 +203,10 @@ def read_spool(path: Path) -> list[Interaction]:
         raise CassetteFormatError(f"{path}: not an sse-tape spool")
     if header.get("version") != _VERSION:
         raise CassetteFormatError(f"{path}: spool version {header.get('version')!r}: upgrade sse-tape")
-    streams: dict[int, _Stream] = {}
+    cassette = cassette_of(path)
+    if cassette is not None and header.get("cassette") != cassette.name:
+        raise CassetteFormatError(f"{path}: the spool of {header.get('cassette')!r}, not of {cassette.name!r}")
+    streams: dict[int, SpooledStream] = {}
     ended: list[int] = []
     while True:
         try:
@@ -190,25 +218,25 @@ def read_spool(path: Path) -> list[Interaction]:
         _apply(record, streams, ended, path)
     live = _held(path)
     order = ended + ([] if live else [n for n in streams if n not in ended])
-    return [i for n in order if (i := streams[n].interaction()) is not None]
+    return [streams[n] for n in order if streams[n].status is not None]
 
 
-def _apply(record: Any, streams: dict[int, _Stream], ended: list[int], path: Path) -> None:
+def _apply(record: Any, streams: dict[int, SpooledStream], ended: list[int], path: Path) -> None:
     try:
         kind, n, *rest = record
         if kind == "start":
             recorded_at, method, url_path, query, headers, body = rest
-            request = Request(method, url_path, query, tuple((str(k), str(v)) for k, v in headers), bytes(body))
-            streams[n] = _Stream(request, str(recorded_at))
+            pairs = [(str(k), str(v)) for k, v in headers]
+            streams[n] = SpooledStream(str(recorded_at), str(method), str(url_path), str(query), pairs, bytes(body))
         elif kind == "head":
             status, headers = rest
-            streams[n].status, streams[n].headers = int(status), tuple((str(k), str(v)) for k, v in headers)
+            streams[n].status, streams[n].headers = int(status), [(str(k), str(v)) for k, v in headers]
         elif kind == "chunk":
             t, data = rest
-            streams[n].chunks.append(Chunk(float(t), bytes(data)))
+            streams[n].chunks.append((float(t), bytes(data)))
         elif kind == "end":
             end, duration = rest
-            streams[n].end, streams[n].duration = End(end), float(duration)
+            streams[n].end, streams[n].duration = str(end), float(duration)
             ended.append(n)
     except (ValueError, TypeError, KeyError) as exc:
         raise CassetteFormatError(f"{path}: a record is malformed ({exc})") from None

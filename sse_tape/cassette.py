@@ -11,7 +11,10 @@ A recorder writes each stream to a spool beside the cassette
 (`session.toml.<id>.spool`, see `_spool`) and appends it to the cassette when
 its session ends. A spool left by a killed session is part of its cassette:
 loading the cassette reads it too, and the next write of the cassette takes
-its interactions in and removes it.
+its interactions in and removes it. An interaction taken from a spool notes
+the spool's id (`spool = "..."`), so that a spool whose removal a crash cut
+short is never read twice. Loads share a lock on the folder; writes hold it
+alone.
 
 `format_version` is an integer, separate from the package version. A file
 written by a newer sse-tape is refused with a request to upgrade. Writes are
@@ -41,6 +44,7 @@ import msgpack
 
 from . import _json, _toml
 from ._exceptions import CassetteError, CassetteFormatError, CassetteNotFoundError
+from ._spool import SpooledStream, cassette_of, read_spool, spool_id, spools_of
 from .sse import ServerSentEvent, SSEDecoder
 
 __all__ = [
@@ -49,6 +53,7 @@ __all__ = [
     "Chunk",
     "End",
     "Interaction",
+    "Recording",
     "Request",
     "Response",
     "append_interactions",
@@ -155,6 +160,20 @@ class Interaction:
 _Stamp = tuple[int, int, int]
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Recording:
+    """A recorded interaction and where it came from; compared and hashed by identity."""
+
+    interaction: Interaction
+    cassette: str
+    index: int
+    """Its position in the cassette, from 1."""
+
+    def __str__(self) -> str:
+        req = self.interaction.request
+        return f"{self.cassette} #{self.index} ({req.method} {req.path})"
+
+
 @dataclass(slots=True)
 class Cassette:
     """An ordered list of interactions, usually backed by a file."""
@@ -162,9 +181,10 @@ class Cassette:
     interactions: list[Interaction] = field(default_factory=list)
     path: Path | None = None
     _stamp: _Stamp | None = field(default=None, repr=False, compare=False)
-    # Spools of killed sessions read with the file, and their interactions, which the file does not hold yet.
+    # Spools of killed sessions found with the file (to remove at its next write), and the interactions
+    # of those the file does not hold yet, each with its spool's id.
     _spools: list[Path] = field(default_factory=list, repr=False, compare=False)
-    _pending: list[Interaction] = field(default_factory=list, repr=False, compare=False)
+    _pending: list[tuple[Interaction, str]] = field(default_factory=list, repr=False, compare=False)
 
     def __iter__(self) -> Iterator[Interaction]:
         return iter(self.interactions)
@@ -186,22 +206,32 @@ class Cassette:
         file and the problem, when it is truncated, corrupt, not a cassette,
         or written by a newer sse-tape.
         """
-        from ._spool import read_spool, spools_of  # spools hold interactions: the import graph stays one way
-
         path = Path(path)
-        suffix = _suffix(path)
+        _suffix(path)
+        if not path.parent.is_dir():
+            raise CassetteNotFoundError(f"{path}: no such cassette")
+        with _folder_lock(path, shared=True):
+            return cls._load(path)
+
+    @classmethod
+    def _load(cls, path: Path) -> Cassette:
         spools = spools_of(path, stale=True)
+        absorbed: set[str] = set()
         if spools and not path.exists():
             cassette = cls(path=path)
         else:
             raw, stamp = _read(path)
             try:
-                cassette = cls(_interactions_from_doc(_decode(raw, suffix)), path, stamp)
+                interactions, absorbed = _interactions_from_doc(_decode(raw, _suffix(path)))
             except _Invalid as exc:
                 raise CassetteFormatError(f"{path}: {exc}") from None
+            cassette = cls(interactions, path, stamp)
         cassette._spools = spools
-        cassette._pending = [i for spool in spools for i in read_spool(spool)]
-        cassette.interactions += cassette._pending
+        for spool in spools:
+            sid = spool_id(spool)
+            if sid not in absorbed:  # a spool the file holds already was only not removed yet
+                cassette._pending += [(_from_spool(stream), sid) for stream in read_spool(spool)]
+        cassette.interactions += [interaction for interaction, _ in cassette._pending]
         return cassette
 
     def save(self, path: str | os.PathLike[str] | None = None) -> Path:
@@ -210,17 +240,25 @@ class Cassette:
         if target is None:
             raise CassetteError("this cassette has no path: give one to save()")
         suffix = _suffix(target)
-        doc = {
-            "format_version": FORMAT_VERSION,
-            "interactions": [_interaction_to_doc(i, binary=suffix == ".msgpack") for i in self.interactions],
-        }
-        self._stamp = _write(target, _encode(doc, suffix))
-        if target == self.path:
-            self._absorbed()
+        with _folder_lock(target):
+            own = self.path is not None and _same_file(target, self.path)
+            # Saved in place, what came from spools notes them, and they go; saved elsewhere, they stay.
+            spooled = {id(i): sid for i, sid in self._pending} if own else {}
+            doc = {
+                "format_version": FORMAT_VERSION,
+                "interactions": [
+                    _interaction_to_doc(i, binary=suffix == ".msgpack", spool=spooled.get(id(i)))
+                    for i in self.interactions
+                ],
+            }
+            self._stamp = _write(target, _encode(doc, suffix))
+            if own:
+                self._absorbed()
+        self._spools, self._pending = [], []
         self.path = target
         return target
 
-    def append(self, interactions: Iterable[Interaction]) -> None:
+    def append(self, interactions: Iterable[Interaction], *, spool: Path | None = None) -> None:
         """Add interactions to the end of this cassette's file, creating it if need be.
 
         Under an exclusive lock on the folder, so that appenders in several
@@ -230,7 +268,8 @@ class Cassette:
         append costs the same whatever the cassette's size. When another
         writer changed it, it is read again first; a file that cannot be read
         is left alone and the error raised. Interactions read from spools go
-        into the file first, and those spools are removed.
+        into the file first, and those spools are removed; so is `spool`, the
+        spool `interactions` come from (a recorder's own), whose id they note.
         """
         added = list(interactions)
         path = self.path
@@ -239,16 +278,18 @@ class Cassette:
         suffix = _suffix(path)
         with _folder_lock(path):
             if path.exists() and _stamp_of(path) != self._stamp:
-                again = Cassette.load(path)  # written by someone else since: read it whole, and check it
+                again = Cassette._load(path)  # written by someone else since: read it whole, and check it
                 self.interactions, self._stamp = again.interactions, again._stamp
                 self._spools, self._pending = again._spools, again._pending
-            new = [*self._pending, *added]
-            if not new:
-                return
-            raw = _read(path)[0] if path.exists() else _encode({"format_version": FORMAT_VERSION}, suffix)
-            docs = [_interaction_to_doc(i, binary=suffix == ".msgpack") for i in new]
-            self._stamp = _write(path, _appended(raw, docs, suffix))
+            sid = spool_id(spool) if spool is not None else None
+            new = [*self._pending, *((i, sid) for i in added)]
+            if new:
+                raw = _read(path)[0] if path.exists() else _encode({"format_version": FORMAT_VERSION}, suffix)
+                docs = [_interaction_to_doc(i, binary=suffix == ".msgpack", spool=s) for i, s in new]
+                self._stamp = _write(path, _appended(raw, docs, suffix))
             self._absorbed()
+            if spool is not None:
+                spool.unlink(missing_ok=True)  # inside the lock: no reader sees the file and the spool both
         self.interactions.extend(added)
 
     def _absorbed(self) -> None:
@@ -274,8 +315,6 @@ def find_cassettes(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
 
     A cassette that only a killed session's spool holds so far counts as found.
     """
-    from ._spool import cassette_of, spools_of
-
     found: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
@@ -335,16 +374,42 @@ def _decode(raw: bytes, suffix: str) -> Any:
             return msgpack.unpackb(raw, raw=False, strict_map_key=True)
         except msgpack.ExtraData:
             raise _Invalid("not a MessagePack cassette (extra data after the document)") from None
-        except (ValueError, msgpack.UnpackException) as exc:
+        except (ValueError, RecursionError, msgpack.UnpackException) as exc:
             raise _Invalid(f"truncated or corrupt MessagePack ({exc})") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise _Invalid(f"not a TOML file: invalid UTF-8 at byte {exc.start}") from None
+    _check_toml_depth(text)
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise _Invalid(f"truncated or corrupt TOML: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # a 5,000-digit number, say
+        raise _Invalid(f"not a cassette TOML can hold: {str(exc).splitlines()[0][:120]}") from None
+
+
+# What a cassette nests is shallow; a file nesting far deeper is refused before the parser walks into it
+# (an array 500 deep recurses past Python's limit, 16,000 dotted key levels take a gigabyte).
+_MAX_TOML_DEPTH = 32
+_TOML_STRINGS = re.compile(r'"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*')
+_TOML_KEYS = re.compile(r"^[ \t]*(?:\[\[?([^\]\n]*)|([^=\n\[]+)=)", re.MULTILINE)
+_TOML_NESTING = re.compile(r"[\[\]{}]")
+
+
+def _check_toml_depth(text: str) -> None:
+    bare = _TOML_STRINGS.sub('""', text)
+    for m in _TOML_KEYS.finditer(bare):
+        if (m[1] or m[2] or "").count(".") >= _MAX_TOML_DEPTH:
+            raise _Invalid(f"keys nest deeper than {_MAX_TOML_DEPTH} levels: not a cassette")
+    depth = 0
+    for line in bare.splitlines():
+        if line.lstrip().startswith("["):
+            continue  # a table header, not nesting
+        for mark in _TOML_NESTING.findall(line):
+            depth += 1 if mark in "[{" else -1
+            if depth > _MAX_TOML_DEPTH:
+                raise _Invalid(f"values nest deeper than {_MAX_TOML_DEPTH} levels: not a cassette")
 
 
 def _read(path: Path) -> tuple[bytes, _Stamp]:
@@ -370,15 +435,17 @@ def _stamp_of_fd(fd: int) -> _Stamp:
 
 
 @contextlib.contextmanager
-def _folder_lock(path: Path) -> Iterator[None]:
-    """An exclusive lock on the cassette's folder: the file is replaced by renames, the folder stays."""
+def _folder_lock(path: Path, *, shared: bool = False) -> Iterator[None]:
+    """A lock on the cassette's folder (the file is replaced by renames, the folder stays): shared by
+    readers, held alone by a writer."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if not shared:
+            path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path.parent, os.O_RDONLY)
     except OSError as exc:
-        raise CassetteError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        raise CassetteError(f"{path}: cannot {'read' if shared else 'write'}: {exc.strerror or exc}") from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)  # closing releases the lock
@@ -402,6 +469,27 @@ def _appended(raw: bytes, docs: list[dict[str, Any]], suffix: str) -> bytes:
         return _encode(doc, suffix)
     # `[[interactions]]` tables may come at the end of any TOML document: the old bytes stay as they are.
     return raw + (b"" if raw.endswith(b"\n") else b"\n") + _toml.dumps({"interactions": docs}).encode()
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()
+
+
+def _from_spool(stream: SpooledStream) -> Interaction:
+    """An interaction from a spooled stream; one its spool stops short of is marked interrupted."""
+    request = Request(stream.method, stream.path, stream.query, tuple(stream.request_headers), stream.body)
+    chunks = tuple(Chunk(t, data) for t, data in stream.chunks)
+    try:
+        end = End(stream.end) if stream.end is not None else End.INTERRUPTED
+    except ValueError:
+        end = End.INTERRUPTED
+    last = chunks[-1].t if chunks else 0.0
+    duration = None if end is End.COMPLETE else (stream.duration if stream.duration is not None else last)
+    response = Response(stream.status or 0, tuple(stream.headers), chunks, end, duration)
+    return Interaction(request, response, stream.recorded_at or None)
 
 
 def _write(target: Path, data: bytes) -> _Stamp:
@@ -483,7 +571,7 @@ def _headers_to_doc(headers: Headers) -> dict[str, str | list[str]]:
     return table
 
 
-def _interaction_to_doc(interaction: Interaction, *, binary: bool) -> dict[str, Any]:
+def _interaction_to_doc(interaction: Interaction, *, binary: bool, spool: str | None = None) -> dict[str, Any]:
     req, resp = interaction.request, interaction.response
     request: dict[str, Any] = {"method": req.method, "path": req.path}
     if req.query:
@@ -503,6 +591,8 @@ def _interaction_to_doc(interaction: Interaction, *, binary: bool) -> dict[str, 
     doc: dict[str, Any] = {}
     if interaction.recorded_at:
         doc["recorded_at"] = interaction.recorded_at
+    if spool:
+        doc["spool"] = spool
     doc["request"] = request
     doc["response"] = response
     return doc
@@ -511,7 +601,8 @@ def _interaction_to_doc(interaction: Interaction, *, binary: bool) -> dict[str, 
 # --- decoding, with a precise message for anything out of place ------------------------
 
 
-def _interactions_from_doc(doc: Any) -> list[Interaction]:
+def _interactions_from_doc(doc: Any) -> tuple[list[Interaction], set[str]]:
+    """The interactions of a cassette document, and the ids of the spools they were taken from."""
     if not isinstance(doc, Mapping) or "format_version" not in doc:
         raise _Invalid("not an sse-tape cassette (no format_version)")
     version = doc["format_version"]
@@ -525,7 +616,9 @@ def _interactions_from_doc(doc: Any) -> list[Interaction]:
     items = doc.get("interactions", [])
     if not isinstance(items, list):
         raise _Invalid("interactions must be a list")
-    return [_interaction_from_doc(item, f"interaction {n}") for n, item in enumerate(items, 1)]
+    interactions = [_interaction_from_doc(item, f"interaction {n}") for n, item in enumerate(items, 1)]
+    spools = {str(item["spool"]) for item in items if isinstance(item, Mapping) and "spool" in item}
+    return interactions, spools
 
 
 def _interaction_from_doc(doc: Any, where: str) -> Interaction:
@@ -548,8 +641,11 @@ def _interaction_from_doc(doc: Any, where: str) -> Interaction:
     if not isinstance(chunks, list):
         raise _Invalid(f"{where}: response.chunks must be a list")
     status = _field(resp, "status", int, f"{where}: response")
-    if not 100 <= status <= 599:
-        raise _Invalid(f"{where}: response.status {status} is not an HTTP status")
+    if not 200 <= status <= 599:
+        raise _Invalid(f"{where}: response.status {status} is not an HTTP status a response can end with (200-599)")
+    if chunks and (status in (204, 304) or request.method.upper() == "HEAD"):
+        what = f"a {status} response" if status in (204, 304) else "the answer to a HEAD request"
+        raise _Invalid(f"{where}: {what} has no body, but chunks are recorded")
     response = Response(
         status=status,
         headers=_headers_from_doc(resp.get("headers", {}), f"{where}: response.headers"),
@@ -564,7 +660,7 @@ def _interaction_from_doc(doc: Any, where: str) -> Interaction:
 def _chunk_from_doc(doc: Any, where: str) -> Chunk:
     doc = _table(doc, where)
     t = _number(doc, "t", where)
-    if t is None or not 0 <= t < math.inf:
+    if t is None or t < 0:
         raise _Invalid(f"{where}: t must be a number of seconds >= 0")
     data = _get_bytes(doc, _CHUNK_KEYS, where)
     if data is None:
@@ -578,9 +674,13 @@ def _headers_from_doc(doc: Any, where: str) -> Headers:
     for name, value in doc.items():
         if not isinstance(name, str):
             raise _Invalid(f"{where}: header name {name!r} is not text")
+        if not _TOKEN.fullmatch(name):
+            raise _Invalid(f"{where}: header name {name!r} is not a valid HTTP header name")
         values = value if isinstance(value, list) else [value]
         if not all(isinstance(v, str) for v in values):
             raise _Invalid(f"{where}: {name} must be a string or a list of strings")
+        if any(_BREAKS.search(v) for v in values):
+            raise _Invalid(f"{where}: {name} has a line break or NUL in its value, which would split the header")
         pairs.extend((name, v) for v in values)
     return tuple(pairs)
 
@@ -592,6 +692,11 @@ def _table(doc: Any, where: str) -> Mapping[str, Any]:
 
 
 _MISSING: Any = object()
+# An HTTP header name (RFC 9110, token), and what a header value must not hold.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_BREAKS = re.compile(r"[\r\n\x00]")
+# Times in a cassette: a year of seconds is more than any stream lasts.
+_MAX_SECONDS = 365 * 24 * 3600.0
 
 
 def _field(doc: Mapping[str, Any], name: str, kind: type, where: str, default: Any = _MISSING) -> Any:
@@ -609,8 +714,14 @@ def _number(doc: Mapping[str, Any], name: str, where: str, default: Any = _MISSI
         raise _Invalid(f"{where}.{name} is missing")
     if value is None:
         return None
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or (isinstance(value, float) and not math.isfinite(value))
+    ):
         raise _Invalid(f"{where}.{name} must be a finite number")
+    if not -_MAX_SECONDS < value < _MAX_SECONDS:  # compared as it is: a 400-digit int cannot even become a float
+        raise _Invalid(f"{where}.{name} must be a number of seconds under a year")
     return float(value)
 
 

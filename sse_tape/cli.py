@@ -26,9 +26,9 @@ from .dialects import get as get_dialect
 from .faults import FAULTS, PROFILES
 from .matching import DEFAULT_MATCH_ON, MatchOn
 from .options import MissPolicy, ServeOptions, parse_match
-from .record import RecordMode, describe, record_once, recording_server
+from .record import RecordMode, describe, record_once
 from .redaction import Redaction
-from .server import Limits, MockServer, load_cassettes
+from .server import Limits, MockServer, load_cassettes, recording_server
 from .sse import SSEDecoder
 
 __all__ = ["cli", "main"]
@@ -304,8 +304,8 @@ def record(url: str | None, cassette: Path, upstream: str | None, **words: Any) 
         asyncio.run(_serve_until_stopped(server, banner))
         if server.recorder is not None:
             _log(server.recorder.summary())
-        if failed := server.journal.counts["save-failed"]:
-            raise SSETapeError(f"{failed} interactions could not be saved to {cassette}")
+        if server.recorder is not None and server.recorder.failures:
+            raise SSETapeError(f"{server.recorder.failures} writes to {cassette} or its spool failed: see above")
     else:
         assert url is not None
         _record_one_shot(url, cassette, *one_shot, redaction=redaction, idle_timeout=idle_timeout)

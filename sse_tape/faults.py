@@ -25,18 +25,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ._exceptions import ConfigError
 from ._units import parse_duration
 from .cassette import End, Request
 from .dialects import Dialect
 from .dialects.events import Error, Start
+from .journal import ReplayState
 from .plan import Block, Noise, Plan, Position
 from .sse import encode_comment
-
-if TYPE_CHECKING:
-    from .journal import ReplayState
 
 __all__ = [
     "FAULTS",

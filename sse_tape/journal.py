@@ -20,14 +20,11 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, ClassVar
+from typing import IO, Any, ClassVar
 
 from . import _json
 from ._exceptions import ConfigError
-from .cassette import End
-
-if TYPE_CHECKING:
-    from .matching import Recording
+from .cassette import End, Recording
 
 __all__ = [
     "Ended",

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
 from difflib import SequenceMatcher
 from enum import StrEnum
 from typing import Any
@@ -21,11 +20,11 @@ from urllib.parse import parse_qsl
 
 from ._exceptions import ConfigError, NoMatchError
 from ._paths import locate
-from .cassette import Cassette, Interaction, Request
+from .cassette import Cassette, Interaction, Recording, Request
 from .journal import ReplayState
 from .redaction import REDACTED
 
-__all__ = ["DEFAULT_MATCH_ON", "MatchOn", "Matcher", "Recording"]
+__all__ = ["DEFAULT_MATCH_ON", "MatchOn", "Matcher"]
 
 
 class MatchOn(StrEnum):
@@ -40,20 +39,6 @@ class MatchOn(StrEnum):
 DEFAULT_MATCH_ON: tuple[MatchOn, ...] = (MatchOn.METHOD, MatchOn.PATH, MatchOn.BODY)
 
 _MISSING: Any = object()
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Recording:
-    """A recorded interaction and where it came from; compared and hashed by identity."""
-
-    interaction: Interaction
-    cassette: str
-    index: int
-    """Its position in the cassette, from 1."""
-
-    def __str__(self) -> str:
-        req = self.interaction.request
-        return f"{self.cassette} #{self.index} ({req.method} {req.path})"
 
 
 class Matcher:

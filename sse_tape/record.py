@@ -16,21 +16,19 @@ as far as they got when the server is stopped.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import os
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import BinaryIO
 
 from aiohttp import web
 from yarl import URL
 
-from ._exceptions import CassetteError, CassetteNotFoundError, ConfigError, UpstreamError
-from ._http import drop_connection, end_to_end, run_in_thread
+from ._exceptions import CassetteError, UpstreamError
+from ._http import drop_connection, end_to_end
 from ._spool import SpoolWriter
 from .cassette import (
     Cassette,
@@ -45,25 +43,13 @@ from .cassette import (
 )
 from .dialects import Dialect
 from .journal import Forwarded, Recorded, SaveFailed, UpstreamFailed
-from .options import MissPolicy, ServeOptions
 from .plan import blocks_of
 from .redaction import Redaction
+from .responder import Exchange, Host
 from .sse import SSEDecoder
 from .upstream import AiohttpUpstream, Upstream, parse_upstream
 
-if TYPE_CHECKING:
-    from .server import Exchange, Limits, MockServer
-
-__all__ = [
-    "Forwarder",
-    "RecordMode",
-    "Recorder",
-    "arecording",
-    "describe",
-    "record_once",
-    "recording",
-    "recording_server",
-]
+__all__ = ["Forwarder", "RecordMode", "Recorder", "describe", "record_once"]
 
 
 class RecordMode(StrEnum):
@@ -175,12 +161,14 @@ class Recorder:
         """The interactions recorded, by how each ended."""
         self.recorded: list[Interaction] = []
         """What this session recorded, in the order the streams ended."""
-        self._server: MockServer | None = None
+        self.failures = 0
+        """Writes that failed (a reset of the server does not clear them)."""
+        self._server: Host | None = None
         self._spool: SpoolWriter | None = None
         self._streams = 0
         self._syncing: set[asyncio.Future[None]] = set()
 
-    async def start(self, server: MockServer) -> None:
+    async def start(self, server: Host) -> None:
         """Open the spool: a folder that cannot be written is an error now, before anything is recorded."""
         self._server = server
         self._spool = SpoolWriter(self.path)
@@ -193,13 +181,14 @@ class Recorder:
         if spool is None:
             return
         try:
-            await asyncio.to_thread(self.cassette.append, self.recorded)
+            # The spool is removed inside the cassette's lock, while this still holds the spool's own:
+            # no reader ever sees the interactions in both.
+            await asyncio.to_thread(self.cassette.append, self.recorded, spool=spool.path)
         except CassetteError as exc:
-            spool.close(remove=False)
             kept = "holds what was written before that" if spool.failed else "keeps the recordings"
             self._failed(None, f"{exc}; {spool.path} {kept}")
-            return
-        spool.close(remove=True)
+        finally:
+            spool.close(remove=False)
 
     def begin(self, capture: _Capture) -> None:
         """A stream's response head came: spool its request and head."""
@@ -209,14 +198,15 @@ class Recorder:
         headers = self.redaction.response(Response(capture.status or 0, capture.headers)).headers
 
         def write(spool: SpoolWriter, n: int) -> None:
-            spool.start(n, request, capture.recorded_at)
-            spool.head(n, capture.status or 0, headers)
+            r = request
+            spool.start(n, capture.recorded_at, r.method, r.path, r.query, list(r.headers), r.body)
+            spool.head(n, capture.status or 0, list(headers))
 
         self._spooled(write, capture)
 
     def received(self, capture: _Capture, chunk: Chunk) -> None:
         """A piece of a stream's body came: spool it."""
-        self._spooled(lambda spool, n: spool.chunk(n, chunk), capture)
+        self._spooled(lambda spool, n: spool.chunk(n, chunk.t, chunk.data), capture)
 
     def keep(self, capture: _Capture, number: int) -> None:
         """The stream of request `number` is over: record it as far as it got."""
@@ -226,12 +216,13 @@ class Recorder:
         if interaction is None:
             return  # no response head, nothing to record
         end = interaction.response.end
-        self._spooled(lambda spool, n: spool.end(n, end, capture.duration), capture)
+        self._spooled(lambda spool, n: spool.end(n, str(end), capture.duration), capture)
         interaction = self.redaction.interaction(interaction)
         self.recorded.append(interaction)
         self.ends[interaction.response.end] += 1
         index = len(self.cassette) + len(self.recorded)
-        if self.playable:
+        if self.playable and interaction.response.end is End.COMPLETE:
+            # Only a whole answer replays: a client that retries after a cut-off stream reaches the upstream.
             server.matcher.add(interaction, self.path.name, index)
         syncing = asyncio.ensure_future(self._report(interaction, number, index))
         self._syncing.add(syncing)
@@ -268,6 +259,7 @@ class Recorder:
 
     def _failed(self, number: int | None, reason: str) -> None:
         assert self._server is not None
+        self.failures += 1
         self._server.journal.add(SaveFailed(request=number or 0, cassette=str(self.path), reason=reason))
 
     def summary(self) -> str:
@@ -309,11 +301,11 @@ class Forwarder:
         self.upstream = upstream
         self.recorder = recorder
         self.drain_timeout = drain_timeout
-        self._server: MockServer | None = None
+        self._server: Host | None = None
         self._streams: set[asyncio.Future[web.StreamResponse]] = set()
         self._draining: set[asyncio.Future[web.StreamResponse]] = set()
 
-    async def start(self, server: MockServer) -> None:
+    async def start(self, server: Host) -> None:
         self._server = server
         if self.recorder is not None:
             await self.recorder.start(server)
@@ -348,16 +340,22 @@ class Forwarder:
             # upstream read on for the recording; otherwise the upstream request stops now.
             if not client.gone:
                 client.gone = True
-                if _answered(capture, exchange.dialect):
-                    self._drain(stream)
+                if self._drains(capture, exchange):
+                    self._drain(stream, exchange)
                 else:
                     stream.cancel()
             raise
 
-    def _drain(self, stream: asyncio.Future[web.StreamResponse]) -> None:
-        """Read on for the recording, `drain_timeout` seconds at most."""
+    def _drains(self, capture: _Capture, exchange: Exchange) -> bool:
+        """Whether to read on after the client left: to record a stream it read to its terminal frame."""
+        return self.recorder is not None and _answered(capture, exchange.dialect)
+
+    def _drain(self, stream: asyncio.Future[web.StreamResponse], exchange: Exchange) -> None:
+        """Read on for the recording, `drain_timeout` seconds at most; the stream then notes its own end."""
+        exchange.ends_later = True
         self._draining.add(stream)
-        asyncio.get_running_loop().call_later(self.drain_timeout, stream.cancel)
+        deadline = asyncio.get_running_loop().call_later(self.drain_timeout, stream.cancel)
+        stream.add_done_callback(lambda _: deadline.cancel())
 
     async def _forward(self, exchange: Exchange, capture: _Capture, client: _Client) -> web.StreamResponse:
         server = self._server
@@ -393,11 +391,11 @@ class Forwarder:
                 await out.write(chunk.data)
             except (ConnectionResetError, ConnectionAbortedError):
                 client.gone = True
-                if not _answered(capture, exchange.dialect):
+                if not self._drains(capture, exchange):
                     raise
                 current = asyncio.current_task()
                 assert current is not None
-                self._drain(current)
+                self._drain(current, exchange)
                 return
             exchange.progress.bytes += len(chunk.data)
 
@@ -420,6 +418,8 @@ class Forwarder:
                 exchange.event_ends = [b.end for b in blocks_of(body) if b.event is not None]
                 if recorder is not None:
                     recorder.keep(capture, exchange.number)
+            if exchange.ends_later:
+                server.ended(exchange)
         if client.gone:
             return out
         if capture.end is End.COMPLETE:
@@ -435,77 +435,6 @@ def _answered(capture: _Capture, dialect: Dialect) -> bool:
     decoder = SSEDecoder()
     events = [event for chunk in capture.chunks for event in decoder.feed(chunk.data)]
     return bool(events) and dialect.is_terminal(events[-1])
-
-
-def recording_server(
-    cassette: str | os.PathLike[str],
-    upstream: str,
-    *,
-    mode: RecordMode | str = RecordMode.NEW_EPISODES,
-    redaction: Redaction | None = None,
-    idle_timeout: float = 300.0,
-    options: ServeOptions | None = None,
-    host: str = "127.0.0.1",
-    port: int = 0,
-    log: Callable[[str], None] | None = None,
-    limits: Limits | None = None,
-    allow_remote_control: bool = False,
-) -> MockServer:
-    """A server that records into `cassette` what it forwards to `upstream`, and replays by `mode`.
-
-    `upstream` is a base URL such as `http://127.0.0.1:8000` or
-    `https://api.example.com/v1`; a request for `/chat/completions` goes to
-    the upstream's base URL plus that path. `options` say how replays are
-    matched and paced; the mode says whether recordings repeat: each replays
-    once under `new_episodes` (as VCR.py does), and they repeat under the others.
-    """
-    from .server import MockServer
-
-    path = check_cassette_path(cassette)
-    forwarded = AiohttpUpstream(upstream, idle_timeout=idle_timeout)
-    try:
-        mode = RecordMode(mode)
-    except ValueError:
-        raise ConfigError(f"record mode {mode!r}: choose from {', '.join(RecordMode)}") from None
-    # Read it now: a cassette that cannot be read must stop us before we record over it. It holds
-    # what killed sessions left in their spools too: it exists if either does.
-    try:
-        existing: Cassette | None = Cassette.load(path)
-    except CassetteNotFoundError:
-        existing = None
-    replay_only = mode is RecordMode.NONE or (mode is RecordMode.ONCE and existing is not None)
-    chosen = dataclasses.replace(
-        options or ServeOptions(),
-        on_miss=MissPolicy.ERROR if replay_only else MissPolicy.RECORD,
-        allow_repeats=mode is not RecordMode.NEW_EPISODES,
-    )
-    return MockServer(
-        [existing] if existing is not None and mode is not RecordMode.ALL else [],
-        options=chosen,
-        host=host,
-        port=port,
-        log=log,
-        upstream=forwarded,
-        # What new_episodes records replays from the next request on; once and all record every request.
-        recorder=Recorder(existing or Cassette(path=path), redaction, playable=mode is RecordMode.NEW_EPISODES),
-        replay=mode is not RecordMode.ALL,
-        limits=limits,
-        allow_remote_control=allow_remote_control,
-    )
-
-
-@contextlib.asynccontextmanager
-async def arecording(cassette: str | os.PathLike[str], upstream: str, **keywords: Any) -> AsyncIterator[MockServer]:
-    """Run a recording server while the block runs; its keywords are `recording_server`'s."""
-    async with recording_server(cassette, upstream, **keywords) as server:
-        yield server
-
-
-@contextlib.contextmanager
-def recording(cassette: str | os.PathLike[str], upstream: str, **keywords: Any) -> Iterator[MockServer]:
-    """Like `arecording`, for synchronous code: the server runs in a background thread."""
-    with run_in_thread(recording_server(cassette, upstream, **keywords)) as server:
-        yield server
 
 
 async def record_once(

@@ -21,27 +21,27 @@ import ipaddress
 import logging
 import os
 import resource
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol, Self
+from typing import Any, Self
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from . import _json
-from ._exceptions import ConfigError, NoMatchError
-from ._http import ConnectionGuard, Progress, run_in_thread, write_plan
-from .cassette import Cassette, End, Request, bundled_cassettes, find_cassettes
-from .dialects import Dialect, dialect_for
+from ._exceptions import CassetteNotFoundError, ConfigError, NoMatchError
+from ._http import ConnectionGuard, run_in_thread, write_plan
+from .cassette import Cassette, End, Recording, Request, bundled_cassettes, check_cassette_path, find_cassettes
+from .dialects import dialect_for
 from .faults import MAX_HEADER_FAULTS, Fault, Injector, apply, parse_faults
 from .journal import Ended, FaultInjected, Journal, Matched, Miss, Missed, Received, ReplayState
-from .matching import Matcher, Recording
+from .matching import Matcher
 from .options import MissPolicy, ServeOptions
 from .plan import Plan, blocks_of
-
-if TYPE_CHECKING:
-    from .record import Recorder
-    from .upstream import Upstream
+from .record import Forwarder, Recorder, RecordMode
+from .redaction import Redaction
+from .responder import Exchange, Host, Responder
+from .upstream import AiohttpUpstream, Upstream
 
 __all__ = ["Exchange", "Limits", "MockServer", "Replay", "Responder", "aserve", "load_cassettes", "serve"]
 
@@ -64,52 +64,15 @@ def load_cassettes(sources: Iterable[CassetteSource] = ()) -> list[Cassette]:
     return cassettes + [Cassette.load(p) for p in paths]
 
 
-@dataclass(slots=True)
-class Exchange:
-    """One request on its way through the responders, and how its answer went."""
-
-    http: web.Request
-    request: Request
-    number: int
-    """The request's number, counted from 1 since the server started (or was reset)."""
-    faults: list[Fault]
-    """Faults the request asked for in its `X-SSE-Tape-Fault` header."""
-    dialect: Dialect
-    """The API of the request's path, which frames its errors."""
-    miss: str | None = None
-    """Why replay did not answer: the closest recordings and how each differs."""
-    status: int = 0
-    end: End = End.COMPLETE
-    progress: Progress = field(default_factory=Progress)
-    event_ends: Sequence[int] = ()
-    """Where each event of the body sent ends, to count the events that went out."""
-
-
-class Responder(Protocol):
-    """Answers requests, or passes them on: replay, forwarding to an upstream, and more."""
-
-    async def start(self, server: MockServer) -> None:
-        """Called once the server's event loop runs, before the first request."""
-        ...
-
-    async def respond(self, exchange: Exchange) -> web.StreamResponse | None:
-        """Answer the request (streaming as it likes), or return None to leave it to the next responder."""
-        ...
-
-    async def close(self) -> None:
-        """Called when the server stops, after the streams in flight were cut."""
-        ...
-
-
 class Replay:
     """Answers from the recordings the server's matcher holds, at the server's pace, with its faults."""
 
     def __init__(self) -> None:
-        self._server: MockServer | None = None
+        self._server: Host | None = None
         self._event_ends: dict[Recording, list[int]] = {}  # per recording, worked out at its first replay
 
-    async def start(self, server: MockServer) -> None:
-        self._server = server
+    async def start(self, host: Host) -> None:
+        self._server = host
 
     async def close(self) -> None:
         pass
@@ -346,8 +309,7 @@ class MockServer:
         self.state.requests += 1
         number = self.state.requests
         self.journal.add(Received(request=number, method=request.method, path=request.path, query=request.query))
-        exchange = Exchange(http, request, number, [], dialect_for(request.path))
-        start = asyncio.get_running_loop().time()
+        exchange = Exchange(http, request, number, [], dialect_for(request.path), asyncio.get_running_loop().time())
         self.active_streams += 1
         try:
             try:
@@ -375,18 +337,24 @@ class MockServer:
             raise
         finally:
             self.active_streams -= 1
-            self.journal.add(
-                Ended(
-                    request=number,
-                    method=request.method,
-                    path=request.path,
-                    status=exchange.status,
-                    end=exchange.end,
-                    bytes=exchange.progress.bytes,
-                    events=bisect.bisect_right(exchange.event_ends, exchange.progress.bytes),
-                    seconds=round(asyncio.get_running_loop().time() - start, 6),
-                )
+            if not exchange.ends_later:
+                self.ended(exchange)
+
+    def ended(self, exchange: Exchange) -> None:
+        """Note in the journal how an exchange's answer ended: after how many bytes and events, and how long."""
+        request = exchange.request
+        self.journal.add(
+            Ended(
+                request=exchange.number,
+                method=request.method,
+                path=request.path,
+                status=exchange.status,
+                end=exchange.end,
+                bytes=exchange.progress.bytes,
+                events=bisect.bisect_right(exchange.event_ends, exchange.progress.bytes),
+                seconds=round(asyncio.get_running_loop().time() - exchange.started, 6),
             )
+        )
 
     async def send(self, exchange: Exchange, plan: Plan) -> web.StreamResponse:
         """Write a plan as the answer to `exchange`, noting its status, its progress and how it ended."""
@@ -500,6 +468,75 @@ class MockServer:
         return headers
 
 
+def recording_server(
+    cassette: str | os.PathLike[str],
+    upstream: str,
+    *,
+    mode: RecordMode | str = RecordMode.NEW_EPISODES,
+    redaction: Redaction | None = None,
+    idle_timeout: float = 300.0,
+    options: ServeOptions | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    log: Callable[[str], None] | None = None,
+    limits: Limits | None = None,
+    allow_remote_control: bool = False,
+) -> MockServer:
+    """A server that records into `cassette` what it forwards to `upstream`, and replays by `mode`.
+
+    `upstream` is a base URL such as `http://127.0.0.1:8000` or
+    `https://api.example.com/v1`; a request for `/chat/completions` goes to
+    the upstream's base URL plus that path. `options` say how replays are
+    matched and paced; the mode says whether recordings repeat: each replays
+    once under `new_episodes` (as VCR.py does), and they repeat under the others.
+    """
+    path = check_cassette_path(cassette)
+    forwarded = AiohttpUpstream(upstream, idle_timeout=idle_timeout)
+    try:
+        mode = RecordMode(mode)
+    except ValueError:
+        raise ConfigError(f"record mode {mode!r}: choose from {', '.join(RecordMode)}") from None
+    # Read it now: a cassette that cannot be read must stop us before we record over it. It holds
+    # what killed sessions left in their spools too: it exists if either does.
+    try:
+        existing: Cassette | None = Cassette.load(path)
+    except CassetteNotFoundError:
+        existing = None
+    replay_only = mode is RecordMode.NONE or (mode is RecordMode.ONCE and existing is not None)
+    chosen = replace(
+        options or ServeOptions(),
+        on_miss=MissPolicy.ERROR if replay_only else MissPolicy.RECORD,
+        allow_repeats=mode is not RecordMode.NEW_EPISODES,
+    )
+    return MockServer(
+        [existing] if existing is not None and mode is not RecordMode.ALL else [],
+        options=chosen,
+        host=host,
+        port=port,
+        log=log,
+        upstream=forwarded,
+        # What new_episodes records replays from the next request on; once and all record every request.
+        recorder=Recorder(existing or Cassette(path=path), redaction, playable=mode is RecordMode.NEW_EPISODES),
+        replay=mode is not RecordMode.ALL,
+        limits=limits,
+        allow_remote_control=allow_remote_control,
+    )
+
+
+@contextlib.asynccontextmanager
+async def arecording(cassette: str | os.PathLike[str], upstream: str, **keywords: Any) -> AsyncIterator[MockServer]:
+    """Run a recording server while the block runs; its keywords are `recording_server`'s."""
+    async with recording_server(cassette, upstream, **keywords) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def recording(cassette: str | os.PathLike[str], upstream: str, **keywords: Any) -> Iterator[MockServer]:
+    """Like `arecording`, for synchronous code: the server runs in a background thread."""
+    with run_in_thread(recording_server(cassette, upstream, **keywords)) as server:
+        yield server
+
+
 def _behind_replay(policy: MissPolicy, upstream: str | Upstream | None, recorder: Recorder | None) -> list[Responder]:
     """The responders the miss policy puts behind replay."""
     if policy is MissPolicy.ERROR:
@@ -508,10 +545,6 @@ def _behind_replay(policy: MissPolicy, upstream: str | Upstream | None, recorder
         raise ConfigError(f"on miss {policy}: give the upstream to send misses to")
     if policy is MissPolicy.RECORD and recorder is None:
         raise ConfigError("on miss record: give the recorder that keeps what is forwarded")
-    # Imported here: a server that only replays never loads the upstream client.
-    from .record import Forwarder
-    from .upstream import AiohttpUpstream
-
     return [Forwarder(AiohttpUpstream(upstream) if isinstance(upstream, str) else upstream, recorder)]
 
 

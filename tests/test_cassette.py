@@ -2,9 +2,12 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
+import tracemalloc
 import zipfile
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -20,6 +23,7 @@ from sse_tape import (
     Chunk,
     End,
     Interaction,
+    Matcher,
     Request,
     Response,
     append_interactions,
@@ -86,7 +90,8 @@ def test_non_utf8_chunks_are_stored_as_base64_in_toml(tmp_path: Path) -> None:
         st.tuples(st.floats(0, 1e5, allow_nan=False), st.text(max_size=60) | st.binary(max_size=30)), max_size=6
     ),
     body=st.text(max_size=60),
-    header=st.text(st.characters(blacklist_categories=("Cs",)), max_size=20),
+    # Any text a header value can hold: a line break or NUL would split it on the wire, and is refused at load.
+    header=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n\x00"), max_size=20),
 )
 def test_toml_round_trips_any_text_or_bytes(
     tmp_path: Path, chunks: list[tuple[float, str | bytes]], body: str, header: str
@@ -306,13 +311,16 @@ def _spooled(cassette: Path, *streams: tuple[Interaction, bool]) -> SpoolWriter:
     """A spool beside `cassette` holding each interaction, ended or (False) cut off before its end."""
     spool = SpoolWriter(cassette)
     for n, (interaction, ended) in enumerate(streams, 1):
-        response = interaction.response
-        spool.start(n, interaction.request, interaction.recorded_at or "")
-        spool.head(n, response.status, response.headers)
+        request, response = interaction.request, interaction.response
+        headers = list(request.headers)
+        spool.start(
+            n, interaction.recorded_at or "", request.method, request.path, request.query, headers, request.body
+        )
+        spool.head(n, response.status, list(response.headers))
         for chunk in response.chunks:
-            spool.chunk(n, chunk)
+            spool.chunk(n, chunk.t, chunk.data)
         if ended:
-            spool.end(n, response.end, response.end_time)
+            spool.end(n, str(response.end), response.end_time)
     return spool
 
 
@@ -372,3 +380,94 @@ def test_a_spool_cut_off_in_the_middle_of_a_record_keeps_what_came_before(tmp_pa
     raw = spool.path.read_bytes()
     spool.path.write_bytes(raw[:-3])  # the last record, the second stream's end, half written
     assert [i.response.end for i in Cassette.load(path)] == [End.COMPLETE, End.INTERRUPTED]
+
+
+def test_a_spool_whose_removal_a_crash_cut_short_is_not_read_twice(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    one = Interaction(Request("GET", "/1"), Response(chunks=(Chunk(0.1, b"data: 1\n\n"),)), "t")
+    spool = _spooled(path, (one, True))
+    kept = spool.path.read_bytes()
+    Cassette(path=path).append([one], spool=spool.path)  # a session's end: the cassette notes the spool, it goes
+    spool.close(remove=False)
+    spool.path.write_bytes(kept)  # as if the process had died between the two
+    assert f'spool = "{spool.id}"' in path.read_text()
+    assert len(Cassette.load(path)) == 1
+    Cassette.load(path).append([])
+    assert not spool.path.exists()
+    assert len(Cassette.load(path)) == 1
+
+
+def test_saving_under_another_name_leaves_the_spools_to_their_own_cassette(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.toml", tmp_path / "b.toml"
+    one = Interaction(Request("GET", "/1"), Response(chunks=(Chunk(0.1, b"data: 1\n\n"),)), "t")
+    Cassette([one], a).save()
+    spool = _spooled(a, (replace(one, request=Request("GET", "/2")), True))
+    spool.close(remove=False)
+    copy = Cassette.load(a)
+    copy.save(b)
+    copy.append([replace(one, request=Request("GET", "/3"))])
+    assert [i.request.path for i in Cassette.load(b)] == ["/1", "/2", "/3"]
+    assert [i.request.path for i in Cassette.load(a)] == ["/1", "/2"]  # a keeps its spool
+    assert spool.path.exists()
+    Cassette.load(a).save(tmp_path / "." / "a.toml")  # the same file, spelled another way
+    assert not spool.path.exists()
+    assert [i.request.path for i in Cassette.load(a)] == ["/1", "/2"]
+
+
+def test_another_cassettes_spools_are_not_taken_for_this_ones(tmp_path: Path) -> None:
+    one = Interaction(Request("GET", "/v2"), Response(chunks=(Chunk(0.1, b"data: 1\n\n"),)), "t")
+    other = tmp_path / "chat.toml.v2.toml"
+    _spooled(other, (one, True)).close(remove=False)
+    Cassette([], tmp_path / "chat.toml").save()
+    assert Cassette.load(tmp_path / "chat.toml").interactions == []
+    assert [i.request.path for i in Cassette.load(other)] == ["/v2"]
+
+
+# --- files made to break a loader (issue 9): each gives one clear error, quickly and in little memory ----
+
+_HEAD = 'format_version = 1\n\n[[interactions]]\n[interactions.request]\nmethod = "POST"\npath = "/p"\n'
+_RESPONSE = "[interactions.response]\nstatus = 200\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("format_version = 1\nx = " + "[" * 500 + "]" * 500 + "\n", "values nest deeper than 32 levels"),
+        ("format_version = 1\n" + ".".join(["a"] * 16_000) + " = 1\n", "keys nest deeper than 32 levels"),
+        ("format_version = " + "9" * 5000 + "\n", "not a cassette TOML can hold"),
+        (_HEAD + _RESPONSE + "duration = " + "9" * 400 + "\n", "response.duration must be a number of seconds under a year"),
+        (_HEAD + _RESPONSE + "[[interactions.response.chunks]]\nt = " + "9" * 400 + '\ntext = "x"\n', "t must be a number of seconds under a year"),
+        (_HEAD + _RESPONSE + '[interactions.response.headers]\n"x-a" = "1\\r\\nset-cookie: stolen"\n', "x-a has a line break or NUL in its value"),
+        (_HEAD + _RESPONSE + '[interactions.response.headers]\n"x\\u0000y" = "1"\n', "header name 'x\\x00y' is not a valid HTTP header name"),
+        (_HEAD + _RESPONSE + '[interactions.response.headers]\n"x a" = "1"\n', "header name 'x a' is not a valid HTTP header name"),
+        (_HEAD + _RESPONSE + '[interactions.response.headers]\n"x:a" = "1"\n', "header name 'x:a' is not a valid HTTP header name"),
+        (_HEAD + _RESPONSE + '[interactions.response.headers]\n"" = "1"\n', "header name '' is not a valid HTTP header name"),
+        (_HEAD + "[interactions.response]\nstatus = 101\n", "response.status 101 is not an HTTP status a response can end with"),
+        (_HEAD + "[interactions.response]\nstatus = 204\n[[interactions.response.chunks]]\nt = 0\ntext = 'x'\n", "a 204 response has no body, but chunks are recorded"),
+        (_HEAD.replace('"POST"', '"HEAD"') + _RESPONSE + "[[interactions.response.chunks]]\nt = 0\ntext = 'x'\n", "the answer to a HEAD request has no body"),
+    ],
+)  # fmt: skip
+def test_a_file_made_to_break_the_loader_is_one_clear_error(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    peak = _peak_memory_while(lambda: pytest.raises(CassetteFormatError, match=re.escape(message)), path)
+    assert peak < 64 * 2**20
+
+
+def _peak_memory_while(expecting: Any, path: Path) -> int:
+    tracemalloc.start()
+    try:
+        with expecting():
+            Cassette.load(path)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_request_body_nested_a_thousand_deep_loads_and_is_compared_as_bytes(tmp_path: Path) -> None:
+    body = b"[" * 1000 + b"]" * 1000
+    path = Cassette(
+        [Interaction(Request("POST", "/p", body=body), Response(chunks=(Chunk(0.0, b"data: x\n\n"),)))]
+    ).save(tmp_path / "c.toml")
+    matcher = Matcher([Cassette.load(path)])
+    assert matcher.find(Request("POST", "/p", body=body)).index == 1

@@ -736,3 +736,12 @@ def test_redacting_a_body_with_a_lone_surrogate_escape_keeps_the_interaction() -
     body = b'{"user": "alice", "s": "\\ud800"}'
     redacted = Redaction.build(json_fields=["user"]).request(Request("POST", "/v1/chat/completions", body=body))
     assert json.loads(redacted.body) == {"user": REDACTED, "s": "\ud800"}
+
+
+def test_a_tool_call_still_open_at_the_finish_ends_with_it_in_every_dialect() -> None:
+    # events.py: "a call left open when the stream finishes is ended by Finish".
+    events = [Start("r1", "m", 1), ToolCallStart(0, "call_1", "f"), ToolCallDelta(0, '{"a": 1}'), Finish("tool_calls")]
+    for name in ("openai-chat", "openai-responses"):
+        sse = events_of(*DIALECTS[name].encode(events))
+        assert DIALECTS[name].check(sse) == [], name
+        assert ToolCallEnd(0) in DIALECTS[name].decode(sse)

@@ -17,10 +17,23 @@ import pytest
 from clients import openai_client
 from upstream import Upstream, chat_chunk
 
-from sse_tape import Cassette, CassetteError, Chunk, End, Interaction, Request, Response, aserve, serve
+from sse_tape import (
+    Cassette,
+    CassetteError,
+    Chunk,
+    End,
+    Interaction,
+    RecordMode,
+    Request,
+    Response,
+    arecording,
+    aserve,
+    recording,
+    recording_server,
+    serve,
+)
 from sse_tape._http import run_in_thread
 from sse_tape.journal import Ended, Received
-from sse_tape.record import RecordMode, arecording, recording, recording_server
 from sse_tape.redaction import REDACTED, Redaction
 
 
@@ -589,6 +602,8 @@ async def test_a_client_that_reads_to_done_and_hangs_up_is_recorded_complete(
     recorded = Cassette.load(cassette).interactions
     assert [i.response.end for i in recorded] == [End.COMPLETE] * 3
     assert all(i.response.body.endswith(b"data: [DONE]\n\n") for i in recorded)
+    # The journal says so too: each ended complete, after the events the client read.
+    assert [(e.end, e.events) for e in proxy.journal if isinstance(e, Ended)] == [(End.COMPLETE, 4)] * 3
 
 
 def test_a_sigkill_right_after_a_stream_ends_keeps_it_whatever_the_cassettes_size(
@@ -638,7 +653,7 @@ import json, httpx
 from sse_tape import Cassette
 from sse_tape._http import run_in_thread
 from sse_tape.journal import SaveFailed
-from sse_tape.record import recording
+from sse_tape import recording
 from upstream import Upstream
 with run_in_thread(Upstream()) as up:
     with recording("c.toml", up.url) as proxy:
@@ -659,3 +674,18 @@ print(json.dumps({"status": got.status_code, "sent": len(got.content), "failed":
     assert report["end"] == "interrupted"
     assert 0 < report["kept"] < report["sent"]
     assert report["prefix"]
+
+
+async def test_a_stream_cut_short_is_recorded_but_a_retry_reaches_the_upstream(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "c.toml"
+    url = "/v1/chat/completions?events=20&gap=0.02"
+    async with arecording(cassette, upstream.url) as proxy:
+        async with httpx.AsyncClient() as client, client.stream("POST", proxy.url + url, content=b"{}") as cut:
+            await cut.aiter_raw().__anext__()  # and the client goes
+        async with httpx.AsyncClient() as client:
+            status, body = await read_all(client, "POST", proxy.url + url, content=b"{}")
+    assert (status, upstream.hits) == (200, 2)  # the retry was not answered with the broken recording
+    assert body.endswith(b"data: [DONE]\n\n")
+    assert [i.response.end for i in Cassette.load(cassette)] == [End.CLIENT_GONE, End.COMPLETE]

@@ -167,6 +167,8 @@ class _ResponsesEncoder(Encoder):
             self.emit("response.output_item.done", output_index=call.index, item=self.output[call.index])
         elif isinstance(event, Finish):
             self.close_item()
+            for index in list(self.calls):  # a call still open when generation finishes ends with it
+                self._event(ToolCallEnd(index))
             self.finish = event
             if self.usage is not None:
                 self._final()

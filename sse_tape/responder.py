@@ -1,0 +1,92 @@
+"""What a responder is, and what it may use of the server it answers for.
+
+A request goes through a chain of responders (replay, forwarding to an
+upstream, and more) until one answers. A responder sees the request as an
+`Exchange` and the server as a `Host`: its journal, its matcher and replay
+state, its options, and how it writes errors and plans. Responders live in
+modules of their own (`record.Forwarder`) that import this, never the server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from aiohttp import web
+
+from ._http import Progress
+from .cassette import End, Request
+from .dialects import Dialect
+from .faults import Fault, Injector
+from .journal import Journal, ReplayState
+from .matching import Matcher
+from .options import ServeOptions
+from .plan import Plan
+
+__all__ = ["Exchange", "Host", "Responder"]
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One request on its way through the responders, and how its answer went."""
+
+    http: web.Request
+    request: Request
+    number: int
+    """The request's number, counted from 1 since the server started (or was reset)."""
+    faults: list[Fault]
+    """Faults the request asked for in its `X-SSE-Tape-Fault` header."""
+    dialect: Dialect
+    """The API of the request's path, which frames its errors."""
+    started: float = 0.0
+    """When it arrived, on the event loop's clock."""
+    miss: str | None = None
+    """Why replay did not answer: the closest recordings and how each differs."""
+    status: int = 0
+    end: End = End.COMPLETE
+    progress: Progress = field(default_factory=Progress)
+    event_ends: Sequence[int] = ()
+    """Where each event of the body sent ends, to count the events that went out."""
+    ends_later: bool = False
+    """Its answer goes on after the client left (a forwarded stream read to its end): the responder
+    notes its end, not the server."""
+
+
+class Host(Protocol):
+    """What a responder may use of the server it answers for."""
+
+    options: ServeOptions
+    journal: Journal
+    state: ReplayState
+    matcher: Matcher
+    injector: Injector
+    closing: bool
+
+    def error(self, exchange: Exchange, status: int, message: str, code: str) -> web.Response:
+        """The API's JSON error for this exchange."""
+        ...
+
+    async def send(self, exchange: Exchange, plan: Plan) -> web.StreamResponse:
+        """Write a plan as the exchange's answer."""
+        ...
+
+    def ended(self, exchange: Exchange) -> None:
+        """Note in the journal how the exchange's answer ended."""
+        ...
+
+
+class Responder(Protocol):
+    """Answers requests, or passes them on: replay, forwarding to an upstream, and more."""
+
+    async def start(self, host: Host) -> None:
+        """Called once the server's event loop runs, before the first request."""
+        ...
+
+    async def respond(self, exchange: Exchange) -> web.StreamResponse | None:
+        """Answer the request (streaming as it likes), or return None to leave it to the next responder."""
+        ...
+
+    async def close(self) -> None:
+        """Called when the server stops, after the streams in flight were cut."""
+        ...
