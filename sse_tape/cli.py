@@ -27,7 +27,7 @@ from .faults import FAULTS, PROFILES
 from .matching import DEFAULT_MATCH_ON, MatchOn
 from .options import MissPolicy, ServeOptions, parse_match
 from .record import RecordMode, describe, record_once
-from .redaction import Redaction
+from .redaction import Redaction, find_secrets
 from .server import Limits, MockServer, load_cassettes, recording_server
 from .sse import SSEDecoder
 
@@ -262,6 +262,12 @@ def serve(
     metavar="FIELD",
     help="Redact this JSON request body field, as a dotted path (user, metadata.email). Repeatable.",
 )
+@click.option(
+    "--keep-json-field",
+    multiple=True,
+    metavar="NAME",
+    help="Record JSON request body fields of this name as they are, even if they look secret. Repeatable.",
+)
 @click.option("-X", "--method", help="One-shot mode: the request method [default: POST with --data, else GET].")
 @click.option("-d", "--data", help="One-shot mode: the request body; @FILE reads a file, @- standard input.")
 @click.option(
@@ -280,13 +286,17 @@ def record(url: str | None, cassette: Path, upstream: str | None, **words: Any) 
     One-shot mode, `sse-tape record URL -d @body.json -c FILE`: send one
     request, print the stream as it arrives, and append it.
 
-    Credentials (Authorization, cookies, API-key and token headers and query
-    parameters) are replaced by <redacted> before anything is written.
+    Credentials (Authorization, cookies, organization and project ids, and
+    headers, query parameters and JSON body fields named like keys, tokens,
+    secrets, passwords, signatures or sessions) are replaced by <redacted>
+    before anything is written. `sse-tape check --secrets` finds any that
+    got into a cassette.
     """
     redaction = Redaction.build(
         headers=words.pop("redact_header"),
         keep_headers=words.pop("keep_header"),
         json_fields=words.pop("redact_json_field"),
+        keep_json_fields=words.pop("keep_json_field"),
     )
     idle_timeout = parse_duration(words.pop("idle_timeout"))
     one_shot = (words.pop("method"), words.pop("data"), words.pop("header"))
@@ -473,6 +483,12 @@ def _describe(n: int, interaction: Interaction, *, full: bool) -> list[str]:
     "-H", "--header", multiple=True, metavar="'NAME: VALUE'", help="With --live: a request header. Repeatable."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--secrets",
+    is_flag=True,
+    help="Instead of the contracts, look for secrets in the cassettes: API keys, bearer tokens, JWTs, AWS keys, "
+    "and credentials in headers, query parameters or body fields that were not redacted. Exit 1 if any.",
+)
 def check(
     cassettes: tuple[Path, ...],
     dialect: str | None,
@@ -481,6 +497,7 @@ def check(
     data: str | None,
     header: tuple[str, ...],
     as_json: bool,
+    secrets: bool,
 ) -> None:
     """Check streams against their API's contract.
 
@@ -493,6 +510,11 @@ def check(
     chosen = get_dialect(dialect) if dialect else None
     if (live is None) == (not cassettes):
         raise ConfigError("give cassettes to check, or --live URL")
+    if secrets:
+        if live is not None:
+            raise ConfigError("--secrets checks cassettes, not --live streams")
+        _check_secrets(cassettes, as_json)
+        return
     if live is not None:
         request_method, headers, body = _one_shot_request(method, data, header)
         interaction = asyncio.run(record_once(live, None, method=request_method, headers=headers, body=body))
@@ -522,6 +544,24 @@ def check(
     if any(row["error"] for row in rows):
         sys.exit(2)
     if any(row["violations"] for row in rows):
+        sys.exit(1)
+
+
+def _check_secrets(paths: tuple[Path, ...], as_json: bool) -> None:
+    """`check --secrets`: every secret in the cassettes, one line each; exit 1 when there is any."""
+    rows = [
+        {"source": str(path), "interaction": n, "method": i.request.method, "path": i.request.path, "secret": found}
+        for path in find_cassettes(paths)
+        for n, i in enumerate(Cassette.load(path), 1)
+        for found in find_secrets(i)
+    ]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, ensure_ascii=False))
+    else:
+        for row in rows:
+            click.echo(f"{row['source']} #{row['interaction']} {row['method']} {row['path']}: {row['secret']}")
+        click.echo(f"{len(rows)} secret{'s'[: len(rows) != 1]} found")
+    if rows:
         sys.exit(1)
 
 

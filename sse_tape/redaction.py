@@ -1,66 +1,125 @@
-"""Keeping secrets out of cassettes.
+"""Keeping secrets out of cassettes, and finding the ones that got in.
 
-By default every header that carries a credential is replaced by a marker
-before anything is written: `Authorization`, `Proxy-Authorization`, `Cookie`,
-`Set-Cookie`, and any header or query parameter whose name has a word such as
-`key`, `token`, `secret` or `password` in it (`x-api-key`, `x-goog-api-key`,
-`x-auth-token`, `?api_key=`). A word must match whole, so
-`x-ratelimit-remaining-tokens` is kept. Chosen JSON body fields (`user`,
-`metadata.email`) can be redacted too. A recorded value equal to the marker
-matches any value on replay.
+By default everything that carries a credential is replaced by a marker
+before anything is written:
+
+- headers: `Authorization`, `Proxy-Authorization`, `Cookie`, `Set-Cookie`,
+  `OpenAI-Organization`, `OpenAI-Project`, and any header with a word in its
+  name that begins like `key`, `token`, `secret`, `password`, `credential`,
+  `auth`, `signature`, `session` or `cookie` (`x-api-key`, `X-Authentication`,
+  `x-goog-api-key`, `X-Signature`, `X-Session-Id`), in requests and responses;
+  rate-limit headers (`x-ratelimit-remaining-tokens`) are counts, and kept;
+- query parameters named so, plus `sig` and `code` (`X-Amz-Signature`,
+  `?sig=`, an OAuth `?code=`), with `&` or `;` between them;
+- JSON request body fields named so, at any depth (`api_key`,
+  `metadata.password`, `auth.token`); a field must be such a word whole, so
+  `max_tokens` is kept.
+
+Chosen headers and JSON body fields can be redacted too, and chosen ones
+kept (`--keep-header`, `--keep-json-field`). A recorded value equal to the
+marker matches any value on replay. `find_secrets` looks for what slipped
+through: API keys, bearer tokens, JWTs and AWS keys anywhere in a recording,
+and secret-named headers, parameters and fields left as they were.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
-from urllib.parse import parse_qsl, quote
+from typing import Any
+from urllib.parse import quote, unquote_plus
 
 from . import _json
 from ._paths import locate
 from .cassette import Headers, Interaction, Request, Response
 
-__all__ = ["REDACTED", "Redaction"]
+__all__ = ["REDACTED", "Redaction", "find_secrets"]
 
 #: What a secret is replaced with.
 REDACTED = "<redacted>"
 
+# A header word that begins with one of these marks a secret: authentication, tokens, passwords.
+_SECRET_STEMS = ("key", "apikey", "token", "secret", "passw", "credential", "cookie", "auth", "signature", "session")
+# A JSON field or query parameter must be one of these words whole (max_tokens is not a secret).
 _SECRET_WORDS = frozenset(
-    {"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials", "cookie", "auth"}
+    {
+        "key", "apikey", "token", "secret", "password", "passwd", "pwd", "credential", "credentials", "cookie",
+        "auth", "authorization", "authentication", "signature", "session", "sessionid",
+    }
+)  # fmt: skip
+_QUERY_WORDS = _SECRET_WORDS | {"sig", "code"}
+_ALWAYS = frozenset(
+    {"authorization", "proxy-authorization", "cookie", "set-cookie", "openai-organization", "openai-project"}
 )
-_ALWAYS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie", "api-key", "x-api-key"})
 # Words of a name in any style: x-api-key, api_key, apiKey, accessToken, X-AuthToken.
 _WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+_QUERY_SEPARATOR = re.compile(r"[&;]")
+_QUERY_PIECES = re.compile(r"([&;])")
+# Named like secrets, but not: OpenAI's prompt cache key, a request's idempotency key.
+_NOT_SECRET = frozenset({"prompt_cache_key", "idempotency-key", "idempotency_key"})
+
+
+def _words(name: str) -> set[str]:
+    return {word.lower() for word in _WORD.findall(name)}
+
+
+def _secret_header(name: str) -> bool:
+    lower = name.lower()
+    if lower in _ALWAYS:
+        return True
+    if lower in _NOT_SECRET:
+        return False
+    words = _words(name)
+    if "ratelimit" in words or lower.startswith(("ratelimit", "x-ratelimit")):
+        return False  # counts of requests and tokens, not credentials
+    return any(word.startswith(_SECRET_STEMS) for word in words)
+
+
+def _secret_field(name: str, words: frozenset[str]) -> bool:
+    if name.lower() in _NOT_SECRET:
+        return False
+    parts = _words(name)
+    return bool(parts & words) or "".join(parts) in words or name.lower() in words
 
 
 @dataclass(frozen=True, slots=True)
 class Redaction:
-    """What to redact. The defaults keep credentials out; `keep_headers` lets one through on purpose."""
+    """What to redact. The defaults keep credentials out; `keep_headers` and `keep_json_fields` let one
+    through on purpose."""
 
     headers: frozenset[str] = frozenset()
     """Header names to redact besides the defaults (any case)."""
     keep_headers: frozenset[str] = frozenset()
     """Header names to record as they are, even if they look secret."""
     json_fields: tuple[str, ...] = ()
-    """Dotted paths into a JSON request body (`user`, `metadata.*.email`)."""
+    """Dotted paths into a JSON request body to redact besides the defaults (`user`, `metadata.*.email`)."""
+    keep_json_fields: frozenset[str] = frozenset()
+    """JSON body field names to record as they are, even if they look secret (`token`)."""
 
     @classmethod
     def build(
-        cls, *, headers: Iterable[str] = (), keep_headers: Iterable[str] = (), json_fields: Iterable[str] = ()
+        cls,
+        *,
+        headers: Iterable[str] = (),
+        keep_headers: Iterable[str] = (),
+        json_fields: Iterable[str] = (),
+        keep_json_fields: Iterable[str] = (),
     ) -> Redaction:
         """A redaction from command-line lists."""
         return cls(
-            frozenset(h.lower() for h in headers), frozenset(h.lower() for h in keep_headers), tuple(json_fields)
+            frozenset(h.lower() for h in headers),
+            frozenset(h.lower() for h in keep_headers),
+            tuple(json_fields),
+            frozenset(keep_json_fields),
         )
 
     def is_secret(self, name: str) -> bool:
-        """Whether a header or query parameter of this name is redacted."""
+        """Whether a header of this name is redacted."""
         lower = name.lower()
         if lower in self.keep_headers:
             return False
-        words = {word.lower() for word in _WORD.findall(name)}
-        return lower in _ALWAYS or lower in self.headers or not _SECRET_WORDS.isdisjoint(words)
+        return lower in self.headers or _secret_header(name)
 
     def interaction(self, interaction: Interaction) -> Interaction:
         """The interaction with its secrets replaced by the marker."""
@@ -82,27 +141,92 @@ class Redaction:
     def _headers(self, headers: Headers) -> Headers:
         return tuple((name, REDACTED if self.is_secret(name) else value) for name, value in headers)
 
+    def _secret_param(self, name: str) -> bool:
+        lower = name.lower()
+        return lower not in self.keep_headers and (lower in self.headers or _secret_field(name, _QUERY_WORDS))
+
     def _query(self, query: str) -> str:
         if not query:
             return query
-        pairs = parse_qsl(query, keep_blank_values=True)
-        if not any(self.is_secret(name) for name, _ in pairs):
-            return query  # leave the recorded query string exactly as it was sent
-        return "&".join(
-            f"{quote(name, safe='')}={quote(REDACTED if self.is_secret(name) else value, safe='')}"
-            for name, value in pairs
-        )
+        # Only the secret values change: names, order and separators stay exactly as they were sent.
+        pieces = _QUERY_PIECES.split(query)
+        for n in range(0, len(pieces), 2):
+            name, eq, _ = pieces[n].partition("=")
+            if eq and self._secret_param(unquote_plus(name)):
+                pieces[n] = f"{name}={quote(REDACTED, safe='')}"
+        return "".join(pieces)
 
     def _body(self, body: bytes) -> bytes:
-        if not self.json_fields or not body:
+        if not body:
             return body
         try:
             doc = _json.parse(body)
         except ValueError:
             return body
         hits = [hit for path in self.json_fields for hit in locate(doc, path.split("."))]
+        hits += list(self._secret_fields(doc))
+        changed = False
         for container, key in hits:
-            container[key] = REDACTED
-        if not hits:
-            return body
-        return _json.dumps(doc, compact=False).encode()
+            if container[key] != REDACTED:
+                container[key] = REDACTED
+                changed = True
+        return _json.dumps(doc, compact=False).encode() if changed else body
+
+    def _secret_fields(self, doc: Any) -> Iterator[tuple[Any, Any]]:
+        """Every (container, key) of a field named like a secret, at any depth (bounded by the parser)."""
+        stack = [doc]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, dict):
+                for key, value in node.items():
+                    scalar = isinstance(value, str | int | float) and not isinstance(value, bool)
+                    if scalar and key not in self.keep_json_fields and _secret_field(str(key), _SECRET_WORDS):
+                        yield node, key
+                    else:
+                        stack.append(value)
+            elif isinstance(node, list):
+                stack.extend(node)
+
+
+# What a secret looks like wherever it is: an API key, a bearer token, a JWT, an AWS access key.
+_PATTERNS = [
+    ("an API key", re.compile(r"\bsk-(?:proj-|ant-|or-v1-|live-)?[A-Za-z0-9_\-]{20,}")),
+    ("a bearer token", re.compile(r"\bBearer\s+(?!<redacted>)[A-Za-z0-9._~+/=\-]{8,}")),
+    ("a JWT", re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}")),
+    ("an AWS access key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
+]
+
+
+def find_secrets(interaction: Interaction, redaction: Redaction | None = None) -> list[str]:
+    """Where `interaction` holds something that looks like a secret, and what, one line each."""
+    redaction = redaction or Redaction()
+    request, response = interaction.request, interaction.response
+    found: list[str] = []
+    for side, headers in (("request", request.headers), ("response", response.headers)):
+        for name, value in headers:
+            if value != REDACTED and redaction.is_secret(name):
+                found.append(f"{side} header {name} is not redacted")
+    for part in _QUERY_SEPARATOR.split(request.query) if request.query else ():
+        name, eq, value = part.partition("=")
+        if eq and value != quote(REDACTED, safe="") and redaction._secret_param(unquote_plus(name)):
+            found.append(f"query parameter {unquote_plus(name)} is not redacted")
+    try:
+        doc = _json.parse(request.body) if request.body else None
+    except ValueError:
+        doc = None
+    found += [
+        f"request body field {key} is not redacted"
+        for container, key in redaction._secret_fields(doc)
+        if container[key] != REDACTED
+    ]
+    texts = [
+        ("request", " ".join(f"{k}: {v}" for k, v in request.headers) + "\n" + request.query),
+        ("request body", request.body.decode("utf-8", "replace")),
+        ("response", " ".join(f"{k}: {v}" for k, v in response.headers)),
+        ("response body", response.body.decode("utf-8", "replace")),
+    ]
+    for where, text in texts:
+        for what, pattern in _PATTERNS:
+            if pattern.search(text):
+                found.append(f"{where} holds {what}")
+    return found

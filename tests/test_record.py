@@ -194,20 +194,51 @@ async def test_secrets_never_reach_the_cassette(upstream: Upstream, tmp_path: Pa
             "x-ratelimit-remaining-tokens": "1000",
         }
         headers["X-AuthToken"] = "CAMEL-SECRET-6"
-        body = json.dumps({"model": "m", "user": "alice@example.com", "stream": True})
-        url = proxy.url + "/v1/chat/completions?events=2&api_key=QUERY-SECRET-5&accessToken=CAMEL-SECRET-7"
-        await read_all(client, "POST", url, headers=headers, content=body)
+        # What a hostile read found leaking with the defaults (issue 9): each must be redacted too.
+        headers |= {
+            "OpenAI-Organization": "org-LEAK-1",
+            "OpenAI-Project": "proj_LEAK-2",
+            "X-Authentication": "LEAK-3",
+            "X-Signature": "LEAK-4",
+            "X-Session-Id": "LEAK-5",
+        }
+        metadata = {"password": "LEAK-6", "token": "LEAK-7", "tags": [{"secret": "LEAK-8"}]}
+        body = json.dumps(
+            {
+                "model": "m",
+                "user": "alice@example.com",
+                "stream": True,
+                "max_tokens": 7,
+                "api_key": "LEAK-9",
+                "metadata": metadata,
+            }
+        )
+        query = "events=2&api_key=QUERY-SECRET-5&accessToken=CAMEL-SECRET-7&sig=LEAK-10&X-Amz-Signature=LEAK-11&code=LEAK-12;apiKey=LEAK-13"
+        await read_all(client, "POST", proxy.url + "/v1/chat/completions?" + query, headers=headers, content=body)
         await read_all(client, "GET", proxy.url + "/cookie")
     text = cassette.read_text()
-    for secret in ("BEARER-SECRET", "KEY-SECRET", "COOKIE-SECRET", "QUERY-SECRET", "CAMEL-SECRET", "alice@example.com"):
+    for secret in (
+        "BEARER-SECRET",
+        "KEY-SECRET",
+        "COOKIE-SECRET",
+        "QUERY-SECRET",
+        "CAMEL-SECRET",
+        "alice@example.com",
+        "LEAK-",
+        "ORG-SECRET",
+    ):
         assert secret not in text
+    assert json.loads(Cassette.load(cassette).interactions[0].request.body)["max_tokens"] == 7  # not a secret
     first, second = Cassette.load(cassette).interactions
     recorded = dict(first.request.headers)
     assert recorded["Authorization"] == recorded["x-api-key"] == recorded["x-goog-api-key"] == REDACTED
     assert recorded["Cookie"] == REDACTED
     assert recorded["x-ratelimit-remaining-tokens"] == "1000"
     marker = REDACTED.replace("<", "%3C").replace(">", "%3E")
-    assert first.request.query == f"events=2&api_key={marker}&accessToken={marker}"
+    assert first.request.query == (
+        f"events=2&api_key={marker}&accessToken={marker}&sig={marker}&X-Amz-Signature={marker}&code={marker};apiKey={marker}"
+    )
+    assert first.response.header("openai-organization") == REDACTED
     assert recorded["X-AuthToken"] == REDACTED
     assert json.loads(first.request.body)["user"] == REDACTED
     assert second.response.header("set-cookie") == REDACTED
@@ -689,3 +720,29 @@ async def test_a_stream_cut_short_is_recorded_but_a_retry_reaches_the_upstream(
     assert (status, upstream.hits) == (200, 2)  # the retry was not answered with the broken recording
     assert body.endswith(b"data: [DONE]\n\n")
     assert [i.response.end for i in Cassette.load(cassette)] == [End.CLIENT_GONE, End.COMPLETE]
+
+
+def test_check_secrets_finds_what_was_planted_and_exits_1(tmp_path: Path) -> None:
+    clean = tmp_path / "clean.toml"
+    Cassette(
+        [Interaction(Request("POST", "/v1/chat/completions", headers=(("authorization", REDACTED),)), Response())]
+    ).save(clean)
+    planted = tmp_path / "planted.toml"
+    body = b'{"messages": [{"role": "user", "content": "my key is sk-proj-abcdefghijklmnopqrstuvwx"}]}'
+    leaky = Interaction(
+        Request("POST", "/v1/chat/completions", query="api_key=abc", headers=(("x-api-key", "k123"),), body=body),
+        Response(chunks=(Chunk(0.0, b'data: {"t": "eyJhbGciOiJIUzI1.eyJzdWIiOiIxMjM0.SflKxwRJSMeKKF2QT4fw"}\n\n'),)),
+    )
+    Cassette([leaky]).save(planted)
+    command = [sys.executable, "-m", "sse_tape", "check", "--secrets"]
+    ok = subprocess.run([*command, str(clean)], capture_output=True, text=True, timeout=60)
+    assert (ok.returncode, ok.stdout) == (0, "0 secrets found\n")
+    found = subprocess.run([*command, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert found.returncode == 1
+    assert found.stdout.splitlines() == [
+        f"{planted} #1 POST /v1/chat/completions: request header x-api-key is not redacted",
+        f"{planted} #1 POST /v1/chat/completions: query parameter api_key is not redacted",
+        f"{planted} #1 POST /v1/chat/completions: request body holds an API key",
+        f"{planted} #1 POST /v1/chat/completions: response body holds a JWT",
+        "4 secrets found",
+    ]

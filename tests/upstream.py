@@ -2,7 +2,8 @@
 
 Routes:
 - `POST /v1/chat/completions?events=N&gap=S&linger=L`: N chat chunks S seconds apart, then `[DONE]`,
-  then L seconds before the body ends; it counts client disconnects and notes when it wrote its last event.
+  then L seconds before the body ends, with OpenAI's organization header; it counts client disconnects
+  and notes when it wrote its last event.
 - `GET /reset`: two events, then a TCP reset.
 - `GET /stall`: one event, then silence until the client goes.
 - `POST /limited`: a 429 JSON error with `Retry-After: 7`.
@@ -86,7 +87,8 @@ class Upstream:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         events, gap = int(request.query.get("events", "5")), float(request.query.get("gap", "0.05"))
-        response = await self._stream(request, [chat_chunk(n) for n in range(events)] + [b"data: [DONE]\n\n"], gap)
+        chunks = [chat_chunk(n) for n in range(events)] + [b"data: [DONE]\n\n"]
+        response = await self._stream(request, chunks, gap, **{"openai-organization": "org-ORG-SECRET-8"})
         await asyncio.sleep(float(request.query.get("linger", "0")))
         await response.write_eof()
         return response
