@@ -10,6 +10,7 @@ from ._exceptions import (
     ConfigError,
     NoMatchError,
     SSETapeError,
+    StreamError,
     UpstreamError,
 )
 from .cassette import (
@@ -62,6 +63,7 @@ __all__ = [
     "SSETapeError",
     "ServeOptions",
     "ServerSentEvent",
+    "StreamError",
     "UpstreamError",
     "__version__",
     "append_interactions",

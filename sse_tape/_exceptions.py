@@ -9,6 +9,7 @@ a caller would already catch for that kind of failure::
     │   └── CassetteFormatError     (also ValueError): corrupt, truncated, foreign or too new
     ├── ConfigError                 (also ValueError): a bad option, such as a pacing spec
     ├── NoMatchError                (also LookupError): no recorded interaction answers a request
+    ├── StreamError                 (also ValueError): an event stream breaks a limit, such as a line too long
     └── UpstreamError               (also ConnectionError): the upstream sent no response to record
 
 The command line turns any of them into one line on stderr and exit status 2.
@@ -23,6 +24,7 @@ __all__ = [
     "ConfigError",
     "NoMatchError",
     "SSETapeError",
+    "StreamError",
     "UpstreamError",
 ]
 
@@ -49,6 +51,10 @@ class ConfigError(SSETapeError, ValueError):
 
 class NoMatchError(SSETapeError, LookupError):
     """No recorded interaction answers a request; the message names the closest ones."""
+
+
+class StreamError(SSETapeError, ValueError):
+    """An event stream breaks a limit: a line or an event longer than the decoder's maximum."""
 
 
 class UpstreamError(SSETapeError, ConnectionError):

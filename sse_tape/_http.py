@@ -95,7 +95,10 @@ async def write_plan(
         if plan.headers_at is not None:
             await _sleep_until(loop, start + plan.headers_at)
             await out.prepare(http)
-        for at, data in plan.timeline():
+        # A HEAD answer, a 204 and a 304 have no body whatever was recorded: one sent anyway would be
+        # read as the start of the next response on the connection.
+        bodiless = http.method == "HEAD" or plan.status in (204, 304)
+        for at, data in () if bodiless else plan.timeline():
             delay = start + at - loop.time()  # inline: this loop runs once per event of every stream
             if delay > 0:
                 await asyncio.sleep(delay)

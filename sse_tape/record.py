@@ -47,7 +47,7 @@ from .plan import blocks_of
 from .redaction import Redaction
 from .responder import Exchange, Host
 from .sse import SSEDecoder
-from .upstream import AiohttpUpstream, Upstream, parse_upstream
+from .upstream import AiohttpUpstream, Upstream, leaves_base, parse_upstream
 
 __all__ = ["Forwarder", "RecordMode", "Recorder", "describe", "record_once"]
 
@@ -326,6 +326,13 @@ class Forwarder:
     async def respond(self, exchange: Exchange) -> web.StreamResponse:
         server = self._server
         assert server is not None, "start() the responder first"
+        if leaves_base(exchange.request.path):
+            return server.error(
+                exchange,
+                400,
+                f"{exchange.request.path}: a path may not climb out of the upstream's base path",
+                "bad_path",
+            )
         capture = _Capture(exchange.request)
         client = _Client()
         # Shielded from the handler: when the client goes, this decides whether the upstream is cut or drained.

@@ -12,7 +12,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SSEDecoder", "ServerSentEvent", "encode_comment", "encode_event"]
+from ._exceptions import StreamError
+
+__all__ = ["MAX_SIZE", "SSEDecoder", "ServerSentEvent", "encode_comment", "encode_event"]
+
+#: The longest line, and the most data one event may gather, a decoder accepts by default (16 MiB).
+MAX_SIZE = 16 * 2**20
 
 _BOM = b"\xef\xbb\xbf"
 # Lines end with CRLF, a lone LF or a lone CR (spec: "end-of-line").
@@ -47,12 +52,30 @@ class SSEDecoder:
     split across pieces are all handled. An event not yet terminated by a blank
     line stays pending; at the end of the stream it is discarded, as the spec
     requires, so there is nothing to flush.
+
+    A line in progress is held in memory proportional to its length, however
+    small the pieces it comes in. A line longer than `max_size` bytes, or an
+    event whose data grows past it, raises `StreamError`: a stream that never
+    ends a line cannot take all the memory there is.
     """
 
-    __slots__ = ("_bom_checked", "_data", "_event", "_last_id", "_pending", "_retry", "_skip_lf", "retry")
+    __slots__ = (
+        "_bom_checked",
+        "_data",
+        "_data_size",
+        "_event",
+        "_last_id",
+        "_pending",
+        "_retry",
+        "_skip_lf",
+        "max_size",
+        "retry",
+    )
 
-    def __init__(self) -> None:
-        self._pending: list[bytes] = []  # the line in progress, in the pieces it came in
+    def __init__(self, *, max_size: int = MAX_SIZE) -> None:
+        self.max_size = max_size
+        self._pending = bytearray()  # the line in progress
+        self._data_size = 0
         self._bom_checked = False
         self._skip_lf = False
         self._data: list[str] = []
@@ -76,21 +99,23 @@ class SSEDecoder:
         if not data:
             return []
         if not self._bom_checked:
-            head = b"".join(self._pending) + data
-            self._pending = []
+            head = bytes(self._pending) + data
+            self._pending.clear()
             if len(head) < len(_BOM) and _BOM.startswith(head):
-                self._pending.append(head)  # could still become a BOM
+                self._pending += head  # could still become a BOM
                 return []
             self._bom_checked = True
             data = head[len(_BOM) :] if head.startswith(_BOM) else head
         if b"\n" not in data and b"\r" not in data:
             # No line ends here: keep the piece and look at no byte twice, however long the line.
-            self._pending.append(data)
+            self._pending += data
+            self._check(len(self._pending), "a line")
             return []
-        buf = b"".join((*self._pending, data)) if self._pending else data
+        buf = bytes(self._pending) + data if self._pending else data
         lines = _LINE_END.split(buf)
         rest = lines.pop()
-        self._pending = [rest] if rest else []
+        self._check(len(rest), "a line")
+        self._pending = bytearray(rest)
         # A CR that ends this piece may be the first half of a CRLF.
         self._skip_lf = not rest and buf.endswith(b"\r")
         events: list[ServerSentEvent] = []
@@ -109,7 +134,10 @@ class SSEDecoder:
         if colon and value[:1] == " ":
             value = value[1:]
         if field == "data":
+            self._check(len(line), "a line")
             self._data.append(value)
+            self._data_size += len(value) + 1
+            self._check(self._data_size, "an event's data")
         elif field == "event":
             self._event = value
         elif field == "id" and "\0" not in value:
@@ -119,9 +147,14 @@ class SSEDecoder:
         # Any other field is ignored.
         return None
 
+    def _check(self, size: int, what: str) -> None:
+        if size > self.max_size:
+            raise StreamError(f"{what} longer than {self.max_size:,} bytes: the stream has no end of it in sight")
+
     def _dispatch(self) -> ServerSentEvent | None:
         data, event, retry = self._data, self._event, self._retry
         self._data, self._event, self._retry = [], "", None
+        self._data_size = 0
         if not data:
             return None  # the data buffer is empty: nothing is dispatched
         return ServerSentEvent(event=event or "message", data="\n".join(data), id=self._last_id, retry=retry)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Protocol, Self
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import aiohttp
 from yarl import URL
@@ -25,7 +25,7 @@ from ._exceptions import ConfigError, UpstreamError
 from ._http import end_to_end
 from .cassette import End, Headers, Request
 
-__all__ = ["AiohttpUpstream", "Reply", "Upstream", "parse_upstream"]
+__all__ = ["AiohttpUpstream", "Reply", "Upstream", "leaves_base", "parse_upstream"]
 
 
 def parse_upstream(url: str) -> str:
@@ -46,6 +46,17 @@ def parse_upstream(url: str) -> str:
     except ValueError as exc:
         raise ConfigError(f"{url!r} is not a URL: {exc}") from None
     return url.rstrip("/")
+
+
+def leaves_base(path: str) -> bool:
+    """Whether a request path could climb out of the upstream's base path: a `.` or `..` segment,
+    however it is percent-encoded, or a backslash a server may take for a slash."""
+    for _ in range(3):  # %252e%252e is %2e%2e once decoded, and .. twice
+        decoded = unquote(path)
+        if decoded == path:
+            break
+        path = decoded
+    return "\\" in path or any(segment in (".", "..") for segment in path.split("/"))
 
 
 class Reply(Protocol):

@@ -32,6 +32,7 @@ def test_public_api_is_pinned() -> None:
         "SSETapeError",
         "ServeOptions",
         "ServerSentEvent",
+        "StreamError",
         "UpstreamError",
         "__version__",
         "append_interactions",
@@ -53,3 +54,5 @@ def test_every_error_derives_from_the_base_and_a_builtin() -> None:
     assert issubclass(sse_tape.ConfigError, ValueError)
     assert issubclass(sse_tape.NoMatchError, LookupError)
     assert issubclass(sse_tape.UpstreamError, (sse_tape.SSETapeError, ConnectionError))
+    assert issubclass(sse_tape.StreamError, sse_tape.SSETapeError)
+    assert issubclass(sse_tape.StreamError, ValueError)

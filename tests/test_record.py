@@ -746,3 +746,18 @@ def test_check_secrets_finds_what_was_planted_and_exits_1(tmp_path: Path) -> Non
         f"{planted} #1 POST /v1/chat/completions: response body holds a JWT",
         "4 secrets found",
     ]
+
+
+@pytest.mark.parametrize("path", ["/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/%252e%252e/x", "/chat/..\\..\\x"])
+async def test_the_proxy_never_sends_a_path_outside_the_upstreams_base(
+    upstream: Upstream, tmp_path: Path, path: str
+) -> None:
+    async with arecording(tmp_path / "c.toml", upstream.url + "/v1") as proxy:
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        answer = await reader.read()
+        writer.close()
+        await writer.wait_closed()
+    assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    assert b"may not climb out of the upstream's base path" in answer
+    assert upstream.hits == 0

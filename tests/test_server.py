@@ -526,3 +526,12 @@ def test_listening_beyond_loopback_says_what_becomes_reachable() -> None:
         "sse-tape: warning: listening on 0.0.0.0: other machines can reach every recording served; "
         "the fault header and the control endpoints still answer this machine only"
     )
+
+
+async def test_a_head_request_gets_no_body_and_the_connection_stays_usable() -> None:
+    recorded = Interaction(Request("GET", "/feed"), Response(chunks=(Chunk(0.0, b"data: x\n\n"),)))
+    async with aserve(Cassette([recorded]), match_on="path", pace="instant") as server, httpx.AsyncClient() as client:
+        head = await client.head(server.url + "/feed")
+        again = await client.get(server.url + "/feed")  # on the same kept-alive connection
+    assert (head.status_code, head.content) == (200, b"")
+    assert again.content == b"data: x\n\n"

@@ -5,11 +5,13 @@ Tests named `test_spec_*` replay the standard's own examples.
 
 from __future__ import annotations
 
+import tracemalloc
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sse_tape import ServerSentEvent, SSEDecoder, encode_comment, encode_event
+from sse_tape import ServerSentEvent, SSEDecoder, StreamError, encode_comment, encode_event
 
 
 def decode(data: bytes) -> list[ServerSentEvent]:
@@ -238,3 +240,36 @@ def test_encode_then_decode_round_trips_whatever_the_splits_and_line_ends(
         last_id = id_ if id_ is not None else last_id
         expected.append(ServerSentEvent(event=name or "message", data=data, id=last_id, retry=retry))
     assert decoded == expected
+
+
+def test_a_line_fed_a_byte_at_a_time_is_held_in_memory_proportional_to_its_length() -> None:
+    decoder = SSEDecoder()
+    size = 500_000
+    tracemalloc.start()
+    try:
+        line = b"data: " + b"x" * size
+        for i in range(len(line)):
+            decoder.feed(line[i : i + 1])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * size  # a list of pieces held about 90 bytes per byte here
+    [event] = decoder.feed(b"\n\n")
+    assert len(event.data) == size
+
+
+@pytest.mark.parametrize(
+    ("pieces", "what"),
+    [
+        ([b"data: " + b"x" * 1100], "a line longer than 1,000 bytes"),
+        ([b"data: " + b"x" * 600, b"x" * 600], "a line longer than 1,000 bytes"),
+        ([b"data: " + b"x" * 600 + b"\n", b"data: " + b"x" * 600 + b"\n"], "an event's data longer than 1,000 bytes"),
+    ],
+)
+def test_a_line_or_an_event_past_the_maximum_is_a_clear_error(pieces: list[bytes], what: str) -> None:
+    decoder = SSEDecoder(max_size=1000)
+    *first, last = pieces
+    for piece in first:
+        decoder.feed(piece)
+    with pytest.raises(StreamError, match=f"^{what}"):
+        decoder.feed(last)
