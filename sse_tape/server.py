@@ -214,6 +214,17 @@ class MockServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
+    def stats(self) -> dict[str, int]:
+        """What the server holds right now: connections, streams being answered, tasks, journal entries."""
+        return {
+            "connections": len(self._guard.open) if self._guard is not None else 0,
+            "active_streams": self.active_streams,
+            "tasks": len(asyncio.all_tasks()),
+            "requests": self.state.requests,
+            "journal_entries": len(self.journal),
+            "refused_connections": self._guard.refused if self._guard is not None else 0,
+        }
+
     def reset(self) -> None:
         """Start replay over: every recording unplayed, every count at zero, the journal empty."""
         self.state.reset()
@@ -392,7 +403,7 @@ class MockServer:
     # --- the control endpoints -----------------------------------------------------------------------
 
     async def _control(self, http: web.Request) -> web.Response:
-        """`/__sse_tape__/faults`, `/__sse_tape__/journal` and `/__sse_tape__/reset`."""
+        """`/__sse_tape__/faults`, `/journal`, `/reset` and `/stats`."""
         if not self._controls(http):
             return web.json_response(
                 {"error": "the control endpoints answer loopback clients only (see --allow-remote-control)"},
@@ -418,7 +429,12 @@ class MockServer:
         if endpoint == "reset" and http.method == "POST":
             self.reset()
             return web.json_response({"reset": True})
-        known = f"GET {CONTROL_PREFIX}faults, GET {CONTROL_PREFIX}journal, POST {CONTROL_PREFIX}reset"
+        if endpoint == "stats" and http.method == "GET":
+            return web.json_response(self.stats())
+        known = ", ".join(
+            f"{method} {CONTROL_PREFIX}{name}"
+            for method, name in (("GET", "faults"), ("GET", "journal"), ("POST", "reset"), ("GET", "stats"))
+        )
         return web.json_response({"error": f"no such endpoint; use {known}"}, status=404)
 
     def _controls(self, http: web.Request) -> bool:
@@ -615,10 +631,20 @@ def _is_loopback(remote: str | None) -> bool:
         return False
 
 
-def _options(options: ServeOptions | None, words: dict[str, Any]) -> ServeOptions:
+def _server(
+    cassettes: Iterable[CassetteSource],
+    host: str,
+    port: int,
+    log: Callable[[str], None] | None,
+    upstream: str | None,
+    options: ServeOptions | None,
+    words: dict[str, Any],
+) -> MockServer:
+    """The server `serve` and `aserve` run: options given, or built from the words."""
     if options is not None and words:
         raise TypeError(f"give options or keywords, not both (got {', '.join(words)})")
-    return options if options is not None else ServeOptions.build(**words)
+    chosen = options if options is not None else ServeOptions.build(**words)
+    return MockServer(load_cassettes(cassettes), options=chosen, host=host, port=port, log=log, upstream=upstream)
 
 
 @contextlib.asynccontextmanager
@@ -639,10 +665,7 @@ async def aserve(
         async with aserve("recordings/", pace="instant", faults=["error:5"]) as server:
             client = AsyncOpenAI(base_url=server.url + "/v1", api_key="test")
     """
-    server = MockServer(
-        load_cassettes(cassettes), options=_options(options, words), host=host, port=port, log=log, upstream=upstream
-    )
-    async with server:
+    async with _server(cassettes, host, port, log, upstream, options, words) as server:
         yield server
 
 
@@ -657,8 +680,5 @@ def serve(
     **words: Any,
 ) -> Iterator[MockServer]:
     """Like `aserve`, for synchronous code: the server runs in a background thread."""
-    server = MockServer(
-        load_cassettes(cassettes), options=_options(options, words), host=host, port=port, log=log, upstream=upstream
-    )
-    with run_in_thread(server):
+    with run_in_thread(_server(cassettes, host, port, log, upstream, options, words)) as server:
         yield server

@@ -10,9 +10,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from hypothesis import settings
 from tiny_model import write_tiny_gguf
 
 from sse_tape import Cassette, MockServer, bundled_cassettes, serve
+
+# `just fuzz` (bench/fuzz.py without atheris) runs the fuzz-marked tests long.
+settings.register_profile("fuzz", max_examples=int(os.environ.get("SSE_TAPE_FUZZ_EXAMPLES", "20000")), deadline=None)
 
 
 @pytest.fixture(scope="session")

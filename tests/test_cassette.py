@@ -471,3 +471,34 @@ def test_a_request_body_nested_a_thousand_deep_loads_and_is_compared_as_bytes(tm
     ).save(tmp_path / "c.toml")
     matcher = Matcher([Cassette.load(path)])
     assert matcher.find(Request("POST", "/p", body=body)).index == 1
+
+
+_VALID = {suffix: Cassette([awkward_interaction()]) for suffix in (".toml", ".msgpack")}
+
+
+@pytest.mark.fuzz
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), suffix=st.sampled_from([".toml", ".msgpack"]))
+def test_any_bytes_load_as_a_cassette_or_one_clear_error(tmp_path: Path, data: st.DataObject, suffix: str) -> None:
+    path = tmp_path / f"c{suffix}"
+    valid = _VALID[suffix].save(path).read_bytes()
+    # Random bytes, or a real cassette with a few bytes changed, cut or put in.
+    raw = data.draw(
+        st.binary(max_size=300)
+        | st.builds(
+            lambda at, junk, cut: valid[:at] + junk + valid[at + cut :],
+            st.integers(0, len(valid)),
+            st.binary(max_size=8),
+            st.integers(0, 8),
+        )
+    )
+    path.write_bytes(raw)
+    try:
+        loaded = Cassette.load(path)
+    except CassetteError as exc:
+        message = str(exc)
+    else:
+        assert all(isinstance(i, Interaction) for i in loaded)
+        return
+    assert message.startswith(str(path))
+    assert "\n" not in message

@@ -15,9 +15,12 @@ from typing import Any
 
 import httpx
 import openai
+import processes
 import pytest
 from clients import openai_client
 from httpx_sse import connect_sse
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sse_tape import (
     Cassette,
@@ -792,15 +795,10 @@ class _Transport:
 def test_faults_at_their_bounds_neither_block_nor_swell_the_server() -> None:
     # The server in a process of its own with its address space capped at 512 MiB: an hour of heartbeats
     # every millisecond or 16 MiB of random bytes built up front would not fit; made as they are sent, they do.
-    code = (
-        "import resource; resource.setrlimit(resource.RLIMIT_AS, (1 << 29, 1 << 29))\n"
-        "import sys; sys.argv[1:] = ['serve', '--port', '0', '--pace', 'instant', '-q']\n"
-        "from sse_tape.cli import main; main()"
-    )
-    server = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    limit = "import resource; resource.setrlimit(resource.RLIMIT_AS, (1 << 29, 1 << 29))"
+    server, base = processes.start(["serve", "--port", "0", "--pace", "instant", "-q"], setup=limit)
+    url = base + "/v1/chat/completions"
     try:
-        assert server.stdout is not None
-        url = server.stdout.readline().split(" at ")[1].split()[0] + "/v1/chat/completions"
         heavy = ["stall:at=1,for=3600s,heartbeat=1ms", "garbage:at=1,size=16777216"] * 3
         with httpx.Client(timeout=30) as client:
             for spec in heavy:
@@ -817,3 +815,19 @@ def test_faults_at_their_bounds_neither_block_nor_swell_the_server() -> None:
         server.terminate()
         _, err = server.communicate(timeout=30)
     assert "Error" not in err
+
+
+@pytest.mark.fuzz
+@given(
+    spec=st.text(max_size=80)
+    | st.builds(lambda name, rest: f"{name}:{rest}", st.sampled_from(sorted(FAULTS)), st.text(max_size=60))
+)
+def test_any_text_is_a_fault_or_one_clear_error(spec: str) -> None:
+    try:
+        fault = parse_fault(spec)
+    except ConfigError as exc:
+        message = str(exc)
+    else:
+        assert fault.name in FAULTS
+        return
+    assert message.startswith("fault ")

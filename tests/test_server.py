@@ -8,12 +8,17 @@ import signal
 import socket
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import httpx
 import openai
+import processes
 import pytest
 from clients import openai_client
 from httpx_sse import connect_sse
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sse_tape import Cassette, Chunk, End, Interaction, MockServer, Request, Response, ServeOptions, aserve, serve
 from sse_tape.journal import Ended
@@ -469,15 +474,9 @@ async def test_connections_beyond_the_limit_get_a_503_and_the_rest_are_served() 
 
 
 def test_a_request_that_is_not_http_is_one_line_on_stderr() -> None:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "sse_tape", "serve", "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process, url = processes.start(["serve", "--port", "0"])
     try:
-        assert process.stdout is not None
-        port = int(process.stdout.readline().split(" at ")[1].split()[0].rsplit(":", 1)[1])
+        port = int(url.rsplit(":", 1)[1])
         for raw in (b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n", b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\n\r\n"):
             with socket.create_connection(("127.0.0.1", port)) as sock:
                 sock.sendall(raw)
@@ -510,18 +509,9 @@ def test_bodies_that_break_parsers_get_an_answer_not_a_500(body: bytes, status: 
 
 
 def test_listening_beyond_loopback_says_what_becomes_reachable() -> None:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "sse_tape", "serve", "--host", "0.0.0.0", "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        process.stdout.readline()
-    finally:
-        process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=30)
+    process, _ = processes.start(["serve", "--host", "0.0.0.0", "--port", "0"])
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=30)
     assert err.splitlines()[0] == (
         "sse-tape: warning: listening on 0.0.0.0: other machines can reach every recording served; "
         "the fault header and the control endpoints still answer this machine only"
@@ -535,3 +525,66 @@ async def test_a_head_request_gets_no_body_and_the_connection_stays_usable() -> 
         again = await client.get(server.url + "/feed")  # on the same kept-alive connection
     assert (head.status_code, head.content) == (200, b"")
     assert again.content == b"data: x\n\n"
+
+
+@pytest.mark.fuzz
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    method=st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "BREW"]),
+    path=st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=60).map(lambda p: "/" + p),
+    body=st.binary(max_size=200),
+    fault=st.none() | st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=40),
+)
+def test_any_request_gets_an_answer_never_a_500(
+    instant_server: MockServer, method: str, path: str, body: bytes, fault: str | None
+) -> None:
+    headers = {"X-SSE-Tape-Fault": fault} if fault is not None else {}
+    with socket.create_connection(("127.0.0.1", instant_server.port), timeout=10) as sock:
+        head = f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\nConnection: close\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        sock.sendall(head.encode() + b"\r\n" + body)
+        status_line = sock.makefile("rb").readline()
+    assert status_line.startswith((b"HTTP/1.1 ", b"HTTP/1.0 ")), status_line
+    assert status_line.split()[1] != b"500", status_line
+
+
+def test_a_short_soak_leaves_nothing_behind() -> None:
+    # bench/soak.py, briefly: streams of every kind, then descriptors, connections, streams and tasks back where
+    # they were and RSS within bounds; the long run is `just soak`.
+    soak = Path(__file__).parent.parent / "bench" / "soak.py"
+    result = subprocess.run(
+        [sys.executable, str(soak), "--seconds", "4", "--clients", "10", "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "grew:" not in result.stdout
+
+
+def test_running_out_of_descriptors_is_said_once_and_service_resumes() -> None:
+    # The server may open 40 files, and is told to take up to 1,000 connections: accepting fails, again and
+    # again, while 60 connections are held open; asyncio retries every second and used to log each failure.
+    limit = "import resource; resource.setrlimit(resource.RLIMIT_NOFILE, (40, 40))"
+    args = ["serve", "--port", "0", "--max-connections", "1000", "--keep-alive", "30s"]
+    server, url = processes.start(args, setup=limit)
+    try:
+        port = int(url.rsplit(":", 1)[1])
+        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(60)]
+        time.sleep(3)  # three rounds of asyncio's retries
+        for sock in held:
+            sock.close()
+        for _ in range(100):  # once the descriptors are free again, requests are answered
+            try:
+                if httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        else:
+            pytest.fail("the server did not answer again")
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, err = server.communicate(timeout=30)
+    said = [line for line in err.splitlines() if "cannot accept connections" in line]
+    assert len(said) == 1, err[-2000:]
+    assert "Traceback" not in err

@@ -5,6 +5,7 @@ Tests named `test_spec_*` replay the standard's own examples.
 
 from __future__ import annotations
 
+import itertools
 import tracemalloc
 
 import pytest
@@ -273,3 +274,13 @@ def test_a_line_or_an_event_past_the_maximum_is_a_clear_error(pieces: list[bytes
         decoder.feed(piece)
     with pytest.raises(StreamError, match=f"^{what}"):
         decoder.feed(last)
+
+
+@pytest.mark.fuzz
+@given(stream=st.binary(max_size=400), cuts=st.lists(st.integers(0, 400), max_size=8))
+def test_any_bytes_in_any_pieces_decode_without_error_and_alike(stream: bytes, cuts: list[int]) -> None:
+    whole = SSEDecoder().feed(stream)
+    decoder = SSEDecoder()
+    edges = [0, *sorted(c % (len(stream) + 1) for c in cuts), len(stream)]
+    pieces = [event for a, b in itertools.pairwise(edges) for event in decoder.feed(stream[a:b])]
+    assert pieces == whole

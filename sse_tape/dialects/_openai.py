@@ -8,10 +8,11 @@ from typing import Any
 from .. import _json
 from ..sse import ServerSentEvent, encode_event
 from .base import DONE, Checker, to_json
-from .events import Error, Start, TokenLogprob, Usage
+from .events import Error, Event, Start, TokenLogprob, ToolCallDelta, ToolCallEnd, ToolCallStart, Usage
 
 __all__ = [
     "ChunkFraming",
+    "ServerCalls",
     "error_event_frames",
     "error_from",
     "is_openai_terminal",
@@ -117,6 +118,19 @@ def tokens_from(entries: Any) -> tuple[TokenLogprob, ...]:
         )
         for e in entries or []
     )
+
+
+class ServerCalls:
+    """Tool calls the server runs itself (LM Studio's MCP tools): OpenAI's APIs have no place for them."""
+
+    def __init__(self) -> None:
+        self.indexes: set[int] = set()
+
+    def skip(self, event: Event) -> bool:
+        """Whether `event` belongs to such a call, and is left out."""
+        if isinstance(event, ToolCallStart) and event.server:
+            self.indexes.add(event.index)
+        return isinstance(event, ToolCallStart | ToolCallDelta | ToolCallEnd) and event.index in self.indexes
 
 
 class ChunkFraming:

@@ -99,23 +99,28 @@ class Encoder(ABC):
         """Whether any event has been fed."""
         self.ended = False
         """Whether the stream is over: closed, or ended by an error."""
+        self.frames: list[bytes] = []
+        """The frames of the event being framed: `_event` and `_end` add to them."""
 
     def feed(self, event: Event) -> list[bytes]:
         """The frames for the next event."""
         if self.ended:
             return []
         self.fed = True
-        frames = self._frame(event)
+        self.frames = []
+        self._event(event)
         if isinstance(event, Error):
             self.ended = True
-        return frames
+        return self.frames
 
     def close(self) -> list[bytes]:
         """The frames that end the stream (none if an error has ended it already)."""
         if self.ended:
             return []
         self.ended = True
-        return self._close()
+        self.frames = []
+        self._end()
+        return self.frames
 
     def resume(self, sent: Sequence[ServerSentEvent]) -> None:
         """Continue a stream the client already has: `sent` are its events, from this API's server.
@@ -130,12 +135,12 @@ class Encoder(ABC):
         self._sync(sent)
 
     @abstractmethod
-    def _frame(self, event: Event) -> list[bytes]:
-        """The frames for one event."""
+    def _event(self, event: Event) -> None:
+        """Add the frames for one event to `frames`."""
 
     @abstractmethod
-    def _close(self) -> list[bytes]:
-        """The terminal frames of a stream that ends without an error."""
+    def _end(self) -> None:
+        """Add the terminal frames of a stream that ends without an error to `frames`."""
 
     def _sync(self, sent: Sequence[ServerSentEvent]) -> None:
         """Take from the wire what the neutral events do not carry; nothing by default."""

@@ -77,24 +77,16 @@ def arguments_text(arguments: Any) -> str:
 class _LMStudioEncoder(Encoder):
     def __init__(self, dialect: Dialect) -> None:
         super().__init__(dialect)
-        self.frames: list[bytes] = []
         self.model = ""
         self.block: str | None = None  # the reasoning or message block open on the wire
         self.output: list[dict[str, Any]] = []
         self.calls: dict[int, dict[str, Any]] = {}
         self.usage: Usage | None = None
 
-    def _frame(self, event: Event) -> list[bytes]:
-        self.frames = []
-        self._event(event)
-        return self.frames
-
-    def _close(self) -> list[bytes]:
-        self.frames = []
+    def _end(self) -> None:
         self.enter(None)
         if self.fed:
             self.frames.append(self.end_frame())
-        return self.frames
 
     def _sync(self, sent: Sequence[ServerSentEvent]) -> None:
         # Block ends are not neutral events: the wire tells whether the last block is still open.

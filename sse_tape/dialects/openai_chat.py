@@ -18,6 +18,7 @@ from ..cassette import Headers, Request
 from ..sse import ServerSentEvent, encode_comment
 from ._openai import (
     ChunkFraming,
+    ServerCalls,
     error_event_frames,
     error_from,
     is_openai_terminal,
@@ -52,7 +53,7 @@ class _ChatEncoder(Encoder):
     def __init__(self, dialect: Dialect) -> None:
         super().__init__(dialect)
         self.start = Start("chatcmpl-sse-tape")
-        self.server_calls: set[int] = set()  # calls the server runs: no place in this API
+        self.server_calls = ServerCalls()
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
         choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
@@ -62,36 +63,39 @@ class _ChatEncoder(Encoder):
         start = self.start
         return {"id": start.id, "object": "chat.completion.chunk", "created": start.created, "model": start.model}
 
-    def _frame(self, event: Event) -> list[bytes]:
-        if isinstance(event, ToolCallStart) and event.server:
-            self.server_calls.add(event.index)
-        if isinstance(event, ToolCallStart | ToolCallDelta | ToolCallEnd) and event.index in self.server_calls:
-            return []
+    def _event(self, event: Event) -> None:
+        if self.server_calls.skip(event):
+            return
         if isinstance(event, Start):
             self.start = event
-            return [self._chunk({"role": "assistant", "content": ""})]
-        if isinstance(event, TextDelta):
+            self.frames.append(self._chunk({"role": "assistant", "content": ""}))
+        elif isinstance(event, TextDelta):
             logprobs = None if event.logprobs is None else {"content": token_entries(event.logprobs), "refusal": None}
-            return [self._chunk({"content": event.text}, logprobs=logprobs)]
-        if isinstance(event, ReasoningDelta):
-            return [self._chunk({"reasoning_content": event.text})]
-        if isinstance(event, RefusalDelta):
-            return [self._chunk({"refusal": event.text})]
-        if isinstance(event, ToolCallStart):
+            self.frames.append(self._chunk({"content": event.text}, logprobs=logprobs))
+        elif isinstance(event, ReasoningDelta):
+            self.frames.append(self._chunk({"reasoning_content": event.text}))
+        elif isinstance(event, RefusalDelta):
+            self.frames.append(self._chunk({"refusal": event.text}))
+        elif isinstance(event, ToolCallStart):
             call = {"index": event.index, "id": event.id or f"call_{event.index}", "type": "function"}
-            return [self._chunk({"tool_calls": [{**call, "function": {"name": event.name, "arguments": ""}}]})]
-        if isinstance(event, ToolCallDelta):
-            return [self._chunk({"tool_calls": [{"index": event.index, "function": {"arguments": event.arguments}}]})]
-        if isinstance(event, Finish):
-            return [self._chunk({}, finish=event.reason)]
-        if isinstance(event, Usage):
-            return [data_frame({**self._head(), "choices": [], "usage": usage_json(event)})]
-        if isinstance(event, Error):
-            return error_event_frames(event)
-        return []  # progress and ToolCallEnd have no frame of their own here
+            self.frames.append(
+                self._chunk({"tool_calls": [{**call, "function": {"name": event.name, "arguments": ""}}]})
+            )
+        elif isinstance(event, ToolCallDelta):
+            self.frames.append(
+                self._chunk({"tool_calls": [{"index": event.index, "function": {"arguments": event.arguments}}]})
+            )
+        elif isinstance(event, Finish):
+            self.frames.append(self._chunk({}, finish=event.reason))
+        elif isinstance(event, Usage):
+            self.frames.append(data_frame({**self._head(), "choices": [], "usage": usage_json(event)}))
+        elif isinstance(event, Error):
+            self.frames += error_event_frames(event)
+        # Progress and ToolCallEnd have no frame of their own here.
 
-    def _close(self) -> list[bytes]:
-        return [DONE] if self.fed else []
+    def _end(self) -> None:
+        if self.fed:
+            self.frames.append(DONE)
 
 
 class OpenAIChat(Dialect):

@@ -46,7 +46,7 @@ class _CompletionsEncoder(Encoder):
         self.framed = True
         return data_frame({**head, "choices": choices, **extra})
 
-    def _frame(self, event: Event) -> list[bytes]:
+    def _event(self, event: Event) -> None:
         if isinstance(event, Start):
             self.start = event  # no role frame here: the first text chunk carries the id
         elif isinstance(event, TextDelta):
@@ -64,19 +64,21 @@ class _CompletionsEncoder(Encoder):
                 }
             else:
                 self.offset += len(event.text)
-            return [self._chunk([{"text": event.text, "index": 0, "logprobs": logprobs, "finish_reason": None}])]
+            self.frames.append(
+                self._chunk([{"text": event.text, "index": 0, "logprobs": logprobs, "finish_reason": None}])
+            )
         elif isinstance(event, Finish):
             reason = event.reason if event.reason in FINISH_REASONS else "stop"  # no tool calls here
-            return [self._chunk([{"text": "", "index": 0, "logprobs": None, "finish_reason": reason}])]
+            self.frames.append(self._chunk([{"text": "", "index": 0, "logprobs": None, "finish_reason": reason}]))
         elif isinstance(event, Usage):
-            return [self._chunk([], usage=usage_json(event))]
+            self.frames.append(self._chunk([], usage=usage_json(event)))
         elif isinstance(event, Error):
             self.framed = True
-            return error_event_frames(event)
-        return []
+            self.frames += error_event_frames(event)
 
-    def _close(self) -> list[bytes]:
-        return [DONE] if self.framed else []
+    def _end(self) -> None:
+        if self.framed:
+            self.frames.append(DONE)
 
 
 class OpenAICompletions(Dialect):

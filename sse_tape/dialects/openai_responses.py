@@ -21,7 +21,7 @@ from typing import Any
 
 from ..cassette import Headers, Request
 from ..sse import ServerSentEvent
-from ._openai import token_entries, tokens_from
+from ._openai import ServerCalls, token_entries, tokens_from
 from .base import DONE, Checker, Dialect, Encoder, Prompt, Violation, chat_messages, json_objects, named_frame
 from .events import (
     Error,
@@ -65,27 +65,19 @@ class _Item:
 class _ResponsesEncoder(Encoder):
     def __init__(self, dialect: Dialect) -> None:
         super().__init__(dialect)
-        self.frames: list[bytes] = []
         self.sequence = 0
         self.start = Start("resp_sse_tape")
         self.output: list[dict[str, Any]] = []
         self.item: _Item | None = None
         self.calls: dict[int, _Item] = {}
-        self.server_calls: set[int] = set()  # calls the server runs: no place in this API
+        self.server_calls = ServerCalls()
         self.finish: Finish | None = None  # the final event waits for the usage that follows the finish
         self.usage: Usage | None = None
 
-    def _frame(self, event: Event) -> list[bytes]:
-        self.frames = []
-        self._event(event)
-        return self.frames
-
-    def _close(self) -> list[bytes]:
-        self.frames = []
+    def _end(self) -> None:
         self._final()
         if self.fed:
             self.frames.append(DONE)
-        return self.frames
 
     def _sync(self, sent: Sequence[ServerSentEvent]) -> None:
         # What the client has is the truth: its sequence numbers, its items and their ids, what is still open.
@@ -124,9 +116,7 @@ class _ResponsesEncoder(Encoder):
             self.output.append(item)
 
     def _event(self, event: Event) -> None:
-        if isinstance(event, ToolCallStart) and event.server:
-            self.server_calls.add(event.index)
-        if isinstance(event, ToolCallStart | ToolCallDelta | ToolCallEnd) and event.index in self.server_calls:
+        if self.server_calls.skip(event):
             return
         if isinstance(event, Start):
             self.start = event
