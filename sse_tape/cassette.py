@@ -60,6 +60,7 @@ __all__ = [
     "bundled_cassettes",
     "check_cassette_path",
     "find_cassettes",
+    "storable_headers",
 ]
 
 #: The cassette format this version writes, and the newest it reads.
@@ -299,6 +300,20 @@ class Cassette:
         self._spools, self._pending = [], []
 
 
+def storable_headers(headers: Headers) -> Headers:
+    """Headers as a cassette holds them: as text. Bytes that were not UTF-8 on the wire (which aiohttp
+    hands over as surrogate escapes) are read as Latin-1, as HTTP's older rules read them."""
+    return tuple((_storable(name), _storable(value)) for name, value in headers)
+
+
+def _storable(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("latin-1")
+    return text
+
+
 def append_interactions(path: str | os.PathLike[str], interactions: Iterable[Interaction]) -> int:
     """Add interactions to the end of a cassette file, creating it if need be; returns how many it holds.
 
@@ -362,10 +377,13 @@ def _suffix(path: Path) -> str:
 
 
 def _encode(doc: dict[str, Any], suffix: str) -> bytes:
-    if suffix == ".msgpack":
-        packed: bytes = msgpack.packb(doc, use_bin_type=True)
-        return packed
-    return _toml.dumps(doc).encode()
+    try:
+        if suffix == ".msgpack":
+            packed: bytes = msgpack.packb(doc, use_bin_type=True)
+            return packed
+        return _toml.dumps(doc).encode()
+    except UnicodeEncodeError as exc:  # text no file can hold, such as a lone surrogate
+        raise CassetteError(f"cannot write {exc.object[max(exc.start - 20, 0) : exc.end + 20]!r}: not text") from None
 
 
 def _decode(raw: bytes, suffix: str) -> Any:

@@ -19,7 +19,7 @@ import asyncio
 import os
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import BinaryIO
@@ -40,6 +40,7 @@ from .cassette import (
     Response,
     append_interactions,
     check_cassette_path,
+    storable_headers,
 )
 from .dialects import Dialect
 from .journal import Forwarded, Recorded, SaveFailed, UpstreamFailed
@@ -194,7 +195,7 @@ class Recorder:
         """A stream's response head came: spool its request and head."""
         self._streams += 1
         capture.spool = self._streams
-        request = self.redaction.request(capture.request)
+        request = self._storable(capture.request)
         headers = self.redaction.response(Response(capture.status or 0, capture.headers)).headers
 
         def write(spool: SpoolWriter, n: int) -> None:
@@ -217,7 +218,8 @@ class Recorder:
             return  # no response head, nothing to record
         end = interaction.response.end
         self._spooled(lambda spool, n: spool.end(n, str(end), capture.duration), capture)
-        interaction = self.redaction.interaction(interaction)
+        request, response = self._storable(interaction.request), self.redaction.response(interaction.response)
+        interaction = replace(interaction, request=request, response=response)
         self.recorded.append(interaction)
         self.ends[interaction.response.end] += 1
         index = len(self.cassette) + len(self.recorded)
@@ -247,6 +249,10 @@ class Recorder:
                 end=interaction.response.end,
             )
         )
+
+    def _storable(self, request: Request) -> Request:
+        """The request as it is recorded: secrets redacted, headers as text."""
+        return self.redaction.request(replace(request, headers=storable_headers(request.headers)))
 
     def _spooled(self, write: Callable[[SpoolWriter, int], object], capture: _Capture) -> None:
         spool = self._spool
@@ -319,9 +325,11 @@ class Forwarder:
             stream.cancel()
         if self._streams:
             await asyncio.gather(*self._streams, return_exceptions=True)
-        if self.recorder is not None:
-            await self.recorder.close()
-        await self.upstream.close()
+        try:
+            if self.recorder is not None:
+                await self.recorder.close()
+        finally:
+            await self.upstream.close()
 
     async def respond(self, exchange: Exchange) -> web.StreamResponse:
         server = self._server

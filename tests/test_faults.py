@@ -726,6 +726,13 @@ def test_a_bad_control_body_is_a_400(server: MockServer, body: Any) -> None:
     assert got.json()["error"].startswith('give {"faults": ["spec", ...]}')
 
 
+def test_control_json_nested_a_hundred_thousand_deep_is_a_400_not_a_500(server: MockServer) -> None:
+    body = b'{"faults": ' + b"[" * 100_000
+    got = httpx.post(server.url + "/__sse_tape__/faults", content=body, headers={"content-type": "application/json"})
+    assert got.status_code == 400
+    assert "nested more than 64 deep" in got.json()["error"]
+
+
 def test_an_unwritable_report_stops_serve_at_start_up() -> None:
     result = serve_cli("--report", "/nonexistent/dir/r.jsonl")
     assert (result.returncode, result.stderr) == (

@@ -761,3 +761,17 @@ async def test_the_proxy_never_sends_a_path_outside_the_upstreams_base(
     assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n")
     assert b"may not climb out of the upstream's base path" in answer
     assert upstream.hits == 0
+
+
+async def test_a_header_value_that_is_not_ascii_goes_through_the_proxy(upstream: Upstream, tmp_path: Path) -> None:
+    cassette = tmp_path / "c.toml"
+    async with arecording(cassette, upstream.url) as proxy, httpx.AsyncClient() as client:
+        headers = [("x-name", "Jürgen".encode()), ("x-latin", "J\xfcrgen".encode("latin-1"))]
+        status, _ = await read_all(
+            client, "POST", proxy.url + "/v1/chat/completions?events=1", content=b"{}", headers=headers
+        )
+    assert status == 200  # a 500 when httpx encoded the headers to the upstream as ASCII
+    assert upstream.seen_headers[0]["x-name"] == "Jürgen"
+    [recorded] = Cassette.load(cassette).interactions
+    assert dict(recorded.request.headers)["x-name"] == "Jürgen"
+    assert dict(recorded.request.headers)["x-latin"] == "Jürgen"  # not UTF-8 on the wire: read as Latin-1
