@@ -23,7 +23,7 @@ from ._units import parse_duration
 from .cassette import End, Response
 from .sse import ServerSentEvent, SSEDecoder
 
-__all__ = ["Beats", "Block", "Noise", "Plan", "Position", "PositionUnit", "Write", "blocks_of"]
+__all__ = ["Beats", "Block", "Noise", "Plan", "Position", "PositionUnit", "Write", "blocks_of", "event_ends"]
 
 #: One write: when it is due, in seconds from the request's arrival, and its bytes.
 Write = tuple[float, bytes]
@@ -49,7 +49,10 @@ def blocks_of(body: bytes, at: int = 0) -> list[Block]:
     """The blocks of `body`, their spans counted from `at`."""
     blocks, start = [], 0
     for m in _BLOCK_END.finditer(body):
-        events = SSEDecoder().feed(body[start : m.end()])
+        # Only the stream's very first block may begin with a byte order mark a decoder drops: an empty line
+        # before any other keeps a fresh decoder from dropping one there.
+        lead = b"" if at + start == 0 else b"\n"
+        events = SSEDecoder().feed(lead + body[start : m.end()])
         blocks.append(Block(at + start, at + m.end(), events[0] if events else None))
         start = m.end()
     if start < len(body):
@@ -96,6 +99,24 @@ class Noise:
 # The bounds positions are checked against: past them a number is not a place in any stream.
 _MAX_EVENTS = 10**9
 _MAX_BYTES = 2**40
+
+
+# A `data` field line: the field name alone, or followed by a colon (spec: "If the field name is data").
+_DATA_LINE = re.compile(rb"(?:^|\r\n|\r|\n)data(?::|\r|\n|$)")
+
+
+def event_ends(body: bytes) -> list[int]:
+    """Where each event of `body` ends: the block ends of blocks with a data line, as `blocks_of` finds them,
+    without decoding a single event (a recorder counts a stream's events this way, once it is over)."""
+    ends, start = [], 0
+    for m in _BLOCK_END.finditer(body):
+        block = body[start : m.end()]
+        if start == 0 and block.startswith(b"\xef\xbb\xbf"):
+            block = block[3:]  # the byte order mark a stream may begin with
+        if _DATA_LINE.search(block):
+            ends.append(m.end())
+        start = m.end()
+    return ends
 
 
 class PositionUnit(StrEnum):

@@ -44,7 +44,7 @@ from .cassette import (
 )
 from .dialects import Dialect
 from .journal import Forwarded, Recorded, SaveFailed, UpstreamFailed
-from .plan import blocks_of
+from .plan import event_ends
 from .redaction import Redaction
 from .responder import Exchange, Host
 from .sse import SSEDecoder
@@ -430,7 +430,7 @@ class Forwarder:
             if capture.status is not None:
                 exchange.end = capture.end
                 body = b"".join(chunk.data for chunk in capture.chunks)
-                exchange.event_ends = [b.end for b in blocks_of(body) if b.event is not None]
+                exchange.event_ends = event_ends(body)
                 if recorder is not None:
                     recorder.keep(capture, exchange.number)
             if exchange.ends_later:

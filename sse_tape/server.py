@@ -37,7 +37,7 @@ from .faults import MAX_HEADER_FAULTS, Fault, Injector, apply, parse_faults
 from .journal import Ended, FaultInjected, Journal, Matched, Miss, Missed, Received, ReplayState
 from .matching import Matcher
 from .options import MissPolicy, ServeOptions
-from .plan import Plan, blocks_of
+from .plan import Plan, event_ends
 from .record import Forwarder, Recorder, RecordMode
 from .redaction import Redaction
 from .responder import Exchange, Host, Responder
@@ -122,7 +122,7 @@ class Replay:
         ends = self._event_ends.get(recording)
         if ends is None:
             body = recording.interaction.response.body
-            ends = self._event_ends[recording] = [b.end for b in blocks_of(body) if b.event is not None]
+            ends = self._event_ends[recording] = event_ends(body)
         return ends
 
 

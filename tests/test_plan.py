@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from sse_tape import Cassette, ConfigError, Pacing, Response
-from sse_tape.plan import Plan, Position, PositionUnit, blocks_of
+from sse_tape import Cassette, ConfigError, Pacing, Response, SSEDecoder
+from sse_tape.plan import Plan, Position, PositionUnit, blocks_of, event_ends
 
 
 def _streams(bundled: dict[str, Cassette]) -> list[Response]:
@@ -86,3 +86,30 @@ def test_splitting_a_write_keeps_the_bytes_and_their_times(bundled: dict[str, Ca
     assert plan.body == body
     assert len(plan.writes) == len(writes) + 1
     assert at == writes[0][0]
+
+
+@given(
+    body=st.binary(max_size=300)
+    | st.lists(
+        st.sampled_from(
+            [
+                b"data: x",
+                b"data",
+                b"data:",
+                b": c",
+                b"event: e",
+                b"datax: 1",
+                b"\xef\xbb\xbfdata: b",
+                b"\n",
+                b"\r",
+                b"\r\n",
+                b"id: 1",
+            ]
+        ),
+        max_size=20,
+    ).map(b"".join)
+)
+@example(body=b"data: a\n\n\xef\xbb\xbfdata: b\n\n")  # a byte order mark counts at the very start only
+def test_event_ends_are_where_blocks_of_finds_events(body: bytes) -> None:
+    assert event_ends(body) == [b.end for b in blocks_of(body) if b.event is not None]
+    assert len(event_ends(body)) == len(SSEDecoder().feed(body))
