@@ -30,3 +30,11 @@ bench *args:
 # Measure the latency the recording proxy adds, against a direct connection and mitmdump.
 bench-proxy *args:
     python bench/proxy_bench.py {{args}}
+
+# Fuzz the decoder, cassette loading and the fault grammar for long (atheris if installed).
+fuzz *args:
+    python bench/fuzz.py {{args}}
+
+# Drive a serve process with thousands of streams; fail if anything grows without bound.
+soak *args:
+    python bench/soak.py --check {{args}}
