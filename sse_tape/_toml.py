@@ -54,11 +54,13 @@ def _key(key: str) -> str:
 def _value(value: Any) -> str:
     if isinstance(value, str):
         return _string(value)
+    if isinstance(value, list) and all(isinstance(v, str) and "\n" not in v for v in value):
+        return "[" + ", ".join(map(_string, value)) + "]"  # a short list of words, on one line
     return tomli_w.dumps({"v": value}).removeprefix("v = ").rstrip("\n")
 
 
 def _string(s: str) -> str:
-    if not any(c in s for c in "\"\\\n'") and not _CONTROL.search(s):
+    if not any(c in s for c in '"\\\n') and not _CONTROL.search(s):
         return f'"{s}"'  # plain text: nothing to escape
     if not _CONTROL.search(s):
         if "\n" not in s and "'" not in s:

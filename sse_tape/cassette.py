@@ -16,6 +16,11 @@ the spool's id (`spool = "..."`), so that a spool whose removal a crash cut
 short is never read twice. Loads share a lock on the folder; writes hold it
 alone.
 
+A cassette may carry settings for whoever replays it: a free-text
+`description`, `match` (the parts of a request that must agree with a
+recording, as in `match = ["method", "path"]`) and `ignore_body_fields`.
+Options given to a server override them.
+
 `format_version` is an integer, separate from the package version. A file
 written by a newer sse-tape is refused with a request to upgrade. Writes are
 atomic: a temporary file in the same folder, then a rename.
@@ -53,6 +58,7 @@ __all__ = [
     "Chunk",
     "End",
     "Interaction",
+    "MatchOn",
     "Recording",
     "Request",
     "Response",
@@ -84,6 +90,15 @@ class End(StrEnum):
     """The client hung up before the response ended."""
     INTERRUPTED = "interrupted"
     """The recorder itself was stopped while the response was in flight."""
+
+
+class MatchOn(StrEnum):
+    """A part of the request that must agree with the recording."""
+
+    METHOD = "method"
+    PATH = "path"
+    QUERY = "query"
+    BODY = "body"
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +196,13 @@ class Cassette:
 
     interactions: list[Interaction] = field(default_factory=list)
     path: Path | None = None
-    _stamp: _Stamp | None = field(default=None, repr=False, compare=False)
+    description: str | None = None
+    """What the cassette holds, for people."""
+    match_on: tuple[MatchOn, ...] | None = None
+    """What a request must share with a recording here (`match` in the file); None: the server's default."""
+    ignore_body_fields: tuple[str, ...] | None = None
+    """Dotted paths into JSON bodies left out when comparing them; None: the server's default."""
+    _stamp: _Stamp | None = field(default=None, init=False, repr=False, compare=False)
     # Spools of killed sessions found with the file (to remove at its next write), and the interactions
     # of those the file does not hold yet, each with its spool's id.
     _spools: list[Path] = field(default_factory=list, repr=False, compare=False)
@@ -223,10 +244,13 @@ class Cassette:
         else:
             raw, stamp = _read(path)
             try:
-                interactions, absorbed = _interactions_from_doc(_decode(raw, _suffix(path)))
+                doc = _decode(raw, _suffix(path))
+                interactions, absorbed = _interactions_from_doc(doc)
+                settings = _settings_from_doc(doc)
             except _Invalid as exc:
                 raise CassetteFormatError(f"{path}: {exc}") from None
-            cassette = cls(interactions, path, stamp)
+            cassette = cls(interactions, path, **settings)
+            cassette._stamp = stamp
         cassette._spools = spools
         for spool in spools:
             sid = spool_id(spool)
@@ -246,7 +270,7 @@ class Cassette:
             # Saved in place, what came from spools notes them, and they go; saved elsewhere, they stay.
             spooled = {id(i): sid for i, sid in self._pending} if own else {}
             doc = {
-                "format_version": FORMAT_VERSION,
+                **self._head(),
                 "interactions": [
                     _interaction_to_doc(i, binary=suffix == ".msgpack", spool=spooled.get(id(i)))
                     for i in self.interactions
@@ -281,17 +305,30 @@ class Cassette:
             if path.exists() and _stamp_of(path) != self._stamp:
                 again = Cassette._load(path)  # written by someone else since: read it whole, and check it
                 self.interactions, self._stamp = again.interactions, again._stamp
+                self.description, self.match_on = again.description, again.match_on
+                self.ignore_body_fields = again.ignore_body_fields
                 self._spools, self._pending = again._spools, again._pending
             sid = spool_id(spool) if spool is not None else None
             new = [*self._pending, *((i, sid) for i in added)]
             if new:
-                raw = _read(path)[0] if path.exists() else _encode({"format_version": FORMAT_VERSION}, suffix)
+                raw = _read(path)[0] if path.exists() else _encode(self._head(), suffix)
                 docs = [_interaction_to_doc(i, binary=suffix == ".msgpack", spool=s) for i, s in new]
                 self._stamp = _write(path, _appended(raw, docs, suffix))
             self._absorbed()
             if spool is not None:
                 spool.unlink(missing_ok=True)  # inside the lock: no reader sees the file and the spool both
         self.interactions.extend(added)
+
+    def _head(self) -> dict[str, Any]:
+        """What a cassette file holds before its interactions: its format and its settings."""
+        head: dict[str, Any] = {"format_version": FORMAT_VERSION}
+        if self.description is not None:
+            head["description"] = self.description
+        if self.match_on is not None:
+            head["match"] = [str(part) for part in self.match_on]
+        if self.ignore_body_fields is not None:
+            head["ignore_body_fields"] = list(self.ignore_body_fields)
+        return head
 
     def _absorbed(self) -> None:
         """The file now holds what the spools read with it held: remove them."""
@@ -637,6 +674,29 @@ def _interactions_from_doc(doc: Any) -> tuple[list[Interaction], set[str]]:
     interactions = [_interaction_from_doc(item, f"interaction {n}") for n, item in enumerate(items, 1)]
     spools = {str(item["spool"]) for item in items if isinstance(item, Mapping) and "spool" in item}
     return interactions, spools
+
+
+def _settings_from_doc(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The cassette's settings: description, match and ignore_body_fields, each checked."""
+    settings: dict[str, Any] = {}
+    if "description" in doc:
+        settings["description"] = _field(doc, "description", str, "the cassette")
+    if "match" in doc:
+        words = _strings(doc, "match")
+        bad = [w for w in words if w not in MatchOn.__members__.values()]
+        if bad or not words:
+            raise _Invalid(f"match {words!r}: give a list of parts from {', '.join(MatchOn)}")
+        settings["match_on"] = tuple(dict.fromkeys(MatchOn(w) for w in words))
+    if "ignore_body_fields" in doc:
+        settings["ignore_body_fields"] = tuple(_strings(doc, "ignore_body_fields"))
+    return settings
+
+
+def _strings(doc: Mapping[str, Any], name: str) -> list[str]:
+    value = doc[name]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _Invalid(f"{name} must be a list of strings")
+    return value
 
 
 def _interaction_from_doc(doc: Any, where: str) -> Interaction:

@@ -24,7 +24,6 @@ from .cassette import Cassette, Interaction, check_cassette_path, find_cassettes
 from .dialects import DIALECTS, Dialect, Violation, check_error_response, detect, translate
 from .dialects import get as get_dialect
 from .faults import FAULTS, PROFILES
-from .matching import DEFAULT_MATCH_ON, MatchOn
 from .options import MissPolicy, ServeOptions, parse_match
 from .record import RecordMode, describe, record_once
 from .redaction import Redaction, find_secrets
@@ -73,14 +72,14 @@ _SERVER_OPTIONS = [
         "match",
         metavar="PARTS",
         help="What a request must share with a recording, comma-separated from method, path, query, body. "
-        "[default: method,path,body; method,path when serving the bundled cassettes]",
+        "[default: what each cassette says, else method,path,body]",
     ),
     click.option(
         "--ignore-body-field",
         multiple=True,
         metavar="FIELD",
         help="A JSON body field to leave out when comparing bodies, as a dotted path "
-        "(user, metadata.trace_id, messages.*.name). Repeatable.",
+        "(user, metadata.trace_id, messages.*.name). Repeatable; replaces the fields the cassettes name.",
     ),
     click.option(
         "--pace",
@@ -131,14 +130,12 @@ def _server_options(command: Callable[..., None]) -> Callable[..., None]:
     return command
 
 
-def _options(
-    words: dict[str, Any], *, default_match: tuple[MatchOn, ...], **more: Any
-) -> tuple[ServeOptions, dict[str, Any]]:
+def _options(words: dict[str, Any], **more: Any) -> tuple[ServeOptions, dict[str, Any]]:
     """The serving options from the words `_server_options` added (plus `more`), and where to listen."""
-    match = words.pop("match")
+    match, ignored = words.pop("match"), words.pop("ignore_body_field")
     options = ServeOptions.build(
-        match_on=default_match if match is None else parse_match(match, "--match"),
-        ignore_body_fields=words.pop("ignore_body_field"),
+        match_on=None if match is None else parse_match(match, "--match"),
+        ignore_body_fields=ignored or None,
         pace=words.pop("pace"),
         jitter=words.pop("jitter"),
         seed=words.pop("seed"),
@@ -208,11 +205,8 @@ def serve(
     supported API. Each request gets the recorded response that matches it,
     byte for byte, at the chosen pace. Ctrl-C stops the server.
     """
-    default_match = DEFAULT_MATCH_ON if paths else (MatchOn.METHOD, MatchOn.PATH)
     # Checked before anything starts: a bad spec is one line naming what is wrong.
-    options, listen = _options(
-        words, default_match=default_match, faults=faults, profiles=profiles, report=report, on_miss=on_miss
-    )
+    options, listen = _options(words, faults=faults, profiles=profiles, report=report, on_miss=on_miss)
     if upstream is not None and options.on_miss is not MissPolicy.FORWARD:
         raise ConfigError("--upstream is for --on-miss forward")
     cassettes = load_cassettes(paths)
@@ -306,7 +300,7 @@ def record(url: str | None, cassette: Path, upstream: str | None, **words: Any) 
     if upstream is not None:
         if any(one_shot):
             raise ConfigError("-X, -d and -H are for one-shot mode; in proxy mode the client sends the requests")
-        options, listen = _options(words, default_match=DEFAULT_MATCH_ON)
+        options, listen = _options(words)
         server = recording_server(
             cassette, upstream, mode=mode, redaction=redaction, idle_timeout=idle_timeout, options=options, **listen
         )

@@ -27,6 +27,7 @@ from ._exceptions import ConfigError
 from .cassette import End, Recording
 
 __all__ = [
+    "Answered",
     "Ended",
     "Entry",
     "FaultInjected",
@@ -80,9 +81,28 @@ class Matched(Entry):
     path: str
     recording: str
     status: int
+    converted: str | None = None
+    """How the recording was reshaped for the request (see `shape`): `as JSON`, `as a stream`,
+    `without usage`, or None."""
 
     def line(self) -> str:
-        return f"{self.method} {self.path} -> {self.status} {self.recording}"
+        return f"{self.method} {self.path} -> {self.status} {self.recording}" + (
+            f" {self.converted}" if self.converted else ""
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Answered(Entry):
+    """A responder other than replay and forwarding answered the request (the model list, say): `what` it said."""
+
+    kind: ClassVar[str] = "answered"
+    method: str
+    path: str
+    status: int
+    what: str
+
+    def line(self) -> str:
+        return f"{self.method} {self.path} -> {self.status} {self.what}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -2,52 +2,76 @@
 
 By default a request must agree with a recording on method, path and body,
 the JSON body compared as data (key order and whitespace do not matter),
-minus any ignored fields. Among the recordings that agree, the one whose body
-is most alike wins, so with `match_on=("method", "path")` a request with
-`tools` gets the tool-call recording and one without gets the text one.
-Repeated identical requests get the agreeing recordings in their recorded
-order, starting over when all have been played.
+minus any ignored fields. A cassette may say otherwise for its own
+recordings (`match`, `ignore_body_fields`), and the server's options
+override both. `stream` and `stream_options` are the shape of answer asked
+for, not a difference: a streamed recording answers a request that asks for
+no stream, and the other way round (replay converts it).
+
+Among the recordings that agree, the one whose body is most alike wins (see
+`_likeness`), so with `match_on=("method", "path")` a request with `tools`
+gets the tool-call recording and a conversation that ends with a tool's
+result gets the recording that answers one; on a tie, one in the shape asked
+for. Repeated identical requests get the agreeing recordings in their
+recorded order, starting over when all have been played.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from difflib import SequenceMatcher
-from enum import StrEnum
 from typing import Any
 from urllib.parse import parse_qsl
 
 from ._exceptions import ConfigError, NoMatchError
 from ._paths import locate
-from .cassette import Cassette, Interaction, Recording, Request
+from .cassette import Cassette, Interaction, MatchOn, Recording, Request
 from .journal import ReplayState
 from .redaction import REDACTED
 
-__all__ = ["DEFAULT_MATCH_ON", "MatchOn", "Matcher"]
-
-
-class MatchOn(StrEnum):
-    """A part of the request that must agree with the recording."""
-
-    METHOD = "method"
-    PATH = "path"
-    QUERY = "query"
-    BODY = "body"
-
+__all__ = ["DEFAULT_MATCH_ON", "MatchOn", "Matcher", "asks_for_stream", "is_streamed"]
 
 DEFAULT_MATCH_ON: tuple[MatchOn, ...] = (MatchOn.METHOD, MatchOn.PATH, MatchOn.BODY)
 
+# Body fields that choose the answer's shape (a stream or one JSON document), never compared.
+_SHAPE_FIELDS = ("stream", "stream_options")
+
 _MISSING: Any = object()
+
+
+def asks_for_stream(request: Request) -> bool | None:
+    """Whether a request asks for a stream (`"stream": true`); None when its body is not a JSON object."""
+    body = request.json()
+    return body.get("stream") is True if isinstance(body, dict) else None
+
+
+def is_streamed(interaction: Interaction) -> bool:
+    """Whether a recorded answer is an event stream: by its content type, else by what its request asked."""
+    kind = (interaction.response.header("content-type") or "").split(";")[0].strip().lower()
+    if kind:
+        return kind == "text/event-stream"
+    return asks_for_stream(interaction.request) is True
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    """How one cassette's recordings are matched."""
+
+    match_on: tuple[MatchOn, ...]
+    ignore: tuple[tuple[str, ...], ...]
 
 
 class Matcher:
     """Finds the recorded interaction that answers a request.
 
-    `ignore_body_fields` are dotted paths into the JSON body (`user`,
-    `metadata.trace_id`, `messages.*.name`): they are removed on both sides
-    before bodies are compared. With `allow_repeats` off, each recording
-    answers once and a request beyond them is a miss (vcrpy's
+    `match_on` and `ignore_body_fields`, when given, apply to every
+    recording; when None, each cassette's own settings do, else the
+    defaults. Ignored fields are dotted paths into the JSON body (`user`,
+    `metadata.trace_id`, `messages.*.name`), removed on both sides before
+    bodies are compared. With `allow_repeats` off, each recording answers
+    once and a request beyond them is a miss (vcrpy's
     `allow_playback_repeats`); on, they start over. What has played is kept
     in `state`, which a server shares with the rest of its replay.
     """
@@ -56,45 +80,61 @@ class Matcher:
         self,
         cassettes: Iterable[Cassette],
         *,
-        match_on: Iterable[MatchOn | str] = DEFAULT_MATCH_ON,
-        ignore_body_fields: Iterable[str] = (),
+        match_on: Iterable[MatchOn | str] | None = None,
+        ignore_body_fields: Iterable[str] | None = None,
         allow_repeats: bool = True,
         state: ReplayState | None = None,
     ) -> None:
         self.allow_repeats = allow_repeats
         self.state = state or ReplayState()
         try:
-            self.match_on = tuple(dict.fromkeys(MatchOn(m) for m in match_on))
+            self.match_on = None if match_on is None else tuple(dict.fromkeys(MatchOn(m) for m in match_on))
         except ValueError as exc:
             raise ConfigError(f"{exc}: choose from {', '.join(MatchOn)}") from None
-        self.ignore_body_fields = tuple(f.split(".") for f in ignore_body_fields)
-        self.recordings = [
-            Recording(interaction, cassette.name, n)
-            for cassette in cassettes
-            for n, interaction in enumerate(cassette.interactions, 1)
-        ]
-        self._bodies = [self._comparable_body(r.interaction.request) for r in self.recordings]
-        self.state.track(self.recordings)
+        self.ignore_body_fields = None if ignore_body_fields is None else tuple(ignore_body_fields)
+        self.recordings: list[Recording] = []
+        self._rules: list[_Rule] = []
+        self._bodies: list[Any] = []
+        self._shapes: list[bool] = []
+        for cassette in cassettes:
+            rule = self._rule(cassette.match_on, cassette.ignore_body_fields)
+            for n, interaction in enumerate(cassette.interactions, 1):
+                self._track(Recording(interaction, cassette.name, n), rule)
 
-    def add(self, interaction: Interaction, cassette: str, index: int) -> Recording:
-        """Make a new interaction (one just recorded) playable: it answers from the next request on."""
-        recording = Recording(interaction, cassette, index)
-        self.recordings.append(recording)
-        self._bodies.append(self._comparable_body(interaction.request))
-        self.state.track([recording])
+    def add(self, interaction: Interaction, cassette: Cassette, index: int) -> Recording:
+        """Make a new interaction (one just recorded into `cassette`) playable from the next request on."""
+        recording = Recording(interaction, cassette.name, index)
+        self._track(recording, self._rule(cassette.match_on, cassette.ignore_body_fields))
         return recording
+
+    def _rule(self, match_on: tuple[MatchOn, ...] | None, ignore: tuple[str, ...] | None) -> _Rule:
+        """How a cassette with these settings is matched: the server's options first, then its own."""
+        parts = self.match_on or match_on or DEFAULT_MATCH_ON
+        fields = self.ignore_body_fields if self.ignore_body_fields is not None else ignore or ()
+        return _Rule(parts, tuple(tuple(f.split(".")) for f in fields))
+
+    def _track(self, recording: Recording, rule: _Rule) -> None:
+        self.recordings.append(recording)
+        self._rules.append(rule)
+        self._bodies.append(_comparable_body(recording.interaction.request, rule.ignore))
+        self._shapes.append(is_streamed(recording.interaction))
+        self.state.track([recording])
 
     def find(self, request: Request) -> Recording:
         """The recording that answers `request`, noted as played; raises `NoMatchError` naming the closest ones."""
-        body = self._comparable_body(request)
-        agreeing = [n for n in range(len(self.recordings)) if self._agrees(request, body, n)]
+        bodies = _Bodies(request)
+        agreeing = [n for n in range(len(self.recordings)) if self._agrees(request, bodies, n)]
         if not agreeing:
             raise NoMatchError(self.explain_miss(request))
-        scores = {n: _likeness(body, self._bodies[n]) for n in agreeing}
+        stream = asks_for_stream(request)
+        scores = {
+            n: (_likeness(bodies.of(self._rules[n]), self._bodies[n]), self._shapes[n] == stream) for n in agreeing
+        }
         if not self.allow_repeats:
             # The most alike recording that has not answered yet.
             plays = self.state.plays
-            fresh = [n for n in sorted(agreeing, key=lambda n: (-scores[n], n)) if not plays[self.recordings[n]]]
+            ranked = sorted(agreeing, key=lambda n: (scores[n], -n), reverse=True)
+            fresh = [n for n in ranked if not plays[self.recordings[n]]]
             if not fresh:
                 count = len(agreeing)
                 raise NoMatchError(
@@ -117,10 +157,10 @@ class Matcher:
         head = f"no recorded interaction matches {request.method} {request.path}"
         if not self.recordings:
             return head + " (no interactions are loaded)"
-        body = self._comparable_body(request)
+        bodies = _Bodies(request)
         ranked = []
         for n, rec in enumerate(self.recordings):
-            parts, body_diffs = self._differences(request, body, n)
+            parts, body_diffs = self._differences(request, bodies, n)
             # Fewer disagreeing parts first, then fewer body differences, then the most alike
             # path (a typo'd path names its neighbour), then recorded order.
             path_likeness = SequenceMatcher(None, request.path, rec.interaction.request.path).ratio()
@@ -129,21 +169,10 @@ class Matcher:
         closest = [f"{rec}: {'; '.join(parts)}" for _, rec, parts in ranked[:limit]]
         return f"{head}; closest: " + " | ".join(closest)
 
-    def _comparable_body(self, request: Request) -> Any:
-        if not request.body:
-            return None
-        parsed = request.json()
-        if parsed is None:
-            return request.body  # not JSON: compared as bytes
-        for path in self.ignore_body_fields:
-            for container, key in reversed(locate(parsed, path)):
-                del container[key]
-        return parsed
+    def _agrees(self, request: Request, bodies: _Bodies, n: int) -> bool:
+        return all(self._same(part, request, bodies, n) for part in self._rules[n].match_on)
 
-    def _agrees(self, request: Request, body: Any, n: int) -> bool:
-        return all(self._same(part, request, body, n) for part in self.match_on)
-
-    def _same(self, part: MatchOn, request: Request, body: Any, n: int) -> bool:
+    def _same(self, part: MatchOn, request: Request, bodies: _Bodies, n: int) -> bool:
         recorded = self.recordings[n].interaction.request
         if part is MatchOn.METHOD:
             return request.method.upper() == recorded.method.upper()
@@ -151,18 +180,18 @@ class Matcher:
             return request.path == recorded.path
         if part is MatchOn.QUERY:
             return _query_agrees(request.query, recorded.query)
-        return _json_agrees(body, self._bodies[n])
+        return _json_agrees(bodies.of(self._rules[n]), self._bodies[n])
 
-    def _differences(self, request: Request, body: Any, n: int) -> tuple[list[str], list[str]]:
+    def _differences(self, request: Request, bodies: _Bodies, n: int) -> tuple[list[str], list[str]]:
         """How request and recording n disagree: one line per part, and the body's differences."""
         recorded = self.recordings[n].interaction.request
         parts: list[str] = []
         body_diffs: list[str] = []
-        for part in self.match_on:
-            if self._same(part, request, body, n):
+        for part in self._rules[n].match_on:
+            if self._same(part, request, bodies, n):
                 continue
             if part is MatchOn.BODY:
-                body_diffs = _json_diff(body, self._bodies[n], "body")
+                body_diffs = _json_diff(bodies.of(self._rules[n]), self._bodies[n], "body")
                 more = f" and {len(body_diffs) - 3} more" if len(body_diffs) > 3 else ""
                 parts.append(", ".join(body_diffs[:3]) + more)
             else:
@@ -171,16 +200,69 @@ class Matcher:
         return parts, body_diffs
 
 
+class _Bodies:
+    """A request's body as each rule compares it (rules differ in the fields they ignore)."""
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.cache: dict[tuple[tuple[str, ...], ...], Any] = {}
+
+    def of(self, rule: _Rule) -> Any:
+        if rule.ignore not in self.cache:
+            self.cache[rule.ignore] = _comparable_body(self.request, rule.ignore)
+        return self.cache[rule.ignore]
+
+
+def _comparable_body(request: Request, ignore: tuple[tuple[str, ...], ...]) -> Any:
+    """The body as it is compared: JSON as data, without the ignored fields nor those that choose the shape."""
+    if not request.body:
+        return None
+    parsed = request.json()
+    if parsed is None:
+        return request.body  # not JSON: compared as bytes
+    if isinstance(parsed, dict):
+        for name in _SHAPE_FIELDS:
+            parsed.pop(name, None)
+    for path in ignore:
+        for container, key in reversed(locate(parsed, path)):
+            del container[key]
+    return parsed
+
+
 def _likeness(a: Any, b: Any) -> int:
-    """How alike two bodies are: +2 per top-level key equal on both sides, +1 per key on both, -1 per key on one."""
+    """How alike two bodies are, for choosing among recordings that agree with a request.
+
+    Per top-level key: +8 equal on both sides, +1 present on both, -1 present
+    on one. A list on both sides (the conversation so far) scores up to +4
+    more: +1 for the same length, +2 when its last items have the same
+    `role` and `type`, and +1 when they have the same keys. A conversation
+    that ends with a tool's result is most like a recording of one, and an
+    equal value always beats a like one.
+    """
     if not isinstance(a, dict) or not isinstance(b, dict):
         return 0
     score = 0
     for key in a.keys() | b.keys():
-        if key in a and key in b:
-            score += 2 if a[key] == b[key] else 1
-        else:
+        if key not in a or key not in b:
             score -= 1
+        elif a[key] == b[key]:
+            score += 8
+        else:
+            score += 1 + _list_likeness(a[key], b[key])
+    return score
+
+
+def _list_likeness(a: Any, b: Any) -> int:
+    if not isinstance(a, list) or not isinstance(b, list) or not a or not b:
+        return 0
+    score = 1 if len(a) == len(b) else 0
+    last, other = a[-1], b[-1]
+    if (
+        isinstance(last, dict)
+        and isinstance(other, dict)
+        and (last.get("role"), last.get("type")) == (other.get("role"), other.get("type"))
+    ):
+        score += 2 + (last.keys() == other.keys())
     return score
 
 

@@ -15,8 +15,8 @@ from enum import StrEnum
 from pathlib import Path
 
 from ._exceptions import ConfigError
+from .cassette import MatchOn
 from .faults import Fault, load_profile, parse_fault
-from .matching import DEFAULT_MATCH_ON, MatchOn
 from .pacing import Pacing
 
 __all__ = ["MissPolicy", "ServeOptions", "parse_match"]
@@ -48,10 +48,11 @@ def parse_match(words: str | Iterable[MatchOn | str], name: str = "match_on") ->
 class ServeOptions:
     """How a server answers: matching, pacing, misses, repeats and faults. Build one with `build`."""
 
-    match_on: tuple[MatchOn, ...] = DEFAULT_MATCH_ON
-    """What a request must share with a recording."""
-    ignore_body_fields: tuple[str, ...] = ()
-    """Dotted paths into JSON bodies left out of the comparison (`user`, `messages.*.name`)."""
+    match_on: tuple[MatchOn, ...] | None = None
+    """What a request must share with a recording; None: what each cassette says, else method, path and body."""
+    ignore_body_fields: tuple[str, ...] | None = None
+    """Dotted paths into JSON bodies left out of the comparison (`user`, `messages.*.name`); None: what each
+    cassette says, else none."""
     pace: Pacing = field(default_factory=Pacing)
     """When each recorded chunk goes out."""
     miss_status: int = 404
@@ -71,8 +72,8 @@ class ServeOptions:
     def build(
         cls,
         *,
-        match_on: str | Iterable[MatchOn | str] = DEFAULT_MATCH_ON,
-        ignore_body_fields: Iterable[str] = (),
+        match_on: str | Iterable[MatchOn | str] | None = None,
+        ignore_body_fields: Iterable[str] | None = None,
         pace: str | Pacing = "recorded",
         jitter: str | None = None,
         seed: int = 0,
@@ -85,7 +86,8 @@ class ServeOptions:
     ) -> ServeOptions:
         """Options from the words a user writes; raises `ConfigError` naming a bad one.
 
-        `match_on` is `"method,path"` or a list of parts; `pace` is a pace
+        `match_on` is `"method,path"` or a list of parts, and with
+        `ignore_body_fields` overrides what the cassettes say; `pace` is a pace
         word (`recorded`, `x2`, `instant`, `20ms`, `tps:40`) or a `Pacing`;
         `jitter` is `5ms` or `10%`; `faults` are specs (`error:5`) or `Fault`s;
         `profiles` name sets of faults (they come before `faults`).
@@ -105,8 +107,8 @@ class ServeOptions:
         chosen = [f for name in profiles for f in load_profile(name)]
         chosen += [parse_fault(f) if isinstance(f, str) else f for f in faults]
         return cls(
-            match_on=parse_match(match_on),
-            ignore_body_fields=tuple(ignore_body_fields),
+            match_on=None if match_on is None else parse_match(match_on),
+            ignore_body_fields=None if ignore_body_fields is None else tuple(ignore_body_fields),
             pace=pacing,
             miss_status=miss_status,
             on_miss=policy,

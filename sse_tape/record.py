@@ -225,7 +225,7 @@ class Recorder:
         index = len(self.cassette) + len(self.recorded)
         if self.playable and interaction.response.end is End.COMPLETE:
             # Only a whole answer replays: a client that retries after a cut-off stream reaches the upstream.
-            server.matcher.add(interaction, self.path.name, index)
+            server.matcher.add(interaction, self.cassette, index)
         syncing = asyncio.ensure_future(self._report(interaction, number, index))
         self._syncing.add(syncing)
         syncing.add_done_callback(self._syncing.discard)

@@ -2,8 +2,9 @@
 
 `MockServer` is an aiohttp application. A request goes to its responders in
 turn until one answers: `Replay` (the recording the matcher picks, at the
-server's pace, with its faults) and, behind it, what the miss policy puts
-there (an upstream the request is forwarded to, recording what passes).
+server's pace, with its faults); behind it, what the miss policy puts there
+(an upstream the request is forwarded to, recording what passes); last, the
+`Catalog` of the recordings' models, for clients that list them first.
 A request no responder answers gets the API's JSON error naming the closest
 recordings. Every step goes into the server's `journal`; every counter replay
 depends on lives in its `state`.
@@ -31,7 +32,17 @@ from aiohttp.http_exceptions import HttpProcessingError
 from . import _json
 from ._exceptions import CassetteNotFoundError, ConfigError, NoMatchError
 from ._http import ConnectionGuard, run_in_thread, write_plan
-from .cassette import Cassette, End, Recording, Request, bundled_cassettes, check_cassette_path, find_cassettes
+from .cassette import (
+    Cassette,
+    End,
+    Recording,
+    Request,
+    Response,
+    bundled_cassettes,
+    check_cassette_path,
+    find_cassettes,
+)
+from .catalog import Catalog
 from .dialects import dialect_for
 from .faults import MAX_HEADER_FAULTS, Fault, Injector, apply, parse_faults
 from .journal import Ended, FaultInjected, Journal, Matched, Miss, Missed, Received, ReplayState
@@ -41,6 +52,7 @@ from .plan import Plan, event_ends
 from .record import Forwarder, Recorder, RecordMode
 from .redaction import Redaction
 from .responder import Exchange, Host, Responder
+from .shape import Shape, asked, reshape
 from .upstream import AiohttpUpstream, Upstream
 
 __all__ = ["Exchange", "Limits", "MockServer", "Replay", "Responder", "aserve", "load_cassettes", "serve"]
@@ -64,12 +76,27 @@ def load_cassettes(sources: Iterable[CassetteSource] = ()) -> list[Cassette]:
     return cassettes + [Cassette.load(p) for p in paths]
 
 
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A recording's response as it is sent: in the shape the request asked for, and where its events end."""
+
+    response: Response
+    event_ends: list[int]
+    converted: str | None
+
+
 class Replay:
-    """Answers from the recordings the server's matcher holds, at the server's pace, with its faults."""
+    """Answers from the recordings the server's matcher holds, at the server's pace, with its faults.
+
+    A request that asks for no stream, answered by a streamed recording, gets
+    the API's JSON answer built from it, and the other way round (see
+    `shape`).
+    """
 
     def __init__(self) -> None:
         self._server: Host | None = None
-        self._event_ends: dict[Recording, list[int]] = {}  # per recording, worked out at its first replay
+        # Per recording and shape asked for: worked out at its first replay.
+        self._prepared: dict[tuple[Recording, Shape], _Prepared] = {}
 
     async def start(self, host: Host) -> None:
         self._server = host
@@ -86,9 +113,9 @@ class Replay:
         except NoMatchError as exc:
             exchange.miss = str(exc)
             return None
-        response = recording.interaction.response
+        prepared = self._prepare(recording, request)
         turn = server.state.plays[recording] - 1
-        plan = server.options.pace.plan(response, key=f"{recording}:{turn}")
+        plan = server.options.pace.plan(prepared.response, key=f"{recording}:{turn}")
         faults, rng = server.injector.choose(request, exchange.faults)
         server.journal.add(
             Matched(
@@ -96,7 +123,8 @@ class Replay:
                 method=request.method,
                 path=request.path,
                 recording=str(recording),
-                status=response.status,
+                status=prepared.response.status,
+                converted=prepared.converted,
             )
         )
         if faults and rng is not None:
@@ -115,15 +143,17 @@ class Replay:
                 )
             exchange.event_ends = [b.end for b in plan.events]
         else:
-            exchange.event_ends = self._ends(recording)
+            exchange.event_ends = prepared.event_ends
         return await server.send(exchange, plan)
 
-    def _ends(self, recording: Recording) -> list[int]:
-        ends = self._event_ends.get(recording)
-        if ends is None:
-            body = recording.interaction.response.body
-            ends = self._event_ends[recording] = event_ends(body)
-        return ends
+    def _prepare(self, recording: Recording, request: Request) -> _Prepared:
+        """The recording's response in the shape the request asks for (see `shape`)."""
+        shape = asked(recording.interaction, request)
+        key = (recording, shape)
+        if key not in self._prepared:
+            response, converted = reshape(recording.interaction, shape)
+            self._prepared[key] = _Prepared(response, event_ends(response.body), converted)
+        return self._prepared[key]
 
 
 def _default_max_connections() -> int:
@@ -197,7 +227,7 @@ class MockServer:
         self.recorder = recorder if self.options.on_miss is MissPolicy.RECORD else None
         """What keeps the answers forwarded on a miss, under the `record` policy."""
         behind = _behind_replay(self.options.on_miss, upstream, self.recorder)
-        self.responders: list[Responder] = [*([Replay()] if replay else []), *behind]
+        self.responders: list[Responder] = [*([Replay()] if replay else []), *behind, Catalog()]
         """The chain each request goes through, in order."""
         self.active_streams = 0
         """Requests being answered right now."""

@@ -27,7 +27,7 @@ def bundled() -> dict[str, Cassette]:
 
 @pytest.fixture(scope="module")
 def instant_server() -> Iterator[MockServer]:
-    """The bundled cassettes served at instant pace, default matching, in a background thread."""
+    """The bundled cassettes served at instant pace, matched as they say (method and path), in a background thread."""
     with serve(pace="instant") as server:
         yield server
 

@@ -24,6 +24,7 @@ from sse_tape import (
     End,
     Interaction,
     Matcher,
+    MatchOn,
     Request,
     Response,
     append_interactions,
@@ -502,3 +503,58 @@ def test_any_bytes_load_as_a_cassette_or_one_clear_error(tmp_path: Path, data: s
         return
     assert message.startswith(str(path))
     assert "\n" not in message
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".msgpack"])
+def test_settings_travel_with_the_cassette(tmp_path: Path, suffix: str) -> None:
+    cassette = Cassette(
+        [],
+        tmp_path / f"c{suffix}",
+        description="Answers any prompt.",
+        match_on=(MatchOn.METHOD, MatchOn.PATH),
+        ignore_body_fields=("user", "metadata.trace_id"),
+    )
+    cassette.append([Interaction(Request("GET", "/a"), Response(chunks=(Chunk(0.0, b"data: 1\n\n"),)))])
+    cassette.append([Interaction(Request("GET", "/b"), Response())])  # an append keeps them
+    loaded = Cassette.load(tmp_path / f"c{suffix}")
+    assert (loaded.description, loaded.match_on, loaded.ignore_body_fields) == (
+        "Answers any prompt.",
+        (MatchOn.METHOD, MatchOn.PATH),
+        ("user", "metadata.trace_id"),
+    )
+    assert len(loaded) == 2
+    again = loaded.save(tmp_path / f"again{suffix}")
+    assert Cassette.load(again).match_on == (MatchOn.METHOD, MatchOn.PATH)
+
+
+def test_settings_are_written_for_people_to_read(tmp_path: Path) -> None:
+    Cassette([], description="Greetings, for the demo.", match_on=(MatchOn.METHOD, MatchOn.PATH)).save(
+        tmp_path / "c.toml"
+    )
+    assert (tmp_path / "c.toml").read_text() == (
+        'format_version = 1\ndescription = "Greetings, for the demo."\nmatch = ["method", "path"]\ninteractions = []\n'
+    )
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ('match = ["method", "headers"]', r"match \['method', 'headers'\]: give a list of parts from method, path"),
+        ("match = []", r"match \[\]: give a list of parts"),
+        ('match = "method"', r"match must be a list of strings"),
+        ("ignore_body_fields = [1]", r"ignore_body_fields must be a list of strings"),
+        ("description = 3", r"the cassette\.description must be a string"),
+    ],
+    ids=["unknown-part", "no-part", "not-a-list", "not-strings", "description"],
+)
+def test_bad_settings_are_one_clear_error(tmp_path: Path, settings: str, message: str) -> None:
+    (tmp_path / "bad.toml").write_text(f"format_version = 1\n{settings}\n")
+    with pytest.raises(CassetteFormatError, match=rf"bad\.toml: {message}"):
+        Cassette.load(tmp_path / "bad.toml")
+
+
+def test_bundled_cassettes_say_they_answer_any_prompt(bundled: dict[str, Cassette]) -> None:
+    for cassette in bundled.values():
+        assert cassette.match_on == (MatchOn.METHOD, MatchOn.PATH)
+        assert cassette.description is not None
+        assert "Answers any prompt" in cassette.description

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import socket
@@ -56,7 +57,7 @@ def test_version() -> None:
 
 
 def test_serve_bundled_prints_its_url_answers_any_prompt_and_stops_on_ctrl_c(bundled_server: Running) -> None:
-    assert bundled_server.banner.startswith("sse-tape: serving 11 interactions from 5 cassettes at http://127.0.0.1:")
+    assert bundled_server.banner.startswith("sse-tape: serving 13 interactions from 5 cassettes at http://127.0.0.1:")
     body = {"model": "anything", "messages": [{"role": "user", "content": "Tell me a joke"}], "stream": True}
     got = httpx.post(bundled_server.url + "/v1/chat/completions", json=body)
     assert got.status_code == 200
@@ -70,9 +71,11 @@ def test_serve_bundled_prints_its_url_answers_any_prompt_and_stops_on_ctrl_c(bun
 
 
 def test_serve_given_cassettes_matches_bodies_by_default(tmp_path: Path) -> None:
-    server = Running(str(BUNDLED["openai-chat"]), "--quiet")
+    plain = Cassette.load(BUNDLED["openai-chat"])
+    plain.match_on = None  # a cassette that says nothing of how to match it
+    server = Running(str(plain.save(tmp_path / "chat.toml")), "--quiet")
     try:
-        assert "2 interactions from 1 cassettes" in server.banner
+        assert "3 interactions from 1 cassettes" in server.banner
         got = httpx.post(server.url + "/v1/chat/completions", json={"messages": [], "stream": True})
         assert got.status_code == 404
         assert got.json()["error"]["code"] == "no_match"
@@ -135,7 +138,7 @@ def test_show_summarizes_each_interaction() -> None:
     result = CliRunner().invoke(cli, ["show", str(BUNDLED["openai-chat"])])
     assert result.exit_code == 0
     lines = result.output.splitlines()
-    assert lines[0] == f"{BUNDLED['openai-chat']}: 2 interactions"
+    assert lines[0] == f"{BUNDLED['openai-chat']}: 3 interactions"
     assert lines[2:7] == [
         "#1 POST /v1/chat/completions",
         "   -> 200 text/event-stream, ended: complete",
@@ -187,7 +190,7 @@ def test_check_passes_every_bundled_cassette() -> None:
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert f"{BUNDLED['lmstudio-chat']} #1 POST /api/v1/chat (lmstudio-chat): ok" in lines
-    assert lines[-1] == "checked 11 interactions: 0 violations"
+    assert lines[-1] == "checked 13 interactions: 0 violations"
 
 
 def _broken_chat(tmp_path: Path) -> Path:
@@ -293,3 +296,32 @@ def test_convert_to_a_path_that_cannot_be_written_is_one_line_and_exit_2(tmp_pat
     assert result.returncode == 2
     assert result.stderr.startswith(f"Error: {tmp_path / 'afile' / 'c.toml'}: cannot write: ")
     assert result.stderr.count("\n") == 1
+
+
+README_CURL = {"model": "local-model", "messages": [{"role": "user", "content": "Hello!"}], "stream": True}
+
+
+@pytest.mark.parametrize("args", [(), ("cassettes/",)], ids=["serve", "serve cassettes/"])
+def test_the_readme_requests_are_answered_however_the_bundled_cassettes_are_served(args: tuple[str, ...]) -> None:
+    from sse_tape import aserve, serve
+
+    def answers(url: str) -> tuple[bytes, str]:
+        streamed = httpx.post(url + "/v1/chat/completions", json=README_CURL).content
+        plain = httpx.post(url + "/v1/chat/completions", json={**README_CURL, "stream": False}).json()
+        return streamed, plain["choices"][0]["message"]["content"]
+
+    server = Running(*args, "--pace", "instant", "--quiet")
+    try:
+        by_cli = answers(server.url)
+    finally:
+        server.stop()
+    with serve(pace="instant") as bundled, serve("cassettes/", pace="instant") as folder:
+        by_library = [answers(bundled.url), answers(folder.url)]
+
+    async def by_aserve() -> tuple[bytes, str]:
+        async with aserve(pace="instant") as running:
+            return await asyncio.to_thread(answers, running.url)
+
+    assert by_cli[1] == "Hi there! How can I help you today?"
+    assert by_library == [by_cli, by_cli]
+    assert asyncio.run(by_aserve()) == by_cli

@@ -685,7 +685,9 @@ def test_empty_answers_when_the_stream_would_have_begun(bundled: dict[str, Casse
     thinking = Cassette([bundled["router-chat"].interactions[2]])  # 18.7 s long, first byte at 0.46 s
     with serve(thinking, match_on=["path"]) as running:
         got = httpx.post(
-            running.url + "/proj_ABC123/my-endpoint/v1/chat/completions", json={}, headers={"X-SSE-Tape-Fault": "empty"}
+            running.url + "/proj_ABC123/my-endpoint/v1/chat/completions",
+            json={"stream": True},
+            headers={"X-SSE-Tape-Fault": "empty"},
         )
     assert got.content == b""
     assert got.elapsed.total_seconds() < 10  # not after the recording's 18.7 s

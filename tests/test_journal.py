@@ -17,7 +17,7 @@ CHAT = {"model": "local-model", "messages": [{"role": "user", "content": "Hello!
 
 
 def test_the_journal_endpoint_lists_a_match_a_miss_and_an_injected_fault() -> None:
-    with serve(pace="instant") as server:
+    with serve(pace="instant", match_on="method,path,body") as server:
         url = server.url + "/v1/chat/completions"
         assert httpx.post(url, json=CHAT).status_code == 200
         assert httpx.post(url, json={**CHAT, "max_tokens": 99}).status_code == 404
@@ -51,24 +51,25 @@ def test_reset_makes_a_played_recording_playable_again(bundled: dict[str, Casset
         assert [str(r) for r in server.state.unplayed()] == [
             "openai-chat.toml #1 (POST /v1/chat/completions)",
             "openai-chat.toml #2 (POST /v1/chat/completions)",
+            "openai-chat.toml #3 (POST /v1/chat/completions)",
         ]
-        for _ in range(2):
+        for _ in range(3):
             list(client.chat.completions.create(**CHAT))
         assert server.state.unplayed() == []
         assert httpx.post(server.url + "/v1/chat/completions", json=CHAT).status_code == 404
         [miss] = server.state.misses
-        assert (miss.request, miss.path) == (3, "/v1/chat/completions")
+        assert (miss.request, miss.path) == (4, "/v1/chat/completions")
         assert "have been played already" in miss.reason
         server.reset()
         assert (server.state.misses, server.state.requests, len(server.journal)) == ([], 0, 0)
-        assert len(server.state.unplayed()) == 2
+        assert len(server.state.unplayed()) == 3
         assert "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(**CHAT)) != ""
         assert server.state.requests == 1
 
 
 def test_serve_logs_each_stream_when_it_starts_and_when_it_ends() -> None:
     lines: list[str] = []
-    with serve(pace="instant", log=lines.append) as server:
+    with serve(pace="instant", log=lines.append, match_on="method,path,body") as server:
         httpx.post(server.url + "/v1/chat/completions", json=CHAT)
         httpx.post(server.url + "/v1/chat/completions", json={**CHAT, "max_tokens": 99})
     assert lines[0] == "POST /v1/chat/completions -> 200 openai-chat.toml #1 (POST /v1/chat/completions)"
@@ -83,7 +84,8 @@ def test_the_report_has_every_entry_as_a_json_line(tmp_path: Path) -> None:
     with serve(pace="instant", report=report, faults=["empty:times=1"]) as server:
         for _ in range(2):
             httpx.post(server.url + "/v1/chat/completions", json=CHAT)
-        kept = [entry.to_json() for entry in server.journal]
+    # Read once the server stopped: a stream's end is noted just after its last byte reached the client.
+    kept = [entry.to_json() for entry in server.journal]
     written = [json.loads(line) for line in report.read_text().splitlines()]
     assert written == kept
     assert [e["type"] for e in written] == ["received", "matched", "fault", "ended", "received", "matched", "ended"]
@@ -93,7 +95,7 @@ def test_entries_are_typed_values(tmp_path: Path) -> None:
     with serve(pace="instant") as server:
         httpx.post(server.url + "/v1/chat/completions", json=CHAT, headers={"X-SSE-Tape-Fault": "empty"})
         httpx.post(server.url + "/nowhere", json={})
-        kinds = [type(e) for e in server.journal]
+    kinds = [type(e) for e in server.journal]
     assert kinds == [Received, Matched, FaultInjected, Ended, Received, Missed, Ended]
 
 

@@ -121,3 +121,67 @@ def test_without_repeats_each_recording_answers_once_even_across_groups() -> Non
         NoMatchError, match="the 2 recordings matching POST /v1/chat/completions have been played already"
     ):
         matcher.find(post(CHAT, {"m": "x"}))
+
+
+def test_stream_and_stream_options_are_the_shape_asked_for_not_a_difference(cassette: Cassette) -> None:
+    plain = {k: v for k, v in HELLO.items() if k != "stream"}
+    usage = {**HELLO, "stream_options": {"include_usage": True}}
+    matcher = Matcher([cassette])
+    assert tag(matcher, post(CHAT, plain)) == "hello"
+    assert tag(matcher, post(CHAT, {**HELLO, "stream": False})) == "hello"
+    assert tag(matcher, post(CHAT, usage)) == "hello"
+
+
+def test_a_recording_in_the_shape_asked_for_wins_a_tie() -> None:
+    plain = {k: v for k, v in HELLO.items() if k != "stream"}
+    as_json = Interaction(post(CHAT, plain), Response(headers=(("content-type", "application/json"),)))
+    as_stream = Interaction(post(CHAT, HELLO), Response(headers=(("content-type", "text/event-stream"),)))
+    matcher = Matcher([Cassette([as_json, as_stream])])
+    for _ in range(2):  # no taking turns: the shape decides
+        assert matcher.find(post(CHAT, HELLO)).index == 2
+        assert matcher.find(post(CHAT, plain)).index == 1
+
+
+def test_a_conversation_ending_with_a_tool_result_gets_the_recording_of_one() -> None:
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+    asked_tool = {**TOOLS, "messages": [{"role": "user", "content": "Weather in Tokyo?"}]}
+    answered = {
+        **asked_tool,
+        "messages": [
+            *asked_tool["messages"],
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "18 C"},
+        ],
+    }
+    cassette = Cassette(
+        [recording(CHAT, HELLO, "hello"), recording(CHAT, asked_tool, "call"), recording(CHAT, answered, "answer")]
+    )
+    matcher = Matcher([cassette], match_on=["method", "path"])
+    other_call = {**call, "id": "call_9"}
+    agent_turn = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "And in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [other_call]},
+        {"role": "tool", "tool_call_id": "call_9", "content": "21 C"},
+    ]
+    assert tag(matcher, post(CHAT, {**TOOLS, "model": "x", "messages": agent_turn})) == "answer"
+    assert tag(matcher, post(CHAT, {**TOOLS, "model": "x", "messages": agent_turn[:2]})) == "call"
+    assert tag(matcher, post(CHAT, {"model": "x", "messages": agent_turn[:2], "stream": True})) == "hello"
+
+
+def test_each_cassette_is_matched_as_it_says_unless_the_server_says_otherwise() -> None:
+    loose = Cassette([recording("/loose", {"q": 1}, "loose")], match_on=(MatchOn.METHOD, MatchOn.PATH))
+    strict = Cassette([recording("/strict", {"q": 1}, "strict")])
+    ignoring = Cassette([recording("/ignoring", {"q": 1, "user": "a"}, "ignoring")], ignore_body_fields=("user",))
+    matcher = Matcher([loose, strict, ignoring])
+    assert tag(matcher, post("/loose", {"q": 2})) == "loose"
+    with pytest.raises(NoMatchError, match=r"body\.q is 2, recorded 1"):
+        matcher.find(post("/strict", {"q": 2}))
+    assert tag(matcher, post("/ignoring", {"q": 1, "user": "b"})) == "ignoring"
+    # Options given to the server apply to every cassette, in place of what they say.
+    overriding = Matcher([loose, strict, ignoring], match_on=["method", "path", "body"], ignore_body_fields=[])
+    with pytest.raises(NoMatchError):
+        overriding.find(post("/loose", {"q": 2}))
+    with pytest.raises(NoMatchError, match=r'body\.user is "b", recorded "a"'):
+        overriding.find(post("/ignoring", {"q": 1, "user": "b"}))
+    assert tag(Matcher([strict], match_on=["path"]), post("/strict", {"q": 2})) == "strict"

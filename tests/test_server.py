@@ -237,9 +237,9 @@ def test_every_bundled_interaction_is_replayed_byte_for_byte(
                 assert got.headers["content-type"] == interaction.response.header("content-type")
 
 
-def test_miss_is_an_openai_error_the_sdk_raises_with_the_reason(instant_server: MockServer) -> None:
-    with pytest.raises(openai.NotFoundError) as info:
-        sdk(instant_server).chat.completions.create(
+def test_miss_is_an_openai_error_the_sdk_raises_with_the_reason() -> None:
+    with serve(pace="instant", match_on="method,path,body") as server, pytest.raises(openai.NotFoundError) as info:
+        sdk(server).chat.completions.create(
             model="local-model", messages=[{"role": "user", "content": "Bonjour"}], stream=True
         )
     error = info.value.body
@@ -368,7 +368,8 @@ async def test_client_disconnect_stops_the_stream_at_once(bundled: dict[str, Cas
     baseline = len(asyncio.all_tasks())
     async with aserve(Cassette([heartbeat]), match_on=["path"]) as server:
         url = server.url + heartbeat.request.path
-        async with httpx.AsyncClient() as client, client.stream("POST", url, content=b"{}") as response:
+        stream = {"stream": True}
+        async with httpx.AsyncClient() as client, client.stream("POST", url, json=stream) as response:
             first = await response.aiter_raw().__anext__()
             assert first.startswith(b"data: ")
             assert server.active_streams == 1
@@ -500,7 +501,7 @@ def test_a_request_that_is_not_http_is_one_line_on_stderr() -> None:
     ],
 )
 def test_bodies_that_break_parsers_get_an_answer_not_a_500(body: bytes, status: int) -> None:
-    with serve("cassettes/") as server:
+    with serve("cassettes/", match_on="method,path,body") as server:
         got = httpx.post(
             server.url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
         )

@@ -3,7 +3,7 @@
 `DIALECTS` maps each name to its dialect: `openai-chat`, `openai-completions`,
 `openai-responses`, `lmstudio-chat`. `detect` tells which one an interaction
 speaks; `translate` re-encodes an interaction in another, keeping the timing
-of the original events.
+of the original events; `Answer` puts a stream's events together.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import replace
 from .. import _json
 from .._exceptions import ConfigError
 from ..cassette import Chunk, Interaction, Response
+from .answer import Answer, Call
 from .base import Dialect, Prompt, Violation
 from .events import Start
 from .lmstudio_chat import LMStudioChat
@@ -22,6 +23,8 @@ from .openai_responses import OpenAIResponses
 
 __all__ = [
     "DIALECTS",
+    "Answer",
+    "Call",
     "Dialect",
     "Prompt",
     "Violation",

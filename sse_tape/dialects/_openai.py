@@ -7,12 +7,13 @@ from typing import Any
 
 from .. import _json
 from ..sse import ServerSentEvent, encode_event
-from .base import DONE, Checker, to_json
+from .base import DONE, Checker, json_objects, to_json
 from .events import Error, Event, Start, TokenLogprob, ToolCallDelta, ToolCallEnd, ToolCallStart, Usage
 
 __all__ = [
     "ChunkFraming",
     "ServerCalls",
+    "as_recorded",
     "error_event_frames",
     "error_from",
     "is_openai_terminal",
@@ -93,6 +94,36 @@ def error_event_frames(error: Error) -> list[bytes]:
     """How OpenAI-style chunk streams end on an error: `event: error` with the error, then `[DONE]`."""
     body = {"error": {"message": error.message, "type": error.type, "code": error.code}}
     return [encode_event(to_json(body), event="error"), DONE]
+
+
+def as_recorded(body: dict[str, Any], events: Sequence[ServerSentEvent], *, logprobs: bool = False) -> dict[str, Any]:
+    """A non-streaming answer built from a chunk stream, with what the chunks carry kept as it was.
+
+    The first chunk's own fields (`system_fingerprint`, `service_tier`, ...)
+    and the usage object as sent; with `logprobs`, each choice's logprob
+    entries (`content` and `refusal`) joined in order, as chat sends them.
+    """
+    chunks = [obj for _, name, obj in json_objects(events) if name != "error"]
+    if not chunks:
+        return body
+    extra = {k: v for k, v in chunks[0].items() if k not in ("object", "choices", "usage") and k not in body}
+    out = {**body, **extra}
+    usage = [obj["usage"] for obj in chunks if isinstance(obj.get("usage"), dict)]
+    if usage:
+        out["usage"] = usage[-1]
+    if logprobs and out.get("choices"):
+        parts: dict[str, list[Any] | None] = {"content": None, "refusal": None}
+        for obj in chunks:
+            for choice in obj.get("choices") or []:
+                entries = choice.get("logprobs") if isinstance(choice, dict) else None
+                if not isinstance(entries, dict):
+                    continue
+                for kind in parts:
+                    if isinstance(entries.get(kind), list):
+                        parts[kind] = [*(parts[kind] or []), *entries[kind]]
+        if any(v is not None for v in parts.values()):
+            out["choices"] = [{**out["choices"][0], "logprobs": parts}, *out["choices"][1:]]
+    return out
 
 
 def token_entries(logprobs: tuple[TokenLogprob, ...]) -> list[dict[str, Any]]:

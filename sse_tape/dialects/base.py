@@ -215,6 +215,33 @@ class Dialect(ABC):
         body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
         return status, (("content-type", "application/json"),), to_json(body).encode()
 
+    def wants_stream(self, body: Any) -> bool:
+        """Whether a request body of this API asks for a stream (`"stream": true`) rather than one JSON answer."""
+        return isinstance(body, dict) and body.get("stream") is True
+
+    def reports_usage(self, body: Any) -> bool:
+        """Whether a stream answering this request body reports token usage (always, unless the API asks)."""
+        return True
+
+    @abstractmethod
+    def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
+        """The body this API answers a request that asks for no stream with, for a generation of `events`.
+
+        `events` hold no `Error`: a failed generation is an error response (`http_error`).
+        """
+
+    def stream_json(self, events: Sequence[ServerSentEvent]) -> dict[str, Any]:
+        """The answer to a request for no stream, from this API's stream `events` (which hold no error).
+
+        Built from the neutral events, with what the frames carry and they do
+        not (item ids, raw usage, the server's own fields) kept as it was.
+        """
+        return self.response_json(self.decode(events))
+
+    @abstractmethod
+    def decode_json(self, body: Any) -> list[Event]:
+        """The neutral events a non-streaming answer of this API carries, each text whole; [] if it is none."""
+
     @abstractmethod
     def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
         """Every way `events` break this API's streaming contract; `request` enables rules that depend on it."""

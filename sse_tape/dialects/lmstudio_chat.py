@@ -8,7 +8,8 @@ Named events whose data repeats the name in `type`: `chat.start`; optional
 `tool_call.arguments` (the whole arguments object at once) and
 `tool_call.success` (with the tool's output) or `tool_call.failure`; an
 `error`; and always last `chat.end`, whose `result` aggregates the output and
-the stats, also after an error.
+the stats, also after an error. Without `"stream": true` the answer is that
+result alone.
 """
 
 from __future__ import annotations
@@ -110,13 +111,17 @@ class _LMStudioEncoder(Encoder):
         self.block = kind
 
     def end_frame(self) -> bytes:
+        return named_frame({"type": "chat.end", "result": self.result()})
+
+    def result(self) -> dict[str, Any]:
+        """What `chat.end` carries: the output so far and the stats."""
         result: dict[str, Any] = {"model_instance_id": self.model, "output": self.output}
         if self.usage is not None:
             stats = {"input_tokens": self.usage.input_tokens, "total_output_tokens": self.usage.output_tokens}
             if self.usage.reasoning_tokens is not None:
                 stats["reasoning_output_tokens"] = self.usage.reasoning_tokens
             result["stats"] = stats
-        return named_frame({"type": "chat.end", "result": result})
+        return result
 
     def _event(self, event: Event) -> None:
         model = self.model
@@ -245,6 +250,47 @@ class LMStudioChat(Dialect):
     def is_terminal(self, event: ServerSentEvent) -> bool:
         objects = [obj for _, _, obj in json_objects([event])]
         return bool(objects) and objects[0].get("type") in ("chat.end", "error")
+
+    def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
+        encoder = _LMStudioEncoder(self)
+        for event in events:
+            encoder.feed(event)
+        encoder.close()
+        return encoder.result()
+
+    def stream_json(self, events: Sequence[ServerSentEvent]) -> dict[str, Any]:
+        # chat.end carries the whole answer, as the non-streaming call returns it.
+        objects = [obj for _, _, obj in json_objects(events)]
+        result = objects[-1].get("result") if objects and objects[-1].get("type") == "chat.end" else None
+        return result if isinstance(result, dict) else super().stream_json(events)
+
+    def decode_json(self, body: Any) -> list[Event]:
+        if not isinstance(body, dict) or not isinstance(body.get("output"), list):
+            return []
+        events: list[Event] = [Start(str(body.get("response_id") or ""), str(body.get("model_instance_id", "")))]
+        calls, message = 0, False
+        for item in body["output"]:
+            kind = item.get("type") if isinstance(item, dict) else None
+            if kind in ("reasoning", "message") and item.get("content"):
+                text = str(item["content"])
+                events.append(ReasoningDelta(text) if kind == "reasoning" else TextDelta(text))
+                message = message or kind == "message"
+            elif kind == "tool_call":
+                events.append(ToolCallStart(calls, "", str(item.get("tool", "")), server=True))
+                events.append(ToolCallDelta(calls, arguments_text(item.get("arguments", {}))))
+                events.append(ToolCallEnd(calls, output=str(item.get("output", ""))))
+                calls += 1
+            elif kind == "invalid_tool_call":
+                name = str((item.get("metadata") or {}).get("tool_name", ""))
+                events.append(ToolCallStart(calls, "", name, server=True))
+                events.append(ToolCallEnd(calls, error=str(item.get("reason", ""))))
+                calls += 1
+        events.append(Finish("tool_calls" if calls and not message else "stop"))
+        stats: dict[str, Any] = body["stats"] if isinstance(body.get("stats"), dict) else {}
+        if isinstance(stats.get("input_tokens"), int):
+            tokens = (stats["input_tokens"], int(stats.get("total_output_tokens") or 0))
+            events.append(Usage(*tokens, reasoning_tokens=stats.get("reasoning_output_tokens")))
+        return events
 
     def http_error(
         self, status: int, message: str, *, type: str | None = None, code: str | None = None

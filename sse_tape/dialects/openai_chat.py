@@ -6,6 +6,7 @@ first; content, reasoning (`reasoning_content`), refusal and tool-call
 deltas; a chunk with `finish_reason`; a usage chunk when
 `stream_options.include_usage` is set; then `data: [DONE]`. A mid-stream
 error is an `event: error` carrying `{"error": {...}}`, then `[DONE]`.
+Without `"stream": true` the answer is one `chat.completion` object.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ..sse import ServerSentEvent, encode_comment
 from ._openai import (
     ChunkFraming,
     ServerCalls,
+    as_recorded,
     error_event_frames,
     error_from,
     is_openai_terminal,
@@ -29,6 +31,7 @@ from ._openai import (
     usage_json,
     wants_usage,
 )
+from .answer import Answer
 from .base import DONE, Checker, Dialect, Encoder, Prompt, Violation, chat_messages, data_frame, json_objects
 from .events import (
     Error,
@@ -156,6 +159,74 @@ class OpenAIChat(Dialect):
             if (usage := usage_from(obj.get("usage"))) is not None:
                 out.append((i, usage))
         return out
+
+    def reports_usage(self, body: Any) -> bool:
+        return wants_usage(body)
+
+    def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
+        answer = Answer.of(events)
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": answer.text or None,
+            "refusal": answer.refusal or None,
+        }
+        if answer.reasoning:
+            message["reasoning_content"] = answer.reasoning
+        if calls := answer.client_calls():
+            message["tool_calls"] = [
+                {
+                    "id": call.id or f"call_{call.index}",
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+                for call in calls
+            ]
+        logprobs = None
+        if answer.logprobs is not None:
+            logprobs = {"content": token_entries(tuple(answer.logprobs)), "refusal": None}
+        start = answer.start
+        body: dict[str, Any] = {
+            "id": start.id or "chatcmpl-sse-tape",
+            "object": "chat.completion",
+            "created": start.created,
+            "model": start.model,
+            "choices": [
+                {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": answer.finish or "stop"}
+            ],
+        }
+        if answer.usage is not None:
+            body["usage"] = usage_json(answer.usage)
+        return body
+
+    def stream_json(self, events: Sequence[ServerSentEvent]) -> dict[str, Any]:
+        return as_recorded(super().stream_json(events), events, logprobs=True)
+
+    def decode_json(self, body: Any) -> list[Event]:
+        choices = body.get("choices") if isinstance(body, dict) else None
+        choice = next((c for c in choices if isinstance(c, dict)), None) if isinstance(choices, list) else None
+        message = choice.get("message") if choice is not None else None
+        if choice is None or not isinstance(message, dict):
+            return []
+        events: list[Event] = [start_from(body)]
+        if isinstance(message.get("reasoning_content"), str) and message["reasoning_content"]:
+            events.append(ReasoningDelta(message["reasoning_content"]))
+        if isinstance(message.get("content"), str) and message["content"]:
+            logprobs = choice.get("logprobs")
+            tokens = tokens_from(logprobs.get("content")) if isinstance(logprobs, dict) else None
+            events.append(TextDelta(message["content"], tokens or None))
+        if isinstance(message.get("refusal"), str) and message["refusal"]:
+            events.append(RefusalDelta(message["refusal"]))
+        calls = [c for c in message.get("tool_calls") or [] if isinstance(c, dict)]
+        for index, call in enumerate(calls):
+            function: dict[str, Any] = call["function"] if isinstance(call.get("function"), dict) else {}
+            events.append(ToolCallStart(index, str(call.get("id") or ""), str(function.get("name") or "")))
+            if isinstance(function.get("arguments"), str) and function["arguments"]:
+                events.append(ToolCallDelta(index, function["arguments"]))
+            events.append(ToolCallEnd(index))
+        events.append(Finish(str(choice.get("finish_reason") or ("tool_calls" if calls else "stop"))))
+        if (usage := usage_from(body.get("usage"))) is not None:
+            events.append(usage)
+        return events
 
     def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
         c = Checker()

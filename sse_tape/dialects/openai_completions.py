@@ -5,7 +5,8 @@ text, with per-token `logprobs` (`tokens`, `text_offset`, `token_logprobs`,
 `top_logprobs`) when asked for; a final chunk with `finish_reason`; a usage
 chunk when `stream_options.include_usage` is set; `data: [DONE]`. Errors are
 framed as in openai-chat. Reasoning, refusals and tool calls have no place
-here and are dropped.
+here and are dropped. Without `"stream": true` the answer is one
+`text_completion` object.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ..cassette import Request
 from ..sse import ServerSentEvent
 from ._openai import (
     ChunkFraming,
+    as_recorded,
     error_event_frames,
     error_from,
     is_openai_terminal,
@@ -25,6 +27,7 @@ from ._openai import (
     usage_json,
     wants_usage,
 )
+from .answer import Answer
 from .base import DONE, Checker, Dialect, Encoder, Prompt, Violation, data_frame, json_objects, messages_text
 from .events import Error, Event, Finish, Start, TextDelta, TokenLogprob, Usage
 
@@ -52,16 +55,8 @@ class _CompletionsEncoder(Encoder):
         elif isinstance(event, TextDelta):
             logprobs = None
             if event.logprobs is not None:
-                offsets = []
-                for lp in event.logprobs:
-                    offsets.append(self.offset)
-                    self.offset += len(lp.token)
-                logprobs = {
-                    "tokens": [lp.token for lp in event.logprobs],
-                    "text_offset": offsets,
-                    "token_logprobs": [lp.logprob for lp in event.logprobs],
-                    "top_logprobs": [dict(lp.top) for lp in event.logprobs],
-                }
+                logprobs = _logprobs_json(event.logprobs, self.offset)
+                self.offset += sum(len(lp.token) for lp in event.logprobs)
             else:
                 self.offset += len(event.text)
             self.frames.append(
@@ -112,6 +107,41 @@ class OpenAICompletions(Dialect):
                 out.append((i, usage))
         return out
 
+    def reports_usage(self, body: Any) -> bool:
+        return wants_usage(body)
+
+    def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
+        answer = Answer.of(events)
+        logprobs = None if answer.logprobs is None else _logprobs_json(answer.logprobs, 0)
+        reason = answer.finish if answer.finish in FINISH_REASONS else "stop"
+        start = answer.start
+        body: dict[str, Any] = {
+            "id": start.id or "cmpl-sse-tape",
+            "object": "text_completion",
+            "created": start.created,
+            "model": start.model,
+            "choices": [{"text": answer.text, "index": 0, "logprobs": logprobs, "finish_reason": reason}],
+        }
+        if answer.usage is not None:
+            body["usage"] = usage_json(answer.usage)
+        return body
+
+    def stream_json(self, events: Sequence[ServerSentEvent]) -> dict[str, Any]:
+        return as_recorded(super().stream_json(events), events)
+
+    def decode_json(self, body: Any) -> list[Event]:
+        choices = body.get("choices") if isinstance(body, dict) else None
+        choice = next((c for c in choices if isinstance(c, dict)), None) if isinstance(choices, list) else None
+        if choice is None or not isinstance(choice.get("text"), str):
+            return []
+        events: list[Event] = [start_from(body)]
+        if choice["text"]:
+            events.append(TextDelta(choice["text"], _logprobs_from(choice.get("logprobs"))))
+        events.append(Finish(str(choice.get("finish_reason") or "stop")))
+        if (usage := usage_from(body.get("usage"))) is not None:
+            events.append(usage)
+        return events
+
     def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
         c = Checker()
         framing = ChunkFraming(c, "text_completion")
@@ -159,6 +189,20 @@ class OpenAICompletions(Dialect):
         if prompt.include_usage:
             body["stream_options"] = {"include_usage": True}
         return body
+
+
+def _logprobs_json(logprobs: Sequence[TokenLogprob], offset: int) -> dict[str, Any]:
+    """The completions API's logprobs object for these tokens, the first at character `offset` of the text."""
+    offsets = []
+    for lp in logprobs:
+        offsets.append(offset)
+        offset += len(lp.token)
+    return {
+        "tokens": [lp.token for lp in logprobs],
+        "text_offset": offsets,
+        "token_logprobs": [lp.logprob for lp in logprobs],
+        "top_logprobs": [dict(lp.top) for lp in logprobs],
+    }
 
 
 def _logprobs_from(obj: Any) -> tuple[TokenLogprob, ...] | None:

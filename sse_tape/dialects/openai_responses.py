@@ -9,7 +9,8 @@ and `.done`; or reasoning and refusal text), `response.output_item.done`, and
 last `response.completed` (or `response.incomplete`) with the whole response
 and its usage. A failure is `response.failed` with the error. The gateway in
 the seeds then sends `data: [DONE]`; OpenAI's own API does not, so a stream
-without it is not faulted.
+without it is not faulted. Without `"stream": true` the answer is the
+`Response` object that `response.completed` carries.
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ class _ResponsesEncoder(Encoder):
         self.server_calls = ServerCalls()
         self.finish: Finish | None = None  # the final event waits for the usage that follows the finish
         self.usage: Usage | None = None
+        self.result: dict[str, Any] | None = None
+        """The whole response, once the final event carried it."""
 
     def _end(self) -> None:
         self._final()
@@ -179,11 +182,11 @@ class _ResponsesEncoder(Encoder):
         usage = _usage_json(self.usage)
         if finish.reason in _INCOMPLETE:
             details = {"reason": _INCOMPLETE[finish.reason]}
-            self.emit(
-                "response.incomplete", response=self.response("incomplete", incomplete_details=details, usage=usage)
-            )
+            self.result = self.response("incomplete", incomplete_details=details, usage=usage)
+            self.emit("response.incomplete", response=self.result)
         else:
-            self.emit("response.completed", response=self.response("completed", usage=usage))
+            self.result = self.response("completed", usage=usage)
+            self.emit("response.completed", response=self.result)
 
     def emit(self, type: str, **fields: Any) -> None:
         self.frames.append(named_frame({"type": type, "sequence_number": self.sequence, **fields}))
@@ -339,6 +342,61 @@ class OpenAIResponses(Dialect):
             elif kind == "error":
                 out.append((i, Error(str(obj.get("message", "")), "server_error", obj.get("code"))))
         return out
+
+    def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
+        encoder = _ResponsesEncoder(self)
+        for event in events:
+            encoder.feed(event)
+        encoder.close()
+        return encoder.result or encoder.response("completed", usage=None)
+
+    def stream_json(self, events: Sequence[ServerSentEvent]) -> dict[str, Any]:
+        # The final event carries the whole response.
+        final = [
+            obj
+            for _, _, obj in json_objects(events)
+            if obj.get("type") in ("response.completed", "response.incomplete")
+        ]
+        response = final[-1].get("response") if final else None
+        return response if isinstance(response, dict) else super().stream_json(events)
+
+    def decode_json(self, body: Any) -> list[Event]:
+        if not isinstance(body, dict) or not isinstance(body.get("output"), list):
+            return []
+        events: list[Event] = [
+            Start(str(body.get("id", "")), str(body.get("model", "")), int(body.get("created_at") or 0))
+        ]
+        calls = 0
+        for item in body["output"]:
+            kind = item.get("type") if isinstance(item, dict) else None
+            if kind == "reasoning":
+                parts = [*(item.get("content") or []), *(item.get("summary") or [])]
+                text = "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
+                events += [ReasoningDelta(text)] if text else []
+            elif kind == "message":
+                for part in item.get("content") or []:
+                    part_kind = part.get("type") if isinstance(part, dict) else None
+                    if part_kind == "output_text" and part.get("text"):
+                        events.append(TextDelta(str(part["text"]), tokens_from(part.get("logprobs")) or None))
+                    elif part_kind == "refusal" and part.get("refusal"):
+                        events.append(RefusalDelta(str(part["refusal"])))
+            elif kind == "function_call":
+                events.append(ToolCallStart(calls, str(item.get("call_id", "")), str(item.get("name", ""))))
+                if isinstance(item.get("arguments"), str) and item["arguments"]:
+                    events.append(ToolCallDelta(calls, item["arguments"]))
+                events.append(ToolCallEnd(calls))
+                calls += 1
+        if body.get("status") == "failed":
+            error: dict[str, Any] = body["error"] if isinstance(body.get("error"), dict) else {}
+            return [*events, Error(str(error.get("message", "")), "server_error", error.get("code"))]
+        reason = "tool_calls" if calls else "stop"
+        if body.get("status") == "incomplete":
+            wanted = (body.get("incomplete_details") or {}).get("reason")
+            reason = next((k for k, v in _INCOMPLETE.items() if v == wanted), "length")
+        events.append(Finish(reason))
+        if (usage := _usage_from(body.get("usage"))) is not None:
+            events.append(usage)
+        return events
 
     def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
         c = Checker()

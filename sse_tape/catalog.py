@@ -1,0 +1,112 @@
+"""The models a server's recordings name, listed as each API lists them.
+
+Clients and frameworks often ask which models there are before they ask
+anything else. `Catalog` answers `GET /v1/models` (and `/v1/models/{id}`)
+as OpenAI does, and `GET /api/v1/models` as LM Studio does, with the models
+the recordings' requests name, under any path prefix (a router's
+`/proj/x/v1/models` too). It stands behind replay: a recording of such a
+request answers it first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import unquote
+
+from aiohttp import web
+
+from . import _json
+from .cassette import Chunk, Response
+from .journal import Answered
+from .plan import Plan
+from .responder import Exchange, Host
+
+__all__ = ["Catalog", "models_of"]
+
+_OPENAI_LIST = "/v1/models"
+_LMSTUDIO_LIST = "/api/v1/models"
+# What an LM Studio entry says of a model it knows nothing more of.
+_CONTEXT_LENGTH = 4096
+
+
+def models_of(host: Host) -> list[str]:
+    """The models the recordings' requests name, in the order they first appear."""
+    names: dict[str, None] = {}
+    for recording in host.state.recordings:
+        body = recording.interaction.request.json()
+        model = body.get("model") if isinstance(body, dict) else None
+        if isinstance(model, str) and model:
+            names[model] = None
+    return list(names)
+
+
+class Catalog:
+    """A responder listing the recordings' models, in OpenAI's shape or LM Studio's."""
+
+    def __init__(self) -> None:
+        self._server: Host | None = None
+
+    async def start(self, host: Host) -> None:
+        self._server = host
+
+    async def close(self) -> None:
+        pass
+
+    async def respond(self, exchange: Exchange) -> web.StreamResponse | None:
+        server = self._server
+        assert server is not None, "start() the responder first"
+        request = exchange.request
+        path = request.path.rstrip("/")
+        if request.method != "GET" or _OPENAI_LIST not in path:
+            return None
+        models = models_of(server)
+        what = f"{len(models)} model{'s'[: len(models) != 1]} from the recordings"
+        if path.endswith(_LMSTUDIO_LIST):
+            body: dict[str, Any] = {"models": [_lmstudio_model(m) for m in models]}
+        elif path.endswith(_OPENAI_LIST):
+            body = {"object": "list", "data": [_openai_model(m) for m in models]}
+        elif _OPENAI_LIST + "/" in path:
+            wanted = unquote(path.split(_OPENAI_LIST + "/", 1)[1])
+            if wanted not in models:
+                return server.error(
+                    exchange, 404, f"the model {wanted!r} is in no recording: {', '.join(models)}", "model_not_found"
+                )
+            body, what = _openai_model(wanted), f"the model {wanted} from the recordings"
+        else:
+            return None
+        response = Response(200, (("content-type", "application/json"),), (Chunk(0.0, _json.dumps(body).encode()),))
+        server.journal.add(
+            Answered(
+                request=exchange.number,
+                method=request.method,
+                path=request.path,
+                status=200,
+                what=what,
+            )
+        )
+        return await server.send(exchange, Plan.of(response, [0.0], 0.0))
+
+
+def _openai_model(name: str) -> dict[str, Any]:
+    return {
+        "id": name,
+        "object": "model",
+        "created": 0,
+        "owned_by": name.partition("/")[0] if "/" in name else "sse-tape",
+    }
+
+
+def _lmstudio_model(name: str) -> dict[str, Any]:
+    return {
+        "type": "llm",
+        "publisher": name.partition("/")[0] if "/" in name else "sse-tape",
+        "key": name,
+        "display_name": name,
+        "architecture": None,
+        "quantization": None,
+        "size_bytes": 0,
+        "params_string": None,
+        "loaded_instances": [{"id": name, "config": {"context_length": _CONTEXT_LENGTH}}],
+        "max_context_length": _CONTEXT_LENGTH,
+        "format": None,
+    }

@@ -1,0 +1,204 @@
+"""A recording in the shape a request asks for: one JSON answer or a stream, with usage or without.
+
+Clients ask for a stream with `"stream": true` and for one JSON answer
+without it, and for a chat stream's usage chunk with
+`stream_options.include_usage`; a cassette holds whichever was recorded.
+Between the matcher and the plan, replay gives the recording the shape the
+request asks for (`asked`, then `reshape`):
+
+- a recorded stream answers a request for no stream with the dialect's JSON
+  answer built from its events, sent when the stream ended (a server that
+  does not stream answers when generation is over);
+- a recorded JSON answer answers a request for a stream cut into
+  token-sized pieces, framed as the dialect streams, spread evenly over the
+  time the answer took;
+- a recorded stream with a usage chunk answers a request that did not ask
+  for usage without that chunk, every other byte as recorded.
+
+A stream whose request never said `"stream": true` came from an API that
+streams whatever it is asked, and goes out as it is; so does anything in no
+dialect sse-tape speaks, and any error response.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from . import _json
+from .cassette import Chunk, End, Headers, Interaction, Request, Response
+from .dialects import Dialect, detect, for_path
+from .dialects.events import Error, Event, ReasoningDelta, RefusalDelta, Start, TextDelta, ToolCallDelta, Usage
+from .matching import asks_for_stream, is_streamed
+from .plan import blocks_of
+
+__all__ = ["Shape", "as_json", "as_stream", "asked", "pieces", "reshape", "spread", "without_usage"]
+
+# Headers that describe the body as it was sent, not the answer: they are set anew for the other shape.
+_BODY_HEADERS = ("content-type", "content-length", "transfer-encoding", "cache-control", "x-accel-buffering")
+
+# A token-sized piece of text: a word with the space before it, or a run of punctuation.
+_PIECE = re.compile(r"\s*[\w']{1,12}|\s*[^\w\s]|\s+")
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What a request asks of a recording's answer."""
+
+    stream: bool | None
+    """A stream (True), one JSON answer (False), or the recording's own shape (None)."""
+    usage: bool = True
+    """Whether a stream reports usage."""
+
+
+def asked(interaction: Interaction, request: Request) -> Shape:
+    """The shape `request` asks of the answer `interaction` recorded."""
+    dialect = _dialect(interaction)
+    body = request.json()
+    if dialect is None or not isinstance(body, dict) or not 200 <= interaction.response.status < 300:
+        return Shape(None)
+    stream, streamed = dialect.wants_stream(body), is_streamed(interaction)
+    convert = stream != streamed and (not streamed or asks_for_stream(interaction.request) is True)
+    return Shape(stream if convert else None, dialect.reports_usage(body) if stream else True)
+
+
+def reshape(interaction: Interaction, shape: Shape) -> tuple[Response, str | None]:
+    """The recorded answer in `shape`, and how it was changed (`as JSON`, `as a stream`, `without usage`)."""
+    response = interaction.response
+    dialect = _dialect(interaction)
+    if dialect is None:
+        return response, None
+    try:
+        if shape.stream is False:
+            return as_json(interaction, dialect), "as JSON"
+        if shape.stream is True:
+            streamed = as_stream(interaction, dialect, usage=shape.usage)
+            return (streamed, "as a stream") if streamed is not None else (response, None)
+        if not shape.usage and (cut := without_usage(response, dialect)) is not None:
+            return cut, "without usage"
+    except (TypeError, ValueError, AttributeError, KeyError):
+        pass  # a recording its dialect cannot read goes out as it is
+    return response, None
+
+
+def pieces(text: str) -> list[str]:
+    """Text cut into token-sized pieces, as a model would stream it; joined, they give the text back."""
+    return _PIECE.findall(text)
+
+
+def spread(events: Iterable[Event]) -> list[Event]:
+    """The events with each text and each call's arguments cut into token-sized pieces.
+
+    Text whose tokens' log probabilities are known is cut at its tokens, each
+    piece with its own.
+    """
+    out: list[Event] = []
+    for event in events:
+        if isinstance(event, TextDelta) and event.logprobs is not None:
+            if event.logprobs and "".join(lp.token for lp in event.logprobs) == event.text:
+                out += [TextDelta(lp.token, (lp,)) for lp in event.logprobs]
+            else:
+                out.append(event)  # tokens that do not add up to the text: it stays whole, with them
+        elif isinstance(event, TextDelta):
+            out += [TextDelta(piece) for piece in pieces(event.text)]
+        elif isinstance(event, ReasoningDelta | RefusalDelta):
+            out += [type(event)(piece) for piece in pieces(event.text)]
+        elif isinstance(event, ToolCallDelta):
+            out += [ToolCallDelta(event.index, piece) for piece in pieces(event.arguments)]
+        else:
+            out.append(event)
+    return out
+
+
+def as_json(interaction: Interaction, dialect: Dialect) -> Response:
+    """A recorded stream as the answer to a request that asks for no stream.
+
+    The body is the dialect's non-streaming answer (`Dialect.stream_json`),
+    sent at the time the stream ended; a stream that ended in an error becomes the dialect's error
+    response (status 500). A stream that did not end whole (the upstream
+    reset, the client left) gives no body and ends as it did.
+    """
+    response = interaction.response
+    t = response.end_time
+    if response.end is not End.COMPLETE:
+        return replace(response, headers=_merged((), response.headers), chunks=(), duration=t)
+    sent = [event for _, event in response.events()]
+    events = dialect.decode(sent)
+    error = next((e for e in events if isinstance(e, Error)), None)
+    if error is not None:
+        status, headers, body = dialect.http_error(500, error.message, type=error.type, code=error.code)
+    else:
+        status, headers = 200, (("content-type", "application/json"),)
+        body = _json.dumps(dialect.stream_json(sent)).encode()
+    return Response(status, _merged(headers, response.headers), (Chunk(t, body),), End.COMPLETE, None)
+
+
+def as_stream(interaction: Interaction, dialect: Dialect, *, usage: bool = True) -> Response | None:
+    """A recorded JSON answer as the stream that answers a request asking for one; None if it is no answer.
+
+    One event per token-sized piece, evenly over the time the answer took,
+    the last when it arrived; without `usage`, no usage is reported.
+    """
+    response = interaction.response
+    try:
+        events = spread(dialect.decode_json(_json.parse(response.body, max_depth=None)))
+    except ValueError:
+        return None
+    if not events:
+        return None
+    if not usage:
+        events = [e for e in events if not isinstance(e, Usage)]
+    encoder = dialect.encoder()
+    framed = [(i, frame) for i, event in enumerate(events) for frame in encoder.feed(event)]
+    framed += [(len(events) - 1, frame) for frame in encoder.close()]
+    t = response.end_time
+    chunks = tuple(Chunk(round(t * (i + 1) / len(events), 6), frame) for i, frame in framed)
+    start = next((e for e in events if isinstance(e, Start)), Start())
+    return Response(200, _merged(dialect.response_headers(start), response.headers), chunks, End.COMPLETE, None)
+
+
+def without_usage(response: Response, dialect: Dialect) -> Response | None:
+    """The recorded stream without the events that only report usage; None if it has none.
+
+    Every other byte stays as it was recorded, at its recorded time.
+    """
+    blocks = [b for b in blocks_of(response.body) if b.event is not None]
+    decoded = dialect.decode_indexed([b.event for b in blocks if b.event is not None])
+    carries: dict[int, set[bool]] = {}
+    for i, event in decoded:
+        carries.setdefault(i, set()).add(isinstance(event, Usage))
+    cuts = [(blocks[i].start, blocks[i].end) for i, kinds in carries.items() if kinds == {True}]
+    if not cuts:
+        return None
+    chunks, at = [], 0
+    for chunk in response.chunks:
+        kept = b"".join(chunk.data[a - at : b - at] for a, b in _outside(at, at + len(chunk.data), cuts))
+        if kept:
+            chunks.append(Chunk(chunk.t, kept))
+        at += len(chunk.data)
+    return replace(response, chunks=tuple(chunks))
+
+
+def _outside(start: int, end: int, cuts: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of [start, end) outside every cut."""
+    parts, here = [], start
+    for cut_start, cut_end in sorted(cuts):
+        if cut_end <= here or cut_start >= end:
+            continue
+        if cut_start > here:
+            parts.append((here, cut_start))
+        here = max(here, cut_end)
+    if here < end:
+        parts.append((here, end))
+    return parts
+
+
+def _dialect(interaction: Interaction) -> Dialect | None:
+    return for_path(interaction.request.path) or detect(interaction)
+
+
+def _merged(new: Headers, recorded: Headers) -> Headers:
+    """The new shape's headers, then the recorded ones that neither describe the old body nor clash."""
+    names = {name.lower() for name, _ in new}
+    return (*new, *((k, v) for k, v in recorded if k.lower() not in names and k.lower() not in _BODY_HEADERS))

@@ -1,0 +1,310 @@
+"""One recording, both shapes: the openai SDK's plain and streaming calls get the same answer from it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from clients import openai_client
+from upstream import Upstream
+
+from sse_tape import Cassette, Chunk, Interaction, Request, Response, recording, serve
+from sse_tape._http import run_in_thread
+from sse_tape.journal import Matched
+from sse_tape.shape import asked, reshape
+
+BUNDLED_CHAT = [("openai-chat", 1), ("openai-chat", 2), ("openai-chat", 3), ("router-chat", 1), ("router-chat", 2), ("router-chat", 3)]  # fmt: skip
+BUNDLED_RESPONSES = [("openai-responses", 1), ("openai-responses", 2), ("openai-responses", 3)]
+
+
+def kwargs_of(interaction: Interaction) -> dict[str, Any]:
+    """The recorded request's body as SDK keywords, without the fields that choose the shape."""
+    body = json.loads(interaction.request.body)
+    return {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+
+
+def prefix_of(interaction: Interaction, ending: str) -> str:
+    return interaction.request.path.removesuffix(ending)
+
+
+def chat_from_stream(chunks: Any) -> dict[str, Any]:
+    """What a streaming chat call assembles, as the openai SDK's chunks carry it."""
+    got: dict[str, Any] = {"content": "", "refusal": "", "calls": {}, "finish": None, "usage": None}
+    for chunk in chunks:
+        if chunk.usage is not None:
+            got["usage"] = chunk.usage.model_dump()
+        for choice in chunk.choices:
+            got["content"] += choice.delta.content or ""
+            got["refusal"] += choice.delta.refusal or ""
+            for call in choice.delta.tool_calls or []:
+                entry = got["calls"].setdefault(call.index, {"id": "", "name": "", "arguments": ""})
+                entry["id"] += call.id or ""
+                entry["name"] += (call.function.name if call.function else None) or ""
+                entry["arguments"] += (call.function.arguments if call.function else None) or ""
+            got["finish"] = choice.finish_reason or got["finish"]
+    got["calls"] = list(got["calls"].values())
+    return got
+
+
+def chat_from_completion(completion: Any) -> dict[str, Any]:
+    message = completion.choices[0].message
+    calls = [{"id": c.id, "name": c.function.name, "arguments": c.function.arguments} for c in message.tool_calls or []]
+    return {
+        "content": message.content or "",
+        "refusal": message.refusal or "",
+        "calls": calls,
+        "finish": completion.choices[0].finish_reason,
+        "usage": completion.usage.model_dump() if completion.usage is not None else None,
+    }
+
+
+@pytest.mark.parametrize(("name", "n"), BUNDLED_CHAT, ids=lambda v: str(v))
+def test_a_plain_chat_call_gets_what_the_stream_assembles(bundled: dict[str, Cassette], name: str, n: int) -> None:
+    interaction = bundled[name].interactions[n - 1]
+    body = json.loads(interaction.request.body)
+    with serve(Cassette([interaction]), pace="instant", match_on="method,path") as server:
+        client = openai_client(server.url + prefix_of(interaction, "/chat/completions"))
+        streamed = chat_from_stream(
+            client.chat.completions.create(
+                **kwargs_of(interaction),
+                stream=True,
+                **({"stream_options": body["stream_options"]} if "stream_options" in body else {}),
+            )
+        )
+        whole = client.chat.completions.create(**kwargs_of(interaction))
+        converted = [e.converted for e in server.journal if isinstance(e, Matched)]
+    assert chat_from_completion(whole) == streamed
+    assert streamed["content"] or streamed["calls"] or streamed["refusal"]
+    assert converted == [None, "as JSON"]
+    assert whole.object == "chat.completion"
+    assert whole.model == json.loads(next(e for _, e in interaction.response.events()).data)["model"]
+
+
+def test_logprobs_come_whole_in_a_plain_chat_call(bundled: dict[str, Cassette]) -> None:
+    refusal = bundled["router-chat"].interactions[1]  # asked with logprobs: they are the refusal's
+    with serve(Cassette([refusal]), pace="instant", match_on="method,path") as server:
+        client = openai_client(server.url + prefix_of(refusal, "/chat/completions"))
+        tokens = [
+            t.token
+            for chunk in client.chat.completions.create(**kwargs_of(refusal), stream=True)
+            for choice in chunk.choices
+            if choice.logprobs and choice.logprobs.refusal
+            for t in choice.logprobs.refusal
+        ]
+        whole = client.chat.completions.create(**kwargs_of(refusal))
+    assert whole.choices[0].logprobs is not None
+    assert [t.token for t in whole.choices[0].logprobs.refusal or []] == tokens != []
+    assert "".join(tokens) == whole.choices[0].message.refusal
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_a_plain_completions_call_gets_what_the_stream_assembles(bundled: dict[str, Cassette], n: int) -> None:
+    interaction = bundled["openai-completions"].interactions[n - 1]
+    with serve(Cassette([interaction]), pace="instant", match_on="method,path") as server:
+        client = openai_client(server.url + "/v1")
+        text, finish, tokens = "", None, []
+        for chunk in client.completions.create(**kwargs_of(interaction), stream=True):
+            for choice in chunk.choices:
+                text += choice.text
+                finish = choice.finish_reason or finish
+                tokens += choice.logprobs.tokens or [] if choice.logprobs else []
+        whole = client.completions.create(**kwargs_of(interaction))
+    assert (whole.object, whole.choices[0].text, whole.choices[0].finish_reason) == ("text_completion", text, finish)
+    assert (whole.choices[0].logprobs.tokens if whole.choices[0].logprobs else []) == tokens
+    assert text
+
+
+@pytest.mark.parametrize(("name", "n"), BUNDLED_RESPONSES, ids=lambda v: str(v))
+def test_a_plain_responses_call_gets_the_final_response(bundled: dict[str, Cassette], name: str, n: int) -> None:
+    interaction = bundled[name].interactions[n - 1]
+    with serve(Cassette([interaction]), pace="instant", match_on="method,path") as server:
+        client = openai_client(server.url + "/v1")
+        events = list(client.responses.create(**kwargs_of(interaction), stream=True))
+        whole = client.responses.create(**kwargs_of(interaction))
+    final = next(e.response for e in events if e.type == "response.completed")
+    calls = [(o.call_id, o.name, o.arguments) for o in whole.output if o.type == "function_call"]
+    assert calls == [(o.call_id, o.name, o.arguments) for o in final.output if o.type == "function_call"]
+    assert (
+        whole.output_text
+        == final.output_text
+        == "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    )
+    assert whole.usage == final.usage is not None
+    assert whole.status == "completed"
+    assert whole.output_text or calls
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_a_plain_lmstudio_call_gets_the_result_chat_end_carries(bundled: dict[str, Cassette], n: int) -> None:
+    interaction = bundled["lmstudio-chat"].interactions[n - 1]
+    body = {k: v for k, v in json.loads(interaction.request.body).items() if k != "stream"}
+    with serve(Cassette([interaction]), pace="instant", match_on="method,path") as server:
+        got = httpx.post(server.url + "/api/v1/chat", json=body)
+    chat_end = [json.loads(e.data) for _, e in interaction.response.events()][-1]
+    assert (got.status_code, got.headers["content-type"]) == (200, "application/json")
+    assert got.json() == chat_end["result"]
+
+
+def test_a_plain_call_waits_for_the_recorded_end_then_gets_the_whole_answer(bundled: dict[str, Cassette]) -> None:
+    hello = bundled["openai-chat"].interactions[0]
+    lines: list[str] = []
+    with serve(Cassette([hello]), match_on="method,path", log=lines.append) as server:
+        got = httpx.post(server.url + "/v1/chat/completions", json=kwargs_of(hello))
+    # Sent once, whole: the headers came with the body, at the end of the recorded stream.
+    assert got.elapsed.total_seconds() >= hello.response.end_time
+    assert got.json()["choices"][0]["message"]["content"] == "Hi there! How can I help you today?"
+    assert lines[0].endswith(" as JSON")
+
+
+def test_a_stream_that_failed_is_an_error_response_for_a_plain_call(bundled: dict[str, Cassette]) -> None:
+    hello = bundled["openai-chat"].interactions[0]
+    events = [
+        b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant"},"finish_reason":null}]}\n\n',
+        b'event: error\ndata: {"error":{"message":"the model crashed","type":"server_error","code":null}}\n\n',
+        b"data: [DONE]\n\n",
+    ]
+    chunks = tuple(Chunk(0.01 * i, e) for i, e in enumerate(events))
+    broken = Interaction(hello.request, Response(200, hello.response.headers, chunks))
+    with serve(Cassette([broken]), pace="instant", match_on="method,path") as server:
+        client = openai_client(server.url + "/v1")
+        with pytest.raises(openai.InternalServerError, match="the model crashed"):
+            client.chat.completions.create(model="m", messages=[])
+
+
+def record_plain(llama_server: str, cassette: Path, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Record one non-streamed answer of the real llama-cpp-python server; returns it."""
+    with recording(cassette, llama_server) as recorder:
+        got = httpx.post(recorder.url + path, json=body, timeout=60)
+    assert got.status_code == 200
+    assert got.headers["content-type"].startswith("application/json")
+    answer: dict[str, Any] = got.json()
+    return answer
+
+
+def test_a_streaming_chat_call_gets_a_recorded_plain_answer_as_a_stream(llama_server: str, tmp_path: Path) -> None:
+    cassette = tmp_path / "plain.toml"
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 24}
+    answer = record_plain(llama_server, cassette, "/v1/chat/completions", body)
+    with serve(cassette, pace="instant") as server:
+        client = openai_client(server.url + "/v1")
+        chunks = list(client.chat.completions.create(**body, stream=True))
+        again = client.chat.completions.create(**body)
+        converted = [e.converted for e in server.journal if isinstance(e, Matched)]
+    streamed = chat_from_stream(chunks)
+    message = answer["choices"][0]["message"]
+    assert streamed["content"] == message["content"] != ""
+    assert streamed["finish"] == answer["choices"][0]["finish_reason"]
+    assert streamed["usage"] is None  # the request did not ask for usage
+    assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) > 1  # token by token
+    assert again.choices[0].message.content == message["content"]  # and a plain call gets it as recorded
+    assert converted == ["as a stream", None]
+
+
+def test_a_streaming_completions_call_with_usage_gets_a_recorded_plain_answer_as_a_stream(
+    llama_server: str, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "plain.toml"
+    body = {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 16}
+    answer = record_plain(llama_server, cassette, "/v1/completions", body)
+    with serve(cassette, pace="instant") as server:
+        client = openai_client(server.url + "/v1")
+        chunks = list(client.completions.create(**body, stream=True, stream_options={"include_usage": True}))
+    text = "".join(choice.text for chunk in chunks for choice in chunk.choices)
+    assert text == answer["choices"][0]["text"] != ""
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.model_dump(exclude_none=True) == answer["usage"]
+
+
+def test_a_recorded_plain_answer_streams_over_the_time_it_took() -> None:
+    answer = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "one two three"}, "finish_reason": "stop"}
+        ],
+    }
+    plain = Interaction(
+        Request("POST", "/v1/chat/completions", body=b'{"model": "m", "messages": []}'),
+        Response(200, (("content-type", "application/json"),), (Chunk(0.8, json.dumps(answer).encode()),)),
+    )
+    streamed, how = reshape(plain, asked(plain, Request("POST", "/v1/chat/completions", body=b'{"stream": true}')))
+    assert how == "as a stream"
+    # Start, three pieces, the finish: one every 0.16 s, the last (with [DONE]) when the answer came.
+    assert [c.t for c in streamed.chunks] == [0.16, 0.32, 0.48, 0.64, 0.8, 0.8]
+    with serve(Cassette([plain]), pace="instant") as server:
+        got = httpx.post(server.url + "/v1/chat/completions", json={"model": "m", "messages": [], "stream": True})
+    texts = [
+        json.loads(line[6:])["choices"][0]["delta"].get("content")
+        for line in got.text.splitlines()
+        if line.startswith("data: {")
+    ]
+    assert [t for t in texts if t] == ["one", " two", " three"]
+    assert got.headers["content-type"] == "text/event-stream"
+    assert got.text.endswith("data: [DONE]\n\n")
+
+
+def test_a_recording_in_the_shape_asked_for_wins(bundled: dict[str, Cassette]) -> None:
+    hello = bundled["openai-chat"].interactions[0]
+    body = b'{"id":"plain","object":"chat.completion","created":1,"model":"local-model","choices":[{"index":0,"message":{"role":"assistant","content":"recorded plain"},"finish_reason":"stop"}]}'
+    plain_request = Request(
+        hello.request.method, hello.request.path, body=hello.request.body.replace(b', "stream": true', b"")
+    )
+    plain = Interaction(plain_request, Response(200, (("content-type", "application/json"),), (Chunk(0.1, body),)))
+    with serve(Cassette([hello, plain]), pace="instant") as server:
+        client = openai_client(server.url + "/v1")
+        kwargs = kwargs_of(hello)
+        whole = client.chat.completions.create(**kwargs)
+        streamed = chat_from_stream(client.chat.completions.create(**kwargs, stream=True))
+        converted = [e.converted for e in server.journal if isinstance(e, Matched)]
+    assert whole.choices[0].message.content == "recorded plain"
+    assert streamed["content"] == "Hi there! How can I help you today?"
+    assert converted == [None, None]
+
+
+def test_a_stream_from_an_api_that_always_streams_is_not_reshaped() -> None:
+    events = Interaction(
+        Request("POST", "/v1/chat/completions", body=b'{"model": "m", "messages": []}'),
+        Response(
+            200,
+            (("content-type", "text/event-stream"),),
+            (
+                Chunk(
+                    0.0,
+                    b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\n',
+                ),
+                Chunk(0.0, b"data: [DONE]\n\n"),
+            ),
+        ),
+    )
+    with serve(Cassette([events]), pace="instant") as server:
+        got = httpx.post(server.url + "/v1/chat/completions", json={"model": "m", "messages": []})
+    assert got.headers["content-type"] == "text/event-stream"
+    assert got.content == events.response.body
+
+
+def test_a_usage_chunk_goes_only_to_a_request_that_asks_for_usage(tmp_path: Path) -> None:
+    cassette = tmp_path / "usage.toml"
+    body = {"model": "up", "messages": [{"role": "user", "content": "Say hi"}], "stream": True}
+    with run_in_thread(Upstream()) as upstream, recording(cassette, upstream.url) as recorder:
+        recorded = httpx.post(
+            recorder.url + "/v1/chat/completions?gap=0", json={**body, "stream_options": {"include_usage": True}}
+        ).content
+    assert b'"choices": []' in recorded  # as OpenAI sends it: a chunk with usage and no choices
+    with serve(cassette, pace="instant") as server:
+        client = openai_client(server.url + "/v1")
+        with_usage = list(client.chat.completions.create(**body, stream_options={"include_usage": True}))
+        without = list(client.chat.completions.create(**body))
+        plain = httpx.post(server.url + "/v1/chat/completions", json=body).content
+        converted = [e.converted for e in server.journal if isinstance(e, Matched)]
+    assert [c.usage.total_tokens for c in with_usage if not c.choices and c.usage is not None] == [14]
+    assert all(c.choices for c in without)  # `chunk.choices[0]` is safe for a client that did not ask for usage
+    assert [c.model_dump() for c in without] == [c.model_dump() for c in with_usage if c.choices]
+    [usage_event] = [e for e in recorded.split(b"\n\n") if b'"choices": []' in e]
+    assert plain == recorded.replace(usage_event + b"\n\n", b"")  # every other byte as recorded
+    assert converted == [None, "without usage", "without usage"]
