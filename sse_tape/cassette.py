@@ -180,7 +180,7 @@ _Stamp = tuple[int, int, int]
 class Recording:
     """A recorded interaction and where it came from; compared and hashed by identity."""
 
-    interaction: Interaction
+    interaction: Interaction = field(repr=False)
     cassette: str
     index: int
     """Its position in the cassette, from 1."""

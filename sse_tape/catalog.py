@@ -19,7 +19,7 @@ from . import _json
 from .cassette import Chunk, Response
 from .journal import Answered
 from .plan import Plan
-from .responder import Exchange, Host
+from .responder import Attached, Exchange, Host
 
 __all__ = ["Catalog", "models_of"]
 
@@ -40,21 +40,11 @@ def models_of(host: Host) -> list[str]:
     return list(names)
 
 
-class Catalog:
+class Catalog(Attached):
     """A responder listing the recordings' models, in OpenAI's shape or LM Studio's."""
 
-    def __init__(self) -> None:
-        self._server: Host | None = None
-
-    async def start(self, host: Host) -> None:
-        self._server = host
-
-    async def close(self) -> None:
-        pass
-
     async def respond(self, exchange: Exchange) -> web.StreamResponse | None:
-        server = self._server
-        assert server is not None, "start() the responder first"
+        server = self.host
         request = exchange.request
         path = request.path.rstrip("/")
         if request.method != "GET" or _OPENAI_LIST not in path:

@@ -5,11 +5,9 @@ from __future__ import annotations
 import asyncio
 import errno
 import ipaddress
-import itertools
 import json
 import os
 import signal
-import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +26,7 @@ from .options import MissPolicy, ServeOptions, parse_match
 from .record import RecordMode, describe, record_once
 from .redaction import Redaction, find_secrets
 from .server import Limits, MockServer, load_cassettes, recording_server
-from .sse import SSEDecoder
+from .show import html_page, lines, view
 
 __all__ = ["cli", "main"]
 
@@ -210,6 +208,8 @@ def serve(
     if upstream is not None and options.on_miss is not MissPolicy.FORWARD:
         raise ConfigError("--upstream is for --on-miss forward")
     cassettes = load_cassettes(paths)
+    if options.on_miss is MissPolicy.ERROR:  # forwarding, even nothing recorded leaves something to answer
+        _refuse_nothing(cassettes, paths, "serve")
     server = MockServer(cassettes, options=options, upstream=upstream, **listen)
     count = sum(len(c) for c in cassettes)
     asyncio.run(_serve_until_stopped(server, f"serving {count} interactions from {len(cassettes)} cassettes"))
@@ -414,51 +414,51 @@ def _log(line: str) -> None:
 
 
 @cli.command()
-@click.argument("cassette", type=click.Path(path_type=Path))
-@click.option("--events", is_flag=True, help="Print every decoded event in full.")
-def show(cassette: Path, events: bool) -> None:
-    """Summarize a cassette: each interaction's request, status, timing and events."""
-    loaded = Cassette.load(cassette)
-    click.echo(f"{cassette}: {len(loaded)} interaction{'s'[: len(loaded) != 1]}")
-    for n, interaction in enumerate(loaded, 1):
-        click.echo()
-        for line in _describe(n, interaction, full=events):
-            click.echo(line)
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--events", is_flag=True, help="Also print every event of each stream, as it was on the wire.")
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write one self-contained HTML page with a timeline per interaction to this file.",
+)
+def show(paths: tuple[Path, ...], events: bool, html_file: Path | None) -> None:
+    """Show what cassettes hold: per interaction, what was asked, the answer and its timing.
+
+    PATHS are cassette files or folders of them. Each interaction shows its
+    request line and the prompt's last message, the status, the answer put
+    together by its API's decoder (text, reasoning, refusal, tool calls,
+    finish reason, usage), then its timing: first byte, first token, end,
+    tokens per second, the gaps between events and the stalls.
+    """
+    loaded = [(path, Cassette.load(path)) for path in find_cassettes(paths)]
+    _refuse_nothing([c for _, c in loaded], paths, "show")
+    if html_file is not None:
+        shown = [(path.name, view(n, i)) for path, c in loaded for n, i in enumerate(c, 1)]
+        title = "sse-tape: " + ", ".join(path.name for path, _ in loaded)
+        try:
+            html_file.write_text(html_page(title, shown), encoding="utf-8")
+        except OSError as exc:
+            raise SSETapeError(f"cannot write {html_file}: {exc.strerror or exc}") from None
+        click.echo(f"wrote {html_file} ({len(shown)} interaction{'s'[: len(shown) != 1]})")
+        return
+    for number, (path, cassette) in enumerate(loaded):
+        if number:
+            click.echo()
+        click.echo(f"{path}: {len(cassette)} interaction{'s'[: len(cassette) != 1]}")
+        if cassette.description:
+            click.echo(f"   {cassette.description}")
+        for n, interaction in enumerate(cassette, 1):
+            click.echo()
+            for line in lines(view(n, interaction), events=events):
+                click.echo(line)
 
 
-def _describe(n: int, interaction: Interaction, *, full: bool) -> list[str]:
-    req, resp = interaction.request, interaction.response
-    query = f"?{req.query}" if req.query else ""
-    kind = resp.header("content-type") or "no content-type"
-    decoder = SSEDecoder()  # one pass serves the counts, the gaps and the timeline
-    per_chunk = [(chunk, decoder.feed(chunk.data)) for chunk in resp.chunks]
-    timed = [(chunk.t, event) for chunk, events in per_chunk for event in events]
-    lines = [
-        f"#{n} {req.method} {req.path}{query}",
-        f"   -> {resp.status} {kind}, ended: {resp.end}",
-        f"   {len(resp.chunks)} chunks, {len(timed)} events, {len(resp.body)} bytes, "
-        f"{resp.end_time:.3f} s" + (f", first byte at {resp.chunks[0].t:.3f} s" if resp.chunks else ""),
-    ]
-    gaps = [b[0] - a[0] for a, b in itertools.pairwise(timed)]
-    if gaps:
-        ms = sorted(g * 1000 for g in gaps)
-        p95 = ms[min(len(ms) - 1, round(0.95 * (len(ms) - 1)))]
-        lines.append(
-            f"   gaps between events: min {ms[0]:.0f} ms, median {statistics.median(ms):.0f} ms, "
-            f"p95 {p95:.0f} ms, max {ms[-1]:.0f} ms"
-        )
-    for chunk, events in per_chunk:
-        if not events:  # a comment such as a heartbeat, or part of an event
-            raw = repr(chunk.data)[1:]
-            lines.append(f"   {chunk.t:8.3f} s  {'(no event)':<28} {raw[:90] + '...' if len(raw) > 93 else raw}")
-        for event in events:
-            if full:
-                lines.append(f"   {chunk.t:8.3f} s  event: {event.event}" + (f"  id: {event.id}" if event.id else ""))
-                lines.extend(f"{'':15}data: {line}" for line in event.data.split("\n"))
-            else:
-                data = event.data.replace("\n", "\\n")
-                lines.append(f"   {chunk.t:8.3f} s  {event.event:<28} {data[:90] + '...' if len(data) > 93 else data}")
-    return lines
+def _refuse_nothing(cassettes: list[Cassette], paths: tuple[Path, ...], what: str) -> None:
+    """Exit 2 with one line naming the paths when they hold no interaction at all."""
+    if not any(len(cassette) for cassette in cassettes):
+        found = "no cassettes" if not cassettes else "no interactions"
+        raise SSETapeError(f"nothing to {what}: {found} in {', '.join(str(p) for p in paths)}")
 
 
 @cli.command()
@@ -514,7 +514,9 @@ def check(
         interaction = asyncio.run(record_once(live, None, method=request_method, headers=headers, body=body))
         sources: list[tuple[str, list[Interaction]]] = [(live, [interaction])]
     else:
-        sources = [(str(path), Cassette.load(path).interactions) for path in find_cassettes(cassettes)]
+        loaded = [(path, Cassette.load(path)) for path in find_cassettes(cassettes)]
+        _refuse_nothing([c for _, c in loaded], cassettes, "check")
+        sources = [(str(path), c.interactions) for path, c in loaded]
     rows = [
         _check_interaction(source, n, interaction, chosen)
         for source, interactions in sources
@@ -543,10 +545,12 @@ def check(
 
 def _check_secrets(paths: tuple[Path, ...], as_json: bool) -> None:
     """`check --secrets`: every secret in the cassettes, one line each; exit 1 when there is any."""
+    loaded = [(path, Cassette.load(path)) for path in find_cassettes(paths)]
+    _refuse_nothing([c for _, c in loaded], paths, "check")
     rows = [
         {"source": str(path), "interaction": n, "method": i.request.method, "path": i.request.path, "secret": found}
-        for path in find_cassettes(paths)
-        for n, i in enumerate(Cassette.load(path), 1)
+        for path, cassette in loaded
+        for n, i in enumerate(cassette, 1)
         for found in find_secrets(i)
     ]
     if as_json:

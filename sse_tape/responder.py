@@ -24,7 +24,7 @@ from .matching import Matcher
 from .options import ServeOptions
 from .plan import Plan
 
-__all__ = ["Exchange", "Host", "Responder"]
+__all__ = ["Attached", "Exchange", "Host", "Responder"]
 
 
 @dataclass(slots=True)
@@ -90,3 +90,22 @@ class Responder(Protocol):
     async def close(self) -> None:
         """Called when the server stops, after the streams in flight were cut."""
         ...
+
+
+class Attached:
+    """The part most responders share: the server they answer for, known once it starts; nothing to close."""
+
+    def __init__(self) -> None:
+        self._host: Host | None = None
+
+    @property
+    def host(self) -> Host:
+        """The server this responder answers for."""
+        assert self._host is not None, "start() the responder first"
+        return self._host
+
+    async def start(self, host: Host) -> None:
+        self._host = host
+
+    async def close(self) -> None:
+        return

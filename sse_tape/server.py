@@ -51,7 +51,7 @@ from .options import MissPolicy, ServeOptions
 from .plan import Plan, event_ends
 from .record import Forwarder, Recorder, RecordMode
 from .redaction import Redaction
-from .responder import Exchange, Host, Responder
+from .responder import Attached, Exchange, Responder
 from .shape import Shape, asked, reshape
 from .upstream import AiohttpUpstream, Upstream
 
@@ -85,7 +85,7 @@ class _Prepared:
     converted: str | None
 
 
-class Replay:
+class Replay(Attached):
     """Answers from the recordings the server's matcher holds, at the server's pace, with its faults.
 
     A request that asks for no stream, answered by a streamed recording, gets
@@ -94,19 +94,12 @@ class Replay:
     """
 
     def __init__(self) -> None:
-        self._server: Host | None = None
+        super().__init__()
         # Per recording and shape asked for: worked out at its first replay.
         self._prepared: dict[tuple[Recording, Shape], _Prepared] = {}
 
-    async def start(self, host: Host) -> None:
-        self._server = host
-
-    async def close(self) -> None:
-        pass
-
     async def respond(self, exchange: Exchange) -> web.StreamResponse | None:
-        server = self._server
-        assert server is not None, "start() the responder first"
+        server = self.host
         request = exchange.request
         try:
             recording = server.matcher.find(request)

@@ -41,13 +41,14 @@ def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def llama_server(tiny_model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`python -m llama_cpp.server` serving the tiny model on a free loopback port; yields its base URL."""
-    from llama_cpp.server.settings import Settings
-
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     # Every server setting can also come from an environment variable, and HOST and PORT override the flags.
-    blocked = {name.upper() for name in Settings.model_fields} | {"CONFIG_FILE"}
+    # Their names are asked in a process of their own: llama_cpp opens files at import that it never closes.
+    names = "from llama_cpp.server.settings import Settings; print(*Settings.model_fields)"
+    fields = subprocess.run([sys.executable, "-c", names], capture_output=True, text=True, check=True, timeout=120)
+    blocked = {name.upper() for name in fields.stdout.split()} | {"CONFIG_FILE"}
     env = {key: value for key, value in os.environ.items() if key.upper() not in blocked}
     log_path = tmp_path_factory.mktemp("llama-server") / "server.log"
     command = [

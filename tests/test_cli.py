@@ -134,35 +134,104 @@ def test_serve_on_a_busy_port_is_one_line_and_exit_2() -> None:
     assert result.stderr == f"Error: cannot listen on 127.0.0.1:{port}: address already in use\n"
 
 
-def test_show_summarizes_each_interaction() -> None:
+def test_show_says_what_was_asked_the_answer_and_its_timing() -> None:
     result = CliRunner().invoke(cli, ["show", str(BUNDLED["openai-chat"])])
     assert result.exit_code == 0
     lines = result.output.splitlines()
     assert lines[0] == f"{BUNDLED['openai-chat']}: 3 interactions"
-    assert lines[2:7] == [
+    assert lines[1].startswith("   OpenAI chat completions: a greeting")
+    assert lines[3:11] == [
         "#1 POST /v1/chat/completions",
-        "   -> 200 text/event-stream, ended: complete",
-        "   13 chunks, 13 events, 2277 bytes, 0.541 s, first byte at 0.233 s",
-        "   gaps between events: min 0 ms, median 26 ms, p95 32 ms, max 40 ms",
-        '      0.233 s  message                      {"id":"chatcmpl-7c2f9a41d3b84e0f","object":"chat.completion.chunk",'
-        '"created":1763790000,"m...',
+        "   asked (user): Hello!",
+        "   -> 200 text/event-stream, openai-chat, ended complete",
+        "   answer: Hi there! How can I help you today?",
+        "   finish: stop",
+        "   timing: first byte 0.233 s, first token 0.262 s, ended 0.541 s",
+        "   13 events, 2277 bytes, 10 tokens at 39.6 tokens/s",
+        "   gaps p50 26 ms, p99 40 ms, max 40 ms; no stalls",
     ]
-    end_of_first = lines.index("#2 POST /v1/chat/completions") - 2
-    assert lines[end_of_first] == "      0.541 s  message                      [DONE]"
+    assert '   tool call: get_weather({"city":"Tokyo"}) [call_weather]' in lines
+    assert '   asked (tool): {"city": "Tokyo", "temperature_c": 18, "conditions": "light rain"}' in lines
 
 
-def test_show_lists_comments_such_as_heartbeats() -> None:
-    result = CliRunner().invoke(cli, ["show", str(BUNDLED["router-chat"])])
-    assert "     15.463 s  (no event)                   ': heartbeat\\n\\n'" in result.output.splitlines()
+def test_show_puts_together_reasoning_refusals_usage_and_stalls() -> None:
+    lines = CliRunner().invoke(cli, ["show", str(BUNDLED["router-chat"])]).output.splitlines()
+    assert "   refusal: I'm sorry, but I cannot help with that request." in lines
+    assert "   finish: stop; usage: 25 in (12 cached), 8 out" in lines
+    assert "   finish: stop; usage: 31 in, 636 out (612 reasoning)" in lines
+    assert "   gaps p50 30 ms, p99 17600 ms, max 17600 ms; 1 stall: 17.6 s from 0.463 s" in lines
+    lmstudio = CliRunner().invoke(cli, ["show", str(BUNDLED["lmstudio-chat"])]).output.splitlines()
+    assert "   reasoning: Need to call function." in lmstudio
+    assert "   tool call: open_browser(), run by the server -> failed: Cannot find tool with name open_browser." in (
+        lmstudio
+    )
 
 
-def test_show_events_prints_every_event_in_full() -> None:
-    result = CliRunner().invoke(cli, ["show", "--events", str(BUNDLED["lmstudio-chat"])])
-    assert result.exit_code == 0
-    assert "event: chat.end" in result.output
-    data = [line.split("data: ", 1)[1] for line in result.output.splitlines() if "data: " in line]
+def test_show_events_prints_event_lines_only_where_the_wire_had_them() -> None:
+    chat = CliRunner().invoke(cli, ["show", "--events", str(BUNDLED["openai-chat"])]).output.splitlines()
+    assert "event:" not in "\n".join(chat)  # chat chunks are unnamed events
+    assert "      0.541 s  data: [DONE]" in chat
+    router = CliRunner().invoke(cli, ["show", "--events", str(BUNDLED["router-chat"])]).output.splitlines()
+    assert "     15.463 s  : heartbeat" in router
+    lmstudio = CliRunner().invoke(cli, ["show", "--events", str(BUNDLED["lmstudio-chat"])])
+    assert lmstudio.exit_code == 0
+    lines = lmstudio.output.splitlines()
+    assert "      0.026 s  event: chat.start" in lines
+    data = [line.split("data: ", 1)[1] for line in lines if "data: " in line]
     assert json.loads(data[0]) == {"type": "chat.start", "model_instance_id": "openai/gpt-oss-20b"}
     assert all(isinstance(json.loads(d), dict) for d in data)
+
+
+def test_show_reads_a_plain_json_answer_too(tmp_path: Path) -> None:
+    answer = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Plain."}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+    }
+    plain = Interaction(
+        Request("POST", "/v1/chat/completions", body=b'{"messages": [{"role": "user", "content": "Hi"}]}'),
+        Response(200, (("content-type", "application/json"),), (Chunk(0.4, json.dumps(answer).encode()),)),
+    )
+    path = Cassette([plain]).save(tmp_path / "plain.toml")
+    lines = CliRunner().invoke(cli, ["show", str(path)]).output.splitlines()
+    assert lines[2:7] == [
+        "#1 POST /v1/chat/completions",
+        "   asked (user): Hi",
+        "   -> 200 application/json, openai-chat, ended complete",
+        "   answer: Plain.",
+        "   finish: stop; usage: 3 in, 2 out",
+    ]
+
+
+def test_show_and_check_take_folders() -> None:
+    shown = CliRunner().invoke(cli, ["show", "cassettes/"])
+    assert shown.exit_code == 0
+    headers = [line for line in shown.output.splitlines() if line.startswith("cassettes/")]
+    assert headers == [
+        f"cassettes/{name}.toml: {len(Cassette.load(path))} interactions" for name, path in sorted(BUNDLED.items())
+    ]
+    checked = CliRunner().invoke(cli, ["check", "cassettes/"])
+    assert checked.output.splitlines()[-1] == "checked 13 interactions: 0 violations"
+
+
+@pytest.mark.parametrize("command", [["serve"], ["check"], ["check", "--secrets"], ["show"]])
+def test_nothing_to_work_on_is_exit_2_naming_the_paths(tmp_path: Path, command: list[str]) -> None:
+    (tmp_path / "empty").mkdir()
+    result = run_cli(*command, str(tmp_path / "empty"))
+    assert (result.returncode, result.stdout) == (2, "")
+    verb = command[0]
+    assert result.stderr == f"Error: nothing to {verb}: no cassettes in {tmp_path / 'empty'}\n"
+    Cassette().save(tmp_path / "empty" / "none.toml")
+    result = (
+        run_cli(*command, str(tmp_path / "empty"), "--port", "0")
+        if verb == "serve"
+        else run_cli(*command, str(tmp_path / "empty"))
+    )
+    assert result.returncode == 2
+    assert result.stderr == f"Error: nothing to {verb}: no interactions in {tmp_path / 'empty'}\n"
 
 
 @pytest.mark.parametrize("name", sorted(BUNDLED))

@@ -7,6 +7,7 @@ from typing import Any
 
 from .. import _json
 from ..sse import ServerSentEvent, encode_event
+from .answer import Answer
 from .base import DONE, Checker, json_objects, to_json
 from .events import Error, Event, Start, TokenLogprob, ToolCallDelta, ToolCallEnd, ToolCallStart, Usage
 
@@ -94,6 +95,22 @@ def error_event_frames(error: Error) -> list[bytes]:
     """How OpenAI-style chunk streams end on an error: `event: error` with the error, then `[DONE]`."""
     body = {"error": {"message": error.message, "type": error.type, "code": error.code}}
     return [encode_event(to_json(body), event="error"), DONE]
+
+
+def answer_json(answer: Answer, kind: str, choice: dict[str, Any], *, default_id: str) -> dict[str, Any]:
+    """A non-streaming OpenAI-style answer (`chat.completion`, `text_completion`): one choice, and the usage."""
+    start = answer.start
+    body = {"id": start.id or default_id, "object": kind, "created": start.created, "model": start.model}
+    body["choices"] = [choice]
+    if answer.usage is not None:
+        body["usage"] = usage_json(answer.usage)
+    return body
+
+
+def first_choice(body: Any) -> dict[str, Any] | None:
+    """The first choice of a non-streaming OpenAI-style answer, if it has one."""
+    choices = body.get("choices") if isinstance(body, dict) else None
+    return next((c for c in choices if isinstance(c, dict)), None) if isinstance(choices, list) else None
 
 
 def as_recorded(body: dict[str, Any], events: Sequence[ServerSentEvent], *, logprobs: bool = False) -> dict[str, Any]:

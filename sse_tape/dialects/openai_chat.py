@@ -20,9 +20,11 @@ from ..sse import ServerSentEvent, encode_comment
 from ._openai import (
     ChunkFraming,
     ServerCalls,
+    answer_json,
     as_recorded,
     error_event_frames,
     error_from,
+    first_choice,
     is_openai_terminal,
     start_from,
     token_entries,
@@ -184,26 +186,14 @@ class OpenAIChat(Dialect):
         logprobs = None
         if answer.logprobs is not None:
             logprobs = {"content": token_entries(tuple(answer.logprobs)), "refusal": None}
-        start = answer.start
-        body: dict[str, Any] = {
-            "id": start.id or "chatcmpl-sse-tape",
-            "object": "chat.completion",
-            "created": start.created,
-            "model": start.model,
-            "choices": [
-                {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": answer.finish or "stop"}
-            ],
-        }
-        if answer.usage is not None:
-            body["usage"] = usage_json(answer.usage)
-        return body
+        choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": answer.finish or "stop"}
+        return answer_json(answer, "chat.completion", choice, default_id="chatcmpl-sse-tape")
 
     def stream_json(self, events: Sequence[ServerSentEvent]) -> dict[str, Any]:
         return as_recorded(super().stream_json(events), events, logprobs=True)
 
     def decode_json(self, body: Any) -> list[Event]:
-        choices = body.get("choices") if isinstance(body, dict) else None
-        choice = next((c for c in choices if isinstance(c, dict)), None) if isinstance(choices, list) else None
+        choice = first_choice(body)
         message = choice.get("message") if choice is not None else None
         if choice is None or not isinstance(message, dict):
             return []

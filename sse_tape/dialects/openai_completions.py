@@ -18,9 +18,11 @@ from ..cassette import Request
 from ..sse import ServerSentEvent
 from ._openai import (
     ChunkFraming,
+    answer_json,
     as_recorded,
     error_event_frames,
     error_from,
+    first_choice,
     is_openai_terminal,
     start_from,
     usage_from,
@@ -114,24 +116,14 @@ class OpenAICompletions(Dialect):
         answer = Answer.of(events)
         logprobs = None if answer.logprobs is None else _logprobs_json(answer.logprobs, 0)
         reason = answer.finish if answer.finish in FINISH_REASONS else "stop"
-        start = answer.start
-        body: dict[str, Any] = {
-            "id": start.id or "cmpl-sse-tape",
-            "object": "text_completion",
-            "created": start.created,
-            "model": start.model,
-            "choices": [{"text": answer.text, "index": 0, "logprobs": logprobs, "finish_reason": reason}],
-        }
-        if answer.usage is not None:
-            body["usage"] = usage_json(answer.usage)
-        return body
+        choice = {"text": answer.text, "index": 0, "logprobs": logprobs, "finish_reason": reason}
+        return answer_json(answer, "text_completion", choice, default_id="cmpl-sse-tape")
 
     def stream_json(self, events: Sequence[ServerSentEvent]) -> dict[str, Any]:
         return as_recorded(super().stream_json(events), events)
 
     def decode_json(self, body: Any) -> list[Event]:
-        choices = body.get("choices") if isinstance(body, dict) else None
-        choice = next((c for c in choices if isinstance(c, dict)), None) if isinstance(choices, list) else None
+        choice = first_choice(body)
         if choice is None or not isinstance(choice.get("text"), str):
             return []
         events: list[Event] = [start_from(body)]
