@@ -2,7 +2,7 @@
 
 Clients and frameworks often ask which models there are before they ask
 anything else. `Catalog` answers `GET /v1/models` (and `/v1/models/{id}`)
-as OpenAI does, and `GET /api/v1/models` as LM Studio does, with the models
+as OpenAI does, and `GET /api/v1/models` (and `/api/v1/models/{key}`) as LM Studio does, with the models
 the recordings' requests name, under any path prefix (a router's
 `/proj/x/v1/models` too). It stands behind replay: a recording of such a
 request answers it first.
@@ -47,21 +47,26 @@ class Catalog(Attached):
         server = self.host
         request = exchange.request
         path = request.path.rstrip("/")
-        if request.method != "GET" or _OPENAI_LIST not in path:
+        if request.method not in ("GET", "HEAD") or _OPENAI_LIST not in path:
             return None
         models = models_of(server)
         what = f"{len(models)} model{'s'[: len(models) != 1]} from the recordings"
-        if path.endswith(_LMSTUDIO_LIST):
-            body: dict[str, Any] = {"models": [_lmstudio_model(m) for m in models]}
-        elif path.endswith(_OPENAI_LIST):
-            body = {"object": "list", "data": [_openai_model(m) for m in models]}
-        elif _OPENAI_LIST + "/" in path:
-            wanted = unquote(path.split(_OPENAI_LIST + "/", 1)[1])
+        lmstudio = _LMSTUDIO_LIST in path
+        list_path = _LMSTUDIO_LIST if lmstudio else _OPENAI_LIST
+        shape = _lmstudio_model if lmstudio else _openai_model
+        if path.endswith(list_path):
+            body: dict[str, Any] = (
+                {"models": [shape(m) for m in models]}
+                if lmstudio
+                else {"object": "list", "data": [shape(m) for m in models]}
+            )
+        elif list_path + "/" in path:
+            wanted = unquote(path.split(list_path + "/", 1)[1])
             if wanted not in models:
                 return server.error(
                     exchange, 404, f"the model {wanted!r} is in no recording: {', '.join(models)}", "model_not_found"
                 )
-            body, what = _openai_model(wanted), f"the model {wanted} from the recordings"
+            body, what = shape(wanted), f"the model {wanted} from the recordings"
         else:
             return None
         response = Response(200, (("content-type", "application/json"),), (Chunk(0.0, _json.dumps(body).encode()),))

@@ -585,7 +585,7 @@ def _check_interaction(source: str, n: int, interaction: Interaction, chosen: Di
     else:
         try:
             violations = found.check([event for _, event in response.events()], request)
-        except (TypeError, ValueError, AttributeError, KeyError) as exc:
+        except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
             # A stream malformed in a way no rule foresaw is still a finding, not a crash.
             violations = [Violation(None, f"the stream is malformed in a way check cannot follow ({exc!r})")]
     row["violations"] = [{"event": v.event, "message": v.message} for v in violations]

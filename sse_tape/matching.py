@@ -4,9 +4,11 @@ By default a request must agree with a recording on method, path and body,
 the JSON body compared as data (key order and whitespace do not matter),
 minus any ignored fields. A cassette may say otherwise for its own
 recordings (`match`, `ignore_body_fields`), and the server's options
-override both. `stream` and `stream_options` are the shape of answer asked
-for, not a difference: a streamed recording answers a request that asks for
-no stream, and the other way round (replay converts it).
+override both. In the APIs sse-tape speaks, `stream` and `stream_options`
+are the shape of answer asked for, not a difference: a streamed recording
+answers a request that asks for no stream, and the other way round (replay
+converts it); a recorder, which must fetch each shape from its upstream,
+compares them like any field.
 
 Among the recordings that agree, the one whose body is most alike wins (see
 `_likeness`), so with `match_on=("method", "path")` a request with `tools`
@@ -28,6 +30,7 @@ from urllib.parse import parse_qsl
 from ._exceptions import ConfigError, NoMatchError
 from ._paths import locate
 from .cassette import Cassette, Interaction, MatchOn, Recording, Request
+from .dialects import for_path
 from .journal import ReplayState
 from .redaction import REDACTED
 
@@ -72,8 +75,10 @@ class Matcher:
     `metadata.trace_id`, `messages.*.name`), removed on both sides before
     bodies are compared. With `allow_repeats` off, each recording answers
     once and a request beyond them is a miss (vcrpy's
-    `allow_playback_repeats`); on, they start over. What has played is kept
-    in `state`, which a server shares with the rest of its replay.
+    `allow_playback_repeats`); on, they start over. With `reshape` (see
+    below), a request in an API sse-tape speaks matches recordings whatever
+    shape of answer it asks for. What has played is kept in `state`, which a
+    server shares with the rest of its replay.
     """
 
     def __init__(
@@ -83,9 +88,13 @@ class Matcher:
         match_on: Iterable[MatchOn | str] | None = None,
         ignore_body_fields: Iterable[str] | None = None,
         allow_repeats: bool = True,
+        reshape: bool = True,
         state: ReplayState | None = None,
     ) -> None:
         self.allow_repeats = allow_repeats
+        self.reshape = reshape
+        """Whether `stream` and `stream_options` only choose the answer's shape (replay converts it); off,
+        they are compared like any field, so a recorder fetches each shape from its upstream."""
         self.state = state or ReplayState()
         try:
             self.match_on = None if match_on is None else tuple(dict.fromkeys(MatchOn(m) for m in match_on))
@@ -95,7 +104,7 @@ class Matcher:
         self.recordings: list[Recording] = []
         self._rules: list[_Rule] = []
         self._bodies: list[Any] = []
-        self._shapes: list[bool] = []
+        self._shapes: list[bool | None] = []  # whether each successful answer streams; None: an error answer
         for cassette in cassettes:
             rule = self._rule(cassette.match_on, cassette.ignore_body_fields)
             for n, interaction in enumerate(cassette.interactions, 1):
@@ -116,19 +125,27 @@ class Matcher:
     def _track(self, recording: Recording, rule: _Rule) -> None:
         self.recordings.append(recording)
         self._rules.append(rule)
-        self._bodies.append(_comparable_body(recording.interaction.request, rule.ignore))
-        self._shapes.append(is_streamed(recording.interaction))
+        self._bodies.append(_comparable_body(recording.interaction.request, rule.ignore, self.reshape))
+        response = recording.interaction.response
+        self._shapes.append(is_streamed(recording.interaction) if 200 <= response.status < 300 else None)
         self.state.track([recording])
 
     def find(self, request: Request) -> Recording:
         """The recording that answers `request`, noted as played; raises `NoMatchError` naming the closest ones."""
-        bodies = _Bodies(request)
+        bodies = _Bodies(request, self.reshape)
         agreeing = [n for n in range(len(self.recordings)) if self._agrees(request, bodies, n)]
         if not agreeing:
             raise NoMatchError(self.explain_miss(request))
+        # A successful answer in the shape asked for beats one that must be converted, when there is one;
+        # error answers have no shape (a recorded 429 then 200 replays in order to either kind of request).
         stream = asks_for_stream(request)
+        in_shape = {n for n in agreeing if self._shapes[n] is not None and self._shapes[n] == stream}
         scores = {
-            n: (_likeness(bodies.of(self._rules[n]), self._bodies[n]), self._shapes[n] == stream) for n in agreeing
+            n: (
+                _likeness(bodies.of(self._rules[n]), self._bodies[n]),
+                not in_shape or n in in_shape or self._shapes[n] is None,
+            )
+            for n in agreeing
         }
         if not self.allow_repeats:
             # The most alike recording that has not answered yet.
@@ -157,7 +174,7 @@ class Matcher:
         head = f"no recorded interaction matches {request.method} {request.path}"
         if not self.recordings:
             return head + " (no interactions are loaded)"
-        bodies = _Bodies(request)
+        bodies = _Bodies(request, self.reshape)
         ranked = []
         for n, rec in enumerate(self.recordings):
             parts, body_diffs = self._differences(request, bodies, n)
@@ -203,24 +220,26 @@ class Matcher:
 class _Bodies:
     """A request's body as each rule compares it (rules differ in the fields they ignore)."""
 
-    def __init__(self, request: Request) -> None:
+    def __init__(self, request: Request, reshape: bool) -> None:
         self.request = request
+        self.reshape = reshape
         self.cache: dict[tuple[tuple[str, ...], ...], Any] = {}
 
     def of(self, rule: _Rule) -> Any:
         if rule.ignore not in self.cache:
-            self.cache[rule.ignore] = _comparable_body(self.request, rule.ignore)
+            self.cache[rule.ignore] = _comparable_body(self.request, rule.ignore, self.reshape)
         return self.cache[rule.ignore]
 
 
-def _comparable_body(request: Request, ignore: tuple[tuple[str, ...], ...]) -> Any:
-    """The body as it is compared: JSON as data, without the ignored fields nor those that choose the shape."""
+def _comparable_body(request: Request, ignore: tuple[tuple[str, ...], ...], reshape: bool) -> Any:
+    """The body as it is compared: JSON as data, without the ignored fields, nor (with `reshape`, in an API
+    sse-tape speaks) those that choose the answer's shape."""
     if not request.body:
         return None
     parsed = request.json()
     if parsed is None:
         return request.body  # not JSON: compared as bytes
-    if isinstance(parsed, dict):
+    if reshape and isinstance(parsed, dict) and for_path(request.path) is not None:
         for name in _SHAPE_FIELDS:
             parsed.pop(name, None)
     for path in ignore:

@@ -104,11 +104,15 @@ class ServeOptions:
             policy = MissPolicy(on_miss)
         except ValueError:
             raise ConfigError(f"on miss {on_miss!r}: choose from {', '.join(MissPolicy)}") from None
+        fields = None if ignore_body_fields is None else tuple(ignore_body_fields)
+        for name in fields or ():
+            if not name or "" in name.split("."):
+                raise ConfigError(f"ignored body field {name!r}: write a dotted path such as user or metadata.trace_id")
         chosen = [f for name in profiles for f in load_profile(name)]
         chosen += [parse_fault(f) if isinstance(f, str) else f for f in faults]
         return cls(
             match_on=None if match_on is None else parse_match(match_on),
-            ignore_body_fields=None if ignore_body_fields is None else tuple(ignore_body_fields),
+            ignore_body_fields=fields,
             pace=pacing,
             miss_status=miss_status,
             on_miss=policy,

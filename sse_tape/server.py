@@ -21,6 +21,7 @@ import contextlib
 import ipaddress
 import logging
 import os
+import random
 import resource
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -35,6 +36,7 @@ from ._http import ConnectionGuard, run_in_thread, write_plan
 from .cassette import (
     Cassette,
     End,
+    Interaction,
     Recording,
     Request,
     Response,
@@ -43,7 +45,7 @@ from .cassette import (
     find_cassettes,
 )
 from .catalog import Catalog
-from .dialects import dialect_for
+from .dialects import Dialect, dialect_for
 from .faults import MAX_HEADER_FAULTS, Fault, Injector, apply, parse_faults
 from .journal import Ended, FaultInjected, Journal, Matched, Miss, Missed, Received, ReplayState
 from .matching import Matcher
@@ -52,7 +54,7 @@ from .plan import Plan, event_ends
 from .record import Forwarder, Recorder, RecordMode
 from .redaction import Redaction
 from .responder import Attached, Exchange, Responder
-from .shape import Shape, asked, reshape
+from .shape import Shape, asked, collapse, reshape
 from .upstream import AiohttpUpstream, Upstream
 
 __all__ = ["Exchange", "Limits", "MockServer", "Replay", "Responder", "aserve", "load_cassettes", "serve"]
@@ -83,6 +85,14 @@ class _Prepared:
     response: Response
     event_ends: list[int]
     converted: str | None
+    stands_for: Response | None = None
+    """For a stream answered as one JSON document: that stream, whose pace and faults the answer follows."""
+
+
+def _prepared(interaction: Interaction, shape: Shape) -> _Prepared:
+    response, converted = reshape(interaction, shape)
+    stands_for = interaction.response if shape.stream is False and converted is not None else None
+    return _Prepared(response, event_ends(response.body), converted, stands_for)
 
 
 class Replay(Attached):
@@ -90,12 +100,14 @@ class Replay(Attached):
 
     A request that asks for no stream, answered by a streamed recording, gets
     the API's JSON answer built from it, and the other way round (see
-    `shape`).
+    `shape`). The JSON answer goes out when the stream would have ended at
+    the server's pace, and the stream's faults make it what that faulted
+    stream adds up to (an error in it, a 500; a disconnect, no answer).
     """
 
     def __init__(self) -> None:
         super().__init__()
-        # Per recording and shape asked for: worked out at its first replay.
+        # Per recording and shape asked for: worked out at its first replay, off the event loop.
         self._prepared: dict[tuple[Recording, Shape], _Prepared] = {}
 
     async def respond(self, exchange: Exchange) -> web.StreamResponse | None:
@@ -106,9 +118,9 @@ class Replay(Attached):
         except NoMatchError as exc:
             exchange.miss = str(exc)
             return None
-        prepared = self._prepare(recording, request)
+        prepared = await self._prepare(recording, request)
         turn = server.state.plays[recording] - 1
-        plan = server.options.pace.plan(prepared.response, key=f"{recording}:{turn}")
+        pace, key = server.options.pace, f"{recording}:{turn}"
         faults, rng = server.injector.choose(request, exchange.faults)
         server.journal.add(
             Matched(
@@ -120,33 +132,57 @@ class Replay(Attached):
                 converted=prepared.converted,
             )
         )
-        if faults and rng is not None:
-            dialect = dialect_for(request.path, recording.interaction)
-            for fault, what in apply(faults, plan, dialect=dialect, rng=rng):
-                server.state.note_injected(fault.spec)
-                server.journal.add(
-                    FaultInjected(
-                        request=exchange.number,
-                        method=request.method,
-                        path=request.path,
-                        fault=fault.spec,
-                        what=what,
-                        recording=str(recording),
-                    )
-                )
-            exchange.event_ends = [b.end for b in plan.events]
+        dialect = dialect_for(request.path, recording.interaction)
+        if prepared.stands_for is not None:
+            stream = pace.plan(prepared.stands_for, key=key)
+            if faults and rng is not None and self._inject(exchange, recording, faults, stream, dialect, rng):
+                plan = await asyncio.to_thread(collapse, stream, recording.interaction, dialect)
+            else:
+                plan = Plan.of(prepared.response, [stream.end_at] * len(prepared.response.chunks), stream.end_at)
+            exchange.event_ends = []
         else:
-            exchange.event_ends = prepared.event_ends
+            plan = pace.plan(prepared.response, key=key)
+            if faults and rng is not None and self._inject(exchange, recording, faults, plan, dialect, rng):
+                exchange.event_ends = [b.end for b in plan.events]
+            else:
+                exchange.event_ends = prepared.event_ends
         return await server.send(exchange, plan)
 
-    def _prepare(self, recording: Recording, request: Request) -> _Prepared:
+    def _inject(
+        self,
+        exchange: Exchange,
+        recording: Recording,
+        faults: list[Fault],
+        plan: Plan,
+        dialect: Dialect,
+        rng: random.Random,
+    ) -> bool:
+        """Apply the faults to the plan, noting each in the journal; whether any was applied."""
+        request = exchange.request
+        applied = apply(faults, plan, dialect=dialect, rng=rng)
+        for fault, what in applied:
+            self.host.state.note_injected(fault.spec)
+            self.host.journal.add(
+                FaultInjected(
+                    request=exchange.number,
+                    method=request.method,
+                    path=request.path,
+                    fault=fault.spec,
+                    what=what,
+                    recording=str(recording),
+                )
+            )
+        return bool(applied)
+
+    async def _prepare(self, recording: Recording, request: Request) -> _Prepared:
         """The recording's response in the shape the request asks for (see `shape`)."""
-        shape = asked(recording.interaction, request)
+        shape = asked(recording.interaction, request) if self.host.matcher.reshape else Shape(None)
         key = (recording, shape)
-        if key not in self._prepared:
-            response, converted = reshape(recording.interaction, shape)
-            self._prepared[key] = _Prepared(response, event_ends(response.body), converted)
-        return self._prepared[key]
+        prepared = self._prepared.get(key)
+        if prepared is None:
+            # A long recording takes a while to convert: the streams in flight go on meanwhile.
+            prepared = self._prepared[key] = await asyncio.to_thread(_prepared, recording.interaction, shape)
+        return prepared
 
 
 def _default_max_connections() -> int:
@@ -211,6 +247,7 @@ class MockServer:
             match_on=self.options.match_on,
             ignore_body_fields=self.options.ignore_body_fields,
             allow_repeats=self.options.allow_repeats,
+            reshape=recorder is None or self.options.on_miss is not MissPolicy.RECORD,
             state=self.state,
         )
         self.injector = Injector(self.options.faults, self.options.seed, self.state)

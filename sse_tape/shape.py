@@ -31,9 +31,12 @@ from .cassette import Chunk, End, Headers, Interaction, Request, Response
 from .dialects import Dialect, detect, for_path
 from .dialects.events import Error, Event, ReasoningDelta, RefusalDelta, Start, TextDelta, ToolCallDelta, Usage
 from .matching import asks_for_stream, is_streamed
-from .plan import blocks_of
+from .plan import Plan, blocks_of
 
-__all__ = ["Shape", "as_json", "as_stream", "asked", "pieces", "reshape", "spread", "without_usage"]
+__all__ = ["Shape", "as_json", "as_stream", "asked", "collapse", "pieces", "reshape", "spread", "without_usage"]
+
+# What a dialect raises on a stream or answer it cannot read.
+_UNREADABLE = (TypeError, ValueError, AttributeError, KeyError, OverflowError)
 
 # Headers that describe the body as it was sent, not the answer: they are set anew for the other shape.
 _BODY_HEADERS = ("content-type", "content-length", "transfer-encoding", "cache-control", "x-accel-buffering")
@@ -77,7 +80,7 @@ def reshape(interaction: Interaction, shape: Shape) -> tuple[Response, str | Non
             return (streamed, "as a stream") if streamed is not None else (response, None)
         if not shape.usage and (cut := without_usage(response, dialect)) is not None:
             return cut, "without usage"
-    except (TypeError, ValueError, AttributeError, KeyError):
+    except _UNREADABLE:
         pass  # a recording its dialect cannot read goes out as it is
     return response, None
 
@@ -117,7 +120,8 @@ def as_json(interaction: Interaction, dialect: Dialect) -> Response:
     The body is the dialect's non-streaming answer (`Dialect.stream_json`),
     sent at the time the stream ended; a stream that ended in an error becomes the dialect's error
     response (status 500). A stream that did not end whole (the upstream
-    reset, the client left) gives no body and ends as it did.
+    reset, the client left) gives no body and ends as it did. Raises
+    ValueError for a stream that holds no answer the dialect reads.
     """
     response = interaction.response
     t = response.end_time
@@ -125,6 +129,8 @@ def as_json(interaction: Interaction, dialect: Dialect) -> Response:
         return replace(response, headers=_merged((), response.headers), chunks=(), duration=t)
     sent = [event for _, event in response.events()]
     events = dialect.decode(sent)
+    if not events:
+        raise ValueError("the stream holds no answer this dialect reads")
     error = next((e for e in events if isinstance(e, Error)), None)
     if error is not None:
         status, headers, body = dialect.http_error(500, error.message, type=error.type, code=error.code)
@@ -132,6 +138,24 @@ def as_json(interaction: Interaction, dialect: Dialect) -> Response:
         status, headers = 200, (("content-type", "application/json"),)
         body = _json.dumps(dialect.stream_json(sent)).encode()
     return Response(status, _merged(headers, response.headers), (Chunk(t, body),), End.COMPLETE, None)
+
+
+def collapse(plan: Plan, interaction: Interaction, dialect: Dialect) -> Plan:
+    """A stream's plan, paced and faulted, as the one JSON answer it adds up to, due when the stream would end.
+
+    An error injected into the stream makes the answer the API's 500, a
+    disconnect makes it no answer; a plan something else replaced (a status,
+    no body, no answer at all) stays as it is.
+    """
+    if plan.replaced or plan.hang:
+        return plan
+    chunks = tuple(Chunk(t, data) for t, data in plan.timeline())
+    stream = Response(plan.status, tuple(plan.headers), chunks, plan.end, plan.end_at)
+    try:
+        answer = as_json(replace(interaction, response=stream), dialect)
+    except _UNREADABLE:
+        return plan  # a stream the faults made unreadable goes out as it is
+    return Plan(answer.status, list(answer.headers), [(c.t, c.data) for c in answer.chunks], answer.end, plan.end_at)
 
 
 def as_stream(interaction: Interaction, dialect: Dialect, *, usage: bool = True) -> Response | None:
@@ -142,14 +166,15 @@ def as_stream(interaction: Interaction, dialect: Dialect, *, usage: bool = True)
     """
     response = interaction.response
     try:
-        events = spread(dialect.decode_json(_json.parse(response.body, max_depth=None)))
+        answer = _json.parse(response.body, max_depth=None)
     except ValueError:
         return None
+    events = spread(dialect.decode_json(answer))
     if not events:
         return None
     if not usage:
         events = [e for e in events if not isinstance(e, Usage)]
-    encoder = dialect.encoder()
+    encoder = dialect.encoder(answer)
     framed = [(i, frame) for i, event in enumerate(events) for frame in encoder.feed(event)]
     framed += [(len(events) - 1, frame) for frame in encoder.close()]
     t = response.end_time

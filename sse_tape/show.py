@@ -63,14 +63,14 @@ class Timing:
     """Between consecutive events."""
     stalls: list[tuple[float, float]]
     """Where a gap of at least `STALL` began, and how long it was."""
-    counted: bool = False
-    """Whether `tokens` are the pieces the stream carried (no usage said how many tokens there were)."""
+    hidden: bool = False
+    """Whether `tokens` count a reasoning the stream never showed: generated before the first token came."""
 
     @property
     def tokens_per_second(self) -> float | None:
-        """Output tokens over the time they took: from the first token, or from the first byte when the usage
-        counts tokens the stream never showed (a hidden reasoning, say)."""
-        start = self.first_token if self.counted else self.first_byte
+        """Output tokens over the time they took: from the first token, or from the first byte when some of
+        them were a hidden reasoning."""
+        start = self.first_byte if self.hidden else self.first_token
         if start is None or self.last_token is None or self.last_token <= start:
             return None
         return self.tokens / (self.last_token - start)
@@ -115,8 +115,9 @@ def view(number: int, interaction: Interaction) -> View:
                 parsed = dialect.decode_json(_json.parse(response.body, max_depth=None))
                 answer = Answer.of(parsed) if parsed else None
                 token_times = [response.chunks[-1].t] if parsed and response.chunks else []
-        except (TypeError, ValueError, AttributeError, KeyError) as exc:
-            notes.append(f"the stream is not {dialect.name} as sse-tape reads it ({exc!r})")
+        except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
+            reason = _clip(f"{type(exc).__name__}: {exc}", 120)
+            notes.append(f"the stream is not {dialect.name} as sse-tape reads it ({reason})")
     gaps = [b - a for a, b in itertools.pairwise(event_times)]
     timing = Timing(
         first_byte=response.chunks[0].t if response.chunks else None,
@@ -124,7 +125,7 @@ def view(number: int, interaction: Interaction) -> View:
         last_token=token_times[-1] if token_times else None,
         duration=response.end_time,
         tokens=answer.usage.output_tokens if answer is not None and answer.usage is not None else len(token_times),
-        counted=answer is None or answer.usage is None,
+        hidden=answer is not None and _hides_reasoning(answer),
         gaps=gaps,
         stalls=[(a, b - a) for a, b in itertools.pairwise(event_times) if b - a >= STALL],
     )
@@ -174,6 +175,11 @@ def _answer_lines(answer: Answer) -> list[str]:
     if (finish := _finish_line(answer)) is not None:
         out.append(f"   {finish}")
     return out
+
+
+def _hides_reasoning(answer: Answer) -> bool:
+    """Whether the usage counts reasoning tokens the stream did not show."""
+    return answer.usage is not None and bool(answer.usage.reasoning_tokens) and not answer.reasoning
 
 
 def _finish_line(answer: Answer) -> str | None:
@@ -238,7 +244,9 @@ def html_page(title: str, shown: list[tuple[str, View]]) -> str:
     `shown` pairs each interaction with the cassette it came from.
     """
     data = [_page_entry(source, s) for source, s in shown]
-    payload = _json.dumps(data).replace("</", "<\\/").replace("<!--", "<\\!--")
+    # Inside <script>, `</script>` or `<!--` in recorded text would end or upset it: `<` only ever appears in
+    # JSON strings, where \u003c reads the same.
+    payload = _json.dumps(data).replace("<", "\\u003c")
     return _PAGE.format(title=html.escape(title), data=payload, style=_STYLE, script=_SCRIPT)
 
 
@@ -391,7 +399,7 @@ _SCRIPT = """
     if (it.asked) section.append(el("p", {"class": "asked"}, "asked " + it.asked));
     section.append(el("p", {"class": "status"}, it.status));
     const row = el("div", {"class": "row"});
-    const span = Math.max(it.duration, ...it.marks.map(m => m.t), 0.001);
+    const span = it.marks.reduce((latest, m) => Math.max(latest, m.t), Math.max(it.duration, 0.001));
     const x = t => PAD + (W - 2 * PAD) * t / span;
     const svg = el("svg:svg", {"class": "timeline", "width": W, "height": H + 18, "viewBox": `0 0 ${W} ${H + 18}`});
     for (const [at, length] of it.stalls) {

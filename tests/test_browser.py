@@ -5,6 +5,7 @@ They run where Chromium is installed; `.ci/run` installs it, so CI always runs t
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -15,7 +16,7 @@ import pytest
 from aiohttp import web
 from click.testing import CliRunner
 
-from sse_tape import Cassette, bundled_cassettes, serve
+from sse_tape import Cassette, Chunk, Interaction, Request, Response, bundled_cassettes, serve
 from sse_tape._http import run_in_thread
 from sse_tape.cli import cli
 
@@ -189,3 +190,27 @@ def test_a_page_from_another_origin_reads_a_chat_stream_with_fetch(tmp_path: Pat
             browser.terminate()
             browser.wait(timeout=30)
     assert pages.result == {"rendered": '<p id="out">Hi there! How can I help you today?</p>', "chunks": 12}
+
+
+def test_recorded_text_cannot_break_the_page(tmp_path: Path) -> None:
+    said = "<!-- a comment --> </script><script>document.title = 'owned'</script> & done"
+    chunk = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": said}, "finish_reason": "stop"}],
+    }
+    body = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
+    stream = Interaction(
+        Request("POST", "/v1/chat/completions", body=b"{}"),
+        Response(200, (("content-type", "text/event-stream"),), (Chunk(0.1, body),)),
+    )
+    cassette = Cassette([stream]).save(tmp_path / "odd.toml")
+    page = tmp_path / "odd.html"
+    CliRunner().invoke(cli, ["show", "--html", str(page), str(cassette)])
+    dom = rendered(page.as_uri(), tmp_path / "profile")
+    parser = Sections()
+    parser.feed(dom)
+    assert [str(s["text"]) for s in parser.sections] == [said]
+    assert "<title>owned</title>" not in dom

@@ -48,3 +48,11 @@ def test_a_recording_of_the_list_answers_it_first() -> None:
 def test_the_list_is_not_an_answer_to_anything_else(instant_server: MockServer) -> None:
     assert httpx.post(instant_server.url + "/v1/models").status_code == 404
     assert httpx.get(instant_server.url + "/v1/modelsx").status_code == 404
+
+
+def test_lmstudio_answers_for_one_model_and_head_for_either(instant_server: MockServer) -> None:
+    one = httpx.get(instant_server.url + "/api/v1/models/openai%2Fgpt-oss-20b")
+    assert one.json()["key"] == "openai/gpt-oss-20b"
+    assert httpx.get(instant_server.url + "/api/v1/models/nope").status_code == 404
+    head = httpx.head(instant_server.url + "/v1/models")
+    assert (head.status_code, head.content) == (200, b"")

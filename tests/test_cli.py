@@ -394,3 +394,40 @@ def test_the_readme_requests_are_answered_however_the_bundled_cassettes_are_serv
     assert by_cli[1] == "Hi there! How can I help you today?"
     assert by_library == [by_cli, by_cli]
     assert asyncio.run(by_aserve()) == by_cli
+
+
+def stream_of(tokens: int, *, wait: float, usage: str = "") -> Interaction:
+    """A chat stream: a role frame, `wait` seconds of silence, then `tokens` pieces 10 ms apart."""
+    head = '{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":'
+    chunks = [Chunk(0.0, f'data: {head}{{"role":"assistant"}}}}]}}\n\n'.encode())]
+    chunks += [Chunk(wait + 0.01 * n, f'data: {head}{{"content":"w"}}}}]}}\n\n'.encode()) for n in range(tokens)]
+    end = wait + 0.01 * tokens
+    finish = f'data: {head}{{}},"finish_reason":"stop"}}]{usage}}}\n\ndata: [DONE]\n\n'
+    chunks.append(Chunk(end, finish.encode()))
+    return Interaction(
+        Request("POST", "/v1/chat/completions"), Response(200, (("content-type", "text/event-stream"),), tuple(chunks))
+    )
+
+
+def test_show_counts_tokens_per_second_from_the_first_token_unless_a_hidden_reasoning_came_first(
+    tmp_path: Path,
+) -> None:
+    shown = Cassette(
+        [
+            stream_of(100, wait=5.0),
+            stream_of(100, wait=5.0, usage=',"usage":{"prompt_tokens":3,"completion_tokens":100,"total_tokens":103}'),
+            stream_of(
+                100,
+                wait=5.0,
+                usage=',"usage":{"prompt_tokens":3,"completion_tokens":400,"total_tokens":403,'
+                '"completion_tokens_details":{"reasoning_tokens":300}}',
+            ),
+        ]
+    ).save(tmp_path / "rates.toml")
+    lines = CliRunner().invoke(cli, ["show", str(shown)]).output.splitlines()
+    rates = [line.split(" tokens at ")[1] for line in lines if " tokens at " in line]
+    assert rates == [
+        "101.0 tokens/s",
+        "101.0 tokens/s",
+        "66.8 tokens/s",
+    ]  # 400 tokens in the 5.99 s after the first byte

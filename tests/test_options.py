@@ -34,6 +34,7 @@ def test_profiles_come_before_the_faults_given() -> None:
         ("--pace", "warp9", "pace", "unknown pace 'warp9': use recorded, instant, xK (x2, x0.5), a gap (20ms) or tps:N (tps:40)"),
         ("--fault", "stall:for=soon", "faults", "fault 'stall:for=soon': 'soon' is not a duration: write it like 20ms or 1.5s"),
         ("--jitter", "lots", "jitter", "'lots' is not a duration: write it like 20ms or 1.5s"),
+        ("--ignore-body-field", "metadata.", "ignore_body_fields", "ignored body field 'metadata.': write a dotted path such as user or metadata.trace_id"),
     ],
 )  # fmt: skip
 def test_the_command_line_and_python_refuse_a_bad_word_alike(flag: str, word: str, keyword: str, message: str) -> None:
@@ -41,7 +42,7 @@ def test_the_command_line_and_python_refuse_a_bad_word_alike(flag: str, word: st
         [sys.executable, "-m", "sse_tape", "serve", flag, word], capture_output=True, text=True, timeout=60
     )
     assert (result.returncode, result.stderr) == (2, f"Error: {message}\n")
-    value: object = [word] if keyword == "faults" else word
+    value: object = [word] if keyword in ("faults", "ignore_body_fields") else word
     with pytest.raises(ConfigError) as info:
         ServeOptions.build(**{keyword: value})  # type: ignore[arg-type]
     assert str(info.value) == message

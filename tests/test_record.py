@@ -775,3 +775,18 @@ async def test_a_header_value_that_is_not_ascii_goes_through_the_proxy(upstream:
     [recorded] = Cassette.load(cassette).interactions
     assert dict(recorded.request.headers)["x-name"] == "Jürgen"
     assert dict(recorded.request.headers)["x-latin"] == "Jürgen"  # not UTF-8 on the wire: read as Latin-1
+
+
+def test_a_recorder_fetches_each_shape_from_the_upstream(llama_server: str, tmp_path: Path) -> None:
+    # A replay would convert a recorded stream for a plain call; a recorder must keep the upstream's own answer.
+    cassette = tmp_path / "shapes.toml"
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 8}
+    with recording(cassette, llama_server) as recorder:
+        client = openai_client(recorder.url + "/v1")
+        list(client.chat.completions.create(**body, stream=True))
+        plain = client.chat.completions.create(**body)
+    streamed, answered = Cassette.load(cassette).interactions
+    assert (streamed.response.header("content-type") or "").startswith("text/event-stream")
+    assert answered.response.header("content-type") == "application/json"
+    recorded = json.loads(answered.response.body)
+    assert plain.choices[0].message.content == recorded["choices"][0]["message"]["content"]

@@ -17,6 +17,7 @@ from sse_tape._http import run_in_thread
 from sse_tape.journal import Matched
 from sse_tape.shape import asked, reshape
 
+HELLO = "Hi there! How can I help you today?"
 BUNDLED_CHAT = [("openai-chat", 1), ("openai-chat", 2), ("openai-chat", 3), ("router-chat", 1), ("router-chat", 2), ("router-chat", 3)]  # fmt: skip
 BUNDLED_RESPONSES = [("openai-responses", 1), ("openai-responses", 2), ("openai-responses", 3)]
 
@@ -106,15 +107,17 @@ def test_a_plain_completions_call_gets_what_the_stream_assembles(bundled: dict[s
     interaction = bundled["openai-completions"].interactions[n - 1]
     with serve(Cassette([interaction]), pace="instant", match_on="method,path") as server:
         client = openai_client(server.url + "/v1")
-        text, finish, tokens = "", None, []
+        text, finish, tokens, offsets = "", None, [], []
         for chunk in client.completions.create(**kwargs_of(interaction), stream=True):
             for choice in chunk.choices:
                 text += choice.text
                 finish = choice.finish_reason or finish
                 tokens += choice.logprobs.tokens or [] if choice.logprobs else []
+                offsets += choice.logprobs.text_offset or [] if choice.logprobs else []
         whole = client.completions.create(**kwargs_of(interaction))
     assert (whole.object, whole.choices[0].text, whole.choices[0].finish_reason) == ("text_completion", text, finish)
-    assert (whole.choices[0].logprobs.tokens if whole.choices[0].logprobs else []) == tokens
+    logprobs = whole.choices[0].logprobs
+    assert (logprobs.tokens, logprobs.text_offset) == (tokens, offsets) if logprobs else tokens == []
     assert text
 
 
@@ -308,3 +311,140 @@ def test_a_usage_chunk_goes_only_to_a_request_that_asks_for_usage(tmp_path: Path
     [usage_event] = [e for e in recorded.split(b"\n\n") if b'"choices": []' in e]
     assert plain == recorded.replace(usage_event + b"\n\n", b"")  # every other byte as recorded
     assert converted == [None, "without usage", "without usage"]
+
+
+def chat_stream(
+    *deltas: dict[str, Any], request: bytes = b'{"model": "m", "messages": [], "stream": true}'
+) -> Interaction:
+    """A recorded chat stream of these deltas (the last one finishes it), 10 ms apart."""
+    head = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    frames = [
+        {**head, "choices": [{"index": 0, "delta": d, "finish_reason": "stop" if n == len(deltas) - 1 else None}]}
+        for n, d in enumerate(deltas)
+    ]
+    chunks = [Chunk(0.01 * n, b"data: " + json.dumps(f).encode() + b"\n\n") for n, f in enumerate(frames)]
+    chunks.append(Chunk(0.01 * len(frames), b"data: [DONE]\n\n"))
+    return Interaction(
+        Request("POST", "/v1/chat/completions", body=request),
+        Response(200, (("content-type", "text/event-stream"),), tuple(chunks)),
+    )
+
+
+def test_a_recorded_retry_replays_in_order_whatever_shape_is_asked() -> None:
+    limited = Response(
+        429, (("content-type", "application/json"),), (Chunk(0.0, b'{"error": {"message": "slow down"}}'),)
+    )
+    answer = chat_stream({"role": "assistant", "content": "Hi"})
+    retry = Interaction(answer.request, limited)
+    for stream in (True, False):
+        with serve(Cassette([retry, answer]), pace="instant") as server:
+            body = {"model": "m", "messages": [], "stream": stream}
+            statuses = [httpx.post(server.url + "/v1/chat/completions", json=body).status_code for _ in range(4)]
+        assert statuses == [429, 200, 429, 200]
+
+
+def test_a_fault_in_the_stream_is_what_the_plain_call_gets(bundled: dict[str, Cassette]) -> None:
+    hello = Cassette([bundled["openai-chat"].interactions[0]])
+    with serve(hello, pace="instant", match_on="method,path") as server:
+        client = openai_client(server.url + "/v1")
+        ask = {"model": "local-model", "messages": [{"role": "user", "content": "Hello!"}]}
+        with pytest.raises(openai.InternalServerError, match="model crashed"):
+            client.chat.completions.create(**ask, extra_headers={"X-SSE-Tape-Fault": "error:3,message=model crashed"})
+        with pytest.raises(openai.APIConnectionError):
+            client.chat.completions.create(**ask, extra_headers={"X-SSE-Tape-Fault": "disconnect:3"})
+        with pytest.raises(openai.RateLimitError):
+            client.chat.completions.create(**ask, extra_headers={"X-SSE-Tape-Fault": "status:429"})
+        assert client.chat.completions.create(**ask).choices[0].message.content == HELLO
+
+
+def test_a_plain_answer_comes_when_the_paced_stream_would_have_ended(bundled: dict[str, Cassette]) -> None:
+    hello = Cassette([bundled["openai-chat"].interactions[0]])  # 13 events
+    with serve(hello, pace="tps:10", match_on="method,path") as server:
+        got = httpx.post(server.url + "/v1/chat/completions", json={"model": "m", "messages": []})
+    assert got.status_code == 200
+    assert got.elapsed.total_seconds() >= 1.2  # the 13th event is due at 1.2 s at ten a second
+
+
+@pytest.mark.parametrize(
+    "interaction",
+    [
+        chat_stream(),  # only [DONE]
+        Interaction(
+            chat_stream().request,
+            Response(200, (("content-type", "text/event-stream"),), (Chunk(0.0, b"data: hello\n\n"),)),
+        ),
+        Interaction(
+            chat_stream().request,
+            Response(
+                200,
+                (("content-type", "text/event-stream"),),
+                (
+                    Chunk(
+                        0.0,
+                        b'data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"A"}},{"index":1,"delta":{"content":"B"}}]}\n\n',
+                    ),
+                ),
+            ),
+        ),
+    ],
+    ids=["no-answer", "not-json", "two-choices"],
+)
+def test_a_stream_with_no_answer_of_one_choice_goes_out_as_recorded(interaction: Interaction) -> None:
+    with serve(Cassette([interaction]), pace="instant") as server:
+        got = httpx.post(server.url + "/v1/chat/completions", json={"model": "m", "messages": []})
+    assert got.content == interaction.response.body
+
+
+def test_numbers_no_api_sends_do_not_break_a_conversion() -> None:
+    head = b'data: {"id":"c","object":"chat.completion.chunk","created":1e999,"model":"m",'
+    stream = Interaction(
+        chat_stream().request,
+        Response(
+            200,
+            (("content-type", "text/event-stream"),),
+            (Chunk(0.0, head + b'"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop"}]}\n\n'),),
+        ),
+    )
+    with serve(Cassette([stream]), pace="instant") as server:
+        got = httpx.post(server.url + "/v1/chat/completions", json={"model": "m", "messages": []})
+    assert (got.status_code, got.json()["created"], got.json()["choices"][0]["message"]["content"]) == (200, 0, "Hi")
+
+
+def test_a_recorded_responses_answer_streams_with_its_own_ids_and_items() -> None:
+    answer = {
+        "id": "resp_abc",
+        "object": "response",
+        "created_at": 1,
+        "status": "completed",
+        "model": "gpt-x",
+        "output": [
+            {"type": "reasoning", "id": "rs_abc", "summary": [{"type": "summary_text", "text": "Thinking."}]},
+            {
+                "type": "message",
+                "id": "msg_abc",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": "Let me look.", "annotations": []}],
+            },
+            {
+                "type": "function_call",
+                "id": "fc_abc",
+                "call_id": "call_abc",
+                "name": "f",
+                "arguments": "{}",
+                "status": "completed",
+            },
+        ],
+        "usage": {"input_tokens": 5, "output_tokens": 20, "total_tokens": 25},
+    }
+    plain = Interaction(
+        Request("POST", "/v1/responses", body=b'{"model": "gpt-x", "input": "q"}'),
+        Response(200, (("content-type", "application/json"),), (Chunk(0.2, json.dumps(answer).encode()),)),
+    )
+    with serve(Cassette([plain]), pace="instant") as server:
+        events = list(openai_client(server.url + "/v1").responses.create(model="gpt-x", input="q", stream=True))
+    done = [e.item.id for e in events if e.type == "response.output_item.done"]
+    final = next(e.response for e in events if e.type == "response.completed")
+    assert done == ["rs_abc", "msg_abc", "fc_abc"]
+    assert final.to_dict() == answer  # the recorded Response whole: the summary, the ids, the usage
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "Let me look."

@@ -124,7 +124,7 @@ def translate(interaction: Interaction, target: Dialect, source: Dialect | None 
     timed = response.events()
     try:
         pairs = source.decode_indexed([sse for _, sse in timed])
-    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+    except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
         raise ConfigError(
             f"{request.method} {request.path}: cannot read its stream as {source.name} ({exc!r})"
         ) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -58,7 +59,14 @@ def usage_from(obj: Any) -> Usage | None:
 
 def start_from(chunk: dict[str, Any]) -> Start:
     """The Start that the first chunk of an OpenAI-style stream implies: its id, model and creation time."""
-    return Start(str(chunk.get("id", "")), str(chunk.get("model", "")), int(chunk.get("created") or 0))
+    return Start(str(chunk.get("id", "")), str(chunk.get("model", "")), seconds(chunk.get("created")))
+
+
+def seconds(value: Any) -> int:
+    """A Unix time as the APIs send it (`created`, `created_at`): a whole number, else 0."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return int(value) if isinstance(value, float) and math.isfinite(value) else 0
 
 
 def is_openai_terminal(event: ServerSentEvent) -> bool:
@@ -107,20 +115,29 @@ def answer_json(answer: Answer, kind: str, choice: dict[str, Any], *, default_id
     return body
 
 
-def first_choice(body: Any) -> dict[str, Any] | None:
-    """The first choice of a non-streaming OpenAI-style answer, if it has one."""
+def only_choice(body: Any) -> dict[str, Any] | None:
+    """The choice of a non-streaming OpenAI-style answer, if it has just one (one of several choices, `n` > 1,
+    is no stream of one choice)."""
     choices = body.get("choices") if isinstance(body, dict) else None
-    return next((c for c in choices if isinstance(c, dict)), None) if isinstance(choices, list) else None
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+        return None
+    return choices[0]
 
 
-def as_recorded(body: dict[str, Any], events: Sequence[ServerSentEvent], *, logprobs: bool = False) -> dict[str, Any]:
+def as_recorded(body: dict[str, Any], events: Sequence[ServerSentEvent], logprobs: tuple[str, ...]) -> dict[str, Any]:
     """A non-streaming answer built from a chunk stream, with what the chunks carry kept as it was.
 
-    The first chunk's own fields (`system_fingerprint`, `service_tier`, ...)
-    and the usage object as sent; with `logprobs`, each choice's logprob
-    entries (`content` and `refusal`) joined in order, as chat sends them.
+    The first chunk's own fields (`system_fingerprint`, `service_tier`, ...),
+    the usage object as sent, and the lists of each chunk's `logprobs` named
+    in `logprobs` (chat's `content` and `refusal`; completions' `tokens`,
+    `token_logprobs`, `top_logprobs` and `text_offset`), joined in order.
+    Raises ValueError for a stream of several choices (`n` > 1), which one
+    answer of one choice would misstate.
     """
     chunks = [obj for _, name, obj in json_objects(events) if name != "error"]
+    indexes = {c.get("index", 0) for obj in chunks for c in obj.get("choices") or [] if isinstance(c, dict)}
+    if indexes - {0}:
+        raise ValueError("a stream of several choices is replayed as it is")
     if not chunks:
         return body
     extra = {k: v for k, v in chunks[0].items() if k not in ("object", "choices", "usage") and k not in body}
@@ -128,18 +145,17 @@ def as_recorded(body: dict[str, Any], events: Sequence[ServerSentEvent], *, logp
     usage = [obj["usage"] for obj in chunks if isinstance(obj.get("usage"), dict)]
     if usage:
         out["usage"] = usage[-1]
-    if logprobs and out.get("choices"):
-        parts: dict[str, list[Any] | None] = {"content": None, "refusal": None}
-        for obj in chunks:
-            for choice in obj.get("choices") or []:
-                entries = choice.get("logprobs") if isinstance(choice, dict) else None
-                if not isinstance(entries, dict):
-                    continue
-                for kind in parts:
-                    if isinstance(entries.get(kind), list):
-                        parts[kind] = [*(parts[kind] or []), *entries[kind]]
-        if any(v is not None for v in parts.values()):
-            out["choices"] = [{**out["choices"][0], "logprobs": parts}, *out["choices"][1:]]
+    parts: dict[str, list[Any] | None] = dict.fromkeys(logprobs)
+    for obj in chunks:
+        for choice in obj.get("choices") or []:
+            entries = choice.get("logprobs") if isinstance(choice, dict) else None
+            if not isinstance(entries, dict):
+                continue
+            for name in parts:
+                if isinstance(entries.get(name), list):
+                    parts[name] = [*(parts[name] or []), *entries[name]]
+    if out.get("choices") and any(v is not None for v in parts.values()):
+        out["choices"] = [{**out["choices"][0], "logprobs": parts}, *out["choices"][1:]]
     return out
 
 

@@ -166,8 +166,14 @@ class Dialect(ABC):
         """Whether this event ends the stream's generation (a finish, an error, the terminal frame)."""
 
     @abstractmethod
-    def encoder(self) -> Encoder:
-        """A streaming encoder for one new stream."""
+    def encoder(self, answer: Any = None) -> Encoder:
+        """A streaming encoder for one new stream.
+
+        `answer`, a recorded non-streaming answer of this API that the stream
+        retells, lends it what neutral events do not carry (the Responses
+        API's item ids and items whole, LM Studio's result), so that a client
+        finds in the stream what the plain call would have given it.
+        """
 
     def encode(self, events: Sequence[Event]) -> list[bytes]:
         """The SSE frames this API's server sends for `events`, terminal frames included."""

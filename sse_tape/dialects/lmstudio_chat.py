@@ -76,8 +76,10 @@ def arguments_text(arguments: Any) -> str:
 
 
 class _LMStudioEncoder(Encoder):
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, dialect: Dialect, answer: Any = None) -> None:
         super().__init__(dialect)
+        self.answer: dict[str, Any] | None = answer if isinstance(answer, dict) else None
+        """A recorded result this stream retells: `chat.end` carries it as it was."""
         self.model = ""
         self.block: str | None = None  # the reasoning or message block open on the wire
         self.output: list[dict[str, Any]] = []
@@ -114,7 +116,9 @@ class _LMStudioEncoder(Encoder):
         return named_frame({"type": "chat.end", "result": self.result()})
 
     def result(self) -> dict[str, Any]:
-        """What `chat.end` carries: the output so far and the stats."""
+        """What `chat.end` carries: the output so far and the stats (or the recorded result it retells)."""
+        if self.answer is not None:
+            return self.answer
         result: dict[str, Any] = {"model_instance_id": self.model, "output": self.output}
         if self.usage is not None:
             stats = {"input_tokens": self.usage.input_tokens, "total_output_tokens": self.usage.output_tokens}
@@ -190,8 +194,8 @@ class LMStudioChat(Dialect):
     name = "lmstudio-chat"
     path = "/api/v1/chat"
 
-    def encoder(self) -> Encoder:
-        return _LMStudioEncoder(self)
+    def encoder(self, answer: Any = None) -> Encoder:
+        return _LMStudioEncoder(self, answer)
 
     def decode_indexed(self, events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]:
         out: list[tuple[int, Event]] = []

@@ -24,8 +24,8 @@ from ._openai import (
     as_recorded,
     error_event_frames,
     error_from,
-    first_choice,
     is_openai_terminal,
+    only_choice,
     start_from,
     token_entries,
     tokens_from,
@@ -118,8 +118,8 @@ class OpenAIChat(Dialect):
         headers = super().response_headers(start)
         return (*headers, ("x-request-id", start.id)) if start.id else headers
 
-    def encoder(self) -> Encoder:
-        return _ChatEncoder(self)
+    def encoder(self, answer: Any = None) -> Encoder:
+        return _ChatEncoder(self)  # the events carry all a chunk does
 
     def decode_indexed(self, events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]:
         out: list[tuple[int, Event]] = []
@@ -190,10 +190,10 @@ class OpenAIChat(Dialect):
         return answer_json(answer, "chat.completion", choice, default_id="chatcmpl-sse-tape")
 
     def stream_json(self, events: Sequence[ServerSentEvent]) -> dict[str, Any]:
-        return as_recorded(super().stream_json(events), events, logprobs=True)
+        return as_recorded(super().stream_json(events), events, ("content", "refusal"))
 
     def decode_json(self, body: Any) -> list[Event]:
-        choice = first_choice(body)
+        choice = only_choice(body)
         message = choice.get("message") if choice is not None else None
         if choice is None or not isinstance(message, dict):
             return []

@@ -22,8 +22,8 @@ from ._openai import (
     as_recorded,
     error_event_frames,
     error_from,
-    first_choice,
     is_openai_terminal,
+    only_choice,
     start_from,
     usage_from,
     usage_json,
@@ -87,8 +87,8 @@ class OpenAICompletions(Dialect):
     def is_terminal(self, event: ServerSentEvent) -> bool:
         return is_openai_terminal(event)
 
-    def encoder(self) -> Encoder:
-        return _CompletionsEncoder(self)
+    def encoder(self, answer: Any = None) -> Encoder:
+        return _CompletionsEncoder(self)  # the events carry all a chunk does
 
     def decode_indexed(self, events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]:
         out: list[tuple[int, Event]] = []
@@ -120,10 +120,12 @@ class OpenAICompletions(Dialect):
         return answer_json(answer, "text_completion", choice, default_id="cmpl-sse-tape")
 
     def stream_json(self, events: Sequence[ServerSentEvent]) -> dict[str, Any]:
-        return as_recorded(super().stream_json(events), events)
+        return as_recorded(
+            super().stream_json(events), events, ("tokens", "token_logprobs", "top_logprobs", "text_offset")
+        )
 
     def decode_json(self, body: Any) -> list[Event]:
-        choice = first_choice(body)
+        choice = only_choice(body)
         if choice is None or not isinstance(choice.get("text"), str):
             return []
         events: list[Event] = [start_from(body)]

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..cassette import Headers, Request
 from ..sse import ServerSentEvent
-from ._openai import ServerCalls, token_entries, tokens_from
+from ._openai import ServerCalls, seconds, token_entries, tokens_from
 from .base import DONE, Checker, Dialect, Encoder, Prompt, Violation, chat_messages, json_objects, named_frame
 from .events import (
     Error,
@@ -64,8 +64,10 @@ class _Item:
 
 
 class _ResponsesEncoder(Encoder):
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, dialect: Dialect, answer: Any = None) -> None:
         super().__init__(dialect)
+        # A recorded Response this stream retells: its item ids, its items whole, and itself at the end.
+        self.answer: dict[str, Any] | None = answer if isinstance(answer, dict) else None
         self.sequence = 0
         self.start = Start("resp_sse_tape")
         self.output: list[dict[str, Any]] = []
@@ -142,8 +144,9 @@ class _ResponsesEncoder(Encoder):
         elif isinstance(event, ToolCallStart):
             self.close_item()
             index = len(self.output)
+            item_id = self.recorded_id(index, "function_call", f"fc_{index}")
             call = self.calls[event.index] = _Item(
-                "function_call", f"fc_{index}", index, call_id=event.id or f"call_{event.index}", name=event.name
+                "function_call", item_id, index, call_id=event.id or f"call_{event.index}", name=event.name
             )
             self.output.append(_function_call(call, "in_progress"))  # holds its place in the output
             self.emit("response.output_item.added", output_index=call.index, item=_function_call(call, "in_progress"))
@@ -156,7 +159,9 @@ class _ResponsesEncoder(Encoder):
             call = self.calls.pop(event.index)
             where = {"item_id": call.id, "output_index": call.index}
             self.emit("response.function_call_arguments.done", **where, name=call.name, arguments=call.text)
-            self.output[call.index] = _function_call(call, "completed")
+            self.output[call.index] = self.recorded_item(call.index, "function_call") or _function_call(
+                call, "completed"
+            )
             self.emit("response.output_item.done", output_index=call.index, item=self.output[call.index])
         elif isinstance(event, Finish):
             self.close_item()
@@ -180,7 +185,10 @@ class _ResponsesEncoder(Encoder):
         if finish is None:
             return
         usage = _usage_json(self.usage)
-        if finish.reason in _INCOMPLETE:
+        if self.answer is not None:
+            self.result = self.answer
+            self.emit(f"response.{self.answer.get('status') or 'completed'}", response=self.result)
+        elif finish.reason in _INCOMPLETE:
             details = {"reason": _INCOMPLETE[finish.reason]}
             self.result = self.response("incomplete", incomplete_details=details, usage=usage)
             self.emit("response.incomplete", response=self.result)
@@ -192,7 +200,20 @@ class _ResponsesEncoder(Encoder):
         self.frames.append(named_frame({"type": type, "sequence_number": self.sequence, **fields}))
         self.sequence += 1
 
+    def recorded_id(self, index: int, kind: str, made: str) -> str:
+        """The id the recorded answer gives the output item at `index`, if it is of this kind; else `made`."""
+        item = self.recorded_item(index, kind)
+        return str(item["id"]) if item is not None and "id" in item else made
+
+    def recorded_item(self, index: int, kind: str) -> dict[str, Any] | None:
+        """The recorded answer's output item at `index`, whole, if there is one of this kind."""
+        output = self.answer.get("output") if self.answer is not None else None
+        item = output[index] if isinstance(output, list) and index < len(output) else None
+        return item if isinstance(item, dict) and item.get("type") == kind else None
+
     def response(self, status: str, **extra: Any) -> dict[str, Any]:
+        if self.answer is not None:  # the recorded envelope, as it was while in progress
+            return {**self.answer, "status": status, "output": list(self.output), **extra}
         return {
             "id": self.start.id,
             "object": "response",
@@ -208,7 +229,9 @@ class _ResponsesEncoder(Encoder):
             return self.item
         self.close_item()
         prefix = {"message": "msg", "refusal": "msg", "reasoning": "rs"}[kind]
-        item = self.item = _Item(kind, f"{prefix}_{len(self.output)}", len(self.output))
+        index = len(self.output)
+        kind_of = "reasoning" if kind == "reasoning" else "message"
+        item = self.item = _Item(kind, self.recorded_id(index, kind_of, f"{prefix}_{index}"), index)
         if kind == "reasoning":
             self.emit("response.output_item.added", output_index=item.index, item=_reasoning(item, "in_progress"))
             return item
@@ -232,6 +255,7 @@ class _ResponsesEncoder(Encoder):
             self.emit("response.content_part.done", **_where(item), part=_part(item, item.text))
             content = [_part(item, item.text)]
             done = {"id": item.id, "type": "message", "status": "completed", "role": "assistant", "content": content}
+        done = self.recorded_item(item.index, done["type"]) or done
         self.emit("response.output_item.done", output_index=item.index, item=done)
         self.output.append(done)
 
@@ -292,8 +316,8 @@ class OpenAIResponses(Dialect):
     def response_headers(self, start: Start) -> Headers:
         return (("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache"))
 
-    def encoder(self) -> Encoder:
-        return _ResponsesEncoder(self)
+    def encoder(self, answer: Any = None) -> Encoder:
+        return _ResponsesEncoder(self, answer)
 
     def decode_indexed(self, events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]:
         out: list[tuple[int, Event]] = []
@@ -303,7 +327,7 @@ class OpenAIResponses(Dialect):
             response: dict[str, Any] = obj["response"] if isinstance(obj.get("response"), dict) else {}
             item: dict[str, Any] = obj["item"] if isinstance(obj.get("item"), dict) else {}
             if kind == "response.created":
-                created = int(response.get("created_at") or 0)
+                created = seconds(response.get("created_at"))
                 out.append((i, Start(str(response.get("id", "")), str(response.get("model", "")), created)))
             elif kind == "response.output_text.delta" and obj.get("delta"):
                 out.append((i, TextDelta(obj["delta"], tokens_from(obj.get("logprobs")) or None)))
@@ -364,7 +388,7 @@ class OpenAIResponses(Dialect):
         if not isinstance(body, dict) or not isinstance(body.get("output"), list):
             return []
         events: list[Event] = [
-            Start(str(body.get("id", "")), str(body.get("model", "")), int(body.get("created_at") or 0))
+            Start(str(body.get("id", "")), str(body.get("model", "")), seconds(body.get("created_at")))
         ]
         calls = 0
         for item in body["output"]:
