@@ -529,6 +529,7 @@ def test_translation_rewrites_the_request_for_the_target_api(bundled: dict[str, 
                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
             }
         ],
+        "tool_choice": "auto",
         "stream": True,
     }
     router = bundled["router-chat"].interactions[0]

@@ -71,16 +71,27 @@ class Violation:
 
 @dataclass(slots=True)
 class Prompt:
-    """What a request asks for, in no API's words: enough to rewrite it for another API."""
+    """What a request asks for, in no API's words: enough to rewrite it for another API, or to run it on a model."""
 
     model: str = ""
-    messages: list[dict[str, str]] = field(default_factory=list)
-    """Each with `role` and `content`."""
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    """Each with `role` and text `content`, in the chat API's words: an assistant's calls in `tool_calls`
+    (`{"id", "type": "function", "function": {"name", "arguments"}}`), a tool's answer with its `tool_call_id`."""
     tools: list[dict[str, Any]] = field(default_factory=list)
     """Each with `name`, `description` and `parameters` (a JSON schema)."""
     max_tokens: int | None = None
     include_usage: bool = False
     """Whether the response reports token usage (OpenAI's stream_options.include_usage)."""
+    text: str | None = None
+    """A prompt given as plain text, to be continued as it is (the completions API), not a chat."""
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    logprobs: int | None = None
+    """How many likeliest alternatives to report with each token's log probability; None: no logprobs."""
+    tool_choice: str | None = None
+    """`auto`, `none`, `required`, or the name of the function that must be called; None: the API's default."""
 
 
 class Encoder(ABC):
@@ -285,8 +296,9 @@ def messages_text(prompt: Prompt) -> str:
     return "\n\n".join(m["content"] for m in prompt.messages if m.get("content"))
 
 
-def chat_messages(messages: Any) -> list[dict[str, str]]:
-    """Role and text content of OpenAI-style chat messages (text parts of multi-part content joined)."""
+def chat_messages(messages: Any) -> list[dict[str, Any]]:
+    """Role and text content of OpenAI-style chat messages (text parts of multi-part content joined),
+    with an assistant's `tool_calls` and a tool message's `tool_call_id` as they were."""
     out = []
     for message in messages if isinstance(messages, list) else []:
         if not isinstance(message, dict):
@@ -294,5 +306,43 @@ def chat_messages(messages: Any) -> list[dict[str, str]]:
         content = message.get("content")
         if isinstance(content, list):
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        out.append({"role": str(message.get("role", "user")), "content": content if isinstance(content, str) else ""})
+        kept: dict[str, Any] = {
+            "role": str(message.get("role", "user")),
+            "content": content if isinstance(content, str) else "",
+        }
+        if isinstance(message.get("tool_calls"), list) and message["tool_calls"]:
+            kept["tool_calls"] = message["tool_calls"]
+        if isinstance(message.get("tool_call_id"), str):
+            kept["tool_call_id"] = message["tool_call_id"]
+        out.append(kept)
     return out
+
+
+def sampling(body: dict[str, Any]) -> dict[str, Any]:
+    """The sampling fields the OpenAI-style APIs share, checked: `temperature`, `top_p`, `seed` and `stop`.
+
+    A field of the wrong type is left out: the model's server decides what to refuse.
+    """
+    out: dict[str, Any] = {}
+    for name in ("temperature", "top_p"):
+        value = body.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[name] = float(value)
+    if isinstance(body.get("seed"), int) and not isinstance(body["seed"], bool):
+        out["seed"] = body["seed"]
+    stop = body.get("stop")
+    stops = [stop] if isinstance(stop, str) else stop if isinstance(stop, list) else []
+    out["stop"] = [s for s in stops if isinstance(s, str) and s]
+    return out
+
+
+def sampled(prompt: Prompt) -> dict[str, Any]:
+    """The shared sampling fields of an OpenAI-style request body for `prompt`: those it sets."""
+    fields = {"temperature": prompt.temperature, "top_p": prompt.top_p, "seed": prompt.seed}
+    out = {name: value for name, value in fields.items() if value is not None}
+    return out | ({"stop": prompt.stop} if prompt.stop else {})
+
+
+def whole(value: Any) -> int | None:
+    """`value` if it is a whole number (not a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

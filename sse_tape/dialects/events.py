@@ -166,12 +166,16 @@ class ToolCallEnd:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token counts for the whole response."""
+    """Token counts for the whole response, and how fast it came when the server measures it."""
 
     input_tokens: int
     output_tokens: int
     reasoning_tokens: int | None = None
     cached_tokens: int | None = None
+    tokens_per_second: float | None = None
+    """Output tokens per second of generation, from the first token on."""
+    first_token_seconds: float | None = None
+    """Seconds from the request to the first output token."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,19 @@ from typing import Any
 from .. import _json
 from ..cassette import Headers, Request
 from ..sse import ServerSentEvent
-from .base import Checker, Dialect, Encoder, Prompt, Violation, chat_messages, json_objects, named_frame, to_json
+from .base import (
+    Checker,
+    Dialect,
+    Encoder,
+    Prompt,
+    Violation,
+    chat_messages,
+    json_objects,
+    named_frame,
+    sampling,
+    to_json,
+    whole,
+)
 from .events import (
     Error,
     Event,
@@ -121,9 +133,16 @@ class _LMStudioEncoder(Encoder):
             return self.answer
         result: dict[str, Any] = {"model_instance_id": self.model, "output": self.output}
         if self.usage is not None:
-            stats = {"input_tokens": self.usage.input_tokens, "total_output_tokens": self.usage.output_tokens}
+            stats: dict[str, Any] = {
+                "input_tokens": self.usage.input_tokens,
+                "total_output_tokens": self.usage.output_tokens,
+            }
             if self.usage.reasoning_tokens is not None:
                 stats["reasoning_output_tokens"] = self.usage.reasoning_tokens
+            if self.usage.tokens_per_second is not None:
+                stats["tokens_per_second"] = self.usage.tokens_per_second
+            if self.usage.first_token_seconds is not None:
+                stats["time_to_first_token_seconds"] = self.usage.first_token_seconds
             result["stats"] = stats
         return result
 
@@ -247,8 +266,7 @@ class LMStudioChat(Dialect):
                 out.append((i, Finish("tool_calls" if calls and not _has_message(obj) else "stop")))
                 stats = (obj.get("result") or {}).get("stats") or {}
                 if isinstance(stats.get("input_tokens"), int):
-                    tokens = (stats["input_tokens"], int(stats.get("total_output_tokens") or 0))
-                    out.append((i, Usage(*tokens, reasoning_tokens=stats.get("reasoning_output_tokens"))))
+                    out.append((i, _usage(stats)))
         return out
 
     def is_terminal(self, event: ServerSentEvent) -> bool:
@@ -292,8 +310,7 @@ class LMStudioChat(Dialect):
         events.append(Finish("tool_calls" if calls and not message else "stop"))
         stats: dict[str, Any] = body["stats"] if isinstance(body.get("stats"), dict) else {}
         if isinstance(stats.get("input_tokens"), int):
-            tokens = (stats["input_tokens"], int(stats.get("total_output_tokens") or 0))
-            events.append(Usage(*tokens, reasoning_tokens=stats.get("reasoning_output_tokens")))
+            events.append(_usage(stats))
         return events
 
     def http_error(
@@ -393,7 +410,13 @@ class LMStudioChat(Dialect):
         messages = [{"role": "user", "content": given}] if isinstance(given, str) else chat_messages(given)
         if isinstance(body.get("system_prompt"), str):
             messages.insert(0, {"role": "system", "content": body["system_prompt"]})
-        return Prompt(str(body.get("model", "")), messages, [], body.get("max_output_tokens"), include_usage=True)
+        return Prompt(
+            model=str(body.get("model", "")),
+            messages=messages,
+            max_tokens=whole(body.get("max_output_tokens")),
+            include_usage=True,
+            **{k: v for k, v in sampling(body).items() if k in ("temperature", "top_p")},
+        )
 
     def request_body(self, prompt: Prompt) -> dict[str, Any]:
         system = [m["content"] for m in prompt.messages if m["role"] == "system"]
@@ -403,8 +426,25 @@ class LMStudioChat(Dialect):
             body["system_prompt"] = "\n\n".join(system)
         if prompt.max_tokens is not None:
             body["max_output_tokens"] = prompt.max_tokens
+        body |= {k: v for k, v in (("temperature", prompt.temperature), ("top_p", prompt.top_p)) if v is not None}
         body["stream"] = True
         return body
+
+
+def _usage(stats: dict[str, Any]) -> Usage:
+    """The usage `stats` hold (their `input_tokens` is a number): counts, and speed where measured."""
+
+    def number(name: str) -> float | None:
+        value = stats.get(name)
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    return Usage(
+        stats["input_tokens"],
+        int(stats.get("total_output_tokens") or 0),
+        reasoning_tokens=stats.get("reasoning_output_tokens"),
+        tokens_per_second=number("tokens_per_second"),
+        first_token_seconds=number("time_to_first_token_seconds"),
+    )
 
 
 def _has_message(end: dict[str, Any]) -> bool:

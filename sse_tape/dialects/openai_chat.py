@@ -34,7 +34,20 @@ from ._openai import (
     wants_usage,
 )
 from .answer import Answer
-from .base import DONE, Checker, Dialect, Encoder, Prompt, Violation, chat_messages, data_frame, json_objects
+from .base import (
+    DONE,
+    Checker,
+    Dialect,
+    Encoder,
+    Prompt,
+    Violation,
+    chat_messages,
+    data_frame,
+    json_objects,
+    sampled,
+    sampling,
+    whole,
+)
 from .events import (
     Error,
     Event,
@@ -306,12 +319,20 @@ class OpenAIChat(Dialect):
     def prompt(self, body: Any) -> Prompt:
         body = body if isinstance(body, dict) else {}
         tools = [t["function"] for t in body.get("tools") or [] if isinstance(t, dict) and "function" in t]
+        choice = body.get("tool_choice")
+        if isinstance(choice, dict):
+            function = choice.get("function")
+            choice = function.get("name") if isinstance(function, dict) else None
+        top = whole(body.get("top_logprobs"))
         return Prompt(
             model=str(body.get("model", "")),
             messages=chat_messages(body.get("messages")),
             tools=tools,
-            max_tokens=body.get("max_tokens") or body.get("max_completion_tokens"),
+            max_tokens=whole(body.get("max_completion_tokens")) or whole(body.get("max_tokens")),
             include_usage=wants_usage(body),
+            logprobs=(top or 0) if body.get("logprobs") is True else None,
+            tool_choice=choice if isinstance(choice, str) else None,
+            **sampling(body),
         )
 
     def request_body(self, prompt: Prompt) -> dict[str, Any]:
@@ -322,4 +343,10 @@ class OpenAIChat(Dialect):
             body["max_tokens"] = prompt.max_tokens
         if prompt.include_usage:
             body["stream_options"] = {"include_usage": True}
-        return body
+        if prompt.logprobs is not None:
+            body |= {"logprobs": True, **({"top_logprobs": prompt.logprobs} if prompt.logprobs else {})}
+        if prompt.tool_choice in ("auto", "none", "required"):
+            body["tool_choice"] = prompt.tool_choice
+        elif prompt.tool_choice:
+            body["tool_choice"] = {"type": "function", "function": {"name": prompt.tool_choice}}
+        return body | sampled(prompt)

@@ -30,7 +30,20 @@ from ._openai import (
     wants_usage,
 )
 from .answer import Answer
-from .base import DONE, Checker, Dialect, Encoder, Prompt, Violation, data_frame, json_objects, messages_text
+from .base import (
+    DONE,
+    Checker,
+    Dialect,
+    Encoder,
+    Prompt,
+    Violation,
+    data_frame,
+    json_objects,
+    messages_text,
+    sampled,
+    sampling,
+    whole,
+)
 from .events import Error, Event, Finish, Start, TextDelta, TokenLogprob, Usage
 
 __all__ = ["OpenAICompletions"]
@@ -172,17 +185,30 @@ class OpenAICompletions(Dialect):
     def prompt(self, body: Any) -> Prompt:
         body = body if isinstance(body, dict) else {}
         text = body.get("prompt", "")
-        text = "".join(text) if isinstance(text, list) else str(text)
-        messages = [{"role": "user", "content": text}]
-        return Prompt(str(body.get("model", "")), messages, [], body.get("max_tokens"), include_usage=wants_usage(body))
+        text = "".join(t for t in text if isinstance(t, str)) if isinstance(text, list) else str(text)
+        return Prompt(
+            model=str(body.get("model", "")),
+            messages=[{"role": "user", "content": text}],
+            max_tokens=whole(body.get("max_tokens")),
+            include_usage=wants_usage(body),
+            text=text,
+            logprobs=whole(body.get("logprobs")),
+            **sampling(body),
+        )
 
     def request_body(self, prompt: Prompt) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": prompt.model, "prompt": messages_text(prompt), "stream": True}
+        body: dict[str, Any] = {
+            "model": prompt.model,
+            "prompt": prompt.text if prompt.text is not None else messages_text(prompt),
+            "stream": True,
+        }
         if prompt.max_tokens is not None:
             body["max_tokens"] = prompt.max_tokens
         if prompt.include_usage:
             body["stream_options"] = {"include_usage": True}
-        return body
+        if prompt.logprobs is not None:
+            body["logprobs"] = prompt.logprobs
+        return body | sampled(prompt)
 
 
 def _logprobs_json(logprobs: Sequence[TokenLogprob], offset: int) -> dict[str, Any]:

@@ -20,10 +20,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import _json
 from ..cassette import Headers, Request
 from ..sse import ServerSentEvent
 from ._openai import ServerCalls, seconds, token_entries, tokens_from
-from .base import DONE, Checker, Dialect, Encoder, Prompt, Violation, chat_messages, json_objects, named_frame
+from .base import (
+    DONE,
+    Checker,
+    Dialect,
+    Encoder,
+    Prompt,
+    Violation,
+    chat_messages,
+    json_objects,
+    named_frame,
+    sampling,
+    whole,
+)
 from .events import (
     Error,
     Event,
@@ -495,7 +508,7 @@ class OpenAIResponses(Dialect):
     def prompt(self, body: Any) -> Prompt:
         body = body if isinstance(body, dict) else {}
         given = body.get("input", "")
-        messages = [{"role": "user", "content": given}] if isinstance(given, str) else chat_messages(given)
+        messages = [{"role": "user", "content": given}] if isinstance(given, str) else _input_messages(given)
         if isinstance(body.get("instructions"), str):
             messages.insert(0, {"role": "system", "content": body["instructions"]})
         tools = [
@@ -503,15 +516,89 @@ class OpenAIResponses(Dialect):
             for t in body.get("tools") or []
             if isinstance(t, dict) and t.get("type") == "function"
         ]
-        return Prompt(str(body.get("model", "")), messages, tools, body.get("max_output_tokens"), include_usage=True)
+        choice = body.get("tool_choice")
+        if isinstance(choice, dict):
+            choice = choice.get("name")
+        include = body.get("include") if isinstance(body.get("include"), list) else []
+        top = whole(body.get("top_logprobs"))
+        return Prompt(
+            model=str(body.get("model", "")),
+            messages=messages,
+            tools=tools,
+            max_tokens=whole(body.get("max_output_tokens")),
+            include_usage=True,
+            logprobs=(top or 0) if "message.output_text.logprobs" in include or top else None,
+            tool_choice=choice if isinstance(choice, str) else None,
+            **{k: v for k, v in sampling(body).items() if k in ("temperature", "top_p")},
+        )
 
     def request_body(self, prompt: Prompt) -> dict[str, Any]:
         messages = prompt.messages
         single = len(messages) == 1 and messages[0]["role"] == "user"
-        body: dict[str, Any] = {"model": prompt.model, "input": messages[0]["content"] if single else messages}
+        given = messages[0]["content"] if single else _input_items(messages)
+        body: dict[str, Any] = {"model": prompt.model, "input": given}
         if prompt.tools:
             body["tools"] = [{"type": "function", **tool} for tool in prompt.tools]
         if prompt.max_tokens is not None:
             body["max_output_tokens"] = prompt.max_tokens
+        if prompt.tool_choice in ("auto", "none", "required"):
+            body["tool_choice"] = prompt.tool_choice
+        elif prompt.tool_choice:
+            body["tool_choice"] = {"type": "function", "name": prompt.tool_choice}
+        if prompt.logprobs is not None:
+            body |= {"include": ["message.output_text.logprobs"], "top_logprobs": prompt.logprobs}
+        body |= {k: v for k, v in (("temperature", prompt.temperature), ("top_p", prompt.top_p)) if v is not None}
         body["stream"] = True
         return body
+
+
+def _input_messages(items: Any) -> list[dict[str, Any]]:
+    """The Responses API's input items as chat messages: its function calls and their outputs included."""
+    messages: list[dict[str, Any]] = []
+    for item in items if isinstance(items, list) else []:
+        kind = item.get("type") if isinstance(item, dict) else None
+        if kind == "function_call":
+            call = {
+                "id": str(item.get("call_id", "")),
+                "type": "function",
+                "function": {"name": str(item.get("name", "")), "arguments": str(item.get("arguments", ""))},
+            }
+            if messages and messages[-1]["role"] == "assistant" and "tool_calls" in messages[-1]:
+                messages[-1]["tool_calls"].append(call)
+            else:
+                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output", "")
+            content = output if isinstance(output, str) else _json.dumps(output)
+            messages.append({"role": "tool", "content": content, "tool_call_id": str(item.get("call_id", ""))})
+        else:
+            messages += chat_messages([item])
+    return messages
+
+
+def _input_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat messages as the Responses API's input items (see `_input_messages`)."""
+    items: list[dict[str, Any]] = []
+    for message in messages:
+        if message.get("role") == "tool":
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": message.get("tool_call_id", ""),
+                    "output": message["content"],
+                }
+            )
+            continue
+        if message["content"] or not message.get("tool_calls"):
+            items.append({"role": message["role"], "content": message["content"]})
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": call.get("id", ""),
+                    "name": function.get("name", ""),
+                    "arguments": function.get("arguments", ""),
+                }
+            )
+    return items
