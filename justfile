@@ -38,3 +38,7 @@ fuzz *args:
 # Drive a serve process with thousands of streams; fail if anything grows without bound.
 soak *args:
     python bench/soak.py --check {{args}}
+
+# Measure synthesis against a bare llama-cpp-python loop and llama_cpp.server (the tests' tiny model, or --model M).
+bench-synth *args:
+    python bench/synth_bench.py {{args}}

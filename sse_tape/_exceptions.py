@@ -8,6 +8,7 @@ a caller would already catch for that kind of failure::
     │   ├── CassetteNotFoundError   (also FileNotFoundError)
     │   └── CassetteFormatError     (also ValueError): corrupt, truncated, foreign or too new
     ├── ConfigError                 (also ValueError): a bad option, such as a pacing spec
+    ├── ModelError                  a model that cannot be found, read or loaded, or cannot take a request
     ├── NoMatchError                (also LookupError): no recorded interaction answers a request
     ├── StreamError                 (also ValueError): an event stream breaks a limit, such as a line too long
     └── UpstreamError               (also ConnectionError): the upstream sent no response to record
@@ -22,6 +23,7 @@ __all__ = [
     "CassetteFormatError",
     "CassetteNotFoundError",
     "ConfigError",
+    "ModelError",
     "NoMatchError",
     "SSETapeError",
     "StreamError",
@@ -47,6 +49,17 @@ class CassetteFormatError(CassetteError, ValueError):
 
 class ConfigError(SSETapeError, ValueError):
     """An option or specification given by the user is not valid."""
+
+
+class ModelError(SSETapeError):
+    """A model cannot be found, read or loaded, or cannot take a request (a prompt longer than its context).
+
+    `status` is what a live server answers with: 400 for a request the model cannot take, else 500.
+    """
+
+    def __init__(self, message: str, *, status: int = 500) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class NoMatchError(SSETapeError, LookupError):

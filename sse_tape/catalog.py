@@ -10,6 +10,7 @@ request answers it first.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import unquote
 
@@ -41,7 +42,11 @@ def models_of(host: Host) -> list[str]:
 
 
 class Catalog(Attached):
-    """A responder listing the recordings' models, in OpenAI's shape or LM Studio's."""
+    """A responder listing the recordings' models, and `more` (a live model's), in OpenAI's shape or LM Studio's."""
+
+    def __init__(self, more: Iterable[str] = ()) -> None:
+        super().__init__()
+        self.more = tuple(more)
 
     async def respond(self, exchange: Exchange) -> web.StreamResponse | None:
         server = self.host
@@ -49,8 +54,8 @@ class Catalog(Attached):
         path = request.path.rstrip("/")
         if request.method not in ("GET", "HEAD") or _OPENAI_LIST not in path:
             return None
-        models = models_of(server)
-        what = f"{len(models)} model{'s'[: len(models) != 1]} from the recordings"
+        models = list(dict.fromkeys([*self.more, *models_of(server)]))
+        what = f"{len(models)} model{'s'[: len(models) != 1]}"
         lmstudio = _LMSTUDIO_LIST in path
         list_path = _LMSTUDIO_LIST if lmstudio else _OPENAI_LIST
         shape = _lmstudio_model if lmstudio else _openai_model
@@ -63,10 +68,8 @@ class Catalog(Attached):
         elif list_path + "/" in path:
             wanted = unquote(path.split(list_path + "/", 1)[1])
             if wanted not in models:
-                return server.error(
-                    exchange, 404, f"the model {wanted!r} is in no recording: {', '.join(models)}", "model_not_found"
-                )
-            body, what = shape(wanted), f"the model {wanted} from the recordings"
+                return server.error(exchange, 404, f"no model {wanted!r} here: {', '.join(models)}", "model_not_found")
+            body, what = shape(wanted), f"the model {wanted}"
         else:
             return None
         response = Response(200, (("content-type", "application/json"),), (Chunk(0.0, _json.dumps(body).encode()),))

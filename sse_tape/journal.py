@@ -40,6 +40,7 @@ __all__ = [
     "Recorded",
     "ReplayState",
     "SaveFailed",
+    "Synthesized",
     "UpstreamFailed",
 ]
 
@@ -146,6 +147,33 @@ class Forwarded(Entry):
 
     def line(self) -> str:
         return f"{self.method} {self.path} -> {self.status} from {self.url}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Synthesized(Entry):
+    """A local model answered the request: its wait in the model's queue, its tokens and their speed."""
+
+    kind: ClassVar[str] = "synthesized"
+    method: str
+    path: str
+    model: str
+    status: int
+    waited: float
+    """Seconds from the request's arrival until the model took it up."""
+    prompt_tokens: int
+    output_tokens: int
+    first_token: float | None
+    """Seconds from the request's arrival to the first output token."""
+    tokens_per_second: float | None
+    end: str
+    """`stop`, `length`, `tool_calls`, `cancelled` (the client left) or `error`."""
+
+    def line(self) -> str:
+        speed = f", {self.tokens_per_second:g} tokens/s" if self.tokens_per_second else ""
+        return (
+            f"{self.method} {self.path} -> {self.status} from {self.model}: waited {self.waited:.2f} s, "
+            f"{self.prompt_tokens} + {self.output_tokens} tokens{speed}, {self.end}"
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

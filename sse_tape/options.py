@@ -31,6 +31,8 @@ class MissPolicy(StrEnum):
     """Send it to the upstream and stream its answer back; record nothing."""
     RECORD = "record"
     """Send it to the upstream, stream its answer back, and record it into the cassette."""
+    SYNTH = "synth"
+    """Answer it with a local model (`--model`); when recording, record the answer like a forwarded one."""
 
 
 def parse_match(words: str | Iterable[MatchOn | str], name: str = "match_on") -> tuple[MatchOn, ...]:

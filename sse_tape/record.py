@@ -50,7 +50,7 @@ from .responder import Exchange, Host
 from .sse import SSEDecoder
 from .upstream import AiohttpUpstream, Upstream, leaves_base, parse_upstream
 
-__all__ = ["Forwarder", "RecordMode", "Recorder", "describe", "record_once"]
+__all__ = ["Capture", "Forwarder", "RecordMode", "Recorder", "describe", "record_once"]
 
 
 class RecordMode(StrEnum):
@@ -74,8 +74,12 @@ class RecordMode(StrEnum):
 
 
 @dataclass(slots=True)
-class _Capture:
-    """A response being recorded while it streams; what it holds so far survives any interruption."""
+class Capture:
+    """A response being recorded while it streams; what it holds so far survives any interruption.
+
+    A responder that makes answers (a model) fills one as it streams and hands it to `Recorder.begin`,
+    `received` and `keep`, as the forwarder does.
+    """
 
     request: Request
     recorded_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
@@ -100,9 +104,9 @@ class _Capture:
 
 async def _relay(
     upstream: Upstream,
-    capture: _Capture,
+    capture: Capture,
     *,
-    on_head: Callable[[_Capture], Awaitable[None]],
+    on_head: Callable[[Capture], Awaitable[None]],
     on_chunk: Callable[[Chunk], Awaitable[None]],
 ) -> None:
     """Send the captured request upstream and stream the response into `capture` and the callbacks.
@@ -191,7 +195,7 @@ class Recorder:
         finally:
             spool.close(remove=False)
 
-    def begin(self, capture: _Capture) -> None:
+    def begin(self, capture: Capture) -> None:
         """A stream's response head came: spool its request and head."""
         self._streams += 1
         capture.spool = self._streams
@@ -205,11 +209,11 @@ class Recorder:
 
         self._spooled(write, capture)
 
-    def received(self, capture: _Capture, chunk: Chunk) -> None:
+    def received(self, capture: Capture, chunk: Chunk) -> None:
         """A piece of a stream's body came: spool it."""
         self._spooled(lambda spool, n: spool.chunk(n, chunk.t, chunk.data), capture)
 
-    def keep(self, capture: _Capture, number: int) -> None:
+    def keep(self, capture: Capture, number: int) -> None:
         """The stream of request `number` is over: record it as far as it got."""
         server = self._server
         assert server is not None, "start() the recorder first"
@@ -254,7 +258,7 @@ class Recorder:
         """The request as it is recorded: secrets redacted, headers as text."""
         return self.redaction.request(replace(request, headers=storable_headers(request.headers)))
 
-    def _spooled(self, write: Callable[[SpoolWriter, int], object], capture: _Capture) -> None:
+    def _spooled(self, write: Callable[[SpoolWriter, int], object], capture: Capture) -> None:
         spool = self._spool
         if spool is None or spool.failed is not None or capture.spool is None:
             return
@@ -341,7 +345,7 @@ class Forwarder:
                 f"{exchange.request.path}: a path may not climb out of the upstream's base path",
                 "bad_path",
             )
-        capture = _Capture(exchange.request)
+        capture = Capture(exchange.request)
         client = _Client()
         # Shielded from the handler: when the client goes, this decides whether the upstream is cut or drained.
         stream = asyncio.ensure_future(self._forward(exchange, capture, client))
@@ -361,7 +365,7 @@ class Forwarder:
                     stream.cancel()
             raise
 
-    def _drains(self, capture: _Capture, exchange: Exchange) -> bool:
+    def _drains(self, capture: Capture, exchange: Exchange) -> bool:
         """Whether to read on after the client left: to record a stream it read to its terminal frame."""
         return self.recorder is not None and _answered(capture, exchange.dialect)
 
@@ -372,14 +376,14 @@ class Forwarder:
         deadline = asyncio.get_running_loop().call_later(self.drain_timeout, stream.cancel)
         stream.add_done_callback(lambda _: deadline.cancel())
 
-    async def _forward(self, exchange: Exchange, capture: _Capture, client: _Client) -> web.StreamResponse:
+    async def _forward(self, exchange: Exchange, capture: Capture, client: _Client) -> web.StreamResponse:
         server = self._server
         assert server is not None
         request = exchange.request
         recorder = self.recorder
         out = web.StreamResponse()
 
-        async def on_head(capture: _Capture) -> None:
+        async def on_head(capture: Capture) -> None:
             exchange.status = capture.status or 502
             server.journal.add(
                 Forwarded(
@@ -445,7 +449,7 @@ class Forwarder:
         return out
 
 
-def _answered(capture: _Capture, dialect: Dialect) -> bool:
+def _answered(capture: Capture, dialect: Dialect) -> bool:
     """Whether the client had the answer's terminal frame: the last whole event it got ends the answer."""
     decoder = SSEDecoder()
     events = [event for chunk in capture.chunks for event in decoder.feed(chunk.data)]
@@ -475,9 +479,9 @@ async def record_once(
     target = URL(url, encoded=True)
     upstream = AiohttpUpstream(str(target.origin()), idle_timeout=idle_timeout)
     request = Request(method.upper(), target.raw_path, target.raw_query_string, tuple(headers), body)
-    capture = _Capture(request)
+    capture = Capture(request)
 
-    async def on_head(capture: _Capture) -> None:
+    async def on_head(capture: Capture) -> None:
         pass
 
     async def on_chunk(chunk: Chunk) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 
@@ -23,6 +23,9 @@ from .journal import Journal, ReplayState
 from .matching import Matcher
 from .options import ServeOptions
 from .plan import Plan
+
+if TYPE_CHECKING:
+    from .record import Recorder
 
 __all__ = ["Attached", "Exchange", "Host", "Responder"]
 
@@ -62,9 +65,15 @@ class Host(Protocol):
     matcher: Matcher
     injector: Injector
     closing: bool
+    recorder: Recorder | None
+    """What keeps the answers the responders make or forward, when the server records."""
 
     def error(self, exchange: Exchange, status: int, message: str, code: str) -> web.Response:
         """The API's JSON error for this exchange."""
+        ...
+
+    def cors(self, http: web.Request) -> dict[str, str]:
+        """The CORS headers an answer carries."""
         ...
 
     async def send(self, exchange: Exchange, plan: Plan) -> web.StreamResponse:

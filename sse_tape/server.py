@@ -215,7 +215,9 @@ class MockServer:
     `options` say how it answers (`ServeOptions`). Behind replay, the miss
     policy `options.on_miss` puts: nothing (`error`), or an `upstream` each
     miss is forwarded to (`forward`), its answers kept by `recorder`
-    (`record`). With `replay` off, every request goes to the upstream. `log`
+    (`record`), or a `model` responder that answers it (`synth`; its answers
+    kept by `recorder` when there is one); `models` are listed at
+    `/v1/models` besides those the recordings name. With `replay` off, every request goes to the upstream. `log`
     gets a line for each logged journal entry. `limits` keep slow and idle
     clients from holding connections. The fault header and the control
     endpoints answer loopback clients only, unless `allow_remote_control`.
@@ -231,6 +233,8 @@ class MockServer:
         log: Callable[[str], None] | None = None,
         upstream: str | Upstream | None = None,
         recorder: Recorder | None = None,
+        model: Responder | None = None,
+        models: Iterable[str] = (),
         replay: bool = True,
         limits: Limits | None = None,
         allow_remote_control: bool = False,
@@ -247,17 +251,18 @@ class MockServer:
             match_on=self.options.match_on,
             ignore_body_fields=self.options.ignore_body_fields,
             allow_repeats=self.options.allow_repeats,
-            reshape=recorder is None or self.options.on_miss is not MissPolicy.RECORD,
+            reshape=recorder is None or self.options.on_miss is MissPolicy.FORWARD,
             state=self.state,
         )
         self.injector = Injector(self.options.faults, self.options.seed, self.state)
         self.journal = Journal(log=log, report=self.options.report)
         self._log = log
         """What happened to each request, newest last."""
-        self.recorder = recorder if self.options.on_miss is MissPolicy.RECORD else None
-        """What keeps the answers forwarded on a miss, under the `record` policy."""
-        behind = _behind_replay(self.options.on_miss, upstream, self.recorder)
-        self.responders: list[Responder] = [*([Replay()] if replay else []), *behind, Catalog()]
+        recording = self.options.on_miss in (MissPolicy.RECORD, MissPolicy.SYNTH)
+        self.recorder = recorder if recording else None
+        """What keeps the answers forwarded (the `record` policy) or synthesized (`synth`) on a miss."""
+        behind = _behind_replay(self.options.on_miss, upstream, self.recorder, model)
+        self.responders: list[Responder] = [*([Replay()] if replay else []), *behind, Catalog(models)]
         """The chain each request goes through, in order."""
         self.active_streams = 0
         """Requests being answered right now."""
@@ -430,7 +435,7 @@ class MockServer:
     async def send(self, exchange: Exchange, plan: Plan) -> web.StreamResponse:
         """Write a plan as the answer to `exchange`, noting its status, its progress and how it ended."""
         exchange.status = plan.status
-        response, exchange.end = await write_plan(exchange.http, plan, exchange.progress, self._cors(exchange.http))
+        response, exchange.end = await write_plan(exchange.http, plan, exchange.progress, self.cors(exchange.http))
         return response
 
     def error(self, exchange: Exchange, status: int, message: str, code: str) -> web.Response:
@@ -441,7 +446,7 @@ class MockServer:
         _, headers, body = exchange.dialect.http_error(status, f"sse-tape: {message}", code=code)
         exchange.status = status
         exchange.progress.bytes = len(body)
-        return web.Response(status=status, body=body, headers={**dict(headers), **self._cors(exchange.http)})
+        return web.Response(status=status, body=body, headers={**dict(headers), **self.cors(exchange.http)})
 
     def _miss(self, exchange: Exchange) -> web.Response:
         request = exchange.request
@@ -529,14 +534,15 @@ class MockServer:
     def _preflight(self, http: web.Request, *, control: bool) -> web.Response:
         if control and http.headers.get("Origin") != _own_origin(http):
             return web.Response(status=403, text="the control endpoints refuse other origins\n")
-        headers = self._cors(http)
+        headers = self.cors(http)
         headers["Access-Control-Allow-Methods"] = _CORS_METHODS
         headers["Access-Control-Allow-Headers"] = http.headers.get("Access-Control-Request-Headers", "*")
         headers["Access-Control-Max-Age"] = "86400"
         return web.Response(status=204, headers=headers)
 
     @staticmethod
-    def _cors(http: web.Request) -> dict[str, str]:
+    def cors(http: web.Request) -> dict[str, str]:
+        """The CORS headers an answer to `http` carries, so that a web page's fetch can read it."""
         origin = http.headers.get("Origin")
         headers = {"Access-Control-Allow-Origin": origin or "*", "Access-Control-Expose-Headers": "*"}
         if origin:
@@ -546,7 +552,7 @@ class MockServer:
 
 def recording_server(
     cassette: str | os.PathLike[str],
-    upstream: str,
+    upstream: str | None,
     *,
     mode: RecordMode | str = RecordMode.NEW_EPISODES,
     redaction: Redaction | None = None,
@@ -557,6 +563,7 @@ def recording_server(
     log: Callable[[str], None] | None = None,
     limits: Limits | None = None,
     allow_remote_control: bool = False,
+    model: Responder | None = None,
 ) -> MockServer:
     """A server that records into `cassette` what it forwards to `upstream`, and replays by `mode`.
 
@@ -565,9 +572,13 @@ def recording_server(
     the upstream's base URL plus that path. `options` say how replays are
     matched and paced; the mode says whether recordings repeat: each replays
     once under `new_episodes` (as VCR.py does), and they repeat under the others.
+    With `model` (a responder such as `synth.Synthesizer`) in place of the
+    upstream, the model answers what replay does not, and that is recorded.
     """
     path = check_cassette_path(cassette)
-    forwarded = AiohttpUpstream(upstream, idle_timeout=idle_timeout)
+    if (upstream is None) == (model is None):
+        raise ConfigError("record from an upstream or a model: give one of them")
+    forwarded = AiohttpUpstream(upstream, idle_timeout=idle_timeout) if upstream is not None else None
     try:
         mode = RecordMode(mode)
     except ValueError:
@@ -581,7 +592,7 @@ def recording_server(
     replay_only = mode is RecordMode.NONE or (mode is RecordMode.ONCE and existing is not None)
     chosen = replace(
         options or ServeOptions(),
-        on_miss=MissPolicy.ERROR if replay_only else MissPolicy.RECORD,
+        on_miss=MissPolicy.ERROR if replay_only else MissPolicy.SYNTH if model is not None else MissPolicy.RECORD,
         allow_repeats=mode is not RecordMode.NEW_EPISODES,
     )
     return MockServer(
@@ -591,6 +602,7 @@ def recording_server(
         port=port,
         log=log,
         upstream=forwarded,
+        model=model,
         # What new_episodes records replays from the next request on; once and all record every request.
         recorder=Recorder(existing or Cassette(path=path), redaction, playable=mode is RecordMode.NEW_EPISODES),
         replay=mode is not RecordMode.ALL,
@@ -600,23 +612,31 @@ def recording_server(
 
 
 @contextlib.asynccontextmanager
-async def arecording(cassette: str | os.PathLike[str], upstream: str, **keywords: Any) -> AsyncIterator[MockServer]:
+async def arecording(
+    cassette: str | os.PathLike[str], upstream: str | None, **keywords: Any
+) -> AsyncIterator[MockServer]:
     """Run a recording server while the block runs; its keywords are `recording_server`'s."""
     async with recording_server(cassette, upstream, **keywords) as server:
         yield server
 
 
 @contextlib.contextmanager
-def recording(cassette: str | os.PathLike[str], upstream: str, **keywords: Any) -> Iterator[MockServer]:
+def recording(cassette: str | os.PathLike[str], upstream: str | None, **keywords: Any) -> Iterator[MockServer]:
     """Like `arecording`, for synchronous code: the server runs in a background thread."""
     with run_in_thread(recording_server(cassette, upstream, **keywords)) as server:
         yield server
 
 
-def _behind_replay(policy: MissPolicy, upstream: str | Upstream | None, recorder: Recorder | None) -> list[Responder]:
+def _behind_replay(
+    policy: MissPolicy, upstream: str | Upstream | None, recorder: Recorder | None, model: Responder | None
+) -> list[Responder]:
     """The responders the miss policy puts behind replay."""
     if policy is MissPolicy.ERROR:
         return []
+    if policy is MissPolicy.SYNTH:
+        if model is None:
+            raise ConfigError("on miss synth: give the model that answers misses (--model)")
+        return [model]
     if upstream is None:
         raise ConfigError(f"on miss {policy}: give the upstream to send misses to")
     if policy is MissPolicy.RECORD and recorder is None:

