@@ -108,6 +108,8 @@ class Synthesizer(Attached):
 
         def done() -> None:
             loop.call_soon_threadsafe(pieces.put_nowait, (0.0, _DONE))
+            # Noted once the model is done with it: a cancelled answer's tokens are counted by then.
+            loop.call_soon_threadsafe(self._note, exchange, synthesis)
 
         arrived = time.perf_counter() - (loop.time() - exchange.started)
         try:
@@ -128,7 +130,6 @@ class Synthesizer(Attached):
             raise
         finally:
             self.in_flight -= 1
-            self._note(exchange, synthesis)
             if capture is not None and capture.status is not None and self.recorder is not None:
                 capture.duration = round(time.perf_counter() - synthesis.started, 6)
                 self.recorder.keep(capture, exchange.number)
