@@ -251,7 +251,7 @@ class MockServer:
             match_on=self.options.match_on,
             ignore_body_fields=self.options.ignore_body_fields,
             allow_repeats=self.options.allow_repeats,
-            reshape=recorder is None or self.options.on_miss is MissPolicy.FORWARD,
+            reshape=recorder is None or self.options.on_miss not in (MissPolicy.RECORD, MissPolicy.SYNTH),
             state=self.state,
         )
         self.injector = Injector(self.options.faults, self.options.seed, self.state)

@@ -12,7 +12,7 @@ import pytest
 from clients import openai_client
 from upstream import Upstream
 
-from sse_tape import Cassette, Chunk, Interaction, Request, Response, recording, serve
+from sse_tape import Cassette, Chunk, Interaction, Request, Response, ServeOptions, recording, serve
 from sse_tape._http import run_in_thread
 from sse_tape.journal import Matched
 from sse_tape.shape import asked, reshape
@@ -448,3 +448,17 @@ def test_a_recorded_responses_answer_streams_with_its_own_ids_and_items() -> Non
     assert done == ["rs_abc", "msg_abc", "fc_abc"]
     assert final.to_dict() == answer  # the recorded Response whole: the summary, the ids, the usage
     assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "Let me look."
+
+
+def test_a_recorder_that_only_replays_answers_a_plain_call_from_a_stream(
+    bundled: dict[str, Cassette], tmp_path: Path
+) -> None:
+    interaction = bundled["openai-chat"].interactions[0]
+    cassette = tmp_path / "chat.toml"
+    Cassette([interaction]).save(cassette)
+    plain = {k: v for k, v in interaction.request.json().items() if k not in ("stream", "stream_options")}
+    # Nothing is recorded in mode none, so replay may reshape as serve does; the upstream is never reached.
+    with recording(cassette, "http://127.0.0.1:9", mode="none", options=ServeOptions.build(pace="instant")) as recorder:
+        got = httpx.post(recorder.url + "/v1/chat/completions", json=plain, timeout=30)
+    assert got.status_code == 200, got.text
+    assert got.json()["object"] == "chat.completion"
