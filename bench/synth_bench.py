@@ -79,7 +79,8 @@ def pipeline(path: str, tokens: int, threads: int) -> tuple[float, float]:
         engine.submit(synthesis.job)
         synthesis.done.wait()
         stats = synthesis.stats
-        assert stats.tokens_per_second is not None and stats.first_token is not None
+        assert stats.tokens_per_second is not None
+        assert stats.first_token is not None
         return stats.tokens_per_second, stats.first_token
     finally:
         engine.close()

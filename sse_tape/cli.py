@@ -241,7 +241,7 @@ def _open_model(spec: str, words: dict[str, Any], seed: int | None) -> tuple[Any
     if markers is not None and (len(markers) != 2 or not all(markers)):
         raise ConfigError(f"--think {think!r}: write the two markers as OPEN,CLOSE, or none")
     template = words["chat_template"]
-    if template is not None and ("{" not in template and (Path(template).is_file() or "/" in template)):
+    if template is not None and (Path(template).is_file() or os.sep in template):  # a file, not a name
         try:
             template = Path(template).read_text(encoding="utf-8")
         except OSError as exc:
@@ -254,7 +254,7 @@ def _open_model(spec: str, words: dict[str, Any], seed: int | None) -> tuple[Any
         stop=tuple(words["stop"]),
         think=markers,
     )
-    with _Bar("assembling the model", "bytes") as assembling, _Bar("loading the model", "%") as loading:
+    with _Bar("assembling the model") as assembling, _Bar("loading the model") as loading:
         engine, load = open_model(
             spec,
             gpu_layers=words["gpu_layers"],
@@ -262,7 +262,7 @@ def _open_model(spec: str, words: dict[str, Any], seed: int | None) -> tuple[Any
             threads=words["threads"],
             parallel=words["parallel"],
             chat_template=template,
-            on_assemble=assembling.bytes,
+            on_assemble=assembling.at,
             on_load=loading.fraction,
         )
     where = f"{engine.gpu_layers} of {engine.layers + 1} layers on the GPU" if engine.gpu_layers else "on the CPU"
@@ -274,9 +274,8 @@ class _Bar:
     """Progress on a terminal, with click's bar (already a dependency, and enough for one line); plain lines
     on standard error otherwise. Silent until its first report, so a step that does not happen says nothing."""
 
-    def __init__(self, label: str, unit: str) -> None:
+    def __init__(self, label: str) -> None:
         self.label = label
-        self.unit = unit
         self.bar: Any = None
         self.done = 0
         self.said = False
@@ -290,13 +289,11 @@ class _Bar:
         elif self.said and exc_info[0] is None:
             _log(f"{self.label}: done")
 
-    def bytes(self, done: int, total: int) -> None:
-        self._at(done, total)
-
     def fraction(self, fraction: float) -> None:
-        self._at(round(fraction * 100), 100)
+        self.at(round(fraction * 100), 100)
 
-    def _at(self, done: int, total: int) -> None:
+    def at(self, done: int, total: int) -> None:
+        """So much done of `total` (bytes, requests)."""
         if not sys.stderr.isatty():
             if not self.said:
                 self.said = True
@@ -921,12 +918,12 @@ def synth(
     try:
         bodies = [prompt_body(dialect, engine.id, text) for text in prompts] + bodies
         made_count = 0
-        with _Bar("synthesizing", "requests") as bar:
+        with _Bar("synthesizing") as bar:
 
             def made(result: Any) -> None:
                 nonlocal made_count
                 made_count += 1
-                bar.bytes(made_count, len(bodies))
+                bar.at(made_count, len(bodies))
 
             results = synthesize(engine, dialect, bodies, settings, load=load, on_made=made)
     finally:

@@ -318,8 +318,12 @@ def chat_messages(messages: Any) -> list[dict[str, Any]]:
     return out
 
 
-def sampling(body: dict[str, Any]) -> dict[str, Any]:
-    """The sampling fields the OpenAI-style APIs share, checked: `temperature`, `top_p`, `seed` and `stop`.
+ALL_SAMPLING = ("temperature", "top_p", "seed", "stop")
+"""The sampling fields the OpenAI-style APIs share; LM Studio and the Responses API take the first two."""
+
+
+def sampling(body: dict[str, Any], names: tuple[str, ...] = ALL_SAMPLING) -> dict[str, Any]:
+    """The sampling fields of `body` among `names` (`temperature`, `top_p`, `seed`, `stop`), checked.
 
     A field of the wrong type is left out: the model's server decides what to refuse.
     """
@@ -333,14 +337,13 @@ def sampling(body: dict[str, Any]) -> dict[str, Any]:
     stop = body.get("stop")
     stops = [stop] if isinstance(stop, str) else stop if isinstance(stop, list) else []
     out["stop"] = [s for s in stops if isinstance(s, str) and s]
-    return out
+    return {name: value for name, value in out.items() if name in names}
 
 
-def sampled(prompt: Prompt) -> dict[str, Any]:
-    """The shared sampling fields of an OpenAI-style request body for `prompt`: those it sets."""
-    fields = {"temperature": prompt.temperature, "top_p": prompt.top_p, "seed": prompt.seed}
-    out = {name: value for name, value in fields.items() if value is not None}
-    return out | ({"stop": prompt.stop} if prompt.stop else {})
+def sampled(prompt: Prompt, names: tuple[str, ...] = ALL_SAMPLING) -> dict[str, Any]:
+    """The sampling fields among `names` of a request body for `prompt`: those it sets."""
+    fields = {"temperature": prompt.temperature, "top_p": prompt.top_p, "seed": prompt.seed, "stop": prompt.stop}
+    return {name: value for name, value in fields.items() if name in names and value not in (None, [])}
 
 
 def whole(value: Any) -> int | None:

@@ -30,6 +30,7 @@ from .base import (
     chat_messages,
     json_objects,
     named_frame,
+    sampled,
     sampling,
     to_json,
     whole,
@@ -415,7 +416,7 @@ class LMStudioChat(Dialect):
             messages=messages,
             max_tokens=whole(body.get("max_output_tokens")),
             include_usage=True,
-            **{k: v for k, v in sampling(body).items() if k in ("temperature", "top_p")},
+            **sampling(body, ("temperature", "top_p")),
         )
 
     def request_body(self, prompt: Prompt) -> dict[str, Any]:
@@ -426,7 +427,7 @@ class LMStudioChat(Dialect):
             body["system_prompt"] = "\n\n".join(system)
         if prompt.max_tokens is not None:
             body["max_output_tokens"] = prompt.max_tokens
-        body |= {k: v for k, v in (("temperature", prompt.temperature), ("top_p", prompt.top_p)) if v is not None}
+        body |= sampled(prompt, ("temperature", "top_p"))
         body["stream"] = True
         return body
 

@@ -34,6 +34,7 @@ from .base import (
     chat_messages,
     json_objects,
     named_frame,
+    sampled,
     sampling,
     whole,
 )
@@ -529,7 +530,7 @@ class OpenAIResponses(Dialect):
             include_usage=True,
             logprobs=(top or 0) if "message.output_text.logprobs" in include or top else None,
             tool_choice=choice if isinstance(choice, str) else None,
-            **{k: v for k, v in sampling(body).items() if k in ("temperature", "top_p")},
+            **sampling(body, ("temperature", "top_p")),
         )
 
     def request_body(self, prompt: Prompt) -> dict[str, Any]:
@@ -547,7 +548,7 @@ class OpenAIResponses(Dialect):
             body["tool_choice"] = {"type": "function", "name": prompt.tool_choice}
         if prompt.logprobs is not None:
             body |= {"include": ["message.output_text.logprobs"], "top_logprobs": prompt.logprobs}
-        body |= {k: v for k, v in (("temperature", prompt.temperature), ("top_p", prompt.top_p)) if v is not None}
+        body |= sampled(prompt, ("temperature", "top_p"))
         body["stream"] = True
         return body
 

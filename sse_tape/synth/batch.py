@@ -117,10 +117,9 @@ def synthesize(
         headers = (("content-type", "application/json"), ("content-length", str(len(raw))))
         runs.append((synthesis, chunks, Request("POST", path or dialect.path, headers=headers, body=raw)))
     made: list[Made] = []
-    for synthesis, _, _ in runs:
+    for n, (synthesis, _, _) in enumerate(runs):
         # The first answer's clock starts with the model's load, as a server that loads it for a request does.
-        started = time.perf_counter() - (load.seconds if load is not None and synthesis is runs[0][0] else 0.0)
-        synthesis.started = started
+        synthesis.started = time.perf_counter() - (load.seconds if load is not None and n == 0 else 0.0)
         engine.submit(synthesis.job)
     for synthesis, chunks, request in runs:
         synthesis.done.wait()

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import json
 import math
 import os
 import queue
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -179,10 +179,7 @@ class Engine:
 
             self._progress = L.llama_progress_callback(progress)  # kept alive as long as the load
             params.progress_callback = self._progress
-        self.load_seconds = 0.0
-        started = time.perf_counter()
         self._model = L.llama_model_load_from_file(os.fsencode(self.path), params)
-        self.load_seconds = time.perf_counter() - started
         if not self._model:
             raise ModelError(f"{self.path}: llama.cpp cannot load it ({_LOG.last_error() or 'not enough memory?'})")
         self._vocab = L.llama_model_get_vocab(self._model)
@@ -320,8 +317,6 @@ class Engine:
 
     def grammar(self, schema: dict[str, Any]) -> str:
         """The GBNF grammar of JSON values that follow `schema`; raises `ModelError` (400) for one it cannot take."""
-        import json
-
         try:
             return str(json_schema_to_gbnf(json.dumps(schema)))
         except Exception as exc:

@@ -155,10 +155,7 @@ class Synthesizer(Attached):
             if data is _DONE:
                 break
             sent += data
-            if capture is not None and self.recorder is not None:
-                chunk = Chunk(t, data)
-                capture.chunks.append(chunk)
-                self.recorder.received(capture, chunk)
+            self._kept(capture, t, data)  # on disk before the client has it
             await out.write(data)
             exchange.progress.bytes += len(data)
         await out.write_eof()
@@ -180,10 +177,8 @@ class Synthesizer(Attached):
         exchange.status = synthesis.status
         exchange.progress.bytes = len(body)
         self._begin(capture, synthesis)
-        if capture is not None and self.recorder is not None:
-            chunk = Chunk(parts[-1][0] if parts else 0.0, body)
-            capture.chunks.append(chunk)
-            self.recorder.received(capture, chunk)
+        self._kept(capture, parts[-1][0] if parts else 0.0, body)
+        if capture is not None:
             capture.end = End.COMPLETE
         headers = {**dict(synthesis.headers), **self.host.cors(exchange.http)}
         return web.Response(status=synthesis.status, body=body, headers=headers)
@@ -192,6 +187,13 @@ class Synthesizer(Attached):
         if capture is not None and self.recorder is not None:
             capture.status, capture.headers = synthesis.status, synthesis.headers
             self.recorder.begin(capture)
+
+    def _kept(self, capture: Capture | None, t: float, data: bytes) -> None:
+        """Record a piece of the answer, when recording."""
+        if capture is not None and self.recorder is not None:
+            chunk = Chunk(t, data)
+            capture.chunks.append(chunk)
+            self.recorder.received(capture, chunk)
 
     def _note(self, exchange: Exchange, synthesis: Synthesis) -> None:
         stats = synthesis.stats

@@ -24,7 +24,7 @@ from typing import Any
 from .. import _json
 from .._exceptions import ModelError
 from ..cassette import Headers
-from ..dialects import Dialect
+from ..dialects import Dialect, Prompt
 from ..dialects.events import (
     Error,
     Event,
@@ -114,7 +114,6 @@ class Synthesis:
         *,
         started: float | None = None,
         load: Load | None = None,
-        model: str | None = None,
         on_done: Callable[[], None] | None = None,
     ) -> None:
         self.engine = engine
@@ -139,7 +138,7 @@ class Synthesis:
         self.stats.prompt_tokens = len(tokens)
         grammar, call = self._call(prompt)
         max_tokens = prompt.max_tokens if prompt.max_tokens is not None else settings.max_tokens
-        self.sampling = Sampling(
+        sampling = Sampling(
             temperature=prompt.temperature if prompt.temperature is not None else settings.temperature,
             top_p=prompt.top_p if prompt.top_p is not None else settings.top_p,
             seed=prompt.seed if prompt.seed is not None else settings.seed,
@@ -158,7 +157,7 @@ class Synthesis:
         )
         self.start = Start(
             id=_ID_PREFIX.get(dialect.name, "") + secrets.token_hex(12),
-            model=model or prompt.model or engine.name,
+            model=prompt.model or engine.name,
             created=int(time.time()),
         )
         self.status = 200
@@ -168,7 +167,7 @@ class Synthesis:
         self._encoder = dialect.encoder() if self.stream else None
         self._load = load
         self._t = 0.0  # the time of the last piece: none goes out before the one before it
-        self.job = Job(tokens, self.sampling, self._on_prompt, self._on_token, self._on_end)
+        self.job = Job(tokens, sampling, self._on_prompt, self._on_token, self._on_end)
 
     def cancel(self) -> None:
         """Stop generating: the client is gone."""
@@ -176,7 +175,7 @@ class Synthesis:
 
     # --- the prompt -----------------------------------------------------------------------------------
 
-    def _tokens(self, prompt: Any) -> tuple[list[int], list[str]]:
+    def _tokens(self, prompt: Prompt) -> tuple[list[int], list[str]]:
         if prompt.text is not None:
             return self.engine.tokenize(prompt.text, special=True), []
         if not prompt.messages:
@@ -184,7 +183,7 @@ class Synthesis:
         tools = prompt.tools if prompt.tool_choice != "none" else []
         return self.engine.chat_prompt(prompt.messages, tools)
 
-    def _call(self, prompt: Any) -> tuple[str | None, str | None]:
+    def _call(self, prompt: Prompt) -> tuple[str | None, str | None]:
         """The grammar and the tool of a call the request forces (`tool_choice` required or a name)."""
         choice = prompt.tool_choice
         if not prompt.tools or choice in (None, "auto", "none"):
@@ -285,10 +284,9 @@ class Synthesis:
             for frame in self._encoder.close():
                 self.sink(t, frame)
             return
-        if any(isinstance(e, Error) for e in self.events):
-            error = next(e for e in self.events if isinstance(e, Error))
-            self.status, headers, body = self.dialect.http_error(500, error.message)
-            self.headers = headers
+        error = next((e for e in self.events if isinstance(e, Error)), None)
+        if error is not None:
+            self.status, self.headers, body = self.dialect.http_error(500, error.message)
         else:
             body = _json.dumps(self.dialect.response_json(self.events)).encode()
         self.sink(t, body)
