@@ -22,6 +22,7 @@ from .cassette import Cassette, Interaction, append_interactions, check_cassette
 from .dialects import DIALECTS, Dialect, Violation, check_error_response, detect, translate
 from .dialects import get as get_dialect
 from .faults import FAULTS, PROFILES
+from .live_faults import needs_whole_stream
 from .options import MissPolicy, ServeOptions, parse_match
 from .record import RecordMode, describe, record_once
 from .redaction import Redaction, find_secrets
@@ -385,6 +386,10 @@ def serve(
     if options.on_miss is MissPolicy.ERROR:  # forwarding, even nothing recorded leaves something to answer
         _refuse_nothing(cassettes, paths, "serve")
     synthesizer = _synthesizer(model, model_words, options.seed, max_queue) if model is not None else None
+    if synthesizer is not None:
+        for fault in options.faults:
+            if needs_whole_stream(fault):
+                _log(f"fault {fault.spec!r} is at a % of the events: it applies to replays, not to the model's answers")
     try:
         models = [synthesizer.engine.id] if synthesizer is not None else []
         server = MockServer(cassettes, options=options, upstream=upstream, model=synthesizer, models=models, **listen)
@@ -825,6 +830,11 @@ def list_faults() -> None:
             click.echo(f"{'':<11} keys: {', '.join(key.describe() for key in kind.keys)}{main}")
     click.echo("\nevery fault also takes p=<probability, default 1>, times=<count> and path=<path ending>")
     click.echo("positions: 5 (after 5 events), 50% (of the events), 200b (a byte), 1.5s (a time)")
+    click.echo(
+        "\nwith --model, faults apply to the model's streams as it writes them, except at a % position, which needs\n"
+        "the whole stream in advance (left alone, and the journal says so); a model's answer that is not a stream\n"
+        "takes only status, ttfb, hang and empty"
+    )
     click.echo("\nprofiles (--profile):")
     for name, specs in PROFILES.items():
         click.echo(f"  {name}: {'  '.join(specs)}")

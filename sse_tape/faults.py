@@ -34,7 +34,7 @@ from .dialects import Dialect
 from .dialects.events import Error, Start
 from .journal import ReplayState
 from .plan import Block, Noise, Plan, Position
-from .sse import encode_comment
+from .sse import ServerSentEvent, encode_comment
 
 __all__ = [
     "FAULTS",
@@ -45,6 +45,8 @@ __all__ = [
     "Key",
     "Stage",
     "apply",
+    "corrupted",
+    "error_frames",
     "load_profile",
     "parse_fault",
     "parse_faults",
@@ -257,6 +259,26 @@ def apply(faults: Sequence[Fault], plan: Plan, *, dialect: Dialect, rng: random.
     return notes
 
 
+def error_frames(fault: Fault, dialect: Dialect, sent: Sequence[ServerSentEvent], start: Start | None) -> bytes:
+    """An `error` fault's frames: the API's mid-stream error and terminal frames after the events `sent`,
+    or, when none were, the stream's opening (`start`) and then the error."""
+    error = Error(fault["message"], fault["type"], fault["code"])
+    if sent:
+        return b"".join(dialect.error_frames(error, sent=sent))
+    return b"".join(dialect.encode([start or Start(), error]))
+
+
+def corrupted(block: bytes, kind: str) -> bytes:
+    """An SSE block broken as `corrupt` breaks it: its JSON cut short (`json`), or invalid UTF-8 in it (`utf8`)."""
+    line_start = block.find(b"data:")
+    line_end = len(block.rstrip(b"\r\n"))
+    if kind == "utf8":
+        return block[:line_end] + b"\xff\xfe\xc3" + block[line_end:]
+    # cut the JSON short, keeping the line ends that dispatch the event
+    keep = line_start + max((line_end - line_start) // 2, 6) if line_start >= 0 else line_end // 2
+    return block[:keep] + block[line_end:]
+
+
 def _before_terminal(plan: Plan, offset: int, dialect: Dialect) -> int:
     """`offset`, moved back to before the stream's terminal frame if it is after it."""
     for block in plan.events:
@@ -325,17 +347,14 @@ def _error(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> st
     sent = [b.event for b in plan.events if b.end <= offset and b.event is not None]
     if any(isinstance(e, Error) for e in dialect.decode(sent)):
         return "the stream has ended in an error already: left alone"
-    error = Error(fault["message"], fault["type"], fault["code"])
-    if sent:
-        frames = dialect.error_frames(error, sent=sent)
-    else:  # nothing sent yet: the stream opens as the recording opened it, then fails
+    start = None
+    if not sent:  # nothing sent yet: the stream opens as the recording opened it, then fails
         start = next(
             (e for e in dialect.decode(b.event for b in plan.events if b.event) if isinstance(e, Start)), Start()
         )
-        frames = dialect.encode([start, error])
     t = plan.time_at(offset)
     plan.cut(offset)
-    plan.append(t, b"".join(frames))
+    plan.append(t, error_frames(fault, dialect, sent, start))
     plan.end, plan.end_at = End.COMPLETE, t
     return f"{dialect.name} error after event {len(sent)} at {t:.3f} s"
 
@@ -361,15 +380,7 @@ def _corrupt(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> 
     block = _event_at(plan, fault["at"])
     if block is None:
         return "no event to corrupt"
-    data = plan.body[block.start : block.end]
-    line_start = data.find(b"data:")
-    line_end = len(data.rstrip(b"\r\n"))
-    if fault["kind"] == "utf8":
-        broken = data[:line_end] + b"\xff\xfe\xc3" + data[line_end:]
-    else:  # cut the JSON short, keeping the line ends that dispatch the event
-        keep = line_start + max((line_end - line_start) // 2, 6) if line_start >= 0 else line_end // 2
-        broken = data[:keep] + data[line_end:]
-    plan.replace(block.start, block.end, broken)
+    plan.replace(block.start, block.end, corrupted(plan.body[block.start : block.end], fault["kind"]))
     return f"corrupted ({fault['kind']}) the event at byte {block.start}"
 
 

@@ -550,12 +550,10 @@ async def test_every_fault_against_every_bundled_interaction_crashes_nothing_and
 def test_the_faults_command_describes_every_fault_and_profile() -> None:
     result = subprocess.run([sys.executable, "-m", "sse_tape", "faults"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0
-    names = {
-        line.split()[0]
-        for line in result.stdout.splitlines()
-        if line and not line.startswith((" ", "every", "positions", "profiles"))
-    }
+    kinds = result.stdout.split("\nevery fault also takes")[0]
+    names = {line.split()[0] for line in kinds.splitlines() if not line.startswith(" ")}
     assert names == set(FAULTS)
+    assert "except at a % position, which needs\nthe whole stream in advance" in result.stdout
     assert "disconnect  drop the connection at a position: a clean close or a TCP reset" in result.stdout
     assert (
         "keys: at=<position, default 50%>, for=<duration, default 5s>, heartbeat=<duration>; stall:VALUE sets at"

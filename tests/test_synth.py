@@ -22,6 +22,7 @@ from processes import start
 
 from sse_tape import Cassette
 from sse_tape.dialects import DIALECTS
+from sse_tape.sse import SSEDecoder
 
 ADD = {
     "type": "function",
@@ -247,6 +248,178 @@ def test_a_client_that_hangs_up_stops_generation_and_the_next_request_is_answere
     cut = next(e for e in synthesized if e["path"] == "/v1/chat/completions" and e["end"] == "cancelled")
     assert cut["output_tokens"] < 1500
     assert cut["waited"] >= 0
+
+
+# --- faults on live streams -----------------------------------------------------------------------------
+
+LONG = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1500, "stream": True}
+SHORT = {**LONG, "max_tokens": 8}
+
+
+def faulted(url: str, spec: str, body: dict[str, Any] = SHORT) -> tuple[bytes, Exception | None, list[dict[str, Any]]]:
+    """A live stream with a fault asked for in the request's header: its raw bytes, how reading it failed, and
+    the journal's entries for the request."""
+    data, failure = b"", None
+    with httpx.Client(base_url=url, timeout=30) as http:
+        try:
+            headers = {"X-SSE-Tape-Fault": spec}
+            with http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response:
+                for piece in response.iter_raw():
+                    data += piece
+        except httpx.TransportError as exc:
+            failure = exc
+        entries = http.get("/__sse_tape__/journal").json()["entries"]
+    number = max(e["request"] for e in entries if e["type"] == "fault" and e["fault"] == spec)
+    return data, failure, [e for e in entries if e.get("request") == number]
+
+
+def datas(body: bytes) -> list[str]:
+    return [event.data for event in SSEDecoder().feed(body)]
+
+
+def test_a_mid_stream_error_reaches_the_sdk_after_the_events_before_it_and_stops_the_model(
+    live: str, api: openai.OpenAI
+) -> None:
+    stream = api.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=1500,
+        stream=True,
+        extra_headers={"X-SSE-Tape-Fault": "error:3,message=the model fell over"},
+    )
+    got = []
+    with pytest.raises(openai.APIError, match="the model fell over"):  # noqa: PT012 (the chunks before it count)
+        for chunk in stream:
+            got.append(chunk)
+    assert len(got) == 3
+    assert got[0].choices[0].delta.role == "assistant"
+    with httpx.Client(base_url=live) as http:
+        journal = http.get("/__sse_tape__/journal").json()["entries"]
+    fault = [e for e in journal if e["type"] == "fault" and e["fault"].startswith("error:3")][-1]
+    assert fault["what"] == "openai-chat error after event 3"
+    (made,) = [e for e in journal if e["type"] == "synthesized" and e["request"] == fault["request"]]
+    assert made["end"] == "cancelled"
+    assert made["output_tokens"] < 1500
+
+
+def test_a_fault_in_the_streams_place_answers_before_the_model_runs(live: str, api: openai.OpenAI) -> None:
+    with pytest.raises(openai.RateLimitError, match="injected by sse-tape: status 429"):
+        api.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "hi"}],
+            extra_headers={"X-SSE-Tape-Fault": "status:429,retry_after=1"},
+        )
+    data, _, entries = faulted(live, "empty")
+    assert data == b""
+    assert [e["type"] for e in entries] == ["received", "fault", "ended"]  # no "synthesized": the model never ran
+
+
+def test_an_answer_that_is_not_a_stream_takes_the_faults_before_it_only(live: str, api: openai.OpenAI) -> None:
+    answer = api.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=4,
+        extra_headers={"X-SSE-Tape-Fault": "ttfb:10ms;disconnect:after=1"},
+    )
+    assert answer.choices[0].message.content
+    with httpx.Client(base_url=live) as http:
+        journal = http.get("/__sse_tape__/journal").json()["entries"]
+    notes = {
+        e["fault"]: e["what"]
+        for e in journal
+        if e["type"] == "fault" and e["fault"] in ("ttfb:10ms", "disconnect:after=1")
+    }
+    assert notes == {
+        "ttfb:10ms": "headers after 0.01 s",
+        "disconnect:after=1": "an answer that is not a stream: left alone",
+    }
+
+
+@pytest.mark.parametrize(
+    ("spec", "events", "ends"),
+    [
+        ("disconnect:after=2", 2, httpx.RemoteProtocolError),
+        ("disconnect:after=2,mode=reset", 2, httpx.ReadError),
+        ("garbage:at=2,size=10", 2, httpx.RemoteProtocolError),
+        ("error:2", 4, None),  # two, then the error and [DONE]
+    ],
+)
+def test_faults_that_end_a_live_stream_end_it_where_they_say_and_stop_the_model(
+    live: str, spec: str, events: int, ends: type[Exception] | None
+) -> None:
+    data, failure, entries = faulted(live, spec, LONG)
+    assert type(failure) is ends if ends else failure is None
+    sent = SSEDecoder().feed(data)
+    assert len(sent) == events
+    if spec.startswith("garbage"):
+        assert len(data) == sum(len(e.data) for e in sent) + 2 * len(b"data: \n\n") + 10
+    made = next(e for e in entries if e["type"] == "synthesized")
+    assert made["end"] == "cancelled"
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "stall:at=2,for=300ms,heartbeat=100ms",
+        "drop:at=done",
+        "duplicate:at=1",
+        "corrupt:at=1",
+        "eol:crlf",
+        "fragment:size=7",
+        "coalesce",
+        "latency:delay=5ms,jitter=5ms",
+        "bandwidth:rate=100000",
+        "ttfb:50ms",
+        "error:50%",
+        "disconnect:after=30s",
+    ],
+)
+def test_faults_change_a_live_stream_as_they_change_a_replay(live: str, spec: str) -> None:
+    data, failure, entries = faulted(live, spec)
+    assert failure is None
+    events = datas(data)
+    plain = [e for e in events if e not in ("[DONE]",)]
+    what = [e["what"] for e in entries if e["type"] == "fault"]
+    assert what, entries
+    if spec.startswith("stall"):
+        heartbeats = data.split(b"\n\n")
+        assert heartbeats[2:4] == [b": heartbeat", b": heartbeat"]  # after the second event, through the silence
+    if spec == "drop:at=done":
+        assert "[DONE]" not in events
+        assert json.loads(events[-1])["choices"][0]["finish_reason"] == "length"
+    else:
+        assert events[-1] == "[DONE]"
+    if spec.startswith("duplicate"):
+        assert events[1] == events[2]
+    if spec.startswith("corrupt"):
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(events[1])
+        assert len(events) == 11  # role, eight tokens, finish, [DONE]: nothing lost
+    else:
+        for event in plain:
+            json.loads(event)
+    if spec == "eol:crlf":
+        assert data.count(b"\r\n\r\n") == len(events)
+        assert b"\n\n" not in data.replace(b"\r\n", b"")
+    if spec in ("error:50%", "disconnect:after=30s"):
+        assert len(events) == 11  # left alone, and the journal says why
+        assert what == [
+            "at 50% needs the whole stream in advance: a live stream is left alone"
+            if spec == "error:50%"
+            else "the stream ended before 30 s: left alone"
+        ]
+
+
+def test_serve_warns_of_server_faults_a_live_stream_leaves_alone(tiny_model_path: Path) -> None:
+    process, _ = start(
+        ["serve", "--model", str(tiny_model_path), "--port", "0", "--fault", "error", "--fault", "stall:2"]
+    )
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=30)
+    warnings = [line for line in stderr.splitlines() if "% of the events" in line]
+    assert warnings == [
+        "sse-tape: fault 'error' is at a % of the events: it applies to replays, not to the model's answers"
+    ]
 
 
 def test_live_errors_are_the_dialects_own(api: openai.OpenAI) -> None:

@@ -9,8 +9,16 @@ the next responder.
 Requests wait for the model in arrival order; past `max_queue` waiting, a
 request gets a 503 in its dialect's error shape with `Retry-After`. A
 client that hangs up cancels its generation at once, so the next request
-does not wait for tokens nobody reads. With a recorder (`record --on-miss
-synth`), each answer is recorded as it streams, like a forwarded one.
+does not wait for tokens nobody reads.
+
+The server's faults, and those a request asks for, apply to the stream as
+the model writes it (see `live_faults`); a fault that answers in the
+stream's place (a status, no answer) keeps the model from running at all,
+and one that ends the stream early (an error, a disconnect) stops it. A
+request that asks for no stream takes only the faults that act before the
+answer. With a recorder (`record --on-miss synth`), each answer is recorded
+as it streams, like a forwarded one, and no fault applies: a cassette keeps
+what the model said, and faults are for its replays.
 """
 
 from __future__ import annotations
@@ -25,10 +33,13 @@ from aiohttp import web
 
 from .. import _json
 from .._exceptions import ModelError
+from .._http import drop_connection
 from ..cassette import Chunk, End
 from ..dialects import for_path
-from ..journal import Synthesized
-from ..plan import event_ends
+from ..faults import Fault, Stage
+from ..journal import FaultInjected, Synthesized
+from ..live_faults import LiveFaults
+from ..plan import Plan, event_ends
 from ..record import Capture, Recorder
 from ..responder import Attached, Exchange
 from .engine import Engine
@@ -116,13 +127,19 @@ class Synthesizer(Attached):
             synthesis = Synthesis(self.engine, dialect, body, self.settings, sink, started=arrived, on_done=done)
         except ModelError as exc:
             return host.error(exchange, exc.status, str(exc), "model_error")
+        live, plan = self._faults(exchange, synthesis)
+        if plan.replaced:  # a status, no answer, or no body: the model has nothing to say
+            return await host.send(exchange, plan)
         self.in_flight += 1
         capture = Capture(request) if self.recorder is not None else None
         try:
             self.engine.submit(synthesis.job)
             if synthesis.stream:
-                return await self._stream(exchange, synthesis, pieces, capture)
-            return await self._whole(exchange, synthesis, pieces, capture)
+                return await self._stream(exchange, synthesis, pieces, capture, live, plan.headers_at)
+            answer = await self._whole(exchange, synthesis, pieces, capture)
+            if plan.headers_at is not None:
+                await _sleep_until(exchange.started + plan.headers_at)
+            return answer
         except BaseException:
             synthesis.cancel()  # the client left, or the server stops: the model moves on at once
             if capture is not None:
@@ -134,12 +151,31 @@ class Synthesizer(Attached):
                 capture.duration = round(time.perf_counter() - synthesis.started, 6)
                 self.recorder.keep(capture, exchange.number)
 
+    def _faults(self, exchange: Exchange, synthesis: Synthesis) -> tuple[LiveFaults | None, Plan]:
+        """The faults for this answer, and the plan of what goes before it (all of it, if one replaces it)."""
+        plan = Plan(synthesis.status, list(synthesis.headers), [])
+        if self.recorder is not None:
+            return None, plan
+        faults, rng = self.host.injector.choose(exchange.request, exchange.faults)
+        if not faults or rng is None:
+            return None, plan
+        if not synthesis.stream:
+            kept = [f for f in faults if f.stage is Stage.BEFORE]
+            self._noted(exchange, [(f, "an answer that is not a stream: left alone") for f in faults if f not in kept])
+            faults = kept
+        live = LiveFaults(faults, dialect=synthesis.dialect, rng=rng, start=synthesis.start)
+        live.before(plan)
+        self._noted(exchange, live.take_notes())
+        return live, plan
+
     async def _stream(
         self,
         exchange: Exchange,
         synthesis: Synthesis,
         pieces: asyncio.Queue[tuple[float, bytes]],
         capture: Capture | None,
+        live: LiveFaults | None,
+        headers_at: float | None,
     ) -> web.StreamResponse:
         out = web.StreamResponse(status=synthesis.status)
         for name, value in synthesis.headers:
@@ -147,9 +183,13 @@ class Synthesizer(Attached):
         out.headers.update(self.host.cors(exchange.http))
         exchange.status = synthesis.status
         self._begin(capture, synthesis)
+        if headers_at is not None:
+            await _sleep_until(exchange.started + headers_at)
         await out.prepare(exchange.http)
         sent = bytearray()
         exchange.event_ends = _Ends(sent)
+        if live is not None:
+            return await self._faulted(exchange, synthesis, pieces, live, out, sent)
         while True:
             t, data = await pieces.get()
             if data is _DONE:
@@ -161,6 +201,51 @@ class Synthesizer(Attached):
         await out.write_eof()
         if capture is not None:
             capture.end = End.COMPLETE
+        return out
+
+    async def _faulted(
+        self,
+        exchange: Exchange,
+        synthesis: Synthesis,
+        pieces: asyncio.Queue[tuple[float, bytes]],
+        live: LiveFaults,
+        out: web.StreamResponse,
+        sent: bytearray,
+    ) -> web.StreamResponse:
+        """Send the stream as its faults make it, each write when it is due, and end it as they say."""
+        loop = asyncio.get_running_loop()
+        done = False
+        while not done and live.end is None:
+            wait = None if live.until is None else max(exchange.started + live.until - loop.time(), 0.0)
+            try:
+                t, data = await asyncio.wait_for(pieces.get(), wait)
+            except TimeoutError:  # a disconnect's time came while the model was quiet
+                live.expire(live.until or 0.0)
+                break
+            done = data is _DONE
+            for due, chunk in live.close() if done else live.feed(t, data):
+                if live.until is not None and due >= live.until:
+                    await _sleep_until(exchange.started + live.until)
+                    live.expire(live.until)
+                    break
+                await _sleep_until(exchange.started + due)
+                sent += chunk
+                await out.write(chunk)
+                exchange.progress.bytes += len(chunk)
+            self._noted(exchange, live.take_notes())
+        if not done:
+            synthesis.cancel()  # a fault has ended the stream: nobody reads what the model writes now
+            self._noted(exchange, live.take_notes())
+        if live.end in (None, End.COMPLETE):
+            await _sleep_until(exchange.started + live.end_at)
+            await out.write_eof()
+            return out
+        assert live.end is not None
+        for _, noise in live.noise or ():
+            await out.write(noise)
+            exchange.progress.bytes += len(noise)
+        drop_connection(exchange.http, reset=live.end is End.UPSTREAM_RESET)
+        exchange.end = live.end
         return out
 
     async def _whole(
@@ -195,6 +280,17 @@ class Synthesizer(Attached):
             capture.chunks.append(chunk)
             self.recorder.received(capture, chunk)
 
+    def _noted(self, exchange: Exchange, notes: Sequence[tuple[Fault, str]]) -> None:
+        """Journal what each fault did to this answer."""
+        request = exchange.request
+        for fault, what in notes:
+            self.host.state.note_injected(fault.spec)
+            self.host.journal.add(
+                FaultInjected(
+                    request=exchange.number, method=request.method, path=request.path, fault=fault.spec, what=what
+                )
+            )
+
     def _note(self, exchange: Exchange, synthesis: Synthesis) -> None:
         stats = synthesis.stats
         request = exchange.request
@@ -213,3 +309,10 @@ class Synthesizer(Attached):
                 end=stats.finish or stats.end or "cancelled",
             )
         )
+
+
+async def _sleep_until(when: float) -> None:
+    """Wait until `when`, on the event loop's clock."""
+    delay = when - asyncio.get_running_loop().time()
+    if delay > 0:
+        await asyncio.sleep(delay)

@@ -1,0 +1,305 @@
+"""Faults on a stream still being made: a live model's answer, as the model writes it.
+
+A replay knows its whole body before its first byte goes out, so each fault
+rewrites its plan (`faults.apply`). A model's answer comes a frame at a
+time; `LiveFaults` applies the same faults to it as it passes. What acts
+before the stream (status, ttfb, hang, empty) rewrites a plan with no body
+yet, as for a replay. Then each SSE block goes through the stages in turn:
+which bytes it becomes (error, drop, duplicate, corrupt), where the
+connection ends (garbage, disconnect), when its bytes are due (stall,
+latency, bandwidth) and how they are written (fragment, coalesce, eol).
+
+A position in events, bytes or seconds is reached as the stream goes. A
+fraction of the events (`50%`) needs the whole stream in advance: a fault
+placed so leaves a live stream alone, and its note says so. A position past
+the stream's end acts at the end as a replay's does where it can (an error
+goes in before the terminal frames, a disconnect or garbage ends the
+stream, a stall holds the end back), and leaves the stream alone where it
+cannot (an event to drop, duplicate or corrupt that never came).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+
+from .cassette import End
+from .dialects import Dialect
+from .dialects.events import Start
+from .faults import Fault, Stage, apply, corrupted, error_frames
+from .plan import Beats, Noise, Plan, Position, PositionUnit, Write, blocks_of, event_ends
+from .sse import ServerSentEvent, encode_comment
+
+__all__ = ["LiveFaults", "needs_whole_stream"]
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+_HEARTBEAT = encode_comment("heartbeat")
+
+
+# What each fault that acts on every write does, in words for the journal.
+_SHAPES = {
+    "latency": lambda f: f"each write {f['delay']:g} s later, jitter {f['jitter']:g} s",
+    "bandwidth": lambda f: f"at most {f['rate']} bytes/s",
+    "fragment": lambda f: f"writes of at most {f['size']} bytes",
+    "eol": lambda f: f"line ends {f['style']}",
+}
+
+
+def _position(fault: Fault) -> Position | str | None:
+    """Where a fault acts: its `at` or `after`; None for one that acts on every write."""
+    for key in ("at", "after"):
+        if fault.kind.key(key) is not None:
+            value: Position | str = fault[key]
+            return value
+    return None
+
+
+def needs_whole_stream(fault: Fault) -> bool:
+    """Whether a fault acts at a fraction of the events (`50%`), which a stream still being made cannot know."""
+    at = _position(fault)
+    return isinstance(at, Position) and at.unit is PositionUnit.FRACTION
+
+
+class LiveFaults:
+    """The faults chosen for one live stream, applied to its frames as they come.
+
+    `start` opens the stream when an error comes before any event. Feed each
+    frame with `feed`, then `close` when the model is done; each returns the
+    writes to send, due at offsets from the request's arrival. `end` says how
+    a fault ended the stream (the model's answer is then cut off: stop it),
+    `noise` what random bytes follow the writes, `until` when a disconnect
+    at a time drops the connection, and `notes` what each fault did.
+    """
+
+    def __init__(self, faults: Sequence[Fault], *, dialect: Dialect, rng: random.Random, start: Start) -> None:
+        self.dialect = dialect
+        self.rng = rng
+        self.start = start
+        self.notes: list[tuple[Fault, str]] = []
+        self.end: End | None = None
+        """How a fault ended the stream; None while it goes on, or when the model ends it."""
+        self.end_at = 0.0
+        """When the stream ends at the earliest, in seconds from the request's arrival (a stall holds it)."""
+        self.noise: Noise | None = None
+        self.until: float | None = None
+        """When a disconnect at a time drops the connection, in seconds from the request's arrival."""
+        self._before = [f for f in faults if f.stage is Stage.BEFORE]
+        self._pending: list[Fault] = []  # the faults that act at a position, until they do
+        self._shapers: list[Fault] = []  # those that act on every write
+        self._dropper: Fault | None = None  # a disconnect at a time
+        self._held: list[bytes] | None = None  # what coalesce holds back
+        for fault in faults:
+            at = _position(fault)
+            if fault.stage is Stage.BEFORE:
+                continue
+            if needs_whole_stream(fault):
+                self.notes.append((fault, f"at {at} needs the whole stream in advance: a live stream is left alone"))
+            elif fault.name == "disconnect" and isinstance(at, Position) and at.unit is PositionUnit.SECONDS:
+                self.until, self._dropper = at.value, fault
+            elif at is not None:
+                self._pending.append(fault)
+            elif fault.name == "coalesce":
+                self._held = []
+                self.notes.append((fault, "one write when the stream ends"))
+            else:
+                self._shapers.append(fault)
+                self.notes.append((fault, _SHAPES[fault.name](fault)))
+        self._sent: list[ServerSentEvent] = []  # the events that went out, for an error's frames
+        self._events_in = self._bytes_in = 0  # what the model wrote so far
+        self._events_out = self._bytes_out = 0  # what went out of the event stage so far
+        self._shift = 0.0  # how much later than the model wrote it a byte is due (ttfb, stalls, fragment gaps)
+        self._last = 0.0  # when the last write is due: none goes before it
+
+    def take_notes(self) -> list[tuple[Fault, str]]:
+        """What the faults did since the last call: each fault with what it did."""
+        notes, self.notes = self.notes, []
+        return notes
+
+    def before(self, plan: Plan) -> None:
+        """Apply the faults that act before the stream to `plan`, which has the answer's status and headers.
+
+        When one replaces the stream (a status, no answer, no body), the
+        plan is the answer and the model need not run.
+        """
+        self.notes += apply(self._before, plan, dialect=self.dialect, rng=self.rng)
+        if plan.headers_at is not None:
+            self._shift = self._last = plan.headers_at
+
+    def feed(self, t: float, frame: bytes) -> list[Write]:
+        """The writes for a frame the model's stream made at `t`."""
+        writes: list[Write] = []
+        for block in blocks_of(frame):
+            if self.end is not None:
+                break
+            data = frame[block.start : block.end]
+            for piece in self._events(t, data, block.event):
+                writes += self._wire(t, piece)
+            self._events_in += block.event is not None
+            self._bytes_in += len(data)
+        if self.end is not None:
+            writes += self._flush()
+        return writes
+
+    def close(self) -> list[Write]:
+        """The writes that end a stream the model has finished, and what the faults still waiting do there."""
+        writes: list[Write] = []
+        for fault in list(self._pending):
+            if fault.name == "stall":
+                writes += self._silence(self._last, fault)
+            elif fault.name in ("garbage", "disconnect"):
+                if self.end is None:
+                    self._ends(fault, self._last)
+            else:
+                self._done(fault, f"the stream ended before {_position(fault)}: left alone")
+        if self._dropper is not None and self.end is None:
+            self.notes.append((self._dropper, f"the stream ended before {self.until:g} s: left alone"))
+        self.end_at = max(self.end_at, self._last)
+        return writes + self._flush()
+
+    def expire(self, t: float) -> None:
+        """The time of a disconnect at a time (`until`) has come, at `t`: the connection drops now."""
+        assert self._dropper is not None
+        self.end = End.UPSTREAM_RESET if self._dropper["mode"] == "reset" else End.INTERRUPTED
+        how = "reset" if self.end is End.UPSTREAM_RESET else "closed"
+        self.notes.append((self._dropper, f"{how} at byte {self._bytes_out} ({t:.3f} s)"))
+
+    # --- the stages -----------------------------------------------------------------------------------
+
+    def _reached(self, at: Position | str | None, size: int, t: float, *, out: bool = False) -> bool:
+        """Whether a position lies before the block of `size` bytes the model wrote at `t`."""
+        if not isinstance(at, Position):
+            return False
+        events, sent = (self._events_out, self._bytes_out) if out else (self._events_in, self._bytes_in)
+        if at.unit is PositionUnit.EVENTS:
+            return events >= at.value
+        if at.unit is PositionUnit.BYTES:
+            return sent + size > at.value
+        return t >= at.value
+
+    def _events(self, t: float, data: bytes, event: ServerSentEvent | None) -> list[bytes]:
+        """What a block becomes: itself, nothing, twice, broken, or the API's error in its place."""
+        pieces = [data]
+        for fault in [f for f in self._pending if f.stage is Stage.EVENTS]:
+            name, at = fault.name, _position(fault)
+            if name == "error":
+                if (event is not None and self.dialect.is_terminal(event)) or self._reached(at, len(data), t):
+                    pieces = [error_frames(fault, self.dialect, self._sent, self.start)]
+                    self._done(fault, f"{self.dialect.name} error after event {len(self._sent)}")
+                    self.end = End.COMPLETE
+                    return pieces
+                continue
+            if event is None:
+                continue
+            if at == "role":
+                hit = self._events_in == 0
+            elif at == "done":
+                hit = event.data == "[DONE]"
+            else:
+                hit = self._reached(at, len(data), t)
+            if not hit:
+                continue
+            if name == "drop":
+                pieces = []
+            elif name == "duplicate":
+                pieces = pieces * 2
+            else:
+                pieces = [corrupted(p, fault["kind"]) for p in pieces]
+            self._done(fault, f"{name} event {self._events_in}")
+        if event is not None:
+            self._sent += [event] * len(pieces)
+        return pieces
+
+    def _wire(self, t: float, data: bytes) -> list[Write]:
+        """The writes that send one piece the model wrote at `t`: cut, delayed, split and rewritten by the faults."""
+        due = max(t + self._shift, self._last)
+        writes: list[Write] = []
+        for fault in [f for f in self._pending if f.name in ("garbage", "disconnect", "stall")]:
+            at = _position(fault)
+            assert isinstance(at, Position)
+            if not self._reached(at, len(data), t, out=True):
+                continue
+            if fault.name == "stall":
+                writes += self._silence(due, fault)
+                due = self._last
+                continue
+            # The connection ends at the byte named, else before this piece.
+            data = data[: max(int(at.value) - self._bytes_out, 0)] if at.unit is PositionUnit.BYTES else b""
+            self._ends(fault, due)
+            break
+        if data:
+            self._events_out += len(event_ends(data))
+            self._bytes_out += len(data)
+            writes.append((due, data))
+        for fault in self._shapers:
+            writes = self._shape(fault, writes)
+        if writes:
+            self._last = max(self._last, writes[-1][0])
+        if self._held is not None:
+            self._held += [data for _, data in writes]
+            return []
+        return writes
+
+    def _shape(self, fault: Fault, writes: list[Write]) -> list[Write]:
+        """One of the faults that act on every write, applied to these."""
+        name = fault.name
+        shaped: list[Write] = []
+        if name == "latency":
+            last = self._last
+            for due, data in writes:
+                last = max(last, due + max(fault["delay"] + self.rng.uniform(-fault["jitter"], fault["jitter"]), 0.0))
+                shaped.append((last, data))
+        elif name == "bandwidth":
+            rate: int = fault["rate"]
+            piece = max(rate // 20, 1)  # a write every 50 ms at most, so no burst outruns the rate
+            free_at = self._last
+            for due, data in writes:
+                for i in range(0, len(data), piece):
+                    start = max(due, free_at)
+                    shaped.append((start, data[i : i + piece]))
+                    free_at = start + len(data[i : i + piece]) / rate
+            self.end_at = max(self.end_at, free_at)
+        elif name == "fragment":
+            size: int = fault["size"]
+            gap: float = fault["gap"]
+            for due, data in writes:
+                pieces = [data[i : i + size] for i in range(0, len(data), size)]
+                shaped += ((due + n * gap, p) for n, p in enumerate(pieces))
+                self._shift += max(len(pieces) - 1, 0) * gap
+        else:  # eol: this stream's frames end their lines with LF alone, never split across writes
+            style = b"\r\n" if fault["style"] == "crlf" else b"\r"
+            shaped = [(due, _LINE_END.sub(style, data)) for due, data in writes]
+        return shaped
+
+    def _silence(self, at: float, fault: Fault) -> list[Write]:
+        """A `stall` from `at`: everything later is due that much later, with heartbeats through it if asked."""
+        seconds: float = fault["for"]
+        every: float | None = fault["heartbeat"]
+        self._shift += seconds
+        self._last = max(self._last, at + seconds)
+        self.end_at = max(self.end_at, self._last)
+        beats = f", a heartbeat every {every:g} s" if every else ""
+        self._done(fault, f"silent for {seconds:g} s from {at:.3f} s{beats}")
+        return list(Beats(at, every, at + seconds, _HEARTBEAT)) if every else []
+
+    def _ends(self, fault: Fault, at: float) -> None:
+        """A `garbage` or `disconnect` ends the stream here."""
+        if fault.name == "garbage":
+            self.noise = Noise(at, fault["size"], self.rng.getrandbits(64))
+            self.end = End.INTERRUPTED
+            self._done(fault, f"{fault['size']} random bytes at byte {self._bytes_out}, then closed")
+        else:
+            self.end = End.UPSTREAM_RESET if fault["mode"] == "reset" else End.INTERRUPTED
+            how = "reset" if self.end is End.UPSTREAM_RESET else "closed"
+            self._done(fault, f"{how} at byte {self._bytes_out} ({at:.3f} s)")
+
+    def _done(self, fault: Fault, what: str) -> None:
+        self.notes.append((fault, what))
+        self._pending.remove(fault)
+
+    def _flush(self) -> list[Write]:
+        """What coalesce held back, as one write when the last piece was due."""
+        if not self._held:
+            return []
+        body, self._held = b"".join(self._held), []
+        return [(self._last, body)]
