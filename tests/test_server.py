@@ -21,6 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sse_tape import Cassette, Chunk, End, Interaction, MockServer, Request, Response, ServeOptions, aserve, serve
+from sse_tape.dialects import DIALECTS
+from sse_tape.dialects.events import TextDelta
 from sse_tape.journal import Ended
 from sse_tape.server import Limits, load_cassettes
 
@@ -71,20 +73,37 @@ def test_sdk_chat_stream_yields_the_recorded_tool_call(instant_server: MockServe
     assert finish == "tool_calls"
 
 
-def test_sdk_completions_stream_yields_the_recorded_text_and_logprobs(instant_server: MockServer) -> None:
+def test_sdk_completions_stream_yields_the_recorded_text_and_logprobs(
+    instant_server: MockServer, bundled: dict[str, Cassette]
+) -> None:
+    story, with_tokens = (
+        [
+            e
+            for e in DIALECTS["openai-completions"].decode(sse for _, sse in i.response.events())
+            if isinstance(e, TextDelta)
+        ]
+        for i in bundled["openai-completions"].interactions
+    )
     client = sdk(instant_server)
     plain = client.completions.create(model="local-model", prompt="Once upon a time", max_tokens=32, stream=True)
     text = "".join(c.choices[0].text for c in plain)
-    assert text == (
-        " there was a little robot named Pip who loved to count the stars. Every night it climbed the hill behind the village."
-    )
+    assert text == "".join(e.text for e in story)
+    assert len(text) > 60  # the model's 32 tokens
     with_logprobs = list(
         client.completions.create(
             model="local-model", prompt="Once upon a time", max_tokens=12, logprobs=2, stream=True
         )
     )
-    tokens = [c.choices[0].logprobs.tokens[0] for c in with_logprobs if c.choices[0].logprobs]
-    assert "".join(tokens) == " there was a little robot named Pip who loved to count the"
+    got = [c.choices[0].logprobs for c in with_logprobs if c.choices[0].logprobs]
+    recorded = [lp for e in with_tokens for lp in e.logprobs or ()]
+    assert [lp.tokens[0] for lp in got] == [lp.token for lp in recorded]
+    assert len(got) == 12
+    for logprobs in got:  # real ones, from the model's logits: below zero, two alternatives, the best first
+        (logprob,) = logprobs.token_logprobs
+        (top,) = logprobs.top_logprobs
+        assert logprob < 0
+        assert len(top) == 2
+        assert list(top.values()) == sorted(top.values(), reverse=True)
     assert with_logprobs[-1].choices[0].finish_reason == "length"
 
 
