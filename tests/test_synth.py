@@ -437,6 +437,27 @@ def test_serve_warns_of_server_faults_a_live_stream_leaves_alone(tiny_model_path
     ]
 
 
+def test_past_the_queue_bound_a_request_gets_a_503_with_retry_after(tiny_model_path: Path) -> None:
+    process, url = start(["serve", "--model", str(tiny_model_path), "--port", "0", "--max-queue", "0"])
+    try:
+        with httpx.Client(base_url=url, timeout=30) as http, client(url) as api:
+            held = {"X-SSE-Tape-Fault": "stall:at=1,for=60s"}  # in flight until its client leaves
+            with http.stream("POST", "/v1/chat/completions", json=SHORT, headers=held) as first:
+                chunks = first.iter_raw()  # kept: an iterator dropped closes the response
+                next(chunks)
+                with pytest.raises(openai.InternalServerError, match="0 requests already wait") as refused:
+                    api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}])
+            assert refused.value.status_code == 503
+            assert refused.value.response.headers["retry-after"] == "1"
+            answer = api.chat.completions.create(  # the first client left: the model is free again
+                model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3
+            )
+            assert answer.choices[0].message.content
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=30)
+
+
 def test_live_errors_are_the_dialects_own(api: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError, match="names 'nope', which is not one of the tools"):
         api.chat.completions.create(

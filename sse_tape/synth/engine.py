@@ -386,44 +386,48 @@ class Engine:
                     job.on_end("cancelled", "")
                     continue
                 job._seq = free.pop()
-                if self._start(job):
+                ended = self._start(job)
+                if ended is None:
                     running.append(job)
                 else:
+                    job.on_end(*ended)
                     self._finish(job, free)
             if running:
                 self._step(running, free)
 
-    def _start(self, job: Job) -> bool:
-        """Evaluate the job's prompt but its last token in batches; False if it ended already.
+    def _start(self, job: Job) -> tuple[str, str] | None:
+        """Evaluate the job's prompt in batches, then sample its first token; why it ended, or None to go on.
 
-        The last token is decoded with the other jobs' next tokens, in one
-        batch, so that every job's logits come from the same decode.
+        The other running jobs have sampled from the last decode's logits
+        already: the prompt's decodes may overwrite them. The first token is
+        sampled at once from the prompt's last logits, and decoded with the
+        other jobs' next tokens in the next step.
         """
         L.llama_memory_seq_rm(self._memory, job._seq, -1, -1)
         tokens = job.tokens
         total = len(tokens)
+        if not total:
+            return "error", "the prompt has no tokens"
         done = 0
         job.on_prompt(0, total)
         try:
-            while done < total - 1:
+            job._sampler = self._sampler(job.sampling)
+            while done < total:
                 if job.cancelled:
-                    job.on_end("cancelled", "")
-                    return False
-                n = min(self.batch, total - 1 - done)
+                    return "cancelled", ""
+                n = min(self.batch, total - done)
                 for j in range(n):
-                    self._put(j, job._seq, tokens[done + j], done + j, False)
+                    self._put(j, job._seq, tokens[done + j], done + j, done + j == total - 1)
                 self._decode(n)
                 done += n
                 job.on_prompt(done, total)
         except ModelError as exc:
-            job.on_end("error", str(exc))
-            return False
-        job.on_prompt(total, total)
-        job._position = total - 1
-        job._last = tokens[-1]
-        job._sampler = self._sampler(job.sampling)
+            return "error", str(exc)
+        job._position = total
+        job._logits_at = n - 1
         job._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        return True
+        reason = self._next(job)
+        return None if reason is None else (reason, "")
 
     def _step(self, running: list[Job], free: list[int]) -> None:
         """Decode each running job's latest token (a prompt's last, or the one just sampled) in one batch."""
