@@ -26,6 +26,7 @@ __all__ = [
     "end_to_end",
     "has_header",
     "run_in_thread",
+    "sleep_until",
     "write_plan",
 ]
 
@@ -93,7 +94,7 @@ async def write_plan(
         if plan.end is End.COMPLETE and has_header(plan.headers, "content-length"):
             out.content_length = plan.size()
         if plan.headers_at is not None:
-            await _sleep_until(loop, start + plan.headers_at)
+            await sleep_until(start + plan.headers_at)
             await out.prepare(http)
         # A HEAD answer, a 204 and a 304 have no body whatever was recorded: one sent anyway would be
         # read as the start of the next response on the connection.
@@ -106,7 +107,7 @@ async def write_plan(
                 await out.prepare(http)  # the headers go out with the first chunk
             await out.write(data)
             progress.bytes += len(data)
-        await _sleep_until(loop, start + plan.end_at)
+        await sleep_until(start + plan.end_at)
         if not out.prepared:
             await out.prepare(http)
         if plan.end is End.COMPLETE:
@@ -119,8 +120,9 @@ async def write_plan(
     return out, plan.end
 
 
-async def _sleep_until(loop: asyncio.AbstractEventLoop, when: float) -> None:
-    delay = when - loop.time()
+async def sleep_until(when: float) -> None:
+    """Wait until `when`, on the running event loop's clock (now, if that has passed)."""
+    delay = when - asyncio.get_running_loop().time()
     if delay > 0:
         await asyncio.sleep(delay)
 

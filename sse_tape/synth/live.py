@@ -33,7 +33,7 @@ from aiohttp import web
 
 from .. import _json
 from .._exceptions import ModelError
-from .._http import drop_connection
+from .._http import drop_connection, sleep_until
 from ..cassette import Chunk, End
 from ..dialects import for_path
 from ..faults import Fault, Stage
@@ -138,7 +138,7 @@ class Synthesizer(Attached):
                 return await self._stream(exchange, synthesis, pieces, capture, live, plan.headers_at)
             answer = await self._whole(exchange, synthesis, pieces, capture)
             if plan.headers_at is not None:
-                await _sleep_until(exchange.started + plan.headers_at)
+                await sleep_until(exchange.started + plan.headers_at)
             return answer
         except BaseException:
             synthesis.cancel()  # the client left, or the server stops: the model moves on at once
@@ -184,7 +184,7 @@ class Synthesizer(Attached):
         exchange.status = synthesis.status
         self._begin(capture, synthesis)
         if headers_at is not None:
-            await _sleep_until(exchange.started + headers_at)
+            await sleep_until(exchange.started + headers_at)
         await out.prepare(exchange.http)
         sent = bytearray()
         exchange.event_ends = _Ends(sent)
@@ -225,10 +225,10 @@ class Synthesizer(Attached):
             done = data is _DONE
             for due, chunk in live.close() if done else live.feed(t, data):
                 if live.until is not None and due >= live.until:
-                    await _sleep_until(exchange.started + live.until)
+                    await sleep_until(exchange.started + live.until)
                     live.expire(live.until)
                     break
-                await _sleep_until(exchange.started + due)
+                await sleep_until(exchange.started + due)
                 sent += chunk
                 await out.write(chunk)
                 exchange.progress.bytes += len(chunk)
@@ -237,7 +237,7 @@ class Synthesizer(Attached):
             synthesis.cancel()  # a fault has ended the stream: nobody reads what the model writes now
             self._noted(exchange, live.take_notes())
         if live.end in (None, End.COMPLETE):
-            await _sleep_until(exchange.started + live.end_at)
+            await sleep_until(exchange.started + live.end_at)
             await out.write_eof()
             return out
         assert live.end is not None
@@ -309,10 +309,3 @@ class Synthesizer(Attached):
                 end=stats.finish or stats.end or "cancelled",
             )
         )
-
-
-async def _sleep_until(when: float) -> None:
-    """Wait until `when`, on the event loop's clock."""
-    delay = when - asyncio.get_running_loop().time()
-    if delay > 0:
-        await asyncio.sleep(delay)
