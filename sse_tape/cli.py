@@ -389,7 +389,9 @@ def serve(
     if synthesizer is not None:
         for fault in options.faults:
             if needs_whole_stream(fault):
-                _log(f"fault {fault.spec!r} is at a % of the events: it applies to replays, not to the model's answers")
+                _log(
+                    f"fault {fault.spec!r} needs the whole stream in advance: it applies to replays, not to the model's answers"
+                )
     try:
         models = [synthesizer.engine.id] if synthesizer is not None else []
         server = MockServer(cassettes, options=options, upstream=upstream, model=synthesizer, models=models, **listen)

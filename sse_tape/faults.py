@@ -438,6 +438,19 @@ def _coalesce(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) ->
     return "one write"
 
 
+def _split(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> str:
+    if not plan.writes:
+        return "no body to split"
+    offset = plan.offset(fault["at"])
+    body, last = plan.body, plan.writes[-1][0]
+    if not 0 < offset < len(body):
+        plan.writes = [(last, body)]
+        return f"one write: byte {offset} is not inside the {len(body)}-byte body"
+    # The first write goes when its last byte was due, the second when the body's last byte was.
+    plan.writes = [(plan.time_at(offset - 1), body[:offset]), (last, body[offset:])]
+    return f"two writes, split at byte {offset} of {len(body)}"
+
+
 def _eol(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> str:
     style = b"\r\n" if fault["style"] == "crlf" else b"\r"
     writes = []
@@ -518,6 +531,8 @@ FAULTS: dict[str, FaultKind] = {
                   (Key("size", "bytes", _whole(1, 2**20), "1"), Key("gap", "duration", _duration(at_most=60), "0ms")),
                   _fragment, main="size"),
         FaultKind("coalesce", Stage.WIRE, "send the whole body in one write, when the last chunk was due", (), _coalesce),
+        FaultKind("split", Stage.WIRE, "send the body as exactly two writes, cut at a position (200b: the first write is bytes 0-199)",
+                  (Key("at", _AT, _position, "50%"),), _split, main="at"),
         FaultKind("eol", Stage.WIRE, "rewrite the line ends",
                   (Key("style", "crlf or cr", _choice("crlf", "cr"), "crlf"),), _eol, main="style"),
         FaultKind("garbage", Stage.WIRE, "send random bytes from a position, then close",

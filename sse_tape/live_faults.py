@@ -56,9 +56,10 @@ def _position(fault: Fault) -> Position | str | None:
 
 
 def needs_whole_stream(fault: Fault) -> bool:
-    """Whether a fault acts at a fraction of the events (`50%`), which a stream still being made cannot know."""
+    """Whether a fault needs the whole body in advance, which a stream still being made cannot give:
+    one at a fraction of the events (`50%`), or `split` (two writes of the whole body)."""
     at = _position(fault)
-    return isinstance(at, Position) and at.unit is PositionUnit.FRACTION
+    return fault.name == "split" or (isinstance(at, Position) and at.unit is PositionUnit.FRACTION)
 
 
 class LiveFaults:
@@ -94,7 +95,8 @@ class LiveFaults:
             if fault.stage is Stage.BEFORE:
                 continue
             if needs_whole_stream(fault):
-                self.notes.append((fault, f"at {at} needs the whole stream in advance: a live stream is left alone"))
+                what = "split" if fault.name == "split" else f"at {at}"
+                self.notes.append((fault, f"{what} needs the whole stream in advance: a live stream is left alone"))
             elif fault.name == "disconnect" and isinstance(at, Position) and at.unit is PositionUnit.SECONDS:
                 self.until, self._dropper = at.value, fault
             elif at is not None:

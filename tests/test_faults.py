@@ -490,6 +490,7 @@ MATRIX = {
     "bandwidth": "bandwidth:rate=200000",
     "fragment": "fragment:size=5",
     "coalesce": "coalesce",
+    "split": "split:at=60%",
     "eol": "eol:style=cr",
     "garbage": "garbage:at=50%,size=16",
     "disconnect": "disconnect:after=50%,mode=reset",
@@ -698,6 +699,27 @@ def test_fragment_gaps_push_the_rest_back(server: MockServer) -> None:
     got = raw(server, "fragment:size=100,gap=20ms")
     assert got.content == whole
     assert got.elapsed.total_seconds() >= (len(whole) // 100 - 13) * 0.02  # 13 recorded writes; the rest spaced
+
+
+def http_chunks(server: MockServer, fault: str) -> list[bytes]:
+    """The body as the client's HTTP layer hands it over: one piece per chunk of the chunked encoding."""
+    with httpx.stream(
+        "POST", server.url + "/v1/chat/completions", json=CHAT_BODY, headers={"X-SSE-Tape-Fault": fault}
+    ) as response:
+        return list(response.iter_raw())
+
+
+@pytest.mark.parametrize("at", [1, 100, 101, 1000])
+def test_split_sends_the_body_as_exactly_two_writes_cut_at_the_byte(server: MockServer, at: int) -> None:
+    whole = raw(server, "").content
+    assert len(http_chunks(server, "")) > 2  # as recorded: a write for each chunk
+    assert http_chunks(server, f"split:at={at}b") == [whole[:at], whole[at:]]
+
+
+def test_split_outside_the_body_sends_one_write(server: MockServer) -> None:
+    whole = raw(server, "").content
+    assert http_chunks(server, f"split:at={len(whole)}b") == [whole]
+    assert injections(server)[-1].what == f"one write: byte {len(whole)} is not inside the {len(whole)}-byte body"
 
 
 def test_bandwidth_never_bursts_past_the_rate(server: MockServer) -> None:

@@ -387,6 +387,7 @@ def test_faults_that_end_a_live_stream_end_it_where_they_say_and_stop_the_model(
         "ttfb:50ms",
         "error:50%",
         "disconnect:after=30s",
+        "split:at=20b",
     ],
 )
 def test_faults_change_a_live_stream_as_they_change_a_replay(live: str, spec: str) -> None:
@@ -416,24 +417,25 @@ def test_faults_change_a_live_stream_as_they_change_a_replay(live: str, spec: st
     if spec == "eol:crlf":
         assert data.count(b"\r\n\r\n") == len(events)
         assert b"\n\n" not in data.replace(b"\r\n", b"")
-    if spec in ("error:50%", "disconnect:after=30s"):
+    left_alone = {
+        "error:50%": "at 50% needs the whole stream in advance: a live stream is left alone",
+        "disconnect:after=30s": "the stream ended before 30 s: left alone",
+        "split:at=20b": "split needs the whole stream in advance: a live stream is left alone",
+    }
+    if spec in left_alone:
         assert len(events) == 11  # left alone, and the journal says why
-        assert what == [
-            "at 50% needs the whole stream in advance: a live stream is left alone"
-            if spec == "error:50%"
-            else "the stream ended before 30 s: left alone"
-        ]
+        assert what == [left_alone[spec]]
 
 
 def test_serve_warns_of_server_faults_a_live_stream_leaves_alone(tiny_model_path: Path) -> None:
-    process, _ = start(
-        ["serve", "--model", str(tiny_model_path), "--port", "0", "--fault", "error", "--fault", "stall:2"]
-    )
+    faults = ["--fault", "error", "--fault", "stall:2", "--fault", "split"]
+    process, _ = start(["serve", "--model", str(tiny_model_path), "--port", "0", *faults])
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=30)
-    warnings = [line for line in stderr.splitlines() if "% of the events" in line]
+    warnings = [line for line in stderr.splitlines() if "in advance" in line]
     assert warnings == [
-        "sse-tape: fault 'error' is at a % of the events: it applies to replays, not to the model's answers"
+        f"sse-tape: fault {f!r} needs the whole stream in advance: it applies to replays, not to the model's answers"
+        for f in ("error", "split")
     ]
 
 
