@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .__version__ import __version__
 from ._exceptions import (
     CassetteError,
@@ -13,26 +16,46 @@ from ._exceptions import (
     StreamError,
     UpstreamError,
 )
-from .cassette import (
-    FORMAT_VERSION,
-    Cassette,
-    Chunk,
-    End,
-    Interaction,
-    Recording,
-    Request,
-    Response,
-    append_interactions,
-    bundled_cassettes,
-)
-from .journal import Journal, ReplayState
-from .matching import Matcher, MatchOn
-from .options import MissPolicy, ServeOptions
-from .pacing import PaceMode, Pacing
-from .record import RecordMode, record_once
-from .redaction import REDACTED, Redaction
-from .server import MockServer, arecording, aserve, recording, recording_server, serve
-from .sse import ServerSentEvent, SSEDecoder, encode_comment, encode_event
+
+if TYPE_CHECKING:  # what the names below are, for type checkers; at run time each is imported when first used
+    from .cassette import (
+        FORMAT_VERSION,
+        Cassette,
+        Chunk,
+        End,
+        Interaction,
+        Recording,
+        Request,
+        Response,
+        append_interactions,
+        bundled_cassettes,
+    )
+    from .journal import Journal, ReplayState
+    from .matching import Matcher, MatchOn
+    from .options import MissPolicy, ServeOptions
+    from .pacing import PaceMode, Pacing
+    from .record import RecordMode, record_once
+    from .redaction import REDACTED, Redaction
+    from .server import MockServer, arecording, aserve, recording, recording_server, serve
+    from .sse import ServerSentEvent, SSEDecoder, encode_comment, encode_event
+
+# Where each public name lives: `import sse_tape` (and pytest, loading the plugin) imports none of the
+# server, the recorder or aiohttp until something is used.
+_HOMES = {
+    ".cassette": (
+        "FORMAT_VERSION", "Cassette", "Chunk", "End", "Interaction", "Recording", "Request", "Response",
+        "append_interactions", "bundled_cassettes",
+    ),
+    ".journal": ("Journal", "ReplayState"),
+    ".matching": ("Matcher", "MatchOn"),
+    ".options": ("MissPolicy", "ServeOptions"),
+    ".pacing": ("PaceMode", "Pacing"),
+    ".record": ("RecordMode", "record_once"),
+    ".redaction": ("REDACTED", "Redaction"),
+    ".server": ("MockServer", "arecording", "aserve", "recording", "recording_server", "serve"),
+    ".sse": ("ServerSentEvent", "SSEDecoder", "encode_comment", "encode_event"),
+}  # fmt: skip
+_LAZY = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = [
     "FORMAT_VERSION",
@@ -77,3 +100,16 @@ __all__ = [
     "recording_server",
     "serve",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sse_tape' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
