@@ -24,7 +24,7 @@ from typing import IO, Any, ClassVar
 
 from . import _json
 from ._exceptions import ConfigError
-from .cassette import End, Recording
+from .cassette import End, Recording, Request
 
 __all__ = [
     "Answered",
@@ -321,7 +321,9 @@ class ReplayState:
     What requests' headers bring is kept for the last `keep` distinct faults, so that no
     stream of requests can grow it without bound.
     - `misses`: the requests nothing answered, each with its explanation;
-    - `requests`: how many requests arrived.
+    - `requests`: how many requests arrived;
+    - `received`: the last `keep` requests that arrived, bodies and all, in order;
+    - `answered`: the last `keep` recordings that answered, in order (one each time it answers).
     """
 
     def __init__(self, *, keep: int = 10_000) -> None:
@@ -335,6 +337,8 @@ class ReplayState:
         self.injected: Counter[str] = Counter()
         self.misses: list[Miss] = []
         self.requests = 0
+        self.received: deque[Request] = deque(maxlen=keep)
+        self.answered: deque[Recording] = deque(maxlen=keep)
 
     def track(self, recordings: Iterable[Recording]) -> None:
         """Add recordings that can be played."""
@@ -344,6 +348,7 @@ class ReplayState:
         """Note that `recording` answers a request; returns how many times it had answered before."""
         turn = self.plays[recording]
         self.plays[recording] = turn + 1
+        self.answered.append(recording)
         return turn
 
     def header_fault_turn(self, spec: str) -> int:
@@ -367,7 +372,7 @@ class ReplayState:
         return [r for r in self.recordings if not self.plays[r]]
 
     def reset(self) -> None:
-        """Start over: every recording unplayed, every count at zero, no misses."""
+        """Start over: every recording unplayed, every count at zero, no misses, nothing received."""
         self.plays.clear()
         self.turns.clear()
         self.server_fault_turns.clear()
@@ -375,3 +380,5 @@ class ReplayState:
         self.injected.clear()
         self.misses.clear()
         self.requests = 0
+        self.received.clear()
+        self.answered.clear()

@@ -396,6 +396,7 @@ class MockServer:
                 if http.transport is not None:
                     http.transport.close()  # whatever of the body is still coming is not read
                 return self.error(exchange, 408, "the request body did not arrive in time", "request_timeout")
+            self.state.received.append(exchange.request)
             try:
                 exchange.faults = self._header_faults(http)
             except ConfigError as exc:
@@ -564,6 +565,7 @@ def recording_server(
     limits: Limits | None = None,
     allow_remote_control: bool = False,
     model: Responder | None = None,
+    also: Iterable[Cassette] = (),
 ) -> MockServer:
     """A server that records into `cassette` what it forwards to `upstream`, and replays by `mode`.
 
@@ -574,6 +576,7 @@ def recording_server(
     once under `new_episodes` (as VCR.py does), and they repeat under the others.
     With `model` (a responder such as `synth.Synthesizer`) in place of the
     upstream, the model answers what replay does not, and that is recorded.
+    The cassettes `also` are replayed besides, as they are: nothing is recorded into them.
     """
     path = check_cassette_path(cassette)
     if (upstream is None) == (model is None):
@@ -596,7 +599,7 @@ def recording_server(
         allow_repeats=mode is not RecordMode.NEW_EPISODES,
     )
     return MockServer(
-        [existing] if existing is not None and mode is not RecordMode.ALL else [],
+        [*also, *([existing] if existing is not None and mode is not RecordMode.ALL else [])],
         options=chosen,
         host=host,
         port=port,
