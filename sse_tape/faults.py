@@ -161,6 +161,8 @@ class FaultKind:
     transform: Transform
     main: str | None = None
     """The key a bare value sets: `status:429` is `status:code=429`."""
+    replaces: bool = False
+    """It answers in the stream's place (a status, no answer, no body): once one has, the others pass by."""
 
     def key(self, name: str) -> Key | None:
         return next((k for k in self.keys if k.name == name), None)
@@ -254,7 +256,7 @@ def apply(faults: Sequence[Fault], plan: Plan, *, dialect: Dialect, rng: random.
     notes = []
     for stage in Stage:
         for fault in faults:
-            if fault.stage is stage and not (plan.replaced and stage is not Stage.BEFORE):
+            if fault.stage is stage and not (plan.replaced and (stage is not Stage.BEFORE or fault.kind.replaces)):
                 notes.append((fault, fault.kind.transform(fault, plan, dialect, rng)))
     return notes
 
@@ -446,8 +448,9 @@ def _split(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> st
     if not 0 < offset < len(body):
         plan.writes = [(last, body)]
         return f"one write: byte {offset} is not inside the {len(body)}-byte body"
-    # The first write goes when its last byte was due, the second when the body's last byte was.
-    plan.writes = [(plan.time_at(offset - 1), body[:offset]), (last, body[offset:])]
+    # Both go when the last chunk was due, as coalesce's one write does: whatever a stall sends through its
+    # silence (heartbeats, due by time) then comes before them, never between, inside a line.
+    plan.writes = [(last, body[:offset]), (last, body[offset:])]
     return f"two writes, split at byte {offset} of {len(body)}"
 
 
@@ -498,11 +501,11 @@ FAULTS: dict[str, FaultKind] = {
                   (Key("code", "HTTP status", _status, required=True),
                    Key("retry_after", "seconds", _whole(0, 86_400)),
                    Key("message", "text", _text)),
-                  _status_transform, main="code"),
+                  _status_transform, main="code", replaces=True),
         FaultKind("ttfb", Stage.BEFORE, "wait this long before the headers",
                   (Key("delay", "duration", _duration(), "1s"),), _ttfb, main="delay"),
-        FaultKind("hang", Stage.BEFORE, "accept the request and never answer", (), _hang),
-        FaultKind("empty", Stage.BEFORE, "answer 200 with no body", (), _empty),
+        FaultKind("hang", Stage.BEFORE, "accept the request and never answer", (), _hang, replaces=True),
+        FaultKind("empty", Stage.BEFORE, "answer 200 with no body", (), _empty, replaces=True),
         FaultKind("error", Stage.EVENTS,
                   "end the stream at a position with the API's own mid-stream error and terminal frames",
                   (Key("at", _AT, _position, "50%"),
@@ -531,7 +534,7 @@ FAULTS: dict[str, FaultKind] = {
                   (Key("size", "bytes", _whole(1, 2**20), "1"), Key("gap", "duration", _duration(at_most=60), "0ms")),
                   _fragment, main="size"),
         FaultKind("coalesce", Stage.WIRE, "send the whole body in one write, when the last chunk was due", (), _coalesce),
-        FaultKind("split", Stage.WIRE, "send the body as exactly two writes, cut at a position (200b: the first write is bytes 0-199)",
+        FaultKind("split", Stage.WIRE, "send the whole body in exactly two writes, cut at a position (200b: bytes 0-199, then the rest), when the last chunk was due",
                   (Key("at", _AT, _position, "50%"),), _split, main="at"),
         FaultKind("eol", Stage.WIRE, "rewrite the line ends",
                   (Key("style", "crlf or cr", _choice("crlf", "cr"), "crlf"),), _eol, main="style"),
@@ -562,6 +565,10 @@ class Injector:
         """Replace the server's faults, and start their counts over."""
         self.faults = list(faults)
         self.state.server_fault_turns.clear()
+
+    def add(self, faults: Iterable[Fault]) -> None:
+        """Add faults after the server's, leaving the counts of those already set as they are."""
+        self.faults += faults
 
     def choose(self, request: Request, extra: Sequence[Fault] = ()) -> tuple[list[Fault], random.Random | None]:
         """The faults that apply to this request, and the generator for their random choices.

@@ -729,6 +729,26 @@ def test_bandwidth_never_bursts_past_the_rate(server: MockServer) -> None:
     assert got.elapsed.total_seconds() >= (len(whole) - 100) / 2000  # at most rate/20 bytes before the clock runs
 
 
+@pytest.mark.parametrize("at", ["1b", "5b", "200b"])
+def test_split_with_a_stall_sends_the_heartbeats_before_the_body_never_inside_a_line(
+    server: MockServer, at: str
+) -> None:
+    whole = raw(server, "").content
+    got = http_chunks(server, f"split:at={at};stall:at=1,for=60ms,heartbeat=20ms")
+    beats, body = got[:-2], got[-2:]
+    assert b"".join(body) == whole
+    assert len(body[0]) == int(at[:-1])
+    assert beats
+    assert set(beats) == {b": heartbeat\n\n"}
+    assert events(b"".join(got)) == events(whole)
+
+
+def test_of_two_statuses_on_a_request_the_first_answers_and_only_it_is_injected(server: MockServer) -> None:
+    before = len(injections(server))
+    assert raw(server, "status:500;status:429").status_code == 500
+    assert [i.fault for i in injections(server)[before:]] == ["status:500"]
+
+
 def test_times_counts_per_source_and_starts_over_when_faults_are_set() -> None:
     with serve(pace="instant", faults=["status:code=418,times=2"]) as running:
         both = [raw(running, "status:code=418,times=2").status_code for _ in range(3)]
