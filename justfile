@@ -31,6 +31,10 @@ bench *args:
 bench-proxy *args:
     python bench/proxy_bench.py {{args}}
 
+# Measure what the pytest fixture adds to each test.
+bench-fixture *args:
+    python bench/fixture_bench.py {{args}}
+
 # Fuzz the decoder, cassette loading and the fault grammar for long (atheris if installed).
 fuzz *args:
     python bench/fuzz.py {{args}}

@@ -15,6 +15,9 @@ from tiny_model import write_tiny_gguf
 
 from sse_tape import Cassette, MockServer, bundled_cassettes, serve
 
+# The plugin's tests run generated test modules in sessions of their own.
+pytest_plugins = ("pytester",)
+
 # `just fuzz` (bench/fuzz.py without atheris) runs the fuzz-marked tests long.
 settings.register_profile("fuzz", max_examples=int(os.environ.get("SSE_TAPE_FUZZ_EXAMPLES", "20000")), deadline=None)
 

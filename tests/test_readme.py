@@ -13,9 +13,11 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 from click.testing import CliRunner
 from clients import openai_client
 from test_cli import Running
+from test_pytest_plugin import greeting_cassette
 
 from sse_tape import MockServer
 from sse_tape.cli import cli
@@ -98,3 +100,9 @@ def test_the_bundled_cassettes_answer_what_the_readme_says(instant_server: MockS
     lmstudio = httpx.post(instant_server.url + "/api/v1/chat", json={"model": "any", "input": "Hi"}).json()
     assert [o["type"] for o in lmstudio["output"]] == ["reasoning", "tool_call", "message"]
     assert {m.id for m in client.models.list()} >= {"local-model", "llama-3.1-8b"}
+
+
+def test_the_pytest_example_passes_in_a_project_of_its_own(pytester: pytest.Pytester) -> None:
+    greeting_cassette(pytester.path / "tests" / "cassettes" / "chat.toml")
+    (pytester.path / "tests" / "test_client.py").write_text(block("pytest"), encoding="utf-8")
+    pytester.runpytest_subprocess("tests").assert_outcomes(passed=1)
