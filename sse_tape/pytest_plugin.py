@@ -41,7 +41,7 @@ from collections import Counter
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
@@ -140,7 +140,6 @@ class _Settings:
 
 
 _SETTINGS = pytest.StashKey[_Settings]()
-_RESULTS = pytest.StashKey[dict[str, dict[str, tuple[bool, bool, str | None]]]]()
 _MODELS = pytest.StashKey[dict[str, Any]]()
 _TAPE = pytest.StashKey["SSETape"]()
 _VARIANT = pytest.StashKey["_Variant"]()
@@ -157,11 +156,12 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     settings = _read_settings(config)
     config.stash[_SETTINGS] = settings
-    config.stash[_RESULTS] = {}
     config.stash[_MODELS] = {}
     config.stash[_REWRITTEN] = set()
     if settings.faults or settings.profiles or settings.run_gauntlet:
         _check_faults(settings)
+    if settings.run_gauntlet and not hasattr(config, "workerinput"):  # pytest-xdist's workers report to the controller
+        config.pluginmanager.register(_GauntletTable(settings), "sse_tape_gauntlet")
     asyncio_plugin = sys.modules.get("pytest_asyncio.plugin")
     if asyncio_plugin is not None and config.pluginmanager.is_registered(asyncio_plugin):
         from . import _pytest_async
@@ -189,7 +189,11 @@ def _read_settings(config: pytest.Config) -> _Settings:
     run_gauntlet = bool(option.sse_tape_gauntlet or report)
     if run_gauntlet and record != "none":
         raise pytest.UsageError("--sse-tape-gauntlet replays what is recorded: record first, then run the gauntlet")
-    seed = option.sse_tape_seed if option.sse_tape_seed is not None else random.SystemRandom().randrange(100_000)
+    seed = option.sse_tape_seed
+    if seed is None:  # pytest-xdist's workers take the controller's (pytest_configure_node)
+        seed = getattr(config, "workerinput", {}).get("sse_tape_seed")
+    if seed is None:
+        seed = random.SystemRandom().randrange(100_000)
     return _Settings(
         record=record,
         upstream=upstream,
@@ -237,6 +241,12 @@ def pytest_report_header(config: pytest.Config) -> str:
     if settings.run_gauntlet:
         words.append("gauntlet " + ", ".join(settings.gauntlet))
     return "sse-tape: " + "; ".join(words)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist: every worker takes the controller's seed, so that the header's seed repeats the run."""
+    node.workerinput["sse_tape_seed"] = node.config.stash[_SETTINGS].seed
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -865,11 +875,16 @@ def _note(item: pytest.Item, report: pytest.TestReport) -> None:
         survives = ()  # the test's setup failed, saying why
     name = variant.gauntlet or _AS_RECORDED
     promised = variant.gauntlet is None or survives == "all" or name in survives
-    row = item.config.stash[_RESULTS].setdefault(_plain(item.nodeid, variant), {})
-    if report.failed:
-        row[name] = (False, promised, _reason(report))
-    elif report.when == "call":
-        row.setdefault(name, (True, promised, None))
+    if report.failed or report.when == "call":
+        # In the report, so that it reaches pytest-xdist's controller too.
+        result = [
+            _plain(item.nodeid, variant),
+            name,
+            report.passed,
+            promised,
+            None if report.passed else _reason(report),
+        ]
+        report.user_properties.append((_GAUNTLET_PROPERTY, result))
     if report.failed and not promised and report.when == "call":
         # Not a promise the test made: the gauntlet reports it, the run does not fail on it. (A failed setup or
         # teardown is no answer to the fault: it stays an error.)
@@ -884,41 +899,56 @@ def _reason(report: pytest.TestReport) -> str:
     return first[:200]
 
 
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    settings = config.stash[_SETTINGS]
-    results = config.stash[_RESULTS]
-    if not settings.run_gauntlet:
-        return
-    names = [_AS_RECORDED, *settings.gauntlet]
-    write = terminalreporter.write_line
-    terminalreporter.section(f"sse-tape gauntlet (seed {settings.seed})")
-    if not results:
-        write("no test used an sse_tape fixture")
-    width = max((len(test) for test in results), default=4)
-    write(f"{'test':<{width}}  " + "  ".join(names))
-    for test, row in results.items():
-        cells = []
-        for name in names:
-            survived, promised, _ = row.get(name, (None, False, None))
-            mark = "-" if survived is None else "ok" if survived else "FAIL" if promised else "x"
-            cells.append(f"{mark:^{len(name)}}")
-        write((f"{test:<{width}}  " + "  ".join(cells)).rstrip())
-    write("ok: survived; x: did not; FAIL: did not, and the test promises to (survives=[...]); -: did not run")
-    for test, row in results.items():
-        for name, (survived, promised, reason) in row.items():
-            if not survived:
-                write(f"{test} under {name}{' (promised)' if promised else ''}: {reason}")
-    if settings.gauntlet_report is not None:
-        document = {
-            "seed": settings.seed,
-            "faults": settings.gauntlet,
-            "tests": {
-                test: {
-                    name: {"survived": survived, "promised": promised, "reason": reason}
-                    for name, (survived, promised, reason) in row.items()
-                }
-                for test, row in results.items()
-            },
-        }
-        settings.gauntlet_report.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-        write(f"sse-tape gauntlet report: {settings.gauntlet_report}")
+_GAUNTLET_PROPERTY = "sse-tape-gauntlet"
+
+
+class _GauntletTable:
+    """Gathers the gauntlet's results from the reports (a worker's too), and shows them at the end."""
+
+    def __init__(self, settings: _Settings) -> None:
+        self.settings = settings
+        self.results: dict[str, dict[str, tuple[bool, bool, str | None]]] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for key, value in report.user_properties:
+            if key == _GAUNTLET_PROPERTY:
+                test, name, passed, promised, reason = cast(list[Any], value)
+                row = self.results.setdefault(test, {})
+                if not passed or name not in row:  # a failure in any phase stands
+                    row[name] = (passed, promised, reason)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        settings, results = self.settings, self.results
+        names = [_AS_RECORDED, *settings.gauntlet]
+        write = terminalreporter.write_line
+        terminalreporter.section(f"sse-tape gauntlet (seed {settings.seed})")
+        if not results:
+            write("no test used an sse_tape fixture")
+        width = max((len(test) for test in results), default=4)
+        write(f"{'test':<{width}}  " + "  ".join(names))
+        for test, row in results.items():
+            cells = []
+            for name in names:
+                survived, promised, _ = row.get(name, (None, False, None))
+                mark = "-" if survived is None else "ok" if survived else "FAIL" if promised else "x"
+                cells.append(f"{mark:^{len(name)}}")
+            write((f"{test:<{width}}  " + "  ".join(cells)).rstrip())
+        write("ok: survived; x: did not; FAIL: did not, and the test promises to (survives=[...]); -: did not run")
+        for test, row in results.items():
+            for name, (survived, promised, reason) in row.items():
+                if not survived:
+                    write(f"{test} under {name}{' (promised)' if promised else ''}: {reason}")
+        if settings.gauntlet_report is not None:
+            document = {
+                "seed": settings.seed,
+                "faults": settings.gauntlet,
+                "tests": {
+                    test: {
+                        name: {"survived": survived, "promised": promised, "reason": reason}
+                        for name, (survived, promised, reason) in row.items()
+                    }
+                    for test, row in results.items()
+                },
+            }
+            settings.gauntlet_report.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+            write(f"sse-tape gauntlet report: {settings.gauntlet_report}")

@@ -476,6 +476,32 @@ def test_promises(sse_tape):
     broken.stdout.fnmatch_lines(["test_chat.py::test_stream * ok *FAIL*"])
 
 
+def test_under_xdist_the_workers_take_the_seed_and_the_controller_shows_the_gauntlet(
+    tester: pytest.Pytester, tmp_path: Path
+) -> None:
+    tester.makepyfile(
+        test_one=STREAMING_TEST,
+        test_two=STREAMING_TEST.replace("def test_stream", "def test_other").replace(
+            'assert text == "Hi there! How can I help you today?"', "assert False, text"
+        ),
+    )
+    report = tmp_path / "gauntlet.json"
+    gauntlet = ("--sse-tape-gauntlet-report", str(report), "--sse-tape-seed", "777")
+    result = tester.runpytest_subprocess("-p", "xdist.plugin", "-n", "2", *gauntlet)
+    result.stdout.fnmatch_lines(
+        [
+            "sse-tape: seed 777 *",
+            "*seed 777 (--sse-tape-seed=777 repeats it); faults: none",  # a failure's section, from a worker
+            "*sse-tape gauntlet (seed 777)*",
+        ]
+    )
+    document = json.loads(report.read_text())
+    assert document["seed"] == 777
+    assert set(document["tests"]) == {"test_one.py::test_stream", "test_two.py::test_other"}
+    assert len(document["tests"]["test_one.py::test_stream"]) == 9  # as recorded and the eight faults
+    assert document["tests"]["test_two.py::test_other"]["as-recorded"]["survived"] is False
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
