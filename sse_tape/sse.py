@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +52,15 @@ class SSEDecoder:
     at the start of the next), a UTF-8 character split across pieces and a BOM
     split across pieces are all handled. An event not yet terminated by a blank
     line stays pending; at the end of the stream it is discarded, as the spec
-    requires, so there is nothing to flush.
+    requires: `end()` says whether anything was.
+
+    Reconnecting, as an `EventSource` does: `last_event_id` is what the next
+    connection sends as `Last-Event-ID` (the id as of the last dispatched
+    event; an `id:` in a block that never ended does not count), and a decoder
+    for that connection starts from it (`SSEDecoder(last_event_id=...)`), so
+    that its events carry it until the stream sets another. `retry` is the
+    reconnection time the stream asked for. `on_comment` gets the text of each
+    comment line (a server's `: heartbeat`).
 
     A line in progress is held in memory proportional to its length, however
     small the pieces it comes in. A line longer than `max_size` bytes, or an
@@ -64,31 +73,53 @@ class SSEDecoder:
         "_data",
         "_data_size",
         "_event",
+        "_id_buffer",
+        "_id_set",
         "_last_id",
         "_pending",
         "_retry",
         "_skip_lf",
         "max_size",
+        "on_comment",
         "retry",
     )
 
-    def __init__(self, *, max_size: int = MAX_SIZE) -> None:
+    def __init__(
+        self,
+        *,
+        max_size: int = MAX_SIZE,
+        last_event_id: str = "",
+        on_comment: Callable[[str], None] | None = None,
+    ) -> None:
         self.max_size = max_size
+        self.on_comment = on_comment
         self._pending = bytearray()  # the line in progress
         self._data_size = 0
         self._bom_checked = False
         self._skip_lf = False
         self._data: list[str] = []
         self._event = ""
-        self._last_id = ""
+        self._id_buffer = last_event_id  # spec: the last event ID buffer
+        self._id_set = False  # whether the block in progress has an id field
+        self._last_id = last_event_id  # spec: the event source's last event ID string
         self._retry: int | None = None
         #: The reconnection time in milliseconds last set by the stream, if any.
         self.retry: int | None = None
 
     @property
     def last_event_id(self) -> str:
-        """The last event ID set by the stream (spec: the last event ID buffer)."""
+        """The id a reconnection sends as `Last-Event-ID`: the stream's last event ID as of its last dispatched
+        block (spec: the event source's last event ID string), or the one the decoder started from."""
         return self._last_id
+
+    def end(self) -> bool:
+        """The stream is over: drop what it did not finish (a line without its end, a block without the blank
+        line that dispatches it); whether there was any."""
+        dropped = bool(self._pending or self._data or self._event or self._id_set)
+        self._pending.clear()
+        self._data, self._event, self._retry, self._data_size = [], "", None, 0
+        self._id_buffer, self._id_set, self._skip_lf = self._last_id, False, False
+        return dropped
 
     def feed(self, data: bytes) -> list[ServerSentEvent]:
         """Consume the next piece of the stream and return the events it completed."""
@@ -129,7 +160,9 @@ class SSEDecoder:
         if not line:
             return self._dispatch()
         if line[0] == ":":
-            return None  # a comment
+            if self.on_comment is not None:
+                self.on_comment(line[2:] if line[1:2] == " " else line[1:])
+            return None
         field, colon, value = line.partition(":")
         if colon and value[:1] == " ":
             value = value[1:]
@@ -141,7 +174,7 @@ class SSEDecoder:
         elif field == "event":
             self._event = value
         elif field == "id" and "\0" not in value:
-            self._last_id = value
+            self._id_buffer, self._id_set = value, True
         elif field == "retry" and value.isascii() and value.isdigit():
             self._retry = self.retry = int(value)
         # Any other field is ignored.
@@ -152,6 +185,8 @@ class SSEDecoder:
             raise StreamError(f"{what} longer than {self.max_size:,} bytes: the stream has no end of it in sight")
 
     def _dispatch(self) -> ServerSentEvent | None:
+        # Spec: the last event ID string is set from the buffer first, even when no event is dispatched.
+        self._last_id, self._id_set = self._id_buffer, False
         data, event, retry = self._data, self._event, self._retry
         self._data, self._event, self._retry = [], "", None
         self._data_size = 0

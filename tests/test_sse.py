@@ -128,6 +128,86 @@ def test_last_event_id_persists_across_events() -> None:
     assert decoder.last_event_id == "7"
 
 
+# The web platform tests' eventsource folder, with the reconnections an EventSource makes: each connection is
+# a new decoder that starts from the last one's `last_event_id`.
+
+
+def reconnect(previous: SSEDecoder) -> SSEDecoder:
+    previous.end()
+    return SSEDecoder(last_event_id=previous.last_event_id)
+
+
+def test_wpt_format_field_id() -> None:
+    # resources/last-event-id: without Last-Event-ID, an id, a retry and "hello"; with it, the id back as data.
+    first = SSEDecoder()
+    assert first.feed("id: …\nretry: 200\ndata: hello\n\n".encode()) == [
+        ServerSentEvent(data="hello", id="…", retry=200)
+    ]
+    second = reconnect(first)
+    assert second.last_event_id == "…"  # what the reconnection sends
+    assert second.feed(f"data: {second.last_event_id}\n\n".encode()) == [ServerSentEvent(data="…", id="…")]
+
+
+def test_wpt_format_field_id_2() -> None:
+    # As format-field-id, reconnecting twice: the id persists through a connection that sets none.
+    decoder = SSEDecoder()
+    assert [e.id for e in decoder.feed("id: …\nretry: 200\ndata: hello\n\n".encode())] == ["…"]
+    for _ in range(2):
+        decoder = reconnect(decoder)
+        assert decoder.feed(f"data: {decoder.last_event_id}\n\n".encode()) == [ServerSentEvent(data="…", id="…")]
+
+
+def test_wpt_format_data_before_final_empty_line() -> None:
+    # The id of a block that never ended is not the id a reconnection sends: the second event is "test1" again,
+    # with no id.
+    message = b"retry:1000\ndata:test1\n\nid:test\ndata:test2"
+    first = SSEDecoder()
+    assert first.feed(message) == [ServerSentEvent(data="test1", retry=1000)]
+    assert first.end() is True  # the unfinished block was dropped
+    assert first.last_event_id == ""
+    assert first.retry == 1000
+    second = reconnect(first)
+    assert second.feed(message) == [ServerSentEvent(data="test1", id="", retry=1000)]
+
+
+def test_an_id_only_block_sets_the_reconnection_id_without_an_event() -> None:
+    decoder = SSEDecoder(last_event_id="3")
+    assert decoder.feed(b"data: a\n\n") == [ServerSentEvent(data="a", id="3")]
+    assert decoder.feed(b"id: 4\n\n") == []
+    assert decoder.last_event_id == "4"
+    assert decoder.feed(b"id\n\n") == []  # an empty id resets it
+    assert decoder.last_event_id == ""
+
+
+@pytest.mark.parametrize(
+    ("tail", "dropped"),
+    [
+        (b"", False),
+        (b"data: b", True),
+        (b"data: b\n", True),
+        (b"event: x\n", True),
+        (b"id: 9\n", True),
+        (b": hb\n", False),
+    ],
+    ids=["nothing", "partial-line", "unfinished-block", "event-only", "id-only", "comment"],
+)
+def test_end_says_whether_an_unfinished_block_was_dropped(tail: bytes, dropped: bool) -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"id: 1\ndata: a\n\n" + tail) == [ServerSentEvent(data="a", id="1")]
+    assert decoder.end() is dropped
+    assert decoder.last_event_id == "1"
+    assert decoder.end() is False
+
+
+@EOLS
+def test_comments_can_be_observed(eol: str) -> None:
+    seen: list[str] = []
+    decoder = SSEDecoder(on_comment=seen.append)
+    stream = eol.join([": heartbeat", ":no space", ":", "data: x", "", ""]).encode()
+    assert decoder.feed(stream) == [ServerSentEvent(data="x")]
+    assert seen == ["heartbeat", "no space", ""]
+
+
 def test_id_containing_nul_is_ignored() -> None:
     events = decode(b"id: 1\ndata: a\n\nid: 2\x003\ndata: b\n\n")
     assert [e.id for e in events] == ["1", "1"]
