@@ -123,6 +123,10 @@ class Request:
         """The body parsed as JSON, or None when it is empty or not JSON."""
         return _parse_json(self.body)
 
+    def header(self, name: str) -> str | None:
+        """The first value of a header, looked up case-insensitively."""
+        return _first(self.headers, name)
+
 
 @dataclass(frozen=True, slots=True)
 class Response:
@@ -158,8 +162,12 @@ class Response:
 
     def header(self, name: str) -> str | None:
         """The first value of a header, looked up case-insensitively."""
-        name = name.lower()
-        return next((v for k, v in self.headers if k.lower() == name), None)
+        return _first(self.headers, name)
+
+
+def _first(headers: Headers, name: str) -> str | None:
+    name = name.lower()
+    return next((v for k, v in headers if k.lower() == name), None)
 
 
 @dataclass(frozen=True, slots=True)

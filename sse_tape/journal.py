@@ -85,11 +85,14 @@ class Matched(Entry):
     converted: str | None = None
     """How the recording was reshaped for the request (see `shape`): `as JSON`, `as a stream`,
     `without usage`, or None."""
+    resumed: str | None = None
+    """Where a reconnection (a request with `Last-Event-ID`) resumed the stream: `after event id '5'`, or
+    `from the start: ...` for an id the stream never set; None for a request that is no reconnection."""
 
     def line(self) -> str:
-        return f"{self.method} {self.path} -> {self.status} {self.recording}" + (
-            f" {self.converted}" if self.converted else ""
-        )
+        converted = f" {self.converted}" if self.converted else ""
+        resumed = f", resumed {self.resumed}" if self.resumed else ""
+        return f"{self.method} {self.path} -> {self.status} {self.recording}{converted}{resumed}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

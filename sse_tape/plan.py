@@ -270,6 +270,38 @@ class Plan:
 
     # --- changing the bytes; the blocks follow ---------------------------------------------------
 
+    def resume_after(self, last_event_id: str) -> bool:
+        """Start the stream where its last event ID first became `last_event_id` (after the block that set it),
+        as a server resuming a client's reconnection does; whether it ever did (else the plan is left whole).
+
+        What follows keeps its timing, counted from when that block went out; a reconnection time the
+        skipped part set (`retry:`) is sent first, so the client keeps it.
+        """
+        if not last_event_id:
+            return False  # an empty id is no place in the stream: a client sends none
+        body, decoder = self.body, SSEDecoder()
+        found = None
+        for block in self.blocks:
+            decoder.feed(body[block.start : block.end])
+            if decoder.last_event_id == last_event_id:
+                found = block.end
+                break
+        if found is None:
+            return False
+        since = self.time_at(found - 1)
+        self.cut_before(found)
+        self.writes = [(max(t - since, 0.0), data) for t, data in self.writes]
+        self.end_at = max(self.end_at - since, 0.0)
+        if decoder.retry is not None:
+            retry = f"retry: {decoder.retry}\n\n".encode()
+            self.insert(0, [(self.writes[0][0] if self.writes else 0.0, retry)])
+        return True
+
+    def cut_before(self, offset: int) -> None:
+        """Keep only the bytes from `offset` on."""
+        del self.writes[: self._split(offset)]
+        self._splice(0, offset, b"")
+
     def cut(self, offset: int) -> None:
         """Keep only the bytes before `offset`."""
         size = self._size()

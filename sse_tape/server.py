@@ -122,6 +122,12 @@ class Replay(Attached):
         turn = server.state.plays[recording] - 1
         pace, key = server.options.pace, f"{recording}:{turn}"
         faults, rng = server.injector.choose(request, exchange.faults)
+        stream = pace.plan(prepared.stands_for or prepared.response, key=key)
+        resumed = None
+        if prepared.stands_for is None and (last_id := request.header("Last-Event-ID")) is not None:
+            # A reconnection: the stream goes on after the event it names (an id it never set: all of it).
+            found = stream.resume_after(last_id)
+            resumed = f"after event id {last_id!r}" if found else f"from the start: no event id {last_id!r}"
         server.journal.add(
             Matched(
                 request=exchange.number,
@@ -130,22 +136,20 @@ class Replay(Attached):
                 recording=str(recording),
                 status=prepared.response.status,
                 converted=prepared.converted,
+                resumed=resumed,
             )
         )
         dialect = dialect_for(request.path, recording.interaction)
+        injected = bool(faults) and rng is not None and self._inject(exchange, recording, faults, stream, dialect, rng)
         if prepared.stands_for is not None:
-            stream = pace.plan(prepared.stands_for, key=key)
-            if faults and rng is not None and self._inject(exchange, recording, faults, stream, dialect, rng):
+            if injected:
                 plan = await asyncio.to_thread(collapse, stream, recording.interaction, dialect)
             else:
                 plan = Plan.of(prepared.response, [stream.end_at] * len(prepared.response.chunks), stream.end_at)
             exchange.event_ends = []
         else:
-            plan = pace.plan(prepared.response, key=key)
-            if faults and rng is not None and self._inject(exchange, recording, faults, plan, dialect, rng):
-                exchange.event_ends = [b.end for b in plan.events]
-            else:
-                exchange.event_ends = prepared.event_ends
+            plan = stream
+            exchange.event_ends = [b.end for b in plan.events] if injected or resumed else prepared.event_ends
         return await server.send(exchange, plan)
 
     def _inject(

@@ -113,3 +113,51 @@ def test_splitting_a_write_keeps_the_bytes_and_their_times(bundled: dict[str, Ca
 def test_event_ends_are_where_blocks_of_finds_events(body: bytes) -> None:
     assert event_ends(body) == [b.end for b in blocks_of(body) if b.event is not None]
     assert len(event_ends(body)) == len(SSEDecoder().feed(body))
+
+
+# A feed whose events carry ids, as EventSource streams do: a retry, an id-only block, an event without its own id.
+FEED = [
+    (0.0, b"retry: 1000\n\n"),
+    (0.1, b"id: 1\ndata: one\n\n"),
+    (0.2, b"id: 2\ndata: two\n\n"),
+    (0.3, b"data: two and a half\n\n"),
+    (0.4, b"id: 3\n\n"),
+    (0.5, b"id: 4\ndata: four\n\n"),
+]
+
+
+def feed_plan() -> Plan:
+    return Plan(200, [], list(FEED), end_at=0.6)
+
+
+@pytest.mark.parametrize(
+    ("last_id", "rest"),
+    [
+        ("1", [b"id: 2\ndata: two\n\n", b"data: two and a half\n\n", b"id: 3\n\n", b"id: 4\ndata: four\n\n"]),
+        ("2", [b"data: two and a half\n\n", b"id: 3\n\n", b"id: 4\ndata: four\n\n"]),
+        ("3", [b"id: 4\ndata: four\n\n"]),
+        ("4", []),
+    ],
+)
+def test_resume_after_goes_on_after_the_block_that_set_the_id(last_id: str, rest: list[bytes]) -> None:
+    plan = feed_plan()
+    assert plan.resume_after(last_id)
+    assert [data for _, data in plan.writes] == [b"retry: 1000\n\n", *rest]  # the retry the client had is kept
+    decoder = SSEDecoder(last_event_id=last_id)
+    got = decoder.feed(plan.body)
+    assert [e.data for e in got] == [e.data for e in SSEDecoder().feed(b"".join(rest))]
+    assert [b.event.data for b in plan.events if b.event] == [e.data for e in got]  # its blocks follow the cut
+
+
+def test_resume_after_counts_the_timing_from_the_resumed_event() -> None:
+    plan = feed_plan()
+    plan.resume_after("2")
+    assert [round(t, 6) for t, _ in plan.writes] == [0.1, 0.1, 0.2, 0.3]
+    assert round(plan.end_at, 6) == 0.4
+
+
+@pytest.mark.parametrize("last_id", ["9", ""], ids=["unknown", "empty"])
+def test_an_id_the_stream_never_set_leaves_it_whole(last_id: str) -> None:
+    plan = feed_plan()
+    assert not plan.resume_after(last_id)
+    assert plan.writes == FEED

@@ -20,7 +20,19 @@ from httpx_sse import connect_sse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sse_tape import Cassette, Chunk, End, Interaction, MockServer, Request, Response, ServeOptions, aserve, serve
+from sse_tape import (
+    Cassette,
+    Chunk,
+    End,
+    Interaction,
+    MockServer,
+    Request,
+    Response,
+    ServeOptions,
+    SSEDecoder,
+    aserve,
+    serve,
+)
 from sse_tape.dialects import DIALECTS
 from sse_tape.dialects.events import TextDelta
 from sse_tape.journal import Ended
@@ -608,3 +620,43 @@ def test_running_out_of_descriptors_is_said_once_and_service_resumes() -> None:
     said = [line for line in err.splitlines() if "cannot accept connections" in line]
     assert len(said) == 1, err[-2000:]
     assert "Traceback" not in err
+
+
+def _feed(events: int) -> Cassette:
+    """A GET notification feed, as an EventSource reads one: a retry, then events that each carry an id."""
+    chunks = [Chunk(0.0, b"retry: 50\n\n")]
+    chunks += [Chunk(0.01 * n, f"id: {n}\nevent: note\ndata: note {n}\n\n".encode()) for n in range(1, events + 1)]
+    headers = (("content-type", "text/event-stream"), ("cache-control", "no-cache"))
+    return Cassette([Interaction(Request("GET", "/events"), Response(200, headers, tuple(chunks)))])
+
+
+def test_a_reconnection_with_last_event_id_resumes_after_that_event() -> None:
+    with serve(_feed(5), pace="instant") as server:
+        got = httpx.get(server.url + "/events", headers={"Last-Event-ID": "2"})
+        assert got.text == "retry: 50\n\n" + "".join(f"id: {n}\nevent: note\ndata: note {n}\n\n" for n in (3, 4, 5))
+        assert [e.resumed for e in server.journal if e.kind == "matched"] == ["after event id '2'"]
+        unknown = httpx.get(server.url + "/events", headers={"Last-Event-ID": "77"})
+        assert unknown.text == httpx.get(server.url + "/events").text  # an id it never set: the whole stream
+        assert [e.resumed for e in server.journal if e.kind == "matched"][-2] == "from the start: no event id '77'"
+
+
+def test_a_client_that_reconnects_after_a_disconnect_loses_no_event() -> None:
+    # What an EventSource does: on a dropped connection, reconnect with the last event id, and go on from there.
+    with serve(_feed(8), pace="instant", faults=["disconnect:after=3,times=2"]) as server:
+        decoder, seen, connections = SSEDecoder(), [], 0
+        while True:
+            connections += 1
+            headers = {"Last-Event-ID": decoder.last_event_id} if decoder.last_event_id else {}
+            try:
+                with httpx.stream("GET", server.url + "/events", headers=headers) as response:
+                    for piece in response.iter_raw():
+                        seen += decoder.feed(piece)
+            except httpx.RemoteProtocolError:  # the chunked body never ended: the connection was dropped
+                decoder = SSEDecoder(last_event_id=decoder.last_event_id)
+                continue
+            break
+        resumed = [e.resumed for e in server.journal if e.kind == "matched"]
+    assert connections == 3  # two drops, then the rest to its end
+    assert resumed == [None, "after event id '3'", "after event id '6'"]  # each time from the last event it had
+    assert [e.data for e in seen] == [f"note {n}" for n in range(1, 9)]  # each event once, in order
+    assert decoder.retry == 50
