@@ -19,10 +19,11 @@ from . import __version__
 from ._exceptions import ConfigError, SSETapeError
 from ._units import parse_duration
 from .cassette import Cassette, Interaction, append_interactions, check_cassette_path, find_cassettes
-from .dialects import DIALECTS, Dialect, Violation, check_error_response, detect, translate
+from .dialects import DIALECTS, Dialect, Violation, check_error_response, check_framing, detect, translate
 from .dialects import get as get_dialect
 from .faults import FAULTS, PROFILES
 from .live_faults import needs_whole_stream
+from .matching import is_streamed
 from .options import MissPolicy, ServeOptions, parse_match
 from .record import RecordMode, describe, record_once
 from .redaction import Redaction, find_secrets
@@ -728,8 +729,10 @@ def check(
     Each interaction's dialect (openai-chat, openai-completions,
     openai-responses, lmstudio-chat) is told from its path, or named with
     --dialect; every violation is reported with the position of the event and
-    the reason. Exit status: 0 when clean, 1 when violations are found, 2 when
-    the input cannot be used.
+    the reason. A stream whose events look like none of them (a notification
+    feed) is checked as plain SSE: UTF-8, and no block left unfinished. Exit
+    status: 0 when clean, 1 when violations are found, 2 when the input cannot
+    be used.
     """
     chosen = get_dialect(dialect) if dialect else None
     if (live is None) == (not cassettes):
@@ -806,6 +809,11 @@ def _check_interaction(source: str, n: int, interaction: Interaction, chosen: Di
         "error": None,
     }
     found = chosen or detect(interaction)
+    if found is None and is_streamed(interaction) and response.events():
+        # Events that look like no API sse-tape knows (a notification feed): their framing is all there is to check.
+        row["dialect"] = "sse"
+        row["violations"] = [{"event": v.event, "message": v.message} for v in check_framing(response)]
+        return row
     if found is None:
         row["error"] = "cannot tell its dialect: name it with --dialect"
         return row

@@ -122,7 +122,7 @@ class Replay(Attached):
         turn = server.state.plays[recording] - 1
         pace, key = server.options.pace, f"{recording}:{turn}"
         faults, rng = server.injector.choose(request, exchange.faults)
-        stream = pace.plan(prepared.stands_for or prepared.response, key=key)
+        stream = pace.plan(prepared.stands_for if prepared.stands_for is not None else prepared.response, key=key)
         resumed = None
         if prepared.stands_for is None and (last_id := request.header("Last-Event-ID")) is not None:
             # A reconnection: the stream goes on after the event it names (an id it never set: all of it).

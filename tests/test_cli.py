@@ -57,7 +57,7 @@ def test_version() -> None:
 
 
 def test_serve_bundled_prints_its_url_answers_any_prompt_and_stops_on_ctrl_c(bundled_server: Running) -> None:
-    assert bundled_server.banner.startswith("sse-tape: serving 13 interactions from 5 cassettes at http://127.0.0.1:")
+    assert bundled_server.banner.startswith("sse-tape: serving 14 interactions from 6 cassettes at http://127.0.0.1:")
     body = {"model": "anything", "messages": [{"role": "user", "content": "Tell me a joke"}], "stream": True}
     got = httpx.post(bundled_server.url + "/v1/chat/completions", json=body)
     assert got.status_code == 200
@@ -210,11 +210,10 @@ def test_show_and_check_take_folders() -> None:
     shown = CliRunner().invoke(cli, ["show", "cassettes/"])
     assert shown.exit_code == 0
     headers = [line for line in shown.output.splitlines() if line.startswith("cassettes/")]
-    assert headers == [
-        f"cassettes/{name}.toml: {len(Cassette.load(path))} interactions" for name, path in sorted(BUNDLED.items())
-    ]
+    counts = {name: len(Cassette.load(path)) for name, path in BUNDLED.items()}
+    assert headers == [f"cassettes/{name}.toml: {n} interaction{'s'[: n != 1]}" for name, n in sorted(counts.items())]
     checked = CliRunner().invoke(cli, ["check", "cassettes/"])
-    assert checked.output.splitlines()[-1] == "checked 13 interactions: 0 violations"
+    assert checked.output.splitlines()[-1] == "checked 14 interactions: 0 violations"
 
 
 @pytest.mark.parametrize("command", [["serve"], ["check"], ["check", "--secrets"], ["show"]])
@@ -240,7 +239,8 @@ def test_convert_both_ways_is_byte_exact(tmp_path: Path, name: str) -> None:
     packed, back = tmp_path / f"{name}.msgpack", tmp_path / f"{name}.toml"
     first = runner.invoke(cli, ["convert", str(BUNDLED[name]), str(packed)])
     assert first.exit_code == 0, first.output
-    assert first.output == f"wrote {packed} ({len(Cassette.load(BUNDLED[name]))} interactions)\n"
+    n = len(Cassette.load(BUNDLED[name]))
+    assert first.output == f"wrote {packed} ({n} interaction{'s'[: n != 1]})\n"
     assert runner.invoke(cli, ["convert", str(packed), str(back)]).exit_code == 0
     assert back.read_bytes() == BUNDLED[name].read_bytes()
     again = tmp_path / "again.msgpack"
@@ -259,7 +259,23 @@ def test_check_passes_every_bundled_cassette() -> None:
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert f"{BUNDLED['lmstudio-chat']} #1 POST /api/v1/chat (lmstudio-chat): ok" in lines
-    assert lines[-1] == "checked 13 interactions: 0 violations"
+    assert lines[-1] == "checked 14 interactions: 0 violations"
+
+
+def test_check_reads_a_stream_of_no_known_api_for_its_framing(tmp_path: Path) -> None:
+    feed = Cassette.load(BUNDLED["events"])
+    assert (
+        CliRunner()
+        .invoke(cli, ["check", str(BUNDLED["events"])])
+        .output.splitlines()[0]
+        .endswith("#1 GET /events (sse): ok")
+    )
+    response = feed.interactions[0].response
+    cut = replace(response, chunks=(*response.chunks, Chunk(3.0, b"id: 6\ndata: half")))
+    broken = Cassette([replace(feed.interactions[0], response=cut)]).save(tmp_path / "cut.toml")
+    result = CliRunner().invoke(cli, ["check", str(broken)])
+    assert result.exit_code == 1
+    assert "  event 6: the stream ends in the middle of a block" in result.output.splitlines()
 
 
 def _broken_chat(tmp_path: Path) -> Path:

@@ -19,7 +19,7 @@ from clients import openai_client
 from test_cli import Running
 from test_pytest_plugin import greeting_cassette
 
-from sse_tape import MockServer
+from sse_tape import MockServer, SSEDecoder
 from sse_tape.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,7 +59,9 @@ def test_the_sdk_snippet_prints_the_greeting(instant_server: MockServer) -> None
 def test_the_library_snippet_runs_as_it_is() -> None:
     out = run_python(block("library")).splitlines()
     assert out[0] == HELLO
-    assert out[1].startswith("[Recording(cassette='lmstudio-chat.toml', index=1), ")
+    assert out[1].startswith(
+        "[Recording(cassette='events.toml', index=1), Recording(cassette='lmstudio-chat.toml', index=1), "
+    )
     assert out[2] == "[]"
     assert out[3] == "Hi there! How"  # five events (the role frame and four pieces of text), then the error
     assert out[4].startswith("the stream failed as asked: ")
@@ -100,6 +102,17 @@ def test_the_bundled_cassettes_answer_what_the_readme_says(instant_server: MockS
     lmstudio = httpx.post(instant_server.url + "/api/v1/chat", json={"model": "any", "input": "Hi"}).json()
     assert [o["type"] for o in lmstudio["output"]] == ["reasoning", "tool_call", "message"]
     assert {m.id for m in client.models.list()} >= {"local-model", "llama-3.1-8b"}
+    feed = SSEDecoder().feed(httpx.get(instant_server.url + "/events").content)
+    assert [(e.id, e.event) for e in feed] == [
+        ("1", "deploy"),
+        ("2", "deploy"),
+        ("3", "alert"),
+        ("4", "deploy"),
+        ("5", "deploy"),
+    ]
+    resumed = httpx.get(instant_server.url + "/events", headers={"Last-Event-ID": "3"}).content
+    assert SSEDecoder().feed(resumed) == feed[3:]
+    assert resumed.startswith(b"retry: 1000\n\n")
 
 
 def test_the_pytest_example_passes_in_a_project_of_its_own(pytester: pytest.Pytester) -> None:

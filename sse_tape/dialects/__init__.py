@@ -12,7 +12,8 @@ from dataclasses import replace
 
 from .. import _json
 from .._exceptions import ConfigError
-from ..cassette import Chunk, Interaction, Response
+from ..cassette import Chunk, End, Interaction, Response
+from ..sse import SSEDecoder
 from .answer import Answer, Call
 from .base import Dialect, Prompt, Violation
 from .events import Start
@@ -29,6 +30,7 @@ __all__ = [
     "Prompt",
     "Violation",
     "check_error_response",
+    "check_framing",
     "detect",
     "dialect_for",
     "for_path",
@@ -163,6 +165,23 @@ def check_error_response(response: Response) -> list[Violation]:
     error = obj.get("error") if isinstance(obj, dict) else None
     if not isinstance(error, dict) or not isinstance(error.get("message"), str):
         return [Violation(None, f"error response {response.status} has no error.message")]
+    return []
+
+
+def check_framing(response: Response) -> list[Violation]:
+    """What is wrong with an event stream of no API sse-tape knows (a notification feed): its framing alone.
+
+    Its bytes must be UTF-8, and a stream that ended complete must not end in the middle of a block.
+    """
+    body = response.body
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return [Violation(None, f"the stream is not UTF-8 at byte {exc.start}")]
+    decoder = SSEDecoder()
+    sent = decoder.feed(body)
+    if decoder.end() and response.end is End.COMPLETE:
+        return [Violation(len(sent) + 1, "the stream ends in the middle of a block")]
     return []
 
 
