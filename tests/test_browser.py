@@ -172,24 +172,29 @@ class PageServer:
         await self._runner.cleanup()
 
 
-def test_a_page_from_another_origin_reads_a_chat_stream_with_fetch(tmp_path: Path) -> None:
+def visit(pages: PageServer, profile: Path) -> None:
+    """Open the page in Chromium, and wait until it reports back (a minute at most, whatever the machine's load)."""
     assert CHROMIUM is not None
+    browser = subprocess.Popen(
+        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", pages.url],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(1200):
+            if pages.result is not None or browser.poll() is not None:
+                break
+            time.sleep(0.05)
+    finally:
+        browser.terminate()
+        browser.wait(timeout=30)
+
+
+def test_a_page_from_another_origin_reads_a_chat_stream_with_fetch(tmp_path: Path) -> None:
     # At the recorded pace: the page reads a real stream, chunk by chunk, from another origin.
     with serve() as server, run_in_thread(PageServer(PAGE.replace("URL", server.url))) as pages:
         assert not pages.url.startswith(server.url)  # localhost, not 127.0.0.1, and another port
-        browser = subprocess.Popen(
-            [CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", pages.url],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            for _ in range(1200):  # a minute at most, whatever the machine's load
-                if pages.result is not None or browser.poll() is not None:
-                    break
-                time.sleep(0.05)
-        finally:
-            browser.terminate()
-            browser.wait(timeout=30)
+        visit(pages, tmp_path / "profile")
     assert pages.result == {"rendered": '<p id="out">Hi there! How can I help you today?</p>', "chunks": 12}
 
 
@@ -236,7 +241,6 @@ for (const kind of ["deploy", "alert"]) {
 
 
 def test_an_eventsource_reconnects_after_a_drop_and_resumes_where_it_was(tmp_path: Path) -> None:
-    assert CHROMIUM is not None
     feed = next(p for p in bundled_cassettes() if p.stem == "events")
     # The bundled feed, its connection dropped after two events: the browser waits the feed's retry (1 s),
     # reconnects with Last-Event-ID, and gets the rest.
@@ -244,19 +248,7 @@ def test_an_eventsource_reconnects_after_a_drop_and_resumes_where_it_was(tmp_pat
         serve(feed, pace="instant", faults=["disconnect:after=2,times=1"]) as server,
         run_in_thread(PageServer(EVENTSOURCE.replace("URL", server.url))) as pages,
     ):
-        browser = subprocess.Popen(
-            [CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", pages.url],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            for _ in range(1200):  # a minute at most, whatever the machine's load
-                if pages.result is not None or browser.poll() is not None:
-                    break
-                time.sleep(0.05)
-        finally:
-            browser.terminate()
-            browser.wait(timeout=30)
+        visit(pages, tmp_path / "profile")
         resumed = [e.resumed for e in server.journal if e.kind == "matched"]
     assert pages.result == {
         "seen": [
