@@ -668,9 +668,13 @@ def _scope_cassettes(config: pytest.Config, node: Any, scope: str, marked: Marke
 
 def _server(config: pytest.Config, settings: _Settings, marked: Marked, node: Any, scope: str) -> MockServer:
     """The server for a test, a module or the session: replaying its cassettes, or recording into one."""
-    from .cassette import Cassette, find_cassettes
     from .options import MissPolicy, ServeOptions
-    from .server import MockServer, recording_server
+    from .server import MockServer, load_cassettes, recording_server
+
+    def load(chosen: list[Path]) -> list[Any]:
+        """The cassettes among `chosen` that exist (`load_cassettes` of none would be the bundled ones)."""
+        there = [p for p in chosen if p.exists()]
+        return load_cassettes(there) if there else []
 
     paths = _scope_cassettes(config, node, scope, marked)
     model = marked.model or settings.model
@@ -694,7 +698,7 @@ def _server(config: pytest.Config, settings: _Settings, marked: Marked, node: An
         # are replayed as they are.
         own = _scope_cassettes(config, node, scope, Marked())[0]
         target = next((p for p in paths if not p.is_dir() and not str(p).endswith("/")), own)
-        also = [Cassette.load(f) for f in find_cassettes(p for p in paths if p != target and p.exists())]
+        also = load([p for p in paths if p != target])
         mode = settings.record
         if mode == "rewrite":
             rewritten = config.stash[_REWRITTEN]
@@ -711,7 +715,7 @@ def _server(config: pytest.Config, settings: _Settings, marked: Marked, node: An
         raise pytest.UsageError(
             f"no cassette {missing[0]}: record it with --sse-tape-record=once --sse-tape-upstream URL"
         )
-    cassettes = [Cassette.load(f) for f in find_cassettes(p for p in paths if p.exists())]
+    cassettes = load(paths)
     models = [synthesizer.engine.id] if synthesizer is not None else []
     return MockServer(cassettes, options=options, model=synthesizer, models=models)
 
