@@ -21,7 +21,7 @@ from ._units import parse_duration
 from .cassette import Cassette, Interaction, append_interactions, check_cassette_path, find_cassettes
 from .dialects import DIALECTS, Dialect, Violation, check_error_response, check_framing, detect, translate
 from .dialects import get as get_dialect
-from .faults import FAULTS, PROFILES
+from .faults import FAULTS, PROFILES, Stage
 from .live_faults import needs_whole_stream
 from .matching import is_streamed
 from .options import MissPolicy, ServeOptions, parse_match
@@ -833,17 +833,26 @@ def _check_interaction(source: str, n: int, interaction: Interaction, chosen: Di
 @cli.command("faults")
 def list_faults() -> None:
     """List the faults serve can inject, their keys, and the shipped profiles."""
+    width = max(map(len, FAULTS)) + 1
     for name, kind in FAULTS.items():
-        click.echo(f"{name:<11} {kind.help}")
+        click.echo(f"{name:<{width}} {kind.help}")
         if kind.keys:
             main = f"; {name}:VALUE sets {kind.main}" if kind.main else ""
-            click.echo(f"{'':<11} keys: {', '.join(key.describe() for key in kind.keys)}{main}")
+            click.echo(f"{'':<{width}} keys: {', '.join(key.describe() for key in kind.keys)}{main}")
     click.echo("\nevery fault also takes p=<probability, default 1>, times=<count> and path=<path ending>")
     click.echo("positions: 5 (after 5 events), 50% (of the events), 200b (a byte), 1.5s (a time)")
+    misbehaviours = [name for name, kind in FAULTS.items() if kind.stage is Stage.ANSWER]
     click.echo(
-        "\nwith --model, faults apply to the model's streams as it writes them, except at a % position, which needs\n"
-        "the whole stream in advance (left alone, and the journal says so); a model's answer that is not a stream\n"
-        "takes only status, ttfb, hang and empty"
+        "\n"
+        + click.wrap_text(
+            f"the misbehaviours ({', '.join(misbehaviours)}) rewrite the model's answer in the stream's "
+            "own API; a dialect with no words for one leaves the stream alone, and the journal says so",
+            width=110,
+        )
+        + "\n"
+        + "\nwith --model, faults apply to the model's streams as it writes them, except at a % position and the\n"
+        "misbehaviours, which need the whole stream in advance (left alone, and the journal says so); a model's\n"
+        "answer that is not a stream takes only status, ttfb, hang and empty"
     )
     click.echo("\nprofiles (--profile):")
     for name, specs in PROFILES.items():

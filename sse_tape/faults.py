@@ -13,7 +13,8 @@ Each fault is one `FaultKind`: its name, the stage it acts in, its keys with
 their types and defaults, and its transform of the `Plan`. A spec is parsed
 once, into a `Fault` holding typed values, when the server starts or the
 request arrives. Faults apply stage by stage: what happens before the
-stream, then events, then timing, then the wire, then the end.
+stream, then what the model answers (`misbehaviour`), then events, then
+timing, then the wire, then the end.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from . import misbehaviour
 from ._exceptions import ConfigError
 from ._units import parse_duration
 from .cassette import End, Request
@@ -60,6 +62,8 @@ class Stage(StrEnum):
     """When a fault acts, in the order faults are applied."""
 
     BEFORE = "before"
+    ANSWER = "answer"
+    """What the model says: the answer rewritten, as a model that misbehaves answers."""
     EVENTS = "events"
     TIMING = "timing"
     WIRE = "wire"
@@ -147,7 +151,9 @@ class Key:
         return f"{self.name}=<{self.kind}{', ' + default if default else ''}>"
 
 
-Transform = Callable[["Fault", Plan, Dialect, random.Random], str]
+Transform = Callable[["Fault", Plan, Dialect, random.Random, Request | None], str]
+"""What a fault does to a plan: with the dialect that frames it, the generator of its random choices,
+and the request it answers (None where none is known)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,16 +254,19 @@ def parse_faults(specs: Iterable[str]) -> list[Fault]:
 # --- applying ------------------------------------------------------------------------------------------
 
 
-def apply(faults: Sequence[Fault], plan: Plan, *, dialect: Dialect, rng: random.Random) -> list[tuple[Fault, str]]:
+def apply(
+    faults: Sequence[Fault], plan: Plan, *, dialect: Dialect, rng: random.Random, request: Request | None = None
+) -> list[tuple[Fault, str]]:
     """Apply each fault to the plan, stage by stage (within a stage, in the order given).
 
-    Returns each fault applied with what it did. `dialect` frames errors; `rng` makes the random choices.
+    Returns each fault applied with what it did. `dialect` frames errors; `rng` makes the random choices;
+    `request`, the request the plan answers, tells what tools it offered.
     """
     notes = []
     for stage in Stage:
         for fault in faults:
             if fault.stage is stage and not (plan.replaced and (stage is not Stage.BEFORE or fault.kind.replaces)):
-                notes.append((fault, fault.kind.transform(fault, plan, dialect, rng)))
+                notes.append((fault, fault.kind.transform(fault, plan, dialect, rng, request)))
     return notes
 
 
@@ -303,7 +312,7 @@ def _event_at(plan: Plan, at: Position | str) -> Block | None:
     return next((b for b in events if b.end > offset), events[-1])
 
 
-def _status_transform(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> str:
+def _status_transform(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, request: Request | None) -> str:
     plan.replaced = True
     code: int = fault["code"]
     message = fault["message"] or f"injected by sse-tape: status {code}"
@@ -318,7 +327,7 @@ def _status_transform(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Ra
     return f"answered {status} before the stream"
 
 
-def _ttfb(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> str:
+def _ttfb(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, request: Request | None) -> str:
     delay: float = fault["delay"]
     plan.headers_at = delay
     plan.writes = [(t + delay, data) for t, data in plan.writes]
@@ -326,13 +335,13 @@ def _ttfb(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> str
     return f"headers after {delay:g} s"
 
 
-def _hang(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> str:
+def _hang(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, request: Request | None) -> str:
     plan.replaced = True
     plan.hang = True
     return "accepted and never answered"
 
 
-def _empty(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> str:
+def _empty(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, request: Request | None) -> str:
     plan.replaced = True
     plan.status = 200
     plan.end_at = plan.writes[0][0] if plan.writes else 0.0  # answer when the stream would have begun
@@ -342,7 +351,7 @@ def _empty(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> st
     return "200 with no body"
 
 
-def _error(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> str:
+def _error(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, request: Request | None) -> str:
     if not plan.events:
         return "not an event stream: left alone"
     offset = _before_terminal(plan, plan.boundary(plan.offset(fault["at"])), dialect)
@@ -361,7 +370,7 @@ def _error(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> st
     return f"{dialect.name} error after event {len(sent)} at {t:.3f} s"
 
 
-def _drop(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> str:
+def _drop(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, request: Request | None) -> str:
     block = _event_at(plan, fault["at"])
     if block is None:
         return "no event to drop"
@@ -369,7 +378,7 @@ def _drop(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> str
     return f"dropped the event at byte {block.start}"
 
 
-def _duplicate(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> str:
+def _duplicate(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, request: Request | None) -> str:
     block = _event_at(plan, fault["at"])
     if block is None:
         return "no event to duplicate"
@@ -378,7 +387,7 @@ def _duplicate(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -
     return f"sent the event at byte {block.start} twice"
 
 
-def _corrupt(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> str:
+def _corrupt(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, request: Request | None) -> str:
     block = _event_at(plan, fault["at"])
     if block is None:
         return "no event to corrupt"
@@ -386,7 +395,7 @@ def _corrupt(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> 
     return f"corrupted ({fault['kind']}) the event at byte {block.start}"
 
 
-def _stall(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> str:
+def _stall(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, request: Request | None) -> str:
     offset = plan.boundary(plan.offset(fault["at"]))
     seconds: float = fault["for"]
     every: float | None = fault["heartbeat"]
@@ -395,7 +404,7 @@ def _stall(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> st
     return f"silent for {seconds:g} s at byte {offset} ({t:.3f} s){beats}"
 
 
-def _latency(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> str:
+def _latency(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, request: Request | None) -> str:
     delay: float = fault["delay"]
     jitter: float = fault["jitter"]
     writes, last = [], 0.0
@@ -407,7 +416,7 @@ def _latency(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> 
     return f"each write {delay:g} s later, jitter {jitter:g} s"
 
 
-def _bandwidth(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> str:
+def _bandwidth(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, request: Request | None) -> str:
     rate: int = fault["rate"]
     piece = max(rate // 20, 1)  # a write every 50 ms at most, so no burst outruns the rate
     writes, free_at = [], 0.0
@@ -421,7 +430,7 @@ def _bandwidth(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -
     return f"at most {rate} bytes/s"
 
 
-def _fragment(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> str:
+def _fragment(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, request: Request | None) -> str:
     size: int = fault["size"]
     gap: float = fault["gap"]
     writes: list[tuple[float, bytes]] = []
@@ -434,13 +443,13 @@ def _fragment(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) ->
     return f"{len(writes)} writes of at most {size} bytes"
 
 
-def _coalesce(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> str:
+def _coalesce(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, request: Request | None) -> str:
     if plan.writes:
         plan.writes = [(plan.writes[-1][0], plan.body)]
     return "one write"
 
 
-def _split(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> str:
+def _split(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, request: Request | None) -> str:
     if not plan.writes:
         return "no body to split"
     offset = plan.offset(fault["at"])
@@ -454,7 +463,7 @@ def _split(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> st
     return f"two writes, split at byte {offset} of {len(body)}"
 
 
-def _eol(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> str:
+def _eol(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, request: Request | None) -> str:
     style = b"\r\n" if fault["style"] == "crlf" else b"\r"
     writes = []
     for n, (t, data) in enumerate(plan.writes):
@@ -468,7 +477,7 @@ def _eol(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> str:
     return f"line ends {fault['style']}"
 
 
-def _garbage(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> str:
+def _garbage(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, request: Request | None) -> str:
     offset = plan.offset(fault["at"])
     size: int = fault["size"]
     t = plan.time_at(offset)
@@ -478,7 +487,7 @@ def _garbage(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> 
     return f"{size} random bytes at byte {offset}, then closed"
 
 
-def _disconnect(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) -> str:
+def _disconnect(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, request: Request | None) -> str:
     where: Position = fault["after"]
     offset = plan.offset(where)
     if where.unit == "seconds" and where.value >= plan.end_at:
@@ -489,6 +498,28 @@ def _disconnect(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random) 
     reset = fault["mode"] == "reset"
     plan.end, plan.end_at = (End.UPSTREAM_RESET if reset else End.INTERRUPTED), t
     return f"{'reset' if reset else 'closed'} at byte {offset} ({t:.3f} s)"
+
+
+def _offered(dialect: Dialect, request: Request | None) -> list[dict[str, Any]]:
+    """The tools a request offered, each with `name` and `parameters`."""
+    if request is None:
+        return []
+    try:
+        return [t for t in dialect.prompt(request.json()).tools if isinstance(t, dict) and "name" in t]
+    except ValueError:
+        return []
+
+
+def _misbehave(
+    make: Callable[[Fault, misbehaviour.Stream], misbehaviour.Misbehaviour],
+) -> Transform:
+    def transform(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, request: Request | None) -> str:
+        at = fault["at"] if fault.kind.key("at") is not None else None
+        return misbehaviour.rewrite(
+            plan, dialect, lambda stream: make(fault, stream), at=at, tools=_offered(dialect, request), rng=rng
+        )
+
+    return transform
 
 
 _AT = "position"
@@ -543,6 +574,31 @@ FAULTS: dict[str, FaultKind] = {
         FaultKind("disconnect", Stage.END, "drop the connection at a position: a clean close or a TCP reset",
                   (Key("after", _AT, _position, "50%"), Key("mode", "close or reset", _choice("close", "reset"), "close")),
                   _disconnect, main="after"),
+        FaultKind("refusal", Stage.ANSWER, "the answer turns into a refusal at a position",
+                  (Key("at", _AT, _position, "50%"),
+                   Key("message", "text", _text, "I'm sorry but I can't help with that.")),
+                  _misbehave(lambda f, s: misbehaviour.refusal(s, f["message"])), main="at"),
+        FaultKind("content-filter", Stage.ANSWER, "the answer stops at a position with the content-filter finish reason",
+                  (Key("at", _AT, _position, "50%"),),
+                  _misbehave(lambda f, s: misbehaviour.content_filter(s)), main="at"),
+        FaultKind("length", Stage.ANSWER,
+                  "a stop for length in the middle of the first tool call's arguments (half-way through an answer with no call)",
+                  (), _misbehave(lambda f, s: misbehaviour.length(s))),
+        FaultKind("bad-args", Stage.ANSWER,
+                  "a tool call's arguments that are not JSON (json), or JSON that breaks the tool's schema (schema); "
+                  "an answer with no call calls the first tool offered",
+                  (Key("kind", "json or schema", _choice("json", "schema"), "json"),),
+                  _misbehave(lambda f, s: misbehaviour.bad_arguments(s, f["kind"])), main="kind"),
+        FaultKind("unknown-tool", Stage.ANSWER, "a call to a tool the request did not offer (the first call renamed, or one added)",
+                  (Key("name", "tool name", _text, "sse_tape_unknown_tool"),),
+                  _misbehave(lambda f, s: misbehaviour.unknown_tool(s, f["name"])), main="name"),
+        FaultKind("duplicate-tool-id", Stage.ANSWER, "two tool calls with the same id",
+                  (), _misbehave(lambda f, s: misbehaviour.duplicate_tool_id(s))),
+        FaultKind("empty-answer", Stage.ANSWER, "the answer starts and finishes with nothing between", (),
+                  _misbehave(lambda f, s: misbehaviour.empty_answer(s))),
+        FaultKind("reasoning-only", Stage.ANSWER, "reasoning, then a finish with no answer (the recorded reasoning, or this text)",
+                  (Key("text", "text", _text, "Let me think about this step by step."),),
+                  _misbehave(lambda f, s: misbehaviour.reasoning_only(s, f["text"])), main="text"),
     )
 }  # fmt: skip
 

@@ -57,9 +57,11 @@ def _position(fault: Fault) -> Position | str | None:
 
 def needs_whole_stream(fault: Fault) -> bool:
     """Whether a fault needs the whole body in advance, which a stream still being made cannot give:
-    one at a fraction of the events (`50%`), or `split` (two writes of the whole body)."""
+    one at a fraction of the events (`50%`), `split` (two writes of the whole body), or a misbehaviour
+    (the whole answer rewritten)."""
     at = _position(fault)
-    return fault.name == "split" or (isinstance(at, Position) and at.unit is PositionUnit.FRACTION)
+    whole = fault.name == "split" or fault.stage is Stage.ANSWER
+    return whole or (isinstance(at, Position) and at.unit is PositionUnit.FRACTION)
 
 
 class LiveFaults:

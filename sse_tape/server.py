@@ -163,7 +163,7 @@ class Replay(Attached):
     ) -> bool:
         """Apply the faults to the plan, noting each in the journal; whether any was applied."""
         request = exchange.request
-        applied = apply(faults, plan, dialect=dialect, rng=rng)
+        applied = apply(faults, plan, dialect=dialect, rng=rng, request=request)
         for fault, what in applied:
             self.host.state.note_injected(fault.spec)
             self.host.journal.add(

@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -495,6 +496,14 @@ MATRIX = {
     "eol": "eol:style=cr",
     "garbage": "garbage:at=50%,size=16",
     "disconnect": "disconnect:after=50%,mode=reset",
+    "refusal": "refusal:at=2",
+    "content-filter": "content-filter",
+    "length": "length",
+    "bad-args": "bad-args:schema",
+    "unknown-tool": "unknown-tool",
+    "duplicate-tool-id": "duplicate-tool-id",
+    "empty-answer": "empty-answer",
+    "reasoning-only": "reasoning-only",
 }
 
 
@@ -508,6 +517,8 @@ MORE = [
     "fragment:size=1;eol:style=crlf",
     "status:code=429;error:at=2;fragment:size=3",
     "corrupt:at=150b,kind=json",
+    "bad-args;error:at=3;disconnect:after=80%",
+    "refusal:at=0;fragment:size=7",
 ]
 
 
@@ -559,8 +570,8 @@ def test_the_faults_command_describes_every_fault_and_profile() -> None:
     kinds = result.stdout.split("\nevery fault also takes")[0]
     names = {line.split()[0] for line in kinds.splitlines() if not line.startswith(" ")}
     assert names == set(FAULTS)
-    assert "except at a % position, which needs\nthe whole stream in advance" in result.stdout
-    assert "disconnect  drop the connection at a position: a clean close or a TCP reset" in result.stdout
+    assert "except at a % position and the\nmisbehaviours, which need the whole stream in advance" in result.stdout
+    assert re.search(r"\ndisconnect +drop the connection at a position: a clean close or a TCP reset", result.stdout)
     assert (
         "keys: at=<position, default 50%>, for=<duration, default 5s>, heartbeat=<duration>; stall:VALUE sets at"
         in result.stdout

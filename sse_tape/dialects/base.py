@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from .. import _json
 from ..cassette import Headers, Request
 from ..sse import ServerSentEvent, encode_event
-from .events import Error, Event, Start
+from .events import Error, Event, Finish, Start, ToolCallDelta, ToolCallStart
 
 __all__ = [
     "DONE",
@@ -262,6 +262,47 @@ class Dialect(ABC):
     @abstractmethod
     def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
         """Every way `events` break this API's streaming contract; `request` enables rules that depend on it."""
+
+    def _check_calls(self, events: Sequence[ServerSentEvent], request: Request | None) -> list[Violation]:
+        """What no server sends in the tool calls it streams for the client to run: two calls with one id,
+        a call to a tool the request did not offer, or arguments that are not JSON in an answer that was
+        not cut short (by an error, a stop for length or the content filter)."""
+        decoded = self.decode(events)
+        calls = [e for e in decoded if isinstance(e, ToolCallStart) and not e.server]
+        found: list[Violation] = []
+        first: dict[str, int] = {}
+        for call in calls:
+            if call.id and call.id in first:
+                found.append(
+                    Violation(None, f"tool calls {first[call.id]} and {call.index} have the same id {call.id!r}")
+                )
+            first.setdefault(call.id, call.index)
+        offered = self._offered(request)
+        found += [
+            Violation(None, f"tool call {call.index} calls {call.name!r}, which the request did not offer")
+            for call in calls
+            if offered is not None and call.name not in offered
+        ]
+        cut = any(
+            isinstance(e, Error) or (isinstance(e, Finish) and e.reason in ("length", "content_filter"))
+            for e in decoded
+        )
+        for call in () if cut else calls:
+            arguments = "".join(e.arguments for e in decoded if isinstance(e, ToolCallDelta) and e.index == call.index)
+            try:
+                _json.parse(arguments, max_depth=None)
+            except ValueError:
+                found.append(
+                    Violation(None, f"tool call {call.index} arguments are not valid JSON: {arguments[:40]!r}")
+                )
+        return found
+
+    def _offered(self, request: Request | None) -> set[str] | None:
+        """The names of the tools a request offered; None when no request is known."""
+        body = request.json() if request is not None else None
+        if not isinstance(body, dict):
+            return None
+        return {str(tool.get("name")) for tool in self.prompt(body).tools}
 
     @abstractmethod
     def prompt(self, body: Any) -> Prompt:

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .. import _json
 from ..cassette import Headers, Request
 from ..sse import ServerSentEvent, encode_comment
 from ._openai import (
@@ -279,11 +278,7 @@ class OpenAIChat(Dialect):
                     c.add(i, "finish_reason is 'tool_calls' but no tool call was streamed")
                 if reason == "stop" and calls:
                     c.add(i, "tool calls were streamed but finish_reason is 'stop'")
-        for index, arguments in calls.items() if framing.error_at is None else ():  # an error cuts calls short
-            try:
-                _json.parse(arguments, max_depth=None)
-            except ValueError:
-                c.add(None, f"tool call {index} arguments are not valid JSON: {arguments[:40]!r}")
+        c.violations += self._check_calls(events, request)
         framing.close(finished_at)
         if request is not None and wants_usage(request.json()) and not usage_seen and framing.error_at is None:
             c.add(None, "stream_options.include_usage was set but no chunk carries usage")

@@ -474,7 +474,7 @@ class OpenAIResponses(Dialect):
                         c.add(i, f"{kind} before response.output_item.done for {item_id}")
         if terminal_at is None:
             c.add(None, "no terminal event (response.completed, response.incomplete or response.failed)")
-        return c.violations
+        return c.violations + self._check_calls(events, request)
 
     @staticmethod
     def _check_item_event(c: Checker, i: int, kind: str, obj: dict[str, Any], items: dict[str, dict[str, Any]]) -> None:
