@@ -107,6 +107,16 @@ async def write_plan(
                 await out.prepare(http)  # the headers go out with the first chunk
             await out.write(data)
             progress.bytes += len(data)
+        if plan.unframed is not None:
+            at, data = plan.unframed
+            await sleep_until(start + at)
+            if not out.prepared:
+                await out.prepare(http)
+            if http.transport is not None:
+                http.transport.write(data)  # under the chunked framing aiohttp puts around each write
+                progress.bytes += len(data)
+            drop_connection(http, reset=False)
+            return out, plan.end
         await sleep_until(start + plan.end_at)
         if not out.prepared:
             await out.prepare(http)

@@ -212,7 +212,7 @@ def parse_fault(spec: str) -> Fault:
     if len(spec) > _MAX_SPEC:
         raise ConfigError(f"fault {spec[:40]!r}...: a spec is at most {_MAX_SPEC:,} characters")
     name, _, rest = spec.strip().partition(":")
-    kind = FAULTS.get(name)
+    kind = FAULTS.get(name.replace("_", "-"))  # slow_close is slow-close
     if kind is None:
         raise ConfigError(f"fault {spec!r}: unknown fault {name!r}; faults are {', '.join(FAULTS)}")
     given: dict[str, str] = {}
@@ -522,6 +522,33 @@ def _misbehave(
     return transform
 
 
+def _unlengthed(plan: Plan) -> None:
+    """Drop a recorded Content-Length, so the body goes out in chunks and its end is the last chunk."""
+    plan.headers = [(k, v) for k, v in plan.headers if k.lower() != "content-length"]
+
+
+def _bad_chunk(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, request: Request | None) -> str:
+    offset = plan.offset(fault["at"])
+    t = plan.time_at(offset)
+    rest = plan.body[offset : offset + 16]
+    plan.cut(offset)
+    _unlengthed(plan)
+    # A size line that is no hexadecimal number, with what would have come next after it.
+    plan.unframed = (t, b"zz\r\n" + rest + b"\r\n")
+    plan.end, plan.end_at = End.INTERRUPTED, t
+    return f"a chunk size line that is not one at byte {offset} ({t:.3f} s), then closed"
+
+
+def _slow_close(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, request: Request | None) -> str:
+    if plan.end is not End.COMPLETE:
+        return "the response does not end cleanly: left alone"
+    seconds: float = fault["for"]
+    last = plan.writes[-1][0] if plan.writes else 0.0
+    plan.end_at = max(plan.end_at, last) + seconds
+    _unlengthed(plan)
+    return f"the body's end (the last chunk) {seconds:g} s after its last byte"
+
+
 _AT = "position"
 
 #: Every fault, by name, in the order `sse-tape faults` lists them.
@@ -574,6 +601,12 @@ FAULTS: dict[str, FaultKind] = {
         FaultKind("disconnect", Stage.END, "drop the connection at a position: a clean close or a TCP reset",
                   (Key("after", _AT, _position, "50%"), Key("mode", "close or reset", _choice("close", "reset"), "close")),
                   _disconnect, main="after"),
+        FaultKind("bad-chunk", Stage.END,
+                  "break the HTTP chunked framing at a position: a chunk size line that is not a number, then close",
+                  (Key("at", _AT, _position, "50%"),), _bad_chunk, main="at"),
+        FaultKind("slow-close", Stage.END,
+                  "send the whole body, then end the response (its last chunk) only after this long",
+                  (Key("for", "duration", _duration(), "5s"),), _slow_close, main="for"),
         FaultKind("refusal", Stage.ANSWER, "the answer turns into a refusal at a position",
                   (Key("at", _AT, _position, "50%"),
                    Key("message", "text", _text, "I'm sorry but I can't help with that.")),

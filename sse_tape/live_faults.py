@@ -99,6 +99,8 @@ class LiveFaults:
             if needs_whole_stream(fault):
                 what = "split" if fault.name == "split" else f"at {at}"
                 self.notes.append((fault, f"{what} needs the whole stream in advance: a live stream is left alone"))
+            elif fault.name in ("bad-chunk", "slow-close"):
+                self.notes.append((fault, "HTTP framing faults act on replays only: a live stream is left alone"))
             elif fault.name == "disconnect" and isinstance(at, Position) and at.unit is PositionUnit.SECONDS:
                 self.until, self._dropper = at.value, fault
             elif at is not None:

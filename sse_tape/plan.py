@@ -189,6 +189,9 @@ class Plan:
     """Heartbeat comments through silences, besides the writes."""
     noise: Noise | None = None
     """Random bytes after the writes."""
+    unframed: Write | None = None
+    """Bytes written to the connection as they are, outside the body's HTTP framing, at a time after the
+    writes (a chunk size line that is not one); then the connection closes."""
     _blocks: list[Block] | None = None
 
     @classmethod

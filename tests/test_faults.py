@@ -10,6 +10,7 @@ import random
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -405,6 +406,62 @@ def test_garbage_then_close(server: MockServer) -> None:
     assert len(got) == len(prefix) + 32
 
 
+# --- under the SSE layer: HTTP's own framing ---------------------------------------------------------
+
+
+def test_a_bad_chunk_breaks_the_http_framing_after_the_events_before_it(server: MockServer) -> None:
+    got = bytearray()
+    with pytest.raises(httpx.RemoteProtocolError):  # h11: a chunk header it cannot read
+        read_until_broken(server, "bad-chunk:at=2", got)
+    first_two = raw(server, "").content.split(b"\n\n")[:2]
+    assert bytes(got) == b"\n\n".join(first_two) + b"\n\n"
+    assert injections(server)[-1].what.startswith(f"a chunk size line that is not one at byte {len(got)} ")
+
+
+async def test_the_async_sdk_meets_a_bad_chunk_with_a_connection_error(server: MockServer) -> None:
+    got: list[str | None] = []
+
+    async def read(client: openai.AsyncOpenAI) -> None:
+        stream = await client.chat.completions.create(**CHAT_BODY, extra_headers={"X-SSE-Tape-Fault": "bad-chunk:3"})
+        async for chunk in stream:
+            got.append(chunk.choices[0].delta.content if chunk.choices else None)
+
+    async with openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0) as client:
+        with pytest.raises(openai.APIConnectionError):
+            await read(client)
+    assert got == [None, "Hi", " there"]  # the role frame and two pieces of text, then the break
+
+
+def test_slow_close_holds_the_end_of_the_body_after_its_last_byte(server: MockServer) -> None:
+    with httpx.stream(
+        "POST", server.url + "/v1/chat/completions", json=CHAT_BODY, headers={"X-SSE-Tape-Fault": "slow-close:600s"}
+    ) as r:
+        lines = r.iter_lines()
+        assert "data: [DONE]" in iter(lines)  # every byte of the stream has come...
+        assert server.active_streams == 1  # ...and its response has not ended
+    for _ in range(500):  # the client left: the server stops waiting
+        if server.active_streams == 0:
+            break
+        time.sleep(0.01)
+    assert server.active_streams == 0
+    assert injections(server)[-1].what == "the body's end (the last chunk) 600 s after its last byte"
+    assert chat(server, "slow-close:600s") == TEXT  # the sync SDK stops at [DONE] and closes
+
+
+async def test_the_async_sdk_stops_waiting_for_a_slow_close_after_done(server: MockServer) -> None:
+    # After [DONE] the async client drains the rest of the body for a moment (to reuse the connection), then
+    # closes it: a slow close costs it that moment, not the close's 600 s. The wait_for is a safety net.
+    async with openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0) as client:
+
+        async def read() -> str:
+            stream = await client.chat.completions.create(
+                **CHAT_BODY, extra_headers={"X-SSE-Tape-Fault": "slow-close:600s"}
+            )
+            return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+
+        assert await asyncio.wait_for(read(), timeout=120) == TEXT
+
+
 # --- choosing: seeds, times, paths, the header, the control endpoint, the report ---------------------
 
 
@@ -496,6 +553,8 @@ MATRIX = {
     "eol": "eol:style=cr",
     "garbage": "garbage:at=50%,size=16",
     "disconnect": "disconnect:after=50%,mode=reset",
+    "bad-chunk": "bad-chunk:at=2",
+    "slow-close": "slow-close:for=20ms",
     "refusal": "refusal:at=2",
     "content-filter": "content-filter",
     "length": "length",
