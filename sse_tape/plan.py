@@ -293,12 +293,19 @@ class Plan:
             return False
         since = self.time_at(found - 1)
         self.cut_before(found)
-        self.writes = [(max(t - since, 0.0), data) for t, data in self.writes]
-        self.end_at = max(self.end_at - since, 0.0)
+        self.advance(since)
         if decoder.retry is not None:
             retry = f"retry: {decoder.retry}\n\n".encode()
             self.insert(0, [(self.writes[0][0] if self.writes else 0.0, retry)])
         return True
+
+    def advance(self, seconds: float) -> None:
+        """Start the plan `seconds` into it: what was due by then is due at once, the rest that much sooner.
+
+        Heartbeats stay where they are: advance a plan before faults add any.
+        """
+        self.writes = [(max(t - seconds, 0.0), data) for t, data in self.writes]
+        self.end_at = max(self.end_at - seconds, 0.0)
 
     def cut_before(self, offset: int) -> None:
         """Keep only the bytes from `offset` on."""

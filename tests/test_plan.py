@@ -161,3 +161,11 @@ def test_an_id_the_stream_never_set_leaves_it_whole(last_id: str) -> None:
     plan = feed_plan()
     assert not plan.resume_after(last_id)
     assert plan.writes == FEED
+
+
+def test_advance_sends_what_was_due_at_once_and_the_rest_that_much_sooner() -> None:
+    plan = feed_plan()
+    plan.advance(0.25)
+    assert [round(t, 6) for t, _ in plan.writes] == [0.0, 0.0, 0.0, 0.05, 0.15, 0.25]
+    assert [data for _, data in plan.writes] == [data for _, data in FEED]
+    assert round(plan.end_at, 6) == 0.35
