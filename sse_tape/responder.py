@@ -18,8 +18,8 @@ from aiohttp import web
 from ._http import Progress
 from .cassette import End, Request
 from .dialects import Dialect
-from .faults import Fault, Injector
-from .journal import Journal, ReplayState
+from .faults import Fault, Injector, Stage, apply
+from .journal import FaultInjected, Journal, ReplayState
 from .matching import Matcher
 from .options import ServeOptions
 from .plan import Plan
@@ -27,7 +27,7 @@ from .plan import Plan
 if TYPE_CHECKING:
     from .record import Recorder
 
-__all__ = ["Attached", "Exchange", "Host", "Responder"]
+__all__ = ["Attached", "Exchange", "Host", "Responder", "inject"]
 
 
 @dataclass(slots=True)
@@ -118,3 +118,36 @@ class Attached:
 
     async def close(self) -> None:
         return
+
+
+def inject(
+    host: Host, exchange: Exchange, plan: Plan, *, dialect: Dialect, recording: str | None = None, stream: bool = True
+) -> bool:
+    """Apply the faults that act on this exchange (the server's and its request's own) to its plan, noting
+    each in the journal; whether any acted.
+
+    An answer that is no `stream` takes only the faults before the stream (a status, a delay, a hang, an
+    empty body); the others are noted as left alone. `dialect` frames what the faults write; `recording`
+    names the recording the plan replays, if one does.
+    """
+    faults, rng = host.injector.choose(exchange.request, exchange.faults)
+    if not faults or rng is None:
+        return False
+    acting = faults if stream else [f for f in faults if f.stage is Stage.BEFORE]
+    request = exchange.request
+    applied = apply(acting, plan, dialect=dialect, rng=rng, request=request)
+    for fault, _ in applied:
+        host.state.note_injected(fault.spec)
+    left = [(f, "an answer that is not a stream: left alone") for f in faults if f not in acting]
+    for fault, what in [*applied, *left]:
+        host.journal.add(
+            FaultInjected(
+                request=exchange.number,
+                method=request.method,
+                path=request.path,
+                fault=fault.spec,
+                what=what,
+                recording=recording,
+            )
+        )
+    return bool(applied)

@@ -21,7 +21,6 @@ import contextlib
 import ipaddress
 import logging
 import os
-import random
 import resource
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -45,15 +44,15 @@ from .cassette import (
     find_cassettes,
 )
 from .catalog import Catalog
-from .dialects import Dialect, dialect_for
-from .faults import MAX_HEADER_FAULTS, Fault, Injector, apply, parse_faults
+from .dialects import dialect_for
+from .faults import MAX_HEADER_FAULTS, Fault, Injector, parse_faults
 from .journal import Ended, FaultInjected, Journal, Matched, Miss, Missed, Received, ReplayState
 from .matching import Matcher
 from .options import MissPolicy, ServeOptions
 from .plan import Plan, event_ends
 from .record import Forwarder, Recorder, RecordMode
 from .redaction import Redaction
-from .responder import Attached, Exchange, Responder
+from .responder import Attached, Exchange, Responder, inject
 from .shape import Shape, asked, collapse, reshape
 from .upstream import AiohttpUpstream, Upstream
 
@@ -121,7 +120,6 @@ class Replay(Attached):
         prepared = await self._prepare(recording, request)
         turn = server.state.plays[recording] - 1
         pace, key = server.options.pace, f"{recording}:{turn}"
-        faults, rng = server.injector.choose(request, exchange.faults)
         stream = pace.plan(prepared.stands_for if prepared.stands_for is not None else prepared.response, key=key)
         resumed = None
         if prepared.stands_for is None and (last_id := request.header("Last-Event-ID")) is not None:
@@ -140,7 +138,7 @@ class Replay(Attached):
             )
         )
         dialect = dialect_for(request.path, recording.interaction)
-        injected = bool(faults) and rng is not None and self._inject(exchange, recording, faults, stream, dialect, rng)
+        injected = inject(server, exchange, stream, dialect=dialect, recording=str(recording))
         if prepared.stands_for is not None:
             if injected:
                 plan = await asyncio.to_thread(collapse, stream, recording.interaction, dialect)
@@ -151,32 +149,6 @@ class Replay(Attached):
             plan = stream
             exchange.event_ends = [b.end for b in plan.events] if injected or resumed else prepared.event_ends
         return await server.send(exchange, plan)
-
-    def _inject(
-        self,
-        exchange: Exchange,
-        recording: Recording,
-        faults: list[Fault],
-        plan: Plan,
-        dialect: Dialect,
-        rng: random.Random,
-    ) -> bool:
-        """Apply the faults to the plan, noting each in the journal; whether any was applied."""
-        request = exchange.request
-        applied = apply(faults, plan, dialect=dialect, rng=rng, request=request)
-        for fault, what in applied:
-            self.host.state.note_injected(fault.spec)
-            self.host.journal.add(
-                FaultInjected(
-                    request=exchange.number,
-                    method=request.method,
-                    path=request.path,
-                    fault=fault.spec,
-                    what=what,
-                    recording=str(recording),
-                )
-            )
-        return bool(applied)
 
     async def _prepare(self, recording: Recording, request: Request) -> _Prepared:
         """The recording's response in the shape the request asks for (see `shape`)."""
