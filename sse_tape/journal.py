@@ -20,11 +20,14 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any, ClassVar
+from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 from . import _json
 from ._exceptions import ConfigError
 from .cassette import End, Recording, Request
+
+if TYPE_CHECKING:
+    from .background import BackgroundResponse
 
 __all__ = [
     "Answered",
@@ -88,11 +91,15 @@ class Matched(Entry):
     resumed: str | None = None
     """Where a reconnection (a request with `Last-Event-ID`) resumed the stream: `after event id '5'`, or
     `from the start: ...` for an id the stream never set; None for a request that is no reconnection."""
+    background: str | None = None
+    """The id the answer is kept by as a background response (the Responses API's `background: true`), to be
+    retrieved, resumed and cancelled; None for any other answer."""
 
     def line(self) -> str:
         converted = f" {self.converted}" if self.converted else ""
         resumed = f", resumed {self.resumed}" if self.resumed else ""
-        return f"{self.method} {self.path} -> {self.status} {self.recording}{converted}{resumed}"
+        background = f", in the background as {self.background}" if self.background else ""
+        return f"{self.method} {self.path} -> {self.status} {self.recording}{converted}{resumed}{background}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -326,7 +333,10 @@ class ReplayState:
     - `misses`: the requests nothing answered, each with its explanation;
     - `requests`: how many requests arrived;
     - `received`: the last `keep` requests that arrived, bodies and all, in order;
-    - `answered`: the last `keep` recordings that answered, in order (one each time it answers).
+    - `answered`: the last `keep` recordings that answered, in order (one each time it answers);
+    - `background`: the background responses replay answered (the Responses API's `background: true`), by
+      id, to be retrieved, resumed and cancelled; a later one with the same id (the same recording played
+      again) takes the place of the earlier.
     """
 
     def __init__(self, *, keep: int = 10_000) -> None:
@@ -342,6 +352,7 @@ class ReplayState:
         self.requests = 0
         self.received: deque[Request] = deque(maxlen=keep)
         self.answered: deque[Recording] = deque(maxlen=keep)
+        self.background: dict[str, BackgroundResponse] = {}
 
     def track(self, recordings: Iterable[Recording]) -> None:
         """Add recordings that can be played."""
@@ -375,7 +386,8 @@ class ReplayState:
         return [r for r in self.recordings if not self.plays[r]]
 
     def reset(self) -> None:
-        """Start over: every recording unplayed, every count at zero, no misses, nothing received."""
+        """Start over: every recording unplayed, every count at zero, no misses, nothing received, no
+        background response."""
         self.plays.clear()
         self.turns.clear()
         self.server_fault_turns.clear()
@@ -385,3 +397,4 @@ class ReplayState:
         self.requests = 0
         self.received.clear()
         self.answered.clear()
+        self.background.clear()

@@ -1,8 +1,10 @@
 """The server: each request is answered by an ordered chain of responders.
 
 `MockServer` is an aiohttp application. A request goes to its responders in
-turn until one answers: `Replay` (the recording the matcher picks, at the
-server's pace, with its faults); behind it, what the miss policy puts there
+turn until one answers: `Background` (the Responses API's background
+responses replay kept, polled, resumed and cancelled); `Replay` (the
+recording the matcher picks, at the server's pace, with its faults, keeping
+background responses); behind it, what the miss policy puts there
 (an upstream the request is forwarded to, recording what passes); last, the
 `Catalog` of the recordings' models, for clients that list them first.
 A request no responder answers gets the API's JSON error naming the closest
@@ -32,6 +34,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from . import _json
 from ._exceptions import CassetteNotFoundError, ConfigError, NoMatchError
 from ._http import ConnectionGuard, run_in_thread, write_plan
+from .background import Background, BackgroundResponse, json_plan
 from .cassette import (
     Cassette,
     End,
@@ -102,6 +105,10 @@ class Replay(Attached):
     `shape`). The JSON answer goes out when the stream would have ended at
     the server's pace, and the stream's faults make it what that faulted
     stream adds up to (an error in it, a 500; a disconnect, no answer).
+    A request for a background response (the Responses API's
+    `"background": true`) that a recorded stream answers is kept in the
+    replay state (see `background`); if it asked for no stream, it is
+    answered at once with the response, queued.
     """
 
     def __init__(self) -> None:
@@ -115,12 +122,13 @@ class Replay(Attached):
         try:
             recording = server.matcher.find(request)
         except NoMatchError as exc:
-            exchange.miss = str(exc)
+            exchange.miss = f"{exchange.miss}; {exc}" if exchange.miss else str(exc)
             return None
         prepared = await self._prepare(recording, request)
         turn = server.state.plays[recording] - 1
         pace, key = server.options.pace, f"{recording}:{turn}"
         stream = pace.plan(prepared.stands_for if prepared.stands_for is not None else prepared.response, key=key)
+        background = BackgroundResponse.of(request, stream, exchange.started)
         resumed = None
         if prepared.stands_for is None and (last_id := request.header("Last-Event-ID")) is not None:
             # A reconnection: the stream goes on after the event it names (an id it never set: all of it).
@@ -133,11 +141,18 @@ class Replay(Attached):
                 path=request.path,
                 recording=str(recording),
                 status=prepared.response.status,
-                converted=prepared.converted,
+                converted=prepared.converted if background is None or background.streamed else None,
                 resumed=resumed,
+                background=background.id if background is not None else None,
             )
         )
         dialect = dialect_for(request.path, recording.interaction)
+        if background is not None:
+            server.state.background[background.id] = background
+            if not background.streamed:  # created, and answered at once: it runs on without the client
+                plan = json_plan(background.created())
+                inject(server, exchange, plan, dialect=dialect, recording=str(recording), stream=False)
+                return await server.send(exchange, plan)
         injected = inject(server, exchange, stream, dialect=dialect, recording=str(recording))
         if prepared.stands_for is not None:
             if injected:
@@ -238,7 +253,8 @@ class MockServer:
         self.recorder = recorder if recording else None
         """What keeps the answers forwarded (the `record` policy) or synthesized (`synth`) on a miss."""
         behind = _behind_replay(self.options.on_miss, upstream, self.recorder, model)
-        self.responders: list[Responder] = [*([Replay()] if replay else []), *behind, Catalog(models)]
+        replaying: list[Responder] = [Background(), Replay()] if replay else []
+        self.responders: list[Responder] = [*replaying, *behind, Catalog(models)]
         """The chain each request goes through, in order."""
         self.active_streams = 0
         """Requests being answered right now."""
