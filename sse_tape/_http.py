@@ -99,14 +99,28 @@ async def write_plan(
         # A HEAD answer, a 204 and a 304 have no body whatever was recorded: one sent anyway would be
         # read as the start of the next response on the connection.
         bodiless = http.method == "HEAD" or plan.status in (204, 304)
+        # Writes due at the same moment go out as one (the network keeps no boundaries between writes with
+        # no time between them anyway), unless the plan wants each apart (fragment, split).
+        due, pending = 0.0, list[bytes]()
         for at, data in () if bodiless else plan.timeline():
+            if pending and at == due and not plan.apart:
+                pending.append(data)
+                continue
+            if pending:
+                await _write(http, out, b"".join(pending), progress)
             delay = start + at - loop.time()  # inline: this loop runs once per event of every stream
             if delay > 0:
                 await asyncio.sleep(delay)
+            due, pending = at, [data]
+        if pending and plan.end is End.COMPLETE and plan.end_at <= due and plan.unframed is None:
             if not out.prepared:
-                await out.prepare(http)  # the headers go out with the first chunk
-            await out.write(data)
-            progress.bytes += len(data)
+                await out.prepare(http)
+            last = b"".join(pending)
+            await out.write_eof(last)  # the last write and the body's end, in one
+            progress.bytes += len(last)
+            return out, plan.end
+        if pending:
+            await _write(http, out, b"".join(pending), progress)
         if plan.unframed is not None:
             at, data = plan.unframed
             await sleep_until(start + at)
@@ -128,6 +142,13 @@ async def write_plan(
     except (ConnectionResetError, ConnectionAbortedError):
         return out, End.CLIENT_GONE  # the client hung up between two writes
     return out, plan.end
+
+
+async def _write(http: web.Request, out: web.StreamResponse, data: bytes, progress: Progress) -> None:
+    if not out.prepared:
+        await out.prepare(http)  # the headers go out with the first chunk
+    await out.write(data)
+    progress.bytes += len(data)
 
 
 async def sleep_until(when: float) -> None:

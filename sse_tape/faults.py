@@ -440,6 +440,7 @@ def _fragment(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, re
         writes.extend((t + shift + n * gap, piece) for n, piece in enumerate(pieces))
         shift += max(len(pieces) - 1, 0) * gap
     plan.writes, plan.end_at = writes, plan.end_at + shift
+    plan.apart = True
     return f"{len(writes)} writes of at most {size} bytes"
 
 
@@ -460,6 +461,7 @@ def _split(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, reque
     # Both go when the last chunk was due, as coalesce's one write does: whatever a stall sends through its
     # silence (heartbeats, due by time) then comes before them, never between, inside a line.
     plan.writes = [(last, body[:offset]), (last, body[offset:])]
+    plan.apart = True
     return f"two writes, split at byte {offset} of {len(body)}"
 
 

@@ -189,6 +189,8 @@ class Plan:
     """Heartbeat comments through silences, besides the writes."""
     noise: Noise | None = None
     """Random bytes after the writes."""
+    apart: bool = False
+    """Send each write apart, even those due at the same moment (which otherwise go out as one)."""
     unframed: Write | None = None
     """Bytes written to the connection as they are, outside the body's HTTP framing, at a time after the
     writes (a chunk size line that is not one); then the connection closes."""
