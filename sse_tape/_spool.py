@@ -15,6 +15,7 @@ cassette type. The file is a stream of MessagePack values: a header map
 (format, version, the cassette's file name, the spool's id, when it began),
 then one array per record: `["start", n, recorded_at, method, path, query,
 headers, body]`, `["head", n, status, headers]`, `["chunk", n, t, data]`,
+`["fault", n, spec, what]` (a fault that acted on the client's copy),
 `["end", n, end, duration]`; `n` numbers the session's streams. A writer
 holds an exclusive lock on its spool, so a spool nobody holds was left by a
 session that is over. A record cut short by a crash or a full disk ends the
@@ -136,6 +137,10 @@ class SpoolWriter:
         """A piece of stream `n`'s body, as it arrived, `t` seconds after its request."""
         self._write(["chunk", n, t, data])
 
+    def fault(self, n: int, spec: str, what: str) -> None:
+        """A fault acted on what the client of stream `n` was sent: which, and what it did."""
+        self._write(["fault", n, spec, what])
+
     def end(self, n: int, end: str, duration: float) -> None:
         """Stream `n` is over: how, and when."""
         self._write(["end", n, end, duration])
@@ -182,6 +187,8 @@ class SpooledStream:
     end: str | None = None
     """How it ended, or None when the spool stops before its end."""
     duration: float | None = None
+    injected: list[tuple[str, str]] = field(default_factory=list)
+    """The faults that acted on the client's copy, each with what it did."""
 
 
 def read_spool(path: Path) -> list[SpooledStream]:
@@ -234,6 +241,9 @@ def _apply(record: Any, streams: dict[int, SpooledStream], ended: list[int], pat
         elif kind == "chunk":
             t, data = rest
             streams[n].chunks.append((float(t), bytes(data)))
+        elif kind == "fault":
+            spec, what = rest
+            streams[n].injected.append((str(spec), str(what)))
         elif kind == "end":
             end, duration = rest
             streams[n].end, streams[n].duration = str(end), float(duration)

@@ -57,6 +57,7 @@ __all__ = [
     "Cassette",
     "Chunk",
     "End",
+    "Injection",
     "Interaction",
     "MatchOn",
     "Recording",
@@ -171,13 +172,29 @@ def _first(headers: Headers, name: str) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
+class Injection:
+    """A fault that changed what the client was sent while the interaction was recorded: the fault as it was
+    written (`error:at=2`) and what it did (`openai-chat error after event 2`)."""
+
+    fault: str
+    what: str
+
+
+@dataclass(frozen=True, slots=True)
 class Interaction:
-    """One request and the response that answered it."""
+    """One request and the response that answered it.
+
+    `injected` notes the faults a recorder put on the client's copy of the
+    stream (`sse-tape record --fault`); the response is what the upstream
+    sent, whole.
+    """
 
     request: Request
     response: Response
     recorded_at: str | None = None
     """When it was recorded, as an ISO 8601 timestamp."""
+    injected: tuple[Injection, ...] = ()
+    """The faults that acted on the stream its client got, in the order they acted."""
 
 
 # What identifies a file's content without reading it: inode, size, modification time.
@@ -552,7 +569,8 @@ def _from_spool(stream: SpooledStream) -> Interaction:
     last = chunks[-1].t if chunks else 0.0
     duration = None if end is End.COMPLETE else (stream.duration if stream.duration is not None else last)
     response = Response(stream.status or 0, tuple(stream.headers), chunks, end, duration)
-    return Interaction(request, response, stream.recorded_at or None)
+    injected = tuple(Injection(fault, what) for fault, what in stream.injected)
+    return Interaction(request, response, stream.recorded_at or None, injected)
 
 
 def _write(target: Path, data: bytes) -> _Stamp:
@@ -658,6 +676,8 @@ def _interaction_to_doc(interaction: Interaction, *, binary: bool, spool: str | 
         doc["spool"] = spool
     doc["request"] = request
     doc["response"] = response
+    if interaction.injected:
+        doc["injected"] = [{"fault": i.fault, "what": i.what} for i in interaction.injected]
     return doc
 
 
@@ -740,7 +760,15 @@ def _interaction_from_doc(doc: Any, where: str) -> Interaction:
         duration=_number(resp, "duration", f"{where}: response", None),
     )
     recorded_at = doc.get("recorded_at")
-    return Interaction(request, response, None if recorded_at is None else str(recorded_at))
+    injected = doc.get("injected", [])
+    if not isinstance(injected, list):
+        raise _Invalid(f"{where}: injected must be a list")
+    notes = []
+    for n, item in enumerate(injected, 1):
+        at = f"{where}: injected {n}"
+        note = _table(item, at)
+        notes.append(Injection(_field(note, "fault", str, at), _field(note, "what", str, at)))
+    return Interaction(request, response, None if recorded_at is None else str(recorded_at), tuple(notes))
 
 
 def _chunk_from_doc(doc: Any, where: str) -> Chunk:

@@ -142,6 +142,7 @@ def lines(view: View, *, events: bool = False) -> list[str]:
     kind = response.header("content-type") or "no content-type"
     dialect = f", {view.dialect.name}" if view.dialect is not None else ""
     out.append(f"   -> {response.status} {kind}{dialect}, ended {response.end}")
+    out += [f"   its client got it faulted: {note.fault}: {note.what}" for note in view.interaction.injected]
     if view.error is not None:
         out.append(f"   error: {view.error}")
     if view.answer is not None:

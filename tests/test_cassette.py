@@ -31,7 +31,7 @@ from sse_tape import (
     bundled_cassettes,
 )
 from sse_tape._spool import SpoolWriter
-from sse_tape.cassette import find_cassettes
+from sse_tape.cassette import Injection, find_cassettes
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -59,6 +59,10 @@ def awkward_interaction() -> Interaction:
             duration=21.5,
         ),
         recorded_at="2026-11-22T05:00:00+00:00",
+        injected=(
+            Injection("latency:delay=10ms", "each write 0.01 s later, jitter 0 s"),
+            Injection('error:at=1,message=it\'s "out"', "openai-chat error after event 1"),
+        ),
     )
 
 
@@ -76,6 +80,19 @@ def test_toml_shows_json_events_as_they_are_on_the_wire(tmp_path: Path) -> None:
     )
     # A reviewer reads the event line exactly as the server sent it, with no escaping.
     assert chunk.decode().splitlines()[0] in path.read_text()
+
+
+def test_the_faults_a_recorded_client_got_are_noted_after_the_response(tmp_path: Path) -> None:
+    note = Injection("disconnect:after=3", "closed at byte 96 (0.153 s)")
+    interaction = Interaction(
+        Request("GET", "/events"), Response(chunks=(Chunk(0.1, b"data: 1\n\n"),)), injected=(note,)
+    )
+    path = Cassette([interaction]).save(tmp_path / "c.toml")
+    text = path.read_text()
+    assert '[[interactions.injected]]\nfault = "disconnect:after=3"\nwhat = "closed at byte 96 (0.153 s)"\n' in text
+    assert text.index("[[interactions.injected]]") > text.index("[[interactions.response.chunks]]")
+    assert Cassette.load(path).interactions == [interaction]
+    assert "injected" not in Cassette([replace(interaction, injected=())]).save(tmp_path / "d.toml").read_text()
 
 
 def test_non_utf8_chunks_are_stored_as_base64_in_toml(tmp_path: Path) -> None:
@@ -218,6 +235,16 @@ def test_newer_format_asks_to_upgrade() -> None:
             "response = {status = 200, duration = inf}\n",
             r"interaction 1: response.duration must be a finite number",
         ),
+        (
+            'format_version = 1\n[[interactions]]\nrequest = {method = "GET", path = "/"}\nresponse = {status = 200}\n'
+            'injected = "error:3"\n',
+            r"interaction 1: injected must be a list",
+        ),
+        (
+            'format_version = 1\n[[interactions]]\nrequest = {method = "GET", path = "/"}\nresponse = {status = 200}\n'
+            'injected = [{fault = "error:3"}]\n',
+            r"interaction 1: injected 1\.what is missing",
+        ),
     ],
     ids=[
         "missing-path",
@@ -229,6 +256,8 @@ def test_newer_format_asks_to_upgrade() -> None:
         "inf-t",
         "status-1000",
         "inf-duration",
+        "injected-not-a-list",
+        "injected-without-what",
     ],
 )
 def test_malformed_interactions_say_where(tmp_path: Path, text: str, message: str) -> None:
@@ -320,6 +349,8 @@ def _spooled(cassette: Path, *streams: tuple[Interaction, bool]) -> SpoolWriter:
         spool.head(n, response.status, list(response.headers))
         for chunk in response.chunks:
             spool.chunk(n, chunk.t, chunk.data)
+        for note in interaction.injected:
+            spool.fault(n, note.fault, note.what)
         if ended:
             spool.end(n, str(response.end), response.end_time)
     return spool
@@ -356,7 +387,8 @@ def test_a_hand_written_inline_interactions_array_is_appended_to_by_rewriting(tm
 
 def test_a_killed_sessions_spool_is_read_with_its_cassette_until_the_next_write_takes_it_in(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
-    first = Interaction(Request("GET", "/1"), Response(chunks=(Chunk(0.1, b"data: 1\n\n"),)), "t")
+    note = Injection("disconnect:after=0", "closed at byte 0 (0.000 s)")
+    first = Interaction(Request("GET", "/1"), Response(chunks=(Chunk(0.1, b"data: 1\n\n"),)), "t", (note,))
     cut = Interaction(Request("GET", "/2"), Response(chunks=(Chunk(0.2, b"data: 2\n\n"),)), "t")
     spool = _spooled(path, (first, True), (cut, False))
     with pytest.raises(CassetteNotFoundError):
