@@ -9,6 +9,10 @@ which bytes it becomes (error, drop, duplicate, corrupt), where the
 connection ends (garbage, disconnect), when its bytes are due (stall,
 latency, bandwidth) and how they are written (fragment, coalesce, eol).
 
+The stream may come in pieces that cut its blocks anywhere (an upstream's
+reads): a piece of a block waits for the rest of it, so that each fault
+sees whole events; the model's frames are whole blocks, and pass at once.
+
 A position in events, bytes or seconds is reached as the stream goes. A
 fraction of the events (`50%`) needs the whole stream in advance: a fault
 placed so leaves a live stream alone, and its note says so. A position past
@@ -28,7 +32,7 @@ from .cassette import End
 from .dialects import Dialect
 from .dialects.events import Start
 from .faults import Fault, Stage, apply, corrupted, error_frames
-from .plan import Beats, Noise, Plan, Position, PositionUnit, Write, blocks_of, event_ends
+from .plan import Beats, Noise, Plan, Position, PositionUnit, Write, blocks_of, event_ends, whole_blocks
 from .sse import ServerSentEvent, encode_comment
 
 __all__ = ["LiveFaults", "needs_whole_stream"]
@@ -75,7 +79,9 @@ class LiveFaults:
     at a time drops the connection, and `notes` what each fault did.
     """
 
-    def __init__(self, faults: Sequence[Fault], *, dialect: Dialect, rng: random.Random, start: Start) -> None:
+    def __init__(
+        self, faults: Sequence[Fault], *, dialect: Dialect, rng: random.Random, start: Start | None = None
+    ) -> None:
         self.dialect = dialect
         self.rng = rng
         self.start = start
@@ -112,6 +118,8 @@ class LiveFaults:
                 self._shapers.append(fault)
                 self.notes.append((fault, _SHAPES[fault.name](fault)))
         self._sent: list[ServerSentEvent] = []  # the events that went out, for an error's frames
+        self._partial = b""  # the start of a block whose end has not come yet
+        self._t = 0.0  # when the last piece came
         self._events_in = self._bytes_in = 0  # what the model wrote so far
         self._events_out = self._bytes_out = 0  # what went out of the event stage so far
         self._shift = 0.0  # how much later than the model wrote it a byte is due (ttfb, stalls, fragment gaps)
@@ -133,12 +141,21 @@ class LiveFaults:
             self._shift = self._last = plan.headers_at
 
     def feed(self, t: float, frame: bytes) -> list[Write]:
-        """The writes for a frame the model's stream made at `t`."""
+        """The writes for a frame (or any piece) the stream made at `t`."""
+        self._t = t
+        data = self._partial + frame
+        whole = whole_blocks(data)
+        self._partial = data[whole:]
+        return self._blocks(t, data[:whole])
+
+    def _blocks(self, t: float, body: bytes) -> list[Write]:
+        """The writes for these blocks, which came at `t`."""
         writes: list[Write] = []
-        for block in blocks_of(frame):
+        base = self._bytes_in
+        for block in blocks_of(body, base):
             if self.end is not None:
                 break
-            data = frame[block.start : block.end]
+            data = body[block.start - base : block.end - base]
             for piece in self._events(t, data, block.event):
                 writes += self._wire(t, piece)
             self._events_in += block.event is not None
@@ -148,8 +165,11 @@ class LiveFaults:
         return writes
 
     def close(self) -> list[Write]:
-        """The writes that end a stream the model has finished, and what the faults still waiting do there."""
-        writes: list[Write] = []
+        """The writes that end a stream its source has finished, and what the faults still waiting do there."""
+        partial, self._partial = self._partial, b""
+        writes = self._blocks(self._t, partial)  # a block the stream never finished goes as it is
+        if self.end is not None:
+            return writes
         for fault in list(self._pending):
             if fault.name == "stall":
                 writes += self._silence(self._last, fault)
@@ -189,8 +209,14 @@ class LiveFaults:
         for fault in [f for f in self._pending if f.stage is Stage.EVENTS]:
             name, at = fault.name, _position(fault)
             if name == "error":
-                if (event is not None and self.dialect.is_terminal(event)) or self._reached(at, len(data), t):
-                    pieces = [error_frames(fault, self.dialect, self._sent, self.start)]
+                # At event 0 the error goes before the first event, as a replay's does: after what precedes it.
+                first = isinstance(at, Position) and at.unit is PositionUnit.EVENTS and at.value == 0
+                reached = self._reached(at, len(data), t) and not (first and event is None)
+                if (event is not None and self.dialect.is_terminal(event)) or reached:
+                    start = self.start
+                    if start is None and event is not None and not self._sent:  # the stream opens as it would have
+                        start = next((e for e in self.dialect.decode([event]) if isinstance(e, Start)), None)
+                    pieces = [error_frames(fault, self.dialect, self._sent, start)]
                     self._done(fault, f"{self.dialect.name} error after event {len(self._sent)}")
                     self.end = End.COMPLETE
                     return pieces

@@ -23,7 +23,18 @@ from ._units import parse_duration
 from .cassette import End, Response
 from .sse import ServerSentEvent, SSEDecoder
 
-__all__ = ["Beats", "Block", "Noise", "Plan", "Position", "PositionUnit", "Write", "blocks_of", "event_ends"]
+__all__ = [
+    "Beats",
+    "Block",
+    "Noise",
+    "Plan",
+    "Position",
+    "PositionUnit",
+    "Write",
+    "blocks_of",
+    "event_ends",
+    "whole_blocks",
+]
 
 #: One write: when it is due, in seconds from the request's arrival, and its bytes.
 Write = tuple[float, bytes]
@@ -58,6 +69,15 @@ def blocks_of(body: bytes, at: int = 0) -> list[Block]:
     if start < len(body):
         blocks.append(Block(at + start, at + len(body), None))
     return blocks
+
+
+def whole_blocks(data: bytes) -> int:
+    """How many bytes at the start of `data`, a stream's beginning, are whole blocks. A CR at the very end
+    may be the first half of a CRLF: the block it would end waits for the next byte."""
+    ends = [m.end() for m in _BLOCK_END.finditer(data)]
+    if ends and ends[-1] == len(data) and data.endswith(b"\r"):
+        ends.pop()
+    return ends[-1] if ends else 0
 
 
 @dataclass(frozen=True, slots=True)

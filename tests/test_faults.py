@@ -28,6 +28,7 @@ from sse_tape import (
     Cassette,
     Chunk,
     ConfigError,
+    End,
     Interaction,
     MockServer,
     Pacing,
@@ -42,7 +43,8 @@ from sse_tape.dialects import DIALECTS, dialect_for
 from sse_tape.dialects.events import Error
 from sse_tape.faults import FAULTS, PROFILES, apply, load_profile, parse_fault
 from sse_tape.journal import FaultInjected
-from sse_tape.plan import Position
+from sse_tape.live_faults import LiveFaults
+from sse_tape.plan import Plan, Position
 
 CHAT_BODY = {
     "model": "local-model",
@@ -621,6 +623,35 @@ async def test_every_fault_against_every_bundled_interaction_crashes_nothing_and
         assert 500 not in statuses  # no fault made the server itself fail
         assert running.state.requests == len(specs) * len(interactions)
     assert len(os.listdir("/proc/self/fd")) == open_files  # every socket, of both sides, is closed
+
+
+# Faults whose bytes a live stream and a replay both make, with no random choice in them.
+EVENT_FAULTS = ["error:at=0", "error:at=2", "drop:at=1", "drop:at=done", "duplicate:at=3", "corrupt:at=2"]
+WIRE_FAULTS = ["disconnect:after=3", "garbage:at=2,size=8", "eol:crlf", "error:at=40b"]
+
+
+@pytest.mark.parametrize("spec", EVENT_FAULTS + WIRE_FAULTS)
+def test_a_live_stream_cut_anywhere_gets_what_a_replay_of_it_gets(spec: str) -> None:
+    # An upstream's reads cut events anywhere: fed one byte at a time, the live faults act on whole events,
+    # and make of every bundled stream (the EventSource feed's leading retry: too) the bytes a replay makes.
+    for path in bundled_cassettes():
+        for interaction in Cassette.load(path):
+            response = interaction.response
+            if response.status != 200 or response.header("content-type") != "text/event-stream":
+                continue
+            dialect = dialect_for(interaction.request.path, interaction)
+            live = LiveFaults([parse_fault(spec)], dialect=dialect, rng=random.Random(7))
+            writes = []
+            for piece in (response.body[n : n + 1] for n in range(len(response.body))):
+                if live.end is None:
+                    writes += live.feed(0.0, piece)
+            writes += live.close() if live.end is None else []
+            plan = Plan.of(response, [c.t for c in response.chunks], response.end_time)
+            apply([parse_fault(spec)], plan, dialect=dialect, rng=random.Random(7))
+            sent = b"".join(data for _, data in writes)
+            noise = b"".join(data for _, data in live.noise or ())
+            assert sent + noise == plan.body + b"".join(data for _, data in plan.noise or ()), path.name
+            assert (live.end or End.COMPLETE) is plan.end, path.name
 
 
 def test_the_faults_command_describes_every_fault_and_profile() -> None:
