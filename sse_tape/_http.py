@@ -1,5 +1,6 @@
-"""Wire helpers the server and the recorder share: headers that do not travel, writing a plan, dropping a
-connection, keeping connections in bounds, and running an async server in a thread for synchronous code."""
+"""Wire helpers the server and the recorder share: headers that do not travel, writing a plan or a live
+stream under its faults, dropping a connection, keeping connections in bounds, and running an async server
+in a thread for synchronous code."""
 
 from __future__ import annotations
 
@@ -11,22 +12,28 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiohttp import web
 
 from .cassette import End
 from .plan import Plan
 
+if TYPE_CHECKING:
+    from .faults import Fault
+    from .live_faults import LiveFaults
+
 __all__ = [
     "HOP_BY_HOP",
     "ConnectionGuard",
     "Progress",
     "drop_connection",
+    "end_live",
     "end_to_end",
     "has_header",
     "run_in_thread",
     "sleep_until",
+    "stream_live",
     "write_plan",
 ]
 
@@ -149,6 +156,64 @@ async def _write(http: web.Request, out: web.StreamResponse, data: bytes, progre
         await out.prepare(http)  # the headers go out with the first chunk
     await out.write(data)
     progress.bytes += len(data)
+
+
+async def stream_live(
+    out: web.StreamResponse,
+    live: LiveFaults,
+    pieces: asyncio.Queue[tuple[float, bytes] | None],
+    *,
+    started: float,
+    progress: Progress,
+    sent: bytearray,
+    noted: Callable[[list[tuple[Fault, str]]], None],
+) -> bool:
+    """Send a stream still being made as its faults make it: each piece from `pieces` (`(t, bytes)`, `t`
+    seconds from the request's arrival at `started`, on the loop's clock; None when the source is done),
+    every write when it is due, until the source is done or a fault ends the stream.
+
+    What is sent is added to `sent`; what the faults did goes to `noted` as they do it. Returns whether
+    the source came to its end (False: a fault ended the stream first, and the source may stop).
+    """
+    loop = asyncio.get_running_loop()
+    done = False
+    while not done and live.end is None:
+        wait = None if live.until is None else max(started + live.until - loop.time(), 0.0)
+        try:
+            piece = await asyncio.wait_for(pieces.get(), wait)
+        except TimeoutError:  # a disconnect's time came while the source was quiet
+            live.expire(live.until or 0.0)
+            break
+        done = piece is None
+        for due, chunk in live.close() if piece is None else live.feed(*piece):
+            if live.until is not None and due >= live.until:
+                await sleep_until(started + live.until)
+                live.expire(live.until)
+                break
+            await sleep_until(started + due)
+            sent += chunk
+            await out.write(chunk)
+            progress.bytes += len(chunk)
+        noted(live.take_notes())
+    noted(live.take_notes())
+    return done
+
+
+async def end_live(
+    http: web.Request, out: web.StreamResponse, live: LiveFaults, end: End, *, started: float, progress: Progress
+) -> End:
+    """End a stream `stream_live` sent: as its faults ended it, else as `end` (how its source ended) says:
+    the body's end when its faults are through with it, or a dropped connection. Returns how it ended."""
+    end = live.end or end
+    if end is End.COMPLETE:
+        await sleep_until(started + live.end_at)
+        await out.write_eof()
+        return end
+    for _, noise in live.noise or ():
+        await out.write(noise)
+        progress.bytes += len(noise)
+    drop_connection(http, reset=end is End.UPSTREAM_RESET)
+    return end
 
 
 async def sleep_until(when: float) -> None:

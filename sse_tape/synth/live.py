@@ -33,7 +33,7 @@ from aiohttp import web
 
 from .. import _json
 from .._exceptions import ModelError
-from .._http import drop_connection, sleep_until
+from .._http import end_live, sleep_until, stream_live
 from ..cassette import Chunk, End
 from ..dialects import for_path
 from ..faults import Fault, Stage
@@ -63,9 +63,6 @@ class _Ends(Sequence[int]):
 
     def __getitem__(self, index: Any) -> Any:
         return self._ends[index]
-
-
-_DONE = b""
 
 
 class Synthesizer(Attached):
@@ -112,13 +109,13 @@ class Synthesizer(Attached):
             response.headers["Retry-After"] = str(self.retry_after)
             return response
         loop = asyncio.get_running_loop()
-        pieces: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+        pieces: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue()  # None: the model is done
 
         def sink(t: float, data: bytes) -> None:
             loop.call_soon_threadsafe(pieces.put_nowait, (t, data))
 
         def done() -> None:
-            loop.call_soon_threadsafe(pieces.put_nowait, (0.0, _DONE))
+            loop.call_soon_threadsafe(pieces.put_nowait, None)
             # Noted once the model is done with it: a cancelled answer's tokens are counted by then.
             loop.call_soon_threadsafe(self._note, exchange, synthesis)
 
@@ -172,7 +169,7 @@ class Synthesizer(Attached):
         self,
         exchange: Exchange,
         synthesis: Synthesis,
-        pieces: asyncio.Queue[tuple[float, bytes]],
+        pieces: asyncio.Queue[tuple[float, bytes] | None],
         capture: Capture | None,
         live: LiveFaults | None,
         headers_at: float | None,
@@ -191,9 +188,10 @@ class Synthesizer(Attached):
         if live is not None:
             return await self._faulted(exchange, synthesis, pieces, live, out, sent)
         while True:
-            t, data = await pieces.get()
-            if data is _DONE:
+            piece = await pieces.get()
+            if piece is None:
                 break
+            t, data = piece
             sent += data
             self._kept(capture, t, data)  # on disk before the client has it
             await out.write(data)
@@ -207,56 +205,32 @@ class Synthesizer(Attached):
         self,
         exchange: Exchange,
         synthesis: Synthesis,
-        pieces: asyncio.Queue[tuple[float, bytes]],
+        pieces: asyncio.Queue[tuple[float, bytes] | None],
         live: LiveFaults,
         out: web.StreamResponse,
         sent: bytearray,
     ) -> web.StreamResponse:
         """Send the stream as its faults make it, each write when it is due, and end it as they say."""
-        loop = asyncio.get_running_loop()
-        done = False
-        while not done and live.end is None:
-            wait = None if live.until is None else max(exchange.started + live.until - loop.time(), 0.0)
-            try:
-                t, data = await asyncio.wait_for(pieces.get(), wait)
-            except TimeoutError:  # a disconnect's time came while the model was quiet
-                live.expire(live.until or 0.0)
-                break
-            done = data is _DONE
-            for due, chunk in live.close() if done else live.feed(t, data):
-                if live.until is not None and due >= live.until:
-                    await sleep_until(exchange.started + live.until)
-                    live.expire(live.until)
-                    break
-                await sleep_until(exchange.started + due)
-                sent += chunk
-                await out.write(chunk)
-                exchange.progress.bytes += len(chunk)
-            self._noted(exchange, live.take_notes())
+
+        def noted(notes: list[tuple[Fault, str]]) -> None:
+            self._noted(exchange, notes)
+
+        started, progress = exchange.started, exchange.progress
+        done = await stream_live(out, live, pieces, started=started, progress=progress, sent=sent, noted=noted)
         if not done:
             synthesis.cancel()  # a fault has ended the stream: nobody reads what the model writes now
-            self._noted(exchange, live.take_notes())
-        if live.end in (None, End.COMPLETE):
-            await sleep_until(exchange.started + live.end_at)
-            await out.write_eof()
-            return out
-        assert live.end is not None
-        for _, noise in live.noise or ():
-            await out.write(noise)
-            exchange.progress.bytes += len(noise)
-        drop_connection(exchange.http, reset=live.end is End.UPSTREAM_RESET)
-        exchange.end = live.end
+        exchange.end = await end_live(exchange.http, out, live, End.COMPLETE, started=started, progress=progress)
         return out
 
     async def _whole(
         self,
         exchange: Exchange,
         synthesis: Synthesis,
-        pieces: asyncio.Queue[tuple[float, bytes]],
+        pieces: asyncio.Queue[tuple[float, bytes] | None],
         capture: Capture | None,
     ) -> web.Response:
         parts: list[tuple[float, bytes]] = []
-        while (piece := await pieces.get())[1] is not _DONE:
+        while (piece := await pieces.get()) is not None:
             parts.append(piece)
         body = b"".join(data for _, data in parts)
         exchange.status = synthesis.status
