@@ -98,6 +98,7 @@ class LiveFaults:
         self._shapers: list[Fault] = []  # those that act on every write
         self._dropper: Fault | None = None  # a disconnect at a time
         self._held: list[bytes] | None = None  # what coalesce holds back
+        self._shift = 0.0  # how much later than the source wrote it a byte is due (ttfb, stalls, gaps, latency)
         for fault in faults:
             at = _position(fault)
             if fault.stage is Stage.BEFORE:
@@ -117,12 +118,13 @@ class LiveFaults:
             else:
                 self._shapers.append(fault)
                 self.notes.append((fault, _SHAPES[fault.name](fault)))
+                if fault.name == "latency":
+                    self._shift += fault["delay"]  # every write that much later
         self._sent: list[ServerSentEvent] = []  # the events that went out, for an error's frames
         self._partial = b""  # the start of a block whose end has not come yet
         self._t = 0.0  # when the last piece came
         self._events_in = self._bytes_in = 0  # what the model wrote so far
         self._events_out = self._bytes_out = 0  # what went out of the event stage so far
-        self._shift = 0.0  # how much later than the model wrote it a byte is due (ttfb, stalls, fragment gaps)
         self._last = 0.0  # when the last write is due: none goes before it
 
     def take_notes(self) -> list[tuple[Fault, str]]:
@@ -138,7 +140,8 @@ class LiveFaults:
         """
         self.notes += apply(self._before, plan, dialect=self.dialect, rng=self.rng)
         if plan.headers_at is not None:
-            self._shift = self._last = plan.headers_at
+            self._shift += plan.headers_at
+            self._last = plan.headers_at
 
     def feed(self, t: float, frame: bytes) -> list[Write]:
         """The writes for a frame (or any piece) the stream made at `t`."""
@@ -277,9 +280,11 @@ class LiveFaults:
         name = fault.name
         shaped: list[Write] = []
         if name == "latency":
+            # The delay is in every due time already: the jitter moves each write, never before its source
+            # wrote it, and the writes keep their order.
             last = self._last
             for due, data in writes:
-                last = max(last, due + max(fault["delay"] + self.rng.uniform(-fault["jitter"], fault["jitter"]), 0.0))
+                last = max(last, due + max(self.rng.uniform(-fault["jitter"], fault["jitter"]), -fault["delay"]))
                 shaped.append((last, data))
         elif name == "bandwidth":
             rate: int = fault["rate"]

@@ -654,6 +654,25 @@ def test_a_live_stream_cut_anywhere_gets_what_a_replay_of_it_gets(spec: str) -> 
             assert (live.end or End.COMPLETE) is plan.end, path.name
 
 
+@pytest.mark.parametrize("spec", ["latency:delay=100ms", "stall:at=2,for=1s", "ttfb:1s", "error:at=3"])
+def test_a_live_stream_is_due_when_a_replay_of_it_is(spec: str) -> None:
+    # Each byte of every bundled stream, fed as recorded, is due when the replay sends it: a latency delays
+    # each write by its delay, not by the delays of all the writes before it.
+    for path in bundled_cassettes():
+        for interaction in Cassette.load(path):
+            response = interaction.response
+            if response.status != 200 or response.header("content-type") != "text/event-stream":
+                continue
+            dialect = dialect_for(interaction.request.path, interaction)
+            live = LiveFaults([parse_fault(spec)], dialect=dialect, rng=random.Random(7))
+            live.before(Plan(200, [], []))
+            writes = [w for chunk in response.chunks if live.end is None for w in live.feed(chunk.t, chunk.data)]
+            writes += live.close() if live.end is None else []
+            plan = Plan.of(response, [c.t for c in response.chunks], response.end_time)
+            apply([parse_fault(spec)], plan, dialect=dialect, rng=random.Random(7))
+            assert [t for t, data in writes for _ in data] == [t for t, data in plan.writes for _ in data], path.name
+
+
 def test_the_faults_command_describes_every_fault_and_profile() -> None:
     result = subprocess.run([sys.executable, "-m", "sse_tape", "faults"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0
