@@ -172,7 +172,7 @@ async def stream_live(
     seconds from the request's arrival at `started`, on the loop's clock; None when the source is done),
     every write when it is due, until the source is done or a fault ends the stream.
 
-    What is sent is added to `sent`; what the faults did goes to `noted` as they do it. Returns whether
+    What is sent is added to `sent`; what the faults do goes to `noted` as they decide it. Returns whether
     the source came to its end (False: a fault ended the stream first, and the source may stop).
     """
     loop = asyncio.get_running_loop()
@@ -185,7 +185,9 @@ async def stream_live(
             live.expire(live.until or 0.0)
             break
         done = piece is None
-        for due, chunk in live.close() if piece is None else live.feed(*piece):
+        writes = live.close() if piece is None else live.feed(*piece)
+        noted(live.take_notes())  # now, not once the writes are out: a stall may hold them for an hour
+        for due, chunk in writes:
             if live.until is not None and due >= live.until:
                 await sleep_until(started + live.until)
                 live.expire(live.until)
@@ -194,7 +196,6 @@ async def stream_live(
             sent += chunk
             await out.write(chunk)
             progress.bytes += len(chunk)
-        noted(live.take_notes())
     noted(live.take_notes())
     return done
 

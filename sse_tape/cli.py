@@ -308,24 +308,44 @@ class _Bar:
         self.done = done
 
 
+_FAULT_OPTIONS = [
+    click.option(
+        "--fault",
+        "faults",
+        multiple=True,
+        metavar="SPEC",
+        help="Inject a fault, as NAME[:key=value,...]; every fault takes p=, times= and path=. Repeatable. "
+        f"Faults: {', '.join(FAULTS)}; `sse-tape faults` describes them.",
+    ),
+    click.option(
+        "--profile",
+        "profiles",
+        multiple=True,
+        metavar="NAME",
+        help="Inject a named set of faults from sse-tape.toml or pyproject.toml, or a shipped one: "
+        f"{', '.join(PROFILES)}.",
+    ),
+]
+
+
+def _fault_options(command: Callable[..., None]) -> Callable[..., None]:
+    """--fault and --profile, read the same way by every command that answers requests (serve, record)."""
+    for option in reversed(_FAULT_OPTIONS):
+        command = option(command)
+    return command
+
+
+def _say_what_stays_whole(options: ServeOptions, streams: str) -> None:
+    """One line for each fault that cannot act on `streams`, made as they are sent: it needs them whole first."""
+    for fault in options.faults:
+        if needs_whole_stream(fault):
+            _log(f"fault {fault.spec!r} needs the whole stream in advance: it applies to replays, not to {streams}")
+
+
 @cli.command()
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @_server_options
-@click.option(
-    "--fault",
-    "faults",
-    multiple=True,
-    metavar="SPEC",
-    help="Inject a fault, as NAME[:key=value,...]; every fault takes p=, times= and path=. Repeatable. "
-    f"Faults: {', '.join(FAULTS)}; `sse-tape faults` describes them.",
-)
-@click.option(
-    "--profile",
-    "profiles",
-    multiple=True,
-    metavar="NAME",
-    help=f"Inject a named set of faults from sse-tape.toml or pyproject.toml, or a shipped one: {', '.join(PROFILES)}.",
-)
+@_fault_options
 @click.option(
     "--report",
     type=click.Path(path_type=Path),
@@ -388,11 +408,9 @@ def serve(
         _refuse_nothing(cassettes, paths, "serve")
     synthesizer = _synthesizer(model, model_words, options.seed, max_queue) if model is not None else None
     if synthesizer is not None:
-        for fault in options.faults:
-            if needs_whole_stream(fault):
-                _log(
-                    f"fault {fault.spec!r} needs the whole stream in advance: it applies to replays, not to the model's answers"
-                )
+        _say_what_stays_whole(options, "the model's answers")
+    elif options.on_miss is MissPolicy.FORWARD:
+        _say_what_stays_whole(options, "forwarded streams")
     try:
         models = [synthesizer.engine.id] if synthesizer is not None else []
         server = MockServer(cassettes, options=options, upstream=upstream, model=synthesizer, models=models, **listen)
@@ -481,8 +499,16 @@ def _synthesizer(model: str, words: dict[str, Any], seed: int, max_queue: int) -
 )
 @_model_options
 @_server_options
+@_fault_options
 def record(
-    url: str | None, cassette: Path, upstream: str | None, on_miss: str | None, model: str | None, **words: Any
+    url: str | None,
+    cassette: Path,
+    upstream: str | None,
+    on_miss: str | None,
+    model: str | None,
+    faults: tuple[str, ...],
+    profiles: tuple[str, ...],
+    **words: Any,
 ) -> None:
     """Record SSE sessions, with the timing of every chunk, into a cassette.
 
@@ -491,6 +517,11 @@ def record(
     through untouched as it arrives and is appended to the cassette as soon
     as it ends. Requests the record mode says to replay are answered from the
     cassette, as `sse-tape serve` would.
+
+    With --fault or --profile, the client gets each forwarded stream as the
+    faults make it, and the cassette keeps what the upstream sent, whole,
+    noting each fault that acted. A status, hang or empty fault answers in the
+    upstream's place: nothing is forwarded or recorded.
 
     One-shot mode, `sse-tape record URL -d @body.json -c FILE`: send one
     request, print the stream as it arrives, and append it.
@@ -518,8 +549,12 @@ def record(
     if upstream is not None or model is not None:
         if any(one_shot):
             raise ConfigError("-X, -d and -H are for one-shot mode; in proxy mode the client sends the requests")
-        options, listen = _options(words)
+        options, listen = _options(words, faults=faults, profiles=profiles)
         synthesizer = _synthesizer(model, model_words, options.seed, 16) if model is not None else None
+        if synthesizer is not None and options.faults:
+            _log("faults apply to replays: what the model answers is recorded, and sent, as it is")
+        else:
+            _say_what_stays_whole(options, "forwarded streams")
         try:
             server = recording_server(
                 cassette,
@@ -542,6 +577,8 @@ def record(
         if server.recorder is not None and server.recorder.failures:
             raise SSETapeError(f"{server.recorder.failures} writes to {cassette} or its spool failed: see above")
     else:
+        if faults or profiles:
+            raise ConfigError("--fault and --profile are for proxy mode: one-shot mode prints what the upstream sends")
         assert url is not None
         _record_one_shot(url, cassette, *one_shot, redaction=redaction, idle_timeout=idle_timeout)
 
@@ -849,10 +886,16 @@ def list_faults() -> None:
             "own API; a dialect with no words for one leaves the stream alone, and the journal says so",
             width=110,
         )
-        + "\n"
-        + "\nwith --model, faults apply to the model's streams as it writes them, except at a % position and the\n"
-        "misbehaviours, which need the whole stream in advance (left alone, and the journal says so); a model's\n"
-        "answer that is not a stream takes only status, ttfb, hang and empty"
+        + "\n\n"
+        + click.wrap_text(
+            "with serve --model, and on what record (or serve --on-miss forward) forwards, faults apply to streams "
+            "as they come, except split, the misbehaviours and those at a % position, which need the whole stream "
+            "in advance, and bad-chunk and slow-close (left alone, and the journal says so); an answer that is not "
+            "a stream takes only status, ttfb, hang and empty. record keeps the upstream's answer whole, with a "
+            "note of each fault its client got; status, hang and empty answer in the upstream's place, and "
+            "nothing is recorded",
+            width=110,
+        )
     )
     click.echo("\nprofiles (--profile):")
     for name, specs in PROFILES.items():

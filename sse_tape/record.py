@@ -10,6 +10,11 @@ adds it to the running matcher, so an identical request later in the session
 replays it. A crash loses at most the streams in flight, and those are saved
 as far as they got when the server is stopped.
 
+Faults act on what the client of a forwarded stream gets, as it passes (see
+`live_faults`), never on what is recorded: the cassette keeps the upstream's
+answer whole, as it came, with a note of each fault that acted
+(`Interaction.injected`), so that a replay can give either.
+
 `record_once` does the same for one request, printing the stream as it arrives.
 """
 
@@ -17,24 +22,26 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from aiohttp import web
 from yarl import URL
 
 from ._exceptions import CassetteError, UpstreamError
-from ._http import drop_connection, end_to_end
+from ._http import drop_connection, end_live, end_to_end, sleep_until, stream_live
 from ._spool import SpoolWriter
 from .cassette import (
     Cassette,
     Chunk,
     End,
     Headers,
+    Injection,
     Interaction,
     Request,
     Response,
@@ -43,8 +50,11 @@ from .cassette import (
     storable_headers,
 )
 from .dialects import Dialect
-from .journal import Forwarded, Recorded, SaveFailed, UpstreamFailed
-from .plan import event_ends
+from .faults import Fault, Stage
+from .journal import FaultInjected, Forwarded, Recorded, SaveFailed, UpstreamFailed
+from .live_faults import LiveFaults, needs_whole_stream
+from .matching import is_streamed
+from .plan import Plan, event_ends
 from .redaction import Redaction
 from .responder import Exchange, Host
 from .sse import SSEDecoder
@@ -90,6 +100,8 @@ class Capture:
     duration: float = 0.0
     spool: int | None = None
     """The stream's number in the recorder's spool, once it is spooled."""
+    injected: list[Injection] = field(default_factory=list)
+    """The faults that acted on the client's copy of the stream."""
 
     def interaction(self) -> Interaction | None:
         """The interaction so far; None if no response head ever came."""
@@ -99,7 +111,7 @@ class Capture:
         response = Response(
             self.status, self.headers, tuple(self.chunks), self.end, self.duration if ended_late else None
         )
-        return Interaction(self.request, response, self.recorded_at)
+        return Interaction(self.request, response, self.recorded_at, tuple(self.injected))
 
 
 async def _relay(
@@ -206,12 +218,19 @@ class Recorder:
             r = request
             spool.start(n, capture.recorded_at, r.method, r.path, r.query, list(r.headers), r.body)
             spool.head(n, capture.status or 0, list(headers))
+            for note in capture.injected:
+                spool.fault(n, note.fault, note.what)
 
         self._spooled(write, capture)
 
     def received(self, capture: Capture, chunk: Chunk) -> None:
         """A piece of a stream's body came: spool it."""
         self._spooled(lambda spool, n: spool.chunk(n, chunk.t, chunk.data), capture)
+
+    def injected(self, capture: Capture, note: Injection) -> None:
+        """A fault acted on what the stream's client got: note it (the recording keeps what the upstream sent)."""
+        capture.injected.append(note)
+        self._spooled(lambda spool, n: spool.fault(n, note.fault, note.what), capture)
 
     def keep(self, capture: Capture, number: int) -> None:
         """The stream of request `number` is over: record it as far as it got."""
@@ -305,6 +324,17 @@ class Forwarder:
     frame (the openai SDK closes its socket at `[DONE]`, before the upstream's
     own end): then the upstream is read to its end, `drain_timeout` seconds
     at most, so that the recording says it ended complete.
+
+    The server's faults, and those a request asks for, act on the stream the
+    client gets as it passes, event by event (a piece of an event waits for
+    the rest of it). Its recording is what the upstream sent, read to its
+    end whatever the faults do to the client's copy, or the client does,
+    with a note of each fault that acted. One that answers in
+    the stream's place (a status, no answer, no body) answers at once: the
+    request goes nowhere and nothing is recorded. An answer that is not an
+    event stream takes only `ttfb`; a fault that needs the whole stream in
+    advance (`50%`, `split`) leaves a forwarded stream alone. The journal
+    says what each did.
     """
 
     def __init__(self, upstream: Upstream, recorder: Recorder | None = None, *, drain_timeout: float = 5.0) -> None:
@@ -312,8 +342,9 @@ class Forwarder:
         self.recorder = recorder
         self.drain_timeout = drain_timeout
         self._server: Host | None = None
-        self._streams: set[asyncio.Future[web.StreamResponse]] = set()
-        self._draining: set[asyncio.Future[web.StreamResponse]] = set()
+        # The streams being read, and those read on for the recording after their client's answer is over.
+        self._streams: set[asyncio.Future[Any]] = set()
+        self._draining: set[asyncio.Future[Any]] = set()
 
     async def start(self, server: Host) -> None:
         self._server = server
@@ -345,6 +376,9 @@ class Forwarder:
                 f"{exchange.request.path}: a path may not climb out of the upstream's base path",
                 "bad_path",
             )
+        faults, rng = server.injector.choose(exchange.request, exchange.faults)
+        if faults and rng is not None:
+            return await self._respond_faulted(exchange, faults, rng)
         capture = Capture(exchange.request)
         client = _Client()
         # Shielded from the handler: when the client goes, this decides whether the upstream is cut or drained.
@@ -379,23 +413,12 @@ class Forwarder:
     async def _forward(self, exchange: Exchange, capture: Capture, client: _Client) -> web.StreamResponse:
         server = self._server
         assert server is not None
-        request = exchange.request
         recorder = self.recorder
         out = web.StreamResponse()
 
         async def on_head(capture: Capture) -> None:
+            self._head_came(exchange, capture)
             exchange.status = capture.status or 502
-            server.journal.add(
-                Forwarded(
-                    request=exchange.number,
-                    method=request.method,
-                    path=request.path,
-                    url=self.upstream.url(request),
-                    status=exchange.status,
-                )
-            )
-            if recorder is not None:
-                recorder.begin(capture)
             out.set_status(exchange.status)
             for name, value in end_to_end(capture.headers):
                 out.headers.add(name, value)
@@ -421,9 +444,7 @@ class Forwarder:
         try:
             await _relay(self.upstream, capture, on_head=on_head, on_chunk=on_chunk)
         except UpstreamError as exc:
-            server.journal.add(
-                UpstreamFailed(request=exchange.number, method=request.method, path=request.path, reason=str(exc))
-            )
+            self._upstream_failed(exchange, exc)
             return server.error(exchange, 502, str(exc), "bad_gateway")
         except (ConnectionResetError, ConnectionAbortedError):
             capture.end = End.CLIENT_GONE
@@ -447,6 +468,168 @@ class Forwarder:
             # The upstream broke off or went silent: so does the response the client gets.
             drop_connection(exchange.http, reset=capture.end is End.UPSTREAM_RESET)
         return out
+
+    def _head_came(self, exchange: Exchange, capture: Capture) -> None:
+        """The upstream's response head came: journal it, and start recording."""
+        assert self._server is not None
+        request = exchange.request
+        self._server.journal.add(
+            Forwarded(
+                request=exchange.number,
+                method=request.method,
+                path=request.path,
+                url=self.upstream.url(request),
+                status=capture.status or 502,
+            )
+        )
+        if self.recorder is not None:
+            self.recorder.begin(capture)
+
+    def _upstream_failed(self, exchange: Exchange, exc: UpstreamError) -> None:
+        assert self._server is not None
+        request = exchange.request
+        self._server.journal.add(
+            UpstreamFailed(request=exchange.number, method=request.method, path=request.path, reason=str(exc))
+        )
+
+    # --- faults on forwarded streams ---------------------------------------------------------------
+
+    async def _respond_faulted(self, exchange: Exchange, faults: list[Fault], rng: random.Random) -> web.StreamResponse:
+        """Forward the request, and send its client the answer as `faults` make it; record the answer as it came."""
+        server = self._server
+        assert server is not None
+        whole = [f for f in faults if needs_whole_stream(f)]
+        self._noted(exchange, None, [(f, "needs the whole stream in advance: forwarded as it is") for f in whole])
+        live = LiveFaults([f for f in faults if f not in whole], dialect=exchange.dialect, rng=rng)
+        plan = Plan(200, [], [])
+        live.before(plan)
+        if plan.replaced:  # a status, no answer or no body, in the upstream's place
+            unsent = "not forwarded" if self.recorder is None else "not forwarded, nothing recorded"
+            self._noted(exchange, None, [(f, f"{what}; {unsent}") for f, what in live.take_notes()])
+            return await server.send(exchange, plan)
+        capture = Capture(exchange.request)
+        self._noted(exchange, capture, live.take_notes())
+        head: asyncio.Future[UpstreamError | None] = asyncio.get_running_loop().create_future()
+        pieces: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue()
+        ends = 2  # the upstream's answer and the client's copy: the recording is kept when both are over
+
+        def over() -> None:
+            nonlocal ends
+            ends -= 1
+            if not ends and self.recorder is not None and capture.status is not None:
+                self.recorder.keep(capture, exchange.number)
+
+        # Read apart from the client's copy, so that what the faults hold back is recorded when it came.
+        relay = asyncio.ensure_future(self._read_for(exchange, capture, head, pieces, over))
+        self._streams.add(relay)
+        relay.add_done_callback(self._streams.discard)
+        relay.add_done_callback(self._draining.discard)
+        stream_faults = [f for f in faults if f not in whole and f.stage is not Stage.BEFORE]
+        try:
+            return await self._send_faulted(exchange, capture, live, plan.headers_at, stream_faults, head, pieces)
+        finally:
+            over()
+            if self.recorder is None:
+                relay.cancel()  # nothing to record: the upstream stops with the client's copy
+            elif not relay.done():
+                self._draining.add(relay)  # read to its end for the recording
+
+    async def _read_for(
+        self,
+        exchange: Exchange,
+        capture: Capture,
+        head: asyncio.Future[UpstreamError | None],
+        pieces: asyncio.Queue[tuple[float, bytes] | None],
+        over: Callable[[], None],
+    ) -> None:
+        """Read the upstream's answer into `capture` as it comes, handing its head and each piece on."""
+        server = self._server
+        assert server is not None
+        loop = asyncio.get_running_loop()
+
+        async def on_head(capture: Capture) -> None:
+            self._head_came(exchange, capture)
+            head.set_result(None)
+
+        async def on_chunk(chunk: Chunk) -> None:
+            if self.recorder is not None:
+                self.recorder.received(capture, chunk)
+            pieces.put_nowait((loop.time() - exchange.started, chunk.data))
+
+        try:
+            await _relay(self.upstream, capture, on_head=on_head, on_chunk=on_chunk)
+        except UpstreamError as exc:
+            self._upstream_failed(exchange, exc)
+            head.set_result(exc)
+        except asyncio.CancelledError:
+            capture.end = End.INTERRUPTED if server.closing else End.CLIENT_GONE
+            raise
+        finally:
+            if not head.done():
+                head.set_result(UpstreamError("the upstream request was stopped before its answer came"))
+            pieces.put_nowait(None)
+            over()
+
+    async def _send_faulted(
+        self,
+        exchange: Exchange,
+        capture: Capture,
+        live: LiveFaults,
+        headers_at: float | None,
+        stream_faults: list[Fault],
+        head: asyncio.Future[UpstreamError | None],
+        pieces: asyncio.Queue[tuple[float, bytes] | None],
+    ) -> web.StreamResponse:
+        """Send the client the upstream's answer as the faults make it."""
+        server = self._server
+        assert server is not None
+        failed = await head
+        if failed is not None:
+            return server.error(exchange, 502, str(failed), "bad_gateway")
+        assert capture.status is not None
+        exchange.status = capture.status
+        streamed = is_streamed(Interaction(capture.request, Response(capture.status, capture.headers)))
+        out = web.StreamResponse(status=capture.status)
+        # The faults change the body's length: a stream goes chunked.
+        for name, value in end_to_end(capture.headers, also_drop=("content-length",) if streamed else ()):
+            out.headers.add(name, value)
+        if not streamed:
+            self._noted(exchange, capture, [(f, "not an event stream: forwarded as it is") for f in stream_faults])
+        if headers_at is not None:
+            await sleep_until(exchange.started + headers_at)
+        sent = bytearray()
+        started, progress = exchange.started, exchange.progress
+        try:
+            await out.prepare(exchange.http)
+            if streamed:
+
+                def noted(notes: list[tuple[Fault, str]]) -> None:
+                    self._noted(exchange, capture, notes)
+
+                await stream_live(out, live, pieces, started=started, progress=progress, sent=sent, noted=noted)
+            else:
+                while (piece := await pieces.get()) is not None:
+                    await out.write(piece[1])
+                    progress.bytes += len(piece[1])
+            exchange.end = await end_live(exchange.http, out, live, capture.end, started=started, progress=progress)
+        except (ConnectionResetError, ConnectionAbortedError):
+            exchange.end = End.CLIENT_GONE
+        exchange.event_ends = event_ends(bytes(sent))
+        return out
+
+    def _noted(self, exchange: Exchange, capture: Capture | None, notes: list[tuple[Fault, str]]) -> None:
+        """Journal what each fault did to the client's copy and, when it is recorded, note it there."""
+        assert self._server is not None
+        request = exchange.request
+        for fault, what in notes:
+            self._server.state.note_injected(fault.spec)
+            self._server.journal.add(
+                FaultInjected(
+                    request=exchange.number, method=request.method, path=request.path, fault=fault.spec, what=what
+                )
+            )
+            if capture is not None and self.recorder is not None:
+                self.recorder.injected(capture, Injection(fault.spec, what))
 
 
 def _answered(capture: Capture, dialect: Dialect) -> bool:

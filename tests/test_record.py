@@ -8,8 +8,9 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -26,6 +27,8 @@ from sse_tape import (
     RecordMode,
     Request,
     Response,
+    ServeOptions,
+    SSEDecoder,
     arecording,
     aserve,
     recording,
@@ -33,7 +36,8 @@ from sse_tape import (
     serve,
 )
 from sse_tape._http import run_in_thread
-from sse_tape.journal import Ended, Received
+from sse_tape.cassette import Injection
+from sse_tape.journal import Ended, FaultInjected, Received
 from sse_tape.redaction import REDACTED, Redaction
 
 
@@ -331,7 +335,7 @@ def test_a_corrupt_cassette_stops_the_proxy_before_it_records(tmp_path: Path) ->
 class Recorder:
     """`sse-tape record --upstream` in a subprocess."""
 
-    def __init__(self, upstream: Upstream, cassette: Path) -> None:
+    def __init__(self, upstream: Upstream, cassette: Path, *args: str) -> None:
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -344,6 +348,7 @@ class Recorder:
                 str(cassette),
                 "--port",
                 "0",
+                *args,
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -454,6 +459,8 @@ def test_one_shot_prints_the_stream_and_appends_it(threaded_upstream: Upstream, 
         (["http://127.0.0.1:9/x", "--idle-timeout", "soon"], "'soon' is not a duration"),
         (["http://127.0.0.1:9/x", "-d", "@/nonexistent/body.json"], "--data @/nonexistent/body.json: cannot read"),
         (["http://127.0.0.1:9/x"], "cannot reach http://127.0.0.1:9/x"),
+        (["http://127.0.0.1:9/x", "--fault", "error:3"], "--fault and --profile are for proxy mode"),
+        (["--upstream", "http://127.0.0.1:9", "--fault", "eror:3"], "fault 'eror:3': unknown fault 'eror'"),
     ],
 )
 def test_record_usage_errors_are_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
@@ -790,3 +797,197 @@ def test_a_recorder_fetches_each_shape_from_the_upstream(llama_server: str, tmp_
     assert answered.response.header("content-type") == "application/json"
     recorded = json.loads(answered.response.body)
     assert plain.choices[0].message.content == recorded["choices"][0]["message"]["content"]
+
+
+# --- faults on what is forwarded: the client gets them, the cassette keeps the upstream's answer ---------------
+
+UPSTREAM_BODY = b"".join(chat_chunk(n) for n in range(5)) + b"data: [DONE]\n\n"
+
+
+async def until(condition: Callable[[], object]) -> None:
+    """Wait until `condition()` holds, 30 s at most (a safety net): for what the servers keep, which signals nothing."""
+    async with asyncio.timeout(30):
+        while not condition():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+
+async def read_into(got: bytearray, client: httpx.AsyncClient, method: str, url: str, **kwargs: Any) -> None:
+    """Read a response's raw body into `got`, as far as it comes."""
+    async with client.stream(method, url, **kwargs) as response:
+        async for piece in response.aiter_raw():
+            got += piece
+
+
+async def chat_words(client: openai.AsyncOpenAI, words: list[str | None]) -> None:
+    """Stream a chat answer through the SDK, its words into `words`, as far as they come."""
+    stream = await client.chat.completions.create(
+        model="up", messages=[{"role": "user", "content": "hi"}], stream=True, extra_query={"gap": "0.01"}
+    )
+    async for chunk in stream:
+        words.append(chunk.choices[0].delta.content)
+
+
+async def test_the_sdk_meets_an_error_injected_into_a_forwarded_stream_which_is_recorded_whole(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "c.toml"
+    spec = "error:at=2,message=the upstream went away"
+    async with arecording(cassette, upstream.url, options=ServeOptions.build(faults=[spec])) as proxy:
+        client = openai.AsyncOpenAI(base_url=proxy.url + "/v1", api_key="sk-test", max_retries=0)
+        words: list[str | None] = []
+        with pytest.raises(openai.APIError, match="the upstream went away"):
+            await chat_words(client, words)
+        await client.close()
+        await until(lambda: proxy.journal.counts["recorded"])
+    assert words == [" w0", " w1"]
+    [interaction] = Cassette.load(cassette).interactions
+    assert interaction.response.body == UPSTREAM_BODY  # all five words and [DONE], as the upstream sent them
+    assert interaction.response.end is End.COMPLETE
+    assert interaction.injected == (Injection(spec, "openai-chat error after event 2"),)
+    [entry] = [e for e in proxy.journal if isinstance(e, FaultInjected)]
+    assert (entry.fault, entry.what) == (spec, "openai-chat error after event 2")
+
+
+@pytest.mark.parametrize(("mode", "error"), [("close", httpx.RemoteProtocolError), ("reset", httpx.ReadError)])
+async def test_a_disconnect_cuts_the_clients_copy_and_the_upstream_is_read_to_its_end(
+    upstream: Upstream, tmp_path: Path, mode: str, error: type[Exception]
+) -> None:
+    cassette = tmp_path / "c.toml"
+    got = bytearray()
+    async with arecording(cassette, upstream.url) as proxy, httpx.AsyncClient() as client:
+        headers = {"X-SSE-Tape-Fault": f"disconnect:after=2,mode={mode}"}  # a request's own fault acts too
+        with pytest.raises(error):
+            await read_into(got, client, "POST", proxy.url + "/v1/chat/completions", content=b"{}", headers=headers)
+        await until(lambda: proxy.journal.counts["recorded"])
+    assert bytes(got) == chat_chunk(0) + chat_chunk(1)
+    [interaction] = Cassette.load(cassette).interactions
+    assert interaction.response.body == UPSTREAM_BODY
+    assert interaction.response.end is End.COMPLETE
+    [note] = interaction.injected
+    assert note.fault == f"disconnect:after=2,mode={mode}"
+    assert note.what.startswith(f"{'reset' if mode == 'reset' else 'closed'} at byte {len(got)} (")
+    assert upstream.disconnects == 0
+
+
+async def test_faults_that_hold_the_clients_copy_back_hold_nothing_back_from_the_recording(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "c.toml"
+    options = ServeOptions.build(faults=["ttfb:100ms", "stall:at=1,for=3600s"])
+    got = bytearray()
+    async with arecording(cassette, upstream.url, options=options) as proxy, httpx.AsyncClient() as client:
+        url = proxy.url + "/v1/chat/completions?gap=0"
+        async with client.stream("POST", url, content=b"{}") as response:
+            pieces = response.aiter_raw()
+            while len(got) < len(chat_chunk(0)):
+                got += await pieces.__anext__()
+            await until(lambda: upstream.last_write is not None)
+        # The client leaves an hour before the stall would let it have the rest.
+        await until(lambda: proxy.journal.counts["recorded"])
+    assert bytes(got) == chat_chunk(0)
+    [interaction] = Cassette.load(cassette).interactions
+    assert interaction.response.body == UPSTREAM_BODY
+    assert interaction.response.end is End.COMPLETE
+    assert interaction.response.end_time < 3600  # each chunk when the upstream sent it, not when the client had it
+    assert {n.fault for n in interaction.injected} == {"ttfb:100ms", "stall:at=1,for=3600s"}
+
+
+async def test_a_status_fault_answers_in_the_upstreams_place_and_nothing_is_recorded(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "c.toml"
+    options = ServeOptions.build(faults=["status:code=429,retry_after=3,times=1"])
+    async with arecording(cassette, upstream.url, options=options) as proxy:
+        client = openai.AsyncOpenAI(base_url=proxy.url + "/v1", api_key="sk-test", max_retries=0)
+        words: list[str | None] = []
+        with pytest.raises(openai.RateLimitError) as limited:
+            await chat_words(client, words)
+        assert upstream.hits == 0
+        await chat_words(client, words)
+        await client.close()
+        await until(lambda: proxy.journal.counts["recorded"])
+    assert limited.value.response.headers["retry-after"] == "3"
+    assert words == [f" w{n}" for n in range(5)]
+    assert upstream.hits == 1
+    [interaction] = Cassette.load(cassette).interactions  # the second request's, with nothing injected
+    assert interaction.injected == ()
+    notes = [e.what for e in proxy.journal if isinstance(e, FaultInjected)]
+    assert notes == ["answered 429 before the stream; not forwarded, nothing recorded"]
+
+
+async def test_an_answer_that_is_not_a_stream_and_a_fault_that_needs_the_whole_stream_pass_as_they_came(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "c.toml"
+    options = ServeOptions.build(faults=["error:at=0", "disconnect:50%"])
+    async with arecording(cassette, upstream.url, options=options) as proxy, httpx.AsyncClient() as client:
+        limited = await client.post(proxy.url + "/limited", content=b"{}")
+        _, body = await read_all(client, "POST", proxy.url + "/v1/chat/completions?gap=0", content=b'{"n": 2}')
+        await until(lambda: proxy.journal.counts["recorded"] == 2)
+    assert limited.status_code == 429
+    assert limited.json()["error"]["message"] == "Rate limit reached"
+    first, second = Cassette.load(cassette).interactions
+    assert [(n.fault, n.what) for n in first.injected] == [("error:at=0", "not an event stream: forwarded as it is")]
+    assert [(e.event, e.data) for e in SSEDecoder().feed(body)][1:] == [  # the role frame, then the error
+        ("error", '{"error":{"message":"injected by sse-tape","type":"server_error","code":null}}'),
+        ("message", "[DONE]"),
+    ]
+    assert [n.fault for n in second.injected] == ["error:at=0"]  # 50% never acted on it, so it is no note there
+    notes = [(e.request, e.fault, e.what) for e in proxy.journal if isinstance(e, FaultInjected)]
+    assert (1, "disconnect:50%", "needs the whole stream in advance: forwarded as it is") in notes
+    assert (2, "disconnect:50%", "needs the whole stream in advance: forwarded as it is") in notes
+
+
+async def test_an_upstream_reset_under_faults_is_passed_on_and_recorded(upstream: Upstream, tmp_path: Path) -> None:
+    cassette = tmp_path / "c.toml"
+    got = bytearray()
+    async with arecording(cassette, upstream.url, options=ServeOptions.build(faults=["eol:crlf"])) as proxy:
+        async with httpx.AsyncClient() as client:
+            with pytest.raises(httpx.ReadError):
+                await read_into(got, client, "GET", proxy.url + "/reset")
+        await until(lambda: proxy.journal.counts["recorded"])
+    assert bytes(got) == (chat_chunk(0) + chat_chunk(1)).replace(b"\n", b"\r\n")
+    [interaction] = Cassette.load(cassette).interactions
+    assert interaction.response.end is End.UPSTREAM_RESET
+    assert interaction.response.body == chat_chunk(0) + chat_chunk(1)
+
+
+async def test_a_client_that_leaves_a_faulted_stream_leaves_the_upstream_to_the_recorder_alone(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    # Recording, the upstream is read to its end after the client went; only forwarding, it stops with it.
+    options = ServeOptions.build(faults=["latency:delay=50ms"])
+    url = "/v1/chat/completions?events=40&gap=0.01"
+    async with arecording(tmp_path / "c.toml", upstream.url, options=options) as proxy:
+        async with httpx.AsyncClient() as client, client.stream("POST", proxy.url + url, content=b"{}") as response:
+            await response.aiter_raw().__anext__()
+        await until(lambda: proxy.journal.counts["recorded"])
+    [interaction] = Cassette.load(tmp_path / "c.toml").interactions
+    assert interaction.response.end is End.COMPLETE
+    assert interaction.response.body.endswith(b"data: [DONE]\n\n")
+    assert upstream.disconnects == 0
+    forwarding = aserve(Cassette(), upstream=upstream.url, on_miss="forward", faults=["latency:delay=50ms"])
+    async with forwarding as forwarder:
+        async with httpx.AsyncClient() as client, client.stream("POST", forwarder.url + url, content=b"{}") as response:
+            await response.aiter_raw().__anext__()
+        await until(lambda: upstream.disconnects)
+
+
+def test_record_with_faults_from_the_command_line_keeps_the_notes_of_a_killed_session(
+    threaded_upstream: Upstream, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "c.toml"
+    recorder = Recorder(threaded_upstream, cassette, "--fault", "drop:at=1", "--fault", "split:at=10b")
+    assert recorder.proc.stderr is not None
+    assert recorder.proc.stderr.readline() == (
+        "sse-tape: fault 'split:at=10b' needs the whole stream in advance: it applies to replays, "
+        "not to forwarded streams\n"
+    )
+    body = httpx.post(recorder.url + "/v1/chat/completions?events=3&gap=0.01", content=b"{}").content
+    assert body == chat_chunk(0) + chat_chunk(2) + b"data: [DONE]\n\n"
+    while " recorded into " not in (line := recorder.proc.stderr.readline()):
+        assert line, "the recorder ended before it recorded"
+    recorder.stop(signal.SIGKILL)
+    [interaction] = Cassette.load(cassette).interactions  # from the spool the killed session left
+    assert interaction.response.body == b"".join(chat_chunk(n) for n in range(3)) + b"data: [DONE]\n\n"
+    assert interaction.injected == (Injection("drop:at=1", "drop event 1"),)

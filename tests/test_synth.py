@@ -474,7 +474,8 @@ def test_live_errors_are_the_dialects_own(api: openai.OpenAI) -> None:
 
 def test_record_keeps_what_the_model_answers_and_replays_it(tiny_model_path: Path, tmp_path: Path) -> None:
     cassette = tmp_path / "made.toml"
-    process, url = start(["record", "--model", str(tiny_model_path), "-c", str(cassette), "--port", "0"])
+    args = ["record", "--model", str(tiny_model_path), "-c", str(cassette), "--port", "0", "--fault", "empty"]
+    process, url = start(args)
     try:
         with client(url) as api:
             first = api.chat.completions.create(
@@ -482,7 +483,10 @@ def test_record_keeps_what_the_model_answers_and_replays_it(tiny_model_path: Pat
             )
     finally:
         process.send_signal(signal.SIGINT)
-        process.communicate(timeout=30)
+        _, err = process.communicate(timeout=30)
+    # The fault is for replays: the model's answer is recorded, and sent, as it is.
+    assert "sse-tape: faults apply to replays: what the model answers is recorded, and sent, as it is\n" in err
+    assert first.choices[0].message.content
     (interaction,) = Cassette.load(cassette).interactions
     assert json.loads(interaction.response.body)["choices"][0]["message"]["content"] == first.choices[0].message.content
     replay, url = start(["serve", str(cassette), "--port", "0", "--pace", "instant"])
