@@ -27,6 +27,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from .cassette import End
 from .dialects import Dialect
@@ -57,6 +58,27 @@ def _position(fault: Fault) -> Position | str | None:
             value: Position | str = fault[key]
             return value
     return None
+
+
+def _before(at: Position | str | None, events: int, sent: int, size: int, t: float) -> bool:
+    """Whether a position lies before a block of `size` bytes that comes at `t`, after `events` events and
+    `sent` bytes."""
+    if not isinstance(at, Position):
+        return False
+    if at.unit is PositionUnit.EVENTS:
+        return events >= at.value
+    if at.unit is PositionUnit.BYTES:
+        return sent + size > at.value
+    return t >= at.value
+
+
+@dataclass(slots=True)
+class _Seen:
+    """What an event-stage fault has seen of the stream so far: what the faults before it made of it."""
+
+    events: int = 0
+    bytes: int = 0
+    sent: list[ServerSentEvent] = field(default_factory=list)
 
 
 def needs_whole_stream(fault: Fault) -> bool:
@@ -120,10 +142,10 @@ class LiveFaults:
                 self.notes.append((fault, _SHAPES[fault.name](fault)))
                 if fault.name == "latency":
                     self._shift += fault["delay"]  # every write that much later
-        self._sent: list[ServerSentEvent] = []  # the events that went out, for an error's frames
+        self._seen = {id(f): _Seen() for f in self._pending if f.stage is Stage.EVENTS}
         self._partial = b""  # the start of a block whose end has not come yet
         self._t = 0.0  # when the last piece came
-        self._events_in = self._bytes_in = 0  # what the model wrote so far
+        self._bytes_in = 0  # what the source wrote so far
         self._events_out = self._bytes_out = 0  # what went out of the event stage so far
         self._last = 0.0  # when the last write is due: none goes before it
 
@@ -161,7 +183,6 @@ class LiveFaults:
             data = body[block.start - base : block.end - base]
             for piece in self._events(t, data, block.event):
                 writes += self._wire(t, piece)
-            self._events_in += block.event is not None
             self._bytes_in += len(data)
         if self.end is not None:
             writes += self._flush()
@@ -195,55 +216,64 @@ class LiveFaults:
 
     # --- the stages -----------------------------------------------------------------------------------
 
-    def _reached(self, at: Position | str | None, size: int, t: float, *, out: bool = False) -> bool:
-        """Whether a position lies before the block of `size` bytes the model wrote at `t`."""
-        if not isinstance(at, Position):
-            return False
-        events, sent = (self._events_out, self._bytes_out) if out else (self._events_in, self._bytes_in)
-        if at.unit is PositionUnit.EVENTS:
-            return events >= at.value
-        if at.unit is PositionUnit.BYTES:
-            return sent + size > at.value
-        return t >= at.value
-
     def _events(self, t: float, data: bytes, event: ServerSentEvent | None) -> list[bytes]:
-        """What a block becomes: itself, nothing, twice, broken, or the API's error in its place."""
-        pieces = [data]
+        """What a block becomes: itself, nothing, twice, broken, or the API's error in its place.
+
+        The faults act in the order given, each on what the ones before it made of the stream, and each
+        counts its position in that, as on a replay: a `drop:at=1` before an `error:at=3` leaves the
+        error three events after the start of the stream without the dropped one.
+        """
+        pieces: list[tuple[bytes, ServerSentEvent | None]] = [(data, event)]
         for fault in [f for f in self._pending if f.stage is Stage.EVENTS]:
-            name, at = fault.name, _position(fault)
-            if name == "error":
-                # At event 0 the error goes before the first event, as a replay's does: after what precedes it.
-                first = isinstance(at, Position) and at.unit is PositionUnit.EVENTS and at.value == 0
-                reached = self._reached(at, len(data), t) and not (first and event is None)
-                if (event is not None and self.dialect.is_terminal(event)) or reached:
-                    start = self.start
-                    if start is None and event is not None and not self._sent:  # the stream opens as it would have
-                        start = next((e for e in self.dialect.decode([event]) if isinstance(e, Start)), None)
-                    pieces = [error_frames(fault, self.dialect, self._sent, start)]
-                    self._done(fault, f"{self.dialect.name} error after event {len(self._sent)}")
-                    self.end = End.COMPLETE
-                    return pieces
-                continue
-            if event is None:
-                continue
-            if at == "role":
-                hit = self._events_in == 0
-            elif at == "done":
-                hit = event.data == "[DONE]"
-            else:
-                hit = self._reached(at, len(data), t)
-            if not hit:
-                continue
-            if name == "drop":
-                pieces = []
-            elif name == "duplicate":
-                pieces = pieces * 2
-            else:
-                pieces = [corrupted(p, fault["kind"]) for p in pieces]
-            self._done(fault, f"{name} event {self._events_in}")
-        if event is not None:
-            self._sent += [event] * len(pieces)
-        return pieces
+            seen = self._seen[id(fault)]
+            made: list[tuple[bytes, ServerSentEvent | None]] = []
+            for data, event in pieces:
+                if fault in self._pending and (what := self._event_fault(fault, seen, t, data, event)) is not None:
+                    if fault.name == "error":
+                        self.end = End.COMPLETE
+                        return [piece for piece, _ in made] + what
+                    made += [(piece, event) for piece in what]
+                else:
+                    made.append((data, event))
+                seen.events += event is not None
+                seen.bytes += len(data)
+                if event is not None:
+                    seen.sent.append(event)
+            pieces = made
+        return [piece for piece, _ in pieces]
+
+    def _event_fault(
+        self, fault: Fault, seen: _Seen, t: float, data: bytes, event: ServerSentEvent | None
+    ) -> list[bytes] | None:
+        """What an event-stage fault makes of the block it sees next, if it acts on it; None if it does not."""
+        name, at = fault.name, _position(fault)
+        if name == "error":
+            # At event 0 the error goes before the first event, as a replay's does: after what precedes it.
+            first = isinstance(at, Position) and at.unit is PositionUnit.EVENTS and at.value == 0
+            reached = _before(at, seen.events, seen.bytes, len(data), t) and not (first and event is None)
+            if not ((event is not None and self.dialect.is_terminal(event)) or reached):
+                return None
+            start = self.start
+            if start is None and event is not None and not seen.sent:  # the stream opens as it would have
+                start = next((e for e in self.dialect.decode([event]) if isinstance(e, Start)), None)
+            self._done(fault, f"{self.dialect.name} error after event {len(seen.sent)}")
+            return [error_frames(fault, self.dialect, seen.sent, start)]
+        if event is None:
+            return None
+        if at == "role":
+            hit = seen.events == 0
+        elif at == "done":
+            hit = event.data == "[DONE]"
+        else:
+            hit = _before(at, seen.events, seen.bytes, len(data), t)
+        if not hit:
+            return None
+        self._done(fault, f"{name} event {seen.events}")
+        if name == "drop":
+            return []
+        if name == "duplicate":
+            return [data, data]
+        return [corrupted(data, fault["kind"])]
 
     def _wire(self, t: float, data: bytes) -> list[Write]:
         """The writes that send one piece the model wrote at `t`: cut, delayed, split and rewritten by the faults."""
@@ -252,7 +282,7 @@ class LiveFaults:
         for fault in [f for f in self._pending if f.name in ("garbage", "disconnect", "stall")]:
             at = _position(fault)
             assert isinstance(at, Position)
-            if not self._reached(at, len(data), t, out=True):
+            if not _before(at, self._events_out, self._bytes_out, len(data), t):
                 continue
             if fault.name == "stall":
                 writes += self._silence(due, fault)

@@ -41,7 +41,7 @@ from sse_tape import (
 )
 from sse_tape.dialects import DIALECTS, dialect_for
 from sse_tape.dialects.events import Error
-from sse_tape.faults import FAULTS, PROFILES, apply, load_profile, parse_fault
+from sse_tape.faults import FAULTS, PROFILES, apply, load_profile, parse_fault, parse_faults
 from sse_tape.journal import FaultInjected
 from sse_tape.live_faults import LiveFaults
 from sse_tape.plan import Plan, Position
@@ -628,9 +628,11 @@ async def test_every_fault_against_every_bundled_interaction_crashes_nothing_and
 # Faults whose bytes a live stream and a replay both make, with no random choice in them.
 EVENT_FAULTS = ["error:at=0", "error:at=2", "drop:at=1", "drop:at=done", "duplicate:at=3", "corrupt:at=2"]
 WIRE_FAULTS = ["disconnect:after=3", "garbage:at=2,size=8", "eol:crlf", "error:at=40b"]
+# Several in one stage: each counts its position in what the ones before it made of the stream.
+CHAINS = ["drop:at=1;error:at=3", "error:at=3;drop:at=1", "duplicate:at=1;drop:at=2;error:at=4", "drop:at=0;drop:at=0"]
 
 
-@pytest.mark.parametrize("spec", EVENT_FAULTS + WIRE_FAULTS)
+@pytest.mark.parametrize("spec", EVENT_FAULTS + WIRE_FAULTS + CHAINS)
 def test_a_live_stream_cut_anywhere_gets_what_a_replay_of_it_gets(spec: str) -> None:
     # An upstream's reads cut events anywhere: fed one byte at a time, the live faults act on whole events,
     # and make of every bundled stream (the EventSource feed's leading retry: too) the bytes a replay makes.
@@ -640,14 +642,14 @@ def test_a_live_stream_cut_anywhere_gets_what_a_replay_of_it_gets(spec: str) -> 
             if response.status != 200 or response.header("content-type") != "text/event-stream":
                 continue
             dialect = dialect_for(interaction.request.path, interaction)
-            live = LiveFaults([parse_fault(spec)], dialect=dialect, rng=random.Random(7))
+            live = LiveFaults(parse_faults(spec.split(";")), dialect=dialect, rng=random.Random(7))
             writes = []
             for piece in (response.body[n : n + 1] for n in range(len(response.body))):
                 if live.end is None:
                     writes += live.feed(0.0, piece)
             writes += live.close() if live.end is None else []
             plan = Plan.of(response, [c.t for c in response.chunks], response.end_time)
-            apply([parse_fault(spec)], plan, dialect=dialect, rng=random.Random(7))
+            apply(parse_faults(spec.split(";")), plan, dialect=dialect, rng=random.Random(7))
             sent = b"".join(data for _, data in writes)
             noise = b"".join(data for _, data in live.noise or ())
             assert sent + noise == plan.body + b"".join(data for _, data in plan.noise or ()), path.name
