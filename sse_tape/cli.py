@@ -347,6 +347,12 @@ def _say_what_stays_whole(options: ServeOptions, streams: str) -> None:
 @_server_options
 @_fault_options
 @click.option(
+    "--recorded-faults",
+    is_flag=True,
+    help="Put back the faults each recording notes its client got (sse-tape record --fault), so that the replay "
+    "is what that client got. [default: what the upstream sent]",
+)
+@click.option(
     "--report",
     type=click.Path(path_type=Path),
     help="Append every journal entry (each request, match, miss, fault and stream end) to this file as JSON lines.",
@@ -377,6 +383,7 @@ def serve(
     paths: tuple[Path, ...],
     faults: tuple[str, ...],
     profiles: tuple[str, ...],
+    recorded_faults: bool,
     report: Path | None,
     on_miss: str | None,
     upstream: str | None,
@@ -398,7 +405,9 @@ def serve(
     # Checked before anything starts: a bad spec is one line naming what is wrong.
     model_words = _model_words(words)
     policy = on_miss or (MissPolicy.SYNTH.value if model is not None else MissPolicy.ERROR.value)
-    options, listen = _options(words, faults=faults, profiles=profiles, report=report, on_miss=policy)
+    options, listen = _options(
+        words, faults=faults, profiles=profiles, recorded_faults=recorded_faults, report=report, on_miss=policy
+    )
     if upstream is not None and options.on_miss is not MissPolicy.FORWARD:
         raise ConfigError("--upstream is for --on-miss forward")
     if (model is not None) != (options.on_miss is MissPolicy.SYNTH):
@@ -520,7 +529,8 @@ def record(
 
     With --fault or --profile, the client gets each forwarded stream as the
     faults make it, and the cassette keeps what the upstream sent, whole,
-    noting each fault that acted. A status, hang or empty fault answers in the
+    noting each fault that acted; `sse-tape serve --recorded-faults` replays
+    what the client got. A status, hang or empty fault answers in the
     upstream's place: nothing is forwarded or recorded.
 
     One-shot mode, `sse-tape record URL -d @body.json -c FILE`: send one
@@ -892,7 +902,7 @@ def list_faults() -> None:
             "as they come, except split, the misbehaviours and those at a % position, which need the whole stream "
             "in advance, and bad-chunk and slow-close (left alone, and the journal says so); an answer that is not "
             "a stream takes only status, ttfb, hang and empty. record keeps the upstream's answer whole, with a "
-            "note of each fault its client got; status, hang and empty answer in the upstream's place, and "
+            "note of each fault its client got (serve --recorded-faults replays what that client got); status, hang and empty answer in the upstream's place, and "
             "nothing is recorded",
             width=110,
         )

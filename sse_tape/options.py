@@ -67,6 +67,9 @@ class ServeOptions:
     """Faults for every request, besides those a request asks for in its header."""
     seed: int = 0
     """Seed of every random choice: jitter, fault chance and fault bytes."""
+    recorded_faults: bool = False
+    """Put back the faults a recording notes its client got (`record --fault`), so that a replay is what that
+    client got; off, a recording is replayed as its upstream sent it."""
     report: Path | None = None
     """A file that gets every journal entry as a JSON line."""
 
@@ -84,6 +87,7 @@ class ServeOptions:
         allow_repeats: bool = True,
         faults: Iterable[Fault | str] = (),
         profiles: Iterable[str] = (),
+        recorded_faults: bool = False,
         report: str | os.PathLike[str] | None = None,
     ) -> ServeOptions:
         """Options from the words a user writes; raises `ConfigError` naming a bad one.
@@ -92,7 +96,8 @@ class ServeOptions:
         `ignore_body_fields` overrides what the cassettes say; `pace` is a pace
         word (`recorded`, `x2`, `instant`, `20ms`, `tps:40`) or a `Pacing`;
         `jitter` is `5ms` or `10%`; `faults` are specs (`error:5`) or `Fault`s;
-        `profiles` name sets of faults (they come before `faults`).
+        `profiles` name sets of faults (they come before `faults`);
+        `recorded_faults` puts back those a recording notes its client got.
         """
         if isinstance(pace, Pacing):
             if jitter is not None:
@@ -121,5 +126,6 @@ class ServeOptions:
             allow_repeats=allow_repeats,
             faults=tuple(chosen),
             seed=seed,
+            recorded_faults=recorded_faults,
             report=None if report is None else Path(report),
         )

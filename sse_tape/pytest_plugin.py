@@ -151,7 +151,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "sse_tape(*cassettes, pace='instant', jitter=None, match_on=None, ignore_body_fields=None, faults=(), "
-        "profiles=(), miss_status=404, model=None, env=False, allow_unused=None, split=None, survives=()): "
+        "profiles=(), recorded_faults=False, miss_status=404, model=None, env=False, allow_unused=None, split=None, "
+        "survives=()): "
         "what the sse_tape fixtures serve and how; see sse_tape.pytest_plugin.Marked.",
     )
     settings = _read_settings(config)
@@ -273,6 +274,8 @@ class Marked:
     ignore_body_fields: Sequence[str] | None = None
     faults: Sequence[str] = ()
     profiles: Sequence[str] = ()
+    recorded_faults: bool = False
+    """Put back the faults each recording notes its client got when it was recorded (with faults)."""
     miss_status: int = 404
     model: str | None = None
     """A local model (a .gguf file or a model package) answers what no recording does."""
@@ -690,6 +693,7 @@ def _server(config: pytest.Config, settings: _Settings, marked: Marked, node: An
         # The marker's first, then the command line's: of two that answer in the stream's place, the test's own wins.
         profiles=[*marked.profiles, *settings.profiles],
         faults=[*marked.faults, *settings.faults],
+        recorded_faults=marked.recorded_faults,
     )
     if settings.record != "none":
         if settings.upstream is None and synthesizer is None:

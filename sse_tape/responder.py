@@ -9,6 +9,7 @@ modules of their own (`record.Forwarder`) that import this, never the server.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -121,18 +122,29 @@ class Attached:
 
 
 def inject(
-    host: Host, exchange: Exchange, plan: Plan, *, dialect: Dialect, recording: str | None = None, stream: bool = True
+    host: Host,
+    exchange: Exchange,
+    plan: Plan,
+    *,
+    dialect: Dialect,
+    recording: str | None = None,
+    stream: bool = True,
+    also: Sequence[Fault] = (),
 ) -> bool:
     """Apply the faults that act on this exchange (the server's and its request's own) to its plan, noting
     each in the journal; whether any acted.
 
     An answer that is no `stream` takes only the faults before the stream (a status, a delay, a hang, an
     empty body); the others are noted as left alone. `dialect` frames what the faults write; `recording`
-    names the recording the plan replays, if one does.
+    names the recording the plan replays, if one does; `also` are faults that act besides those chosen
+    (a recording's own), one written as a chosen one is acting once.
     """
     faults, rng = host.injector.choose(exchange.request, exchange.faults)
-    if not faults or rng is None:
+    chosen = {f.spec for f in faults}
+    faults += [f for f in also if f.spec not in chosen]
+    if not faults:
         return False
+    rng = rng or random.Random(f"{host.injector.seed}:{recording}:{exchange.number}")
     acting = faults if stream else [f for f in faults if f.stage is Stage.BEFORE]
     request = exchange.request
     applied = apply(acting, plan, dialect=dialect, rng=rng, request=request)

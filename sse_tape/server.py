@@ -48,14 +48,14 @@ from .cassette import (
 )
 from .catalog import Catalog
 from .dialects import dialect_for
-from .faults import MAX_HEADER_FAULTS, Fault, Injector, parse_faults
+from .faults import MAX_HEADER_FAULTS, Fault, Injector, parse_fault, parse_faults
 from .journal import Ended, FaultInjected, Journal, Matched, Miss, Missed, Received, ReplayState
 from .matching import Matcher
 from .options import MissPolicy, ServeOptions
 from .plan import Plan, event_ends
 from .record import Forwarder, Recorder, RecordMode
 from .redaction import Redaction
-from .responder import Attached, Exchange, Responder, inject
+from .responder import Attached, Exchange, Host, Responder, inject
 from .shape import Shape, asked, collapse, reshape
 from .upstream import AiohttpUpstream, Upstream
 
@@ -109,12 +109,24 @@ class Replay(Attached):
     `"background": true`) that a recorded stream answers is kept in the
     replay state (see `background`); if it asked for no stream, it is
     answered at once with the response, queued.
+
+    With the `recorded_faults` option, a recording that notes the faults its
+    client got (`Interaction.injected`) gets them again, besides the
+    server's and the request's own (one of the same text acts once), unless
+    a reconnection resumes it: the replay is what that client got.
     """
 
     def __init__(self) -> None:
         super().__init__()
         # Per recording and shape asked for: worked out at its first replay, off the event loop.
         self._prepared: dict[tuple[Recording, Shape], _Prepared] = {}
+        self._recorded_faults: dict[Recording, list[Fault]] = {}
+
+    async def start(self, host: Host) -> None:
+        await super().start(host)
+        if host.options.recorded_faults:  # a bad fault in a cassette stops the server now, with one line
+            for recording in host.matcher.recordings:
+                self._faults_of(recording)
 
     async def respond(self, exchange: Exchange) -> web.StreamResponse | None:
         server = self.host
@@ -134,6 +146,8 @@ class Replay(Attached):
             # A reconnection: the stream goes on after the event it names (an id it never set: all of it).
             found = stream.resume_after(last_id)
             resumed = f"after event id {last_id!r}" if found else f"from the start: no event id {last_id!r}"
+        # A recording's own faults act again (not on a reconnection's resumption: they were the first connection's).
+        again = self._faults_of(recording) if server.options.recorded_faults and resumed is None else []
         server.journal.add(
             Matched(
                 request=exchange.number,
@@ -153,7 +167,7 @@ class Replay(Attached):
                 plan = json_plan(background.created())
                 inject(server, exchange, plan, dialect=dialect, recording=str(recording), stream=False)
                 return await server.send(exchange, plan)
-        injected = inject(server, exchange, stream, dialect=dialect, recording=str(recording))
+        injected = inject(server, exchange, stream, dialect=dialect, recording=str(recording), also=again)
         if prepared.stands_for is not None:
             if injected:
                 plan = await asyncio.to_thread(collapse, stream, recording.interaction, dialect)
@@ -164,6 +178,22 @@ class Replay(Attached):
             plan = stream
             exchange.event_ends = [b.end for b in plan.events] if injected or resumed else prepared.event_ends
         return await server.send(exchange, plan)
+
+    def _faults_of(self, recording: Recording) -> list[Fault]:
+        """The faults a recording notes its client got, to act on every replay of it (not by chance, nor a
+        number of times); raises `ConfigError` naming the recording for one that is not a fault."""
+        faults = self._recorded_faults.get(recording)
+        if faults is None:
+            faults = []
+            for note in recording.interaction.injected:
+                try:
+                    fault = parse_fault(note.fault)
+                except ConfigError as exc:
+                    raise ConfigError(f"{recording}: injected {exc}") from None
+                if fault.spec not in (f.spec for f in faults):
+                    faults.append(replace(fault, p=1.0, times=None, path=None))
+            self._recorded_faults[recording] = faults
+        return faults
 
     async def _prepare(self, recording: Recording, request: Request) -> _Prepared:
         """The recording's response in the shape the request asks for (see `shape`)."""

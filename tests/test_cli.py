@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from sse_tape import Cassette, Chunk, Interaction, Request, Response, __version__, bundled_cassettes
+from sse_tape.cassette import Injection
 from sse_tape.cli import cli
 
 BUNDLED = {p.stem: p for p in bundled_cassettes()}
@@ -447,3 +448,14 @@ def test_show_counts_tokens_per_second_from_the_first_token_unless_a_hidden_reas
         "101.0 tokens/s",
         "66.8 tokens/s",
     ]  # 400 tokens in the 5.99 s after the first byte
+
+
+def test_a_fault_a_cassette_notes_that_is_no_fault_stops_serve_recorded_faults_with_one_line(tmp_path: Path) -> None:
+    interaction = Interaction(Request("GET", "/x"), Response(), injected=(Injection("eror:3", "?"),))
+    path = Cassette([interaction]).save(tmp_path / "c.toml")
+    result = run_cli("serve", str(path), "--port", "0", "--recorded-faults")
+    assert result.returncode == 2
+    assert result.stderr == "Error: c.toml #1 (GET /x): injected fault 'eror:3': unknown fault 'eror'; " + (
+        "faults are status, ttfb, hang, empty, error, drop, duplicate, corrupt, stall, latency, bandwidth, "
+        "fragment, coalesce, split, eol, garbage, disconnect\n"
+    )

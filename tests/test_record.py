@@ -973,6 +973,30 @@ async def test_a_client_that_leaves_a_faulted_stream_leaves_the_upstream_to_the_
         await until(lambda: upstream.disconnects)
 
 
+async def test_a_faulted_recording_replays_what_the_upstream_sent_or_with_recorded_faults_what_its_client_got(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "c.msgpack"
+    url = "/v1/chat/completions?gap=0.01"
+    options = ServeOptions.build(faults=["drop:at=1", "error:at=3,message=cut", "latency:delay=1ms,times=1"])
+    async with arecording(cassette, upstream.url, options=options) as proxy, httpx.AsyncClient() as client:
+        _, live = await read_all(client, "POST", proxy.url + url, content=b"{}")
+        await until(lambda: proxy.journal.counts["recorded"])
+    assert [e.data for e in SSEDecoder().feed(live)][:2] == [json.dumps(json.loads(chat_chunk(n)[6:])) for n in (0, 2)]
+    async with aserve(cassette, pace="instant") as server, httpx.AsyncClient() as client:
+        assert await read_all(client, "POST", server.url + url, content=b"{}") == (200, UPSTREAM_BODY)
+        assert not [e for e in server.journal if isinstance(e, FaultInjected)]
+    async with aserve(cassette, pace="instant", recorded_faults=True) as server, httpx.AsyncClient() as client:
+        assert await read_all(client, "POST", server.url + url, content=b"{}") == (200, live)
+        # A fault the request asks for itself, and the recording notes, acts once.
+        again = await read_all(
+            client, "POST", server.url + url, content=b"{}", headers={"X-SSE-Tape-Fault": "drop:at=1"}
+        )
+        assert again == (200, live)
+        injected = [e.fault for e in server.journal if isinstance(e, FaultInjected)]
+    assert injected == ["drop:at=1", "error:at=3,message=cut", "latency:delay=1ms,times=1"] * 2
+
+
 def test_record_with_faults_from_the_command_line_keeps_the_notes_of_a_killed_session(
     threaded_upstream: Upstream, tmp_path: Path
 ) -> None:
