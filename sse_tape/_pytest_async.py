@@ -27,4 +27,5 @@ async def async_sse_tape(request: pytest.FixtureRequest, _sse_tape_variant: obje
     async with tape.server:
         with per_test(request, tape, shared=False):
             yield tape
+        await tape.recorded()
     check_test(request, tape, own=True)

@@ -479,7 +479,7 @@ class SSETape:
         """The seed of every random choice (jitter, fault chance): `--sse-tape-seed` repeats it."""
         self.allow_unused = allow_unused
         self.recording = server.recorder is not None
-        """Whether what no recording answers is recorded (`--sse-tape-record`): faults act on replays only."""
+        """Whether what no recording answers is recorded (`--sse-tape-record`)."""
         self._threaded = threaded
         self._scope_faults = list(server.injector.faults)
         self._asked = list(asked)  # the faults the scope's marker asked for: each must act at least once
@@ -556,6 +556,17 @@ class SSETape:
         while self.server.active_streams:  # noqa: ASYNC110 - a count the server keeps; it signals nothing
             await asyncio.sleep(0.001)
 
+    def wait_recorded(self) -> None:
+        """Wait until what the requests brought is recorded (from another thread than the server's): the
+        recorder reads an upstream on after a fault cut its client's copy short, for the cassette."""
+        while self.server.recorder is not None and self.server.recorder.in_flight:
+            time.sleep(0.005)
+
+    async def recorded(self) -> None:
+        """`wait_recorded`, from the server's own event loop."""
+        while self.server.recorder is not None and self.server.recorder.in_flight:  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+
     def _settle(self) -> None:
         if self._threaded:
             self.wait_idle()
@@ -618,8 +629,6 @@ class SSETape:
         """The seed, the faults and the last steps, for a failed test's report."""
         state = self.server.state
         faults = ", ".join(f.spec for f in self.server.injector.faults) or "none"
-        if self.recording and self.server.injector.faults:
-            faults += " (recording: they act on what replays, not on what is forwarded and recorded)"
         lines = [f"seed {self.seed} (--sse-tape-seed={self.seed} repeats it); faults: {faults}"]
         if state.injected:
             lines.append("injected: " + ", ".join(f"{spec} x{n}" for spec, n in state.injected.items()))
@@ -774,6 +783,8 @@ def per_test(request: pytest.FixtureRequest, tape: SSETape, *, shared: bool) -> 
             patch.setenv("OPENAI_BASE_URL", tape.openai_url)
             patch.setenv("OPENAI_API_KEY", "sse-tape")
         yield tape
+    if tape._threaded:  # the test's recordings are whole before the next test, or the server's end
+        tape.wait_recorded()
 
 
 def _own_words(item: Any) -> dict[str, Any]:

@@ -180,6 +180,8 @@ class Recorder:
         """What this session recorded, in the order the streams ended."""
         self.failures = 0
         """Writes that failed (a reset of the server does not clear them)."""
+        self.in_flight = 0
+        """Streams being recorded now: their response head came, and they are not over."""
         self._server: Host | None = None
         self._spool: SpoolWriter | None = None
         self._streams = 0
@@ -210,6 +212,7 @@ class Recorder:
     def begin(self, capture: Capture) -> None:
         """A stream's response head came: spool its request and head."""
         self._streams += 1
+        self.in_flight += 1
         capture.spool = self._streams
         request = self._storable(capture.request)
         headers = self.redaction.response(Response(capture.status or 0, capture.headers)).headers
@@ -239,6 +242,7 @@ class Recorder:
         interaction = capture.interaction()
         if interaction is None:
             return  # no response head, nothing to record
+        self.in_flight -= 1
         end = interaction.response.end
         self._spooled(lambda spool, n: spool.end(n, str(end), capture.duration), capture)
         request, response = self._storable(interaction.request), self.redaction.response(interaction.response)
@@ -334,13 +338,23 @@ class Forwarder:
     request goes nowhere and nothing is recorded. An answer that is not an
     event stream takes only `ttfb`; a fault that needs the whole stream in
     advance (`50%`, `split`) leaves a forwarded stream alone. The journal
-    says what each did.
+    says what each did. The upstream is read on after the client's copy is
+    over for `read_on` seconds at most: an endless feed is recorded as far
+    as that, `interrupted`.
     """
 
-    def __init__(self, upstream: Upstream, recorder: Recorder | None = None, *, drain_timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        upstream: Upstream,
+        recorder: Recorder | None = None,
+        *,
+        drain_timeout: float = 5.0,
+        read_on: float = 300.0,
+    ) -> None:
         self.upstream = upstream
         self.recorder = recorder
         self.drain_timeout = drain_timeout
+        self.read_on = read_on
         self._server: Host | None = None
         # The streams being read, and those read on for the recording after their client's answer is over.
         self._streams: set[asyncio.Future[Any]] = set()
@@ -531,8 +545,10 @@ class Forwarder:
             over()
             if self.recorder is None:
                 relay.cancel()  # nothing to record: the upstream stops with the client's copy
-            elif not relay.done():
-                self._draining.add(relay)  # read to its end for the recording
+            elif not relay.done():  # read to its end for the recording, `read_on` seconds at most
+                self._draining.add(relay)
+                deadline = asyncio.get_running_loop().call_later(self.read_on, relay.cancel)
+                relay.add_done_callback(lambda _: deadline.cancel())
 
     async def _read_for(
         self,
@@ -561,8 +577,8 @@ class Forwarder:
         except UpstreamError as exc:
             self._upstream_failed(exchange, exc)
             head.set_result(exc)
-        except asyncio.CancelledError:
-            capture.end = End.INTERRUPTED if server.closing else End.CLIENT_GONE
+        except asyncio.CancelledError:  # the server stops, or the recorder has read on long enough
+            capture.end = End.INTERRUPTED
             raise
         finally:
             if not head.done():

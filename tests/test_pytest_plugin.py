@@ -9,8 +9,10 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
+from upstream import Upstream, chat_chunk
 
 from sse_tape import Cassette, bundled_cassettes
+from sse_tape._http import run_in_thread
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -600,3 +602,72 @@ def test_the_examples_in_docs_pytest_md_pass(tester: pytest.Pytester) -> None:
     for name, code in examples:
         (tester.path / "tests" / name).write_text(code, encoding="utf-8")
     tester.runpytest_subprocess("tests").assert_outcomes(passed=5)
+
+
+CHAOS = """
+import contextlib
+
+import openai
+import pytest
+
+ASK = {"model": "up", "messages": [{"role": "user", "content": "hi"}], "stream": True, "extra_query": {"gap": "0.05"}}
+
+
+def words(client, failure=None):
+    got = []
+    with pytest.raises(failure) if failure else contextlib.nullcontext():
+        for chunk in client.chat.completions.create(**ASK):
+            got.append(chunk.choices[0].delta.content)
+    return got
+"""
+
+
+def test_recording_a_test_meets_its_faults_from_the_upstream_and_replays_either_way(tester: pytest.Pytester) -> None:
+    tester.makepyfile(
+        test_chaos=CHAOS
+        + """
+
+@pytest.mark.sse_tape(faults=["error:at=2,message=gone"])
+def test_error(sse_tape):
+    with openai.OpenAI(base_url=sse_tape.openai_url, api_key="test", max_retries=0) as client:
+        assert words(client, openai.APIError) == [" w0", " w1"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.sse_tape(faults=["disconnect:after=1"])
+async def test_disconnect(async_sse_tape):
+    async with openai.AsyncOpenAI(base_url=async_sse_tape.openai_url, api_key="test", max_retries=0) as client:
+        got = []
+        with pytest.raises(openai.APIConnectionError):
+            async for chunk in await client.chat.completions.create(**ASK):
+                got.append(chunk.choices[0].delta.content)
+    assert got == [" w0"]
+"""
+    )
+    with run_in_thread(Upstream()) as upstream:
+        record = ("--sse-tape-record=once", "--sse-tape-upstream", upstream.url)
+        tester.runpytest_subprocess(*record).assert_outcomes(passed=2)
+        assert upstream.disconnects == 0  # each upstream read to its end, though its test's client was cut off
+    whole = b"".join(chat_chunk(n) for n in range(5)) + b"data: [DONE]\n\n"
+    for name, note in [("test_error", "error:at=2,message=gone"), ("test_disconnect", "disconnect:after=1")]:
+        [interaction] = Cassette.load(tester.path / "cassettes" / "test_chaos" / f"{name}.toml").interactions
+        assert interaction.response.body == whole
+        assert [n.fault for n in interaction.injected] == [note]
+    tester.runpytest_subprocess().assert_outcomes(passed=2)  # offline, the marker's faults act on the replays
+    tester.makepyfile(
+        test_again=CHAOS
+        + """
+
+@pytest.mark.sse_tape("test_chaos/test_error", recorded_faults=True)
+def test_what_the_client_got(sse_tape):
+    with openai.OpenAI(base_url=sse_tape.openai_url, api_key="test", max_retries=0) as client:
+        assert words(client, openai.APIError) == [" w0", " w1"]
+
+
+@pytest.mark.sse_tape("test_chaos/test_error")
+def test_what_the_upstream_sent(sse_tape):
+    with openai.OpenAI(base_url=sse_tape.openai_url, api_key="test", max_retries=0) as client:
+        assert words(client) == [" w0", " w1", " w2", " w3", " w4"]
+"""
+    )
+    tester.runpytest_subprocess("test_again.py").assert_outcomes(passed=2)

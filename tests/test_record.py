@@ -38,6 +38,7 @@ from sse_tape import (
 from sse_tape._http import run_in_thread
 from sse_tape.cassette import Injection
 from sse_tape.journal import Ended, FaultInjected, Received
+from sse_tape.record import Forwarder
 from sse_tape.redaction import REDACTED, Redaction
 
 
@@ -971,6 +972,20 @@ async def test_a_client_that_leaves_a_faulted_stream_leaves_the_upstream_to_the_
         async with httpx.AsyncClient() as client, client.stream("POST", forwarder.url + url, content=b"{}") as response:
             await response.aiter_raw().__anext__()
         await until(lambda: upstream.disconnects)
+
+
+async def test_an_endless_stream_is_read_on_for_the_recording_only_so_long(upstream: Upstream, tmp_path: Path) -> None:
+    options = ServeOptions.build(faults=["latency:delay=1ms"])
+    async with arecording(tmp_path / "c.toml", upstream.url, options=options) as proxy:
+        [forwarder] = [r for r in proxy.responders if isinstance(r, Forwarder)]
+        forwarder.read_on = 0.2
+        async with httpx.AsyncClient() as client, client.stream("GET", proxy.url + "/stall") as response:
+            await response.aiter_raw().__anext__()
+        await until(lambda: proxy.journal.counts["recorded"])
+        await until(lambda: upstream.disconnects)
+    [interaction] = Cassette.load(tmp_path / "c.toml").interactions
+    assert interaction.response.end is End.INTERRUPTED
+    assert interaction.response.body == chat_chunk(0)
 
 
 async def test_a_faulted_recording_replays_what_the_upstream_sent_or_with_recorded_faults_what_its_client_got(
