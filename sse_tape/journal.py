@@ -89,8 +89,9 @@ class Matched(Entry):
     """How the recording was reshaped for the request (see `shape`): `as JSON`, `as a stream`,
     `without usage`, or None."""
     resumed: str | None = None
-    """Where a reconnection (a request with `Last-Event-ID`) resumed the stream: `after event id '5'`, or
-    `from the start: ...` for an id the stream never set; None for a request that is no reconnection."""
+    """Where a reconnection (a request with `Last-Event-ID`) resumed the stream: `after event id '5'`,
+    `from the start: ...` for an id the stream never set, or `as recorded after event id '5'` for a recording
+    of that very reconnection; None for a request that is no reconnection."""
     background: str | None = None
     """The id the answer is kept by as a background response (the Responses API's `background: true`), to be
     retrieved, resumed and cancelled; None for any other answer."""

@@ -10,6 +10,14 @@ answers a request that asks for no stream, and the other way round (replay
 converts it); a recorder, which must fetch each shape from its upstream,
 compares them like any field.
 
+A reconnection (a request with `Last-Event-ID`, as an `EventSource` sends
+it) is answered by a recording of the same reconnection, made with the same
+`Last-Event-ID`, when there is one; else, when replaying, by a recording made
+without one, which replay resumes after that event. A request without the
+header never gets a recording of a reconnection (it is not the whole
+stream). A recorder, which must fetch each reconnection from its upstream,
+resumes nothing.
+
 Among the recordings that agree, the one whose body is most alike wins (see
 `_likeness`), so with `match_on=("method", "path")` a request with `tools`
 gets the tool-call recording and a conversation that ends with a tool's
@@ -34,7 +42,7 @@ from .dialects import for_path
 from .journal import ReplayState
 from .redaction import REDACTED
 
-__all__ = ["DEFAULT_MATCH_ON", "MatchOn", "Matcher", "asks_for_stream", "is_streamed"]
+__all__ = ["DEFAULT_MATCH_ON", "MatchOn", "Matcher", "asks_for_stream", "is_streamed", "last_event_id"]
 
 DEFAULT_MATCH_ON: tuple[MatchOn, ...] = (MatchOn.METHOD, MatchOn.PATH, MatchOn.BODY)
 
@@ -89,12 +97,16 @@ class Matcher:
         ignore_body_fields: Iterable[str] | None = None,
         allow_repeats: bool = True,
         reshape: bool = True,
+        resume: bool = True,
         state: ReplayState | None = None,
     ) -> None:
         self.allow_repeats = allow_repeats
         self.reshape = reshape
         """Whether `stream` and `stream_options` only choose the answer's shape (replay converts it); off,
         they are compared like any field, so a recorder fetches each shape from its upstream."""
+        self.resume = resume
+        """Whether a reconnection no recording of the same reconnection answers gets one made without
+        `Last-Event-ID` (replay resumes it); off, it is a miss, so a recorder fetches it from its upstream."""
         self.state = state or ReplayState()
         try:
             self.match_on = None if match_on is None else tuple(dict.fromkeys(MatchOn(m) for m in match_on))
@@ -105,6 +117,7 @@ class Matcher:
         self._rules: list[_Rule] = []
         self._bodies: list[Any] = []
         self._shapes: list[bool | None] = []  # whether each successful answer streams; None: an error answer
+        self._last_ids: list[str | None] = []  # the Last-Event-ID each was recorded with
         for cassette in cassettes:
             rule = self._rule(cassette.match_on, cassette.ignore_body_fields)
             for n, interaction in enumerate(cassette.interactions, 1):
@@ -128,12 +141,18 @@ class Matcher:
         self._bodies.append(_comparable_body(recording.interaction.request, rule.ignore, self.reshape))
         response = recording.interaction.response
         self._shapes.append(is_streamed(recording.interaction) if 200 <= response.status < 300 else None)
+        self._last_ids.append(last_event_id(recording.interaction.request))
         self.state.track([recording])
 
     def find(self, request: Request) -> Recording:
         """The recording that answers `request`, noted as played; raises `NoMatchError` naming the closest ones."""
         bodies = _Bodies(request, self.reshape)
+        last_id = last_event_id(request)
         agreeing = [n for n in range(len(self.recordings)) if self._agrees(request, bodies, n)]
+        same = [n for n in agreeing if self._last_ids[n] == last_id]
+        if not same and last_id is not None and self.resume:
+            same = [n for n in agreeing if self._last_ids[n] is None]  # to resume after that event
+        agreeing = same
         if not agreeing:
             raise NoMatchError(self.explain_miss(request))
         # A successful answer in the shape asked for beats one that must be converted, when there is one;
@@ -204,6 +223,9 @@ class Matcher:
         recorded = self.recordings[n].interaction.request
         parts: list[str] = []
         body_diffs: list[str] = []
+        here, there = last_event_id(request), self._last_ids[n]
+        if here != there and not (there is None and self.resume):
+            parts.append(f"Last-Event-ID is {_show_id(here)}, recorded {_show_id(there)}")
         for part in self._rules[n].match_on:
             if self._same(part, request, bodies, n):
                 continue
@@ -283,6 +305,15 @@ def _list_likeness(a: Any, b: Any) -> int:
     ):
         score += 2 + (last.keys() == other.keys())
     return score
+
+
+def last_event_id(request: Request) -> str | None:
+    """The event id a reconnection resumes after (its `Last-Event-ID`); None for a request that is none."""
+    return request.header("Last-Event-ID") or None
+
+
+def _show_id(last_id: str | None) -> str:
+    return "absent" if last_id is None else repr(last_id)
 
 
 def _query_agrees(here: str, recorded: str) -> bool:

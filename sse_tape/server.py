@@ -50,7 +50,7 @@ from .catalog import Catalog
 from .dialects import dialect_for
 from .faults import MAX_HEADER_FAULTS, Fault, Injector, parse_fault, parse_faults
 from .journal import Ended, FaultInjected, Journal, Matched, Miss, Missed, Received, ReplayState
-from .matching import Matcher
+from .matching import Matcher, last_event_id
 from .options import MissPolicy, ServeOptions
 from .plan import Plan, event_ends
 from .record import Forwarder, Recorder, RecordMode
@@ -114,6 +114,10 @@ class Replay(Attached):
     client got (`Interaction.injected`) gets them again, besides the
     server's and the request's own (one of the same text acts once), unless
     a reconnection resumes it: the replay is what that client got.
+
+    A reconnection (`Last-Event-ID`) answered by a recording of the same
+    reconnection gets it as recorded; answered by one made without the
+    header, it gets that stream from after the event it names.
     """
 
     def __init__(self) -> None:
@@ -141,13 +145,15 @@ class Replay(Attached):
         pace, key = server.options.pace, f"{recording}:{turn}"
         stream = pace.plan(prepared.stands_for if prepared.stands_for is not None else prepared.response, key=key)
         background = BackgroundResponse.of(request, stream, exchange.started)
-        resumed = None
-        if prepared.stands_for is None and (last_id := request.header("Last-Event-ID")) is not None:
-            # A reconnection: the stream goes on after the event it names (an id it never set: all of it).
-            found = stream.resume_after(last_id)
-            resumed = f"after event id {last_id!r}" if found else f"from the start: no event id {last_id!r}"
-        # A recording's own faults act again (not on a reconnection's resumption: they were the first connection's).
-        again = self._faults_of(recording) if server.options.recorded_faults and resumed is None else []
+        resumed, cut = None, False
+        if prepared.stands_for is None and (last_id := last_event_id(request)) is not None:
+            if last_event_id(recording.interaction.request) == last_id:  # a recording of this very reconnection
+                resumed = f"as recorded after event id {last_id!r}"
+            else:  # the stream goes on after the event it names (an id it never set: all of it)
+                cut = stream.resume_after(last_id)
+                resumed = f"after event id {last_id!r}" if cut else f"from the start: no event id {last_id!r}"
+        # A recording's own faults act again (not on a resumption: they were the first connection's).
+        again = self._faults_of(recording) if server.options.recorded_faults and not cut else []
         server.journal.add(
             Matched(
                 request=exchange.number,
@@ -267,12 +273,15 @@ class MockServer:
         self.allow_remote_control = allow_remote_control
         self.state = ReplayState()
         """Every counter replay depends on; `reset()` starts them over."""
+        # A recorder fetches each shape of answer, and each reconnection, from its upstream.
+        replays_only = recorder is None or self.options.on_miss not in (MissPolicy.RECORD, MissPolicy.SYNTH)
         self.matcher = Matcher(
             cassettes,
             match_on=self.options.match_on,
             ignore_body_fields=self.options.ignore_body_fields,
             allow_repeats=self.options.allow_repeats,
-            reshape=recorder is None or self.options.on_miss not in (MissPolicy.RECORD, MissPolicy.SYNTH),
+            reshape=replays_only,
+            resume=replays_only,
             state=self.state,
         )
         self.injector = Injector(self.options.faults, self.options.seed, self.state)

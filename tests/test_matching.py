@@ -185,3 +185,29 @@ def test_each_cassette_is_matched_as_it_says_unless_the_server_says_otherwise() 
     with pytest.raises(NoMatchError, match=r'body\.user is "b", recorded "a"'):
         overriding.find(post("/ignoring", {"q": 1, "user": "b"}))
     assert tag(Matcher([strict], match_on=["path"]), post("/strict", {"q": 2})) == "strict"
+
+
+def reconnecting(last_id: str | None) -> Request:
+    return Request("GET", "/feed", headers=(("Last-Event-ID", last_id),) if last_id is not None else ())
+
+
+def test_a_reconnection_gets_its_own_recording_or_one_to_resume_and_a_first_connection_the_whole_stream() -> None:
+    feed = Cassette(
+        [
+            Interaction(reconnecting("2"), Response(chunks=(Chunk(0.0, b"after 2"),))),
+            Interaction(reconnecting(None), Response(chunks=(Chunk(0.0, b"whole"),))),
+        ]
+    )
+    replaying = Matcher([feed])
+    assert tag(replaying, reconnecting(None)) == "whole"
+    assert tag(replaying, Request("GET", "/feed", headers=(("last-event-id", "2"),))) == "after 2"
+    assert tag(replaying, reconnecting("4")) == "whole"  # to resume after event 4
+    assert tag(replaying, reconnecting("")) == "whole"  # an empty id is no reconnection
+    recording = Matcher([feed], resume=False)  # a recorder fetches a reconnection it has not recorded
+    assert tag(recording, reconnecting("2")) == "after 2"
+    with pytest.raises(NoMatchError) as miss:
+        recording.find(reconnecting("4"))
+    assert str(miss.value).endswith(
+        "closest: <memory> #1 (GET /feed): Last-Event-ID is '4', recorded '2' "
+        "| <memory> #2 (GET /feed): Last-Event-ID is '4', recorded absent"
+    )

@@ -16,6 +16,7 @@ import httpx
 import openai
 import pytest
 from clients import openai_client
+from httpx_sse import aconnect_sse
 from upstream import Upstream, chat_chunk
 
 from sse_tape import (
@@ -24,6 +25,7 @@ from sse_tape import (
     Chunk,
     End,
     Interaction,
+    MockServer,
     RecordMode,
     Request,
     Response,
@@ -37,7 +39,7 @@ from sse_tape import (
 )
 from sse_tape._http import run_in_thread
 from sse_tape.cassette import Injection
-from sse_tape.journal import Ended, FaultInjected, Received
+from sse_tape.journal import Ended, FaultInjected, Matched, Received
 from sse_tape.record import Forwarder
 from sse_tape.redaction import REDACTED, Redaction
 
@@ -1030,3 +1032,87 @@ def test_record_with_faults_from_the_command_line_keeps_the_notes_of_a_killed_se
     [interaction] = Cassette.load(cassette).interactions  # from the spool the killed session left
     assert interaction.response.body == b"".join(chat_chunk(n) for n in range(3)) + b"data: [DONE]\n\n"
     assert interaction.injected == (Injection("drop:at=1", "drop event 1"),)
+
+
+# --- reconnections: recorded as their own interactions, replayed by their Last-Event-ID ----------------------------
+
+
+async def read_feed(url: str, last_id: str | None = None) -> tuple[list[str], bool]:
+    """One connection to an event feed, as an EventSource makes it: the ids it got, and whether it broke off."""
+    ids: list[str] = []
+    async with httpx.AsyncClient() as client:
+        try:
+            async with aconnect_sse(client, "GET", url, headers={"Last-Event-ID": last_id} if last_id else {}) as feed:
+                async for event in feed.aiter_sse():
+                    ids.append(event.id)
+        except (httpx.RemoteProtocolError, httpx.ReadError):
+            return ids, True
+    return ids, False
+
+
+async def follow_feed(url: str) -> list[list[str]]:
+    """Read a feed as an EventSource does, reconnecting after each break with the last id it had, until it ends:
+    the ids of each connection."""
+    connections: list[list[str]] = []
+    last: str | None = None
+    while len(connections) < 10:
+        ids, broke = await read_feed(url, last)
+        connections.append(ids)
+        last = ids[-1] if ids else last
+        if not broke:
+            return connections
+    raise AssertionError(f"the feed broke off ten times: {connections}")
+
+
+def matched(server: MockServer) -> list[tuple[str, str | None]]:
+    return [(e.recording, e.resumed) for e in server.journal if isinstance(e, Matched)]
+
+
+async def test_a_reconnection_is_recorded_as_its_own_interaction_and_replayed_by_its_last_event_id(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "feed.toml"
+    options = ServeOptions.build(faults=["disconnect:after=2,times=1"])
+    async with arecording(cassette, upstream.url, options=options) as proxy:
+        # Cut off after two events, the client reconnects after the second, and the upstream resumes there.
+        assert await follow_feed(proxy.url + "/feed") == [["1", "2"], ["3", "4", "5"]]
+        await until(lambda: proxy.journal.counts["recorded"] == 2)
+    assert [h.get("Last-Event-ID") for h in upstream.seen_headers] == [None, "2"]
+    interactions = Cassette.load(cassette).interactions
+    [whole] = [i for i in interactions if i.request.header("Last-Event-ID") is None]
+    [again] = [i for i in interactions if i.request.header("Last-Event-ID") == "2"]
+    assert [e.id for _, e in whole.response.events()] == ["1", "2", "3", "4", "5"]
+    assert [e.id for _, e in again.response.events()] == ["3", "4", "5"]
+    assert [n.fault for n in whole.injected] == ["disconnect:after=2,times=1"]
+    assert again.injected == ()
+    at = {i.request.header("Last-Event-ID"): n for n, i in enumerate(interactions, 1)}
+    async with aserve(cassette, pace="instant") as server:
+        # The reconnection as recorded; one after an id no reconnection was recorded with resumes the whole
+        # stream; a first connection gets the whole stream, never a reconnection's.
+        assert await read_feed(server.url + "/feed", "2") == (["3", "4", "5"], False)
+        assert await read_feed(server.url + "/feed", "4") == (["5"], False)
+        assert await read_feed(server.url + "/feed") == (["1", "2", "3", "4", "5"], False)
+        assert matched(server) == [
+            (f"feed.toml #{at['2']} (GET /feed)", "as recorded after event id '2'"),
+            (f"feed.toml #{at[None]} (GET /feed)", "after event id '4'"),
+            (f"feed.toml #{at[None]} (GET /feed)", None),
+        ]
+    async with aserve(cassette, pace="instant", recorded_faults=True) as server:
+        # What the recording's client lived through, again: cut off after two, reconnected, every event once.
+        assert await follow_feed(server.url + "/feed") == [["1", "2"], ["3", "4", "5"]]
+        assert [resumed for _, resumed in matched(server)] == [None, "as recorded after event id '2'"]
+
+
+async def test_a_recorder_sends_a_reconnection_it_has_not_recorded_to_the_upstream(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "feed.toml"
+    async with arecording(cassette, upstream.url, mode="once") as proxy:
+        assert await read_feed(proxy.url + "/feed") == (["1", "2", "3", "4", "5"], False)
+        assert await read_feed(proxy.url + "/feed", "3") == (["4", "5"], False)
+    assert upstream.hits == 2
+    async with arecording(cassette, upstream.url, mode="once") as proxy:  # the cassette exists: replay only
+        assert await read_feed(proxy.url + "/feed", "3") == (["4", "5"], False)
+        assert await read_feed(proxy.url + "/feed", "1") == (["2", "3", "4", "5"], False)  # resumed on replay
+        assert [resumed for _, resumed in matched(proxy)] == ["as recorded after event id '3'", "after event id '1'"]
+    assert upstream.hits == 2

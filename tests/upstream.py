@@ -10,6 +10,8 @@ Routes:
 - `POST /limited`: a 429 JSON error with `Retry-After: 7`.
 - `GET /binary`: a chunk that is not UTF-8.
 - `GET /cookie`: one event, with a secret in `Set-Cookie`.
+- `GET /feed?events=N&gap=S`: a notification feed as an EventSource reads it: events with ids 1 to N
+  (5 by default), S seconds apart; a reconnection with `Last-Event-ID: K` gets those after K.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class Upstream:
         app.router.add_post("/limited", self.limited)
         app.router.add_get("/binary", self.binary)
         app.router.add_get("/cookie", self.cookie)
+        app.router.add_get("/feed", self.feed)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -131,5 +134,13 @@ class Upstream:
 
     async def cookie(self, request: web.Request) -> web.StreamResponse:
         response = await self._stream(request, [chat_chunk(0)], 0, **{"set-cookie": "session=COOKIE-SECRET-42"})
+        await response.write_eof()
+        return response
+
+    async def feed(self, request: web.Request) -> web.StreamResponse:
+        events, gap = int(request.query.get("events", "5")), float(request.query.get("gap", "0.02"))
+        after = int(request.headers.get("Last-Event-ID", "0"))
+        chunks = [f"id: {n}\nevent: notice\ndata: notice {n}\n\n".encode() for n in range(after + 1, events + 1)]
+        response = await self._stream(request, chunks, gap)
         await response.write_eof()
         return response
