@@ -194,7 +194,7 @@ class Interaction:
     recorded_at: str | None = None
     """When it was recorded, as an ISO 8601 timestamp."""
     injected: tuple[Injection, ...] = ()
-    """The faults that acted on the stream its client got, in the order they acted."""
+    """The faults that acted on the stream its client got, in the order they were journaled."""
 
 
 # What identifies a file's content without reading it: inode, size, modification time.
