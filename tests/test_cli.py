@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from sse_tape import Cassette, Chunk, Interaction, Request, Response, __version__, bundled_cassettes
 from sse_tape.cassette import Injection
 from sse_tape.cli import cli
+from sse_tape.faults import FAULTS
 
 BUNDLED = {p.stem: p for p in bundled_cassettes()}
 
@@ -455,7 +456,7 @@ def test_a_fault_a_cassette_notes_that_is_no_fault_stops_serve_recorded_faults_w
     path = Cassette([interaction]).save(tmp_path / "c.toml")
     result = run_cli("serve", str(path), "--port", "0", "--recorded-faults")
     assert result.returncode == 2
-    assert result.stderr == "Error: c.toml #1 (GET /x): injected fault 'eror:3': unknown fault 'eror'; " + (
-        "faults are status, ttfb, hang, empty, error, drop, duplicate, corrupt, stall, latency, bandwidth, "
-        "fragment, coalesce, split, eol, garbage, disconnect\n"
+    assert (
+        result.stderr
+        == f"Error: c.toml #1 (GET /x): injected fault 'eror:3': unknown fault 'eror'; faults are {', '.join(FAULTS)}\n"
     )
