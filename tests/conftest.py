@@ -20,6 +20,9 @@ pytest_plugins = ("pytester",)
 
 # `just fuzz` (bench/fuzz.py without atheris) runs the fuzz-marked tests long.
 settings.register_profile("fuzz", max_examples=int(os.environ.get("SSE_TAPE_FUZZ_EXAMPLES", "20000")), deadline=None)
+# No deadline per example: on a busy shared machine an example can take seconds, and that is no failure.
+settings.register_profile("sse-tape", deadline=None)
+settings.load_profile("sse-tape")
 
 
 @pytest.fixture(scope="session")
