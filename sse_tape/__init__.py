@@ -32,9 +32,9 @@ if TYPE_CHECKING:  # what the names below are, for type checkers; at run time ea
     )
     from .journal import Journal, ReplayState
     from .matching import Matcher, MatchOn
-    from .options import MissPolicy, ServeOptions
+    from .options import MissPolicy, RecordMode, ServeOptions
     from .pacing import PaceMode, Pacing
-    from .record import RecordMode, record_once
+    from .record import record_once
     from .redaction import REDACTED, Redaction
     from .server import MockServer, arecording, aserve, recording, recording_server, serve
     from .sse import ServerSentEvent, SSEDecoder, encode_comment, encode_event
@@ -48,9 +48,9 @@ _HOMES = {
     ),
     ".journal": ("Journal", "ReplayState"),
     ".matching": ("Matcher", "MatchOn"),
-    ".options": ("MissPolicy", "ServeOptions"),
+    ".options": ("MissPolicy", "RecordMode", "ServeOptions"),
     ".pacing": ("PaceMode", "Pacing"),
-    ".record": ("RecordMode", "record_once"),
+    ".record": ("record_once",),
     ".redaction": ("REDACTED", "Redaction"),
     ".server": ("MockServer", "arecording", "aserve", "recording", "recording_server", "serve"),
     ".sse": ("ServerSentEvent", "SSEDecoder", "encode_comment", "encode_event"),

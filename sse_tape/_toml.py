@@ -16,8 +16,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import tomli_w
-
 __all__ = ["dumps"]
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
@@ -56,6 +54,8 @@ def _value(value: Any) -> str:
         return _string(value)
     if isinstance(value, list) and all(isinstance(v, str) and "\n" not in v for v in value):
         return "[" + ", ".join(map(_string, value)) + "]"  # a short list of words, on one line
+    import tomli_w  # only when writing: serving never needs it
+
     return tomli_w.dumps({"v": value}).removeprefix("v = ").rstrip("\n")
 
 

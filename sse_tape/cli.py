@@ -11,7 +11,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -24,11 +24,11 @@ from .dialects import get as get_dialect
 from .faults import FAULTS, PROFILES, Stage
 from .live_faults import needs_whole_stream
 from .matching import is_streamed
-from .options import MissPolicy, ServeOptions, parse_match
-from .record import RecordMode, describe, record_once
-from .redaction import Redaction, find_secrets
+from .options import MissPolicy, RecordMode, ServeOptions, parse_match
 from .server import Limits, MockServer, load_cassettes, recording_server
-from .show import html_page, lines, view
+
+if TYPE_CHECKING:  # what only recording, showing and checking need is imported there: serve starts sooner
+    from .redaction import Redaction
 
 __all__ = ["cli", "main"]
 
@@ -542,6 +542,8 @@ def record(
     before anything is written. `sse-tape check --secrets` finds any that
     got into a cassette.
     """
+    from .redaction import Redaction
+
     redaction = Redaction.build(
         headers=words.pop("redact_header"),
         keep_headers=words.pop("keep_header"),
@@ -619,6 +621,8 @@ def _record_one_shot(
     redaction: Redaction,
     idle_timeout: float,
 ) -> None:
+    from .record import describe, record_once
+
     method, headers, body = _one_shot_request(method, data, header)
     check_cassette_path(cassette)
     if cassette.exists():
@@ -709,6 +713,8 @@ def show(paths: tuple[Path, ...], events: bool, html_file: Path | None) -> None:
     finish reason, usage), then its timing: first byte, first token, end,
     tokens per second, the gaps between events and the stalls.
     """
+    from .show import html_page, lines, view
+
     loaded = [(path, Cassette.load(path)) for path in find_cassettes(paths)]
     _refuse_nothing([c for _, c in loaded], paths, "show")
     if html_file is not None:
@@ -781,6 +787,8 @@ def check(
     status: 0 when clean, 1 when violations are found, 2 when the input cannot
     be used.
     """
+    from .record import record_once
+
     chosen = get_dialect(dialect) if dialect else None
     if (live is None) == (not cassettes):
         raise ConfigError("give cassettes to check, or --live URL")
@@ -825,6 +833,8 @@ def check(
 
 def _check_secrets(paths: tuple[Path, ...], as_json: bool) -> None:
     """`check --secrets`: every secret in the cassettes, one line each; exit 1 when there is any."""
+    from .redaction import find_secrets
+
     loaded = [(path, Cassette.load(path)) for path in find_cassettes(paths)]
     _refuse_nothing([c for _, c in loaded], paths, "check")
     rows = [
@@ -982,6 +992,8 @@ def synth(
     The first answer also tells the model's load (LM Studio's model_load
     events). Needs sse-tape[synth].
     """
+    from .record import describe
+
     if info:
         _synth_info(model, words)
         return

@@ -19,7 +19,27 @@ from .cassette import MatchOn
 from .faults import Fault, load_profile, parse_fault
 from .pacing import Pacing
 
-__all__ = ["MissPolicy", "ServeOptions", "parse_match"]
+__all__ = ["MissPolicy", "RecordMode", "ServeOptions", "parse_match"]
+
+
+class RecordMode(StrEnum):
+    """When to replay and when to record, with VCR.py's words and meanings."""
+
+    ONCE = "once"
+    """Record everything if the cassette does not exist yet; if it does, replay only (a miss is an error).
+
+    A new cassette records every request of the session, repeats too, so a replay
+    plays them back in order, as VCR.py does.
+    """
+    NEW_EPISODES = "new_episodes"
+    """Replay each matching recording once; forward and record every other request.
+
+    What is recorded replays at once: an identical request later in the session gets it.
+    """
+    NONE = "none"
+    """Replay only; never contact the upstream."""
+    ALL = "all"
+    """Forward and record every request; never replay. Existing interactions are kept."""
 
 
 class MissPolicy(StrEnum):

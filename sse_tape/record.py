@@ -27,7 +27,6 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any, BinaryIO
 
 from aiohttp import web
@@ -60,27 +59,7 @@ from .responder import Exchange, Host
 from .sse import SSEDecoder
 from .upstream import AiohttpUpstream, Upstream, leaves_base, parse_upstream
 
-__all__ = ["Capture", "Forwarder", "RecordMode", "Recorder", "describe", "record_once"]
-
-
-class RecordMode(StrEnum):
-    """When to replay and when to record, with VCR.py's words and meanings."""
-
-    ONCE = "once"
-    """Record everything if the cassette does not exist yet; if it does, replay only (a miss is an error).
-
-    A new cassette records every request of the session, repeats too, so a replay
-    plays them back in order, as VCR.py does.
-    """
-    NEW_EPISODES = "new_episodes"
-    """Replay each matching recording once; forward and record every other request.
-
-    What is recorded replays at once: an identical request later in the session gets it.
-    """
-    NONE = "none"
-    """Replay only; never contact the upstream."""
-    ALL = "all"
-    """Forward and record every request; never replay. Existing interactions are kept."""
+__all__ = ["Capture", "Forwarder", "Recorder", "describe", "record_once"]
 
 
 @dataclass(slots=True)

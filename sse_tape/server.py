@@ -26,7 +26,7 @@ import os
 import resource
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -51,13 +51,15 @@ from .dialects import dialect_for
 from .faults import MAX_HEADER_FAULTS, Fault, Injector, parse_fault, parse_faults
 from .journal import Ended, FaultInjected, Journal, Matched, Miss, Missed, Received, ReplayState
 from .matching import Matcher, last_event_id
-from .options import MissPolicy, ServeOptions
+from .options import MissPolicy, RecordMode, ServeOptions
 from .plan import Plan, event_ends
-from .record import Forwarder, Recorder, RecordMode
-from .redaction import Redaction
 from .responder import Attached, Exchange, Host, Responder, inject
 from .shape import Shape, asked, collapse, reshape
-from .upstream import AiohttpUpstream, Upstream
+
+if TYPE_CHECKING:  # recording and forwarding are imported when used: serving alone starts sooner
+    from .record import Recorder
+    from .redaction import Redaction
+    from .upstream import Upstream
 
 __all__ = ["Exchange", "Limits", "MockServer", "Replay", "Responder", "aserve", "load_cassettes", "serve"]
 
@@ -609,6 +611,9 @@ def recording_server(
     upstream, the model answers what replay does not, and that is recorded.
     The cassettes `also` are replayed besides, as they are: nothing is recorded into them.
     """
+    from .record import Recorder
+    from .upstream import AiohttpUpstream
+
     path = check_cassette_path(cassette)
     if (upstream is None) == (model is None):
         raise ConfigError("record from an upstream or a model: give one of them")
@@ -675,6 +680,9 @@ def _behind_replay(
         raise ConfigError(f"on miss {policy}: give the upstream to send misses to")
     if policy is MissPolicy.RECORD and recorder is None:
         raise ConfigError("on miss record: give the recorder that keeps what is forwarded")
+    from .record import Forwarder
+    from .upstream import AiohttpUpstream
+
     return [Forwarder(AiohttpUpstream(upstream) if isinstance(upstream, str) else upstream, recorder)]
 
 
