@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import itertools
 import json
 import multiprocessing as mp
@@ -85,6 +86,7 @@ def run_server(kind: str, interaction: Interaction, pace: str, ready: mp.Queue) 
             options = ServeOptions.build(match_on=["path"], pace=pace)
             server = MockServer([Cassette([interaction])], options=options)
             await server.start()
+            gc.freeze()  # as `sse-tape serve` does once its cassettes are loaded
             ready.put(server.port)
         await asyncio.Event().wait()
 

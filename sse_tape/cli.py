@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import ipaddress
 import json
 import os
@@ -665,6 +666,9 @@ async def _serve_until_stopped(server: MockServer, what: str) -> None:
         known = exc.errno is not None and exc.errno in errno.errorcode
         reason = os.strerror(exc.errno).lower() if known and exc.errno is not None else exc.strerror or str(exc)
         raise SSETapeError(f"cannot listen on {server.host}:{server.port}: {reason}") from None
+    # The loaded cassettes live as long as the server: no collection need walk them again, and a full
+    # one of a big cassette held every stream back for tens of milliseconds (this process is ours alone).
+    gc.freeze()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
