@@ -379,6 +379,14 @@ def _say_what_stays_whole(options: ServeOptions, streams: str) -> None:
     type=click.IntRange(0),
     help="With --model: requests that may wait for the model; past them, a 503 with Retry-After.",
 )
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 256),
+    help="Processes answering on the one port (SO_REUSEPORT), each with the cassettes loaded once before it "
+    "starts. Replay counts, fault budgets, the journal and the control endpoints are each worker's own.",
+)
 @_model_options
 def serve(
     paths: tuple[Path, ...],
@@ -390,6 +398,7 @@ def serve(
     upstream: str | None,
     model: str | None,
     max_queue: int,
+    workers: int,
     **words: Any,
 ) -> None:
     """Replay cassettes as a mock HTTP server.
@@ -413,6 +422,8 @@ def serve(
         raise ConfigError("--upstream is for --on-miss forward")
     if (model is not None) != (options.on_miss is MissPolicy.SYNTH):
         raise ConfigError("--model and --on-miss synth go together")
+    if workers > 1 and model is not None:
+        raise ConfigError("--workers is for replay: each worker would load the model again; run one")
     cassettes = load_cassettes(paths) if paths or model is None else []
     if options.on_miss is MissPolicy.ERROR:  # forwarding, even nothing recorded leaves something to answer
         _refuse_nothing(cassettes, paths, "serve")
@@ -430,7 +441,17 @@ def serve(
             what = (
                 f"{what}, and {synthesizer.engine.name} for the rest" if count else f"serving {synthesizer.engine.name}"
             )
-        asyncio.run(_serve_until_stopped(server, what))
+        if workers == 1:
+            asyncio.run(_serve_until_stopped(server, what))
+            return
+        from .workers import run
+
+        def listening(pids: list[int]) -> None:
+            click.echo(
+                f"sse-tape: {what} at {server.url} in {workers} workers (pids {' '.join(map(str, pids))}; Ctrl-C stops)"
+            )
+
+        sys.exit(run(server, workers, _serve_until_stopped_quietly, listening=listening, say=_log))
     finally:
         if synthesizer is not None:
             synthesizer.engine.close()
@@ -658,7 +679,13 @@ def _read_data(data: str) -> bytes:
         raise ConfigError(f"--data {data}: cannot read {data[1:]}: {exc.strerror or exc}") from None
 
 
-async def _serve_until_stopped(server: MockServer, what: str) -> None:
+async def _serve_until_stopped_quietly(server: MockServer, ready: Callable[[], object]) -> None:
+    """A worker's serving: no banner; `ready` is called once it listens."""
+    await _serve_until_stopped(server, "", ready)
+
+
+async def _serve_until_stopped(server: MockServer, what: str, ready: Callable[[], object] | None = None) -> None:
+    """Serve until SIGINT or SIGTERM; `ready` (a worker's) is called once listening, in place of the banner."""
     try:
         await server.start()
     except OSError as exc:
@@ -673,8 +700,11 @@ async def _serve_until_stopped(server: MockServer, what: str) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    click.echo(f"sse-tape: {what} at {server.url} (Ctrl-C stops)")
-    if not _is_loopback_host(server.host):
+    if ready is not None:
+        ready()
+    else:
+        click.echo(f"sse-tape: {what} at {server.url} (Ctrl-C stops)")
+    if ready is None and not _is_loopback_host(server.host):
         control = (
             "and so can the fault header and the control endpoints"
             if server.allow_remote_control
@@ -685,7 +715,8 @@ async def _serve_until_stopped(server: MockServer, what: str) -> None:
         await stop.wait()
     finally:
         await server.close()
-    _log("stopped")
+    if ready is None:
+        _log("stopped")
 
 
 def _is_loopback_host(host: str) -> bool:

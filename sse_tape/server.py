@@ -250,6 +250,8 @@ class MockServer:
     gets a line for each logged journal entry. `limits` keep slow and idle
     clients from holding connections. The fault header and the control
     endpoints answer loopback clients only, unless `allow_remote_control`.
+    With `reuse_port`, other processes may listen on the same port, and the
+    system shares the connections out among them.
     """
 
     def __init__(
@@ -267,8 +269,11 @@ class MockServer:
         replay: bool = True,
         limits: Limits | None = None,
         allow_remote_control: bool = False,
+        reuse_port: bool = False,
     ) -> None:
         self.options = options or ServeOptions()
+        self.reuse_port = reuse_port
+        """Listen with SO_REUSEPORT, beside other processes on the same port (`serve --workers`)."""
         self.host = host
         self.port = port
         self.limits = limits or Limits()
@@ -321,6 +326,7 @@ class MockServer:
             "requests": self.state.requests,
             "journal_entries": len(self.journal),
             "refused_connections": self._guard.refused if self._guard is not None else 0,
+            "pid": os.getpid(),
         }
 
     def reset(self) -> None:
@@ -355,7 +361,7 @@ class MockServer:
         )
         try:
             self._listener = await loop.create_server(
-                self._guard, self.host, self.port, reuse_address=True, backlog=1024
+                self._guard, self.host, self.port, reuse_address=True, reuse_port=self.reuse_port or None, backlog=1024
             )
         except OSError:
             await runner.cleanup()

@@ -1,0 +1,148 @@
+"""Serving from several processes on one port: `sse-tape serve --workers N`.
+
+One Python process answers on one core. `run` forks the server N times
+after its cassettes are loaded (the children share those pages with the
+parent until one writes to them), and each child listens on the same port
+with SO_REUSEPORT, so the system shares the connections out among them.
+The parent holds the port from before the first fork (bound, never
+listening: no connection goes to it), waits until every worker listens, and
+then only watches: Ctrl-C or SIGTERM stops them all, and a worker that dies
+stops the rest.
+
+What each worker keeps is its own: replay counts (which recording plays
+next, `times=` budgets of faults, seeded chance), the journal and the
+control endpoints' faults. The `--report` file is shared, each line written
+whole (`docs/scaling.md`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import gc
+import os
+import select
+import signal
+import socket
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from ._exceptions import SSETapeError
+from .server import MockServer
+
+__all__ = ["run"]
+
+
+def run(
+    server: MockServer,
+    workers: int,
+    serve: Callable[[MockServer, Callable[[], object]], Coroutine[Any, Any, None]],
+    *,
+    listening: Callable[[list[int]], None],
+    say: Callable[[str], None],
+) -> int:
+    """Serve `server` from `workers` processes on its port; returns the exit status.
+
+    `serve(server, ready)` runs one worker until it is told to stop, calling
+    `ready()` once it listens; `listening(pids)` is called once every worker
+    does. `say` gets the lines about what went wrong.
+    """
+    family = socket.AF_INET6 if ":" in server.host else socket.AF_INET
+    held = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        held.bind((server.host, server.port))
+    except OSError as exc:
+        held.close()
+        raise SSETapeError(
+            f"cannot listen on {server.host}:{server.port}: {os.strerror(exc.errno or 0).lower()}"
+        ) from None
+    server.port, server.reuse_port = held.getsockname()[1], True
+    gc.freeze()  # what the children share stays shared: the collector never writes to those pages
+    ready_read, ready_write = os.pipe()
+    parent, pids = os.getpid(), []
+    for _ in range(workers):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _die_with(parent)
+            held.close()
+            os.close(ready_read)
+            os._exit(_worker(server, serve, ready_write, say))
+        pids.append(pid)
+    os.close(ready_write)
+    return _watch(pids, ready_read, held, listening, say)
+
+
+def _die_with(parent: int) -> None:
+    """Have the system stop this worker when its parent dies, even by SIGKILL: no worker outlives the
+    server, holding the port (Linux's PR_SET_PDEATHSIG; elsewhere, the parent's signals stop them)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before that took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _worker(
+    server: MockServer,
+    serve: Callable[[MockServer, Callable[[], object]], Coroutine[Any, Any, None]],
+    ready: int,
+    say: Callable[[str], None],
+) -> int:
+    try:
+        asyncio.run(serve(server, lambda: os.write(ready, b".")))
+    except SSETapeError as exc:
+        say(f"worker {os.getpid()}: {exc}")
+        return 2
+    except BaseException as exc:  # a worker's failure is a line; the parent stops the others
+        say(f"worker {os.getpid()} failed: {exc!r}")
+        return 1
+    finally:
+        os.close(ready)
+    return 0
+
+
+def _watch(
+    pids: list[int], ready: int, held: socket.socket, listening: Callable[[list[int]], None], say: Callable[[str], None]
+) -> int:
+    """Wait until the workers listen, then until they end; stop them all when told to or when one dies."""
+    stopping = False
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        for pid in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    running = set(pids)
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    up, status = 0, 0
+    while running:
+        if up < len(pids):  # each worker writes a byte once it listens
+            if select.select([ready], [], [], 0.1)[0]:
+                up += len(os.read(ready, len(pids)))
+                if up == len(pids):
+                    listening(pids)
+            pid, code = os.waitpid(-1, os.WNOHANG)
+        else:
+            pid, code = os.waitpid(-1, 0)
+        if pid == 0:
+            continue
+        running.discard(pid)
+        if not stopping:
+            code = os.waitstatus_to_exitcode(code)
+            say(f"worker {pid} ended (status {code}): stopping the others")
+            status = code if code > 0 else 1
+            stop(signal.SIGTERM, None)
+    os.close(ready)
+    held.close()
+    return status

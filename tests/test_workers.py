@@ -1,0 +1,114 @@
+"""`sse-tape serve --workers N`: N processes on one port, started, shared out and stopped together."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import processes
+import pytest
+from clients import openai_client
+
+ROOT = Path(__file__).parent.parent
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "Hello!"}], "stream": True}
+
+
+def workers_of(process: subprocess.Popen[str]) -> list[int]:
+    with open(f"/proc/{process.pid}/task/{process.pid}/children") as children:
+        return [int(pid) for pid in children.read().split()]
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_two_workers_share_one_port_answer_alike_and_stop_together() -> None:
+    process, url = processes.start(["serve", "--workers", "2", "--port", "0"])
+    try:
+        pids = workers_of(process)
+        assert len(pids) == 2
+        seen = set()
+        for _ in range(200):  # a new connection each time: the system shares them out among the workers
+            with httpx.Client(base_url=url, timeout=30) as client:
+                seen.add(client.get("/__sse_tape__/stats").json()["pid"])
+                answer = client.post("/v1/chat/completions", json=CHAT)
+                assert answer.status_code == 200
+                assert answer.text.endswith("data: [DONE]\n\n")
+            if seen == set(pids):
+                break
+        assert seen == set(pids)
+        process.send_signal(signal.SIGTERM)  # to the parent alone: it stops its workers
+        assert process.wait(timeout=60) == 0
+        assert not any(alive(pid) for pid in pids)
+    finally:
+        process.kill()
+        process.communicate()
+
+
+def test_a_worker_that_dies_stops_the_others_and_the_exit_status_says_so() -> None:
+    process, _ = processes.start(["serve", "--workers", "2", "--port", "0"])
+    try:
+        first, second = workers_of(process)
+        os.kill(first, signal.SIGKILL)
+        assert process.wait(timeout=60) != 0
+        assert not alive(second)
+        assert f"worker {first} ended (status -9): stopping the others" in process.communicate()[1]
+    finally:
+        process.kill()
+        process.communicate()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--workers", "0"], "Invalid value for '--workers': 0 is not in the range 1<=x<=256."),
+        (["--workers", "2", "--model", "x.gguf"], "--workers is for replay: each worker would load the model again"),
+    ],
+)
+def test_bad_workers_are_one_line(args: list[str], message: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "sse_tape", "serve", *args], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_two_replicas_behind_the_balancer_in_docs_scaling_md(tmp_path: Path) -> None:
+    docs = (ROOT / "docs" / "scaling.md").read_text(encoding="utf-8")
+    (name, code), *_ = re.findall(r"<!-- docs-test: (\S+) -->\n```python\n(.*?)\n```", docs, re.DOTALL)
+    (tmp_path / name).write_text(code, encoding="utf-8")
+    replicas = [processes.start(["serve", "--port", "0"]) for _ in range(2)]
+    balancer = subprocess.Popen(
+        [sys.executable, str(tmp_path / name), "0", *(url for _, url in replicas)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert balancer.stdout is not None
+        url = balancer.stdout.readline().split(" at ")[1].strip()
+        with httpx.Client(base_url=url, timeout=30) as http:
+            pids = [http.get("/__sse_tape__/stats").json()["pid"] for _ in range(4)]
+        assert pids[0] != pids[1]
+        assert pids[:2] == pids[2:]  # round robin over the two replicas
+        with openai_client(url + "/v1") as client:
+            stream = client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "Hi"}], stream=True
+            )
+            text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+        assert text == "Hi there! How can I help you today?"
+    finally:
+        for process in [balancer, *(p for p, _ in replicas)]:
+            process.terminate()
+            process.communicate(timeout=60)
