@@ -632,47 +632,50 @@ WIRE_FAULTS = ["disconnect:after=3", "garbage:at=2,size=8", "eol:crlf", "error:a
 CHAINS = ["drop:at=1;error:at=3", "error:at=3;drop:at=1", "duplicate:at=1;drop:at=2;error:at=4", "drop:at=0;drop:at=0"]
 
 
+def bundled_streams() -> Iterator[tuple[Path, Interaction]]:
+    """Every bundled interaction answered with an event stream, with its cassette's path."""
+    for path in bundled_cassettes():
+        for interaction in Cassette.load(path):
+            response = interaction.response
+            if response.status == 200 and response.header("content-type") == "text/event-stream":
+                yield path, interaction
+
+
 @pytest.mark.parametrize("spec", EVENT_FAULTS + WIRE_FAULTS + CHAINS)
 def test_a_live_stream_cut_anywhere_gets_what_a_replay_of_it_gets(spec: str) -> None:
     # An upstream's reads cut events anywhere: fed one byte at a time, the live faults act on whole events,
     # and make of every bundled stream (the EventSource feed's leading retry: too) the bytes a replay makes.
-    for path in bundled_cassettes():
-        for interaction in Cassette.load(path):
-            response = interaction.response
-            if response.status != 200 or response.header("content-type") != "text/event-stream":
-                continue
-            dialect = dialect_for(interaction.request.path, interaction)
-            live = LiveFaults(parse_faults(spec.split(";")), dialect=dialect, rng=random.Random(7))
-            writes = []
-            for piece in (response.body[n : n + 1] for n in range(len(response.body))):
-                if live.end is None:
-                    writes += live.feed(0.0, piece)
-            writes += live.close() if live.end is None else []
-            plan = Plan.of(response, [c.t for c in response.chunks], response.end_time)
-            apply(parse_faults(spec.split(";")), plan, dialect=dialect, rng=random.Random(7))
-            sent = b"".join(data for _, data in writes)
-            noise = b"".join(data for _, data in live.noise or ())
-            assert sent + noise == plan.body + b"".join(data for _, data in plan.noise or ()), path.name
-            assert (live.end or End.COMPLETE) is plan.end, path.name
+    for path, interaction in bundled_streams():
+        response = interaction.response
+        dialect = dialect_for(interaction.request.path, interaction)
+        live = LiveFaults(parse_faults(spec.split(";")), dialect=dialect, rng=random.Random(7))
+        writes = []
+        for piece in (response.body[n : n + 1] for n in range(len(response.body))):
+            if live.end is None:
+                writes += live.feed(0.0, piece)
+        writes += live.close() if live.end is None else []
+        plan = Plan.of(response, [c.t for c in response.chunks], response.end_time)
+        apply(parse_faults(spec.split(";")), plan, dialect=dialect, rng=random.Random(7))
+        sent = b"".join(data for _, data in writes)
+        noise = b"".join(data for _, data in live.noise or ())
+        assert sent + noise == plan.body + b"".join(data for _, data in plan.noise or ()), path.name
+        assert (live.end or End.COMPLETE) is plan.end, path.name
 
 
 @pytest.mark.parametrize("spec", ["latency:delay=100ms", "stall:at=2,for=1s", "ttfb:1s", "error:at=3"])
 def test_a_live_stream_is_due_when_a_replay_of_it_is(spec: str) -> None:
     # Each byte of every bundled stream, fed as recorded, is due when the replay sends it: a latency delays
     # each write by its delay, not by the delays of all the writes before it.
-    for path in bundled_cassettes():
-        for interaction in Cassette.load(path):
-            response = interaction.response
-            if response.status != 200 or response.header("content-type") != "text/event-stream":
-                continue
-            dialect = dialect_for(interaction.request.path, interaction)
-            live = LiveFaults([parse_fault(spec)], dialect=dialect, rng=random.Random(7))
-            live.before(Plan(200, [], []))
-            writes = [w for chunk in response.chunks if live.end is None for w in live.feed(chunk.t, chunk.data)]
-            writes += live.close() if live.end is None else []
-            plan = Plan.of(response, [c.t for c in response.chunks], response.end_time)
-            apply([parse_fault(spec)], plan, dialect=dialect, rng=random.Random(7))
-            assert [t for t, data in writes for _ in data] == [t for t, data in plan.writes for _ in data], path.name
+    for path, interaction in bundled_streams():
+        response = interaction.response
+        dialect = dialect_for(interaction.request.path, interaction)
+        live = LiveFaults([parse_fault(spec)], dialect=dialect, rng=random.Random(7))
+        live.before(Plan(200, [], []))
+        writes = [w for chunk in response.chunks if live.end is None for w in live.feed(chunk.t, chunk.data)]
+        writes += live.close() if live.end is None else []
+        plan = Plan.of(response, [c.t for c in response.chunks], response.end_time)
+        apply([parse_fault(spec)], plan, dialect=dialect, rng=random.Random(7))
+        assert [t for t, data in writes for _ in data] == [t for t, data in plan.writes for _ in data], path.name
 
 
 def test_the_faults_command_describes_every_fault_and_profile() -> None:
