@@ -65,6 +65,7 @@ __all__ = ["Exchange", "Limits", "MockServer", "Replay", "Responder", "aserve", 
 
 #: The request header that asks for faults in this request alone.
 FAULT_HEADER = "X-SSE-Tape-Fault"
+_FAULT_HEADER_LOWER = FAULT_HEADER.lower()
 #: Where the control endpoints live.
 CONTROL_PREFIX = "/__sse_tape__/"
 _CORS_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
@@ -419,7 +420,8 @@ class MockServer:
             method=http.method,
             path=http.rel_url.raw_path,
             query=http.rel_url.raw_query_string,
-            headers=tuple(http.headers.items()),
+            # The fault header is said to sse-tape, not to the API: never matched on, forwarded or recorded.
+            headers=tuple((k, v) for k, v in http.headers.items() if k.lower() != _FAULT_HEADER_LOWER),
         )
         self.state.requests += 1
         number = self.state.requests

@@ -870,6 +870,9 @@ async def test_a_disconnect_cuts_the_clients_copy_and_the_upstream_is_read_to_it
     assert note.fault == f"disconnect:after=2,mode={mode}"
     assert note.what.startswith(f"{'reset' if mode == 'reset' else 'closed'} at byte {len(got)} (")
     assert upstream.disconnects == 0
+    # The fault header is said to sse-tape: the upstream never sees it, and the cassette does not keep it.
+    assert all("x-sse-tape-fault" not in {k.lower() for k in seen} for seen in upstream.seen_headers)
+    assert interaction.request.header("X-SSE-Tape-Fault") is None
 
 
 async def test_faults_that_hold_the_clients_copy_back_hold_nothing_back_from_the_recording(
