@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import anthropic
 import httpx
 import pytest
+from click.testing import CliRunner
 from clients import anthropic_client, openai_client
 
-from sse_tape import Cassette, Interaction, MockServer, Request, ServerSentEvent, SSEDecoder, serve
+from sse_tape import Cassette, Interaction, MockServer, Request, ServerSentEvent, SSEDecoder, recording, serve
+from sse_tape.cli import cli
 from sse_tape.dialects import DIALECTS, Answer, detect, for_path, translate
 from sse_tape.dialects.events import (
     Error,
@@ -29,6 +33,7 @@ from sse_tape.dialects.events import (
     ToolCallStart,
     Usage,
 )
+from sse_tape.redaction import REDACTED
 
 MESSAGES = DIALECTS["anthropic-messages"]
 
@@ -618,3 +623,41 @@ def test_a_miss_answers_in_the_apis_error_shape() -> None:
         {"error_code": "no_match"},
     )
     assert body["error"]["message"].startswith("sse-tape: no recorded interaction matches POST /v1/messages")
+
+
+# --- recorded, and shown ----------------------------------------------------------------------------------
+
+
+def test_recorded_through_the_proxy_as_the_api_sent_it_with_its_secrets_kept_out(
+    bundled: dict[str, Cassette], tmp_path: Path
+) -> None:
+    sent = bundled["anthropic-messages"].interactions[1]
+    headers = (*sent.response.headers, ("anthropic-organization-id", "org-SECRET-5"))
+    api = Cassette([replace(sent, response=replace(sent.response, headers=headers))])  # stands in for the API
+    with (
+        serve(api, match_on=["method", "path"], pace="instant") as upstream,
+        recording(tmp_path / "c.toml", upstream.url) as proxy,
+        anthropic_client(proxy.url, api_key="sk-ant-SECRET-9") as sdk,
+        sdk.messages.stream(**asked(bundled, 1)) as stream,
+    ):
+        live = stream.get_final_message()
+    (recorded,) = Cassette.load(tmp_path / "c.toml").interactions
+    assert recorded.response.body == sent.response.body
+    # The SDK sends its key as `x-api-key` or, as this one does, `Authorization`.
+    assert REDACTED in (recorded.request.header("x-api-key"), recorded.request.header("authorization"))
+    assert recorded.response.header("anthropic-organization-id") == REDACTED
+    assert "SECRET" not in (tmp_path / "c.toml").read_text()
+    with (
+        serve(tmp_path / "c.toml") as replay,
+        anthropic_client(replay.url) as sdk,
+        sdk.messages.stream(**asked(bundled, 1)) as stream,
+    ):
+        assert stream.get_final_message() == live
+
+
+def test_show_puts_the_answer_together() -> None:
+    shown = CliRunner().invoke(cli, ["show", "cassettes/anthropic-messages.toml"]).output.splitlines()
+    assert "   asked (user): 18°C, sunny" in shown  # the tool's result the turn answers
+    assert f"   reasoning: {THOUGHT}" in shown
+    assert '   tool call: get_weather({"city": "Tokyo"}) [toolu_01A09q90qw90lq917835lq9]' in shown
+    assert "   error: Overloaded (overloaded_error)" in shown
