@@ -945,7 +945,7 @@ def synth(
     from .synth.batch import prompt_body, synthesize
 
     try:
-        bodies = [prompt_body(dialect, engine.id, text) for text in prompts] + bodies
+        bodies = [prompt_body(dialect, engine.id, text, max_tokens=settings.max_tokens) for text in prompts] + bodies
         made_count = 0
         with _Bar("synthesizing") as bar:
 
