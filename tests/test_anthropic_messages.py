@@ -661,3 +661,14 @@ def test_show_puts_the_answer_together() -> None:
     assert f"   reasoning: {THOUGHT}" in shown
     assert '   tool call: get_weather({"city": "Tokyo"}) [toolu_01A09q90qw90lq917835lq9]' in shown
     assert "   error: Overloaded (overloaded_error)" in shown
+
+
+def test_check_live_tells_the_api_by_its_path(instant_server: MockServer, bundled: dict[str, Cassette]) -> None:
+    url = instant_server.url + "/v1/messages"
+    for n in (0, 3):  # the greeting, and the one overloaded mid-stream: an error event may end a stream
+        body = bundled["anthropic-messages"].interactions[n].request.body.decode()
+        result = CliRunner().invoke(cli, ["check", "--live", url, "-d", body])
+        assert (result.exit_code, result.output.splitlines()) == (
+            0,
+            [f"{url} #1 POST /v1/messages (anthropic-messages): ok", "checked 1 interaction: 0 violations"],
+        )
