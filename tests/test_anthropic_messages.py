@@ -19,7 +19,18 @@ import pytest
 from click.testing import CliRunner
 from clients import anthropic_client, openai_client
 
-from sse_tape import Cassette, Interaction, MockServer, Request, ServerSentEvent, SSEDecoder, recording, serve
+from sse_tape import (
+    Cassette,
+    Chunk,
+    Interaction,
+    MockServer,
+    Request,
+    Response,
+    ServerSentEvent,
+    SSEDecoder,
+    recording,
+    serve,
+)
 from sse_tape.cli import cli
 from sse_tape.dialects import DIALECTS, Answer, detect, for_path, translate
 from sse_tape.dialects.events import (
@@ -451,6 +462,24 @@ def test_the_sdk_gets_the_answer_after_the_tools_result_with_and_without_a_strea
     assert [block.type for block in plain.content] == ["thinking", "text", "tool_use"]
     assert plain.content[2].input == {"city": "Tokyo"}  # type: ignore[union-attr]
     assert (plain.usage.input_tokens, plain.usage.output_tokens, plain.usage.service_tier) == (412, 98, "standard")
+
+
+def test_a_recorded_plain_answer_streams_as_the_api_streams_it(bundled: dict[str, Cassette]) -> None:
+    streamed = bundled["anthropic-messages"].interactions[1]
+    message = MESSAGES.stream_json([e for _, e in streamed.response.events()])
+    plain = Interaction(
+        replace(streamed.request, body=json.dumps({**asked(bundled, 1), "stream": False}).encode()),
+        Response(200, (("content-type", "application/json"),), (Chunk(1.5, json.dumps(message).encode()),)),
+    )
+    with (
+        serve(Cassette([plain]), match_on=["method", "path"], pace="instant") as server,
+        anthropic_client(server.url) as sdk,
+        sdk.messages.stream(**asked(bundled, 1)) as stream,
+    ):
+        kinds = {event.type for event in stream}
+        final = stream.get_final_message()
+    assert final.model_dump() == anthropic.types.Message.model_validate(message).model_dump()
+    assert {"thinking", "signature", "text", "input_json"} <= kinds  # each piece streamed as the API sends it
 
 
 def test_the_sdk_raises_its_own_error_on_the_recorded_overload(
