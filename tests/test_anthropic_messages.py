@@ -18,6 +18,8 @@ import httpx
 import pytest
 from click.testing import CliRunner
 from clients import anthropic_client, openai_client
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sse_tape import (
     Cassette,
@@ -197,6 +199,32 @@ def test_a_tool_the_request_did_not_offer() -> None:
     assert violations(*TOOL_USE, request=request) == [
         "tool call 0 calls 'get_weather', which the request did not offer"
     ]
+
+
+_FIELDS = ("type", "index", "delta", "content_block", "message", "usage", "stop_reason", "text", "partial_json")
+_LEAF = st.none() | st.booleans() | st.integers(-2, 3) | st.text(max_size=3) | st.sampled_from(["text", "tool_use"])
+_ANY = st.recursive(
+    _LEAF, lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.sampled_from(_FIELDS), inner, max_size=4)
+)
+_KINDS = ("message_start", "content_block_start", "content_block_delta", "content_block_stop", "message_delta", "error")
+
+
+@st.composite
+def _any_event(draw: Any) -> ServerSentEvent:
+    obj = draw(st.dictionaries(st.sampled_from(_FIELDS[1:5]), _ANY, max_size=3)) | {
+        "type": draw(st.sampled_from(_KINDS))
+    }
+    return ServerSentEvent(data=json.dumps(obj), event=obj["type"])
+
+
+@pytest.mark.fuzz
+@given(events=st.lists(_any_event(), max_size=8), body=_ANY)
+def test_any_stream_of_its_events_is_read_without_a_crash(events: list[ServerSentEvent], body: Any) -> None:
+    MESSAGES.check(events, Request("POST", "/v1/messages", body=json.dumps(body).encode()))
+    MESSAGES.stream_json(events)
+    MESSAGES.encoder().resume(events)
+    MESSAGES.decode_json(body)
+    MESSAGES.request_body(MESSAGES.prompt(body))
 
 
 # --- framing ---------------------------------------------------------------------------------------------

@@ -149,7 +149,7 @@ class _MessagesEncoder(Encoder):
         # server's own tools) count too, and a text or thinking block's end is no neutral event.
         self.block, self.blocks, self.calls = None, 0, {}
         for _, _, obj in json_objects(sent):
-            kind, index = obj.get("type"), obj.get("index")
+            kind, index = obj.get("type"), whole(obj.get("index"))
             block: dict[str, Any] = obj["content_block"] if isinstance(obj.get("content_block"), dict) else {}
             if kind == "ping":
                 self.pinged = True
@@ -339,7 +339,7 @@ class AnthropicMessages(Dialect):
         started: dict[str, Any] = {}
         stopped = False
         for i, name, obj in json_objects(events):
-            kind, index = obj.get("type", name), obj.get("index")
+            kind, index = obj.get("type", name), whole(obj.get("index"))
             delta: dict[str, Any] = obj["delta"] if isinstance(obj.get("delta"), dict) else {}
             if kind == "message_start":
                 message: dict[str, Any] = obj["message"] if isinstance(obj.get("message"), dict) else {}
@@ -376,8 +376,10 @@ class AnthropicMessages(Dialect):
         return out
 
     def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
-        built = _message(SSEDecoder().feed(b"".join(self.encode(events))))
-        assert built is not None  # the encoder always starts the message
+        answered = [e for e in events if not isinstance(e, Error)]  # an error has no answer (see Dialect)
+        started = answered if any(isinstance(e, Start) for e in answered) else [Start(), *answered]
+        built = _message(SSEDecoder().feed(b"".join(self.encode(started))))
+        assert built is not None  # the encoder starts the message with the Start
         return built
 
     def stream_json(self, events: Sequence[ServerSentEvent]) -> dict[str, Any]:
@@ -499,7 +501,7 @@ class AnthropicMessages(Dialect):
             c.add(i, f"message_delta while block {block[0]} is open")
         delta = obj.get("delta")
         reason = delta.get("stop_reason") if isinstance(delta, dict) else None
-        if reason not in _FINISHES:
+        if not isinstance(reason, str) or reason not in _FINISHES:
             c.add(i, f"stop_reason {reason!r} is not one of {', '.join(_FINISHES)}")
         elif reason == "tool_use" and not tool_blocks:
             c.add(i, "stop_reason is 'tool_use' but no tool_use block was streamed")
@@ -600,7 +602,7 @@ def _message(events: Sequence[ServerSentEvent]) -> dict[str, Any] | None:
     blocks: dict[int, dict[str, Any]] = {}
     inputs: dict[int, str] = {}
     for _, _, obj in json_objects(events):
-        kind, index = obj.get("type"), obj.get("index")
+        kind, index = obj.get("type"), whole(obj.get("index"))
         delta: dict[str, Any] = obj["delta"] if isinstance(obj.get("delta"), dict) else {}
         if kind == "message_start" and isinstance(obj.get("message"), dict):
             message = dict(obj["message"])
