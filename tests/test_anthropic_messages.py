@@ -729,3 +729,14 @@ def test_check_live_tells_the_api_by_its_path(instant_server: MockServer, bundle
             0,
             [f"{url} #1 POST /v1/messages (anthropic-messages): ok", "checked 1 interaction: 0 violations"],
         )
+
+
+@pytest.mark.parametrize("target", sorted(set(DIALECTS) - {"anthropic-messages"}))
+def test_convert_makes_the_bundled_cassette_a_clean_one_of_each_other_api(tmp_path: Path, target: str) -> None:
+    out = tmp_path / "translated.toml"
+    converted = CliRunner().invoke(
+        cli, ["convert", "cassettes/anthropic-messages.toml", str(out), "--to-dialect", target]
+    )
+    assert converted.exit_code == 0, converted.output
+    checked = CliRunner().invoke(cli, ["check", str(out)])
+    assert (checked.exit_code, checked.output.splitlines()[-1]) == (0, "checked 4 interactions: 0 violations")

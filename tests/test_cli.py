@@ -345,7 +345,9 @@ def test_check_needs_cassettes_or_live() -> None:
     assert (result.returncode, result.stderr) == (2, "Error: give cassettes to check, or --live URL\n")
 
 
-@pytest.mark.parametrize("target", ["openai-chat", "openai-completions", "openai-responses", "lmstudio-chat"])
+@pytest.mark.parametrize(
+    "target", ["openai-chat", "openai-completions", "openai-responses", "lmstudio-chat", "anthropic-messages"]
+)
 def test_convert_to_a_dialect_gives_a_clean_cassette(tmp_path: Path, target: str) -> None:
     out = tmp_path / "translated.toml"
     result = CliRunner().invoke(cli, ["convert", str(BUNDLED["router-chat"]), str(out), "--to-dialect", target])
