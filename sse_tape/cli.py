@@ -815,8 +815,8 @@ def check(
     """Check streams against their API's contract.
 
     Each interaction's dialect (openai-chat, openai-completions,
-    openai-responses, lmstudio-chat) is told from its path, or named with
-    --dialect; every violation is reported with the position of the event and
+    openai-responses, lmstudio-chat, anthropic-messages) is told from its
+    path, or named with --dialect; every violation is reported with the position of the event and
     the reason. A stream whose events look like none of them (a notification
     feed) is checked as plain SSE: UTF-8, and no block left unfinished. Exit
     status: 0 when clean, 1 when violations are found, 2 when the input cannot
@@ -1045,7 +1045,7 @@ def synth(
     from .synth.batch import prompt_body, synthesize
 
     try:
-        bodies = [prompt_body(dialect, engine.id, text) for text in prompts] + bodies
+        bodies = [prompt_body(dialect, engine.id, text, max_tokens=settings.max_tokens) for text in prompts] + bodies
         made_count = 0
         with _Bar("synthesizing") as bar:
 

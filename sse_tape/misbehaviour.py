@@ -30,6 +30,7 @@ from .dialects.events import (
     Event,
     Finish,
     ReasoningDelta,
+    ReasoningSignature,
     RefusalDelta,
     Start,
     TextDelta,
@@ -56,7 +57,7 @@ __all__ = [
     "unknown_tool",
 ]
 
-_ANSWER = (ReasoningDelta, TextDelta, RefusalDelta, ToolCallStart, ToolCallDelta, ToolCallEnd)
+_ANSWER = (ReasoningDelta, ReasoningSignature, TextDelta, RefusalDelta, ToolCallStart, ToolCallDelta, ToolCallEnd)
 _CALL = (ToolCallStart, ToolCallDelta, ToolCallEnd)
 _PIECE = re.compile(r"\s*\S+|\s+")
 
@@ -349,8 +350,12 @@ def empty_answer(s: Stream) -> Misbehaviour:
 
 
 def reasoning_only(s: Stream, text: str) -> Misbehaviour:
-    """Reasoning, and then a finish with no answer: the recorded reasoning, or `text` where there was none."""
-    reasoning = [e for e in s.events if isinstance(e, ReasoningDelta)] or [ReasoningDelta(p) for p in pieces(text)]
+    """Reasoning, and then a finish with no answer: the recorded reasoning (signed, where it was), or `text`
+    where there was none."""
+    recorded = [e for e in s.events if isinstance(e, ReasoningDelta | ReasoningSignature)]
+    reasoning = (
+        recorded if any(isinstance(e, ReasoningDelta) for e in recorded) else [ReasoningDelta(p) for p in pieces(text)]
+    )
     events = [*s.head, *reasoning, *_finish(s, "stop")]
 
     def shows(got: list[Event]) -> bool:

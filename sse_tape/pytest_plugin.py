@@ -280,8 +280,8 @@ class Marked:
     model: str | None = None
     """A local model (a .gguf file or a model package) answers what no recording does."""
     env: bool = False
-    """Set `OPENAI_BASE_URL` and `OPENAI_API_KEY` (a dummy) for the test, so code that makes its own client
-    reaches the mock."""
+    """Set `OPENAI_BASE_URL`, `ANTHROPIC_BASE_URL` and their API keys (dummies) for the test, so code that makes
+    its own client reaches the mock."""
     allow_unused: bool | None = None
     """Let recordings go unplayed, and faults asked for go uninjected; None: the ini's `sse_tape_allow_unused`."""
     split: str | int | None = None
@@ -782,6 +782,8 @@ def per_test(request: pytest.FixtureRequest, tape: SSETape, *, shared: bool) -> 
         if _marked(node).env:
             patch.setenv("OPENAI_BASE_URL", tape.openai_url)
             patch.setenv("OPENAI_API_KEY", "sse-tape")
+            patch.setenv("ANTHROPIC_BASE_URL", tape.url)  # Anthropic's SDK adds /v1 itself
+            patch.setenv("ANTHROPIC_API_KEY", "sse-tape")
         yield tape
     if tape._threaded:  # the test's recordings are whole before the next test, or the server's end
         tape.wait_recorded()

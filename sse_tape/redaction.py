@@ -4,10 +4,11 @@ By default everything that carries a credential is replaced by a marker
 before anything is written:
 
 - headers: `Authorization`, `Proxy-Authorization`, `Cookie`, `Set-Cookie`,
-  `OpenAI-Organization`, `OpenAI-Project`, and any header with a word in its
-  name that begins like `key`, `token`, `secret`, `password`, `credential`,
-  `auth`, `signature`, `session` or `cookie` (`x-api-key`, `X-Authentication`,
-  `x-goog-api-key`, `X-Signature`, `X-Session-Id`), in requests and responses;
+  `OpenAI-Organization`, `OpenAI-Project`, `Anthropic-Organization-Id`, and
+  any header with a word in its name that begins like `key`, `token`,
+  `secret`, `password`, `credential`, `auth`, `signature`, `session` or
+  `cookie` (`x-api-key`, `X-Authentication`, `x-goog-api-key`, `X-Signature`,
+  `X-Session-Id`), in requests and responses;
   rate-limit headers (`x-ratelimit-remaining-tokens`) are counts, and kept;
 - query parameters named so, plus `sig` and `code` (`X-Amz-Signature`,
   `?sig=`, an OAuth `?code=`), with `&` or `;` between them;
@@ -50,7 +51,15 @@ _SECRET_WORDS = frozenset(
 )  # fmt: skip
 _QUERY_WORDS = _SECRET_WORDS | {"sig", "code"}
 _ALWAYS = frozenset(
-    {"authorization", "proxy-authorization", "cookie", "set-cookie", "openai-organization", "openai-project"}
+    {
+        "authorization",
+        "proxy-authorization",
+        "cookie",
+        "set-cookie",
+        "openai-organization",
+        "openai-project",
+        "anthropic-organization-id",
+    }
 )
 # Words of a name in any style: x-api-key, api_key, apiKey, accessToken, X-AuthToken.
 _WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")

@@ -324,8 +324,11 @@ def _asked(body: Any) -> str | None:
 def _message(message: dict[str, Any]) -> str:
     role = message.get("role") or message.get("type") or "?"
     content = message.get("content", message.get("output"))
-    if isinstance(content, list):
-        content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    if isinstance(content, list):  # parts: text, or a tool's result as text (Anthropic's tool_result blocks)
+        parts = [p for p in content if isinstance(p, dict)]
+        content = "".join(
+            str(p.get("text") or (p["content"] if isinstance(p.get("content"), str) else "")) for p in parts
+        )
     if not content and message.get("tool_calls"):
         names = [str((c.get("function") or {}).get("name")) for c in message["tool_calls"] if isinstance(c, dict)]
         content = f"calls {', '.join(names)}"

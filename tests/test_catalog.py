@@ -9,7 +9,14 @@ from clients import openai_client
 
 from sse_tape import Cassette, Chunk, Interaction, MockServer, Request, Response, serve
 
-BUNDLED_MODELS = ["openai/gpt-oss-20b", "local-model", "claude-sonnet-4-20250514", "llama-3.1-8b"]
+BUNDLED_MODELS = [
+    "claude-sonnet-4-6",
+    "claude-opus-4-7",
+    "openai/gpt-oss-20b",
+    "local-model",
+    "claude-sonnet-4-20250514",
+    "llama-3.1-8b",
+]
 
 
 def test_the_sdk_lists_the_cassettes_models(instant_server: MockServer) -> None:
@@ -28,7 +35,7 @@ def test_a_router_prefix_lists_them_too(instant_server: MockServer) -> None:
 def test_lmstudio_lists_them_in_its_own_shape(instant_server: MockServer) -> None:
     got = httpx.get(instant_server.url + "/api/v1/models").json()
     assert [m["key"] for m in got["models"]] == BUNDLED_MODELS
-    first = got["models"][0]
+    first = next(m for m in got["models"] if m["key"] == "openai/gpt-oss-20b")
     assert (first["type"], first["publisher"], first["loaded_instances"][0]["id"]) == (
         "llm",
         "openai",

@@ -1,9 +1,11 @@
-"""decode(encode(events)) == events for every dialect, over random event sequences.
+"""decode(encode(events)) == events for every dialect, over random event sequences; and every bundled
+stream translated into each dialect and back.
 
 Each strategy draws sequences a dialect can express: completions has no
 tool calls, LM Studio sends a tool call's arguments whole and has no
 logprobs or call ids, the Responses API reports usage only in its final
-event, and so on.
+event, Anthropic's API has no creation time and always reports usage, and
+so on.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sse_tape import ServerSentEvent, SSEDecoder
-from sse_tape.dialects import DIALECTS
+from sse_tape import Cassette, Interaction, ServerSentEvent, SSEDecoder
+from sse_tape.dialects import DIALECTS, Answer, detect, translate
 from sse_tape.dialects.events import (
     Error,
     Event,
@@ -28,6 +30,7 @@ from sse_tape.dialects.events import (
     PromptProgress,
     PromptStart,
     ReasoningDelta,
+    ReasoningSignature,
     RefusalDelta,
     Start,
     TextDelta,
@@ -153,11 +156,38 @@ def lmstudio_chat_events(draw: Any) -> list[Event]:
     return events + split_ending(draw, [Finish(reason), *usage], st.builds(Error, text, text, st.none() | text), [])
 
 
+@st.composite
+def anthropic_messages_events(draw: Any) -> list[Event]:
+    events: list[Event] = [Start(draw(text), draw(st.text(max_size=8)), 0)]
+    calls = 0
+    for _ in range(draw(st.integers(0, 4))):
+        kind = draw(st.sampled_from(["text", "thinking", "signed", "call"]))
+        if kind == "text":
+            events += draw(st.lists(st.builds(TextDelta, text), min_size=1, max_size=3))
+        elif kind in ("thinking", "signed"):
+            events += draw(st.lists(st.builds(ReasoningDelta, text), max_size=3))
+            events += [ReasoningSignature(draw(text))] if kind == "signed" else []  # alone: thinking not shown
+        else:
+            events.append(ToolCallStart(calls, draw(text), draw(text)))
+            events += [ToolCallDelta(calls, a) for a in draw(st.lists(text, max_size=3))]
+            events.append(ToolCallEnd(calls))
+            calls += 1
+    reason = (
+        draw(st.sampled_from(["tool_calls", "length"]))
+        if calls
+        else draw(st.sampled_from(["stop", "length", "content_filter"]))
+    )
+    usage = draw(st.builds(Usage, st.integers(0, 10**6), st.integers(0, 10**6), maybe_count, maybe_count))
+    kinds = st.sampled_from(["server_error", "overloaded_error", "rate_limit_error", "invalid_request_error"])
+    return events + split_ending(draw, [Finish(reason), usage], st.builds(Error, text, kinds, st.none() | text), [])
+
+
 STRATEGIES = {
     "openai-chat": openai_chat_events(),
     "openai-completions": openai_completions_events(),
     "openai-responses": openai_responses_events(),
     "lmstudio-chat": lmstudio_chat_events(),
+    "anthropic-messages": anthropic_messages_events(),
 }
 
 
@@ -236,3 +266,45 @@ def test_two_streams_encoded_at_once_do_not_mix(name: str, data: st.DataObject) 
         if n < len(second):
             got_b += b.feed(second[n])
     assert (got_a + a.close(), got_b + b.close()) == (dialect.encode(first), dialect.encode(second))
+
+
+# What of an answer each API has words for: completions has no refusal, reasoning or tool calls; LM Studio's
+# message is all it shows (a refusal is text there), and its tool calls are the server's own, which no other
+# API here runs.
+CARRIES = {
+    "openai-chat": ("text", "refusal", "reasoning", "calls"),
+    "openai-completions": ("text",),
+    "openai-responses": ("text", "refusal", "reasoning", "calls"),
+    "lmstudio-chat": ("shown", "reasoning"),
+    "anthropic-messages": ("text", "refusal", "reasoning", "calls"),
+}
+
+
+def test_carries_names_every_dialect() -> None:
+    assert set(CARRIES) == set(DIALECTS) == set(STRATEGIES)
+
+
+def _said(interaction: Interaction, parts: tuple[str, ...]) -> dict[str, Any]:
+    dialect = detect(interaction)
+    assert dialect is not None
+    answer = Answer.of(dialect.decode(e for _, e in interaction.response.events()))
+    said: dict[str, Any] = {"text": answer.text, "refusal": answer.refusal, "reasoning": answer.reasoning}
+    said["shown"] = answer.text + answer.refusal
+    said["calls"] = [(c.id, c.name, c.arguments) for c in answer.client_calls()]
+    return {part: said[part] for part in parts}
+
+
+@pytest.mark.parametrize("target", sorted(DIALECTS))
+def test_every_bundled_stream_translated_and_back_keeps_what_the_target_has_words_for(
+    bundled: dict[str, Cassette], target: str
+) -> None:
+    for stem, cassette in bundled.items():
+        for n, interaction in enumerate(cassette):
+            if interaction.response.status != 200:
+                continue
+            source = detect(interaction)
+            assert source is not None
+            there = translate(interaction, DIALECTS[target])
+            assert DIALECTS[target].check([e for _, e in there.response.events()], there.request) == [], (stem, n)
+            back = translate(there, source)
+            assert _said(back, CARRIES[target]) == _said(interaction, CARRIES[target]), (stem, n)

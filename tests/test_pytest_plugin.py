@@ -294,6 +294,27 @@ def test_own_client(sse_tape):
     tester.runpytest_subprocess().assert_outcomes(passed=1)
 
 
+def test_env_points_an_anthropic_client_at_the_mock_too(tester: pytest.Pytester) -> None:
+    bundled = Cassette.load(next(p for p in bundled_cassettes() if p.stem == "anthropic-messages"))
+    Cassette([bundled.interactions[0]], match_on=bundled.match_on).save(tester.path / "cassettes" / "claude.toml")
+    tester.makepyfile(
+        """
+import os
+import pytest
+from anthropic import Anthropic
+
+@pytest.mark.sse_tape("claude", env=True, faults=["fragment:size=3"])
+def test_own_client(sse_tape):
+    assert os.environ["ANTHROPIC_BASE_URL"] == sse_tape.url
+    with Anthropic(max_retries=0) as client:
+        hello = [{"role": "user", "content": "Hello!"}]
+        with client.messages.stream(model="claude-sonnet-4-6", max_tokens=99, messages=hello) as stream:
+            assert stream.get_final_text() == "Hello! How can I help you today?"
+"""
+    )
+    tester.runpytest_subprocess().assert_outcomes(passed=1)
+
+
 def test_the_async_twin_serves_asyncopenai_in_the_tests_own_loop(tester: pytest.Pytester) -> None:
     tester.makepyfile(
         """

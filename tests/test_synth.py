@@ -16,9 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
+from clients import anthropic_client
 from processes import start
 
 from sse_tape import Cassette
@@ -106,6 +108,15 @@ def test_a_prompt_becomes_the_dialects_minimal_streaming_request(tiny_model_path
         tiny_model_path, tmp_path / "b.toml", "--dialect", "openai-completions", "--prompt", "the", "--max-tokens", "3"
     )
     assert json.loads(completions.interactions[0].request.body) == {"model": "tiny", "prompt": "the", "stream": True}
+    messages = synth(
+        tiny_model_path, tmp_path / "c.toml", "--dialect", "anthropic-messages", "--prompt", "hi", "--max-tokens", "3"
+    )
+    assert json.loads(messages.interactions[0].request.body) == {
+        "model": "tiny",
+        "max_tokens": 3,  # Anthropic's API needs it said: the --max-tokens given
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+    }
 
 
 def test_a_request_body_is_kept_as_given(tiny_model_path: Path, tmp_path: Path) -> None:
@@ -470,6 +481,57 @@ def test_live_errors_are_the_dialects_own(api: openai.OpenAI) -> None:
         )
     with pytest.raises(openai.BadRequestError, match=r"the prompt is .* tokens and the model.s context holds"):
         api.completions.create(model="tiny", prompt="the " * 5000, max_tokens=3)
+
+
+HI: Any = [{"role": "user", "content": "hi"}]
+
+
+def test_the_anthropic_sdk_streams_from_the_live_model_and_gets_a_forced_tool_call(live: str) -> None:
+    with anthropic_client(live) as sdk:
+        with sdk.messages.stream(model="tiny", max_tokens=8, messages=HI) as stream:
+            text = "".join(stream.text_stream)
+            final = stream.get_final_message()
+        assert text.strip()
+        assert (final.id[:4], final.stop_reason, final.usage.output_tokens) == ("msg_", "max_tokens", 8)
+        assert final.usage.input_tokens > 0
+        greet = {"name": "greet", "input_schema": NAME["function"]["parameters"]}  # type: ignore[index]
+        called = sdk.messages.create(
+            model="tiny",
+            max_tokens=200,
+            messages=[{"role": "user", "content": "greet someone"}],
+            tools=[greet],  # type: ignore[list-item]
+            tool_choice={"type": "tool", "name": "greet"},
+        )
+        (call,) = called.content
+        assert (called.stop_reason, call.type, call.name) == ("tool_use", "tool_use", "greet")  # type: ignore[union-attr]
+        assert isinstance(call.input["name"], str)  # type: ignore[union-attr]
+        failing = sdk.messages.create(
+            model="tiny",
+            max_tokens=1500,
+            messages=HI,
+            stream=True,
+            extra_headers={"X-SSE-Tape-Fault": "error:3,type=overloaded_error,message=Overloaded"},
+        )
+        with pytest.raises(anthropic.APIStatusError, match="Overloaded") as raised:
+            for _ in failing:
+                pass
+        assert raised.value.type == "overloaded_error"
+
+
+def test_the_anthropic_sdk_reads_a_synthesized_cassette_as_it_was_made(tiny_model_path: Path, tmp_path: Path) -> None:
+    made = synth(
+        tiny_model_path, tmp_path / "c.toml", "--dialect", "anthropic-messages", "--prompt", "hi", "--max-tokens", "12"
+    )
+    replay, url = start(["serve", str(tmp_path / "c.toml"), "--port", "0", "--pace", "instant"])
+    try:
+        with anthropic_client(url) as sdk, sdk.messages.stream(model="tiny", max_tokens=12, messages=HI) as stream:
+            text = "".join(stream.text_stream)
+            final = stream.get_final_message()
+    finally:
+        replay.send_signal(signal.SIGINT)
+        replay.communicate(timeout=30)
+    assert text == stream_text(made)[0]
+    assert final.usage.output_tokens == 12
 
 
 def test_record_keeps_what_the_model_answers_and_replays_it(tiny_model_path: Path, tmp_path: Path) -> None:

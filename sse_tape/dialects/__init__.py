@@ -1,7 +1,7 @@
 """API dialects: each one API's streaming contract, spoken, checked and translated.
 
 `DIALECTS` maps each name to its dialect: `openai-chat`, `openai-completions`,
-`openai-responses`, `lmstudio-chat`. `detect` tells which one an interaction
+`openai-responses`, `lmstudio-chat`, `anthropic-messages`. `detect` tells which one an interaction
 speaks; `translate` re-encodes an interaction in another, keeping the timing
 of the original events; `Answer` puts a stream's events together.
 """
@@ -15,6 +15,7 @@ from .._exceptions import ConfigError
 from ..cassette import Chunk, End, Interaction, Response
 from ..sse import SSEDecoder
 from .answer import Answer, Call
+from .anthropic_messages import AnthropicMessages
 from .base import Dialect, Prompt, Violation
 from .events import Start
 from .lmstudio_chat import LMStudioChat
@@ -39,7 +40,7 @@ __all__ = [
 ]
 
 DIALECTS: dict[str, Dialect] = {
-    d.name: d for d in (OpenAIChat(), OpenAICompletions(), OpenAIResponses(), LMStudioChat())
+    d.name: d for d in (OpenAIChat(), OpenAICompletions(), OpenAIResponses(), LMStudioChat(), AnthropicMessages())
 }
 
 # Path endings, most specific first: /v1/chat/completions also ends with /completions.
@@ -48,6 +49,7 @@ _ENDINGS = (
     ("/completions", "openai-completions"),
     ("/responses", "openai-responses"),
     ("/api/v1/chat", "lmstudio-chat"),
+    ("/v1/messages", "anthropic-messages"),
 )
 
 
@@ -80,6 +82,8 @@ def detect(interaction: Interaction) -> Dialect | None:
             return DIALECTS["lmstudio-chat"]
         if kind.startswith("response."):
             return DIALECTS["openai-responses"]
+        if kind == "message_start":
+            return DIALECTS["anthropic-messages"]
         marker = obj.get("object") if isinstance(obj, dict) else None
         if marker == "chat.completion.chunk":
             return DIALECTS["openai-chat"]

@@ -18,7 +18,9 @@ arrives and cannot look ahead.
    interleave, and a call left open when the stream finishes is ended by
    `Finish`. Whether the server runs a tool itself is said at its start
    (`ToolCallStart.server`), so an API with no such calls can leave all of
-   its events out.
+   its events out. A `ReasoningSignature` ends the run of `ReasoningDelta`s
+   just before it, which it signs (or, alone, stands for reasoning that was
+   not shown); reasoning after it is another run.
 4. `Finish`, once.
 5. `Usage`, at most once, after `Finish`: servers count tokens when
    generation is over. (An encoder that needs usage in its final frame, as
@@ -43,6 +45,7 @@ __all__ = [
     "PromptProgress",
     "PromptStart",
     "ReasoningDelta",
+    "ReasoningSignature",
     "RefusalDelta",
     "Start",
     "TextDelta",
@@ -106,6 +109,17 @@ class ReasoningDelta:
     """A piece of the model's reasoning."""
 
     text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningSignature:
+    """An opaque signature the server gives the reasoning just before it (Anthropic's `signature_delta`).
+
+    A client sends it back with that reasoning, and only the server that made
+    it can check it; it may sign reasoning that was not shown at all.
+    """
+
+    signature: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +217,7 @@ Event = (
     | PromptProgress
     | PromptEnd
     | ReasoningDelta
+    | ReasoningSignature
     | TextDelta
     | RefusalDelta
     | ToolCallStart

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from .. import _json
@@ -71,11 +71,17 @@ def open_model(
     return engine, Load(tuple(progress), round(time.perf_counter() - started, 6))
 
 
-def prompt_body(dialect: Dialect, model: str, text: str) -> bytes:
-    """The minimal streaming request of `dialect` for a one-message prompt (completions: the text as given)."""
+def prompt_body(dialect: Dialect, model: str, text: str, *, max_tokens: int | None = None) -> bytes:
+    """The minimal streaming request of `dialect` for a one-message prompt (completions: the text as given).
+
+    An API whose requests must say how many tokens they allow (Anthropic's) is told `max_tokens`, when given.
+    """
     as_text = dialect.name == "openai-completions"
     prompt = Prompt(model=model, messages=[{"role": "user", "content": text}], text=text if as_text else None)
-    return _json.dumps(dialect.request_body(prompt), compact=False).encode()
+    body = dialect.request_body(prompt)
+    if max_tokens is not None and "max_tokens" in body:
+        body = dialect.request_body(replace(prompt, max_tokens=max_tokens))
+    return _json.dumps(body, compact=False).encode()
 
 
 def synthesize(

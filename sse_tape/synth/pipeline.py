@@ -46,7 +46,12 @@ __all__ = ["Load", "Settings", "Stats", "Synthesis"]
 Sink = Callable[[float, bytes], None]
 """Gets each piece of the answer's body with its time, in seconds since the request came."""
 
-_ID_PREFIX = {"openai-chat": "chatcmpl-", "openai-completions": "cmpl-", "openai-responses": "resp_"}
+_ID_PREFIX = {
+    "openai-chat": "chatcmpl-",
+    "openai-completions": "cmpl-",
+    "openai-responses": "resp_",
+    "anthropic-messages": "msg_",
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,711 @@
+"""`anthropic-messages`: Anthropic's POST /v1/messages with `"stream": true`.
+
+Named events whose data repeats the name in `type`: `message_start`, with
+the message's envelope (id, model, usage so far, no content); then each
+content block in turn, indexed from 0: `content_block_start` with the block
+(`text`, `thinking`, `tool_use`, ...), its `content_block_delta`s
+(`text_delta`; `thinking_delta`s then one `signature_delta`;
+`input_json_delta`s, pieces of a tool call's JSON input) and
+`content_block_stop`; a `ping` after the first block opens (and any number
+more); `message_delta` with the `stop_reason` and the usage; last
+`message_stop`. A failure mid-stream is an `error` event
+(`{"type": "error", "error": {"type": "overloaded_error", ...}}`) and
+nothing follows it. An error before the stream is the same object as a JSON
+body (429 `rate_limit_error`, 529 `overloaded_error`, ...). Without
+`"stream": true` the answer is the `Message` that the events build.
+
+A refusal of the API's streaming classifiers is a stop, not a text: its
+`stop_reason` is `refusal`, with `stop_details.explanation`. The neutral
+events' refusal text is that explanation, so it reaches the wire with the
+`message_delta`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .. import _json
+from ..cassette import Headers, Request
+from ..sse import ServerSentEvent, SSEDecoder
+from .base import (
+    Checker,
+    Dialect,
+    Encoder,
+    Prompt,
+    Violation,
+    json_objects,
+    named_frame,
+    sampled,
+    sampling,
+    to_json,
+    whole,
+)
+from .events import (
+    Error,
+    Event,
+    Finish,
+    ReasoningDelta,
+    ReasoningSignature,
+    RefusalDelta,
+    Start,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    Usage,
+)
+
+__all__ = ["AnthropicMessages"]
+
+# The neutral finish reasons in the API's words, and the API's in neutral ones.
+_STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "content_filter": "refusal"}
+_FINISHES = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+}
+
+# The error types the API sends, in an error body or an `error` event, and the status that goes with each.
+_ERROR_TYPES = (
+    "invalid_request_error",
+    "authentication_error",
+    "billing_error",
+    "permission_error",
+    "not_found_error",
+    "request_too_large",
+    "rate_limit_error",
+    "api_error",
+    "timeout_error",
+    "overloaded_error",
+)
+_STATUS_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+# The deltas each type of block takes (a block of a type not named here takes any).
+_DELTAS = {
+    "text": ("text_delta", "citations_delta"),
+    "thinking": ("thinking_delta", "signature_delta"),
+    "redacted_thinking": (),
+    "tool_use": ("input_json_delta",),
+    "server_tool_use": ("input_json_delta",),
+}
+
+# The API's keep-alive, byte for byte: the one event it sends with spaces in its JSON.
+_PING = b'event: ping\ndata: {"type": "ping"}\n\n'
+
+# How many tokens a request must say it allows when the prompt does not say (the API needs the field).
+_DEFAULT_MAX_TOKENS = 4096
+
+
+def _wire_type(kind: str) -> str:
+    """A neutral error type in the API's words: OpenAI's `server_error` (and any it does not know) is `api_error`."""
+    return kind if kind in _ERROR_TYPES else "api_error"
+
+
+def _neutral_type(kind: str) -> str:
+    return "server_error" if kind == "api_error" else kind
+
+
+def _error_json(message: str, kind: str, code: str | None) -> dict[str, Any]:
+    details = {"error_code": code} if code is not None else None
+    return {"type": "error", "error": {"details": details, "type": kind, "message": message}}
+
+
+class _MessagesEncoder(Encoder):
+    def __init__(self, dialect: Dialect, answer: Any = None) -> None:
+        super().__init__(dialect)
+        # A recorded Message this stream retells: its envelope, usage and stop as they were.
+        self.answer: dict[str, Any] | None = answer if isinstance(answer, dict) else None
+        self.block: tuple[int, str] | None = None
+        """The block open on the wire: its index and type."""
+        self.blocks = 0
+        """How many blocks have opened: the next one's index."""
+        self.pinged = False
+        self.calls: dict[int, int] = {}
+        """Each client tool call's index, and the index of its `tool_use` block."""
+        self.server_calls: set[int] = set()
+        self.refusal = ""
+        self.finish: Finish | None = None  # message_delta waits for the usage that follows the finish
+        self.stopped = False
+        """Whether message_delta has gone out."""
+
+    def _sync(self, sent: Sequence[ServerSentEvent]) -> None:
+        # Block indexes and ends are the wire's: blocks the neutral events leave out (redacted thinking, the
+        # server's own tools) count too, and a text or thinking block's end is no neutral event.
+        self.block, self.blocks, self.calls = None, 0, {}
+        for _, _, obj in json_objects(sent):
+            kind, index = obj.get("type"), whole(obj.get("index"))
+            block: dict[str, Any] = obj["content_block"] if isinstance(obj.get("content_block"), dict) else {}
+            if kind == "ping":
+                self.pinged = True
+            elif kind == "content_block_start" and isinstance(index, int):
+                self.block, self.blocks = (index, str(block.get("type"))), max(self.blocks, index + 1)
+                if block.get("type") == "tool_use":
+                    self.calls[len(self.calls)] = index
+            elif kind == "content_block_stop" and self.block is not None and self.block[0] == index:
+                self.block = None
+            elif kind == "message_delta":
+                self.stopped = True
+
+    def _event(self, event: Event) -> None:
+        if isinstance(event, ToolCallStart | ToolCallDelta | ToolCallEnd) and (
+            event.index in self.server_calls or (isinstance(event, ToolCallStart) and event.server)
+        ):
+            self.server_calls.add(event.index)  # the server's own tools have results of their own shapes here
+            return
+        if isinstance(event, Start):
+            self.emit({"type": "message_start", "message": self.envelope(event)})
+        elif isinstance(event, ReasoningDelta):
+            self.enter("thinking")
+            self.delta({"type": "thinking_delta", "thinking": event.text})
+        elif isinstance(event, ReasoningSignature):
+            self.enter("thinking")
+            self.delta({"type": "signature_delta", "signature": event.signature})
+            self.leave()  # the signature comes last in its block
+        elif isinstance(event, TextDelta):
+            self.enter("text")
+            self.delta({"type": "text_delta", "text": event.text})
+        elif isinstance(event, RefusalDelta):
+            self.refusal += event.text  # the explanation goes out with the stop
+        elif isinstance(event, ToolCallStart):
+            self.leave()
+            block = {"type": "tool_use", "id": event.id or f"toolu_{event.index}", "name": event.name, "input": {}}
+            self.calls[event.index] = self.open(block)
+            self.delta({"type": "input_json_delta", "partial_json": ""})
+        elif isinstance(event, ToolCallDelta):
+            # Blocks come one at a time: a call's arguments after another block opened have no place.
+            if event.arguments and self.open_call(event.index):
+                self.delta({"type": "input_json_delta", "partial_json": event.arguments})
+        elif isinstance(event, ToolCallEnd):
+            if self.open_call(event.index):
+                self.leave()
+        elif isinstance(event, Finish):
+            self.leave()
+            self.finish = event
+        elif isinstance(event, Usage):
+            self.stop(self.finish or Finish(), event)
+        elif isinstance(event, Error):
+            # Nothing closes: the error ends the stream where it stands.
+            self.emit(_error_json(event.message, _wire_type(event.type), event.code))
+        # Progress has no words here.
+
+    def _end(self) -> None:
+        if not self.fed:
+            return
+        self.leave()
+        if not self.stopped:
+            self.stop(self.finish or Finish(), None)
+        self.emit({"type": "message_stop"})
+
+    def emit(self, obj: dict[str, Any]) -> None:
+        self.frames.append(named_frame(obj))
+
+    def delta(self, delta: dict[str, Any]) -> None:
+        assert self.block is not None
+        self.emit({"type": "content_block_delta", "index": self.block[0], "delta": delta})
+
+    def open(self, block: dict[str, Any]) -> int:
+        index, self.blocks = self.blocks, self.blocks + 1
+        self.block = (index, block["type"])
+        self.emit({"type": "content_block_start", "index": index, "content_block": block})
+        if not self.pinged:
+            self.frames.append(_PING)
+            self.pinged = True
+        return index
+
+    def enter(self, kind: str) -> None:
+        """Make sure a block of this kind is open: the one open, or a new one."""
+        if self.block is not None and self.block[1] == kind:
+            return
+        self.leave()
+        self.open(
+            {"type": "text", "text": ""} if kind == "text" else {"type": "thinking", "thinking": "", "signature": ""}
+        )
+
+    def leave(self) -> None:
+        if self.block is not None:
+            self.emit({"type": "content_block_stop", "index": self.block[0]})
+            self.block = None
+
+    def open_call(self, index: int) -> bool:
+        return index in self.calls and self.block is not None and self.block[0] == self.calls[index]
+
+    def envelope(self, start: Start) -> dict[str, Any]:
+        """The message of `message_start`: no content and no stop yet. The API counts the input tokens before it
+        starts; the neutral events count every token at the end, and `message_delta` tells them all."""
+        usage: dict[str, Any] = {
+            "input_tokens": 0,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+            "output_tokens": 1,
+        }
+        head: dict[str, Any] = {"id": start.id or "msg_sse_tape", "type": "message", "role": "assistant"}
+        head["model"] = start.model
+        if self.answer is not None:
+            head = {**self.answer, **head}
+            recorded = self.answer.get("usage")
+            usage = {**recorded, "output_tokens": 1} if isinstance(recorded, dict) else usage
+        fields: dict[str, Any] = {
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "stop_details": None,
+            "usage": usage,
+        }
+        return {**head, **fields}
+
+    def stop(self, finish: Finish, usage: Usage | None) -> None:
+        """`message_delta`: the stop, and the usage."""
+        self.stopped = True
+        reason = "refusal" if self.refusal else _STOP_REASONS.get(finish.reason, "end_turn")
+        details = {"type": "refusal", "category": None, "explanation": self.refusal or None}
+        delta: dict[str, Any] = {
+            "stop_reason": reason,
+            "stop_sequence": None,
+            "stop_details": details if reason == "refusal" else None,
+        }
+        counts = _usage_json(usage)
+        if self.answer is not None and self.answer.get("stop_reason") == reason:
+            delta |= {k: self.answer[k] for k in ("stop_sequence", "stop_details") if k in self.answer}
+            if usage is not None and isinstance(self.answer.get("usage"), dict):
+                counts = self.answer["usage"]
+        self.emit({"type": "message_delta", "delta": delta, "usage": counts})
+
+
+def _usage_json(usage: Usage | None) -> dict[str, Any]:
+    """`message_delta`'s usage: the totals, the input's included (the SDK takes them from here)."""
+    if usage is None:
+        return {"output_tokens": 0}
+    out: dict[str, Any] = {
+        "input_tokens": usage.input_tokens,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": usage.cached_tokens or 0,
+        "output_tokens": usage.output_tokens,
+    }
+    if usage.reasoning_tokens:
+        out["output_tokens_details"] = {"thinking_tokens": usage.reasoning_tokens}
+    return out
+
+
+def _usage_from(usage: dict[str, Any], started: dict[str, Any]) -> Usage:
+    """A Usage from `message_delta`'s usage (its `output_tokens` a number), what it leaves out from `message_start`'s."""
+
+    def count(name: str) -> int | None:
+        value = usage.get(name, started.get(name))
+        return whole(value)
+
+    details = usage.get("output_tokens_details")
+    thinking = whole(details.get("thinking_tokens")) if isinstance(details, dict) else None
+    return Usage(
+        count("input_tokens") or 0, usage["output_tokens"], thinking or None, count("cache_read_input_tokens") or None
+    )
+
+
+class AnthropicMessages(Dialect):
+    """Anthropic's Messages API streaming."""
+
+    name = "anthropic-messages"
+    path = "/v1/messages"
+
+    def response_headers(self, start: Start) -> Headers:
+        return (("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache"))
+
+    def is_terminal(self, event: ServerSentEvent) -> bool:
+        objects = [obj for _, _, obj in json_objects([event])]
+        return bool(objects) and objects[0].get("type") in ("message_delta", "message_stop", "error")
+
+    def encoder(self, answer: Any = None) -> Encoder:
+        return _MessagesEncoder(self, answer)
+
+    def decode_indexed(self, events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]:
+        out: list[tuple[int, Event]] = []
+        calls: dict[int, int] = {}  # an open tool_use block's index -> its tool call's index
+        count = 0  # tool calls so far
+        started: dict[str, Any] = {}
+        stopped = False
+        for i, name, obj in json_objects(events):
+            kind, index = obj.get("type", name), whole(obj.get("index"))
+            delta: dict[str, Any] = obj["delta"] if isinstance(obj.get("delta"), dict) else {}
+            if kind == "message_start":
+                message: dict[str, Any] = obj["message"] if isinstance(obj.get("message"), dict) else {}
+                started = message["usage"] if isinstance(message.get("usage"), dict) else {}
+                out.append((i, Start(str(message.get("id", "")), str(message.get("model", "")))))
+            elif kind == "content_block_start" and isinstance(index, int):
+                block: dict[str, Any] = obj["content_block"] if isinstance(obj.get("content_block"), dict) else {}
+                if block.get("type") == "tool_use":
+                    calls[index], count = count, count + 1
+                out += [(i, event) for event in _held(block, calls.get(index))]
+            elif kind == "content_block_delta":
+                step = delta.get("type")
+                if step == "text_delta" and delta.get("text"):
+                    out.append((i, TextDelta(str(delta["text"]))))
+                elif step == "thinking_delta" and delta.get("thinking"):
+                    out.append((i, ReasoningDelta(str(delta["thinking"]))))
+                elif step == "signature_delta" and delta.get("signature"):
+                    out.append((i, ReasoningSignature(str(delta["signature"]))))
+                elif step == "input_json_delta" and index in calls and delta.get("partial_json"):
+                    out.append((i, ToolCallDelta(calls[index], str(delta["partial_json"]))))
+            elif kind == "content_block_stop" and index in calls:
+                out.append((i, ToolCallEnd(calls.pop(index))))
+            elif kind == "message_delta" and not stopped:
+                stopped = True
+                details = delta.get("stop_details")
+                if isinstance(details, dict) and details.get("explanation"):
+                    out.append((i, RefusalDelta(str(details["explanation"]))))
+                out.append((i, Finish(_FINISHES.get(str(delta.get("stop_reason")), "stop"))))
+                usage = obj.get("usage")
+                if isinstance(usage, dict) and whole(usage.get("output_tokens")) is not None:
+                    out.append((i, _usage_from(usage, started)))
+            elif kind == "error":
+                out.append((i, _error_from(obj)))
+        return out
+
+    def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
+        answered = [e for e in events if not isinstance(e, Error)]  # an error has no answer (see Dialect)
+        started = answered if any(isinstance(e, Start) for e in answered) else [Start(), *answered]
+        built = _message(SSEDecoder().feed(b"".join(self.encode(started))))
+        assert built is not None  # the encoder starts the message with the Start
+        return built
+
+    def stream_json(self, events: Sequence[ServerSentEvent]) -> dict[str, Any]:
+        # The events build the Message as the SDK builds it: the envelope, blocks and usage as they were sent.
+        return _message(events) or super().stream_json(events)
+
+    def decode_json(self, body: Any) -> list[Event]:
+        if not isinstance(body, dict) or body.get("type") != "message" or not isinstance(body.get("content"), list):
+            return []
+        events: list[Event] = [Start(str(body.get("id", "")), str(body.get("model", "")))]
+        calls = 0
+        for block in body["content"]:
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind == "text" and block.get("text"):
+                events.append(TextDelta(str(block["text"])))
+            elif kind == "thinking":
+                events += [ReasoningDelta(str(block["thinking"]))] if block.get("thinking") else []
+                events += [ReasoningSignature(str(block["signature"]))] if block.get("signature") else []
+            elif kind == "tool_use":
+                arguments = _json.dumps(block["input"]) if isinstance(block.get("input"), dict) else "{}"
+                events += [ToolCallStart(calls, str(block.get("id", "")), str(block.get("name", "")))]
+                events += [ToolCallDelta(calls, arguments), ToolCallEnd(calls)]
+                calls += 1
+        details = body.get("stop_details")
+        if isinstance(details, dict) and details.get("explanation"):
+            events.append(RefusalDelta(str(details["explanation"])))
+        events.append(Finish(_FINISHES.get(str(body.get("stop_reason")), "tool_calls" if calls else "stop")))
+        usage = body.get("usage")
+        if isinstance(usage, dict) and whole(usage.get("output_tokens")) is not None:
+            events.append(_usage_from(usage, {}))
+        return events
+
+    def http_error(
+        self, status: int, message: str, *, type: str | None = None, code: str | None = None
+    ) -> tuple[int, Headers, bytes]:
+        """The API's error body; `type` (when one of the API's) or else the status says its kind.
+
+        `code` goes in `error.details.error_code`, where the SDK looks for it.
+        """
+        kind = type if type in _ERROR_TYPES else _STATUS_TYPES.get(status)
+        kind = kind or ("invalid_request_error" if status < 500 else "api_error")
+        body = to_json(_error_json(message, kind, code)).encode()
+        return status, (("content-type", "application/json"),), body
+
+    def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
+        c = Checker()
+        started = stopped = False
+        ended: str | None = None  # message_stop or error, once either has come
+        block: tuple[int, str] | None = None  # the open block: its index and type
+        blocks = tool_blocks = 0
+        for i, sse in enumerate(events):
+            obj = c.json(i, sse)
+            if obj is None:
+                continue
+            kind = obj.get("type") if isinstance(obj, dict) else None
+            if not isinstance(kind, str):
+                c.add(i, "data has no type")
+                continue
+            if sse.event != kind:
+                c.add(i, f"event name {sse.event!r} but type {kind!r}")
+            if ended is not None:
+                c.add(i, f"{kind} after {ended}")
+                continue
+            if kind == "ping":
+                continue  # any number, anywhere
+            if kind == "error":
+                ended = kind
+                error = obj.get("error")
+                if not isinstance(error, dict) or not isinstance(error.get("message"), str):
+                    c.add(i, "error event without error.message")
+                continue
+            if not started and kind != "message_start":
+                c.add(i, f"first event is {kind}, not message_start")
+            elif started and kind == "message_start":
+                c.add(i, "message_start repeated")
+            started = True
+            index = obj.get("index")
+            if kind.startswith("content_block_") and stopped:
+                c.add(i, f"{kind} after message_delta")
+            if kind == "message_start" and not isinstance(obj.get("message"), dict):
+                c.add(i, "message_start without a message")
+            elif kind == "content_block_start":
+                content = obj.get("content_block")
+                if not isinstance(index, int) or not isinstance(content, dict) or "type" not in content:
+                    c.add(i, "content_block_start without an index and a content_block with a type")
+                    continue
+                if block is not None:
+                    c.add(i, f"content_block_start of block {index} while block {block[0]} is open")
+                if index != blocks:
+                    c.add(i, f"content_block_start index is {index}, not {blocks}")
+                block, blocks = (index, str(content["type"])), index + 1
+                tool_blocks += block[1] == "tool_use"
+            elif kind == "content_block_delta":
+                delta = obj.get("delta")
+                step = delta.get("type") if isinstance(delta, dict) else None
+                if block is None or block[0] != index:
+                    c.add(i, f"content_block_delta for block {index}, which is not open")
+                elif step not in _DELTAS.get(block[1], (step,)):
+                    c.add(i, f"{step} in a {block[1]} block")
+            elif kind == "content_block_stop":
+                if block is None or block[0] != index:
+                    c.add(i, f"content_block_stop for block {index}, which is not open")
+                else:
+                    block = None
+            elif kind == "message_delta":
+                stopped = True
+                self._check_stop(c, i, obj, block, tool_blocks)
+            elif kind == "message_stop":
+                ended = kind
+                if not stopped:
+                    c.add(i, "message_stop before any message_delta")
+        if ended is None:
+            c.add(None, "no terminal event (message_stop or error)")
+        return c.violations + self._check_calls(events, request)
+
+    @staticmethod
+    def _check_stop(c: Checker, i: int, obj: dict[str, Any], block: tuple[int, str] | None, tool_blocks: int) -> None:
+        if block is not None:
+            c.add(i, f"message_delta while block {block[0]} is open")
+        delta = obj.get("delta")
+        reason = delta.get("stop_reason") if isinstance(delta, dict) else None
+        if not isinstance(reason, str) or reason not in _FINISHES:
+            c.add(i, f"stop_reason {reason!r} is not one of {', '.join(_FINISHES)}")
+        elif reason == "tool_use" and not tool_blocks:
+            c.add(i, "stop_reason is 'tool_use' but no tool_use block was streamed")
+        usage = obj.get("usage")
+        if not isinstance(usage, dict) or whole(usage.get("output_tokens")) is None:
+            c.add(i, "message_delta has no usage.output_tokens")
+
+    def prompt(self, body: Any) -> Prompt:
+        body = body if isinstance(body, dict) else {}
+        system = body.get("system")
+        if isinstance(system, list):
+            system = "".join(str(b.get("text", "")) for b in system if isinstance(b, dict))
+        messages = [{"role": "system", "content": system}] if isinstance(system, str) and system else []
+        for message in body.get("messages") or []:
+            if isinstance(message, dict):
+                messages += _chat_messages(message)
+        tools = [
+            {
+                "name": t["name"],
+                **({"description": t["description"]} if "description" in t else {}),
+                "parameters": t["input_schema"],
+            }
+            for t in body.get("tools") or []
+            if isinstance(t, dict) and "name" in t and "input_schema" in t  # the server's own tools have no schema
+        ]
+        choice = body.get("tool_choice")
+        kind = choice.get("type") if isinstance(choice, dict) else None
+        tool_choice = {"auto": "auto", "any": "required", "none": "none"}.get(str(kind))
+        if kind == "tool" and isinstance(choice, dict) and isinstance(choice.get("name"), str):
+            tool_choice = choice["name"]
+        stops = body.get("stop_sequences")
+        return Prompt(
+            model=str(body.get("model", "")),
+            messages=messages,
+            tools=tools,
+            max_tokens=whole(body.get("max_tokens")),
+            include_usage=True,
+            stop=[s for s in stops if isinstance(s, str) and s] if isinstance(stops, list) else [],
+            tool_choice=tool_choice,
+            **sampling(body, ("temperature", "top_p")),
+        )
+
+    def request_body(self, prompt: Prompt) -> dict[str, Any]:
+        system = [m["content"] for m in prompt.messages if m["role"] == "system" and m["content"]]
+        max_tokens = prompt.max_tokens if prompt.max_tokens is not None else _DEFAULT_MAX_TOKENS
+        body: dict[str, Any] = {"model": prompt.model, "max_tokens": max_tokens}
+        if system:
+            body["system"] = "\n\n".join(system)
+        body["messages"] = _messages([m for m in prompt.messages if m["role"] != "system"])
+        if prompt.tools:
+            body["tools"] = [
+                {
+                    "name": tool.get("name", ""),
+                    **({"description": tool["description"]} if "description" in tool else {}),
+                    "input_schema": tool.get("parameters") or {"type": "object"},
+                }
+                for tool in prompt.tools
+            ]
+        if prompt.tool_choice in ("auto", "none"):
+            body["tool_choice"] = {"type": prompt.tool_choice}
+        elif prompt.tool_choice == "required":
+            body["tool_choice"] = {"type": "any"}
+        elif prompt.tool_choice:
+            body["tool_choice"] = {"type": "tool", "name": prompt.tool_choice}
+        body |= sampled(prompt, ("temperature", "top_p"))
+        if prompt.stop:
+            body["stop_sequences"] = prompt.stop
+        body["stream"] = True
+        return body
+
+
+def _held(block: dict[str, Any], call: int | None) -> list[Event]:
+    """The events a `content_block_start` carries: a tool call's start, or what a block holds from the first."""
+    kind = block.get("type")
+    if kind == "tool_use" and call is not None:
+        events: list[Event] = [ToolCallStart(call, str(block.get("id", "")), str(block.get("name", "")))]
+        if isinstance(block.get("input"), dict) and block["input"]:
+            events.append(ToolCallDelta(call, _json.dumps(block["input"])))
+        return events
+    if kind == "text" and block.get("text"):
+        return [TextDelta(str(block["text"]))]
+    if kind == "thinking" and block.get("thinking"):
+        return [ReasoningDelta(str(block["thinking"]))]
+    return []
+
+
+def _error_from(obj: dict[str, Any]) -> Error:
+    error: dict[str, Any] = obj["error"] if isinstance(obj.get("error"), dict) else {}
+    details = error.get("details")
+    code = details.get("error_code") if isinstance(details, dict) else None
+    kind = _neutral_type(str(error.get("type") or "api_error"))
+    return Error(str(error.get("message", "")), kind, code if isinstance(code, str) else None)
+
+
+def _message(events: Sequence[ServerSentEvent]) -> dict[str, Any] | None:
+    """The Message a stream builds, as the SDK accumulates it; None if it never starts one."""
+    message: dict[str, Any] | None = None
+    blocks: dict[int, dict[str, Any]] = {}
+    inputs: dict[int, str] = {}
+    for _, _, obj in json_objects(events):
+        kind, index = obj.get("type"), whole(obj.get("index"))
+        delta: dict[str, Any] = obj["delta"] if isinstance(obj.get("delta"), dict) else {}
+        if kind == "message_start" and isinstance(obj.get("message"), dict):
+            message = dict(obj["message"])
+        elif message is None:
+            continue
+        elif kind == "content_block_start" and isinstance(index, int) and isinstance(obj.get("content_block"), dict):
+            blocks[index] = dict(obj["content_block"])
+        elif kind == "content_block_delta" and index in blocks:
+            block, step = blocks[index], delta.get("type")
+            if step == "text_delta":
+                block["text"] = str(block.get("text", "")) + str(delta.get("text", ""))
+            elif step == "thinking_delta":
+                block["thinking"] = str(block.get("thinking", "")) + str(delta.get("thinking", ""))
+            elif step == "signature_delta":
+                block["signature"] = delta.get("signature", "")
+            elif step == "input_json_delta":
+                inputs[index] = inputs.get(index, "") + str(delta.get("partial_json", ""))
+        elif kind == "message_delta":
+            message |= {k: v for k, v in delta.items() if k in ("stop_reason", "stop_sequence", "stop_details")}
+            usage = obj.get("usage")
+            if isinstance(usage, dict):
+                recorded = message.get("usage")
+                message["usage"] = {**(recorded if isinstance(recorded, dict) else {}), **usage}
+    if message is None:
+        return None
+    for index, text in inputs.items():
+        try:
+            blocks[index]["input"] = _json.parse(text, max_depth=None) if text else {}
+        except ValueError:
+            blocks[index]["input"] = {}  # arguments cut short: the SDK raises, an answer holds none
+    return {**message, "content": [blocks[k] for k in sorted(blocks)]}
+
+
+def _chat_messages(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """One of the API's messages as chat messages (see `Prompt.messages`): a user's tool results each one of
+    their own, an assistant's tool_use blocks its `tool_calls`."""
+    role, content = str(message.get("role", "user")), message.get("content")
+    if isinstance(content, str):
+        return [{"role": role, "content": content}]
+    blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+    text = "".join(str(b.get("text", "")) for b in blocks if b.get("type") == "text")
+    if role == "assistant":
+        kept: dict[str, Any] = {"role": role, "content": text}
+        calls = [
+            {
+                "id": str(b.get("id", "")),
+                "type": "function",
+                "function": {"name": str(b.get("name", "")), "arguments": _json.dumps(b.get("input") or {})},
+            }
+            for b in blocks
+            if b.get("type") == "tool_use"
+        ]
+        return [kept | {"tool_calls": calls}] if calls else [kept]
+    results = [
+        {"role": "tool", "content": _result_text(b.get("content")), "tool_call_id": str(b.get("tool_use_id", ""))}
+        for b in blocks
+        if b.get("type") == "tool_result"
+    ]
+    return results + ([{"role": role, "content": text}] if text or not results else [])
+
+
+def _result_text(content: Any) -> str:
+    """A tool result's content, as text: a string, or its text blocks joined."""
+    if isinstance(content, list):
+        return "".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+    return content if isinstance(content, str) else ""
+
+
+def _messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat messages as the API's: tool results in a user message of their own (one for those in a row), an
+    assistant's tool calls as tool_use blocks after its text."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if message["role"] == "tool":
+            result = {
+                "type": "tool_result",
+                "tool_use_id": message.get("tool_call_id", ""),
+                "content": message["content"],
+            }
+            last = out[-1] if out else None
+            if last is not None and last["role"] == "user" and isinstance(last["content"], list):
+                last["content"].append(result)
+            else:
+                out.append({"role": "user", "content": [result]})
+        elif message.get("tool_calls"):
+            content: list[dict[str, Any]] = [{"type": "text", "text": message["content"]}] if message["content"] else []
+            for call in message["tool_calls"]:
+                function = call.get("function") or {}
+                try:
+                    arguments = _json.parse(function.get("arguments") or "{}", max_depth=None)
+                except ValueError:
+                    arguments = {}
+                content.append(
+                    {
+                        "type": "tool_use",
+                        "id": call.get("id", ""),
+                        "name": function.get("name", ""),
+                        "input": arguments if isinstance(arguments, dict) else {},
+                    }
+                )
+            out.append({"role": "assistant", "content": content})
+        else:
+            out.append(
+                {"role": "assistant" if message["role"] == "assistant" else "user", "content": message["content"]}
+            )
+    return out
