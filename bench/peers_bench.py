@@ -194,14 +194,15 @@ def command_server(argv: Callable[[int], list[str]], request: bytes, name: str) 
     return server
 
 
-def cold_start(argv: list[str], port: int, request: bytes, name: str) -> tuple[float, bytes]:
-    """Seconds from spawning `argv` to the first complete answer on `port`, and that answer."""
+def cold_start(argv: list[str], port: int, request: bytes, name: str) -> tuple[float, float, bytes]:
+    """Seconds from spawning `argv` to the first complete answer on `port`, the CPU seconds the process
+    used until then, and that answer."""
     with tempfile.TemporaryFile() as log:
         start = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
         try:
             answer = first_answer(proc, port, request, log, name)
-            return time.perf_counter() - start, answer
+            return time.perf_counter() - start, cpu_seconds(proc.pid), answer
         finally:
             stop(proc)
 
@@ -526,19 +527,23 @@ def events_figure(run: Run) -> None:
 
 
 def cold_figure(starts: dict[str, Callable[[int], list[str]]], request: bytes, samples: int) -> None:
-    results: dict[str, dict[str, list[float]]] = {name: {"ms": []} for name in starts}
+    results: dict[str, dict[str, list[float]]] = {name: {"ms": [], "cpu": []} for name in starts}
     for name, argv in starts.items():  # once each, untimed: bytecode and disk caches
         cold_start(argv(port := free_port()), port, request, name)
     for n in range(samples):
         names = list(starts)
         for name in names[n % len(names) :] + names[: n % len(names)]:
-            seconds, answer = cold_start(starts[name](port := free_port()), port, request, name)
+            seconds, cpu, answer = cold_start(starts[name](port := free_port()), port, request, name)
             if body_of(answer).count(b"\n\n") != 13:
                 raise SystemExit(f"{name}: its first answer is not the 13-event stream")
             results[name]["ms"].append(seconds * 1000)
-    title = f"cold start: spawn to the first complete answer, ms. Median of {samples}, alternating [min-max]"
+            results[name]["cpu"].append(cpu * 1000)
+    title = (
+        f"cold start: from spawning the process to the first complete answer, and the CPU time (user + system) "
+        f"it used until then, ms. Median of {samples}, alternating [min-max]"
+    )
     ratios = [("sse-tape serve", "aiohttp app"), ("sse-tape serve", "aimock")]
-    table(title, results, [("first answer (ms)", "ms", "{:.0f}")], ratios)
+    table(title, results, [("first answer", "ms", "{:.0f}"), ("its CPU", "cpu", "{:.0f}")], ratios)
 
 
 def profile_instant(kind: str, source: Interaction | Path, body: bytes, run: Run, out: Path) -> None:
