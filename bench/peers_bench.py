@@ -32,8 +32,9 @@ Run: python bench/peers_bench.py [--aimock PATH] [--rounds 5] [--only instant|ev
 aimock is a Node package; install it outside the repository
 (npm install --prefix /tmp/peers @copilotkit/aimock@1.43.0) and pass
 --aimock /tmp/peers/node_modules/.bin/llmock. Without it that column is skipped.
---profile FILE runs one more 50-client instant load against sse-tape under
-cProfile, writes the stats to FILE and prints the costliest functions.
+--profile FOLDER runs one more 50-client instant load against sse-tape and
+one against the floor under cProfile, writes their stats to FOLDER, and
+prints the calls each makes per stream and sse-tape's costliest functions.
 The machine's load moves every figure; compare the ratios and the ranges.
 """
 
@@ -546,8 +547,8 @@ def cold_figure(starts: dict[str, Callable[[int], list[str]]], request: bytes, s
     table(title, results, [("first answer", "ms", "{:.0f}"), ("its CPU", "cpu", "{:.0f}")], ratios)
 
 
-def profile_instant(kind: str, source: Interaction | Path, body: bytes, run: Run, out: Path) -> None:
-    """One more 50-client instant load, against `kind` under cProfile; its stats go to `out`."""
+def profile_instant(kind: str, source: Interaction | Path, body: bytes, run: Run, out: Path) -> pstats.Stats:
+    """One more 50-client instant load, against `kind` under cProfile; its stats, also written to `out`."""
     here, there = mp.Pipe()
     with python_server(kind, source, there) as (port, pid):
         request = http_request(body)
@@ -557,8 +558,19 @@ def profile_instant(kind: str, source: Interaction | Path, body: bytes, run: Run
         drive(port, pid, request, 50, run.streams, 13, keep_alive=True)
         here.send(str(out))
         here.recv()
-    print(f"\n{kind} under cProfile, {run.streams} streams from 50 keep-alive clients; {out}, by own time:")
-    pstats.Stats(str(out)).sort_stats("tottime").print_stats(25)
+    return pstats.Stats(str(out))
+
+
+def profile(folder: Path, recording: Interaction, cassette: Path, run: Run) -> None:
+    """The floor and sse-tape under cProfile, one 50-client instant load each; sse-tape's costliest functions."""
+    folder.mkdir(parents=True, exist_ok=True)
+    body = recording.request.body
+    floor = profile_instant("floor", recording, body, run, folder / "floor.prof")
+    ours = profile_instant("sse-tape", cassette, body, run, folder / "sse-tape.prof")
+    print(f"\nunder cProfile, {run.streams} streams from 50 keep-alive clients; stats in {folder}")
+    print(f"function calls per stream: sse-tape {ours.total_calls / run.streams:.0f}, ", end="")  # type: ignore[attr-defined]
+    print(f"the floor {floor.total_calls / run.streams:.0f}; sse-tape's by own time:")  # type: ignore[attr-defined]
+    ours.sort_stats("tottime").print_stats(25)
 
 
 def header(aimock: Aimock | None) -> None:
@@ -584,7 +596,7 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=5000, help="streams per 50-client load (default 5000)")
     parser.add_argument("--warm", type=int, default=3000, help="streams thrown away before measuring (default 3000)")
     parser.add_argument("--starts", type=int, default=10, help="cold starts per contender (default 10)")
-    parser.add_argument("--profile", type=Path, help="also profile sse-tape under the 50-client instant load")
+    parser.add_argument("--profile", type=Path, help="a folder: also profile sse-tape and the floor under cProfile")
     args = parser.parse_args()
     # Stopped with SIGTERM, as with Ctrl-C, every server started is stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -628,7 +640,7 @@ def main() -> None:
                 print(f"  {name}: {same}")
             instant_figure(servers, body, events, run)
             if args.profile:
-                profile_instant("sse-tape", cassette, body, run, args.profile)
+                profile(args.profile, recording, cassette, run)
         if args.only in (None, "events"):
             events_figure(run)
         if args.only in (None, "cold"):
