@@ -71,6 +71,7 @@ import aiohttp
 from aiohttp import web
 from replay_bench import baseline_app, make_interaction
 
+import sse_tape
 from sse_tape import Cassette, Interaction, MockServer, ServeOptions, bundled_cassettes
 
 PATH = "/v1/chat/completions"
@@ -585,7 +586,9 @@ def header(aimock: Aimock | None) -> None:
     node = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip() if aimock else ""
     peers = f"aimock {aimock.version} (Node {node})" if aimock else "aimock: not given"
     print(f"{time.strftime('%Y-%m-%d %H:%M')}; {os.cpu_count()} cores ({model}); Python {platform.python_version()}")
-    print(f"aiohttp {aiohttp.__version__}; {peers}")
+    print(
+        f"aiohttp {aiohttp.__version__}; {peers}; sse-tape {sse_tape.__version__} from {Path(sse_tape.__file__).parent}"
+    )
 
 
 def main() -> None:
