@@ -31,6 +31,10 @@ bench *args:
 bench-proxy *args:
     python bench/proxy_bench.py {{args}}
 
+# Measure sse-tape side by side with aimock (--aimock PATH to its llmock script) and the aiohttp floor.
+bench-peers *args:
+    python bench/peers_bench.py {{args}}
+
 # Measure what the pytest fixture adds to each test.
 bench-fixture *args:
     python bench/fixture_bench.py {{args}}

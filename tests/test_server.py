@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -592,6 +593,50 @@ def test_a_short_soak_leaves_nothing_behind() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "grew:" not in result.stdout
+
+
+def _running_with(marker: str) -> list[str]:
+    """Command lines of the processes still running that mention `marker`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            line = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # it ended while we looked
+        if marker in line:
+            found.append(line)
+    return found
+
+
+def test_a_short_peers_benchmark_checks_every_answer_and_leaves_no_process(tmp_path: Path) -> None:
+    # bench/peers_bench.py, briefly and without aimock: every server answers every stream in full, the
+    # replayed bytes are the recorded ones, and every server it started is gone when it ends. Its
+    # temporary files, and so the command lines of the servers it spawns, are under tmp_path; the
+    # servers it forks carry tmp_path in the --profile argument.
+    bench = Path(__file__).parent.parent / "bench" / "peers_bench.py"
+    args = ["--rounds", "1", "--streams", "50", "--warm", "30", "--starts", "1", "--profile", str(tmp_path / "p")]
+    result = subprocess.run(
+        [sys.executable, str(bench), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "  sse-tape: the recorded bytes" in result.stdout
+    assert "  sse-tape serve: the recorded bytes" in result.stdout
+    for figure in ("instant replay", "60-event instant streams", "cold start"):
+        assert figure in result.stdout
+    assert _running_with(str(tmp_path)) == []
+
+
+def test_the_peers_benchmark_says_in_one_line_when_aimock_is_not_there(tmp_path: Path) -> None:
+    bench = Path(__file__).parent.parent / "bench" / "peers_bench.py"
+    result = subprocess.run(
+        [sys.executable, str(bench), "--aimock", str(tmp_path / "llmock")], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1
+    assert result.stderr == f"--aimock {tmp_path / 'llmock'}: not aimock's llmock script nor its package folder\n"
 
 
 def test_running_out_of_descriptors_is_said_once_and_service_resumes() -> None:
