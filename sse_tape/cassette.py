@@ -270,7 +270,7 @@ class Cassette:
             raw, stamp = _read(path)
             try:
                 doc = _decode(raw, _suffix(path))
-                interactions, absorbed = _interactions_from_doc(doc)
+                interactions, absorbed = _interactions_from_doc(doc, binary=path.suffix == ".msgpack")
                 settings = _settings_from_doc(doc)
             except _Invalid as exc:
                 raise CassetteFormatError(f"{path}: {exc}") from None
@@ -611,15 +611,15 @@ _CHUNK_KEYS = ("text", "base64", "bytes")
 _BODY_KEYS = ("body", "body_base64", "body_bytes")
 
 
-def _put_bytes(doc: dict[str, Any], data: bytes, keys: tuple[str, str, str], *, binary: bool) -> None:
+def _stored_bytes(data: bytes, keys: tuple[str, str, str], *, binary: bool) -> tuple[str, Any]:
+    """The key and the value that hold `data` in a document."""
     text_key, b64_key, raw_key = keys
     if binary:
-        doc[raw_key] = data
-        return
+        return raw_key, data
     try:
-        doc[text_key] = data.decode("utf-8")
+        return text_key, data.decode("utf-8")
     except UnicodeDecodeError:
-        doc[b64_key] = base64.b64encode(data).decode("ascii")
+        return b64_key, base64.b64encode(data).decode("ascii")
 
 
 def _get_bytes(doc: Mapping[str, Any], keys: tuple[str, str, str], where: str) -> bytes | None:
@@ -659,16 +659,13 @@ def _interaction_to_doc(interaction: Interaction, *, binary: bool, spool: str | 
         request["query"] = req.query
     request["headers"] = _headers_to_doc(req.headers)
     if req.body:
-        _put_bytes(request, req.body, _BODY_KEYS, binary=binary)
+        key, value = _stored_bytes(req.body, _BODY_KEYS, binary=binary)
+        request[key] = value
     response: dict[str, Any] = {"status": resp.status, "end": str(resp.end)}
     if resp.duration is not None:
         response["duration"] = resp.duration
     response["headers"] = _headers_to_doc(resp.headers)
-    response["chunks"] = []
-    for c in resp.chunks:
-        chunk: dict[str, Any] = {"t": c.t}
-        _put_bytes(chunk, c.data, _CHUNK_KEYS, binary=binary)
-        response["chunks"].append(chunk)
+    response["chunks"] = [_chunk_to_doc(c, binary=binary) for c in resp.chunks]
     doc: dict[str, Any] = {}
     if interaction.recorded_at:
         doc["recorded_at"] = interaction.recorded_at
@@ -681,11 +678,17 @@ def _interaction_to_doc(interaction: Interaction, *, binary: bool, spool: str | 
     return doc
 
 
+def _chunk_to_doc(chunk: Chunk, *, binary: bool) -> dict[str, Any]:
+    key, value = _stored_bytes(chunk.data, _CHUNK_KEYS, binary=binary)
+    return {"t": chunk.t, key: value}
+
+
 # --- decoding, with a precise message for anything out of place ------------------------
 
 
-def _interactions_from_doc(doc: Any) -> tuple[list[Interaction], set[str]]:
-    """The interactions of a cassette document, and the ids of the spools they were taken from."""
+def _interactions_from_doc(doc: Any, *, binary: bool) -> tuple[list[Interaction], set[str]]:
+    """The interactions of a cassette document, and the ids of the spools they were taken from; `binary`: a
+    MessagePack document, whose chunks hold bytes (TOML's hold text)."""
     if not isinstance(doc, Mapping) or "format_version" not in doc:
         raise _Invalid("not an sse-tape cassette (no format_version)")
     version = doc["format_version"]
@@ -699,7 +702,7 @@ def _interactions_from_doc(doc: Any) -> tuple[list[Interaction], set[str]]:
     items = doc.get("interactions", [])
     if not isinstance(items, list):
         raise _Invalid("interactions must be a list")
-    interactions = [_interaction_from_doc(item, f"interaction {n}") for n, item in enumerate(items, 1)]
+    interactions = [_interaction_from_doc(item, f"interaction {n}", binary=binary) for n, item in enumerate(items, 1)]
     spools = {str(item["spool"]) for item in items if isinstance(item, Mapping) and "spool" in item}
     return interactions, spools
 
@@ -727,7 +730,7 @@ def _strings(doc: Mapping[str, Any], name: str) -> list[str]:
     return value
 
 
-def _interaction_from_doc(doc: Any, where: str) -> Interaction:
+def _interaction_from_doc(doc: Any, where: str, *, binary: bool) -> Interaction:
     doc = _table(doc, where)
     req = _table(doc.get("request"), f"{where}: request")
     resp = _table(doc.get("response"), f"{where}: response")
@@ -755,7 +758,7 @@ def _interaction_from_doc(doc: Any, where: str) -> Interaction:
     response = Response(
         status=status,
         headers=_headers_from_doc(resp.get("headers", {}), f"{where}: response.headers"),
-        chunks=tuple(_chunk_from_doc(c, f"{where}: chunk {n}") for n, c in enumerate(chunks, 1)),
+        chunks=_chunks_from_doc(chunks, where, binary=binary),
         end=end,
         duration=_number(resp, "duration", f"{where}: response", None),
     )
@@ -769,6 +772,23 @@ def _interaction_from_doc(doc: Any, where: str) -> Interaction:
         note = _table(item, at)
         notes.append(Injection(_field(note, "fault", str, at), _field(note, "what", str, at)))
     return Interaction(request, response, None if recorded_at is None else str(recorded_at), tuple(notes))
+
+
+def _chunks_from_doc(docs: list[Any], where: str, *, binary: bool) -> tuple[Chunk, ...]:
+    chunks = []
+    for n, doc in enumerate(docs, 1):
+        # What sse-tape writes, checked in line: a cassette holds tens of thousands of chunks.
+        if type(doc) is dict and len(doc) == 2:
+            t = doc.get("t")
+            if type(t) is float and 0.0 <= t < _MAX_SECONDS:  # neither NaN nor infinite
+                if binary and type(data := doc.get("bytes")) is bytes:
+                    chunks.append(Chunk(t, data))
+                    continue
+                if not binary and type(text := doc.get("text")) is str:
+                    chunks.append(Chunk(t, text.encode()))
+                    continue
+        chunks.append(_chunk_from_doc(doc, f"{where}: chunk {n}"))
+    return tuple(chunks)
 
 
 def _chunk_from_doc(doc: Any, where: str) -> Chunk:

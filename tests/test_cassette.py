@@ -213,6 +213,11 @@ def test_newer_format_asks_to_upgrade() -> None:
         ),
         (
             'format_version = 1\n[[interactions]]\nrequest = {method = "GET", path = "/"}\n'
+            "response = {status = 200, chunks = [{t = -0.5, text = 'x'}]}\n",
+            r"interaction 1: chunk 1: t must be a number of seconds >= 0",
+        ),
+        (
+            'format_version = 1\n[[interactions]]\nrequest = {method = "GET", path = "/"}\n'
             "response = {status = 200, chunks = [{t = 1, base64 = '!!'}]}\n",
             r"chunk 1: base64 is not valid base64",
         ),
@@ -251,6 +256,7 @@ def test_newer_format_asks_to_upgrade() -> None:
         "status-type",
         "bad-end",
         "negative-t",
+        "negative-float-t",
         "bad-base64",
         "nan-t",
         "inf-t",
@@ -264,6 +270,25 @@ def test_malformed_interactions_say_where(tmp_path: Path, text: str, message: st
     (tmp_path / "bad.toml").write_text(text)
     with pytest.raises(CassetteFormatError, match=message):
         Cassette.load(tmp_path / "bad.toml")
+
+
+@pytest.mark.parametrize(
+    ("chunk", "message"),
+    [
+        ({"t": -1.5, "bytes": b"x"}, "interaction 1: chunk 1: t must be a number of seconds >= 0"),
+        ({"t": 1e300, "bytes": b"x"}, "interaction 1: chunk 1.t must be a number of seconds under a year"),
+        ({"t": 0.5, "bytes": "x"}, "interaction 1: chunk 1: bytes must be bytes"),
+        ({"t": 0.5, "text": b"x"}, "interaction 1: chunk 1: text must be a string"),
+    ],
+)
+def test_chunks_shaped_as_sse_tape_writes_them_are_checked_all_the_same(
+    tmp_path: Path, chunk: dict[str, Any], message: str
+) -> None:
+    request, response = {"method": "GET", "path": "/"}, {"status": 200, "chunks": [chunk]}
+    path = tmp_path / "c.msgpack"
+    path.write_bytes(msgpack.packb({"format_version": 1, "interactions": [{"request": request, "response": response}]}))
+    with pytest.raises(CassetteFormatError, match=re.escape(message)):
+        Cassette.load(path)
 
 
 def test_response_events_carry_the_offset_of_the_chunk_that_completed_them() -> None:
