@@ -472,24 +472,38 @@ def _decode(raw: bytes, suffix: str) -> Any:
 # What a cassette nests is shallow; a file nesting far deeper is refused before the parser walks into it
 # (an array 500 deep recurses past Python's limit, 16,000 dotted key levels take a gigabyte).
 _MAX_TOML_DEPTH = 32
-_TOML_STRINGS = re.compile(r'"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*')
+# Strings and comments, each found as `"""[\s\S]*?"""` would find it but without a step back at every character.
+_TOML_STRINGS = re.compile(
+    r'"""[^"]*(?:"(?!"")[^"]*)*"""'
+    r"|'''[^']*(?:'(?!'')[^']*)*'''"
+    r'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"'
+    r"|'[^'\n]*'"
+    r"|#[^\n]*"
+)
 _TOML_KEYS = re.compile(r"^[ \t]*(?:\[\[?([^\]\n]*)|([^=\n\[]+)=)", re.MULTILINE)
 _TOML_NESTING = re.compile(r"[\[\]{}]")
+# A line with enough dots to hold a key nested too deep, found from its first dot: few lines need a closer look.
+_MANY_DOTS = re.compile(rf"\.(?:[^.\n]*\.){{{_MAX_TOML_DEPTH - 1}}}")
+# Table headers, when lines end at "\n" (or "\r\n") only; str.splitlines also ends them at these.
+_HEADER_LINES = re.compile(r"\n[^\S\n]*\[[^\n]*")
+_ODD_LINE_BREAKS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 
 
 def _check_toml_depth(text: str) -> None:
     bare = _TOML_STRINGS.sub('""', text)
-    for m in _TOML_KEYS.finditer(bare):
-        if (m[1] or m[2] or "").count(".") >= _MAX_TOML_DEPTH:
+    for dots in _MANY_DOTS.finditer(bare):
+        key = _TOML_KEYS.match(bare, bare.rfind("\n", 0, dots.start()) + 1)
+        if key and (key[1] or key[2] or "").count(".") >= _MAX_TOML_DEPTH:
             raise _Invalid(f"keys nest deeper than {_MAX_TOML_DEPTH} levels: not a cassette")
+    if any(c in bare for c in _ODD_LINE_BREAKS) or bare.count("\r") != bare.count("\r\n"):
+        values = "\n".join(line for line in bare.splitlines() if not line.lstrip().startswith("["))
+    else:
+        values = _HEADER_LINES.sub("\n", "\n" + bare)  # the same, in one pass
     depth = 0
-    for line in bare.splitlines():
-        if line.lstrip().startswith("["):
-            continue  # a table header, not nesting
-        for mark in _TOML_NESTING.findall(line):
-            depth += 1 if mark in "[{" else -1
-            if depth > _MAX_TOML_DEPTH:
-                raise _Invalid(f"values nest deeper than {_MAX_TOML_DEPTH} levels: not a cassette")
+    for mark in _TOML_NESTING.findall(values):
+        depth += 1 if mark in "[{" else -1
+        if depth > _MAX_TOML_DEPTH:
+            raise _Invalid(f"values nest deeper than {_MAX_TOML_DEPTH} levels: not a cassette")
 
 
 def _read(path: Path) -> tuple[bytes, _Stamp]:

@@ -491,6 +491,8 @@ _RESPONSE = "[interactions.response]\nstatus = 200\n"
     ("text", "message"),
     [
         ("format_version = 1\nx = " + "[" * 500 + "]" * 500 + "\n", "values nest deeper than 32 levels"),
+        ("format_version = 1\r\nx = [\r\n" + "1, [" * 40 + "]" * 40 + "\r\n]\r\n", "values nest deeper than 32 levels"),
+        ("format_version = 1\n\x0c\nx = " + "[" * 40 + "]" * 40 + "\n", "values nest deeper than 32 levels"),
         ("format_version = 1\n" + ".".join(["a"] * 16_000) + " = 1\n", "keys nest deeper than 32 levels"),
         ("format_version = " + "9" * 5000 + "\n", "not a cassette TOML can hold"),
         (_HEAD + _RESPONSE + "duration = " + "9" * 400 + "\n", "response.duration must be a number of seconds under a year"),
