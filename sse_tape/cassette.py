@@ -21,6 +21,10 @@ A cassette may carry settings for whoever replays it: a free-text
 recording, as in `match = ["method", "path"]`) and `ignore_body_fields`.
 Options given to a server override them.
 
+A TOML file of 4 KiB or more is parsed once per content: what `tomllib` made of its bytes is kept in a
+cache outside the project, named by their SHA-256 (see `_toml_cache`), and read from there while the file
+stays the same.
+
 `format_version` is an integer, separate from the package version. A file
 written by a newer sse-tape is refused with a request to upgrade. Writes are
 atomic: a temporary file in the same folder, then a rename.
@@ -47,7 +51,7 @@ from typing import Any
 
 import msgpack
 
-from . import _json, _toml
+from . import _json, _toml, _toml_cache
 from ._exceptions import CassetteError, CassetteFormatError, CassetteNotFoundError
 from ._spool import SpooledStream, cassette_of, read_spool, spool_id, spools_of
 from .sse import ServerSentEvent, SSEDecoder
@@ -456,6 +460,17 @@ def _decode(raw: bytes, suffix: str) -> Any:
             raise _Invalid("not a MessagePack cassette (extra data after the document)") from None
         except (ValueError, RecursionError, msgpack.UnpackException) as exc:
             raise _Invalid(f"truncated or corrupt MessagePack ({exc})") from None
+    if len(raw) < _toml_cache.MIN_SIZE:
+        return _parse_toml(raw)
+    name = _toml_cache.key(raw)
+    doc = _toml_cache.get(name)
+    if doc is None:
+        doc = _parse_toml(raw)
+        _toml_cache.put(name, doc)
+    return doc
+
+
+def _parse_toml(raw: bytes) -> Any:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
