@@ -39,6 +39,10 @@ bench-peers *args:
 bench-fixture *args:
     python bench/fixture_bench.py {{args}}
 
+# Measure cassette load and save (TOML, MessagePack) against cassetter's YAML (--cassetter-python PATH).
+bench-cassette *args:
+    python bench/cassette_bench.py {{args}}
+
 # Fuzz the decoder, cassette loading and the fault grammar for long (atheris if installed).
 fuzz *args:
     python bench/fuzz.py {{args}}

@@ -11,6 +11,7 @@ escaped. Numbers, keys and arrays are left to tomli-w.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -33,18 +34,29 @@ def dumps(doc: Mapping[str, Any]) -> str:
 def _table(lines: list[str], table: Mapping[str, Any], path: tuple[str, ...]) -> None:
     nested = []
     for key, value in table.items():
-        if isinstance(value, Mapping) or (value and isinstance(value, list) and isinstance(value[0], Mapping)):
+        kind = type(value)
+        if kind is str:  # the common cases first: a cassette has tens of thousands of chunks
+            lines.append(f"{_key(key)} = {_string(value)}")
+        elif kind is float or kind is int:
+            lines.append(f"{_key(key)} = {value}")  # as tomli-w writes them
+        elif isinstance(value, Mapping) or (value and isinstance(value, list) and isinstance(value[0], Mapping)):
             nested.append((key, value))
         else:
             lines.append(f"{_key(key)} = {_value(value)}")
     for key, value in nested:
-        dotted = ".".join(_key(k) for k in (*path, key))
-        for item in [value] if isinstance(value, Mapping) else value:
-            lines.append("")
-            lines.append(f"[{dotted}]" if isinstance(value, Mapping) else f"[[{dotted}]]")
-            _table(lines, item, (*path, key))
+        inner = (*path, key)
+        dotted = ".".join(map(_key, inner))
+        if isinstance(value, Mapping):
+            lines.append(f"\n[{dotted}]")  # a blank line before each header
+            _table(lines, value, inner)
+            continue
+        header = f"\n[[{dotted}]]"
+        for item in value:
+            lines.append(header)
+            _table(lines, item, inner)
 
 
+@functools.lru_cache(maxsize=1024)
 def _key(key: str) -> str:
     return key if _BARE_KEY.fullmatch(key) else json.dumps(key, ensure_ascii=False)
 
@@ -60,9 +72,9 @@ def _value(value: Any) -> str:
 
 
 def _string(s: str) -> str:
-    if not any(c in s for c in '"\\\n') and not _CONTROL.search(s):
-        return f'"{s}"'  # plain text: nothing to escape
     if not _CONTROL.search(s):
+        if '"' not in s and "\\" not in s and "\n" not in s:
+            return f'"{s}"'  # plain text: nothing to escape
         if "\n" not in s and "'" not in s:
             return f"'{s}'"
         if "'''" not in s and not s.endswith("'"):

@@ -21,6 +21,10 @@ A cassette may carry settings for whoever replays it: a free-text
 recording, as in `match = ["method", "path"]`) and `ignore_body_fields`.
 Options given to a server override them.
 
+A TOML file of 4 KiB or more is parsed once per content: what `tomllib` made of its bytes is kept in a
+cache outside the project, named by their SHA-256 (see `_toml_cache`), and read from there while the file
+stays the same.
+
 `format_version` is an integer, separate from the package version. A file
 written by a newer sse-tape is refused with a request to upgrade. Writes are
 atomic: a temporary file in the same folder, then a rename.
@@ -47,7 +51,7 @@ from typing import Any
 
 import msgpack
 
-from . import _json, _toml
+from . import _json, _toml, _toml_cache
 from ._exceptions import CassetteError, CassetteFormatError, CassetteNotFoundError
 from ._spool import SpooledStream, cassette_of, read_spool, spool_id, spools_of
 from .sse import ServerSentEvent, SSEDecoder
@@ -270,7 +274,7 @@ class Cassette:
             raw, stamp = _read(path)
             try:
                 doc = _decode(raw, _suffix(path))
-                interactions, absorbed = _interactions_from_doc(doc)
+                interactions, absorbed = _interactions_from_doc(doc, binary=path.suffix == ".msgpack")
                 settings = _settings_from_doc(doc)
             except _Invalid as exc:
                 raise CassetteFormatError(f"{path}: {exc}") from None
@@ -456,6 +460,17 @@ def _decode(raw: bytes, suffix: str) -> Any:
             raise _Invalid("not a MessagePack cassette (extra data after the document)") from None
         except (ValueError, RecursionError, msgpack.UnpackException) as exc:
             raise _Invalid(f"truncated or corrupt MessagePack ({exc})") from None
+    if len(raw) < _toml_cache.MIN_SIZE:
+        return _parse_toml(raw)
+    name = _toml_cache.key(raw)
+    doc = _toml_cache.get(name)
+    if doc is None:
+        doc = _parse_toml(raw)
+        _toml_cache.put(name, doc)
+    return doc
+
+
+def _parse_toml(raw: bytes) -> Any:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -472,24 +487,38 @@ def _decode(raw: bytes, suffix: str) -> Any:
 # What a cassette nests is shallow; a file nesting far deeper is refused before the parser walks into it
 # (an array 500 deep recurses past Python's limit, 16,000 dotted key levels take a gigabyte).
 _MAX_TOML_DEPTH = 32
-_TOML_STRINGS = re.compile(r'"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*')
+# Strings and comments, each found as `"""[\s\S]*?"""` would find it but without a step back at every character.
+_TOML_STRINGS = re.compile(
+    r'"""[^"]*(?:"(?!"")[^"]*)*"""'
+    r"|'''[^']*(?:'(?!'')[^']*)*'''"
+    r'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"'
+    r"|'[^'\n]*'"
+    r"|#[^\n]*"
+)
 _TOML_KEYS = re.compile(r"^[ \t]*(?:\[\[?([^\]\n]*)|([^=\n\[]+)=)", re.MULTILINE)
 _TOML_NESTING = re.compile(r"[\[\]{}]")
+# A line with enough dots to hold a key nested too deep, found from its first dot: few lines need a closer look.
+_MANY_DOTS = re.compile(rf"\.(?:[^.\n]*\.){{{_MAX_TOML_DEPTH - 1}}}")
+# Table headers, when lines end at "\n" (or "\r\n") only; str.splitlines also ends them at these.
+_HEADER_LINES = re.compile(r"\n[^\S\n]*\[[^\n]*")
+_ODD_LINE_BREAKS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 
 
 def _check_toml_depth(text: str) -> None:
     bare = _TOML_STRINGS.sub('""', text)
-    for m in _TOML_KEYS.finditer(bare):
-        if (m[1] or m[2] or "").count(".") >= _MAX_TOML_DEPTH:
+    for dots in _MANY_DOTS.finditer(bare):
+        key = _TOML_KEYS.match(bare, bare.rfind("\n", 0, dots.start()) + 1)
+        if key and (key[1] or key[2] or "").count(".") >= _MAX_TOML_DEPTH:
             raise _Invalid(f"keys nest deeper than {_MAX_TOML_DEPTH} levels: not a cassette")
+    if any(c in bare for c in _ODD_LINE_BREAKS) or bare.count("\r") != bare.count("\r\n"):
+        values = "\n".join(line for line in bare.splitlines() if not line.lstrip().startswith("["))
+    else:
+        values = _HEADER_LINES.sub("\n", "\n" + bare)  # the same, in one pass
     depth = 0
-    for line in bare.splitlines():
-        if line.lstrip().startswith("["):
-            continue  # a table header, not nesting
-        for mark in _TOML_NESTING.findall(line):
-            depth += 1 if mark in "[{" else -1
-            if depth > _MAX_TOML_DEPTH:
-                raise _Invalid(f"values nest deeper than {_MAX_TOML_DEPTH} levels: not a cassette")
+    for mark in _TOML_NESTING.findall(values):
+        depth += 1 if mark in "[{" else -1
+        if depth > _MAX_TOML_DEPTH:
+            raise _Invalid(f"values nest deeper than {_MAX_TOML_DEPTH} levels: not a cassette")
 
 
 def _read(path: Path) -> tuple[bytes, _Stamp]:
@@ -611,15 +640,15 @@ _CHUNK_KEYS = ("text", "base64", "bytes")
 _BODY_KEYS = ("body", "body_base64", "body_bytes")
 
 
-def _put_bytes(doc: dict[str, Any], data: bytes, keys: tuple[str, str, str], *, binary: bool) -> None:
+def _stored_bytes(data: bytes, keys: tuple[str, str, str], *, binary: bool) -> tuple[str, Any]:
+    """The key and the value that hold `data` in a document."""
     text_key, b64_key, raw_key = keys
     if binary:
-        doc[raw_key] = data
-        return
+        return raw_key, data
     try:
-        doc[text_key] = data.decode("utf-8")
+        return text_key, data.decode("utf-8")
     except UnicodeDecodeError:
-        doc[b64_key] = base64.b64encode(data).decode("ascii")
+        return b64_key, base64.b64encode(data).decode("ascii")
 
 
 def _get_bytes(doc: Mapping[str, Any], keys: tuple[str, str, str], where: str) -> bytes | None:
@@ -659,16 +688,13 @@ def _interaction_to_doc(interaction: Interaction, *, binary: bool, spool: str | 
         request["query"] = req.query
     request["headers"] = _headers_to_doc(req.headers)
     if req.body:
-        _put_bytes(request, req.body, _BODY_KEYS, binary=binary)
+        key, value = _stored_bytes(req.body, _BODY_KEYS, binary=binary)
+        request[key] = value
     response: dict[str, Any] = {"status": resp.status, "end": str(resp.end)}
     if resp.duration is not None:
         response["duration"] = resp.duration
     response["headers"] = _headers_to_doc(resp.headers)
-    response["chunks"] = []
-    for c in resp.chunks:
-        chunk: dict[str, Any] = {"t": c.t}
-        _put_bytes(chunk, c.data, _CHUNK_KEYS, binary=binary)
-        response["chunks"].append(chunk)
+    response["chunks"] = [_chunk_to_doc(c, binary=binary) for c in resp.chunks]
     doc: dict[str, Any] = {}
     if interaction.recorded_at:
         doc["recorded_at"] = interaction.recorded_at
@@ -681,11 +707,17 @@ def _interaction_to_doc(interaction: Interaction, *, binary: bool, spool: str | 
     return doc
 
 
+def _chunk_to_doc(chunk: Chunk, *, binary: bool) -> dict[str, Any]:
+    key, value = _stored_bytes(chunk.data, _CHUNK_KEYS, binary=binary)
+    return {"t": chunk.t, key: value}
+
+
 # --- decoding, with a precise message for anything out of place ------------------------
 
 
-def _interactions_from_doc(doc: Any) -> tuple[list[Interaction], set[str]]:
-    """The interactions of a cassette document, and the ids of the spools they were taken from."""
+def _interactions_from_doc(doc: Any, *, binary: bool) -> tuple[list[Interaction], set[str]]:
+    """The interactions of a cassette document, and the ids of the spools they were taken from; `binary`: a
+    MessagePack document, whose chunks hold bytes (TOML's hold text)."""
     if not isinstance(doc, Mapping) or "format_version" not in doc:
         raise _Invalid("not an sse-tape cassette (no format_version)")
     version = doc["format_version"]
@@ -699,7 +731,7 @@ def _interactions_from_doc(doc: Any) -> tuple[list[Interaction], set[str]]:
     items = doc.get("interactions", [])
     if not isinstance(items, list):
         raise _Invalid("interactions must be a list")
-    interactions = [_interaction_from_doc(item, f"interaction {n}") for n, item in enumerate(items, 1)]
+    interactions = [_interaction_from_doc(item, f"interaction {n}", binary=binary) for n, item in enumerate(items, 1)]
     spools = {str(item["spool"]) for item in items if isinstance(item, Mapping) and "spool" in item}
     return interactions, spools
 
@@ -727,7 +759,7 @@ def _strings(doc: Mapping[str, Any], name: str) -> list[str]:
     return value
 
 
-def _interaction_from_doc(doc: Any, where: str) -> Interaction:
+def _interaction_from_doc(doc: Any, where: str, *, binary: bool) -> Interaction:
     doc = _table(doc, where)
     req = _table(doc.get("request"), f"{where}: request")
     resp = _table(doc.get("response"), f"{where}: response")
@@ -755,7 +787,7 @@ def _interaction_from_doc(doc: Any, where: str) -> Interaction:
     response = Response(
         status=status,
         headers=_headers_from_doc(resp.get("headers", {}), f"{where}: response.headers"),
-        chunks=tuple(_chunk_from_doc(c, f"{where}: chunk {n}") for n, c in enumerate(chunks, 1)),
+        chunks=_chunks_from_doc(chunks, where, binary=binary),
         end=end,
         duration=_number(resp, "duration", f"{where}: response", None),
     )
@@ -769,6 +801,36 @@ def _interaction_from_doc(doc: Any, where: str) -> Interaction:
         note = _table(item, at)
         notes.append(Injection(_field(note, "fault", str, at), _field(note, "what", str, at)))
     return Interaction(request, response, None if recorded_at is None else str(recorded_at), tuple(notes))
+
+
+def _chunks_from_doc(docs: list[Any], where: str, *, binary: bool) -> tuple[Chunk, ...]:
+    chunks = []
+    for n, doc in enumerate(docs, 1):
+        # What sse-tape writes, checked in line: a cassette holds tens of thousands of chunks.
+        if type(doc) is dict and len(doc) == 2:
+            t = doc.get("t")
+            if type(t) is float and 0.0 <= t < _MAX_SECONDS:  # neither NaN nor infinite
+                data = doc.get("bytes") if binary else doc.get("text")
+                if binary and type(data) is bytes:
+                    chunks.append(_chunk(t, data))
+                    continue
+                if not binary and type(data) is str:
+                    chunks.append(_chunk(t, data.encode()))
+                    continue
+        chunks.append(_chunk_from_doc(doc, f"{where}: chunk {n}"))
+    return tuple(chunks)
+
+
+# A Chunk made by setting its two slots: the frozen dataclass's __init__ sets each field by name through
+# object.__setattr__, which was a third of the time a big cassette took to load. Nothing else happens in it.
+_set_t, _set_data = vars(Chunk)["t"].__set__, vars(Chunk)["data"].__set__
+
+
+def _chunk(t: float, data: bytes) -> Chunk:
+    chunk = object.__new__(Chunk)
+    _set_t(chunk, t)
+    _set_data(chunk, data)
+    return chunk
 
 
 def _chunk_from_doc(doc: Any, where: str) -> Chunk:
@@ -790,6 +852,9 @@ def _headers_from_doc(doc: Any, where: str) -> Headers:
             raise _Invalid(f"{where}: header name {name!r} is not text")
         if not _TOKEN.fullmatch(name):
             raise _Invalid(f"{where}: header name {name!r} is not a valid HTTP header name")
+        if type(value) is str and not _BREAKS.search(value):  # one value, as nearly every header has
+            pairs.append((name, value))
+            continue
         values = value if isinstance(value, list) else [value]
         if not all(isinstance(v, str) for v in values):
             raise _Invalid(f"{where}: {name} must be a string or a list of strings")
@@ -800,7 +865,7 @@ def _headers_from_doc(doc: Any, where: str) -> Headers:
 
 
 def _table(doc: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(doc, Mapping):
+    if type(doc) is not dict and not isinstance(doc, Mapping):
         raise _Invalid(f"{where} is missing or not a table")
     return doc
 

@@ -25,6 +25,15 @@ settings.register_profile("sse-tape", deadline=None)
 settings.load_profile("sse-tape")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The parsed-TOML cache of this session (and the processes it starts), not the user's."""
+    folder = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SSE_TAPE_TOML_CACHE", str(folder))
+        yield folder
+
+
 @pytest.fixture(scope="session")
 def bundled() -> dict[str, Cassette]:
     """The bundled cassettes of the APIs sse-tape speaks, by name (openai-chat, lmstudio-chat, ...); not the

@@ -3,6 +3,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import re
+import time
+import tomllib
 import tracemalloc
 import zipfile
 from dataclasses import replace
@@ -27,6 +29,7 @@ from sse_tape import (
     MatchOn,
     Request,
     Response,
+    _toml_cache,
     append_interactions,
     bundled_cassettes,
 )
@@ -213,6 +216,11 @@ def test_newer_format_asks_to_upgrade() -> None:
         ),
         (
             'format_version = 1\n[[interactions]]\nrequest = {method = "GET", path = "/"}\n'
+            "response = {status = 200, chunks = [{t = -0.5, text = 'x'}]}\n",
+            r"interaction 1: chunk 1: t must be a number of seconds >= 0",
+        ),
+        (
+            'format_version = 1\n[[interactions]]\nrequest = {method = "GET", path = "/"}\n'
             "response = {status = 200, chunks = [{t = 1, base64 = '!!'}]}\n",
             r"chunk 1: base64 is not valid base64",
         ),
@@ -251,6 +259,7 @@ def test_newer_format_asks_to_upgrade() -> None:
         "status-type",
         "bad-end",
         "negative-t",
+        "negative-float-t",
         "bad-base64",
         "nan-t",
         "inf-t",
@@ -264,6 +273,25 @@ def test_malformed_interactions_say_where(tmp_path: Path, text: str, message: st
     (tmp_path / "bad.toml").write_text(text)
     with pytest.raises(CassetteFormatError, match=message):
         Cassette.load(tmp_path / "bad.toml")
+
+
+@pytest.mark.parametrize(
+    ("chunk", "message"),
+    [
+        ({"t": -1.5, "bytes": b"x"}, "interaction 1: chunk 1: t must be a number of seconds >= 0"),
+        ({"t": 1e300, "bytes": b"x"}, "interaction 1: chunk 1.t must be a number of seconds under a year"),
+        ({"t": 0.5, "bytes": "x"}, "interaction 1: chunk 1: bytes must be bytes"),
+        ({"t": 0.5, "text": b"x"}, "interaction 1: chunk 1: text must be a string"),
+    ],
+)
+def test_chunks_shaped_as_sse_tape_writes_them_are_checked_all_the_same(
+    tmp_path: Path, chunk: dict[str, Any], message: str
+) -> None:
+    request, response = {"method": "GET", "path": "/"}, {"status": 200, "chunks": [chunk]}
+    path = tmp_path / "c.msgpack"
+    path.write_bytes(msgpack.packb({"format_version": 1, "interactions": [{"request": request, "response": response}]}))
+    with pytest.raises(CassetteFormatError, match=re.escape(message)):
+        Cassette.load(path)
 
 
 def test_response_events_carry_the_offset_of_the_chunk_that_completed_them() -> None:
@@ -474,6 +502,8 @@ _RESPONSE = "[interactions.response]\nstatus = 200\n"
     ("text", "message"),
     [
         ("format_version = 1\nx = " + "[" * 500 + "]" * 500 + "\n", "values nest deeper than 32 levels"),
+        ("format_version = 1\r\nx = [\r\n" + "1, [" * 40 + "]" * 40 + "\r\n]\r\n", "values nest deeper than 32 levels"),
+        ("format_version = 1\n\x0c\nx = " + "[" * 40 + "]" * 40 + "\n", "values nest deeper than 32 levels"),
         ("format_version = 1\n" + ".".join(["a"] * 16_000) + " = 1\n", "keys nest deeper than 32 levels"),
         ("format_version = " + "9" * 5000 + "\n", "not a cassette TOML can hold"),
         (_HEAD + _RESPONSE + "duration = " + "9" * 400 + "\n", "response.duration must be a number of seconds under a year"),
@@ -598,3 +628,227 @@ def test_bundled_cassettes_say_they_answer_any_prompt(bundled: dict[str, Cassett
         assert cassette.match_on == (MatchOn.METHOD, MatchOn.PATH)
         assert cassette.description is not None
         assert "Answers any prompt" in cassette.description
+
+
+# --- the parsed-TOML cache: big cassettes are parsed once per content ---------------------------------
+
+
+def chat_interaction(n: int) -> Interaction:
+    chunks = [
+        Chunk(0.1 + i / 100, f'data: {{"choices":[{{"delta":{{"content":" word{i}"}}}}]}}\n\n'.encode())
+        for i in range(40)
+    ]
+    request = Request("POST", "/v1/chat/completions", body=f'{{"n": {n}}}'.encode())
+    return Interaction(request, Response(chunks=(*chunks, Chunk(0.6, b"data: [DONE]\n\n"))))
+
+
+def big_cassette(chats: int = 5) -> Cassette:
+    """A TOML cassette big enough to be cached, with every kind of text and bytes in it."""
+    return Cassette([awkward_interaction(), *map(chat_interaction, range(chats))], description="big")
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's own cache: the folder its entries go to."""
+    monkeypatch.setenv("SSE_TAPE_TOML_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def entries(cache: Path) -> list[Path]:
+    return sorted(cache.glob("*.msgpack"))
+
+
+def typed(value: Any) -> Any:
+    """A document with each value's type beside it: 1, 1.0 and True are equal in Python; -0.0 and 0.0 too."""
+    if isinstance(value, dict):
+        return {k: typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [typed(v) for v in value]
+    return type(value).__name__, repr(value)
+
+
+def test_a_big_toml_cassette_is_parsed_once_then_read_from_the_cache(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cassette = big_cassette()
+    path = cassette.save(tmp_path / "big.toml")
+    assert path.stat().st_size >= _toml_cache.MIN_SIZE
+    assert Cassette.load(path).interactions == cassette.interactions
+    assert len(entries(cache)) == 1
+
+    def parse(text: str) -> Any:
+        raise AssertionError("parsed again")
+
+    monkeypatch.setattr(tomllib, "loads", parse)
+    again = Cassette.load(path)
+    assert again.interactions == cassette.interactions
+    assert again.description == "big"
+
+
+def test_the_cache_is_kept_in_sse_tapes_cache_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SSE_TAPE_TOML_CACHE")
+    monkeypatch.setenv("SSE_TAPE_CACHE", str(tmp_path / "sse-tape"))
+    path = big_cassette().save(tmp_path / "big.toml")
+    Cassette.load(path)
+    assert len(entries(tmp_path / "sse-tape" / "parsed-toml")) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.toml", "sse-tape"]  # nothing beside the cassette
+
+
+def test_a_small_cassette_is_parsed_each_time_and_never_cached(tmp_path: Path, cache: Path) -> None:
+    path = Cassette([awkward_interaction()]).save(tmp_path / "small.toml")
+    Cassette.load(path)
+    assert not cache.exists()
+
+
+def test_a_changed_cassette_is_parsed_again(tmp_path: Path, cache: Path) -> None:
+    path = big_cassette().save(tmp_path / "big.toml")
+    Cassette.load(path)
+    path.write_text(path.read_text().replace("t = 0.25", "t = 0.75", 1))  # edited by hand
+    assert Cassette.load(path).interactions[0].response.chunks[0].t == 0.75
+    bigger = big_cassette(6)
+    bigger.save(path)
+    assert Cassette.load(path).interactions == bigger.interactions
+    assert len(entries(cache)) == 3
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda data: data[: len(data) // 2],
+        lambda data: data.replace(b" word17", b" WORD17", 1),  # unpacks, but is not what was parsed
+        lambda data: b"",
+        lambda data: os.urandom(len(data)),
+    ],
+    ids=["truncated", "one-word-changed", "empty", "random-bytes"],
+)
+def test_a_damaged_cache_entry_is_ignored_and_written_anew(tmp_path: Path, cache: Path, damage: Any) -> None:
+    cassette = big_cassette()
+    path = cassette.save(tmp_path / "big.toml")
+    Cassette.load(path)
+    [entry] = entries(cache)
+    entry.write_bytes(damage(entry.read_bytes()))
+    assert Cassette.load(path).interactions == cassette.interactions
+    assert _toml_cache.get(_toml_cache.key(path.read_bytes())) == tomllib.loads(path.read_text())
+
+
+def test_an_entry_under_another_cassettes_name_is_ignored(tmp_path: Path, cache: Path) -> None:
+    one, other = big_cassette(5), big_cassette(6)
+    one_path, other_path = one.save(tmp_path / "one.toml"), other.save(tmp_path / "other.toml")
+    Cassette.load(one_path)
+    [entry] = entries(cache)
+    entry.rename(cache / f"{_toml_cache.key(other_path.read_bytes())}.msgpack")
+    assert Cassette.load(other_path).interactions == other.interactions
+
+
+@pytest.mark.parametrize("where", ["off", "under-a-file"])
+def test_a_cache_turned_off_or_that_cannot_be_written_is_no_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    (tmp_path / "a-file").write_text("x")
+    monkeypatch.setenv("SSE_TAPE_TOML_CACHE", "" if where == "off" else str(tmp_path / "a-file"))
+    cassette = big_cassette()
+    path = cassette.save(tmp_path / "big.toml")
+    assert Cassette.load(path).interactions == Cassette.load(path).interactions == cassette.interactions
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "big.toml"]
+
+
+# Every kind of TOML value, and strings written every way TOML allows.
+HAND_WRITTEN = "\n".join(
+    [
+        "format_version = 1",
+        "ints = [0, -1, 9_223_372_036_854_775_807, -9_223_372_036_854_775_808, 0xff, 0o17, 0b101]",
+        "floats = [0.1, -0.0, 1e-300, 5e+22, inf, -inf, nan, 1_000.5]",
+        "bools = [true, false]",
+        'mixed = [1, 1.0, true, "1", [1], {a = 1}]',
+        r'basic = "tab\there \u00e9 \U0001F600 \\ \" \r\n \u0000 \u001f \u007f"',
+        r"literal = 'C:\no\escapes'",
+        'multi = """',
+        "line one \\",
+        "    joined",
+        r"CR:\r LF:",
+        'end"""',
+        "multi_literal = '''",
+        "'quoted' \"twice\" \\n stays",
+        "'''",
+        "empty_list = []",
+        "empty_table = {}",
+        '"quoted key" = { "inner.dotted" = 1, nested = { deep = [[1, 2], ["a"]] } }',
+        'dotted.key.here = "x"',
+        "[table]",
+        "x = 1",
+        "[[aot]]",
+        "y = 2",
+        "[[aot]]",
+        "[aot.sub]",
+        "z = 3",
+        "",
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        *(p.read_bytes() for p in bundled_cassettes()),
+        HAND_WRITTEN.encode(),
+        HAND_WRITTEN.replace("\n", "\r\n").encode(),  # CRLF line ends, which tomllib reads as LF in multi-line strings
+    ],
+    ids=[*(p.name for p in bundled_cassettes()), "every-toml-value", "every-toml-value-crlf"],
+)
+def test_the_cache_gives_back_what_tomllib_parsed_value_for_value(cache: Path, raw: bytes) -> None:
+    doc = tomllib.loads(raw.decode())
+    _toml_cache.put(_toml_cache.key(raw), doc)
+    assert typed(_toml_cache.get(_toml_cache.key(raw))) == typed(doc)
+
+
+@settings(max_examples=100, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    chunks=st.lists(st.tuples(st.floats(0, 1e5), st.text(max_size=60) | st.binary(max_size=30)), max_size=6),
+    body=st.text(max_size=60),
+    header=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n\x00"), max_size=20),
+)
+def test_the_cache_gives_back_what_tomllib_parsed_for_any_interaction(
+    tmp_path: Path, cache: Path, chunks: list[tuple[float, str | bytes]], body: str, header: str
+) -> None:
+    interaction = Interaction(
+        Request("POST", "/p", headers=(("x-h", header),), body=body.encode("utf-8", "surrogatepass")),
+        Response(
+            chunks=tuple(Chunk(t, d if isinstance(d, bytes) else d.encode("utf-8", "surrogatepass")) for t, d in chunks)
+        ),
+    )
+    raw = Cassette([interaction]).save(tmp_path / "h.toml").read_bytes()
+    doc = tomllib.loads(raw.decode())
+    _toml_cache.put(_toml_cache.key(raw), doc)
+    assert typed(_toml_cache.get(_toml_cache.key(raw))) == typed(doc)
+
+
+def test_dates_and_times_are_not_cached_but_parsed_each_time(cache: Path) -> None:
+    raw = b"format_version = 1\nwhen = 2026-11-24T05:00:00Z\nday = 2026-11-24\nat = 05:00:00\n"
+    _toml_cache.put(_toml_cache.key(raw), tomllib.loads(raw.decode()))
+    assert _toml_cache.get(_toml_cache.key(raw)) is None
+
+
+def test_the_least_recently_used_entries_go_when_the_cache_is_full(tmp_path: Path) -> None:
+    now = time.time()
+    for name, age in [("a.msgpack", 300), ("b.msgpack", 100), ("c.msgpack", 200), (".d.tmp", 7200), (".e.tmp", 10)]:
+        (tmp_path / name).write_bytes(b"x" * 1000)
+        os.utime(tmp_path / name, (now - age, now - age))
+    _toml_cache.prune(tmp_path, 2000)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".e.tmp", "b.msgpack", "c.msgpack"]
+
+
+def _load_big(path: str) -> None:
+    assert Cassette.load(path).interactions == big_cassette().interactions
+
+
+def test_loads_racing_on_an_empty_cache_all_read_the_cassette(tmp_path: Path, cache: Path) -> None:
+    path = big_cassette().save(tmp_path / "big.toml")
+    context = multiprocessing.get_context("spawn")
+    loaders = [context.Process(target=_load_big, args=(str(path),)) for _ in range(4)]
+    for loader in loaders:
+        loader.start()
+    for loader in loaders:
+        loader.join(60)
+        assert loader.exitcode == 0
+    assert len(entries(cache)) == 1
+    assert not list(cache.glob("*.tmp"))

@@ -1,0 +1,130 @@
+"""A cache of parsed TOML cassettes: what `tomllib` made of a file's bytes, kept as MessagePack.
+
+Parsing TOML in Python costs about half a microsecond a byte, MessagePack's C unpacker a tenth of that; a
+big cassette is loaded far more often than it changes. An entry is named by the SHA-256 of the file's
+bytes, so any change to the file misses it, and holds the document as `tomllib` gave it: what a load reads
+from the cache is what parsing the file gives, value for value. Entries live in sse-tape's cache folder
+(see `folder`), never beside the cassette.
+
+Writers write a temporary file and rename it, so a reader sees a whole entry or none; each entry carries a
+digest of its name and content, so a damaged or misplaced one is ignored. A cache that cannot be read or
+written is no cache: the file is parsed, as without one. The least recently used entries go when the
+folder holds more than `MAX_BYTES`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+__all__ = ["MAX_BYTES", "MIN_SIZE", "folder", "get", "key", "prune", "put"]
+
+#: Files smaller than this are parsed every time: a millisecond or two, not worth an entry.
+MIN_SIZE = 4096
+#: What the cache may hold in all before the least recently used entries go.
+MAX_BYTES = 256 * 2**20
+
+# What an entry starts with; a new layout of entries gets a new one, and old entries are written anew.
+_MAGIC = b"sse-tape parsed toml 1\n"
+# A temporary file left by a writer that died is removed after this long.
+_STALE_SECONDS = 3600.0
+
+
+def folder() -> Path | None:
+    """Where entries live: `$SSE_TAPE_TOML_CACHE`, else `parsed-toml` in sse-tape's cache folder (the one
+    models are assembled in: `$SSE_TAPE_CACHE`, else `~/.cache/sse-tape`). None when `SSE_TAPE_TOML_CACHE`
+    is set but empty (the cache is off), or there is no home folder."""
+    setting = os.environ.get("SSE_TAPE_TOML_CACHE")
+    if setting is not None:
+        return Path(setting) if setting else None
+    root = os.environ.get("SSE_TAPE_CACHE")
+    try:
+        return (Path(root) if root else Path.home() / ".cache" / "sse-tape") / "parsed-toml"
+    except RuntimeError:
+        return None
+
+
+def key(raw: bytes) -> str:
+    """The name of the entry for a file of these bytes."""
+    return hashlib.sha256(raw).hexdigest()
+
+
+def get(name: str) -> Any | None:
+    """The document the entry `name` holds, if the cache has it whole; else None."""
+    where = folder()
+    if where is None:
+        return None
+    entry = where / f"{name}.msgpack"
+    try:
+        with entry.open("rb") as f:
+            data = f.read()
+        head = len(_MAGIC)
+        if data[:head] != _MAGIC or data[head : head + 32] != _digest(name, data[head + 32 :]):
+            return None
+        doc = msgpack.unpackb(data[head + 32 :], raw=False, strict_map_key=True)
+    except (OSError, ValueError, msgpack.UnpackException):
+        return None
+    with contextlib.suppress(OSError):
+        os.utime(entry)  # recently used: kept the longest
+    return doc
+
+
+def put(name: str, doc: Any) -> None:
+    """Keep a parsed document as the entry `name`. One that MessagePack cannot hold as it is (a date, a
+    time, an integer past 64 bits) is not kept: it is parsed each time."""
+    where = folder()
+    if where is None:
+        return
+    try:
+        payload = msgpack.packb(doc, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError):
+        return
+    try:
+        where.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=where, prefix=".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(_MAGIC + _digest(name, payload) + payload)
+            os.replace(tmp, where / f"{name}.msgpack")
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        prune(where, MAX_BYTES)
+    except OSError:
+        pass  # a cache that cannot be written is no cache
+
+
+def prune(where: Path, max_bytes: int) -> None:
+    """Remove the least recently used entries until those left hold at most `max_bytes`, and temporary
+    files that writers which died left behind."""
+    entries = []
+    now = time.time()
+    with os.scandir(where) as found:
+        for item in found:
+            with contextlib.suppress(OSError):  # removed meanwhile by another pruner
+                st = item.stat()
+                if item.name.endswith(".tmp"):
+                    if now - st.st_mtime > _STALE_SECONDS:
+                        os.unlink(item.path)
+                elif item.name.endswith(".msgpack"):
+                    entries.append((st.st_mtime, st.st_size, item.path))
+    total = sum(size for _, size, _ in entries)
+    for _, size, path in sorted(entries):
+        if total <= max_bytes:
+            break
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        total -= size
+
+
+def _digest(name: str, payload: bytes) -> bytes:
+    digest = hashlib.sha256(name.encode())
+    digest.update(payload)
+    return digest.digest()
