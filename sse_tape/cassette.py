@@ -694,7 +694,10 @@ def _interaction_to_doc(interaction: Interaction, *, binary: bool, spool: str | 
     if resp.duration is not None:
         response["duration"] = resp.duration
     response["headers"] = _headers_to_doc(resp.headers)
-    response["chunks"] = [_chunk_to_doc(c, binary=binary) for c in resp.chunks]
+    if binary:  # the bytes as they are, in one step for tens of thousands of chunks
+        response["chunks"] = [{"t": c.t, "bytes": c.data} for c in resp.chunks]
+    else:
+        response["chunks"] = [_text_chunk_to_doc(c) for c in resp.chunks]
     doc: dict[str, Any] = {}
     if interaction.recorded_at:
         doc["recorded_at"] = interaction.recorded_at
@@ -707,8 +710,8 @@ def _interaction_to_doc(interaction: Interaction, *, binary: bool, spool: str | 
     return doc
 
 
-def _chunk_to_doc(chunk: Chunk, *, binary: bool) -> dict[str, Any]:
-    key, value = _stored_bytes(chunk.data, _CHUNK_KEYS, binary=binary)
+def _text_chunk_to_doc(chunk: Chunk) -> dict[str, Any]:
+    key, value = _stored_bytes(chunk.data, _CHUNK_KEYS, binary=False)
     return {"t": chunk.t, key: value}
 
 
