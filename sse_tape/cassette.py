@@ -36,6 +36,7 @@ import base64
 import binascii
 import contextlib
 import fcntl
+import gc
 import math
 import os
 import re
@@ -273,9 +274,10 @@ class Cassette:
         else:
             raw, stamp = _read(path)
             try:
-                doc = _decode(raw, _suffix(path))
-                interactions, absorbed = _interactions_from_doc(doc, binary=path.suffix == ".msgpack")
-                settings = _settings_from_doc(doc)
+                with _collector_paused():
+                    doc = _decode(raw, _suffix(path))
+                    interactions, absorbed = _interactions_from_doc(doc, binary=path.suffix == ".msgpack")
+                    settings = _settings_from_doc(doc)
             except _Invalid as exc:
                 raise CassetteFormatError(f"{path}: {exc}") from None
             cassette = cls(interactions, path, **settings)
@@ -531,6 +533,23 @@ def _read(path: Path) -> tuple[bytes, _Stamp]:
         raise CassetteError(f"{path}: is a folder, not a cassette file") from None
     except OSError as exc:
         raise CassetteError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused while a load builds its objects, and left as it was found.
+
+    They make no cycles, so a pass finds nothing to free among them, yet a big cassette's tens of thousands
+    of chunks set off passes that walk the whole heap: a fifth of the time of loading 31,000 chunks.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _stamp_of(path: Path) -> _Stamp:
