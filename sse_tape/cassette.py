@@ -36,6 +36,7 @@ import base64
 import binascii
 import contextlib
 import fcntl
+import gc
 import math
 import os
 import re
@@ -273,9 +274,10 @@ class Cassette:
         else:
             raw, stamp = _read(path)
             try:
-                doc = _decode(raw, _suffix(path))
-                interactions, absorbed = _interactions_from_doc(doc, binary=path.suffix == ".msgpack")
-                settings = _settings_from_doc(doc)
+                with _collector_paused():
+                    doc = _decode(raw, _suffix(path))
+                    interactions, absorbed = _interactions_from_doc(doc, binary=path.suffix == ".msgpack")
+                    settings = _settings_from_doc(doc)
             except _Invalid as exc:
                 raise CassetteFormatError(f"{path}: {exc}") from None
             cassette = cls(interactions, path, **settings)
@@ -533,6 +535,23 @@ def _read(path: Path) -> tuple[bytes, _Stamp]:
         raise CassetteError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused while a load builds its objects, and left as it was found.
+
+    They make no cycles, so a pass finds nothing to free among them, yet a big cassette's tens of thousands
+    of chunks set off passes that walk the whole heap: a fifth of the time of loading 31,000 chunks.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def _stamp_of(path: Path) -> _Stamp:
     st = path.stat()
     return st.st_ino, st.st_size, st.st_mtime_ns
@@ -694,7 +713,10 @@ def _interaction_to_doc(interaction: Interaction, *, binary: bool, spool: str | 
     if resp.duration is not None:
         response["duration"] = resp.duration
     response["headers"] = _headers_to_doc(resp.headers)
-    response["chunks"] = [_chunk_to_doc(c, binary=binary) for c in resp.chunks]
+    if binary:  # the bytes as they are, in one step for tens of thousands of chunks
+        response["chunks"] = [{"t": c.t, "bytes": c.data} for c in resp.chunks]
+    else:
+        response["chunks"] = [_text_chunk_to_doc(c) for c in resp.chunks]
     doc: dict[str, Any] = {}
     if interaction.recorded_at:
         doc["recorded_at"] = interaction.recorded_at
@@ -707,8 +729,8 @@ def _interaction_to_doc(interaction: Interaction, *, binary: bool, spool: str | 
     return doc
 
 
-def _chunk_to_doc(chunk: Chunk, *, binary: bool) -> dict[str, Any]:
-    key, value = _stored_bytes(chunk.data, _CHUNK_KEYS, binary=binary)
+def _text_chunk_to_doc(chunk: Chunk) -> dict[str, Any]:
+    key, value = _stored_bytes(chunk.data, _CHUNK_KEYS, binary=False)
     return {"t": chunk.t, key: value}
 
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import re
@@ -292,6 +293,22 @@ def test_chunks_shaped_as_sse_tape_writes_them_are_checked_all_the_same(
     path.write_bytes(msgpack.packb({"format_version": 1, "interactions": [{"request": request, "response": response}]}))
     with pytest.raises(CassetteFormatError, match=re.escape(message)):
         Cassette.load(path)
+
+
+@pytest.mark.parametrize("enabled", [True, False], ids=["collector-on", "collector-off"])
+def test_a_load_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path, enabled: bool) -> None:
+    good = Cassette([awkward_interaction()]).save(tmp_path / "good.toml")
+    (tmp_path / "bad.msgpack").write_bytes(msgpack.packb({"format_version": 1, "interactions": [{}]}))
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        Cassette.load(good)
+        assert gc.isenabled() is enabled
+        with pytest.raises(CassetteFormatError):
+            Cassette.load(tmp_path / "bad.msgpack")
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
 
 
 def test_response_events_carry_the_offset_of_the_chunk_that_completed_them() -> None:
