@@ -822,8 +822,6 @@ def check(
     status: 0 when clean, 1 when violations are found, 2 when the input cannot
     be used.
     """
-    from .record import record_once
-
     chosen = get_dialect(dialect) if dialect else None
     if (live is None) == (not cassettes):
         raise ConfigError("give cassettes to check, or --live URL")
@@ -833,6 +831,8 @@ def check(
         _check_secrets(cassettes, as_json)
         return
     if live is not None:
+        from .record import record_once  # only a live check records: checking cassettes needs no recorder
+
         request_method, headers, body = _one_shot_request(method, data, header)
         interaction = asyncio.run(record_once(live, None, method=request_method, headers=headers, body=body))
         sources: list[tuple[str, list[Interaction]]] = [(live, [interaction])]
