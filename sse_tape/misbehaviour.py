@@ -86,8 +86,7 @@ class Stream:
     @property
     def middle(self) -> int:
         """The index of the event half-way through the answer."""
-        finish = next(i for i, e in enumerate(self.events) if isinstance(e, Finish))
-        first = next((i for i, e in enumerate(self.events) if isinstance(e, _ANSWER)), finish)
+        first, finish = _answer_span(self.events)
         return (first + finish + 1) // 2
 
     @property
@@ -446,11 +445,16 @@ def _kept(dialect: Dialect, sent: list[ServerSentEvent], events: list[Event], so
 def _cut(plan: Plan, at: Position | None, events: list[Event], sources: list[int]) -> int:
     """The index of the first event at or after a position, kept inside the answer (after the start,
     at or before the finish)."""
-    finish = next(i for i, e in enumerate(events) if isinstance(e, Finish))
-    answer = next((i for i, e in enumerate(events) if isinstance(e, _ANSWER)), finish)
+    answer, finish = _answer_span(events)
     if at is None:
         return answer
     offset = plan.offset(at)
     before = sum(1 for b in plan.events if b.end <= offset)  # SSE events wholly before the position
     cut = next((i for i, source in enumerate(sources) if source >= before), finish)
     return min(max(cut, answer), finish)
+
+
+def _answer_span(events: list[Event]) -> tuple[int, int]:
+    """Where the answer begins (its first event, or the finish when it has none) and the finish's index."""
+    finish = next(i for i, e in enumerate(events) if isinstance(e, Finish))
+    return next((i for i, e in enumerate(events) if isinstance(e, _ANSWER)), finish), finish
