@@ -22,7 +22,7 @@ import pytest
 from processes import start
 
 from sse_tape import Cassette
-from sse_tape.dialects import DIALECTS
+from sse_tape.dialects import DIALECTS, for_path
 from sse_tape.sse import SSEDecoder
 
 ADD = {
@@ -64,7 +64,8 @@ def stream_text(cassette: Cassette) -> list[str]:
     """The answer text of each interaction, as its dialect decodes it."""
     out = []
     for interaction in cassette.interactions:
-        dialect = DIALECTS[next(n for n, d in DIALECTS.items() if interaction.request.path.endswith(d.path))]
+        dialect = for_path(interaction.request.path)
+        assert dialect is not None
         events = dialect.decode(sse for _, sse in interaction.response.events())
         out.append("".join(getattr(e, "text", "") for e in events if type(e).__name__ == "TextDelta"))
     return out
@@ -78,10 +79,10 @@ def test_synth_writes_a_cassette_in_every_dialect_that_checks_and_replays(
         tiny_model_path, tmp_path / "c.toml", "--dialect", dialect, "--prompt", "hello there", "--max-tokens", "12"
     )
     (interaction,) = cassette.interactions
-    request = json.loads(interaction.request.body)
-    assert request["stream"] is True
-    assert request["model"] == "tiny"
-    assert interaction.request.path == DIALECTS[dialect].path
+    request, spoken = interaction.request, DIALECTS[dialect]
+    assert for_path(request.path) is spoken
+    assert spoken.wants_stream(request.json(), request.path)  # `"stream": true`, or Gemini's path
+    assert spoken.request_prompt(request.json(), request.path).model == "tiny"
     times = [chunk.t for chunk in interaction.response.chunks]
     assert times == sorted(times)
     assert times[-1] > 0

@@ -103,18 +103,20 @@ def translate(interaction: Interaction, target: Dialect, source: Dialect | None 
 
     The response's events are decoded into neutral events and encoded again,
     each new frame at the time of the original event it came from; the
-    request's path and body are rewritten for the target API. An error
-    response before the stream becomes the target's error body.
+    request's path, query and body are rewritten for the target API. An
+    error response before the stream becomes the target's error body.
     """
     source = source or detect(interaction)
     request, response = interaction.request, interaction.response
     if source is None:
         raise ConfigError(f"{request.method} {request.path}: cannot tell its dialect; name it with --dialect")
+    prompt = source.request_prompt(request.json(), request.path)
     prefix = request.path[: -len(source.path)] if request.path.endswith(source.path) else ""
-    path = prefix + target.path  # a router's /proj/x/v1/chat/completions keeps its /proj/x
-    body = _json.dumps(target.request_body(source.prompt(request.json())), compact=False).encode()
+    path = prefix + target.request_path(prompt)  # a router's /proj/x/v1/chat/completions keeps its /proj/x
+    body = _json.dumps(target.request_body(prompt), compact=False).encode()
     headers = tuple((k, v) for k, v in request.headers if k.lower() != "content-length")
-    new_request = replace(request, path=path, body=body, headers=headers)
+    query = _query(request.query, source, target)
+    new_request = replace(request, path=path, query=query, body=body, headers=headers)
     kept = tuple((k, v) for k, v in response.headers if k.lower() not in ("content-length", "content-type"))
     if response.status >= 400:
         _, error_headers, error_body = target.http_error(response.status, _error_message(response.body))
@@ -138,6 +140,13 @@ def translate(interaction: Interaction, target: Dialect, source: Dialect | None 
     names = {name.lower() for name, _ in headers}
     headers = (*headers, *((k, v) for k, v in kept if k.lower() not in names))
     return replace(interaction, request=new_request, response=replace(response, headers=headers, chunks=chunks))
+
+
+def _query(query: str, source: Dialect, target: Dialect) -> str:
+    """The query string, without the source API's streaming parameters and with the target's (`alt=sse`)."""
+    own = set(source.query.split("&")) - {""}
+    kept = [p for p in query.split("&") if p and p not in own]
+    return "&".join([*kept, *(p for p in target.query.split("&") if p and p not in kept)])
 
 
 def _with_heartbeats(chunks: list[Chunk], dialect: Dialect) -> tuple[Chunk, ...]:
