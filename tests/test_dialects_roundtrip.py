@@ -49,6 +49,11 @@ def token_logprob(unique_top: bool) -> st.SearchStrategy[TokenLogprob]:
     return st.builds(TokenLogprob, text, finite, top.map(tuple))
 
 
+def call_id(draw: Any, index: int) -> str:
+    """An id for tool call `index` that no other call of the stream has: two with one id break `check`."""
+    return f"{draw(text)}{index}"
+
+
 def round_trips(name: str, events: list[Event]) -> None:
     dialect = DIALECTS[name]
     decoder = SSEDecoder()
@@ -73,7 +78,7 @@ def openai_chat_events(draw: Any) -> list[Event]:
     events += draw(st.lists(deltas, max_size=6))
     calls = draw(st.integers(0, 2))
     for index in range(calls):
-        events.append(ToolCallStart(index, draw(text), draw(text)))
+        events.append(ToolCallStart(index, call_id(draw, index), draw(text)))
         events += [ToolCallDelta(index, a) for a in draw(st.lists(text, max_size=3))]
     reason = "tool_calls" if calls else draw(st.sampled_from(["stop", "length", "content_filter"]))
     usage = draw(
@@ -108,7 +113,7 @@ def openai_responses_events(draw: Any) -> list[Event]:
     events += draw(st.lists(deltas, max_size=6))
     calls = draw(st.integers(0, 2))
     for index in range(calls):
-        events.append(ToolCallStart(index, draw(text), draw(text)))
+        events.append(ToolCallStart(index, call_id(draw, index), draw(text)))
         events += [ToolCallDelta(index, a) for a in draw(st.lists(text, max_size=3))]
         events.append(ToolCallEnd(index))
     reason = "tool_calls" if calls else draw(st.sampled_from(["stop", "length", "content_filter"]))
