@@ -1,9 +1,11 @@
-"""The official openai SDK as the tests' client."""
+"""The official SDKs as the tests' clients: openai, and google-genai for the Gemini API."""
 
 from __future__ import annotations
 
 import httpx
 import openai
+from google import genai
+from google.genai import types
 
 
 def openai_client(base_url: str, *, api_key: str = "sk-test", max_retries: int = 0) -> openai.OpenAI:
@@ -14,3 +16,14 @@ def openai_client(base_url: str, *, api_key: str = "sk-test", max_retries: int =
     """
     http = openai.DefaultHttpxClient(limits=httpx.Limits(max_keepalive_connections=0))
     return openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=max_retries, http_client=http)
+
+
+def gemini_client(base_url: str, *, retry: types.HttpRetryOptions | None = None) -> genai.Client:
+    """A google-genai client of the Gemini API at `base_url`, keeping no idle connection (see `openai_client`).
+
+    It asks for API version v1beta, as the bundled cassette's paths have it (the SDK's own default is v1);
+    without `retry` it never retries, as the SDK does by default.
+    """
+    http = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
+    options = types.HttpOptions(base_url=base_url, api_version="v1beta", retry_options=retry, httpx_client=http)
+    return genai.Client(api_key="test-key", http_options=options)

@@ -1,9 +1,12 @@
-"""decode(encode(events)) == events for every dialect, over random event sequences.
+"""decode(encode(events)) == events for every dialect, over random event sequences; and every bundled
+interaction, translated into each dialect that carries an answer's text, reasoning and tool calls and back,
+keeps them.
 
 Each strategy draws sequences a dialect can express: completions has no
 tool calls, LM Studio sends a tool call's arguments whole and has no
 logprobs or call ids, the Responses API reports usage only in its final
-event, and so on.
+event, Gemini sends each function call whole with its arguments as an
+object and has no creation time, and so on.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sse_tape import ServerSentEvent, SSEDecoder
-from sse_tape.dialects import DIALECTS
+from sse_tape import Cassette, Interaction, ServerSentEvent, SSEDecoder
+from sse_tape.dialects import DIALECTS, Answer, detect, translate
 from sse_tape.dialects.events import (
     Error,
     Event,
@@ -158,11 +161,49 @@ def lmstudio_chat_events(draw: Any) -> list[Event]:
     return events + split_ending(draw, [Finish(reason), *usage], st.builds(Error, text, text, st.none() | text), [])
 
 
+# Error types as Gemini reads them back from its status (RESOURCE_EXHAUSTED is a rate_limit_error); a code in
+# capitals could name a status (UNAVAILABLE), which becomes the status itself, so codes are drawn without.
+GEMINI_ERROR_TYPES = [
+    "invalid_request_error",
+    "authentication_error",
+    "permission_error",
+    "not_found_error",
+    "rate_limit_error",
+    "server_error",
+    "overloaded_error",
+    "timeout_error",
+]
+
+
+@st.composite
+def gemini_events(draw: Any) -> list[Event]:
+    events: list[Event] = [Start(draw(text), draw(st.text(max_size=8)), 0)]  # its chunks carry no creation time
+    logprobs = st.none() | st.lists(token_logprob(unique_top=False), max_size=2).map(tuple)
+    deltas = st.one_of(st.builds(TextDelta, text, logprobs), st.builds(ReasoningDelta, text))
+    events += draw(st.lists(deltas, max_size=6))
+    calls = draw(st.integers(0, 2))
+    arguments = st.dictionaries(text, st.integers() | text, max_size=2).map(
+        lambda args: json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+    )
+    for index in range(calls):  # each whole, its arguments one JSON object; an id or, as the API sends, none
+        known = "" if draw(st.booleans()) else call_id(draw, index)
+        events += [ToolCallStart(index, known, draw(text)), ToolCallDelta(index, draw(arguments)), ToolCallEnd(index)]
+    reasons = ["tool_calls", "length", "content_filter"] if calls else ["stop", "length", "content_filter"]
+    output = draw(st.integers(0, 10**6))
+    usage = st.builds(Usage, st.integers(0, 10**6), st.just(output), st.none() | st.integers(0, output), maybe_count)
+    ending: list[Event] = [Finish(draw(st.sampled_from(reasons))), *draw(st.lists(usage, max_size=1))]
+    if len(events) == 1:
+        return events + ending  # the Start travels in the first chunk, which an error is not
+    codes = st.none() | text.filter(lambda c: not c.isupper())
+    return events + split_ending(draw, ending, st.builds(Error, text, st.sampled_from(GEMINI_ERROR_TYPES), codes), [])
+
+
 STRATEGIES = {
     "openai-chat": openai_chat_events(),
     "openai-completions": openai_completions_events(),
     "openai-responses": openai_responses_events(),
     "lmstudio-chat": lmstudio_chat_events(),
+    "gemini": gemini_events(),
 }
 
 
@@ -214,7 +255,7 @@ def _sse(frames: list[bytes]) -> list[ServerSentEvent]:
 def test_the_streaming_encoder_sends_each_piece_of_the_answer_as_it_is_fed(name: str, data: st.DataObject) -> None:
     events = data.draw(STRATEGIES[name])
     dialect = DIALECTS[name]
-    arguments = name != "lmstudio-chat"  # LM Studio sends a call's arguments whole, when the call ends
+    arguments = name not in ("lmstudio-chat", "gemini")  # these send a call's arguments whole, when it ends
     encoder = dialect.encoder()
     frames: list[bytes] = []
     for n, event in enumerate(events, 1):
@@ -241,3 +282,29 @@ def test_two_streams_encoded_at_once_do_not_mix(name: str, data: st.DataObject) 
         if n < len(second):
             got_b += b.feed(second[n])
     assert (got_a + a.close(), got_b + b.close()) == (dialect.encode(first), dialect.encode(second))
+
+
+# The dialects that carry all of an answer: completions has no reasoning or tool calls, LM Studio's tool calls are
+# the server's own (those for the client become its MCP calls).
+WHOLE_ANSWERS = ["openai-chat", "openai-responses", "gemini"]
+
+
+def _answer(interaction: Interaction) -> tuple[str, str, list[tuple[str, Any]]]:
+    """What a client gets: the text (a refusal is text where an API has no refusal), reasoning, tool calls."""
+    dialect = detect(interaction)
+    assert dialect is not None
+    answer = Answer.of(dialect.decode(sse for _, sse in interaction.response.events()))
+    calls = [(call.name, json.loads(call.arguments or "{}")) for call in answer.client_calls()]
+    return answer.text + answer.refusal, answer.reasoning, calls
+
+
+@pytest.mark.parametrize("target", WHOLE_ANSWERS)
+def test_every_bundled_interaction_translated_and_back_keeps_its_answer(
+    bundled: dict[str, Cassette], target: str
+) -> None:
+    for cassette in bundled.values():
+        for interaction in cassette:
+            source = detect(interaction)
+            assert source is not None
+            back = translate(translate(interaction, DIALECTS[target]), source)
+            assert _answer(back) == _answer(interaction), (source.name, target, interaction.request.body[:60])

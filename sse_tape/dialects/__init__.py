@@ -1,7 +1,7 @@
 """API dialects: each one API's streaming contract, spoken, checked and translated.
 
 `DIALECTS` maps each name to its dialect: `openai-chat`, `openai-completions`,
-`openai-responses`, `lmstudio-chat`. `detect` tells which one an interaction
+`openai-responses`, `lmstudio-chat`, `gemini`. `detect` tells which one an interaction
 speaks; `translate` re-encodes an interaction in another, keeping the timing
 of the original events; `Answer` puts a stream's events together.
 """
@@ -17,6 +17,8 @@ from ..sse import SSEDecoder
 from .answer import Answer, Call
 from .base import Dialect, Prompt, Violation
 from .events import Start
+from .gemini import PATH as GEMINI_PATH
+from .gemini import Gemini
 from .lmstudio_chat import LMStudioChat
 from .openai_chat import OpenAIChat
 from .openai_completions import OpenAICompletions
@@ -39,7 +41,7 @@ __all__ = [
 ]
 
 DIALECTS: dict[str, Dialect] = {
-    d.name: d for d in (OpenAIChat(), OpenAICompletions(), OpenAIResponses(), LMStudioChat())
+    d.name: d for d in (OpenAIChat(), OpenAICompletions(), OpenAIResponses(), LMStudioChat(), Gemini())
 }
 
 # Path endings, most specific first: /v1/chat/completions also ends with /completions.
@@ -61,6 +63,8 @@ def get(name: str) -> Dialect:
 
 def for_path(path: str) -> Dialect | None:
     """The dialect whose API streams from `path` (with any prefix before it), if any."""
+    if GEMINI_PATH.search(path.rstrip("/")):  # …/models/{model}:streamGenerateContent: the model is in the path
+        return DIALECTS["gemini"]
     return next((DIALECTS[name] for ending, name in _ENDINGS if path.rstrip("/").endswith(ending)), None)
 
 
@@ -76,6 +80,8 @@ def detect(interaction: Interaction) -> Dialect | None:
             continue
         kind = obj.get("type") if isinstance(obj, dict) else None
         kind = kind if isinstance(kind, str) else ""
+        if isinstance(obj, dict) and ("candidates" in obj or "promptFeedback" in obj):
+            return DIALECTS["gemini"]
         if kind == "chat.start":
             return DIALECTS["lmstudio-chat"]
         if kind.startswith("response."):
