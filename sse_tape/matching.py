@@ -5,10 +5,11 @@ the JSON body compared as data (key order and whitespace do not matter),
 minus any ignored fields. A cassette may say otherwise for its own
 recordings (`match`, `ignore_body_fields`), and the server's options
 override both. In the APIs sse-tape speaks, `stream` and `stream_options`
-are the shape of answer asked for, not a difference: a streamed recording
-answers a request that asks for no stream, and the other way round (replay
-converts it); a recorder, which must fetch each shape from its upstream,
-compares them like any field.
+are the shape of answer asked for, not a difference (and so is Gemini's
+`:streamGenerateContent` beside `:generateContent` in the path): a streamed
+recording answers a request that asks for no stream, and the other way round
+(replay converts it); a recorder, which must fetch each shape from its
+upstream, compares them like any part of the request.
 
 A reconnection (a request with `Last-Event-ID`, as an `EventSource` sends
 it) is answered by a recording of the same reconnection, made with the same
@@ -53,9 +54,13 @@ _MISSING: Any = object()
 
 
 def asks_for_stream(request: Request) -> bool | None:
-    """Whether a request asks for a stream (`"stream": true`); None when its body is not a JSON object."""
+    """Whether a request asks for a stream (`"stream": true`, or as its API asks for one: Gemini's path);
+    None when its body is not a JSON object."""
     body = request.json()
-    return body.get("stream") is True if isinstance(body, dict) else None
+    if not isinstance(body, dict):
+        return None
+    dialect = for_path(request.path)
+    return dialect.wants_stream(body, request.path) if dialect is not None else body.get("stream") is True
 
 
 def is_streamed(interaction: Interaction) -> bool:
@@ -213,7 +218,9 @@ class Matcher:
         if part is MatchOn.METHOD:
             return request.method.upper() == recorded.method.upper()
         if part is MatchOn.PATH:
-            return request.path == recorded.path
+            return request.path == recorded.path or (
+                self.reshape and _shapeless(request.path) == _shapeless(recorded.path)
+            )
         if part is MatchOn.QUERY:
             return _query_agrees(request.query, recorded.query)
         return _json_agrees(bodies.of(self._rules[n]), self._bodies[n])
@@ -268,6 +275,12 @@ def _comparable_body(request: Request, ignore: tuple[tuple[str, ...], ...], resh
         for container, key in reversed(locate(parsed, path)):
             del container[key]
     return parsed
+
+
+def _shapeless(path: str) -> str:
+    """The path with what only chooses the answer's shape taken out, in an API sse-tape speaks."""
+    dialect = for_path(path)
+    return dialect.shapeless_path(path) if dialect is not None else path
 
 
 def _likeness(a: Any, b: Any) -> int:

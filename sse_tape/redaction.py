@@ -65,8 +65,11 @@ _ALWAYS = frozenset(
 _WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 _QUERY_SEPARATOR = re.compile(r"[&;]")
 _QUERY_PIECES = re.compile(r"([&;])")
-# Named like secrets, but not: OpenAI's prompt cache key, a request's idempotency key.
-_NOT_SECRET = frozenset({"prompt_cache_key", "idempotency-key", "idempotency_key"})
+# Named like secrets, but not: OpenAI's prompt cache key, a request's idempotency key, and Gemini's thought
+# signature (the model's reasoning, sealed, which a client sends back with the conversation).
+_NOT_SECRET = frozenset(
+    {"prompt_cache_key", "idempotency-key", "idempotency_key", "thoughtsignature", "thought_signature"}
+)
 
 
 def _words(name: str) -> set[str]:

@@ -1,8 +1,9 @@
 """A recording in the shape a request asks for: one JSON answer or a stream, with usage or without.
 
-Clients ask for a stream with `"stream": true` and for one JSON answer
-without it, and for a chat stream's usage chunk with
-`stream_options.include_usage`; a cassette holds whichever was recorded.
+Clients ask for a stream with `"stream": true` (Gemini's clients with
+`:streamGenerateContent` in the path) and for one JSON answer without it,
+and for a chat stream's usage chunk with `stream_options.include_usage`; a
+cassette holds whichever was recorded.
 Between the matcher and the plan, replay gives the recording the shape the
 request asks for (`asked`, then `reshape`):
 
@@ -61,7 +62,7 @@ def asked(interaction: Interaction, request: Request) -> Shape:
     body = request.json()
     if dialect is None or not isinstance(body, dict) or not 200 <= interaction.response.status < 300:
         return Shape(None)
-    stream, streamed = dialect.wants_stream(body), is_streamed(interaction)
+    stream, streamed = dialect.wants_stream(body, request.path), is_streamed(interaction)
     convert = stream != streamed and (not streamed or asks_for_stream(interaction.request) is True)
     return Shape(stream if convert else None, dialect.reports_usage(body) if stream else True)
 

@@ -1,4 +1,4 @@
-"""The official SDKs as the tests' clients: openai, and anthropic."""
+"""The official SDKs as the tests' clients: openai, anthropic, and google-genai for the Gemini API."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import anthropic
 import httpx
 import httpx2
 import openai
+from google import genai
+from google.genai import types
 
 
 def openai_client(base_url: str, *, api_key: str = "sk-test", max_retries: int = 0) -> openai.OpenAI:
@@ -22,3 +24,14 @@ def anthropic_client(base_url: str, *, api_key: str = "sk-ant-test", max_retries
     """Anthropic's SDK client, keeping no idle connection either (see `openai_client`); it is built on httpx2."""
     http = anthropic.DefaultHttpxClient(limits=httpx2.Limits(max_keepalive_connections=0))
     return anthropic.Anthropic(base_url=base_url, api_key=api_key, max_retries=max_retries, http_client=http)
+
+
+def gemini_client(base_url: str, *, retry: types.HttpRetryOptions | None = None) -> genai.Client:
+    """A google-genai client of the Gemini API at `base_url`, keeping no idle connection (see `openai_client`).
+
+    It asks for API version v1beta, as the bundled cassette's paths have it (the SDK's own default is v1);
+    without `retry` it never retries, as the SDK does by default.
+    """
+    http = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
+    options = types.HttpOptions(base_url=base_url, api_version="v1beta", retry_options=retry, httpx_client=http)
+    return genai.Client(api_key="test-key", http_options=options)

@@ -59,7 +59,7 @@ def test_version() -> None:
 
 
 def test_serve_bundled_prints_its_url_answers_any_prompt_and_stops_on_ctrl_c(bundled_server: Running) -> None:
-    assert bundled_server.banner.startswith("sse-tape: serving 18 interactions from 7 cassettes at http://127.0.0.1:")
+    assert bundled_server.banner.startswith("sse-tape: serving 23 interactions from 8 cassettes at http://127.0.0.1:")
     body = {"model": "anything", "messages": [{"role": "user", "content": "Tell me a joke"}], "stream": True}
     got = httpx.post(bundled_server.url + "/v1/chat/completions", json=body)
     assert got.status_code == 200
@@ -215,7 +215,7 @@ def test_show_and_check_take_folders() -> None:
     counts = {name: len(Cassette.load(path)) for name, path in BUNDLED.items()}
     assert headers == [f"cassettes/{name}.toml: {n} interaction{'s'[: n != 1]}" for name, n in sorted(counts.items())]
     checked = CliRunner().invoke(cli, ["check", "cassettes/"])
-    assert checked.output.splitlines()[-1] == "checked 18 interactions: 0 violations"
+    assert checked.output.splitlines()[-1] == "checked 23 interactions: 0 violations"
 
 
 @pytest.mark.parametrize("command", [["serve"], ["check"], ["check", "--secrets"], ["show"]])
@@ -261,7 +261,7 @@ def test_check_passes_every_bundled_cassette() -> None:
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert f"{BUNDLED['lmstudio-chat']} #1 POST /api/v1/chat (lmstudio-chat): ok" in lines
-    assert lines[-1] == "checked 18 interactions: 0 violations"
+    assert lines[-1] == "checked 23 interactions: 0 violations"
 
 
 def test_check_reads_a_stream_of_no_known_api_for_its_framing(tmp_path: Path) -> None:
@@ -338,7 +338,8 @@ def test_check_unknown_dialect_is_exit_2(tmp_path: Path) -> None:
     bad = run_cli("check", "--dialect", "klingon", str(path))
     assert (bad.returncode, bad.stderr) == (
         2,
-        "Error: unknown dialect 'klingon': choose from openai-chat, openai-completions, openai-responses, lmstudio-chat, anthropic-messages\n",
+        "Error: unknown dialect 'klingon': choose from openai-chat, openai-completions, openai-responses, lmstudio-chat, "
+        "anthropic-messages, gemini\n",
     )
 
 
@@ -348,7 +349,7 @@ def test_check_needs_cassettes_or_live() -> None:
 
 
 @pytest.mark.parametrize(
-    "target", ["openai-chat", "openai-completions", "openai-responses", "lmstudio-chat", "anthropic-messages"]
+    "target", ["openai-chat", "openai-completions", "openai-responses", "lmstudio-chat", "anthropic-messages", "gemini"]
 )
 def test_convert_to_a_dialect_gives_a_clean_cassette(tmp_path: Path, target: str) -> None:
     out = tmp_path / "translated.toml"

@@ -1,11 +1,14 @@
 """decode(encode(events)) == events for every dialect, over random event sequences; and every bundled
-stream translated into each dialect and back.
+stream translated into each dialect and back; and every bundled
+interaction, translated into each dialect that carries an answer's text, reasoning and tool calls and back,
+keeps them.
 
 Each strategy draws sequences a dialect can express: completions has no
 tool calls, LM Studio sends a tool call's arguments whole and has no
 logprobs or call ids, the Responses API reports usage only in its final
-event, Anthropic's API has no creation time and always reports usage, and
-so on.
+event, Anthropic's API has no creation time and always reports usage,
+Gemini sends each function call whole with its arguments as an object and
+has no creation time, and so on.
 """
 
 from __future__ import annotations
@@ -52,6 +55,11 @@ def token_logprob(unique_top: bool) -> st.SearchStrategy[TokenLogprob]:
     return st.builds(TokenLogprob, text, finite, top.map(tuple))
 
 
+def call_id(draw: Any, index: int) -> str:
+    """An id for tool call `index` that no other call of the stream has: two with one id break `check`."""
+    return f"{draw(text)}{index}"
+
+
 def round_trips(name: str, events: list[Event]) -> None:
     dialect = DIALECTS[name]
     decoder = SSEDecoder()
@@ -76,7 +84,7 @@ def openai_chat_events(draw: Any) -> list[Event]:
     events += draw(st.lists(deltas, max_size=6))
     calls = draw(st.integers(0, 2))
     for index in range(calls):
-        events.append(ToolCallStart(index, draw(text), draw(text)))
+        events.append(ToolCallStart(index, call_id(draw, index), draw(text)))
         events += [ToolCallDelta(index, a) for a in draw(st.lists(text, max_size=3))]
     reason = "tool_calls" if calls else draw(st.sampled_from(["stop", "length", "content_filter"]))
     usage = draw(
@@ -111,7 +119,7 @@ def openai_responses_events(draw: Any) -> list[Event]:
     events += draw(st.lists(deltas, max_size=6))
     calls = draw(st.integers(0, 2))
     for index in range(calls):
-        events.append(ToolCallStart(index, draw(text), draw(text)))
+        events.append(ToolCallStart(index, call_id(draw, index), draw(text)))
         events += [ToolCallDelta(index, a) for a in draw(st.lists(text, max_size=3))]
         events.append(ToolCallEnd(index))
     reason = "tool_calls" if calls else draw(st.sampled_from(["stop", "length", "content_filter"]))
@@ -182,12 +190,50 @@ def anthropic_messages_events(draw: Any) -> list[Event]:
     return events + split_ending(draw, [Finish(reason), usage], st.builds(Error, text, kinds, st.none() | text), [])
 
 
+# Error types as Gemini reads them back from its status (RESOURCE_EXHAUSTED is a rate_limit_error); a code in
+# capitals could name a status (UNAVAILABLE), which becomes the status itself, so codes are drawn without.
+GEMINI_ERROR_TYPES = [
+    "invalid_request_error",
+    "authentication_error",
+    "permission_error",
+    "not_found_error",
+    "rate_limit_error",
+    "server_error",
+    "overloaded_error",
+    "timeout_error",
+]
+
+
+@st.composite
+def gemini_events(draw: Any) -> list[Event]:
+    events: list[Event] = [Start(draw(text), draw(st.text(max_size=8)), 0)]  # its chunks carry no creation time
+    logprobs = st.none() | st.lists(token_logprob(unique_top=False), max_size=2).map(tuple)
+    deltas = st.one_of(st.builds(TextDelta, text, logprobs), st.builds(ReasoningDelta, text))
+    events += draw(st.lists(deltas, max_size=6))
+    calls = draw(st.integers(0, 2))
+    arguments = st.dictionaries(text, st.integers() | text, max_size=2).map(
+        lambda args: json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+    )
+    for index in range(calls):  # each whole, its arguments one JSON object; an id or, as the API sends, none
+        known = "" if draw(st.booleans()) else call_id(draw, index)
+        events += [ToolCallStart(index, known, draw(text)), ToolCallDelta(index, draw(arguments)), ToolCallEnd(index)]
+    reasons = ["tool_calls", "length", "content_filter"] if calls else ["stop", "length", "content_filter"]
+    output = draw(st.integers(0, 10**6))
+    usage = st.builds(Usage, st.integers(0, 10**6), st.just(output), st.none() | st.integers(0, output), maybe_count)
+    ending: list[Event] = [Finish(draw(st.sampled_from(reasons))), *draw(st.lists(usage, max_size=1))]
+    if len(events) == 1:
+        return events + ending  # the Start travels in the first chunk, which an error is not
+    codes = st.none() | text.filter(lambda c: not c.isupper())
+    return events + split_ending(draw, ending, st.builds(Error, text, st.sampled_from(GEMINI_ERROR_TYPES), codes), [])
+
+
 STRATEGIES = {
     "openai-chat": openai_chat_events(),
     "openai-completions": openai_completions_events(),
     "openai-responses": openai_responses_events(),
     "lmstudio-chat": lmstudio_chat_events(),
     "anthropic-messages": anthropic_messages_events(),
+    "gemini": gemini_events(),
 }
 
 
@@ -239,7 +285,7 @@ def _sse(frames: list[bytes]) -> list[ServerSentEvent]:
 def test_the_streaming_encoder_sends_each_piece_of_the_answer_as_it_is_fed(name: str, data: st.DataObject) -> None:
     events = data.draw(STRATEGIES[name])
     dialect = DIALECTS[name]
-    arguments = name != "lmstudio-chat"  # LM Studio sends a call's arguments whole, when the call ends
+    arguments = name not in ("lmstudio-chat", "gemini")  # these send a call's arguments whole, when it ends
     encoder = dialect.encoder()
     frames: list[bytes] = []
     for n, event in enumerate(events, 1):
@@ -277,6 +323,7 @@ CARRIES = {
     "openai-responses": ("text", "refusal", "reasoning", "calls"),
     "lmstudio-chat": ("shown", "reasoning"),
     "anthropic-messages": ("text", "refusal", "reasoning", "calls"),
+    "gemini": ("shown", "reasoning", "calls"),
 }
 
 
@@ -308,3 +355,29 @@ def test_every_bundled_stream_translated_and_back_keeps_what_the_target_has_word
             assert DIALECTS[target].check([e for _, e in there.response.events()], there.request) == [], (stem, n)
             back = translate(there, source)
             assert _said(back, CARRIES[target]) == _said(interaction, CARRIES[target]), (stem, n)
+
+
+# The dialects that carry all of an answer: completions has no reasoning or tool calls, LM Studio's tool calls are
+# the server's own (those for the client become its MCP calls).
+WHOLE_ANSWERS = ["openai-chat", "openai-responses", "gemini"]
+
+
+def _answer(interaction: Interaction) -> tuple[str, str, list[tuple[str, Any]]]:
+    """What a client gets: the text (a refusal is text where an API has no refusal), reasoning, tool calls."""
+    dialect = detect(interaction)
+    assert dialect is not None
+    answer = Answer.of(dialect.decode(sse for _, sse in interaction.response.events()))
+    calls = [(call.name, json.loads(call.arguments or "{}")) for call in answer.client_calls()]
+    return answer.text + answer.refusal, answer.reasoning, calls
+
+
+@pytest.mark.parametrize("target", WHOLE_ANSWERS)
+def test_every_bundled_interaction_translated_and_back_keeps_its_answer(
+    bundled: dict[str, Cassette], target: str
+) -> None:
+    for cassette in bundled.values():
+        for interaction in cassette:
+            source = detect(interaction)
+            assert source is not None
+            back = translate(translate(interaction, DIALECTS[target]), source)
+            assert _answer(back) == _answer(interaction), (source.name, target, interaction.request.body[:60])

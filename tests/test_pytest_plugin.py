@@ -315,6 +315,42 @@ def test_own_client(sse_tape):
     tester.runpytest_subprocess().assert_outcomes(passed=1)
 
 
+def test_the_gemini_sdk_streams_through_the_fixture_and_meets_its_faults(tester: pytest.Pytester) -> None:
+    # Nothing in the plugin is an API's own: the Gemini API's path, stream and errors come as they are.
+    gemini = Cassette.load(next(p for p in bundled_cassettes() if p.stem == "gemini"))
+    Cassette([gemini.interactions[0]], match_on=gemini.match_on).save(tester.path / "cassettes" / "gemini.toml")
+    tester.makepyfile(
+        """
+import httpx
+import pytest
+from google import genai
+from google.genai import errors, types
+
+def client(sse_tape):
+    http = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
+    options = types.HttpOptions(base_url=sse_tape.url, api_version="v1beta", httpx_client=http)
+    return genai.Client(api_key="test", http_options=options)
+
+@pytest.mark.sse_tape("gemini")
+def test_stream(sse_tape):
+    with client(sse_tape) as gemini:
+        text = "".join(c.text for c in gemini.models.generate_content_stream(model="gemini-2.5-flash", contents="Hi"))
+    assert text == "Hello! How can I help you today?"
+    assert sse_tape.requests[0].path == "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+    assert sse_tape.requests[0].query == "alt=sse"
+
+@pytest.mark.sse_tape("gemini", faults=["error:1,message=boom"])
+def test_fault(sse_tape):
+    got = []
+    with client(sse_tape) as gemini, pytest.raises(errors.ServerError, match="boom"):
+        for chunk in gemini.models.generate_content_stream(model="gemini-2.5-flash", contents="Hi"):
+            got.append(chunk.text)
+    assert got == ["Hello"]
+"""
+    )
+    tester.runpytest_subprocess().assert_outcomes(passed=2)
+
+
 def test_the_async_twin_serves_asyncopenai_in_the_tests_own_loop(tester: pytest.Pytester) -> None:
     tester.makepyfile(
         """

@@ -41,7 +41,7 @@ from sse_tape._http import run_in_thread
 from sse_tape.cassette import Injection
 from sse_tape.journal import Ended, FaultInjected, Matched, Received
 from sse_tape.record import Forwarder
-from sse_tape.redaction import REDACTED, Redaction
+from sse_tape.redaction import REDACTED, Redaction, find_secrets
 
 
 @pytest.fixture
@@ -756,6 +756,14 @@ def test_check_secrets_finds_what_was_planted_and_exits_1(tmp_path: Path) -> Non
         f"{planted} #1 POST /v1/chat/completions: response body holds a JWT",
         "4 secrets found",
     ]
+
+
+def test_a_gemini_thought_signature_is_kept_as_no_secret() -> None:
+    # The model's sealed reasoning, which the client sends back with the conversation: not a credential.
+    body = b'{"contents": [{"role": "model", "parts": [{"text": "", "thoughtSignature": "c2lnbmVk"}]}]}'
+    request = Request("POST", "/v1beta/models/gemini-2.5-flash:streamGenerateContent", "alt=sse", body=body)
+    assert Redaction.build().request(request).body == body
+    assert find_secrets(Interaction(request, Response())) == []
 
 
 @pytest.mark.parametrize("path", ["/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/%252e%252e/x", "/chat/..\\..\\x"])

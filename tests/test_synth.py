@@ -20,11 +20,12 @@ import anthropic
 import httpx
 import openai
 import pytest
-from clients import anthropic_client
+from clients import anthropic_client, gemini_client
+from google.genai import types
 from processes import start
 
-from sse_tape import Cassette
-from sse_tape.dialects import DIALECTS
+from sse_tape import Cassette, serve
+from sse_tape.dialects import DIALECTS, for_path
 from sse_tape.sse import SSEDecoder
 
 ADD = {
@@ -66,7 +67,8 @@ def stream_text(cassette: Cassette) -> list[str]:
     """The answer text of each interaction, as its dialect decodes it."""
     out = []
     for interaction in cassette.interactions:
-        dialect = DIALECTS[next(n for n, d in DIALECTS.items() if interaction.request.path.endswith(d.path))]
+        dialect = for_path(interaction.request.path)
+        assert dialect is not None
         events = dialect.decode(sse for _, sse in interaction.response.events())
         out.append("".join(getattr(e, "text", "") for e in events if type(e).__name__ == "TextDelta"))
     return out
@@ -80,10 +82,10 @@ def test_synth_writes_a_cassette_in_every_dialect_that_checks_and_replays(
         tiny_model_path, tmp_path / "c.toml", "--dialect", dialect, "--prompt", "hello there", "--max-tokens", "12"
     )
     (interaction,) = cassette.interactions
-    request = json.loads(interaction.request.body)
-    assert request["stream"] is True
-    assert request["model"] == "tiny"
-    assert interaction.request.path == DIALECTS[dialect].path
+    request, spoken = interaction.request, DIALECTS[dialect]
+    assert for_path(request.path) is spoken
+    assert spoken.wants_stream(request.json(), request.path)  # `"stream": true`, or Gemini's path
+    assert spoken.request_prompt(request.json(), request.path).model == "tiny"
     times = [chunk.t for chunk in interaction.response.chunks]
     assert times == sorted(times)
     assert times[-1] > 0
@@ -214,6 +216,57 @@ def test_live_answers_chat_completions_and_responses_with_and_without_a_stream(a
     assert events[0] == "response.created"
     assert events[-1] in ("response.completed", "response.incomplete")
     assert [m.id for m in api.models.list()] == ["tiny"]
+
+
+def test_the_gemini_sdk_reads_a_synthesized_cassette(tiny_model_path: Path, tmp_path: Path) -> None:
+    cassette = synth(tiny_model_path, tmp_path / "g.toml", "--dialect", "gemini", "--prompt", "hi", "--max-tokens", "9")
+    (interaction,) = cassette.interactions
+    assert (interaction.request.path, interaction.request.query) == (
+        "/v1beta/models/tiny:streamGenerateContent",
+        "alt=sse",
+    )
+    with serve(cassette, pace="instant") as server, gemini_client(server.url) as client:
+        # The request the SDK sends is the one synth made of the prompt: it matches, body and all.
+        chunks = list(client.models.generate_content_stream(model="tiny", contents="hi"))
+    assert "".join(c.text or "" for c in chunks) == stream_text(cassette)[0]
+    usage = chunks[-1].usage_metadata
+    assert usage is not None
+    assert usage.candidates_token_count == 9
+    assert chunks[-1].candidates[0].finish_reason == types.FinishReason.MAX_TOKENS  # type: ignore[index]
+
+
+def test_live_answers_the_gemini_sdk_streaming_and_not_and_with_a_forced_call(live: str) -> None:
+    with gemini_client(live) as client:
+        config = types.GenerateContentConfig(max_output_tokens=6)
+        chunks = list(client.models.generate_content_stream(model="tiny", contents="hi", config=config))
+        whole = client.models.generate_content(model="tiny", contents="hi", config=config)
+        add = types.FunctionDeclaration(
+            name="add",
+            parameters=types.Schema(
+                type=types.Type.OBJECT,
+                properties={"a": types.Schema(type=types.Type.INTEGER), "b": types.Schema(type=types.Type.INTEGER)},
+                required=["a", "b"],
+            ),
+        )
+        forced = types.GenerateContentConfig(
+            tools=[types.Tool(function_declarations=[add])],
+            tool_config=types.ToolConfig(function_calling_config=types.FunctionCallingConfig(mode="ANY")),
+            automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+            max_output_tokens=200,
+        )
+        called = client.models.generate_content(model="tiny", contents="add two numbers", config=forced)
+    assert "".join(c.text or "" for c in chunks).strip()
+    assert chunks[-1].model_version == whole.model_version == "tiny"
+    for answer in (chunks[-1], whole):
+        assert answer.usage_metadata is not None
+        assert answer.usage_metadata.candidates_token_count == 6
+        assert answer.candidates[0].finish_reason == types.FinishReason.MAX_TOKENS  # type: ignore[index]
+    assert whole.text
+    (call,) = called.function_calls or []
+    assert call.name == "add"
+    assert call.args is not None
+    assert set(call.args) == {"a", "b"}
+    assert all(type(v) is int for v in call.args.values())
 
 
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "greet"}}])

@@ -1,7 +1,7 @@
 """API dialects: each one API's streaming contract, spoken, checked and translated.
 
 `DIALECTS` maps each name to its dialect: `openai-chat`, `openai-completions`,
-`openai-responses`, `lmstudio-chat`, `anthropic-messages`. `detect` tells which one an interaction
+`openai-responses`, `lmstudio-chat`, `anthropic-messages`, `gemini`. `detect` tells which one an interaction
 speaks; `translate` re-encodes an interaction in another, keeping the timing
 of the original events; `Answer` puts a stream's events together.
 """
@@ -18,6 +18,8 @@ from .answer import Answer, Call
 from .anthropic_messages import AnthropicMessages
 from .base import Dialect, Prompt, Violation
 from .events import Start
+from .gemini import PATH as GEMINI_PATH
+from .gemini import Gemini
 from .lmstudio_chat import LMStudioChat
 from .openai_chat import OpenAIChat
 from .openai_completions import OpenAICompletions
@@ -40,7 +42,8 @@ __all__ = [
 ]
 
 DIALECTS: dict[str, Dialect] = {
-    d.name: d for d in (OpenAIChat(), OpenAICompletions(), OpenAIResponses(), LMStudioChat(), AnthropicMessages())
+    d.name: d
+    for d in (OpenAIChat(), OpenAICompletions(), OpenAIResponses(), LMStudioChat(), AnthropicMessages(), Gemini())
 }
 
 # Path endings, most specific first: /v1/chat/completions also ends with /completions.
@@ -63,6 +66,8 @@ def get(name: str) -> Dialect:
 
 def for_path(path: str) -> Dialect | None:
     """The dialect whose API streams from `path` (with any prefix before it), if any."""
+    if GEMINI_PATH.search(path.rstrip("/")):  # …/models/{model}:streamGenerateContent: the model is in the path
+        return DIALECTS["gemini"]
     return next((DIALECTS[name] for ending, name in _ENDINGS if path.rstrip("/").endswith(ending)), None)
 
 
@@ -78,6 +83,8 @@ def detect(interaction: Interaction) -> Dialect | None:
             continue
         kind = obj.get("type") if isinstance(obj, dict) else None
         kind = kind if isinstance(kind, str) else ""
+        if isinstance(obj, dict) and ("candidates" in obj or "promptFeedback" in obj):
+            return DIALECTS["gemini"]
         if kind == "chat.start":
             return DIALECTS["lmstudio-chat"]
         if kind.startswith("response."):
@@ -107,18 +114,20 @@ def translate(interaction: Interaction, target: Dialect, source: Dialect | None 
 
     The response's events are decoded into neutral events and encoded again,
     each new frame at the time of the original event it came from; the
-    request's path and body are rewritten for the target API. An error
-    response before the stream becomes the target's error body.
+    request's path, query and body are rewritten for the target API. An
+    error response before the stream becomes the target's error body.
     """
     source = source or detect(interaction)
     request, response = interaction.request, interaction.response
     if source is None:
         raise ConfigError(f"{request.method} {request.path}: cannot tell its dialect; name it with --dialect")
+    prompt = source.request_prompt(request.json(), request.path)
     prefix = request.path[: -len(source.path)] if request.path.endswith(source.path) else ""
-    path = prefix + target.path  # a router's /proj/x/v1/chat/completions keeps its /proj/x
-    body = _json.dumps(target.request_body(source.prompt(request.json())), compact=False).encode()
+    path = prefix + target.request_path(prompt)  # a router's /proj/x/v1/chat/completions keeps its /proj/x
+    body = _json.dumps(target.request_body(prompt), compact=False).encode()
     headers = tuple((k, v) for k, v in request.headers if k.lower() != "content-length")
-    new_request = replace(request, path=path, body=body, headers=headers)
+    query = _query(request.query, source, target)
+    new_request = replace(request, path=path, query=query, body=body, headers=headers)
     kept = tuple((k, v) for k, v in response.headers if k.lower() not in ("content-length", "content-type"))
     if response.status >= 400:
         _, error_headers, error_body = target.http_error(response.status, _error_message(response.body))
@@ -142,6 +151,13 @@ def translate(interaction: Interaction, target: Dialect, source: Dialect | None 
     names = {name.lower() for name, _ in headers}
     headers = (*headers, *((k, v) for k, v in kept if k.lower() not in names))
     return replace(interaction, request=new_request, response=replace(response, headers=headers, chunks=chunks))
+
+
+def _query(query: str, source: Dialect, target: Dialect) -> str:
+    """The query string, without the source API's streaming parameters and with the target's (`alt=sse`)."""
+    own = set(source.query.split("&")) - {""}
+    kept = [p for p in query.split("&") if p and p not in own]
+    return "&".join([*kept, *(p for p in target.query.split("&") if p and p not in kept)])
 
 
 def _with_heartbeats(chunks: list[Chunk], dialect: Dialect) -> tuple[Chunk, ...]:

@@ -164,7 +164,9 @@ class Dialect(ABC):
     name: ClassVar[str]
     """The dialect's name on the command line (`openai-chat`, ...)."""
     path: ClassVar[str]
-    """The request path this API streams from."""
+    """The request path this API streams from (Gemini's names the model: see `request_path`)."""
+    query: ClassVar[str] = ""
+    """The query string a streaming request of this API carries (Gemini's `alt=sse`)."""
     heartbeat: ClassVar[tuple[float, bytes] | None] = None
     """How this server keeps an idle stream open: after so many silent seconds, this comment."""
 
@@ -232,9 +234,17 @@ class Dialect(ABC):
         body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
         return status, (("content-type", "application/json"),), to_json(body).encode()
 
-    def wants_stream(self, body: Any) -> bool:
-        """Whether a request body of this API asks for a stream (`"stream": true`) rather than one JSON answer."""
+    def wants_stream(self, body: Any, path: str = "") -> bool:
+        """Whether a request to `path` with this body asks for a stream rather than one JSON answer.
+
+        Most APIs say so in the body (`"stream": true`); Gemini in the path (`:streamGenerateContent`).
+        """
         return isinstance(body, dict) and body.get("stream") is True
+
+    def shapeless_path(self, path: str) -> str:
+        """`path` with what only chooses the answer's shape taken out, so that a request for a stream and one
+        for a JSON answer name the same call (Gemini's `:streamGenerateContent` and `:generateContent`)."""
+        return path
 
     def reports_usage(self, body: Any) -> bool:
         """Whether a stream answering this request body reports token usage (always, unless the API asks)."""
@@ -308,9 +318,18 @@ class Dialect(ABC):
     def prompt(self, body: Any) -> Prompt:
         """The neutral prompt of a request body of this API."""
 
+    def request_prompt(self, body: Any, path: str) -> Prompt:
+        """The neutral prompt of a request to `path` with this body: `prompt`, and what the path says
+        (Gemini's names the model)."""
+        return self.prompt(body)
+
     @abstractmethod
     def request_body(self, prompt: Prompt) -> dict[str, Any]:
         """A streaming request body of this API asking for `prompt`."""
+
+    def request_path(self, prompt: Prompt) -> str:
+        """The path a streaming request for `prompt` goes to: `path`, or for Gemini, one naming the model."""
+        return self.path
 
 
 class Checker:

@@ -98,7 +98,8 @@ def synthesize(
 
     `load`, if given, is told by the first answer. Every request is checked
     before any runs: one the model cannot take raises `ModelError` naming it.
-    `path` is the request path (the dialect's own by default).
+    `path` is the request path (by default the dialect's own streaming path,
+    which names the model in Gemini's).
     """
     runs: list[tuple[Synthesis, list[Chunk], Request]] = []
     for n, raw in enumerate(bodies, 1):
@@ -109,6 +110,8 @@ def synthesize(
         if not isinstance(body, dict):
             raise ModelError(f"request {n}: the body is not a JSON object", status=400)
         chunks: list[Chunk] = []
+        prompt = dialect.prompt(body)
+        target = path or dialect.request_path(replace(prompt, model=prompt.model or engine.id))
         try:
             synthesis = Synthesis(
                 engine,
@@ -117,11 +120,12 @@ def synthesize(
                 settings,
                 _collector(chunks),
                 load=load if n == 1 else None,
+                path=target,
             )
         except ModelError as exc:
             raise ModelError(f"request {n}: {exc}", status=exc.status) from None
         headers = (("content-type", "application/json"), ("content-length", str(len(raw))))
-        runs.append((synthesis, chunks, Request("POST", path or dialect.path, headers=headers, body=raw)))
+        runs.append((synthesis, chunks, Request("POST", target, dialect.query, headers=headers, body=raw)))
     made: list[Made] = []
     for n, (synthesis, _, _) in enumerate(runs):
         # The first answer's clock starts with the model's load, as a server that loads it for a request does.

@@ -121,7 +121,9 @@ class Synthesizer(Attached):
 
         arrived = time.perf_counter() - (loop.time() - exchange.started)
         try:
-            synthesis = Synthesis(self.engine, dialect, body, self.settings, sink, started=arrived, on_done=done)
+            synthesis = Synthesis(
+                self.engine, dialect, body, self.settings, sink, started=arrived, on_done=done, path=request.path
+            )
         except ModelError as exc:
             return host.error(exchange, exc.status, str(exc), "model_error")
         live, plan = self._faults(exchange, synthesis)

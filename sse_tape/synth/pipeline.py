@@ -103,7 +103,9 @@ class Synthesis:
     """One request run on the model, its answer framed as `dialect`'s server frames it.
 
     Raises `ModelError` (status 400) for a request the model cannot take: a
-    prompt longer than the context, a tool choice naming no tool. `sink`
+    prompt longer than the context, a tool choice naming no tool. `path` is
+    the request's, where an API says what the body does not (Gemini's model,
+    and whether it streams). `sink`
     gets the body's pieces as they come; `done` is set, and `on_done`
     called, when the answer is whole (or cut by `cancel`). A stream's
     `status` and `headers` are known at once; a JSON answer's when it is done.
@@ -120,18 +122,19 @@ class Synthesis:
         started: float | None = None,
         load: Load | None = None,
         on_done: Callable[[], None] | None = None,
+        path: str = "",
     ) -> None:
         self.engine = engine
         self.dialect = dialect
         self.sink = sink
         self.started = time.perf_counter() if started is None else started
-        self.stream = dialect.wants_stream(body)
+        self.stream = dialect.wants_stream(body, path)
         self.stats = Stats()
         self.done = threading.Event()
         self.on_done = on_done
         self.events: list[Event] = []
         """Every event of the answer, in order."""
-        prompt = dialect.prompt(body)
+        prompt = dialect.request_prompt(body, path)
         self.usage = not self.stream or dialect.reports_usage(body)
         tokens, stops = self._tokens(prompt)
         context = engine.ctx

@@ -1,0 +1,785 @@
+"""`gemini`: POST …/models/{model}:streamGenerateContent?alt=sse, and :generateContent without a stream.
+
+As Google's Gemini API streams it (written from its API reference and the
+parser of the official google-genai SDK; no network reaches Google here):
+unnamed events, `data: ` and a whole `GenerateContentResponse` as JSON, CRLF
+line ends, and no terminal frame. Each chunk holds one candidate whose
+`content.parts` carry the chunk's text, its thought summaries (`"thought":
+true`, sent when the request sets `thinkingConfig.includeThoughts`) and
+function calls, each whole (`functionCall` with a `name` and its `args` as an
+object, never in pieces); the last has the `finishReason`. `usageMetadata`
+(running counts, final on the last chunk), `modelVersion` and `responseId`
+come with the chunks. The model is named in the path, and the path chooses
+the stream: `:generateContent` answers with one `GenerateContentResponse`.
+An error, before the stream or in it, is `{"error": {"code", "message",
+"status"}}` (429 `RESOURCE_EXHAUSTED`, 503 `UNAVAILABLE`); in a stream it is
+the last event.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from .. import _json
+from ..cassette import Headers, Request
+from ..sse import ServerSentEvent
+from ._openai import ServerCalls
+from .answer import Answer
+from .base import Checker, Dialect, Encoder, Prompt, Violation, json_objects, to_json, whole
+from .events import (
+    Error,
+    Event,
+    Finish,
+    ReasoningDelta,
+    RefusalDelta,
+    Start,
+    TextDelta,
+    TokenLogprob,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    Usage,
+)
+
+__all__ = ["PATH", "Gemini"]
+
+#: A path Gemini answers: the model after `/models/` (or `/tunedModels/`), then the method.
+PATH = re.compile(r"/(?:models|tunedModels)/(?P<model>.+):(?P<method>streamGenerateContent|generateContent)$")
+_STREAM = ":streamGenerateContent"
+
+# Neutral finish reasons in Gemini's words; a function call finishes with STOP.
+_FINISH = {"stop": "STOP", "tool_calls": "STOP", "length": "MAX_TOKENS", "content_filter": "SAFETY"}
+# Gemini's finish reasons that stop an answer for what it says.
+_FILTERED = frozenset(
+    {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY", "IMAGE_PROHIBITED_CONTENT"}
+)
+# The `finishReason`s of the API reference (google-genai 3.4's `FinishReason`).
+_FINISH_REASONS = frozenset(
+    {
+        "FINISH_REASON_UNSPECIFIED", "STOP", "MAX_TOKENS", "SAFETY", "RECITATION", "LANGUAGE", "OTHER", "BLOCKLIST",
+        "PROHIBITED_CONTENT", "SPII", "MALFORMED_FUNCTION_CALL", "IMAGE_SAFETY", "IMAGE_PROHIBITED_CONTENT",
+        "IMAGE_OTHER", "NO_IMAGE", "IMAGE_RECITATION", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS",
+        "MISSING_THOUGHT_SIGNATURE", "MALFORMED_RESPONSE",
+    }
+)  # fmt: skip
+
+# google.rpc.Code names, with the HTTP status each is sent with.
+_STATUS_HTTP = {
+    "CANCELLED": 499, "UNKNOWN": 500, "INVALID_ARGUMENT": 400, "DEADLINE_EXCEEDED": 504, "NOT_FOUND": 404,
+    "ALREADY_EXISTS": 409, "PERMISSION_DENIED": 403, "UNAUTHENTICATED": 401, "RESOURCE_EXHAUSTED": 429,
+    "FAILED_PRECONDITION": 400, "ABORTED": 409, "OUT_OF_RANGE": 400, "UNIMPLEMENTED": 501, "INTERNAL": 500,
+    "UNAVAILABLE": 503, "DATA_LOSS": 500,
+}  # fmt: skip
+_HTTP_STATUS = {
+    400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 409: "ABORTED",
+    429: "RESOURCE_EXHAUSTED", 499: "CANCELLED", 500: "INTERNAL", 501: "UNIMPLEMENTED", 503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}  # fmt: skip
+# The other APIs' error types, as Google's status; a status reads back as the first type that has it.
+_TYPE_STATUS = {
+    "invalid_request_error": "INVALID_ARGUMENT",
+    "authentication_error": "UNAUTHENTICATED",
+    "permission_error": "PERMISSION_DENIED",
+    "not_found_error": "NOT_FOUND",
+    "rate_limit_error": "RESOURCE_EXHAUSTED",
+    "server_error": "INTERNAL",
+    "api_error": "INTERNAL",
+    "overloaded_error": "UNAVAILABLE",
+    "timeout_error": "DEADLINE_EXCEEDED",
+}
+_STATUS_TYPE = {status: kind for kind, status in reversed(_TYPE_STATUS.items())}
+_ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
+# What a part carries; a part with none of these carries nothing.
+_PART_DATA = (
+    "text", "functionCall", "functionResponse", "inlineData", "fileData", "executableCode", "codeExecutionResult",
+)  # fmt: skip
+
+
+def _get(obj: Any, name: str) -> Any:
+    """A field of a request object by its camelCase name, or its snake_case one (the SDK sends both kinds)."""
+    if not isinstance(obj, dict):
+        return None
+    if name in obj:
+        return obj[name]
+    return obj.get(re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower())
+
+
+def _frame(obj: dict[str, Any]) -> bytes:
+    """One chunk as the API sends it: `data: ` and the JSON, then CRLF line ends."""
+    return b"data: " + to_json(obj).encode() + b"\r\n\r\n"
+
+
+def _response(
+    start: Start,
+    parts: list[dict[str, Any]],
+    *,
+    finish: str | None = None,
+    usage: Usage | None = None,
+    logprobs: Sequence[TokenLogprob] | None = None,
+) -> dict[str, Any]:
+    """A `GenerateContentResponse` of one candidate."""
+    candidate: dict[str, Any] = {"content": {"parts": parts, "role": "model"} if parts else {"role": "model"}}
+    if finish is not None:
+        candidate["finishReason"] = finish
+    candidate["index"] = 0
+    if logprobs is not None:
+        candidate["logprobsResult"] = {
+            "topCandidates": [
+                {"candidates": [{"token": t, "logProbability": p} for t, p in lp.top]} for lp in logprobs
+            ],
+            "chosenCandidates": [{"token": lp.token, "logProbability": lp.logprob} for lp in logprobs],
+        }
+    body: dict[str, Any] = {"candidates": [candidate]}
+    if usage is not None:
+        body["usageMetadata"] = _usage_json(usage)
+    body["modelVersion"] = start.model
+    body["responseId"] = start.id
+    return body
+
+
+def _usage_json(usage: Usage) -> dict[str, Any]:
+    """Gemini's usage: its candidates do not count the thoughts, which the neutral output tokens include."""
+    thoughts = usage.reasoning_tokens or 0
+    candidates = max(usage.output_tokens - thoughts, 0)
+    out: dict[str, Any] = {
+        "promptTokenCount": usage.input_tokens,
+        "candidatesTokenCount": candidates,
+        "totalTokenCount": usage.input_tokens + candidates + thoughts,
+    }
+    if usage.cached_tokens is not None:
+        out["cachedContentTokenCount"] = usage.cached_tokens
+    if usage.reasoning_tokens is not None:
+        out["thoughtsTokenCount"] = usage.reasoning_tokens
+    return out
+
+
+def _usage_from(obj: Any) -> Usage | None:
+    if not isinstance(obj, dict):
+        return None
+    prompt, candidates = whole(obj.get("promptTokenCount")), whole(obj.get("candidatesTokenCount"))
+    thoughts = whole(obj.get("thoughtsTokenCount"))
+    if prompt is None and candidates is None and thoughts is None:
+        return None  # no counts: Vertex's `{"trafficType": ...}` on chunks before the last
+    return Usage(
+        (prompt or 0), (candidates or 0) + (thoughts or 0), thoughts, whole(obj.get("cachedContentTokenCount"))
+    )
+
+
+def _tokens(candidate: dict[str, Any]) -> tuple[TokenLogprob, ...] | None:
+    result = candidate.get("logprobsResult")
+    if not isinstance(result, dict):
+        return None
+    chosen = [c for c in result.get("chosenCandidates") or [] if isinstance(c, dict)]
+    tops = result.get("topCandidates") or []
+    out = []
+    for n, entry in enumerate(chosen):
+        top = tops[n].get("candidates") if n < len(tops) and isinstance(tops[n], dict) else None
+        pairs = tuple(
+            (str(t.get("token", "")), float(t.get("logProbability", 0.0))) for t in top or [] if isinstance(t, dict)
+        )
+        out.append(TokenLogprob(str(entry.get("token", "")), float(entry.get("logProbability", 0.0)), pairs))
+    return tuple(out)
+
+
+def _error_json(error: Error) -> dict[str, Any]:
+    """Google's error: the status is `code` when it names one (`UNAVAILABLE`), else the type's; another
+    `code` goes in an ErrorInfo's `reason`, as the API gives its own (`API_KEY_INVALID`)."""
+    status = error.code if error.code in _STATUS_HTTP else _TYPE_STATUS.get(error.type, "INTERNAL")
+    inner: dict[str, Any] = {"code": _STATUS_HTTP[status], "message": error.message, "status": status}
+    if error.code and error.code not in _STATUS_HTTP:
+        inner["details"] = [{"@type": _ERROR_INFO, "reason": error.code, "domain": "generativelanguage.googleapis.com"}]
+    return {"error": inner}
+
+
+def _error_from(inner: dict[str, Any]) -> Error:
+    status = str(inner.get("status") or "")
+    code = whole(inner.get("code")) or _STATUS_HTTP.get(status, 500)
+    kind = _STATUS_TYPE.get(status) or ("server_error" if code >= 500 else "invalid_request_error")
+    reasons = [
+        str(d["reason"])
+        for d in inner.get("details") or []
+        if isinstance(d, dict) and d.get("@type") == _ERROR_INFO and d.get("reason")
+    ]
+    if reasons:
+        return Error(str(inner.get("message", "")), kind, reasons[0])
+    return Error(str(inner.get("message", "")), kind, status if status and status != _TYPE_STATUS.get(kind) else None)
+
+
+def _reason(word: str, calls: int) -> str:
+    """A Gemini finish reason in neutral words: a STOP after function calls finishes them."""
+    if word == "STOP":
+        return "tool_calls" if calls else "stop"
+    if word == "MAX_TOKENS":
+        return "length"
+    return "content_filter" if word in _FILTERED else "stop"
+
+
+def _object(text: str) -> dict[str, Any] | None:
+    """JSON text as the object Gemini carries function arguments in ({} for none); None if it is no object."""
+    if not text.strip():
+        return {}
+    try:
+        value = _json.parse(text, max_depth=None)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _created(value: Any) -> int:
+    """Vertex's `createTime` (RFC 3339) in Unix seconds; 0 when there is none (the Gemini API sends none)."""
+    if not isinstance(value, str):
+        return 0
+    try:
+        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp())
+    except ValueError:
+        return 0
+
+
+def _candidate(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The first candidate (another one, with `candidateCount` > 1, is another answer: not this one)."""
+    candidates = obj.get("candidates")
+    if not isinstance(candidates, list):
+        return None
+    first = [c for c in candidates if isinstance(c, dict) and c.get("index", 0) == 0]
+    return first[0] if first else None
+
+
+def _blocked(obj: dict[str, Any]) -> bool:
+    """A prompt the API refused to answer: no candidates, and `promptFeedback.blockReason`."""
+    feedback = obj.get("promptFeedback")
+    return "candidates" not in obj and isinstance(feedback, dict) and bool(feedback.get("blockReason"))
+
+
+@dataclass(slots=True)
+class _Call:
+    id: str
+    name: str
+    arguments: str = ""
+
+
+class _GeminiEncoder(Encoder):
+    def __init__(self, dialect: Dialect) -> None:
+        super().__init__(dialect)
+        self.start = Start()
+        self.server_calls = ServerCalls()
+        self.calls: dict[int, _Call] = {}
+        self.finish: Finish | None = None  # the last chunk waits for the usage that follows the finish
+
+    def _event(self, event: Event) -> None:
+        if self.server_calls.skip(event):
+            return  # a tool the server ran itself (LM Studio's): Gemini's function calls are the client's
+        if isinstance(event, Start):
+            self.start = event
+        elif isinstance(event, TextDelta):
+            self.chunk([{"text": event.text}], logprobs=event.logprobs)
+        elif isinstance(event, RefusalDelta):
+            self.chunk([{"text": event.text}])  # Gemini has no refusal of its own: it is the answer
+        elif isinstance(event, ReasoningDelta):
+            self.chunk([{"text": event.text, "thought": True}])
+        elif isinstance(event, ToolCallStart):
+            self.calls[event.index] = _Call(event.id, event.name)
+        elif isinstance(event, ToolCallDelta) and event.index in self.calls:
+            self.calls[event.index].arguments += event.arguments
+        elif isinstance(event, ToolCallEnd) and event.index in self.calls:
+            self.call(self.calls.pop(event.index))
+        elif isinstance(event, Finish):
+            for index in list(self.calls):  # a call still open when generation finishes ends with it
+                self.call(self.calls.pop(index))
+            self.finish = event
+        elif isinstance(event, Usage):
+            self.last(event)
+        elif isinstance(event, Error):
+            # A failure closes nothing: a call not yet whole is never sent.
+            self.frames.append(_frame(_error_json(event)))
+
+    def _end(self) -> None:
+        self.last(None)
+
+    def chunk(self, parts: list[dict[str, Any]], **fields: Any) -> None:
+        self.frames.append(_frame(_response(self.start, parts, **fields)))
+
+    def call(self, call: _Call) -> None:
+        """A function call, whole; one whose arguments are no JSON object (cut short) is never sent:
+        the API sends a call whole or not at all."""
+        args = _object(call.arguments)
+        if args is None:
+            return
+        function: dict[str, Any] = {"name": call.name, "args": args}
+        if call.id:
+            function["id"] = call.id
+        self.chunk([{"functionCall": function}])
+
+    def last(self, usage: Usage | None) -> None:
+        """The chunk with the finish reason, and the usage when there is one, once the finish has come."""
+        finish, self.finish = self.finish, None
+        if finish is not None:
+            self.chunk([{"text": ""}], finish=_FINISH.get(finish.reason, "OTHER"), usage=usage)
+
+
+class Gemini(Dialect):
+    """Google's Gemini API, streaming with `alt=sse`."""
+
+    name = "gemini"
+    path = "/v1beta/models/{model}:streamGenerateContent"
+    query = "alt=sse"
+
+    def is_terminal(self, event: ServerSentEvent) -> bool:
+        objects = [obj for _, _, obj in json_objects([event])]
+        if not objects:
+            return False
+        candidate = _candidate(objects[0])
+        return "error" in objects[0] or _blocked(objects[0]) or bool(candidate and candidate.get("finishReason"))
+
+    def response_headers(self, start: Start) -> Headers:
+        return (
+            ("content-type", "text/event-stream"),
+            ("content-disposition", "attachment"),
+            ("vary", "Origin, X-Origin, Referer"),
+        )
+
+    def encoder(self, answer: Any = None) -> Encoder:
+        return _GeminiEncoder(self)  # the events carry all a chunk does, but thought signatures
+
+    def decode_indexed(self, events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]:
+        return _decode([(i, obj) for i, _, obj in json_objects(events)])
+
+    def wants_stream(self, body: Any, path: str = "") -> bool:
+        return path.rstrip("/").endswith(_STREAM)
+
+    def shapeless_path(self, path: str) -> str:
+        return path.removesuffix(_STREAM) + ":generateContent" if path.endswith(_STREAM) else path
+
+    def http_error(
+        self, status: int, message: str, *, type: str | None = None, code: str | None = None
+    ) -> tuple[int, Headers, bytes]:
+        """Google's error, pretty-printed as the API sends it; `code` is an ErrorInfo reason (`no_match`)."""
+        inner: dict[str, Any] = {"code": status, "message": message, "status": _HTTP_STATUS.get(status, "UNKNOWN")}
+        if code:
+            inner["details"] = [{"@type": _ERROR_INFO, "reason": code, "domain": "sse-tape"}]
+        try:
+            body = (json.dumps({"error": inner}, indent=2, ensure_ascii=False) + "\n").encode()
+        except UnicodeEncodeError:  # a lone surrogate: escaped, as valid JSON can carry it
+            body = (json.dumps({"error": inner}, indent=2) + "\n").encode()
+        return status, (("content-type", "application/json; charset=UTF-8"),), body
+
+    def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
+        answer = Answer.of(events)
+        parts: list[dict[str, Any]] = []
+        if answer.reasoning:
+            parts.append({"text": answer.reasoning, "thought": True})
+        if answer.text or answer.refusal:
+            parts.append({"text": answer.text + answer.refusal})
+        for call in answer.client_calls():
+            args = _object(call.arguments)
+            if args is not None:
+                parts.append(
+                    {"functionCall": {"name": call.name, "args": args, **({"id": call.id} if call.id else {})}}
+                )
+        finish = _FINISH.get(answer.finish or "stop", "OTHER")
+        return _response(answer.start, parts, finish=finish, usage=answer.usage, logprobs=answer.logprobs)
+
+    def decode_json(self, body: Any) -> list[Event]:
+        if not isinstance(body, dict) or not ("candidates" in body or _blocked(body)):
+            return []
+        return [event for _, event in _decode([(0, body)])]
+
+    def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
+        c = Checker()
+        same: dict[str, Any] = {}  # responseId and modelVersion, as first sent
+        counts: dict[str, int] = {}  # the running usage counts
+        finished_at: int | None = None
+        error_at: int | None = None
+        for i, sse in enumerate(events):
+            if sse.event != "message":
+                c.add(i, f"unexpected event type {sse.event!r}")  # the SDK reads its data all the same
+            obj = c.json(i, sse)
+            if obj is None:
+                continue
+            if not isinstance(obj, dict):
+                c.add(i, "chunk is not a JSON object")
+                continue
+            if error_at is not None:
+                c.add(i, "chunk after the error")
+                continue
+            if "error" in obj:
+                error_at = i
+                _check_error(c, i, obj["error"])
+                continue
+            if finished_at is not None:
+                c.add(i, "chunk after the finishReason chunk")
+            for key in ("responseId", "modelVersion"):
+                if key in obj and same.setdefault(key, obj[key]) != obj[key]:
+                    c.add(i, f"{key} changes from {same[key]!r} to {obj[key]!r}")
+            _check_usage(c, i, obj.get("usageMetadata"), counts)
+            if _blocked(obj):
+                finished_at = i
+                continue
+            candidates = obj.get("candidates")
+            if not isinstance(candidates, list) or not candidates:
+                c.add(i, "chunk has no candidates")
+                continue
+            for candidate in candidates:
+                reason = _check_candidate(c, i, candidate)
+                if reason is None:
+                    continue
+                if finished_at is not None and finished_at != i:
+                    c.add(i, "finishReason repeated")
+                finished_at = i
+        if finished_at is None and error_at is None:
+            c.add(None, "no chunk with a finishReason")
+        return c.violations + self._check_calls(events, request)
+
+    def prompt(self, body: Any) -> Prompt:
+        body = body if isinstance(body, dict) else {}
+        messages: list[dict[str, Any]] = []
+        system = _text(_get(body, "systemInstruction"))
+        if system:
+            messages.append({"role": "system", "content": system})
+        messages += _messages(_get(body, "contents"))
+        config = _get(body, "generationConfig")
+        config = config if isinstance(config, dict) else {}
+        logprobs = None
+        if _get(config, "responseLogprobs") is True:
+            logprobs = whole(_get(config, "logprobs")) or 0
+        stop = _get(config, "stopSequences")
+        return Prompt(
+            model="",  # in the path: see request_prompt
+            messages=messages,
+            tools=_tools(_get(body, "tools")),
+            max_tokens=whole(_get(config, "maxOutputTokens")),
+            include_usage=True,
+            temperature=_number(_get(config, "temperature")),
+            top_p=_number(_get(config, "topP")),
+            seed=whole(_get(config, "seed")),
+            stop=[s for s in stop if isinstance(s, str) and s] if isinstance(stop, list) else [],
+            logprobs=logprobs,
+            tool_choice=_tool_choice(_get(_get(body, "toolConfig"), "functionCallingConfig")),
+        )
+
+    def request_prompt(self, body: Any, path: str) -> Prompt:
+        found = PATH.search(path.rstrip("/"))
+        return replace(self.prompt(body), model=found["model"] if found else "")
+
+    def request_body(self, prompt: Prompt) -> dict[str, Any]:
+        system = [m["content"] for m in prompt.messages if m["role"] == "system" and m["content"]]
+        body: dict[str, Any] = {"contents": _contents([m for m in prompt.messages if m["role"] != "system"])}
+        if system:
+            body["systemInstruction"] = {"parts": [{"text": "\n\n".join(system)}]}
+        if prompt.tools:
+            declarations = [
+                {
+                    "name": tool.get("name", ""),
+                    **({"description": tool["description"]} if tool.get("description") else {}),
+                    **({"parametersJsonSchema": tool["parameters"]} if "parameters" in tool else {}),
+                }
+                for tool in prompt.tools
+            ]
+            body["tools"] = [{"functionDeclarations": declarations}]
+        choice = prompt.tool_choice
+        if choice is not None:
+            mode = {"auto": "AUTO", "none": "NONE", "required": "ANY"}.get(choice, "ANY")
+            calling: dict[str, Any] = {"mode": mode}
+            if choice not in ("auto", "none", "required"):
+                calling["allowedFunctionNames"] = [choice]
+            body["toolConfig"] = {"functionCallingConfig": calling}
+        config: dict[str, Any] = {}
+        for name, value in (
+            ("temperature", prompt.temperature),
+            ("topP", prompt.top_p),
+            ("seed", prompt.seed),
+            ("maxOutputTokens", prompt.max_tokens),
+            ("stopSequences", prompt.stop or None),
+        ):
+            if value is not None:
+                config[name] = value
+        if prompt.logprobs is not None:
+            config["responseLogprobs"] = True
+            if prompt.logprobs:
+                config["logprobs"] = prompt.logprobs
+        if config:
+            body["generationConfig"] = config
+        return body
+
+    def request_path(self, prompt: Prompt) -> str:
+        return f"/v1beta/models/{prompt.model or 'gemini'}{_STREAM}"
+
+
+def _decode(objects: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, Event]]:
+    """The neutral events of a stream's chunks (or of one whole answer), each with the index of its chunk."""
+    out: list[tuple[int, Event]] = []
+    started = finished = False
+    calls = 0
+    usage: Any = None  # the latest counts: running on every chunk, final on the last
+    for i, obj in objects:
+        if isinstance(obj.get("error"), dict):
+            out.append((i, _error_from(obj["error"])))
+            continue
+        if not started:
+            created = _created(obj.get("createTime"))
+            out.append((i, Start(str(obj.get("responseId", "")), str(obj.get("modelVersion", "")), created)))
+            started = True
+        if isinstance(obj.get("usageMetadata"), dict):
+            usage = obj["usageMetadata"]
+        candidate = _candidate(obj)
+        reason = "content_filter" if _blocked(obj) else None
+        if candidate is not None:
+            content = candidate.get("content")
+            parts = content.get("parts") if isinstance(content, dict) else None
+            tokens = _tokens(candidate)
+            for part in parts if isinstance(parts, list) else []:
+                if not isinstance(part, dict):
+                    continue
+                function = part.get("functionCall")
+                if isinstance(function, dict):
+                    args = function.get("args")
+                    out += [
+                        (i, ToolCallStart(calls, str(function.get("id") or ""), str(function.get("name") or ""))),
+                        (i, ToolCallDelta(calls, _json.dumps({} if args is None else args))),
+                        (i, ToolCallEnd(calls)),
+                    ]
+                    calls += 1
+                elif isinstance(part.get("text"), str) and part["text"]:
+                    if part.get("thought") is True:
+                        out.append((i, ReasoningDelta(part["text"])))
+                    else:
+                        out.append((i, TextDelta(part["text"], tokens)))
+                        tokens = None  # a chunk's logprobs go with its first text
+            word = candidate.get("finishReason")
+            reason = _reason(word, calls) if isinstance(word, str) and word else None
+        if reason is not None and not finished:
+            finished = True
+            out.append((i, Finish(reason)))
+            if (counted := _usage_from(usage)) is not None:
+                out.append((i, counted))
+    return out
+
+
+def _check_error(c: Checker, i: int, error: Any) -> None:
+    error = error if isinstance(error, dict) else {}
+    missing = [
+        f"error.{name}"
+        for name, ok in (
+            ("code", whole(error.get("code")) is not None),
+            ("message", isinstance(error.get("message"), str)),
+            ("status", isinstance(error.get("status"), str)),
+        )
+        if not ok
+    ]
+    if missing:
+        c.add(i, f"error chunk without {', '.join(missing)}")
+    elif error["status"] not in _STATUS_HTTP:
+        c.add(i, f"error.status {error['status']!r} is not a google.rpc.Code")
+
+
+def _check_usage(c: Checker, i: int, usage: Any, counts: dict[str, int]) -> None:
+    if usage is None:
+        return
+    if not isinstance(usage, dict):
+        c.add(i, "usageMetadata is not an object")
+        return
+    names = ("promptTokenCount", "candidatesTokenCount", "thoughtsTokenCount", "toolUsePromptTokenCount")
+    total = whole(usage.get("totalTokenCount"))
+    added = sum(whole(usage.get(name)) or 0 for name in names)
+    if total is not None and total != added:
+        c.add(i, f"usageMetadata.totalTokenCount is {total}, not the sum of its counts ({added})")
+    for name in names[1:3]:
+        count = whole(usage.get(name))
+        if count is None:
+            continue
+        if count < counts.get(name, 0):
+            c.add(i, f"usageMetadata.{name} goes down from {counts[name]} to {count}")
+        counts[name] = count
+
+
+def _check_candidate(c: Checker, i: int, candidate: Any) -> str | None:
+    """Notes what is wrong with one candidate; returns its finish reason, if it has one."""
+    if not isinstance(candidate, dict):
+        c.add(i, "candidate is not an object")
+        return None
+    content = candidate.get("content")
+    if content is not None:
+        parts = content.get("parts", []) if isinstance(content, dict) else None
+        if not isinstance(content, dict) or content.get("role") != "model":
+            role = content.get("role") if isinstance(content, dict) else None
+            c.add(i, f"content role is {role!r}, not 'model'")
+        if not isinstance(parts, list):
+            c.add(i, "content.parts is not a list")
+            parts = []
+        for n, part in enumerate(parts):
+            _check_part(c, i, n, part)
+    reason = candidate.get("finishReason")
+    if reason is None:
+        return None
+    if reason not in _FINISH_REASONS:
+        c.add(i, f"unknown finishReason {reason!r}")
+    return str(reason)
+
+
+def _check_part(c: Checker, i: int, n: int, part: Any) -> None:
+    if isinstance(part, dict) and part.get("thought") is True and not isinstance(part.get("text"), str):
+        c.add(i, f"part {n} is a thought without text")
+        return
+    if not isinstance(part, dict) or not any(key in part for key in _PART_DATA):
+        c.add(i, f"part {n} carries nothing ({', '.join(_PART_DATA[:2])}, ...)")
+        return
+    signature = part.get("thoughtSignature")
+    if signature is not None and not _base64(signature):
+        c.add(i, f"part {n} thoughtSignature is not base64")  # the SDK refuses the chunk
+    function = part.get("functionCall")
+    if function is None:
+        return
+    name = function.get("name") if isinstance(function, dict) else None
+    if not isinstance(name, str) or not name:
+        c.add(i, f"part {n}: functionCall without a name")
+    elif function.get("args") is not None and not isinstance(function["args"], dict):
+        c.add(i, f"part {n}: functionCall {name} args is not an object")
+
+
+def _base64(value: Any) -> bool:
+    try:
+        base64.b64decode(value, validate=True)
+    except (TypeError, ValueError):
+        return False
+    return isinstance(value, str)
+
+
+# --- requests ---------------------------------------------------------------------------------------
+
+
+def _text(content: Any) -> str:
+    """The text of a Content (`{"parts": [{"text": ...}]}`), thoughts left out; a string as it is."""
+    if isinstance(content, str):
+        return content
+    parts = _get(content, "parts")
+    parts = parts if isinstance(parts, list) else []
+    return "".join(
+        p["text"]
+        for p in parts
+        if isinstance(p, dict) and isinstance(p.get("text"), str) and p.get("thought") is not True
+    )
+
+
+def _messages(contents: Any) -> list[dict[str, Any]]:
+    """Gemini's contents as chat messages: a model's function calls as its `tool_calls`, each function
+    response as a tool message answering the call of that id (or, with none, the last call of that name)."""
+    contents = [contents] if isinstance(contents, dict) else contents if isinstance(contents, list) else []
+    messages: list[dict[str, Any]] = []
+    called: dict[str, str] = {}  # function name -> the id of its last call
+    count = 0
+    for content in contents:
+        if isinstance(content, str):
+            messages.append({"role": "user", "content": content})
+            continue
+        parts = _get(content, "parts")
+        parts = [p for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
+        text = _text(content)
+        if _get(content, "role") == "model":
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            calls = []
+            for part in parts:
+                function = _get(part, "functionCall")
+                if not isinstance(function, dict):
+                    continue
+                name = str(function.get("name", ""))
+                call_id = called[name] = str(function.get("id") or f"call_{count}")
+                count += 1
+                arguments = _json.dumps(function.get("args") or {})
+                calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}})
+            if calls:
+                message["tool_calls"] = calls
+            messages.append(message)
+            continue
+        answers = [_get(p, "functionResponse") for p in parts if isinstance(_get(p, "functionResponse"), dict)]
+        for answer in answers:
+            name = str(answer.get("name", ""))
+            result = answer.get("response")
+            messages.append(
+                {
+                    "role": "tool",
+                    "content": _json.dumps({} if result is None else result),
+                    "tool_call_id": str(answer.get("id") or called.get(name, "")),
+                }
+            )
+        if text or not answers:
+            messages.append({"role": "user", "content": text})
+    return messages
+
+
+def _contents(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat messages as Gemini's contents (see `_messages`); a run of tool messages is one user turn."""
+    contents: list[dict[str, Any]] = []
+    names: dict[str, str] = {}  # call id -> function name
+    for message in messages:
+        content = message.get("content") or ""
+        if message["role"] == "tool":
+            call_id = str(message.get("tool_call_id") or "")
+            result = _object(content)
+            answer: dict[str, Any] = {
+                "name": names.get(call_id, ""),
+                "response": {"result": content} if result is None else result,
+            }
+            if call_id:
+                answer["id"] = call_id
+            last = contents[-1] if contents else None
+            if last is not None and last["role"] == "user" and all("functionResponse" in p for p in last["parts"]):
+                last["parts"].append({"functionResponse": answer})
+            else:
+                contents.append({"role": "user", "parts": [{"functionResponse": answer}]})
+        elif message["role"] == "assistant":
+            parts: list[dict[str, Any]] = [{"text": content}] if content else []
+            for call in message.get("tool_calls") or []:
+                function = call.get("function") or {}
+                call_id, name = str(call.get("id") or ""), str(function.get("name") or "")
+                names[call_id] = name
+                fields = {"name": name, "args": _object(str(function.get("arguments") or "")) or {}}
+                parts.append({"functionCall": {**fields, **({"id": call_id} if call_id else {})}})
+            contents.append({"role": "model", "parts": parts or [{"text": ""}]})
+        else:
+            contents.append({"role": "user", "parts": [{"text": content}]})
+    return contents
+
+
+def _tools(tools: Any) -> list[dict[str, Any]]:
+    """The function declarations of Gemini's tools: name, description and a JSON schema of the parameters."""
+    out = []
+    for tool in tools if isinstance(tools, list) else []:
+        declarations = _get(tool, "functionDeclarations")
+        for declaration in declarations if isinstance(declarations, list) else []:
+            if not isinstance(declaration, dict):
+                continue
+            kept: dict[str, Any] = {"name": str(declaration.get("name", ""))}
+            if isinstance(declaration.get("description"), str):
+                kept["description"] = declaration["description"]
+            schema = _get(declaration, "parametersJsonSchema")
+            if schema is None and _get(declaration, "parameters") is not None:
+                schema = _lower_types(_get(declaration, "parameters"))  # the OpenAPI subset writes OBJECT, STRING
+            if schema is not None:
+                kept["parameters"] = schema
+            out.append(kept)
+    return out
+
+
+def _lower_types(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: v.lower() if k == "type" and isinstance(v, str) else _lower_types(v) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_lower_types(v) for v in schema]
+    return schema
+
+
+def _tool_choice(calling: Any) -> str | None:
+    mode = str(_get(calling, "mode") or "").upper()
+    allowed = _get(calling, "allowedFunctionNames")
+    if mode == "ANY" and isinstance(allowed, list) and len(allowed) == 1 and isinstance(allowed[0], str):
+        return allowed[0]
+    return {"AUTO": "auto", "NONE": "none", "ANY": "required"}.get(mode)
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

@@ -1,0 +1,590 @@
+"""The gemini dialect: each check rule with its exact message, its framing, its paths and requests, and the
+official google-genai SDK reading what sse-tape serves in it (bundled, translated, faulted, retried)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from clients import gemini_client
+from google.genai import errors, types
+
+from sse_tape import Cassette, Chunk, Interaction, Request, Response, ServerSentEvent, SSEDecoder, serve
+from sse_tape.dialects import DIALECTS, Answer, detect, for_path, translate
+from sse_tape.dialects.events import (
+    Error,
+    Event,
+    Finish,
+    Start,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    Usage,
+)
+
+GEMINI = DIALECTS["gemini"]
+PATH = "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+MODEL = "gemini-2.5-flash"
+GREETING = "Hello! How can I help you today?"
+
+
+def events_of(*frames: str | bytes) -> list[ServerSentEvent]:
+    decoder = SSEDecoder()
+    return [e for f in frames for e in decoder.feed(f.encode() if isinstance(f, str) else f)]
+
+
+def data(obj: Any) -> str:
+    return f"data: {json.dumps(obj)}\r\n\r\n"
+
+
+def chunk(*parts: Any, finish: str | None = None, usage: Any = None, **top: Any) -> str:
+    candidate: dict[str, Any] = {"content": {"parts": list(parts), "role": "model"}, "index": 0}
+    if finish is not None:
+        candidate["finishReason"] = finish
+    extra = {"usageMetadata": usage} if usage is not None else {}
+    return data({"candidates": [candidate], **extra, "modelVersion": MODEL, "responseId": "r1", **top})
+
+
+def violations(*frames: str, request: Request | None = None) -> list[str]:
+    return [str(v) for v in GEMINI.check(events_of(*frames), request)]
+
+
+HI = chunk({"text": "Hi"})
+STOP = chunk({"text": "!"}, finish="STOP")
+CALL = {"functionCall": {"name": "get_weather", "args": {"city": "Tokyo"}}}
+
+
+def usage(prompt: int, candidates: int, total: int, **more: int) -> dict[str, int]:
+    return {"promptTokenCount": prompt, "candidatesTokenCount": candidates, "totalTokenCount": total, **more}
+
+
+# --- check -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("frames", "expected"),
+    [
+        ([HI, STOP], []),
+        ([HI, chunk(CALL, finish="STOP")], []),
+        ([HI, data({"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}})], []),
+        ([data({"promptFeedback": {"blockReason": "SAFETY"}, "modelVersion": MODEL, "responseId": "r1"})], []),
+        (["event: message\n" + HI, "event: x\n" + STOP], ["event 2: unexpected event type 'x'"]),
+        ([HI, "data: nope\r\n\r\n", STOP], ["event 2: data is not JSON: 'nope'"]),
+        ([HI, "data: [1]\r\n\r\n", STOP], ["event 2: chunk is not a JSON object"]),
+        ([HI, data({"error": {"message": "boom"}})], ["event 2: error chunk without error.code, error.status"]),
+        (
+            [HI, data({"error": {"code": 500, "message": "boom", "status": "BROKEN"}})],
+            ["event 2: error.status 'BROKEN' is not a google.rpc.Code"],
+        ),
+        (
+            [HI, data({"error": {"code": 500, "message": "boom", "status": "INTERNAL"}}), STOP],
+            ["event 3: chunk after the error"],
+        ),
+        ([HI, STOP, HI], ["event 3: chunk after the finishReason chunk"]),
+        ([HI, chunk({"text": "!"}, finish="STOP", responseId="r2")], ["event 2: responseId changes from 'r1' to 'r2'"]),
+        (
+            [HI, chunk({"text": "!"}, finish="STOP", modelVersion="other")],
+            ["event 2: modelVersion changes from 'gemini-2.5-flash' to 'other'"],
+        ),
+        ([HI, chunk({"text": "!"}, finish="STOP", usage=[3])], ["event 2: usageMetadata is not an object"]),
+        (
+            [HI, chunk({"text": "!"}, finish="STOP", usage=usage(2, 9, 35, thoughtsTokenCount=20))],
+            ["event 2: usageMetadata.totalTokenCount is 35, not the sum of its counts (31)"],
+        ),
+        (
+            [chunk({"text": "Hi"}, usage=usage(2, 9, 11)), chunk({"text": "!"}, finish="STOP", usage=usage(2, 4, 6))],
+            ["event 2: usageMetadata.candidatesTokenCount goes down from 9 to 4"],
+        ),
+        ([HI, data({"modelVersion": MODEL, "responseId": "r1"}), STOP], ["event 2: chunk has no candidates"]),
+        ([HI, data({"candidates": ["x"]}), STOP], ["event 2: candidate is not an object"]),
+        (
+            [data({"candidates": [{"content": {"parts": [{"text": "Hi"}], "role": "user"}, "finishReason": "STOP"}]})],
+            ["event 1: content role is 'user', not 'model'"],
+        ),
+        (
+            [data({"candidates": [{"content": {"parts": {"text": "Hi"}, "role": "model"}, "finishReason": "STOP"}]})],
+            ["event 1: content.parts is not a list"],
+        ),
+        (
+            [HI, chunk({"thoughtSignature": "c2ln"}), STOP],
+            ["event 2: part 0 carries nothing (text, functionCall, ...)"],
+        ),
+        ([chunk({"thought": True}), STOP], ["event 1: part 0 is a thought without text"]),
+        (
+            [HI, chunk({"text": "!", "thoughtSignature": "not base64!"}, finish="STOP")],
+            ["event 2: part 0 thoughtSignature is not base64"],
+        ),
+        (
+            [HI, chunk({"functionCall": {"args": {}}}, finish="STOP")],
+            ["event 2: part 0: functionCall without a name"],
+        ),
+        (
+            [HI, chunk({"functionCall": {"name": "f", "args": "{}"}}, finish="STOP")],
+            ["event 2: part 0: functionCall f args is not an object"],
+        ),
+        ([HI, chunk({"text": "!"}, finish="DONE")], ["event 2: unknown finishReason 'DONE'"]),
+        (
+            [data({"candidates": [{"finishReason": "STOP", "index": 0}, {"finishReason": "STOP", "index": 1}]})],
+            [],  # two candidates may each finish in one chunk (candidateCount 2)
+        ),
+        ([HI], ["no chunk with a finishReason"]),
+    ],
+)
+def test_gemini_rules(frames: list[str], expected: list[str]) -> None:
+    assert violations(*frames) == expected
+
+
+def test_a_finish_reason_repeated_in_a_later_chunk() -> None:
+    assert violations(HI, STOP, STOP) == [
+        "event 3: chunk after the finishReason chunk",
+        "event 3: finishReason repeated",
+    ]
+
+
+def test_function_calls_with_one_id_or_to_a_tool_not_offered() -> None:
+    call = {"functionCall": {"id": "c1", "name": "get_weather", "args": {}}}
+    assert violations(chunk(call), chunk(call, finish="STOP")) == ["tool calls 0 and 1 have the same id 'c1'"]
+    offered = {"contents": [], "tools": [{"functionDeclarations": [{"name": "get_time"}]}]}
+    request = Request("POST", PATH, "alt=sse", body=json.dumps(offered).encode())
+    assert violations(chunk(CALL, finish="STOP"), request=request) == [
+        "tool call 0 calls 'get_weather', which the request did not offer"
+    ]
+
+
+def test_the_bundled_cassette_keeps_the_contract(bundled: dict[str, Cassette]) -> None:
+    for interaction in bundled["gemini"]:
+        assert GEMINI.check([e for _, e in interaction.response.events()], interaction.request) == []
+
+
+# --- framing -----------------------------------------------------------------------------------------------
+
+
+BEFORE: list[Event] = [Start("r1", MODEL), TextDelta("Hi")]
+
+
+def test_error_frames_end_the_stream_with_the_error_chunk() -> None:
+    frames = GEMINI.error_frames(Error("The model is overloaded.", "overloaded_error"), BEFORE)
+    assert frames == [
+        b'data: {"error":{"code":503,"message":"The model is overloaded.","status":"UNAVAILABLE"}}\r\n\r\n'
+    ]
+    # A code that is a status is that status; another is an ErrorInfo reason, as the API gives its own.
+    assert json.loads(GEMINI.error_frames(Error("slow", code="RESOURCE_EXHAUSTED"), BEFORE)[0][6:]) == {
+        "error": {"code": 429, "message": "slow", "status": "RESOURCE_EXHAUSTED"}
+    }
+    assert json.loads(GEMINI.error_frames(Error("boom", code="c7"), BEFORE)[0][6:])["error"] == {
+        "code": 500,
+        "message": "boom",
+        "status": "INTERNAL",
+        "details": [
+            {
+                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                "reason": "c7",
+                "domain": "generativelanguage.googleapis.com",
+            }
+        ],
+    }
+
+
+def test_the_last_chunk_waits_for_the_usage_that_follows_the_finish() -> None:
+    encoder = GEMINI.encoder()
+    assert [encoder.feed(e) for e in (Start("r1", MODEL), TextDelta("Hi"))][1] != []
+    assert encoder.feed(Finish()) == []
+    (last,) = encoder.feed(Usage(5, 12, reasoning_tokens=10))
+    assert json.loads(last[6:]) == {
+        "candidates": [{"content": {"parts": [{"text": ""}], "role": "model"}, "finishReason": "STOP", "index": 0}],
+        "usageMetadata": {
+            "promptTokenCount": 5,
+            "candidatesTokenCount": 2,
+            "totalTokenCount": 17,
+            "thoughtsTokenCount": 10,
+        },
+        "modelVersion": MODEL,
+        "responseId": "r1",
+    }
+    assert encoder.close() == []
+
+
+def test_a_call_is_sent_whole_when_it_ends_and_never_when_cut_short() -> None:
+    events: list[Event] = [Start("r1", MODEL), ToolCallStart(0, "", "f"), ToolCallDelta(0, '{"a":')]
+    events.append(ToolCallDelta(0, " 1}"))
+    frames = GEMINI.encode([*events, ToolCallEnd(0), Finish("tool_calls")])
+    assert json.loads(frames[0][6:])["candidates"][0]["content"]["parts"] == [
+        {"functionCall": {"name": "f", "args": {"a": 1}}}
+    ]
+    cut = GEMINI.encode([*events[:3], Finish("length")])  # the API sends a call whole or not at all
+    assert [json.loads(f[6:])["candidates"][0]["finishReason"] for f in cut] == ["MAX_TOKENS"]
+
+
+@pytest.mark.parametrize(
+    ("status", "word"),
+    [
+        (429, "RESOURCE_EXHAUSTED"),
+        (503, "UNAVAILABLE"),
+        (404, "NOT_FOUND"),
+        (400, "INVALID_ARGUMENT"),
+        (418, "UNKNOWN"),
+    ],
+)
+def test_http_errors_are_googles_pretty_printed(status: int, word: str) -> None:
+    got_status, headers, body = GEMINI.http_error(status, "slow down")
+    assert (got_status, dict(headers)) == (status, {"content-type": "application/json; charset=UTF-8"})
+    assert body.decode() == (
+        f'{{\n  "error": {{\n    "code": {status},\n    "message": "slow down",\n    "status": "{word}"\n  }}\n}}\n'
+    )
+
+
+def test_a_miss_answers_in_googles_error_shape() -> None:
+    with (
+        serve(Cassette(), pace="instant") as server,
+        gemini_client(server.url) as client,
+        pytest.raises(errors.ClientError) as raised,
+    ):
+        client.models.generate_content(model=MODEL, contents="hi")
+    assert (raised.value.code, raised.value.status) == (404, "NOT_FOUND")
+    assert (raised.value.message or "").startswith("sse-tape: no recorded interaction matches POST /v1beta/models/")
+    assert raised.value.details["error"]["details"][0]["reason"] == "no_match"
+
+
+# --- paths and requests ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "stream", "model"),
+    [
+        (PATH, True, MODEL),
+        ("/v1beta/models/gemini-2.5-flash:generateContent", False, MODEL),
+        ("/v1/models/gemini-2.0-flash:streamGenerateContent", True, "gemini-2.0-flash"),
+        ("/v1beta/tunedModels/my-tune:generateContent", False, "my-tune"),
+        (
+            "/v1/projects/p/locations/global/publishers/google/models/gemini-2.5-pro:streamGenerateContent",
+            True,
+            "gemini-2.5-pro",
+        ),
+        ("/v1beta/models/openai/gpt-oss-20b:streamGenerateContent", True, "openai/gpt-oss-20b"),
+    ],
+)
+def test_the_path_names_the_dialect_the_model_and_the_stream(path: str, stream: bool, model: str) -> None:
+    assert for_path(path) is GEMINI
+    assert GEMINI.wants_stream({"contents": []}, path) is stream
+    assert GEMINI.request_prompt({"contents": []}, path).model == model
+
+
+def test_detected_by_its_chunks_when_the_path_does_not_tell(bundled: dict[str, Cassette]) -> None:
+    moved = Interaction(Request("POST", "/somewhere"), bundled["gemini"].interactions[0].response)
+    assert detect(moved) is GEMINI
+
+
+def test_a_request_as_a_prompt_and_back() -> None:
+    body = {
+        "contents": [
+            {"parts": [{"text": "Weather in Tokyo?"}], "role": "user"},
+            {"parts": [CALL], "role": "model"},
+            {"parts": [{"functionResponse": {"name": "get_weather", "response": {"temp": 18}}}], "role": "user"},
+        ],
+        "systemInstruction": {"parts": [{"text": "Be brief."}], "role": "user"},
+        "tools": [
+            {
+                "functionDeclarations": [
+                    {
+                        "name": "get_weather",
+                        "parameters": {"type": "OBJECT", "properties": {"city": {"type": "STRING"}}},
+                    }
+                ]
+            }
+        ],
+        "toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["get_weather"]}},
+        "generationConfig": {
+            "temperature": 0.5,
+            "maxOutputTokens": 64,
+            "stopSequences": ["END"],
+            "thinking_config": {},
+        },
+    }
+    prompt = GEMINI.prompt(body)
+    assert prompt.messages == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather in Tokyo?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "call_0",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city":"Tokyo"}'},
+                }
+            ],
+        },
+        {"role": "tool", "content": '{"temp":18}', "tool_call_id": "call_0"},
+    ]
+    assert prompt.tools == [
+        {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+    ]
+    assert (prompt.tool_choice, prompt.temperature, prompt.max_tokens, prompt.stop) == ("get_weather", 0.5, 64, ["END"])
+    assert GEMINI.request_body(prompt) == {
+        "contents": [
+            {"role": "user", "parts": [{"text": "Weather in Tokyo?"}]},
+            {
+                "role": "model",
+                "parts": [{"functionCall": {"name": "get_weather", "args": {"city": "Tokyo"}, "id": "call_0"}}],
+            },
+            {
+                "role": "user",
+                "parts": [{"functionResponse": {"name": "get_weather", "response": {"temp": 18}, "id": "call_0"}}],
+            },
+        ],
+        "systemInstruction": {"parts": [{"text": "Be brief."}]},
+        "tools": [
+            {
+                "functionDeclarations": [
+                    {
+                        "name": "get_weather",
+                        "parametersJsonSchema": {"type": "object", "properties": {"city": {"type": "string"}}},
+                    }
+                ]
+            }
+        ],
+        "toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["get_weather"]}},
+        "generationConfig": {"temperature": 0.5, "maxOutputTokens": 64, "stopSequences": ["END"]},
+    }
+
+
+def test_calls_without_ids_get_one_each_and_a_response_answers_the_last_call_of_its_name() -> None:
+    body = {
+        "contents": [
+            {"role": "model", "parts": [CALL, CALL, {"functionCall": {"name": "get_time"}}]},
+            {"role": "user", "parts": [{"functionResponse": {"name": "get_weather", "response": {"temp": 18}}}]},
+        ]
+    }
+    assistant, tool = GEMINI.prompt(body).messages
+    assert [c["id"] for c in assistant["tool_calls"]] == ["call_0", "call_1", "call_2"]
+    assert assistant["tool_calls"][2]["function"]["arguments"] == "{}"
+    assert tool["tool_call_id"] == "call_1"
+
+
+def test_translation_puts_the_model_in_the_path_and_asks_for_sse(bundled: dict[str, Cassette]) -> None:
+    tools = bundled["openai-chat"].interactions[1]
+    request = translate(tools, GEMINI).request
+    assert (request.path, request.query) == ("/v1beta/models/local-model:streamGenerateContent", "alt=sse")
+    assert json.loads(request.body) == {
+        "contents": [{"role": "user", "parts": [{"text": "Weather in Tokyo?"}]}],
+        "tools": [
+            {
+                "functionDeclarations": [
+                    {
+                        "name": "get_weather",
+                        "description": "Get weather for a city",
+                        "parametersJsonSchema": {
+                            "type": "object",
+                            "properties": {"city": {"type": "string"}},
+                            "required": ["city"],
+                        },
+                    }
+                ]
+            }
+        ],
+        "toolConfig": {"functionCallingConfig": {"mode": "AUTO"}},
+    }
+    back = translate(bundled["gemini"].interactions[0], DIALECTS["openai-chat"]).request
+    assert (back.path, back.query, json.loads(back.body)["model"]) == ("/v1/chat/completions", "", MODEL)
+
+
+# --- the official SDK --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Read:
+    """What the SDK gave for a stream: its answer text, thoughts and function calls, and its chunks."""
+
+    text: str = ""
+    thoughts: str = ""
+    calls: list[tuple[str | None, dict[str, Any] | None]] = field(default_factory=list)
+    chunks: list[types.GenerateContentResponse] = field(default_factory=list)
+
+
+def read(stream: Any, got: Read | None = None) -> Read:
+    """What the SDK made of a stream; `got` keeps what came before an exception."""
+    got = Read() if got is None else got
+    for response in stream:
+        got.chunks.append(response)
+        content = response.candidates[0].content if response.candidates else None
+        for part in (content.parts if content is not None else None) or []:
+            if part.thought and part.text:
+                got.thoughts += part.text
+            elif part.text:
+                got.text += part.text
+            elif part.function_call is not None:
+                got.calls.append((part.function_call.name, part.function_call.args))
+    return got
+
+
+WEATHER = types.Tool(
+    function_declarations=[
+        types.FunctionDeclaration(
+            name="get_weather",
+            description="Get weather for a city",
+            parameters=types.Schema(type=types.Type.OBJECT, properties={"city": types.Schema(type=types.Type.STRING)}),
+        )
+    ]
+)
+# The SDK would run a Python function itself; these tools are declarations only.
+MANUAL = types.AutomaticFunctionCallingConfig(disable=True)
+
+
+def test_the_sdk_streams_every_interaction_of_the_bundled_cassette(bundled: dict[str, Cassette]) -> None:
+    with serve(bundled["gemini"], pace="instant") as server, gemini_client(server.url) as client:
+        greeting = read(client.models.generate_content_stream(model=MODEL, contents="Hello!"))
+        tools = types.GenerateContentConfig(tools=[WEATHER], automatic_function_calling=MANUAL)
+        call = read(client.models.generate_content_stream(model=MODEL, contents="Weather in Tokyo?", config=tools))
+        turn = [
+            types.Content(role="user", parts=[types.Part(text="Weather in Tokyo?")]),
+            types.Content(role="model", parts=[types.Part(function_call=call.chunks[0].function_calls[0])]),  # type: ignore[index]
+            types.Content(
+                role="user",
+                parts=[types.Part.from_function_response(name="get_weather", response={"temperature_c": 18})],
+            ),
+        ]
+        after = read(client.models.generate_content_stream(model=MODEL, contents=turn, config=tools))
+        thinking = types.GenerateContentConfig(thinking_config=types.ThinkingConfig(include_thoughts=True))
+        thought = read(client.models.generate_content_stream(model=MODEL, contents="Even primes?", config=thinking))
+        usage = thought.chunks[-1].usage_metadata
+        failing = types.GenerateContentConfig(
+            temperature=1.2,
+            safety_settings=[
+                types.SafetySetting(
+                    category=types.HarmCategory.HARM_CATEGORY_DANGEROUS_CONTENT,
+                    threshold=types.HarmBlockThreshold.BLOCK_ONLY_HIGH,
+                )
+            ],
+        )
+        haiku = ""
+        with pytest.raises(errors.ServerError) as raised:  # noqa: PT012 (the chunks before it count)
+            for response in client.models.generate_content_stream(model=MODEL, contents="A haiku", config=failing):
+                haiku += response.text or ""
+    assert (greeting.text, greeting.thoughts, greeting.calls) == (GREETING, "", [])
+    assert greeting.chunks[-1].candidates[0].finish_reason == types.FinishReason.STOP  # type: ignore[index]
+    assert (call.text, call.calls) == ("", [("get_weather", {"city": "Tokyo"})])
+    assert call.chunks[0].candidates[0].content.parts[0].thought_signature  # type: ignore[index, union-attr]
+    assert after.text == "It's 18°C and sunny in Tokyo right now."
+    assert thought.thoughts.startswith("**Examining even primes**\n\nI'm looking at")
+    assert thought.text.endswith("2 is the only even prime number.")
+    assert usage is not None
+    assert (usage.prompt_token_count, usage.candidates_token_count, usage.thoughts_token_count) == (14, 40, 247)
+    assert haiku == "Waves fold into foam,\nsalt wind carries the"
+    assert (raised.value.code, raised.value.status) == (503, "UNAVAILABLE")
+    assert raised.value.message == "The model is overloaded. Please try again later."
+
+
+def test_the_sdk_gets_a_recorded_stream_as_one_answer_from_generate_content(bundled: dict[str, Cassette]) -> None:
+    with serve(bundled["gemini"], pace="instant") as server, gemini_client(server.url) as client:
+        answer = client.models.generate_content(model=MODEL, contents="Hello!")
+        requests = [(r.path, r.query) for r in server.state.received]
+    assert requests == [("/v1beta/models/gemini-2.5-flash:generateContent", "")]
+    assert answer.text == GREETING
+    assert answer.response_id == "qGkzadPvL4u7nvgP1b3ZuAs"
+    assert answer.usage_metadata is not None
+    assert (answer.usage_metadata.prompt_token_count, answer.usage_metadata.total_token_count) == (2, 35)
+
+
+def test_the_sdk_reads_every_other_bundled_cassette_translated_to_gemini(bundled: dict[str, Cassette]) -> None:
+    read_count = 0
+    for name, cassette in bundled.items():
+        if name == "gemini":
+            continue
+        for interaction in cassette:
+            source = detect(interaction)
+            assert source is not None
+            recorded = Answer.of(source.decode(e for _, e in interaction.response.events()))
+            translated = translate(interaction, GEMINI)
+            model = GEMINI.request_prompt(translated.request.json(), translated.request.path).model
+            prefix = translated.request.path.split("/v1beta/")[0]  # a router's /proj_ABC123/my-endpoint stays
+            got, raised = Read(), None
+            with (
+                serve(Cassette([translated]), match_on=["method", "path"], pace="instant") as server,
+                gemini_client(server.url + prefix) as client,
+            ):
+                try:
+                    read(client.models.generate_content_stream(model=model, contents="?"), got)
+                except errors.APIError as exc:
+                    raised = exc
+            assert (raised is None) == (recorded.error is None), (name, interaction, raised)
+            if raised is not None and recorded.error is not None:
+                assert raised.message == recorded.error.message, (name, interaction)
+            assert got.text == recorded.text + recorded.refusal, (name, interaction)
+            assert got.thoughts == recorded.reasoning, (name, interaction)
+            assert got.calls == [(c.name, json.loads(c.arguments)) for c in recorded.client_calls()], (
+                name,
+                interaction,
+            )
+            read_count += 1
+    assert read_count >= 12
+
+
+def test_the_sdk_raises_its_own_errors_on_an_error_injected_mid_stream(bundled: dict[str, Cassette]) -> None:
+    greeting = Cassette([bundled["gemini"].interactions[0]], match_on=bundled["gemini"].match_on)
+    got: list[str] = []
+    faults = ["error:at=1,message=boom,times=1", "error:at=1,code=RESOURCE_EXHAUSTED,message=slow down"]
+    with (  # noqa: PT012 (the chunks before the error count)
+        serve(greeting, pace="instant", faults=faults[:1]) as server,
+        gemini_client(server.url) as client,
+        pytest.raises(errors.ServerError) as server_error,
+    ):
+        for response in client.models.generate_content_stream(model=MODEL, contents="Hello!"):
+            got.append(response.text or "")
+    with (
+        serve(greeting, pace="instant", faults=faults[1:]) as server,
+        gemini_client(server.url) as client,
+        pytest.raises(errors.ClientError) as client_error,
+    ):
+        list(client.models.generate_content_stream(model=MODEL, contents="Hello!"))
+    assert got == ["Hello"]  # the first event as recorded, then the error
+    assert (server_error.value.code, server_error.value.status, server_error.value.message) == (500, "INTERNAL", "boom")
+    assert (client_error.value.code, client_error.value.status) == (429, "RESOURCE_EXHAUSTED")
+
+
+@pytest.mark.parametrize(("status", "word"), [(429, "RESOURCE_EXHAUSTED"), (503, "UNAVAILABLE")])
+def test_the_sdk_retries_a_429_or_503_when_its_retry_policy_says_so(
+    bundled: dict[str, Cassette], status: int, word: str
+) -> None:
+    greeting = Cassette([bundled["gemini"].interactions[0]], match_on=bundled["gemini"].match_on)
+    fault = [f"status:code={status},times=1"]
+    retry = types.HttpRetryOptions(attempts=3, initial_delay=0, max_delay=0, jitter=0)
+    with serve(greeting, pace="instant", faults=fault) as server, gemini_client(server.url, retry=retry) as client:
+        retried = read(client.models.generate_content_stream(model=MODEL, contents="Hello!"))
+        assert server.state.requests == 2
+    # Without a retry policy (the SDK's default) it raises at once, with the status and its word.
+    with serve(greeting, pace="instant", faults=fault) as server, gemini_client(server.url) as client:
+        with pytest.raises(errors.APIError) as raised:
+            list(client.models.generate_content_stream(model=MODEL, contents="Hello!"))
+        assert server.state.requests == 1
+    assert retried.text == GREETING
+    assert (raised.value.code, raised.value.status) == (status, word)
+    assert isinstance(raised.value, errors.ClientError if status < 500 else errors.ServerError)
+
+
+def test_the_sdk_does_not_retry_a_status_its_policy_does_not_name(bundled: dict[str, Cassette]) -> None:
+    greeting = Cassette([bundled["gemini"].interactions[0]], match_on=bundled["gemini"].match_on)
+    retry = types.HttpRetryOptions(attempts=3, initial_delay=0, max_delay=0, jitter=0)
+    with serve(greeting, pace="instant", faults=["status:code=400,times=1"]) as server:
+        with gemini_client(server.url, retry=retry) as client, pytest.raises(errors.ClientError) as raised:
+            list(client.models.generate_content_stream(model=MODEL, contents="Hello!"))
+        assert server.state.requests == 1
+    assert (raised.value.code, raised.value.status) == (400, "INVALID_ARGUMENT")
+
+
+def test_a_recorded_json_answer_streams_to_the_sdk() -> None:
+    body = GEMINI.response_json([Start("r9", MODEL), TextDelta("One whole answer, cut into pieces."), Finish()])
+    recorded = Interaction(
+        Request("POST", "/v1beta/models/gemini-2.5-flash:generateContent", body=b'{"contents": []}'),
+        Response(200, (("content-type", "application/json"),), (Chunk(0.2, json.dumps(body).encode()),)),
+    )
+    with (
+        serve(Cassette([recorded]), match_on=["method", "path"], pace="instant") as server,
+        gemini_client(server.url) as client,
+    ):
+        got = read(client.models.generate_content_stream(model=MODEL, contents="?"))
+    assert got.text == "One whole answer, cut into pieces."
+    assert len(got.chunks) > 3
