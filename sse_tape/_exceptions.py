@@ -18,6 +18,9 @@ The command line turns any of them into one line on stderr and exit status 2.
 
 from __future__ import annotations
 
+import errno
+import os
+
 __all__ = [
     "CassetteError",
     "CassetteFormatError",
@@ -28,6 +31,7 @@ __all__ = [
     "SSETapeError",
     "StreamError",
     "UpstreamError",
+    "cannot_listen",
 ]
 
 
@@ -72,3 +76,11 @@ class StreamError(SSETapeError, ValueError):
 
 class UpstreamError(SSETapeError, ConnectionError):
     """The upstream could not be reached, or sent no response head in time."""
+
+
+def cannot_listen(host: str, port: int, exc: OSError) -> SSETapeError:
+    """The one-line error for a server that could not bind: the system's reason, without asyncio's wording
+    around it; an unknown host (a `socket.gaierror`, whose codes are no errno) says so in its own words."""
+    known = exc.errno is not None and exc.errno in errno.errorcode
+    reason = os.strerror(exc.errno).lower() if known and exc.errno is not None else exc.strerror or str(exc)
+    return SSETapeError(f"cannot listen on {host}:{port}: {reason}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import errno
 import gc
 import ipaddress
 import json
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from . import __version__
-from ._exceptions import ConfigError, SSETapeError
+from ._exceptions import ConfigError, SSETapeError, cannot_listen
 from ._units import parse_duration
 from .cassette import Cassette, Interaction, append_interactions, check_cassette_path, find_cassettes
 from .dialects import DIALECTS, Dialect, Violation, check_error_response, check_framing, detect, translate
@@ -689,10 +688,7 @@ async def _serve_until_stopped(server: MockServer, what: str, ready: Callable[[]
     try:
         await server.start()
     except OSError as exc:
-        # asyncio wraps the bind error's text in a sentence of its own; an unknown host is a gaierror.
-        known = exc.errno is not None and exc.errno in errno.errorcode
-        reason = os.strerror(exc.errno).lower() if known and exc.errno is not None else exc.strerror or str(exc)
-        raise SSETapeError(f"cannot listen on {server.host}:{server.port}: {reason}") from None
+        raise cannot_listen(server.host, server.port, exc) from None
     # The loaded cassettes live as long as the server: no collection need walk them again, and a full
     # one of a big cassette held every stream back for tens of milliseconds (this process is ours alone).
     gc.freeze()

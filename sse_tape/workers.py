@@ -29,7 +29,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from ._exceptions import SSETapeError
+from ._exceptions import SSETapeError, cannot_listen
 from .server import MockServer
 
 __all__ = ["run"]
@@ -57,9 +57,7 @@ def run(
         held.bind((server.host, server.port))
     except OSError as exc:
         held.close()
-        raise SSETapeError(
-            f"cannot listen on {server.host}:{server.port}: {os.strerror(exc.errno or 0).lower()}"
-        ) from None
+        raise cannot_listen(server.host, server.port, exc) from None
     server.port, server.reuse_port = held.getsockname()[1], True
     gc.freeze()  # what the children share stays shared: the collector never writes to those pages
     ready_read, ready_write = os.pipe()

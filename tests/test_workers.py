@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,8 @@ import httpx
 import processes
 import pytest
 from clients import openai_client
+
+from sse_tape._exceptions import cannot_listen
 
 ROOT = Path(__file__).parent.parent
 
@@ -112,3 +115,28 @@ def test_two_replicas_behind_the_balancer_in_docs_scaling_md(tmp_path: Path) -> 
         for process in [balancer, *(p for p, _ in replicas)]:
             process.terminate()
             process.communicate(timeout=60)
+
+
+def test_workers_on_a_busy_port_are_one_line_and_exit_2() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "sse_tape", "serve", "--workers", "2", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert (result.returncode, result.stderr) == (
+        2,
+        f"Error: cannot listen on 127.0.0.1:{port}: address already in use\n",
+    )
+
+
+def test_an_unknown_host_is_said_in_the_resolvers_words() -> None:
+    # What binding to a name no resolver knows raises (resolving it here would ask this machine's DNS).
+    unknown = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    assert str(cannot_listen("no-such-host.invalid", 8080, unknown)) == (
+        "cannot listen on no-such-host.invalid:8080: Name or service not known"
+    )
