@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from .cassette import End
 from .dialects import Dialect
-from .dialects.events import Start
+from .dialects.events import Error, Start
 from .faults import Fault, Stage, apply, corrupted, error_frames
 from .plan import Beats, Noise, Plan, Position, PositionUnit, Write, blocks_of, event_ends, whole_blocks
 from .sse import ServerSentEvent, encode_comment
@@ -39,6 +39,9 @@ from .sse import ServerSentEvent, encode_comment
 __all__ = ["LiveFaults", "needs_whole_stream"]
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
+# A block of the stream on its way through the faults, and the event it dispatches (None: a comment).
+_Piece = tuple[bytes, ServerSentEvent | None]
+
 _HEARTBEAT = encode_comment("heartbeat")
 
 
@@ -143,6 +146,7 @@ class LiveFaults:
                 if fault.name == "latency":
                     self._shift += fault["delay"]  # every write that much later
         self._seen = {id(f): _Seen() for f in self._pending if f.stage is Stage.EVENTS}
+        self._order = {id(f): n for n, f in enumerate(faults)}
         self._partial = b""  # the start of a block whose end has not come yet
         self._t = 0.0  # when the last piece came
         self._bytes_in = 0  # what the source wrote so far
@@ -181,10 +185,11 @@ class LiveFaults:
             if self.end is not None:
                 break
             data = body[block.start - base : block.end - base]
-            for piece in self._events(t, data, block.event):
+            for piece in self._events(t, [(data, block.event)], self._event_faults()):
                 writes += self._wire(t, piece)
             self._bytes_in += len(data)
         if self.end is not None:
+            self._unreached()
             writes += self._flush()
         return writes
 
@@ -195,17 +200,45 @@ class LiveFaults:
         if self.end is not None:
             return writes
         for fault in list(self._pending):
-            if fault.name == "stall":
+            if fault not in self._pending:  # it acted on the error that an earlier one put in at the end
+                continue
+            if fault.name == "error" and self.end is None:
+                writes += self._error_at_end(fault)
+            elif fault.name == "stall":
                 writes += self._silence(self._last, fault)
-            elif fault.name in ("garbage", "disconnect"):
-                if self.end is None:
-                    self._ends(fault, self._last)
-            else:
-                self._done(fault, f"the stream ended before {_position(fault)}: left alone")
+            elif fault.name in ("garbage", "disconnect") and self.end is None:
+                self._ends(fault, self._last)
+        self._unreached()
         if self._dropper is not None and self.end is None:
             self.notes.append((self._dropper, f"the stream ended before {self.until:g} s: left alone"))
         self.end_at = max(self.end_at, self._last)
         return writes + self._flush()
+
+    def _unreached(self) -> None:
+        """Note the faults whose place the stream, now ended, never came to."""
+        for fault in list(self._pending):
+            self._done(fault, f"the stream ended before {_position(fault)}: left alone")
+
+    def _error_at_end(self, fault: Fault) -> list[Write]:
+        """An error placed past the end of a stream that had no terminal frame to put it before (Gemini's has
+        none): it goes in at the end, as on a replay."""
+        sent = self._seen[id(fault)].sent
+        if not sent:
+            self._done(fault, "not an event stream: left alone")
+            return []
+        if any(isinstance(e, Error) for e in self.dialect.decode(sent)):
+            self._done(fault, "the stream has ended in an error already: left alone")
+            return []
+        self._done(fault, f"{self.dialect.name} error after event {len(sent)}")
+        self.end = End.COMPLETE
+        # The faults after it count their positions in what it made of the stream, as on a replay.
+        later = [f for f in self._event_faults() if self._order[id(f)] > self._order[id(fault)]]
+        pieces = self._events(self._t, _blocks_in(error_frames(fault, self.dialect, sent, None)), later)
+        return [write for piece in pieces for write in self._wire(self._t, piece)]
+
+    def _event_faults(self) -> list[Fault]:
+        """The faults of the event stage still waiting to act, in the order given."""
+        return [f for f in self._pending if f.stage is Stage.EVENTS]
 
     def expire(self, t: float) -> None:
         """The time of a disconnect at a time (`until`) has come, at `t`: the connection drops now."""
@@ -216,22 +249,23 @@ class LiveFaults:
 
     # --- the stages -----------------------------------------------------------------------------------
 
-    def _events(self, t: float, data: bytes, event: ServerSentEvent | None) -> list[bytes]:
-        """What a block becomes: itself, nothing, twice, broken, or the API's error in its place.
+    def _events(self, t: float, pieces: list[_Piece], faults: list[Fault]) -> list[bytes]:
+        """What blocks become: themselves, nothing, twice, broken, or the API's error in their place.
 
         The faults act in the order given, each on what the ones before it made of the stream, and each
         counts its position in that, as on a replay: a `drop:at=1` before an `error:at=3` leaves the
-        error three events after the start of the stream without the dropped one.
+        error three events after the start of the stream without the dropped one, and a `drop` after an
+        `error` may drop the error's own event.
         """
-        pieces: list[tuple[bytes, ServerSentEvent | None]] = [(data, event)]
-        for fault in [f for f in self._pending if f.stage is Stage.EVENTS]:
+        for fault in faults:
             seen = self._seen[id(fault)]
-            made: list[tuple[bytes, ServerSentEvent | None]] = []
+            made: list[_Piece] = []
             for data, event in pieces:
                 if fault in self._pending and (what := self._event_fault(fault, seen, t, data, event)) is not None:
-                    if fault.name == "error":
+                    if fault.name == "error":  # the stream ends in the API's error: nothing after it goes
                         self.end = End.COMPLETE
-                        return [piece for piece, _ in made] + what
+                        made += _blocks_in(what[0])
+                        break
                     made += [(piece, event) for piece in what]
                 else:
                     made.append((data, event))
@@ -370,3 +404,8 @@ class LiveFaults:
             return []
         body, self._held = b"".join(self._held), []
         return [(self._last, body)]
+
+
+def _blocks_in(frames: bytes) -> list[_Piece]:
+    """Frames a fault made, as blocks that the faults after it see one by one."""
+    return [(frames[b.start : b.end], b.event) for b in blocks_of(frames)]
