@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import random
 import re
-import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -716,6 +715,8 @@ def load_profile(name: str, folder: Path | None = None) -> list[Fault]:
 
     A profile is a table with `faults`, a list of fault specifications.
     """
+    import tomllib  # 4 ms to import: only a named profile is looked for in files
+
     folder = folder or Path.cwd()
     found: dict[str, Any] = {}
     for file, keys in (
