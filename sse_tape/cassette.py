@@ -58,6 +58,7 @@ from .sse import ServerSentEvent, SSEDecoder
 
 __all__ = [
     "FORMAT_VERSION",
+    "REDACTED",
     "Cassette",
     "Chunk",
     "End",
@@ -78,6 +79,9 @@ __all__ = [
 FORMAT_VERSION = 1
 
 SUFFIXES = (".toml", ".msgpack")
+
+#: What a recording holds in place of a secret (see `redaction`); on replay it matches any value.
+REDACTED = "<redacted>"
 
 Headers = tuple[tuple[str, str], ...]
 

@@ -37,10 +37,9 @@ from urllib.parse import parse_qsl
 
 from ._exceptions import ConfigError, NoMatchError
 from ._paths import locate
-from .cassette import Cassette, Interaction, MatchOn, Recording, Request
+from .cassette import REDACTED, Cassette, Interaction, MatchOn, Recording, Request
 from .dialects import for_path
 from .journal import ReplayState
-from .redaction import REDACTED
 
 __all__ = ["DEFAULT_MATCH_ON", "MatchOn", "Matcher", "asks_for_stream", "is_streamed", "last_event_id"]
 
