@@ -13,8 +13,9 @@ all, alternating between them round after round (the order turns each round):
 - events: 60-event instant streams at 1, 50 and 500 clients, keep-alive:
   events/s, sse-tape's `MockServer` against the aiohttp floor.
 - cold: from spawning a process to the first complete answer, polling its
-  port: `python -m sse_tape serve`, a bare aiohttp app that serves one route,
-  and aimock's `llmock`.
+  port: `python -m sse_tape serve` of one cassette and of the bundled ones,
+  a bare aiohttp app that serves one route, and aimock's `llmock`. The
+  Python ones start from compiled bytecode, as an installed package does.
 
 The client reads raw sockets through epoll, without asyncio, so that it
 costs little beside the servers; its own CPU share is printed. It checks
@@ -196,12 +197,14 @@ def command_server(argv: Callable[[int], list[str]], request: bytes, name: str) 
     return server
 
 
-def cold_start(argv: list[str], port: int, request: bytes, name: str) -> tuple[float, float, bytes]:
+def cold_start(
+    argv: list[str], port: int, request: bytes, name: str, env: dict[str, str]
+) -> tuple[float, float, bytes]:
     """Seconds from spawning `argv` to the first complete answer on `port`, the CPU seconds the process
     used until then, and that answer."""
     with tempfile.TemporaryFile() as log:
         start = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, env=env)
         try:
             answer = first_answer(proc, port, request, log, name)
             return time.perf_counter() - start, cpu_seconds(proc.pid), answer
@@ -209,8 +212,10 @@ def cold_start(argv: list[str], port: int, request: bytes, name: str) -> tuple[f
             stop(proc)
 
 
-def serve_argv(cassette: Path, port: int) -> list[str]:
-    return [sys.executable, "-m", "sse_tape", "serve", str(cassette), "--port", str(port), "--pace", "instant", "-q"]
+def serve_argv(cassette: Path | None, port: int) -> list[str]:
+    """`sse-tape serve` of `cassette`, or with None of the bundled cassettes (`recording` is one of them)."""
+    paths = [str(cassette)] if cassette else []
+    return [sys.executable, "-m", "sse_tape", "serve", *paths, "--port", str(port), "--pace", "instant", "-q"]
 
 
 def aimock_argv(cli: Path, fixture: Path, port: int) -> list[str]:
@@ -528,14 +533,19 @@ def events_figure(run: Run) -> None:
     table("server CPU time (user + system) per stream, µs; same loads", results, cpus, ratios)
 
 
-def cold_figure(starts: dict[str, Callable[[int], list[str]]], request: bytes, samples: int) -> None:
+def cold_figure(starts: dict[str, Callable[[int], list[str]]], request: bytes, samples: int, tmp: Path) -> None:
+    # Python contenders start from compiled bytecode, as an installed package does (pip compiles it): with
+    # PYTHONDONTWRITEBYTECODE set (as on this project's machines) a checkout's modules would be compiled
+    # again at every start. Their caches go to a folder of this run's, written by the untimed starts.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
     results: dict[str, dict[str, list[float]]] = {name: {"ms": [], "cpu": []} for name in starts}
     for name, argv in starts.items():  # once each, untimed: bytecode and disk caches
-        cold_start(argv(port := free_port()), port, request, name)
+        cold_start(argv(port := free_port()), port, request, name, env)
     for n in range(samples):
         names = list(starts)
         for name in names[n % len(names) :] + names[: n % len(names)]:
-            seconds, cpu, answer = cold_start(starts[name](port := free_port()), port, request, name)
+            seconds, cpu, answer = cold_start(starts[name](port := free_port()), port, request, name, env)
             if body_of(answer).count(b"\n\n") != 13:
                 raise SystemExit(f"{name}: its first answer is not the 13-event stream")
             results[name]["ms"].append(seconds * 1000)
@@ -544,7 +554,7 @@ def cold_figure(starts: dict[str, Callable[[int], list[str]]], request: bytes, s
         f"cold start: from spawning the process to the first complete answer, and the CPU time (user + system) "
         f"it used until then, ms. Median of {samples}, alternating [min-max]"
     )
-    ratios = [("sse-tape serve", "aiohttp app"), ("sse-tape serve", "aimock")]
+    ratios = [("sse-tape serve", "aiohttp app"), ("serve, bundled", "aiohttp app"), ("sse-tape serve", "aimock")]
     table(title, results, [("first answer", "ms", "{:.0f}"), ("its CPU", "cpu", "{:.0f}")], ratios)
 
 
@@ -625,6 +635,7 @@ def main() -> None:
         }
         starts: dict[str, Callable[[int], list[str]]] = {
             "sse-tape serve": lambda port: serve_argv(cassette, port),
+            "serve, bundled": lambda port: serve_argv(None, port),
             "aiohttp app": lambda port: [sys.executable, str(app), str(port)],
         }
         if aimock:
@@ -647,7 +658,7 @@ def main() -> None:
         if args.only in (None, "events"):
             events_figure(run)
         if args.only in (None, "cold"):
-            cold_figure(starts, http_request(body, keep_alive=False), args.starts)
+            cold_figure(starts, http_request(body, keep_alive=False), args.starts, Path(tmp))
     if not aimock:
         print("\naimock not given: pass --aimock PATH to compare with it (see this script's docstring)")
 

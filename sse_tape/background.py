@@ -54,7 +54,7 @@ from .responder import Attached, Exchange, inject
 
 __all__ = ["Background", "BackgroundResponse", "json_plan"]
 
-_RESPONSES = DIALECTS["openai-responses"]
+_RESPONSES = "openai-responses"  # by name: its codec is imported when a request for it comes
 # A response, and cancelling it: …/responses/{id} and …/responses/{id}/cancel, under any prefix.
 _RESOURCE = re.compile(r"/responses/(?P<id>[^/]+)(?P<cancel>/cancel)?/?$")
 _UNFINISHED = ("queued", "in_progress")
@@ -62,7 +62,8 @@ _UNFINISHED = ("queued", "in_progress")
 
 def _asks_for_background(request: Request) -> bool:
     """Whether a request asks the Responses API for a background response (`"background": true`)."""
-    if request.method.upper() != "POST" or for_path(request.path) is not _RESPONSES:
+    dialect = for_path(request.path) if request.method.upper() == "POST" else None
+    if dialect is None or dialect.name != _RESPONSES:
         return False
     if b'"background"' not in request.body:
         return False  # most requests: no need to read the body again
@@ -183,7 +184,7 @@ class Background(Attached):
         if kept is None:
             exchange.miss = f"no background response {response_id!r} in this session"
             return None  # a recording of this request may answer it
-        exchange.dialect = _RESPONSES
+        exchange.dialect = DIALECTS[_RESPONSES]
         now = exchange.started
         if cancel:
             cancelled = kept.cancel(now)
@@ -211,19 +212,19 @@ class Background(Attached):
         plan = kept.stream(now, after)
         events = "its events" if after is None else f"its events after {after}"
         self._answered(exchange, plan.status, f"background response {kept.id}, {events}")
-        inject(self.host, exchange, plan, dialect=_RESPONSES)
+        inject(self.host, exchange, plan, dialect=DIALECTS[_RESPONSES])
         exchange.event_ends = [b.end for b in plan.events]
         return await self.host.send(exchange, plan)
 
     async def _json(self, exchange: Exchange, body: dict[str, Any], what: str) -> web.StreamResponse:
         plan = json_plan(body)
         self._answered(exchange, plan.status, what)
-        inject(self.host, exchange, plan, dialect=_RESPONSES, stream=False)
+        inject(self.host, exchange, plan, dialect=DIALECTS[_RESPONSES], stream=False)
         return await self.host.send(exchange, plan)
 
     async def _refuse(self, exchange: Exchange, message: str) -> web.StreamResponse:
         """The API's own 400, in its words (not one of sse-tape's errors)."""
-        status, headers, body = _RESPONSES.http_error(400, message)
+        status, headers, body = DIALECTS[_RESPONSES].http_error(400, message)
         self._answered(exchange, status, message)
         return await self.host.send(exchange, Plan(status, list(headers), [(0.0, body)]))
 

@@ -22,7 +22,6 @@ from .cassette import Cassette, Interaction, append_interactions, check_cassette
 from .dialects import DIALECTS, Dialect, Violation, check_error_response, check_framing, detect, translate
 from .dialects import get as get_dialect
 from .faults import FAULTS, PROFILES, Stage
-from .live_faults import needs_whole_stream
 from .matching import is_streamed
 from .options import MissPolicy, RecordMode, ServeOptions, parse_match
 from .server import Limits, MockServer, load_cassettes, recording_server
@@ -337,6 +336,8 @@ def _fault_options(command: Callable[..., None]) -> Callable[..., None]:
 
 def _say_what_stays_whole(options: ServeOptions, streams: str) -> None:
     """One line for each fault that cannot act on `streams`, made as they are sent: it needs them whole first."""
+    from .live_faults import needs_whole_stream  # for forwarded and synthesized streams: replay starts without
+
     for fault in options.faults:
         if needs_whole_stream(fault):
             _log(f"fault {fault.spec!r} needs the whole stream in advance: it applies to replays, not to {streams}")

@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import random
 import re
-import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from . import misbehaviour
 from ._exceptions import ConfigError
 from ._units import parse_duration
 from .cassette import End, Request
@@ -512,13 +510,17 @@ def _offered(dialect: Dialect, request: Request | None) -> list[dict[str, Any]]:
         return []
 
 
-def _misbehave(
-    make: Callable[[Fault, misbehaviour.Stream], misbehaviour.Misbehaviour],
-) -> Transform:
+def _misbehave(name: str, *keys: str) -> Transform:
+    """The transform of the misbehaviour `misbehaviour.<name>`, given the stream and the fault's `keys`."""
+
     def transform(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, request: Request | None) -> str:
+        from . import misbehaviour  # imported when a misbehaviour is injected: replay starts without it
+
+        make = getattr(misbehaviour, name)
+        values = [fault[key] for key in keys]
         at = fault["at"] if fault.kind.key("at") is not None else None
         return misbehaviour.rewrite(
-            plan, dialect, lambda stream: make(fault, stream), at=at, tools=_offered(dialect, request), rng=rng
+            plan, dialect, lambda stream: make(stream, *values), at=at, tools=_offered(dialect, request), rng=rng
         )
 
     return transform
@@ -612,28 +614,28 @@ FAULTS: dict[str, FaultKind] = {
         FaultKind("refusal", Stage.ANSWER, "the answer turns into a refusal at a position",
                   (Key("at", _AT, _position, "50%"),
                    Key("message", "text", _text, "I'm sorry but I can't help with that.")),
-                  _misbehave(lambda f, s: misbehaviour.refusal(s, f["message"])), main="at"),
+                  _misbehave("refusal", "message"), main="at"),
         FaultKind("content-filter", Stage.ANSWER, "the answer stops at a position with the content-filter finish reason",
                   (Key("at", _AT, _position, "50%"),),
-                  _misbehave(lambda f, s: misbehaviour.content_filter(s)), main="at"),
+                  _misbehave("content_filter"), main="at"),
         FaultKind("length", Stage.ANSWER,
                   "a stop for length in the middle of the first tool call's arguments (half-way through an answer with no call)",
-                  (), _misbehave(lambda f, s: misbehaviour.length(s))),
+                  (), _misbehave("length")),
         FaultKind("bad-args", Stage.ANSWER,
                   "a tool call's arguments that are not JSON (json), or JSON that breaks the tool's schema (schema); "
                   "an answer with no call calls the first tool offered",
                   (Key("kind", "json or schema", _choice("json", "schema"), "json"),),
-                  _misbehave(lambda f, s: misbehaviour.bad_arguments(s, f["kind"])), main="kind"),
+                  _misbehave("bad_arguments", "kind"), main="kind"),
         FaultKind("unknown-tool", Stage.ANSWER, "a call to a tool the request did not offer (the first call renamed, or one added)",
                   (Key("name", "tool name", _text, "sse_tape_unknown_tool"),),
-                  _misbehave(lambda f, s: misbehaviour.unknown_tool(s, f["name"])), main="name"),
+                  _misbehave("unknown_tool", "name"), main="name"),
         FaultKind("duplicate-tool-id", Stage.ANSWER, "two tool calls with the same id",
-                  (), _misbehave(lambda f, s: misbehaviour.duplicate_tool_id(s))),
+                  (), _misbehave("duplicate_tool_id")),
         FaultKind("empty-answer", Stage.ANSWER, "the answer starts and finishes with nothing between", (),
-                  _misbehave(lambda f, s: misbehaviour.empty_answer(s))),
+                  _misbehave("empty_answer")),
         FaultKind("reasoning-only", Stage.ANSWER, "reasoning, then a finish with no answer (the recorded reasoning, or this text)",
                   (Key("text", "text", _text, "Let me think about this step by step."),),
-                  _misbehave(lambda f, s: misbehaviour.reasoning_only(s, f["text"])), main="text"),
+                  _misbehave("reasoning_only", "text"), main="text"),
     )
 }  # fmt: skip
 
@@ -716,6 +718,8 @@ def load_profile(name: str, folder: Path | None = None) -> list[Fault]:
 
     A profile is a table with `faults`, a list of fault specifications.
     """
+    import tomllib  # 4 ms to import: only a named profile is looked for in files
+
     folder = folder or Path.cwd()
     found: dict[str, Any] = {}
     for file, keys in (

@@ -32,16 +32,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from difflib import SequenceMatcher
 from typing import Any
 from urllib.parse import parse_qsl
 
 from ._exceptions import ConfigError, NoMatchError
 from ._paths import locate
-from .cassette import Cassette, Interaction, MatchOn, Recording, Request
+from .cassette import REDACTED, Cassette, Interaction, MatchOn, Recording, Request
 from .dialects import for_path
 from .journal import ReplayState
-from .redaction import REDACTED
 
 __all__ = ["DEFAULT_MATCH_ON", "MatchOn", "Matcher", "asks_for_stream", "is_streamed", "last_event_id"]
 
@@ -195,6 +193,8 @@ class Matcher:
 
     def explain_miss(self, request: Request, *, limit: int = 3) -> str:
         """A message naming the closest recordings and how each differs from `request`."""
+        from difflib import SequenceMatcher  # only a miss compares paths: serving starts without difflib
+
         head = f"no recorded interaction matches {request.method} {request.path}"
         if not self.recordings:
             return head + " (no interactions are loaded)"

@@ -33,12 +33,9 @@ from urllib.parse import quote, unquote_plus
 
 from . import _json
 from ._paths import locate
-from .cassette import Headers, Interaction, Request, Response
+from .cassette import REDACTED, Headers, Interaction, Request, Response
 
 __all__ = ["REDACTED", "Redaction", "find_secrets"]
-
-#: What a secret is replaced with.
-REDACTED = "<redacted>"
 
 # A header word that begins with one of these marks a secret: authentication, tokens, passwords.
 _SECRET_STEMS = ("key", "apikey", "token", "secret", "passw", "credential", "cookie", "auth", "signature", "session")

@@ -11,8 +11,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import httpx
+import processes
 import pytest
 from click.testing import CliRunner
+from clients import openai_client
 
 from sse_tape import Cassette, Chunk, Interaction, Request, Response, __version__, bundled_cassettes
 from sse_tape.cassette import Injection
@@ -85,6 +87,31 @@ def test_serve_given_cassettes_matches_bodies_by_default(tmp_path: Path) -> None
         code, err = server.stop()
     assert code == 0
     assert err == "sse-tape: stopped\n"
+
+
+def test_serve_imports_only_what_replaying_one_api_needs(tmp_path: Path) -> None:
+    # A cold start (issue 15) imports no recorder, no other API's codec, and nothing only faults, misses,
+    # secrets or other commands use. The server writes down the modules it imported as it exits. (--quiet:
+    # click itself imports difflib to read a short option such as -q.)
+    listed = tmp_path / "modules"
+    setup = f"import atexit, sys; atexit.register(lambda: open({str(listed)!r}, 'w').write(' '.join(sys.modules)))"
+    server, url = processes.start(["serve", str(BUNDLED["openai-chat"]), "--port", "0", "--quiet"], setup=setup)
+    try:
+        chunks = openai_client(url + "/v1").chat.completions.create(
+            model="anything", messages=[{"role": "user", "content": "Tell me a joke"}], stream=True
+        )
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, err = server.communicate(timeout=30)
+    assert server.returncode == 0, err
+    modules = set(listed.read_text().split())
+    unused = {"sse_tape.record", "sse_tape.upstream", "sse_tape.redaction", "sse_tape.misbehaviour"}
+    unused |= {"sse_tape.live_faults", "sse_tape.show", "sse_tape.synth", "sse_tape.workers", "sse_tape.pytest_plugin"}
+    unused |= {"tomli_w", "difflib", "httpx"}
+    assert modules & unused == set()
+    codecs = {m.rsplit(".", 1)[1] for m in modules if m.startswith("sse_tape.dialects.")}
+    assert codecs == {"base", "events", "answer", "_openai", "openai_chat"}
 
 
 @pytest.mark.parametrize("command", ["serve", "show"])

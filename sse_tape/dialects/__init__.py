@@ -8,6 +8,9 @@ of the original events; `Answer` puts a stream's events together.
 
 from __future__ import annotations
 
+import importlib
+import re
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 
 from .. import _json
@@ -15,15 +18,8 @@ from .._exceptions import ConfigError
 from ..cassette import Chunk, End, Interaction, Response
 from ..sse import SSEDecoder
 from .answer import Answer, Call
-from .anthropic_messages import AnthropicMessages
 from .base import Dialect, Prompt, Violation
 from .events import Start
-from .gemini import PATH as GEMINI_PATH
-from .gemini import Gemini
-from .lmstudio_chat import LMStudioChat
-from .openai_chat import OpenAIChat
-from .openai_completions import OpenAICompletions
-from .openai_responses import OpenAIResponses
 
 __all__ = [
     "DIALECTS",
@@ -41,10 +37,43 @@ __all__ = [
     "translate",
 ]
 
-DIALECTS: dict[str, Dialect] = {
-    d.name: d
-    for d in (OpenAIChat(), OpenAICompletions(), OpenAIResponses(), LMStudioChat(), AnthropicMessages(), Gemini())
+# Each dialect's module and class. A module is imported when its dialect is first asked for: a server whose
+# cassettes and requests speak one API starts without the other APIs' codecs.
+_CLASSES = {
+    "openai-chat": ("openai_chat", "OpenAIChat"),
+    "openai-completions": ("openai_completions", "OpenAICompletions"),
+    "openai-responses": ("openai_responses", "OpenAIResponses"),
+    "lmstudio-chat": ("lmstudio_chat", "LMStudioChat"),
+    "anthropic-messages": ("anthropic_messages", "AnthropicMessages"),
+    "gemini": ("gemini", "Gemini"),
 }
+
+
+class _Dialects(Mapping[str, Dialect]):
+    """Each dialect by name, one instance of each, made when first asked for."""
+
+    def __init__(self) -> None:
+        self._made: dict[str, Dialect] = {}
+
+    def __getitem__(self, name: str) -> Dialect:
+        try:
+            return self._made[name]
+        except KeyError:
+            module, cls = _CLASSES[name]  # an unknown name is a KeyError, as from a dict
+        dialect = getattr(importlib.import_module(f"{__name__}.{module}"), cls)()
+        return self._made.setdefault(name, dialect)  # two threads asking at once get the same one
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_CLASSES)
+
+    def __len__(self) -> int:
+        return len(_CLASSES)
+
+
+DIALECTS: Mapping[str, Dialect] = _Dialects()
+
+#: A path Gemini answers: the model after `/models/` (or `/tunedModels/`), then the method.
+GEMINI_PATH = re.compile(r"/(?:models|tunedModels)/(?P<model>.+):(?P<method>streamGenerateContent|generateContent)$")
 
 # Path endings, most specific first: /v1/chat/completions also ends with /completions.
 _ENDINGS = (

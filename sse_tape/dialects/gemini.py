@@ -29,6 +29,7 @@ from typing import Any
 from .. import _json
 from ..cassette import Headers, Request
 from ..sse import ServerSentEvent
+from . import GEMINI_PATH as PATH
 from ._openai import ServerCalls
 from .answer import Answer
 from .base import Checker, Dialect, Encoder, Prompt, Violation, json_objects, to_json, whole
@@ -49,8 +50,6 @@ from .events import (
 
 __all__ = ["PATH", "Gemini"]
 
-#: A path Gemini answers: the model after `/models/` (or `/tunedModels/`), then the method.
-PATH = re.compile(r"/(?:models|tunedModels)/(?P<model>.+):(?P<method>streamGenerateContent|generateContent)$")
 _STREAM = ":streamGenerateContent"
 
 # Neutral finish reasons in Gemini's words; a function call finishes with STOP.
