@@ -62,10 +62,10 @@ _UNFINISHED = ("queued", "in_progress")
 
 def _asks_for_background(request: Request) -> bool:
     """Whether a request asks the Responses API for a background response (`"background": true`)."""
-    if request.method.upper() != "POST" or for_path(request.path) is not _RESPONSES:
+    if request.method.upper() != "POST" or b'"background"' not in request.body:
+        return False  # most requests: no need to look up their API, nor to read their body
+    if for_path(request.path) is not _RESPONSES:
         return False
-    if b'"background"' not in request.body:
-        return False  # most requests: no need to read the body again
     body = request.json()
     return isinstance(body, dict) and body.get("background") is True
 
