@@ -1,7 +1,8 @@
 """Side by side with the peers: sse-tape against aimock and the aiohttp floor, in one run.
 
-Every server runs in a process of its own; one client process measures them
-all, alternating between them round after round (the order turns each round):
+Every server runs in a fresh process of its own (the Python ones through this
+script's `--server`); one client process measures them all, alternating
+between them round after round (the order turns each round):
 
 - instant: the 13-event chat stream of openai-chat.toml #1, sent with no
   pacing, to 1 client and to 50 concurrent clients, over keep-alive
@@ -12,6 +13,10 @@ all, alternating between them round after round (the order turns each round):
   aimock's `llmock` command.
 - events: 60-event instant streams at 1, 50 and 500 clients, keep-alive:
   events/s, sse-tape's `MockServer` against the aiohttp floor.
+- with --baseline DIR (another checkout, or `git archive` of an earlier
+  commit unpacked there), that code's `MockServer` too, in both figures
+  above and in the profile: its process imports `sse_tape` from DIR, with
+  this script's harness, so before and after are measured in one run.
 - cold: from spawning a process to the first complete answer, polling its
   port: `python -m sse_tape serve` of one cassette and of the bundled ones,
   a bare aiohttp app that serves one route, and aimock's `llmock`. The
@@ -30,12 +35,14 @@ content; its JSON adds `"logprobs":null` to every chunk and `"content":""` to
 the first (the run prints the sizes).
 
 Run: python bench/peers_bench.py [--aimock PATH] [--rounds 5] [--only instant|events|cold]
+        [--baseline DIR] [--profile FOLDER]
 aimock is a Node package; install it outside the repository
 (npm install --prefix /tmp/peers @copilotkit/aimock@1.43.0) and pass
 --aimock /tmp/peers/node_modules/.bin/llmock. Without it that column is skipped.
 --profile FOLDER runs one more 50-client instant load against sse-tape and
-one against the floor under cProfile, writes their stats to FOLDER, and
-prints the calls each makes per stream and sse-tape's costliest functions.
+one against the floor (and the baseline) under cProfile, writes their stats
+to FOLDER, and prints the calls each makes per stream and sse-tape's
+costliest functions.
 The machine's load moves every figure; compare the ratios and the ranges.
 """
 
@@ -46,11 +53,9 @@ import asyncio
 import cProfile
 import errno
 import json
-import multiprocessing as mp
 import os
 import platform
 import pstats
-import queue
 import select
 import shutil
 import signal
@@ -64,7 +69,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import IO
 
@@ -76,6 +80,8 @@ import sse_tape
 from sse_tape import Cassette, Interaction, MockServer, ServeOptions, bundled_cassettes
 
 PATH = "/v1/chat/completions"
+HERE = Path(sse_tape.__file__).resolve().parent.parent
+"""The root of the sse_tape measured (the one this script imports, as PYTHONPATH says)."""
 _END = b"\r\n0\r\n\r\n"  # the last chunk of a chunked body
 _TIMEOUT = 30.0  # seconds without a byte before the client gives up: a safety net, not a measure
 
@@ -85,59 +91,64 @@ Server = Callable[[], AbstractContextManager[tuple[int, int]]]
 """Starts a server; the context yields its port and the pid whose CPU time counts."""
 
 
-def run_python_server(kind: str, source: Interaction | Path, ready: mp.Queue, control: Connection | None) -> None:  # type: ignore[type-arg]
-    """The floor or sse-tape's MockServer; with `control`, a profiler the client turns on and off."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the client's handler: SIGTERM ends it at once
+def run_python_server(kind: str, source: Path) -> None:
+    """The floor or sse-tape's MockServer (`--server`): prints its port, then obeys its stdin, where the
+    client turns a profiler on (`start`) and off (the path to write its stats to), answering `done`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the client's to handle; it stops this process
 
-    async def obey(control: Connection) -> None:
+    async def obey() -> None:
         loop = asyncio.get_running_loop()
         profiler = cProfile.Profile()
-        while True:
-            word = await loop.run_in_executor(None, control.recv)
+        while word := (await loop.run_in_executor(None, sys.stdin.readline)).strip():
             if word == "start":
                 profiler.enable()  # here, in the event loop's thread
             else:
                 profiler.disable()
                 profiler.dump_stats(word)
-            control.send("done")
+            print("done", flush=True)
+        await asyncio.Event().wait()  # stdin closed: serve on until stopped
 
     async def main() -> None:
+        cassette = Cassette.load(source)
         if kind == "floor":
-            assert isinstance(source, Interaction)
-            runner = web.AppRunner(baseline_app(source, instant=True), access_log=None)
+            runner = web.AppRunner(baseline_app(cassette.interactions[0], instant=True), access_log=None)
             await runner.setup()
             await web.TCPSite(runner, "127.0.0.1", 0, backlog=4096).start()
-            ready.put(runner.addresses[0][1])
+            port = runner.addresses[0][1]
         else:
-            cassette = Cassette.load(source) if isinstance(source, Path) else Cassette([source])
             server = MockServer([cassette], options=ServeOptions.build(match_on="method,path", pace="instant"))
             await server.start()
-            ready.put(server.port)
-        if control is not None:
-            await obey(control)
-        await asyncio.Event().wait()
+            port = server.port
+        print(port, flush=True)
+        await obey()
 
     asyncio.run(main())
 
 
 @contextmanager
-def python_server(
-    kind: str, source: Interaction | Path, control: Connection | None = None
-) -> Iterator[tuple[int, int]]:
-    """The floor or sse-tape's MockServer, in a process of its own."""
-    ready: mp.Queue = mp.Queue()  # type: ignore[type-arg]
-    proc = mp.Process(target=run_python_server, args=(kind, source, ready, control), daemon=True)
-    proc.start()
-    try:
+def python_process(kind: str, source: Path, root: Path) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """The floor or sse-tape's MockServer, in a fresh process that imports `sse_tape` from `root`; the
+    process and its port."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    argv = [sys.executable, __file__, "--server", kind, str(source)]
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE}
+    with tempfile.TemporaryFile() as log, subprocess.Popen(argv, **pipes, stderr=log, text=True, env=env) as proc:
         try:
-            port = ready.get(timeout=_TIMEOUT)
-        except queue.Empty:
-            raise SystemExit(f"{kind}: its server did not start within {_TIMEOUT:.0f} s") from None
-        yield port, proc.pid or 0
-    finally:
-        proc.terminate()
-        proc.join()
+            assert proc.stdout is not None
+            ready, _, _ = select.select([proc.stdout], [], [], _TIMEOUT)
+            line = proc.stdout.readline() if ready else ""
+            if not line.strip().isdigit():
+                raise SystemExit(f"{kind} from {root}: its server did not start: {last_line(log)}")
+            yield proc, int(line)
+        finally:
+            stop(proc)
+
+
+@contextmanager
+def python_server(kind: str, source: Path, root: Path) -> Iterator[tuple[int, int]]:
+    """The floor or sse-tape's MockServer from `root`, in a process of its own: its port and pid."""
+    with python_process(kind, source, root) as (proc, port):
+        yield port, proc.pid
 
 
 def free_port() -> int:
@@ -146,7 +157,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
+def stop(proc: subprocess.Popen[bytes] | subprocess.Popen[str]) -> None:
     proc.terminate()
     try:
         proc.wait(timeout=10)
@@ -495,7 +506,14 @@ def instant_figure(servers: dict[str, Server], body: bytes, events: int, run: Ru
         f"instant replay, 13-event chat stream; {streams // 5} streams from 1 client, {streams} from 50 clients at "
         f"once; keep-alive connections, or a new one per stream. Median of {rounds} alternating rounds [min-max]"
     )
-    ratios = [("sse-tape", "aimock"), ("sse-tape serve", "aimock"), ("sse-tape", "aiohttp floor")]
+    ratios = [
+        ("sse-tape", "aimock"),
+        ("sse-tape serve", "aimock"),
+        ("sse-tape", "aiohttp floor"),
+        ("baseline", "aimock"),
+        ("baseline", "aiohttp floor"),
+        ("sse-tape", "baseline"),
+    ]
     table(title + "\nstreams/s", results, [(label, f"{label} rate", "{:.0f}") for label, *_ in loads], ratios)
     cpus = [(label, f"{label} cpu", "{:.0f}") for label, *_ in loads]
     table("server CPU time (user + system) per stream, µs; same loads", results, cpus, ratios)
@@ -504,13 +522,15 @@ def instant_figure(servers: dict[str, Server], body: bytes, events: int, run: Ru
     )
 
 
-def events_figure(run: Run) -> None:
+def events_figure(run: Run, folder: Path, baseline: Path | None) -> None:
     streams, rounds = run.streams // 2, run.rounds
-    interaction = make_interaction(60, 0.0)
+    cassette = Cassette([make_interaction(60, 0.0)]).save(folder / "events.toml")
     servers: dict[str, Server] = {
-        "aiohttp floor": lambda: python_server("floor", interaction),
-        "sse-tape": lambda: python_server("sse-tape", interaction),
+        "aiohttp floor": lambda: python_server("floor", cassette, HERE),
+        "sse-tape": lambda: python_server("sse-tape", cassette, HERE),
     }
+    if baseline is not None:
+        servers["baseline"] = lambda: python_server("sse-tape", cassette, baseline)
     loads = [(1, streams // 5), (50, streams), (500, streams)]
     results: dict[str, dict[str, list[float]]] = {name: {} for name in servers}
     request = http_request(b"{}")
@@ -527,7 +547,7 @@ def events_figure(run: Run) -> None:
         f"60-event instant streams, keep-alive; {streams // 5} streams from 1 client, {streams} from 50 and from "
         f"500 clients at once. Median of {rounds} alternating rounds [min-max]\nevents/s"
     )
-    ratios = [("sse-tape", "aiohttp floor")]
+    ratios = [("sse-tape", "aiohttp floor"), ("baseline", "aiohttp floor"), ("sse-tape", "baseline")]
     table(title, results, [(f"{c} client{'s'[: c > 1]}", f"{c} rate", "{:.0f}") for c, _ in loads], ratios)
     cpus = [(f"{c} client{'s'[: c > 1]}", f"{c} cpu", "{:.0f}") for c, _ in loads]
     table("server CPU time (user + system) per stream, µs; same loads", results, cpus, ratios)
@@ -558,33 +578,43 @@ def cold_figure(starts: dict[str, Callable[[int], list[str]]], request: bytes, s
     table(title, results, [("first answer", "ms", "{:.0f}"), ("its CPU", "cpu", "{:.0f}")], ratios)
 
 
-def profile_instant(kind: str, source: Interaction | Path, body: bytes, run: Run, out: Path) -> pstats.Stats:
-    """One more 50-client instant load, against `kind` under cProfile; its stats, also written to `out`."""
-    here, there = mp.Pipe()
-    with python_server(kind, source, there) as (port, pid):
+def profile_instant(kind: str, source: Path, root: Path, body: bytes, run: Run, out: Path) -> pstats.Stats:
+    """One more 50-client instant load, against `kind` from `root` under cProfile; its stats, also written
+    to `out`."""
+    with python_process(kind, source, root) as (proc, port):
         request = http_request(body)
-        warm(port, pid, request, 13, run.warmup)
-        here.send("start")
-        here.recv()
-        drive(port, pid, request, 50, run.streams, 13, keep_alive=True)
-        here.send(str(out))
-        here.recv()
+        warm(port, proc.pid, request, 13, run.warmup)
+        tell(proc, "start")
+        drive(port, proc.pid, request, 50, run.streams, 13, keep_alive=True)
+        tell(proc, str(out))
     return pstats.Stats(str(out))
 
 
-def profile(folder: Path, recording: Interaction, cassette: Path, run: Run) -> None:
-    """The floor and sse-tape under cProfile, one 50-client instant load each; sse-tape's costliest functions."""
+def tell(proc: subprocess.Popen[str], word: str) -> None:
+    """Send a `--server` process a word for its profiler, and wait until it has done it."""
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    proc.stdin.write(word + "\n")
+    proc.stdin.flush()
+    if proc.stdout.readline().strip() != "done":
+        raise SystemExit(f"the server process {proc.pid} did not answer {word!r}")
+
+
+def profile(folder: Path, body: bytes, cassette: Path, run: Run, baseline: Path | None) -> None:
+    """The floor and sse-tape (and the baseline) under cProfile, one 50-client instant load each; the calls
+    each makes per stream, and sse-tape's costliest functions."""
     folder.mkdir(parents=True, exist_ok=True)
-    body = recording.request.body
-    floor = profile_instant("floor", recording, body, run, folder / "floor.prof")
-    ours = profile_instant("sse-tape", cassette, body, run, folder / "sse-tape.prof")
+    stats = {"the floor": profile_instant("floor", cassette, HERE, body, run, folder / "floor.prof")}
+    if baseline is not None:
+        stats["the baseline"] = profile_instant("sse-tape", cassette, baseline, body, run, folder / "baseline.prof")
+    stats["sse-tape"] = ours = profile_instant("sse-tape", cassette, HERE, body, run, folder / "sse-tape.prof")
     print(f"\nunder cProfile, {run.streams} streams from 50 keep-alive clients; stats in {folder}")
-    print(f"function calls per stream: sse-tape {ours.total_calls / run.streams:.0f}, ", end="")  # type: ignore[attr-defined]
-    print(f"the floor {floor.total_calls / run.streams:.0f}; sse-tape's by own time:")  # type: ignore[attr-defined]
+    calls = ", ".join(f"{name} {s.total_calls / run.streams:.0f}" for name, s in stats.items())  # type: ignore[attr-defined]
+    print(f"function calls per stream: {calls}; sse-tape's by own time:")
     ours.sort_stats("tottime").print_stats(25)
 
 
-def header(aimock: Aimock | None) -> None:
+def header(aimock: Aimock | None, baseline: Path | None) -> None:
     model = next(
         (
             line.split(":", 1)[1].strip()
@@ -599,6 +629,8 @@ def header(aimock: Aimock | None) -> None:
     print(
         f"aiohttp {aiohttp.__version__}; {peers}; sse-tape {sse_tape.__version__} from {Path(sse_tape.__file__).parent}"
     )
+    if baseline is not None:
+        print(f"baseline: sse-tape's MockServer from {baseline / 'sse_tape'}")
 
 
 def main() -> None:
@@ -610,12 +642,24 @@ def main() -> None:
     parser.add_argument("--warm", type=int, default=3000, help="streams thrown away before measuring (default 3000)")
     parser.add_argument("--starts", type=int, default=10, help="cold starts per contender (default 10)")
     parser.add_argument("--profile", type=Path, help="a folder: also profile sse-tape and the floor under cProfile")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="the root of another sse-tape checkout or export (git archive), its MockServer measured alongside",
+    )
+    parser.add_argument("--server", nargs=2, metavar=("KIND", "CASSETTE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.server:
+        run_python_server(args.server[0], Path(args.server[1]))
+        return
+    baseline = args.baseline.resolve() if args.baseline else None
+    if baseline is not None and not (baseline / "sse_tape" / "__init__.py").is_file():
+        raise SystemExit(f"--baseline {args.baseline}: no sse_tape package there")
     # Stopped with SIGTERM, as with Ctrl-C, every server started is stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     run = Run(args.rounds, args.streams, args.warm)
     aimock = find_aimock(args.aimock) if args.aimock else None
-    header(aimock)
+    header(aimock, baseline)
 
     bundled = next(c for c in map(Cassette.load, bundled_cassettes()) if c.path and c.path.stem == "openai-chat")
     recording = bundled.interactions[0]
@@ -630,9 +674,11 @@ def main() -> None:
         app.write_text(textwrap.dedent(BARE_APP.format(body=sent, path=PATH)))
 
         servers: dict[str, Server] = {
-            "aiohttp floor": lambda: python_server("floor", recording),
-            "sse-tape": lambda: python_server("sse-tape", cassette),
+            "aiohttp floor": lambda: python_server("floor", cassette, HERE),
+            "sse-tape": lambda: python_server("sse-tape", cassette, HERE),
         }
+        if baseline is not None:
+            servers["baseline"] = lambda: python_server("sse-tape", cassette, baseline)
         starts: dict[str, Callable[[int], list[str]]] = {
             "sse-tape serve": lambda port: serve_argv(cassette, port),
             "serve, bundled": lambda port: serve_argv(None, port),
@@ -654,9 +700,9 @@ def main() -> None:
                 print(f"  {name}: {same}")
             instant_figure(servers, body, events, run)
             if args.profile:
-                profile(args.profile, recording, cassette, run)
+                profile(args.profile, body, cassette, run, baseline)
         if args.only in (None, "events"):
-            events_figure(run)
+            events_figure(run, Path(tmp), baseline)
         if args.only in (None, "cold"):
             cold_figure(starts, http_request(body, keep_alive=False), args.starts, Path(tmp))
     if not aimock:

@@ -305,14 +305,22 @@ _TOO_MANY = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\nco
 
 
 class _Guarded(asyncio.Protocol):
-    """One connection: the real protocol inside, and the deadline it is held to."""
+    """One connection: the real protocol inside, and the deadline it is held to.
+
+    One timer serves every deadline. It is set to fire by the deadline, and
+    by one request timeout or keep-alive (the shorter) from when it is set,
+    so that it fires in time for any later deadline too; when it fires
+    before the deadline it sets itself again. A connection answering
+    request after request moves its deadline on each and sets no timer.
+    """
 
     def __init__(self, guard: ConnectionGuard) -> None:
         self.guard = guard
         self.inner: asyncio.Protocol | None = None
         self.transport: asyncio.Transport | None = None
         self.timer: asyncio.TimerHandle | None = None
-        self.busy = False
+        self.deadline: float | None = None
+        """When the connection is closed, on the event loop's clock; None while a request is being answered."""
         self.idle = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -329,14 +337,14 @@ class _Guarded(asyncio.Protocol):
         guard.open[transport] = self
         self.inner = guard.factory()
         self.inner.connection_made(transport)
-        self._arm(guard.request_timeout)
+        self._close_in(guard.request_timeout)
 
     def data_received(self, data: bytes) -> None:
         if self.inner is None:
             return
         if self.idle:  # the first bytes of the next request: its head has the request deadline
             self.idle = False
-            self._arm(self.guard.request_timeout)
+            self._close_in(self.guard.request_timeout)
         self.inner.data_received(data)
 
     def eof_received(self) -> bool | None:
@@ -358,21 +366,33 @@ class _Guarded(asyncio.Protocol):
             self.inner.resume_writing()
 
     def set_busy(self, busy: bool) -> None:
-        self.busy = busy
         if busy:
-            if self.timer is not None:
-                self.timer.cancel()
-                self.timer = None
+            self.deadline = None  # a timer set already finds none when it fires, and lapses
         else:
             self.idle = True
-            self._arm(self.guard.keep_alive)
+            self._close_in(self.guard.keep_alive)
 
-    def _arm(self, seconds: float) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-        self.timer = asyncio.get_running_loop().call_later(seconds, self._expire)
+    def _close_in(self, seconds: float) -> None:
+        """Close the connection `seconds` from now, unless a request is being answered by then."""
+        loop = asyncio.get_running_loop()
+        self.deadline = loop.time() + seconds
+        if self.timer is not None and self.timer.when() > self.deadline:
+            self.timer.cancel()  # it would fire too late (never so while the step below holds)
+            self.timer = None
+        if self.timer is None:
+            self._set_timer(loop)
+
+    def _set_timer(self, loop: asyncio.AbstractEventLoop) -> None:
+        assert self.deadline is not None
+        step = min(self.guard.request_timeout, self.guard.keep_alive)
+        self.timer = loop.call_at(min(self.deadline, loop.time() + step), self._expire)
 
     def _expire(self) -> None:
         self.timer = None
-        if not self.busy and self.transport is not None:
+        if self.deadline is None or self.transport is None:
+            return  # a request is being answered: it sets a deadline again when it is over
+        loop = asyncio.get_running_loop()
+        if loop.time() < self.deadline:
+            self._set_timer(loop)  # the deadline moved on since this timer was set
+        else:
             self.transport.close()  # a head that never finished, or a connection left idle

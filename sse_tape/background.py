@@ -62,11 +62,11 @@ _UNFINISHED = ("queued", "in_progress")
 
 def _asks_for_background(request: Request) -> bool:
     """Whether a request asks the Responses API for a background response (`"background": true`)."""
-    dialect = for_path(request.path) if request.method.upper() == "POST" else None
+    if request.method.upper() != "POST" or b'"background"' not in request.body:
+        return False  # most requests: no need to look up their API, nor to read their body
+    dialect = for_path(request.path)
     if dialect is None or dialect.name != _RESPONSES:
         return False
-    if b'"background"' not in request.body:
-        return False  # most requests: no need to read the body again
     body = request.json()
     return isinstance(body, dict) and body.get("background") is True
 

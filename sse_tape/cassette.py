@@ -118,6 +118,10 @@ class Chunk:
     data: bytes
 
 
+# What a request's parsed body is before anyone asked for it.
+_UNPARSED: Any = object()
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     """The request of an interaction. `query` is the raw query string, without the `?`."""
@@ -127,10 +131,18 @@ class Request:
     query: str = ""
     headers: Headers = ()
     body: bytes = b""
+    _json: Any = field(default=_UNPARSED, init=False, repr=False, compare=False)
 
     def json(self) -> Any:
-        """The body parsed as JSON, or None when it is empty or not JSON."""
-        return _parse_json(self.body)
+        """The body parsed as JSON, or None when it is empty or not JSON.
+
+        It is parsed once, when first asked for, and the same value is
+        returned from then on (matching, shaping and faults all read it for
+        each request): read it, and copy it before changing it.
+        """
+        if self._json is _UNPARSED:
+            object.__setattr__(self, "_json", _parse_json(self.body))  # a cache: the request stays as it was
+        return self._json
 
     def header(self, name: str) -> str | None:
         """The first value of a header, looked up case-insensitively."""

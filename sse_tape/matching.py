@@ -35,10 +35,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
+from . import _json
 from ._exceptions import ConfigError, NoMatchError
 from ._paths import locate
 from .cassette import REDACTED, Cassette, Interaction, MatchOn, Recording, Request
-from .dialects import for_path
+from .dialects import Dialect, for_path
 from .journal import ReplayState
 
 __all__ = ["DEFAULT_MATCH_ON", "MatchOn", "Matcher", "asks_for_stream", "is_streamed", "last_event_id"]
@@ -49,16 +50,21 @@ DEFAULT_MATCH_ON: tuple[MatchOn, ...] = (MatchOn.METHOD, MatchOn.PATH, MatchOn.B
 _SHAPE_FIELDS = ("stream", "stream_options")
 
 _MISSING: Any = object()
+_NOT_YET: Any = object()  # a part of a request not worked out yet
 
 
 def asks_for_stream(request: Request) -> bool | None:
     """Whether a request asks for a stream (`"stream": true`, or as its API asks for one: Gemini's path);
     None when its body is not a JSON object."""
+    return _asks_for_stream(request, for_path(request.path))
+
+
+def _asks_for_stream(request: Request, api: Dialect | None) -> bool | None:
+    """`asks_for_stream`, the API of the request's path (`for_path`) known."""
     body = request.json()
     if not isinstance(body, dict):
         return None
-    dialect = for_path(request.path)
-    return dialect.wants_stream(body, request.path) if dialect is not None else body.get("stream") is True
+    return api.wants_stream(body, request.path) if api is not None else body.get("stream") is True
 
 
 def is_streamed(interaction: Interaction) -> bool:
@@ -117,6 +123,7 @@ class Matcher:
             raise ConfigError(f"{exc}: choose from {', '.join(MatchOn)}") from None
         self.ignore_body_fields = None if ignore_body_fields is None else tuple(ignore_body_fields)
         self.recordings: list[Recording] = []
+        self._apis: dict[str, Dialect | None] = {}  # the API each recorded path names: requests for them need no lookup
         self._rules: list[_Rule] = []
         self._bodies: list[Any] = []
         self._shapes: list[bool | None] = []  # whether each successful answer streams; None: an error answer
@@ -139,9 +146,12 @@ class Matcher:
         return _Rule(parts, tuple(tuple(f.split(".")) for f in fields))
 
     def _track(self, recording: Recording, rule: _Rule) -> None:
+        request = recording.interaction.request
+        if request.path not in self._apis:
+            self._apis[request.path] = for_path(request.path)
         self.recordings.append(recording)
         self._rules.append(rule)
-        self._bodies.append(_comparable_body(recording.interaction.request, rule.ignore, self.reshape))
+        self._bodies.append(_comparable_body(request, rule.ignore, self.reshape, self._apis[request.path]))
         response = recording.interaction.response
         self._shapes.append(is_streamed(recording.interaction) if 200 <= response.status < 300 else None)
         self._last_ids.append(last_event_id(recording.interaction.request))
@@ -149,26 +159,16 @@ class Matcher:
 
     def find(self, request: Request) -> Recording:
         """The recording that answers `request`, noted as played; raises `NoMatchError` naming the closest ones."""
-        bodies = _Bodies(request, self.reshape)
+        asked = _Asked(request, self)
         last_id = last_event_id(request)
-        agreeing = [n for n in range(len(self.recordings)) if self._agrees(request, bodies, n)]
+        agreeing = [n for n in range(len(self.recordings)) if self._agrees(request, asked, n)]
         same = [n for n in agreeing if self._last_ids[n] == last_id]
         if not same and last_id is not None and self.resume:
             same = [n for n in agreeing if self._last_ids[n] is None]  # to resume after that event
         agreeing = same
         if not agreeing:
             raise NoMatchError(self.explain_miss(request))
-        # A successful answer in the shape asked for beats one that must be converted, when there is one;
-        # error answers have no shape (a recorded 429 then 200 replays in order to either kind of request).
-        stream = asks_for_stream(request)
-        in_shape = {n for n in agreeing if self._shapes[n] is not None and self._shapes[n] == stream}
-        scores = {
-            n: (
-                _likeness(bodies.of(self._rules[n]), self._bodies[n]),
-                not in_shape or n in in_shape or self._shapes[n] is None,
-            )
-            for n in agreeing
-        }
+        scores = self._scores(asked, agreeing) if len(agreeing) > 1 else dict.fromkeys(agreeing, (0, True))
         if not self.allow_repeats:
             # The most alike recording that has not answered yet.
             plays = self.state.plays
@@ -187,6 +187,21 @@ class Matcher:
         self.state.turns[group] = turn + 1
         return self._play(group[turn % len(group)])
 
+    def _scores(self, asked: _Asked, agreeing: list[int]) -> dict[int, tuple[int, bool]]:
+        """How well each of the agreeing recordings answers: how alike its body is (see `_likeness`), then
+        whether it is in the shape asked for."""
+        # A successful answer in the shape asked for beats one that must be converted, when there is one;
+        # error answers have no shape (a recorded 429 then 200 replays in order to either kind of request).
+        stream = asked.stream()
+        in_shape = {n for n in agreeing if self._shapes[n] is not None and self._shapes[n] == stream}
+        return {
+            n: (
+                _likeness(asked.body(self._rules[n]), self._bodies[n]),
+                not in_shape or n in in_shape or self._shapes[n] is None,
+            )
+            for n in agreeing
+        }
+
     def _play(self, n: int) -> Recording:
         self.state.played(self.recordings[n])
         return self.recordings[n]
@@ -198,10 +213,10 @@ class Matcher:
         head = f"no recorded interaction matches {request.method} {request.path}"
         if not self.recordings:
             return head + " (no interactions are loaded)"
-        bodies = _Bodies(request, self.reshape)
+        asked = _Asked(request, self)
         ranked = []
         for n, rec in enumerate(self.recordings):
-            parts, body_diffs = self._differences(request, bodies, n)
+            parts, body_diffs = self._differences(request, asked, n)
             # Fewer disagreeing parts first, then fewer body differences, then the most alike
             # path (a typo'd path names its neighbour), then recorded order.
             path_likeness = SequenceMatcher(None, request.path, rec.interaction.request.path).ratio()
@@ -210,10 +225,10 @@ class Matcher:
         closest = [f"{rec}: {'; '.join(parts)}" for _, rec, parts in ranked[:limit]]
         return f"{head}; closest: " + " | ".join(closest)
 
-    def _agrees(self, request: Request, bodies: _Bodies, n: int) -> bool:
-        return all(self._same(part, request, bodies, n) for part in self._rules[n].match_on)
+    def _agrees(self, request: Request, asked: _Asked, n: int) -> bool:
+        return all(self._same(part, request, asked, n) for part in self._rules[n].match_on)
 
-    def _same(self, part: MatchOn, request: Request, bodies: _Bodies, n: int) -> bool:
+    def _same(self, part: MatchOn, request: Request, asked: _Asked, n: int) -> bool:
         recorded = self.recordings[n].interaction.request
         if part is MatchOn.METHOD:
             return request.method.upper() == recorded.method.upper()
@@ -223,9 +238,9 @@ class Matcher:
             )
         if part is MatchOn.QUERY:
             return _query_agrees(request.query, recorded.query)
-        return _json_agrees(bodies.of(self._rules[n]), self._bodies[n])
+        return _json_agrees(asked.body(self._rules[n]), self._bodies[n])
 
-    def _differences(self, request: Request, bodies: _Bodies, n: int) -> tuple[list[str], list[str]]:
+    def _differences(self, request: Request, asked: _Asked, n: int) -> tuple[list[str], list[str]]:
         """How request and recording n disagree: one line per part, and the body's differences."""
         recorded = self.recordings[n].interaction.request
         parts: list[str] = []
@@ -234,10 +249,10 @@ class Matcher:
         if here != there and not (there is None and self.resume):
             parts.append(f"Last-Event-ID is {_show_id(here)}, recorded {_show_id(there)}")
         for part in self._rules[n].match_on:
-            if self._same(part, request, bodies, n):
+            if self._same(part, request, asked, n):
                 continue
             if part is MatchOn.BODY:
-                body_diffs = _json_diff(bodies.of(self._rules[n]), self._bodies[n], "body")
+                body_diffs = _json_diff(asked.body(self._rules[n]), self._bodies[n], "body")
                 more = f" and {len(body_diffs) - 3} more" if len(body_diffs) > 3 else ""
                 parts.append(", ".join(body_diffs[:3]) + more)
             else:
@@ -246,31 +261,47 @@ class Matcher:
         return parts, body_diffs
 
 
-class _Bodies:
-    """A request's body as each rule compares it (rules differ in the fields they ignore)."""
+class _Asked:
+    """A request as one `find` (or `explain_miss`) reads it, each part worked out once, when first needed:
+    the API its path names, whether it asks for a stream, and its body as each rule compares it (rules
+    differ in the fields they ignore)."""
 
-    def __init__(self, request: Request, reshape: bool) -> None:
+    def __init__(self, request: Request, matcher: Matcher) -> None:
         self.request = request
-        self.reshape = reshape
-        self.cache: dict[tuple[tuple[str, ...], ...], Any] = {}
+        self.matcher = matcher
+        self._api: Dialect | None = _NOT_YET
+        self._bodies: dict[tuple[tuple[str, ...], ...], Any] = {}
 
-    def of(self, rule: _Rule) -> Any:
-        if rule.ignore not in self.cache:
-            self.cache[rule.ignore] = _comparable_body(self.request, rule.ignore, self.reshape)
-        return self.cache[rule.ignore]
+    def api(self) -> Dialect | None:
+        """The API of the request's path: known for every recorded path, looked up for any other."""
+        if self._api is _NOT_YET:
+            path, known = self.request.path, self.matcher._apis
+            self._api = known[path] if path in known else for_path(path)
+        return self._api
+
+    def stream(self) -> bool | None:
+        """Whether it asks for a stream (see `asks_for_stream`)."""
+        return _asks_for_stream(self.request, self.api())
+
+    def body(self, rule: _Rule) -> Any:
+        """The body as `rule` compares it."""
+        if rule.ignore not in self._bodies:
+            self._bodies[rule.ignore] = _comparable_body(self.request, rule.ignore, self.matcher.reshape, self.api())
+        return self._bodies[rule.ignore]
 
 
-def _comparable_body(request: Request, ignore: tuple[tuple[str, ...], ...], reshape: bool) -> Any:
-    """The body as it is compared: JSON as data, without the ignored fields, nor (with `reshape`, in an API
+def _comparable_body(request: Request, ignore: tuple[tuple[str, ...], ...], reshape: bool, api: Dialect | None) -> Any:
+    """The body as it is compared: JSON as data, without the ignored fields, nor (with `reshape`, in an `api`
     sse-tape speaks) those that choose the answer's shape."""
     if not request.body:
         return None
-    parsed = request.json()
-    if parsed is None:
+    if request.json() is None:
         return request.body  # not JSON: compared as bytes
-    if reshape and isinstance(parsed, dict) and for_path(request.path) is not None:
-        for name in _SHAPE_FIELDS:
-            parsed.pop(name, None)
+    # The request keeps its parsed body as it is: fields are cut from a copy, parsed anew when ignored
+    # fields may lie anywhere inside it (faster than a deep copy), else a copy of the top level.
+    parsed = _json.parse(request.body) if ignore else request.json()
+    if reshape and isinstance(parsed, dict) and api is not None:
+        parsed = {name: value for name, value in parsed.items() if name not in _SHAPE_FIELDS}
     for path in ignore:
         for container, key in reversed(locate(parsed, path)):
             del container[key]

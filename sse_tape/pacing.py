@@ -89,6 +89,12 @@ class Pacing:
                 raise ConfigError(f"jitter {jitter!r}: give a duration or a percentage of 0 or more")
         return cls(mode, value, amount, relative, seed)
 
+    @property
+    def repeats(self) -> bool:
+        """Whether every replay of a response gets the same schedule (there is no jitter): then one plan,
+        worked out once, serves them all."""
+        return not self.jitter
+
     def schedule(self, response: Response, *, key: str = "") -> tuple[list[float], float]:
         """When to write each chunk of `response`, and when the response ends.
 

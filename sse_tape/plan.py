@@ -222,6 +222,25 @@ class Plan:
         writes = [(t, chunk.data) for t, chunk in zip(offsets, response.chunks, strict=True)]
         return cls(response.status, list(response.headers), writes, response.end, end_at)
 
+    def copy(self) -> Plan:
+        """A plan of its own, the same as this one, to change without changing this one; the blocks found
+        already come along (one plan worked out per recording serves every replay of it)."""
+        return Plan(
+            self.status,
+            list(self.headers),
+            list(self.writes),
+            self.end,
+            self.end_at,
+            headers_at=self.headers_at,
+            hang=self.hang,
+            replaced=self.replaced,
+            beats=list(self.beats),
+            noise=self.noise,
+            apart=self.apart,
+            unframed=self.unframed,
+            _blocks=self._blocks,  # never changed in place: a change makes a new list
+        )
+
     @property
     def body(self) -> bytes:
         """Every byte the plan writes, in order."""

@@ -43,6 +43,9 @@ class Exchange:
     """Faults the request asked for in its `X-SSE-Tape-Fault` header."""
     dialect: Dialect
     """The API of the request's path, which frames its errors."""
+    api: Dialect | None = None
+    """The API the request's path names (`dialects.for_path`), looked up once for every responder; None for
+    a path that names none (whose errors `dialect` frames as OpenAI's)."""
     started: float = 0.0
     """When it arrived, on the event loop's clock."""
     miss: str | None = None
@@ -139,6 +142,8 @@ def inject(
     names the recording the plan replays, if one does; `also` are faults that act besides those chosen
     (a recording's own), one written as a chosen one is acting once.
     """
+    if not (host.injector.faults or exchange.faults or also):
+        return False  # most requests: nothing to choose from
     faults, rng = host.injector.choose(exchange.request, exchange.faults)
     chosen = {f.spec for f in faults}
     faults += [f for f in also if f.spec not in chosen]

@@ -47,14 +47,15 @@ from .cassette import (
     find_cassettes,
 )
 from .catalog import Catalog
-from .dialects import dialect_for
+from .dialects import Dialect, dialect_for, for_path
 from .faults import MAX_HEADER_FAULTS, Fault, Injector, parse_fault, parse_faults
 from .journal import Ended, FaultInjected, Journal, Matched, Miss, Missed, Received, ReplayState
 from .matching import Matcher, last_event_id
 from .options import MissPolicy, RecordMode, ServeOptions
+from .pacing import Pacing
 from .plan import Plan, event_ends
 from .responder import Attached, Exchange, Host, Responder, inject
-from .shape import Shape, asked, collapse, reshape
+from .shape import Recorded, Shape, collapse, reshape
 
 if TYPE_CHECKING:  # recording and forwarding are imported when used: serving alone starts sooner
     from .record import Recorder
@@ -84,6 +85,26 @@ def load_cassettes(sources: Iterable[CassetteSource] = ()) -> list[Cassette]:
 
 
 @dataclass(frozen=True, slots=True)
+class _Known:
+    """What replay reads of a recording on every request, found at its first."""
+
+    name: str
+    """How the journal names it."""
+    recorded: Recorded
+    """The shapes its answer can take."""
+    dialect: Dialect
+    """What frames its faults when the request's path names no API: the recording's own, else OpenAI's."""
+    last_id: str | None
+    """The `Last-Event-ID` it was recorded with."""
+
+    @classmethod
+    def of(cls, recording: Recording) -> _Known:
+        interaction = recording.interaction
+        dialect = dialect_for(interaction.request.path, interaction)
+        return cls(str(recording), Recorded.of(interaction), dialect, last_event_id(interaction.request))
+
+
+@dataclass(frozen=True, slots=True)
 class _Prepared:
     """A recording's response as it is sent: in the shape the request asked for, and where its events end."""
 
@@ -92,12 +113,19 @@ class _Prepared:
     converted: str | None
     stands_for: Response | None = None
     """For a stream answered as one JSON document: that stream, whose pace and faults the answer follows."""
+    plan: Plan | None = None
+    """Its plan at the server's pace, blocks found, when every replay gets the same one (no jitter): each
+    replay gets a copy."""
 
 
-def _prepared(interaction: Interaction, shape: Shape) -> _Prepared:
+def _prepared(interaction: Interaction, shape: Shape, pace: Pacing) -> _Prepared:
     response, converted = reshape(interaction, shape)
     stands_for = interaction.response if shape.stream is False and converted is not None else None
-    return _Prepared(response, event_ends(response.body), converted, stands_for)
+    plan = None
+    if pace.repeats:
+        plan = pace.plan(stands_for if stands_for is not None else response)
+        plan.blocks  # noqa: B018  found now, off the event loop, for the faults that work between events
+    return _Prepared(response, event_ends(response.body), converted, stands_for, plan)
 
 
 class Replay(Attached):
@@ -125,7 +153,9 @@ class Replay(Attached):
 
     def __init__(self) -> None:
         super().__init__()
-        # Per recording and shape asked for: worked out at its first replay, off the event loop.
+        # Per recording, and per recording and shape asked for: worked out at its first replay (a shape off the
+        # event loop).
+        self._known: dict[Recording, _Known] = {}
         self._prepared: dict[tuple[Recording, Shape], _Prepared] = {}
         self._recorded_faults: dict[Recording, list[Fault]] = {}
 
@@ -143,14 +173,20 @@ class Replay(Attached):
         except NoMatchError as exc:
             exchange.miss = f"{exchange.miss}; {exc}" if exchange.miss else str(exc)
             return None
-        prepared = await self._prepare(recording, request)
-        turn = server.state.plays[recording] - 1
-        pace, key = server.options.pace, f"{recording}:{turn}"
-        stream = pace.plan(prepared.stands_for if prepared.stands_for is not None else prepared.response, key=key)
+        known = self._known.get(recording)
+        if known is None:
+            known = self._known[recording] = _Known.of(recording)
+        prepared = await self._prepare(recording, known, request)
+        if prepared.plan is not None:
+            stream = prepared.plan.copy()
+        else:  # a schedule of this replay's own: jitter, seeded by the recording and how often it played
+            key = f"{known.name}:{server.state.plays[recording] - 1}"
+            paced = prepared.stands_for if prepared.stands_for is not None else prepared.response
+            stream = server.options.pace.plan(paced, key=key)
         background = BackgroundResponse.of(request, stream, exchange.started)
         resumed, cut = None, False
         if prepared.stands_for is None and (last_id := last_event_id(request)) is not None:
-            if last_event_id(recording.interaction.request) == last_id:  # a recording of this very reconnection
+            if known.last_id == last_id:  # a recording of this very reconnection
                 resumed = f"as recorded after event id {last_id!r}"
             else:  # the stream goes on after the event it names (an id it never set: all of it)
                 cut = stream.resume_after(last_id)
@@ -162,21 +198,21 @@ class Replay(Attached):
                 request=exchange.number,
                 method=request.method,
                 path=request.path,
-                recording=str(recording),
+                recording=known.name,
                 status=prepared.response.status,
                 converted=prepared.converted if background is None or background.streamed else None,
                 resumed=resumed,
                 background=background.id if background is not None else None,
             )
         )
-        dialect = dialect_for(request.path, recording.interaction)
+        dialect = exchange.api or known.dialect
         if background is not None:
             server.state.background[background.id] = background
             if not background.streamed:  # created, and answered at once: it runs on without the client
                 plan = json_plan(background.created())
-                inject(server, exchange, plan, dialect=dialect, recording=str(recording), stream=False)
+                inject(server, exchange, plan, dialect=dialect, recording=known.name, stream=False)
                 return await server.send(exchange, plan)
-        injected = inject(server, exchange, stream, dialect=dialect, recording=str(recording), also=again)
+        injected = inject(server, exchange, stream, dialect=dialect, recording=known.name, also=again)
         if prepared.stands_for is not None:
             if injected:
                 plan = await asyncio.to_thread(collapse, stream, recording.interaction, dialect)
@@ -204,14 +240,15 @@ class Replay(Attached):
             self._recorded_faults[recording] = faults
         return faults
 
-    async def _prepare(self, recording: Recording, request: Request) -> _Prepared:
+    async def _prepare(self, recording: Recording, known: _Known, request: Request) -> _Prepared:
         """The recording's response in the shape the request asks for (see `shape`)."""
-        shape = asked(recording.interaction, request) if self.host.matcher.reshape else Shape(None)
+        shape = known.recorded.asked(request) if self.host.matcher.reshape else Shape(None)
         key = (recording, shape)
         prepared = self._prepared.get(key)
         if prepared is None:
             # A long recording takes a while to convert: the streams in flight go on meanwhile.
-            prepared = self._prepared[key] = await asyncio.to_thread(_prepared, recording.interaction, shape)
+            pace = self.host.options.pace
+            prepared = self._prepared[key] = await asyncio.to_thread(_prepared, recording.interaction, shape, pace)
         return prepared
 
 
@@ -416,28 +453,41 @@ class MockServer:
             return self._preflight(http, control=is_control)
         if is_control:
             return await self._control(http)
-        request = Request(
-            method=http.method,
-            path=http.rel_url.raw_path,
-            query=http.rel_url.raw_query_string,
+        headers = tuple(http.headers.items())
+        if FAULT_HEADER in http.headers:
             # The fault header is said to sse-tape, not to the API: never matched on, forwarded or recorded.
-            headers=tuple((k, v) for k, v in http.headers.items() if k.lower() != _FAULT_HEADER_LOWER),
-        )
+            headers = tuple((k, v) for k, v in headers if k.lower() != _FAULT_HEADER_LOWER)
+        url = http.rel_url
+        request = Request(http.method, url.raw_path, url.raw_query_string, headers)
         self.state.requests += 1
         number = self.state.requests
         self.journal.add(Received(request=number, method=request.method, path=request.path, query=request.query))
-        exchange = Exchange(http, request, number, [], dialect_for(request.path), asyncio.get_running_loop().time())
+        api = for_path(request.path)  # the only time: every responder reads it from the exchange
+        exchange = Exchange(
+            http,
+            request,
+            number,
+            [],
+            api or dialect_for(request.path),
+            api=api,
+            started=asyncio.get_running_loop().time(),
+        )
         self.active_streams += 1
         try:
             try:
-                exchange.request = replace(
-                    request, body=await asyncio.wait_for(http.read(), self.limits.request_timeout)
-                )
+                # Most bodies come with the head: one that is still on its way has a deadline.
+                if http.content.is_eof():
+                    body = await http.read()
+                else:
+                    body = await asyncio.wait_for(http.read(), self.limits.request_timeout)
             except TimeoutError:
                 if http.transport is not None:
                     http.transport.close()  # whatever of the body is still coming is not read
                 return self.error(exchange, 408, "the request body did not arrive in time", "request_timeout")
-            self.state.received.append(exchange.request)
+            exchange.request = Request(request.method, request.path, request.query, request.headers, body)
+            # Kept as it arrived, in a request of its own: the body that answering parses (and keeps, see
+            # `Request.json`) goes with the answer, not into the last 10,000 requests kept here.
+            self.state.received.append(Request(request.method, request.path, request.query, request.headers, body))
             try:
                 exchange.faults = self._header_faults(http)
             except ConfigError as exc:

@@ -34,7 +34,18 @@ from .dialects.events import Error, Event, ReasoningDelta, RefusalDelta, Start, 
 from .matching import asks_for_stream, is_streamed
 from .plan import Plan, blocks_of
 
-__all__ = ["Shape", "as_json", "as_stream", "asked", "collapse", "pieces", "reshape", "spread", "without_usage"]
+__all__ = [
+    "Recorded",
+    "Shape",
+    "as_json",
+    "as_stream",
+    "asked",
+    "collapse",
+    "pieces",
+    "reshape",
+    "spread",
+    "without_usage",
+]
 
 # What a dialect raises on a stream or answer it cannot read.
 _UNREADABLE = (TypeError, ValueError, AttributeError, KeyError, OverflowError)
@@ -56,15 +67,42 @@ class Shape:
     """Whether a stream reports usage."""
 
 
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """What shapes a recorded answer can take, found once per recording (replay asks on every request)."""
+
+    dialect: Dialect | None
+    """The API it speaks (by its path, else by its events); None: it goes out as it is."""
+    successful: bool
+    """Whether its status is a success (2xx): an error answer has no shape to change."""
+    streamed: bool
+    """Whether it is an event stream (see `is_streamed`)."""
+    asked_for_stream: bool
+    """Whether its request said it wanted a stream (a stream that never was asked for stays one)."""
+
+    @classmethod
+    def of(cls, interaction: Interaction) -> Recorded:
+        streamed = is_streamed(interaction)
+        return cls(
+            _dialect(interaction),
+            200 <= interaction.response.status < 300,
+            streamed,
+            streamed and asks_for_stream(interaction.request) is True,
+        )
+
+    def asked(self, request: Request) -> Shape:
+        """The shape `request` asks of this answer."""
+        dialect, body = self.dialect, request.json()
+        if dialect is None or not isinstance(body, dict) or not self.successful:
+            return Shape(None)
+        stream, streamed = dialect.wants_stream(body, request.path), self.streamed
+        convert = stream != streamed and (not streamed or self.asked_for_stream)
+        return Shape(stream if convert else None, dialect.reports_usage(body) if stream else True)
+
+
 def asked(interaction: Interaction, request: Request) -> Shape:
-    """The shape `request` asks of the answer `interaction` recorded."""
-    dialect = _dialect(interaction)
-    body = request.json()
-    if dialect is None or not isinstance(body, dict) or not 200 <= interaction.response.status < 300:
-        return Shape(None)
-    stream, streamed = dialect.wants_stream(body, request.path), is_streamed(interaction)
-    convert = stream != streamed and (not streamed or asks_for_stream(interaction.request) is True)
-    return Shape(stream if convert else None, dialect.reports_usage(body) if stream else True)
+    """The shape `request` asks of the answer `interaction` recorded (see `Recorded`, to ask again and again)."""
+    return Recorded.of(interaction).asked(request)
 
 
 def reshape(interaction: Interaction, shape: Shape) -> tuple[Response, str | None]:

@@ -490,6 +490,15 @@ def test_times_and_path_limit_a_fault(server: MockServer) -> None:
         assert raw(running, "", "/v1/completions", completions).content  # another path: untouched
 
 
+def test_what_a_fault_does_to_one_replay_stays_out_of_the_next(server: MockServer) -> None:
+    # Every replay of a recording starts from a copy of one plan worked out for it: a fault that cuts,
+    # splices or rewrites its copy leaves the plan whole for the replays after it.
+    recorded = raw(server, "").content
+    for fault in ("error:at=2", "drop:at=3", "duplicate:at=1", "corrupt:at=2", "eol:crlf"):
+        assert raw(server, fault).content != recorded, fault
+        assert raw(server, "").content == recorded, fault
+
+
 def test_control_endpoint_sets_counts_and_clears_faults(tmp_path: Path) -> None:
     report = tmp_path / "report.jsonl"
     with serve(pace="instant", report=report) as running:

@@ -486,6 +486,67 @@ async def test_slow_heads_idle_connections_and_bodies_that_never_come_are_cut_of
         assert statuses.count(408) == 2  # the body that never came, and the body promised after 100-continue
 
 
+FEED = Cassette([Interaction(Request("GET", "/feed"), Response(chunks=(Chunk(0.0, b"data: x\n\n"),)))])
+
+
+def _answered(sock: socket.socket) -> bytes:
+    """A whole chunked answer read from `sock`."""
+    sock.settimeout(30)
+    answer = b""
+    while not answer.endswith(b"\r\n0\r\n\r\n"):
+        data = sock.recv(4096)
+        assert data, f"the connection closed in the middle of an answer: {answer!r}"
+        answer += data
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("limits", "then"),
+    [
+        (Limits(request_timeout=0.5, keep_alive=600), b"GET /feed HTTP/1.1\r\nHost: x\r\n"),
+        (Limits(request_timeout=600, keep_alive=0.5), b""),
+    ],
+    ids=["a head that never finishes", "silence"],
+)
+async def test_a_connection_that_was_answered_is_held_to_the_deadline_of_what_it_does_next(
+    limits: Limits, then: bytes
+) -> None:
+    # One timer per connection serves all its deadlines, moved on by each request: after several answers a
+    # connection is still closed when its next head dawdles, or when it stays idle.
+    async with MockServer([FEED], options=ServeOptions.build(match_on="path"), limits=limits) as server:
+        loop = asyncio.get_running_loop()
+
+        def scenario() -> bool:
+            sock = socket.create_connection(("127.0.0.1", server.port))
+            for _ in range(3):
+                sock.sendall(b"GET /feed HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert _answered(sock).endswith(b"data: x\n\n\r\n0\r\n\r\n")
+            sock.sendall(then)
+            return _closed_within(sock, 30)
+
+        assert await loop.run_in_executor(None, scenario)
+
+
+async def test_a_body_that_comes_after_its_head_is_waited_for_and_matched() -> None:
+    def recorded(body: bytes, data: bytes) -> Interaction:
+        return Interaction(Request("POST", "/echo", body=body), Response(chunks=(Chunk(0.0, data),)))
+
+    cassette = Cassette([recorded(b'{"q": 1}', b"data: one\n\n"), recorded(b'{"q": 2}', b"data: two\n\n")])
+    async with aserve(cassette, match_on="method,path,body", pace="instant") as server:
+        loop = asyncio.get_running_loop()
+
+        def scenario() -> bytes:
+            with socket.create_connection(("127.0.0.1", server.port)) as sock:
+                sock.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 8\r\n\r\n")
+                time.sleep(0.2)  # the head is read on its own; the body follows
+                sock.sendall(b'{"q": 2}')
+                return _answered(sock)
+
+        answer = await loop.run_in_executor(None, scenario)
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert answer.endswith(b"data: two\n\n\r\n0\r\n\r\n")
+
+
 async def test_connections_beyond_the_limit_get_a_503_and_the_rest_are_served() -> None:
     async with MockServer(
         load_cassettes([]), options=ServeOptions.build(match_on="method,path"), limits=QUICK
