@@ -17,6 +17,9 @@ between them round after round (the order turns each round):
   commit unpacked there), that code's `MockServer` too, in both figures
   above and in the profile: its process imports `sse_tape` from DIR, with
   this script's harness, so before and after are measured in one run.
+- workers: `sse-tape serve --workers N` for N = 1 and 2, the same instant
+  stream from 50 and 500 keep-alive clients: streams/s, and the CPU time of
+  the server and all its workers per stream.
 - cold: from spawning a process to the first complete answer, polling its
   port: `python -m sse_tape serve` of one cassette and of the bundled ones,
   a bare aiohttp app that serves one route, and aimock's `llmock`. The
@@ -34,7 +37,7 @@ content delta as a text block, so it sends the same 13 events with the same
 content; its JSON adds `"logprobs":null` to every chunk and `"content":""` to
 the first (the run prints the sizes).
 
-Run: python bench/peers_bench.py [--aimock PATH] [--rounds 5] [--only instant|events|cold]
+Run: python bench/peers_bench.py [--aimock PATH] [--rounds 5] [--only instant|events|workers|cold]
         [--baseline DIR] [--profile FOLDER]
 aimock is a Node package; install it outside the repository
 (npm install --prefix /tmp/peers @copilotkit/aimock@1.43.0) and pass
@@ -339,9 +342,14 @@ def body_of(answer: bytes) -> bytes:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time a process (all its threads) has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User plus system CPU time a process (all its threads) and its children (`serve --workers` forks
+    them) have used so far."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    total = 0
+    for each in (pid, *map(int, children)):
+        fields = Path(f"/proc/{each}/stat").read_text().rpartition(")")[2].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -553,6 +561,37 @@ def events_figure(run: Run, folder: Path, baseline: Path | None) -> None:
     table("server CPU time (user + system) per stream, µs; same loads", results, cpus, ratios)
 
 
+def workers_figure(cassette: Path, body: bytes, events: int, run: Run) -> None:
+    """`serve --workers N` for N = 1 and 2: the same instant stream from 50 and 500 keep-alive clients, whose
+    connections the system shares out among the workers."""
+    servers = {
+        f"--workers {n}": command_server(
+            lambda port, n=n: [*serve_argv(cassette, port), "--workers", str(n)], http_request(body), f"workers {n}"
+        )
+        for n in (1, 2)
+    }
+    loads = [("50 clients", 50, run.streams), ("500 clients", 500, run.streams)]
+    results: dict[str, dict[str, list[float]]] = {name: {} for name in servers}
+    for n in range(run.rounds):
+        for name in list(servers)[:: 1 if n % 2 == 0 else -1]:
+            with servers[name]() as (port, pid):
+                warm(port, pid, http_request(body), events, run.warmup)
+                for label, clients, count in loads:
+                    load = drive(port, pid, http_request(body), clients, count, events, keep_alive=True)
+                    results[name].setdefault(f"{label} rate", []).append(load.streams / load.seconds)
+                    results[name].setdefault(f"{label} cpu", []).append(load.server_cpu / load.streams * 1e6)
+        print(f"  workers: round {n + 1} of {run.rounds} done", file=sys.stderr)
+    title = (
+        f"`sse-tape serve --workers N`, the 13-event stream instant, {run.streams} streams from 50 and from 500 "
+        f"keep-alive clients at once; {os.cpu_count()} cores here. Median of {run.rounds} alternating rounds "
+        "[min-max]\nstreams/s"
+    )
+    ratios = [("--workers 2", "--workers 1")]
+    table(title, results, [(label, f"{label} rate", "{:.0f}") for label, *_ in loads], ratios)
+    cpus = [(label, f"{label} cpu", "{:.0f}") for label, *_ in loads]
+    table("server CPU time (user + system, all workers) per stream, µs; same loads", results, cpus, ratios)
+
+
 def cold_figure(starts: dict[str, Callable[[int], list[str]]], request: bytes, samples: int, tmp: Path) -> None:
     # Python contenders start from compiled bytecode, as an installed package does (pip compiles it): with
     # PYTHONDONTWRITEBYTECODE set (as on this project's machines) a checkout's modules would be compiled
@@ -637,7 +676,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--aimock", help="aimock's llmock script (node_modules/.bin/llmock) or its package folder")
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per figure (default 5)")
-    parser.add_argument("--only", choices=["instant", "events", "cold"], help="run one figure only")
+    parser.add_argument("--only", choices=["instant", "events", "cold", "workers"], help="run one figure only")
     parser.add_argument("--streams", type=int, default=5000, help="streams per 50-client load (default 5000)")
     parser.add_argument("--warm", type=int, default=3000, help="streams thrown away before measuring (default 3000)")
     parser.add_argument("--starts", type=int, default=10, help="cold starts per contender (default 10)")
@@ -703,6 +742,8 @@ def main() -> None:
                 profile(args.profile, body, cassette, run, baseline)
         if args.only in (None, "events"):
             events_figure(run, Path(tmp), baseline)
+        if args.only in (None, "workers"):
+            workers_figure(cassette, body, events, run)
         if args.only in (None, "cold"):
             cold_figure(starts, http_request(body, keep_alive=False), args.starts, Path(tmp))
     if not aimock:
