@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import functools
 import ipaddress
 import logging
 import os
@@ -114,17 +115,18 @@ class _Prepared:
     stands_for: Response | None = None
     """For a stream answered as one JSON document: that stream, whose pace and faults the answer follows."""
     plan: Plan | None = None
-    """Its plan at the server's pace, blocks found, when every replay gets the same one (no jitter): each
-    replay gets a copy."""
+    """Its plan at the server's pace when every replay gets the same one (no jitter): each replay gets a
+    copy."""
 
 
-def _prepared(interaction: Interaction, shape: Shape, pace: Pacing) -> _Prepared:
+def _prepared(interaction: Interaction, shape: Shape, pace: Pacing, *, faulted: bool) -> _Prepared:
     response, converted = reshape(interaction, shape)
     stands_for = interaction.response if shape.stream is False and converted is not None else None
     plan = None
     if pace.repeats:
         plan = pace.plan(stands_for if stands_for is not None else response)
-        plan.blocks  # noqa: B018  found now, off the event loop, for the faults that work between events
+        if faulted:  # its events decoded now, off the event loop, for the faults that work between them
+            plan.blocks  # noqa: B018
     return _Prepared(response, event_ends(response.body), converted, stands_for, plan)
 
 
@@ -246,9 +248,14 @@ class Replay(Attached):
         key = (recording, shape)
         prepared = self._prepared.get(key)
         if prepared is None:
-            # A long recording takes a while to convert: the streams in flight go on meanwhile.
-            pace = self.host.options.pace
-            prepared = self._prepared[key] = await asyncio.to_thread(_prepared, recording.interaction, shape, pace)
+            # A long recording takes a while to convert: the streams in flight go on meanwhile. Its events are
+            # decoded for the server's own faults; a request's own faults decode its copy's (25 µs an event,
+            # which the first play of a long recording would otherwise wait for, fault or none).
+            options = self.host.options
+            faulted = bool(self.host.injector.faults) or options.recorded_faults
+            prepared = self._prepared[key] = await asyncio.to_thread(
+                functools.partial(_prepared, recording.interaction, shape, options.pace, faulted=faulted)
+            )
         return prepared
 
 
