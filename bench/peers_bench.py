@@ -77,7 +77,7 @@ from typing import IO
 
 import aiohttp
 from aiohttp import web
-from replay_bench import baseline_app, make_interaction
+from replay_bench import baseline_app, cpu_seconds, make_interaction
 
 import sse_tape
 from sse_tape import Cassette, Interaction, MockServer, ServeOptions, bundled_cassettes
@@ -339,17 +339,6 @@ def body_of(answer: bytes) -> bytes:
         if n == 0:
             return body
         body, rest = body + rest[:n], rest[n + 2 :]
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time a process (all its threads) and its children (`serve --workers` forks
-    them) have used so far."""
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    total = 0
-    for each in (pid, *map(int, children)):
-        fields = Path(f"/proc/{each}/stat").read_text().rpartition(")")[2].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)

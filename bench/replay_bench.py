@@ -21,9 +21,11 @@ import gc
 import itertools
 import json
 import multiprocessing as mp
+import os
 import statistics
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from aiohttp import web
 
@@ -91,6 +93,17 @@ def run_server(kind: str, interaction: Interaction, pace: str, ready: mp.Queue) 
         await asyncio.Event().wait()
 
     asyncio.run(main())
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process (all its threads) and its children (`serve --workers` forks
+    them) have used so far."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    total = 0
+    for each in (pid, *map(int, children)):
+        fields = Path(f"/proc/{each}/stat").read_text().rpartition(")")[2].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 class ServerProcess:
@@ -199,7 +212,9 @@ def main() -> None:
     for _ in range(args.rounds):
         for kind in ("baseline", "sse-tape"):
             with ServerProcess(kind, held, "recorded") as server:
+                cpu = cpu_seconds(server.proc.pid)
                 result = asyncio.run(held_streams(server.port, offsets, args.streams, args.ramp))
+                result["cpu"] = (cpu_seconds(server.proc.pid) - cpu) / (args.streams * args.events) * 1e6
             for key, value in result.items():
                 table[kind].setdefault(key, []).append(value)
             with ServerProcess(kind, instant, "instant") as server:
@@ -213,6 +228,7 @@ def main() -> None:
         ("streams completed", "completed", "{:.0f}"),
         ("lateness p50 (ms)", "p50", "{:.2f}"),
         ("lateness p99 (ms)", "p99", "{:.1f}"),
+        ("server CPU/event (µs)", "cpu", "{:.1f}"),
         ("instant events/s", "events/s", "{:.0f}"),
     ]
     for label, key, fmt in rows:
