@@ -128,6 +128,7 @@ class Matcher:
         self._bodies: list[Any] = []
         self._shapes: list[bool | None] = []  # whether each successful answer streams; None: an error answer
         self._last_ids: list[str | None] = []  # the Last-Event-ID each was recorded with
+        self._shapeless: list[str] = []  # each one's path without what only chooses the answer's shape
         for cassette in cassettes:
             rule = self._rule(cassette.match_on, cassette.ignore_body_fields)
             for n, interaction in enumerate(cassette.interactions, 1):
@@ -155,6 +156,7 @@ class Matcher:
         response = recording.interaction.response
         self._shapes.append(is_streamed(recording.interaction) if 200 <= response.status < 300 else None)
         self._last_ids.append(last_event_id(recording.interaction.request))
+        self._shapeless.append(_shapeless(request.path, self._apis[request.path]))
         self.state.track([recording])
 
     def find(self, request: Request) -> Recording:
@@ -233,9 +235,7 @@ class Matcher:
         if part is MatchOn.METHOD:
             return request.method.upper() == recorded.method.upper()
         if part is MatchOn.PATH:
-            return request.path == recorded.path or (
-                self.reshape and _shapeless(request.path) == _shapeless(recorded.path)
-            )
+            return request.path == recorded.path or (self.reshape and asked.shapeless() == self._shapeless[n])
         if part is MatchOn.QUERY:
             return _query_agrees(request.query, recorded.query)
         return _json_agrees(asked.body(self._rules[n]), self._bodies[n])
@@ -270,6 +270,7 @@ class _Asked:
         self.request = request
         self.matcher = matcher
         self._api: Dialect | None = _NOT_YET
+        self._shapeless: str | None = None
         self._bodies: dict[tuple[tuple[str, ...], ...], Any] = {}
 
     def api(self) -> Dialect | None:
@@ -278,6 +279,12 @@ class _Asked:
             path, known = self.request.path, self.matcher._apis
             self._api = known[path] if path in known else for_path(path)
         return self._api
+
+    def shapeless(self) -> str:
+        """The request's path without what only chooses the answer's shape."""
+        if self._shapeless is None:
+            self._shapeless = _shapeless(self.request.path, self.api())
+        return self._shapeless
 
     def stream(self) -> bool | None:
         """Whether it asks for a stream (see `asks_for_stream`)."""
@@ -308,10 +315,10 @@ def _comparable_body(request: Request, ignore: tuple[tuple[str, ...], ...], resh
     return parsed
 
 
-def _shapeless(path: str) -> str:
-    """The path with what only chooses the answer's shape taken out, in an API sse-tape speaks."""
-    dialect = for_path(path)
-    return dialect.shapeless_path(path) if dialect is not None else path
+def _shapeless(path: str, api: Dialect | None) -> str:
+    """The path with what only chooses the answer's shape taken out, in an `api` sse-tape speaks (the one
+    `for_path` finds for it)."""
+    return api.shapeless_path(path) if api is not None else path
 
 
 def _likeness(a: Any, b: Any) -> int:
