@@ -114,10 +114,14 @@ class Synthesizer(Attached):
         def sink(t: float, data: bytes) -> None:
             loop.call_soon_threadsafe(pieces.put_nowait, (t, data))
 
+        def finished() -> None:
+            # Noted once the model is done with it (a cancelled answer's tokens are counted by then), and before
+            # the stream's end goes out: a client that has read the whole answer finds it in the journal.
+            self._note(exchange, synthesis)
+            pieces.put_nowait(None)
+
         def done() -> None:
-            loop.call_soon_threadsafe(pieces.put_nowait, None)
-            # Noted once the model is done with it: a cancelled answer's tokens are counted by then.
-            loop.call_soon_threadsafe(self._note, exchange, synthesis)
+            loop.call_soon_threadsafe(finished)
 
         arrived = time.perf_counter() - (loop.time() - exchange.started)
         try:
