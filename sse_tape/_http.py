@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from aiohttp import web
 
 from .cassette import End
-from .plan import Plan
+from .plan import Plan, Write
 
 if TYPE_CHECKING:
     from .faults import Fault
@@ -106,28 +106,30 @@ async def write_plan(
         # A HEAD answer, a 204 and a 304 have no body whatever was recorded: one sent anyway would be
         # read as the start of the next response on the connection.
         bodiless = http.method == "HEAD" or plan.status in (204, 304)
-        # Writes due at the same moment go out as one (the network keeps no boundaries between writes with
-        # no time between them anyway), unless the plan wants each apart (fragment, split).
-        due, pending = 0.0, list[bytes]()
-        for at, data in () if bodiless else plan.timeline():
-            if pending and at == due and not plan.apart:
-                pending.append(data)
-                continue
-            if pending:
-                await _write(http, out, b"".join(pending), progress)
-            delay = start + at - loop.time()  # inline: this loop runs once per event of every stream
+        writes = _together(() if bodiless else plan.timeline(), plan.apart)
+        pending = next(writes, None)
+        while pending is not None:
+            at, data = pending
+            delay = start + at - loop.time()  # inline: this loop runs once per write the pacer gives back
             if delay > 0:
                 await asyncio.sleep(delay)
-            due, pending = at, [data]
-        if pending and plan.end is End.COMPLETE and plan.end_at <= due and plan.unframed is None:
+            if (following := next(writes, None)) is None:
+                break  # the last write: it may go out with the body's end, below
+            await _write(http, out, data, progress)
+            pacer = _Pacer(http, out, start, following, writes, progress)
+            try:
+                pending = await pacer.stopped
+            finally:
+                pacer.stop()
+            await http.writer.drain()  # the pacer stops when the client's buffer is full
+        if pending and plan.end is End.COMPLETE and plan.end_at <= pending[0] and plan.unframed is None:
             if not out.prepared:
                 await out.prepare(http)
-            last = b"".join(pending)
-            await out.write_eof(last)  # the last write and the body's end, in one
-            progress.bytes += len(last)
+            await out.write_eof(pending[1])  # the last write and the body's end, in one
+            progress.bytes += len(pending[1])
             return out, plan.end
         if pending:
-            await _write(http, out, b"".join(pending), progress)
+            await _write(http, out, pending[1], progress)
         if plan.unframed is not None:
             at, data = plan.unframed
             await sleep_until(start + at)
@@ -149,6 +151,83 @@ async def write_plan(
     except (ConnectionResetError, ConnectionAbortedError):
         return out, End.CLIENT_GONE  # the client hung up between two writes
     return out, plan.end
+
+
+def _together(timeline: Iterable[Write], apart: bool) -> Iterator[Write]:
+    """The writes of a timeline, those due at the same moment joined into one (the network keeps no
+    boundaries between writes with no time between them anyway), unless `apart` (fragment, split)."""
+    if apart:
+        yield from timeline
+        return
+    due, pending = 0.0, list[bytes]()
+    for at, data in timeline:
+        if pending and at == due:
+            pending.append(data)
+            continue
+        if pending:
+            yield due, pending[0] if len(pending) == 1 else b"".join(pending)
+        due, pending = at, [data]
+    if pending:
+        yield due, pending[0] if len(pending) == 1 else b"".join(pending)
+
+
+class _Pacer:
+    """Sends a prepared response's writes, each at its moment, from timer callbacks.
+
+    Waking the handler's task for every write costs more than the write: a
+    future, a task step, and every coroutine of the handler's chain resumed
+    on the way down. Here a write is one timer callback that frames its
+    bytes as aiohttp frames a chunk and hands them to the transport. The
+    pacer stops, and `stopped` gives back the write it did not send, before
+    the last write (which may go out with the body's end), when the
+    transport's buffer is past its high-water mark (the caller drains it),
+    and when the client has gone (the caller's next write says so).
+    """
+
+    def __init__(
+        self,
+        http: web.Request,
+        out: web.StreamResponse,
+        start: float,
+        pending: Write,
+        writes: Iterator[Write],
+        progress: Progress,
+    ) -> None:
+        assert http.transport is not None  # the caller has just written through it
+        self.loop = asyncio.get_running_loop()
+        self.transport = http.transport
+        self.writer = http.writer
+        self.writer.send_headers()  # already sent by the first write, unless aiohttp holds them back
+        self.chunked = out.headers.get("Transfer-Encoding") == "chunked"
+        self.full = self.transport.get_write_buffer_limits()[1]
+        self.start = start
+        self.pending = pending
+        self.writes = writes
+        self.progress = progress
+        self.stopped: asyncio.Future[Write] = self.loop.create_future()
+        self.timer = self.loop.call_at(start + pending[0], self._send)
+
+    def _send(self) -> None:
+        if self.stopped.done():
+            return  # the handler was cancelled (and `stopped` with it) before it could stop the timer
+        transport = self.transport
+        if transport.is_closing() or transport.get_write_buffer_size() > self.full:
+            self.stopped.set_result(self.pending)
+            return
+        following = next(self.writes, None)
+        if following is None:
+            self.stopped.set_result(self.pending)  # the last write; `writes` has nothing more to give
+            return
+        data = self.pending[1]
+        transport.write(b"%x\r\n%b\r\n" % (len(data), data) if self.chunked else data)
+        self.writer.output_size += len(data)
+        self.progress.bytes += len(data)
+        self.pending = following
+        self.timer = self.loop.call_at(self.start + following[0], self._send)
+
+    def stop(self) -> None:
+        """Send nothing more (the handler was cancelled, or the pacer has stopped already)."""
+        self.timer.cancel()
 
 
 async def _write(http: web.Request, out: web.StreamResponse, data: bytes, progress: Progress) -> None:

@@ -414,6 +414,76 @@ async def test_client_disconnect_stops_the_stream_at_once(bundled: dict[str, Cas
         assert len(asyncio.all_tasks()) == baseline
 
 
+def _paced(events: list[bytes], gap: float, headers: tuple[tuple[str, str], ...] = ()) -> Cassette:
+    chunks = tuple(Chunk(i * gap, data) for i, data in enumerate(events))
+    response = Response(200, (("content-type", "text/event-stream"), *headers), chunks)
+    return Cassette([Interaction(Request("POST", "/stream", body=b"{}"), response)])
+
+
+async def _raw_exchange(port: int, head: bytes) -> tuple[bytes, bytes]:
+    """Send a request head (and a `{}` body), read until the server closes; the response's head and body."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(head + b"Content-Length: 2\r\nConnection: close\r\n\r\n{}")
+    got = await reader.read()
+    writer.close()
+    response_head, _, body = got.partition(b"\r\n\r\n")
+    return response_head, body
+
+
+def _dechunk(body: bytes) -> list[bytes]:
+    chunks = []
+    while True:
+        size, _, body = body.partition(b"\r\n")
+        if int(size, 16) == 0:
+            assert body == b"\r\n"
+            return chunks
+        chunks.append(body[: int(size, 16)])
+        assert body[int(size, 16) : int(size, 16) + 2] == b"\r\n"
+        body = body[int(size, 16) + 2 :]
+
+
+async def test_a_paced_stream_goes_out_one_chunk_per_event_or_unframed_where_http_wants() -> None:
+    # Between its first write and its last a paced stream is written from timer callbacks, framed by sse-tape
+    # as aiohttp frames a chunk: the framing must be the one aiohttp chose for the response.
+    events = [f"data: {i} {'x' * i}\n\n".encode() for i in range(6)]
+    async with aserve(_paced(events, 0.005)) as server:
+        head, body = await _raw_exchange(server.port, b"POST /stream HTTP/1.1\r\nHost: x\r\n")
+        assert b"transfer-encoding: chunked" in head.lower()
+        assert _dechunk(body) == events
+        head, body = await _raw_exchange(server.port, b"POST /stream HTTP/1.0\r\nHost: x\r\n")
+        assert b"transfer-encoding" not in head.lower()
+        assert body == b"".join(events)
+    length = (("content-length", str(sum(map(len, events)))),)
+    async with aserve(_paced(events, 0.005, length)) as server:
+        head, body = await _raw_exchange(server.port, b"POST /stream HTTP/1.1\r\nHost: x\r\n")
+        assert f"content-length: {len(b''.join(events))}".encode() in head.lower()
+        assert body == b"".join(events)
+
+
+async def test_a_client_that_does_not_read_holds_a_paced_stream_back() -> None:
+    # 20 MB due within 0.6 s to a client that reads nothing: the server hands the socket what it takes and
+    # waits, rather than queueing the whole stream in memory. (The first event is small: a write of more
+    # than 64 KiB through aiohttp waits for the client there, before the stream's pacing begins.)
+    events = [b"data: start\n\n"] + [b"data: " + b"x" * 65536 + b"\n\n"] * 300
+    async with aserve(_paced(events, 0.002)) as server:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        loop = asyncio.get_running_loop()
+        await loop.sock_connect(sock, ("127.0.0.1", server.port))
+        await loop.sock_sendall(sock, b"POST /stream HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+        await asyncio.sleep(2)
+        assert server.active_streams == 1
+        sock.close()
+        for _ in range(250):
+            ended = [e for e in server.journal if isinstance(e, Ended)]
+            if ended:
+                break
+            await asyncio.sleep(0.02)
+    assert ended[0].end is End.CLIENT_GONE
+    assert 0 < ended[0].bytes < sum(map(len, events)) / 2
+
+
 async def test_many_concurrent_streams_each_get_the_whole_recording(bundled: dict[str, Cassette]) -> None:
     interaction = bundled["openai-chat"].interactions[0]
     async with aserve(Cassette([interaction]), pace="x4") as server:
