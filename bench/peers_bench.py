@@ -121,6 +121,9 @@ def run_python_server(kind: str, source: Path) -> None:
         else:
             server = MockServer([cassette], options=ServeOptions.build(match_on="method,path", pace="instant"))
             await server.start()
+            # As `sse-tape serve` does once it listens (a --baseline checkout from before 2026-11-24 has no such step).
+            if (collect_for_serving := getattr(sse_tape.server, "collect_for_serving", None)) is not None:
+                collect_for_serving()
             port = server.port
         print(port, flush=True)
         await obey()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import ipaddress
 import json
 import os
@@ -24,7 +23,7 @@ from .dialects import get as get_dialect
 from .faults import FAULTS, PROFILES, Stage
 from .matching import is_streamed
 from .options import MissPolicy, RecordMode, ServeOptions, parse_match
-from .server import Limits, MockServer, load_cassettes, recording_server
+from .server import Limits, MockServer, collect_for_serving, load_cassettes, recording_server
 
 if TYPE_CHECKING:  # what only recording, showing and checking need is imported there: serve starts sooner
     from .redaction import Redaction
@@ -690,9 +689,7 @@ async def _serve_until_stopped(server: MockServer, what: str, ready: Callable[[]
         await server.start()
     except OSError as exc:
         raise cannot_listen(server.host, server.port, exc) from None
-    # The loaded cassettes live as long as the server: no collection need walk them again, and a full
-    # one of a big cassette held every stream back for tens of milliseconds (this process is ours alone).
-    gc.freeze()
+    collect_for_serving()  # this process is ours alone
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
