@@ -79,16 +79,16 @@ class Progress:
 
 
 async def write_plan(
-    http: web.Request, plan: Plan, progress: Progress, headers: Mapping[str, str] | None = None
+    http: web.Request, plan: Plan, progress: Progress, headers: Mapping[str, str] | None = None, *, started: float
 ) -> tuple[web.StreamResponse, End]:
-    """Send a plan: headers (plus `headers`), each write at its offset from now, then the end it asks for.
+    """Send a plan: headers (plus `headers`), each write at its offset from the request's arrival at
+    `started` (on the loop's clock), then the end it asks for.
 
     Returns the response and how it ended: the plan's end, or `End.CLIENT_GONE`
     when the client hung up between writes. A client that hangs up during a
     wait cancels the handler, and the cancellation propagates.
     """
     loop = asyncio.get_running_loop()
-    start = loop.time()
     out = web.StreamResponse(status=plan.status)
     try:
         if plan.hang:
@@ -101,7 +101,7 @@ async def write_plan(
         if plan.end is End.COMPLETE and has_header(plan.headers, "content-length"):
             out.content_length = plan.size()
         if plan.headers_at is not None:
-            await sleep_until(start + plan.headers_at)
+            await sleep_until(started + plan.headers_at)
             await out.prepare(http)
         # A HEAD answer, a 204 and a 304 have no body whatever was recorded: one sent anyway would be
         # read as the start of the next response on the connection.
@@ -110,13 +110,13 @@ async def write_plan(
         pending = next(writes, None)
         while pending is not None:
             at, data = pending
-            delay = start + at - loop.time()  # inline: this loop runs once per write the pacer gives back
+            delay = started + at - loop.time()  # inline: this loop runs once per write the pacer gives back
             if delay > 0:
                 await asyncio.sleep(delay)
             if (following := next(writes, None)) is None:
                 break  # the last write: it may go out with the body's end, below
             await _write(http, out, data, progress)
-            pacer = _Pacer(http, out, start, following, writes, progress)
+            pacer = _Pacer(http, out, started, following, writes, progress)
             try:
                 pending = await pacer.stopped
             finally:
@@ -132,7 +132,7 @@ async def write_plan(
             await _write(http, out, pending[1], progress)
         if plan.unframed is not None:
             at, data = plan.unframed
-            await sleep_until(start + at)
+            await sleep_until(started + at)
             if not out.prepared:
                 await out.prepare(http)
             if http.transport is not None:
@@ -140,7 +140,7 @@ async def write_plan(
                 progress.bytes += len(data)
             drop_connection(http, reset=False)
             return out, plan.end
-        await sleep_until(start + plan.end_at)
+        await sleep_until(started + plan.end_at)
         if not out.prepared:
             await out.prepare(http)
         if plan.end is End.COMPLETE:

@@ -560,7 +560,10 @@ class MockServer:
     async def send(self, exchange: Exchange, plan: Plan) -> web.StreamResponse:
         """Write a plan as the answer to `exchange`, noting its status, its progress and how it ended."""
         exchange.status = plan.status
-        response, exchange.end = await write_plan(exchange.http, plan, exchange.progress, self.cors(exchange.http))
+        cors = self.cors(exchange.http)
+        response, exchange.end = await write_plan(
+            exchange.http, plan, exchange.progress, cors, started=exchange.started
+        )
         return response
 
     def error(self, exchange: Exchange, status: int, message: str, code: str) -> web.Response:

@@ -460,6 +460,30 @@ async def test_a_paced_stream_goes_out_one_chunk_per_event_or_unframed_where_htt
         assert body == b"".join(events)
 
 
+async def test_a_paced_stream_keeps_its_times_from_the_request_s_arrival_however_long_its_body_takes() -> None:
+    # The recorder counts a chunk's time from the request's head, and so does the replay: time spent waiting
+    # for the body (or matching, or preparing a first play) is not added in front of the first event.
+    response = Response(200, (("content-type", "text/event-stream"),), (Chunk(0.7, b"data: one\n\n"),))
+    async with aserve(Cassette([Interaction(Request("POST", "/stream", body=b"{}"), response)])) as server:
+        loop = asyncio.get_running_loop()
+
+        def scenario() -> tuple[float, bytes]:
+            with socket.create_connection(("127.0.0.1", server.port)) as sock:
+                sock.sendall(b"POST /stream HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\n")
+                sent = time.perf_counter()
+                time.sleep(0.5)
+                sock.sendall(b"{}")
+                answer = b""
+                while b"data: one" not in answer:
+                    answer += sock.recv(65536)
+                return time.perf_counter() - sent, answer
+
+        first_event, answer = await loop.run_in_executor(None, scenario)
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+    # Counted from the body's arrival, the event could come no sooner than 0.5 + 0.7 s after the head.
+    assert 0.7 <= first_event < 1.2
+
+
 async def test_a_client_that_does_not_read_holds_a_paced_stream_back() -> None:
     # 20 MB due within 0.6 s to a client that reads nothing: the server hands the socket what it takes and
     # waits, rather than queueing the whole stream in memory. (The first event is small: a write of more
