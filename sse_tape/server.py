@@ -185,6 +185,8 @@ class Replay(Attached):
         # event loop).
         self._known: dict[Recording, _Known] = {}
         self._prepared: dict[tuple[Recording, Shape], _Prepared] = {}
+        self._preparing: dict[tuple[Recording, Shape], asyncio.Task[_Prepared]] = {}
+        """First plays being prepared: requests that come meanwhile wait for the same preparation."""
         self._recorded_faults: dict[Recording, list[Fault]] = {}
 
     async def start(self, host: Host) -> None:
@@ -192,6 +194,12 @@ class Replay(Attached):
         if host.options.recorded_faults:  # a bad fault in a cassette stops the server now, with one line
             for recording in host.matcher.recordings:
                 self._faults_of(recording)
+
+    async def close(self) -> None:
+        preparing = list(self._preparing.values())
+        for task in preparing:
+            task.cancel()  # its thread finishes on its own; no request waits for it any more
+        await asyncio.gather(*preparing, return_exceptions=True)
 
     async def respond(self, exchange: Exchange) -> web.StreamResponse | None:
         server = self.host
@@ -273,16 +281,25 @@ class Replay(Attached):
         shape = known.recorded.asked(request) if self.host.matcher.reshape else Shape(None)
         key = (recording, shape)
         prepared = self._prepared.get(key)
-        if prepared is None:
+        if prepared is not None:
+            return prepared
+        task = self._preparing.get(key)
+        if task is None:
             # A long recording takes a while to convert: the streams in flight go on meanwhile. Its events are
             # decoded for the server's own faults; a request's own faults decode its copy's (25 µs an event,
             # which the first play of a long recording would otherwise wait for, fault or none).
             options = self.host.options
             faulted = bool(self.host.injector.faults) or options.recorded_faults
-            prepared = self._prepared[key] = await asyncio.to_thread(
-                functools.partial(_prepared, recording.interaction, shape, options.pace, faulted=faulted)
-            )
-        return prepared
+            work = functools.partial(_prepared, recording.interaction, shape, options.pace, faulted=faulted)
+            task = self._preparing[key] = asyncio.create_task(asyncio.to_thread(work))
+            task.add_done_callback(functools.partial(self._ready, key))
+        # Shielded: a client that goes away leaves the preparation to those still waiting, and to later plays.
+        return await asyncio.shield(task)
+
+    def _ready(self, key: tuple[Recording, Shape], task: asyncio.Task[_Prepared]) -> None:
+        del self._preparing[key]
+        if not task.cancelled() and task.exception() is None:  # one that failed is tried again by the next play
+            self._prepared[key] = task.result()
 
 
 def _default_max_connections() -> int:

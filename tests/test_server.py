@@ -21,6 +21,7 @@ from httpx_sse import connect_sse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import sse_tape.server
 from sse_tape import (
     Cassette,
     Chunk,
@@ -482,6 +483,29 @@ async def test_a_paced_stream_keeps_its_times_from_the_request_s_arrival_however
     assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
     # Counted from the body's arrival, the event could come no sooner than 0.5 + 0.7 s after the head.
     assert 0.7 <= first_event < 1.2
+
+
+async def test_requests_that_come_together_for_a_first_play_share_its_preparation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The real preparation runs, held until every request has arrived: each would otherwise prepare its own.
+    preparations = []
+    prepare = sse_tape.server._prepared
+
+    def counted(*args: object, **kwargs: bool) -> object:
+        preparations.append(args)
+        deadline = time.monotonic() + 10
+        while server.state.requests < 20 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return prepare(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sse_tape.server, "_prepared", counted)
+    events = [f"data: {i}\n\n".encode() for i in range(50)]
+    async with aserve(_paced(events, 0.0)) as server, httpx.AsyncClient(base_url=server.url) as client:
+        answers = await asyncio.gather(*(client.post("/stream", content=b"{}") for _ in range(20)))
+        assert server.state.requests == 20
+    assert [a.content for a in answers] == [b"".join(events)] * 20
+    assert len(preparations) == 1
 
 
 async def test_a_client_that_does_not_read_holds_a_paced_stream_back() -> None:
