@@ -35,7 +35,6 @@ from .. import _json
 from .._exceptions import ModelError
 from .._http import end_live, sleep_until, stream_live
 from ..cassette import Chunk, End
-from ..dialects import for_path
 from ..faults import Fault, Stage
 from ..journal import FaultInjected, Synthesized
 from ..live_faults import LiveFaults
@@ -94,7 +93,7 @@ class Synthesizer(Attached):
 
     async def respond(self, exchange: Exchange) -> web.StreamResponse | None:
         request = exchange.request
-        dialect = for_path(request.path)
+        dialect = exchange.api
         if dialect is None or request.method != "POST":
             return None
         host = self.host
