@@ -210,20 +210,23 @@ class _Pacer:
     def _send(self) -> None:
         if self.stopped.done():
             return  # the handler was cancelled (and `stopped` with it) before it could stop the timer
-        transport = self.transport
-        if transport.is_closing() or transport.get_write_buffer_size() > self.full:
-            self.stopped.set_result(self.pending)
-            return
-        following = next(self.writes, None)
-        if following is None:
-            self.stopped.set_result(self.pending)  # the last write; `writes` has nothing more to give
-            return
-        data = self.pending[1]
-        transport.write(b"%x\r\n%b\r\n" % (len(data), data) if self.chunked else data)
-        self.writer.output_size += len(data)
-        self.progress.bytes += len(data)
-        self.pending = following
-        self.timer = self.loop.call_at(self.start + following[0], self._send)
+        try:
+            transport = self.transport
+            if transport.is_closing() or transport.get_write_buffer_size() > self.full:
+                self.stopped.set_result(self.pending)
+                return
+            following = next(self.writes, None)
+            if following is None:
+                self.stopped.set_result(self.pending)  # the last write; `writes` has nothing more to give
+                return
+            if data := self.pending[1]:  # an empty chunk would be the chunked body's end
+                transport.write(b"%x\r\n%b\r\n" % (len(data), data) if self.chunked else data)
+                self.writer.output_size += len(data)
+                self.progress.bytes += len(data)
+            self.pending = following
+            self.timer = self.loop.call_at(self.start + following[0], self._send)
+        except Exception as exc:  # raised in the handler, as it was before there was a pacer
+            self.stopped.set_exception(exc)
 
     def stop(self) -> None:
         """Send nothing more (the handler was cancelled, or the pacer has stopped already)."""

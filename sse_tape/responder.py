@@ -43,11 +43,11 @@ class Exchange:
     """Faults the request asked for in its `X-SSE-Tape-Fault` header."""
     dialect: Dialect
     """The API of the request's path, which frames its errors."""
+    started: float
+    """When it arrived, on the event loop's clock: what a plan's times count from."""
     api: Dialect | None = None
     """The API the request's path names (`dialects.for_path`), looked up once for every responder; None for
     a path that names none (whose errors `dialect` frames as OpenAI's)."""
-    started: float = 0.0
-    """When it arrived, on the event loop's clock."""
     miss: str | None = None
     """Why replay did not answer: the closest recordings and how each differs."""
     status: int = 0

@@ -445,9 +445,10 @@ def _dechunk(body: bytes) -> list[bytes]:
 
 async def test_a_paced_stream_goes_out_one_chunk_per_event_or_unframed_where_http_wants() -> None:
     # Between its first write and its last a paced stream is written from timer callbacks, framed by sse-tape
-    # as aiohttp frames a chunk: the framing must be the one aiohttp chose for the response.
+    # as aiohttp frames a chunk: the framing must be the one aiohttp chose for the response. An empty write
+    # (a chunk `eol:crlf` emptied, say) is no chunk at all: framed, it would be the body's end.
     events = [f"data: {i} {'x' * i}\n\n".encode() for i in range(6)]
-    async with aserve(_paced(events, 0.005)) as server:
+    async with aserve(_paced([*events[:3], b"", *events[3:]], 0.005)) as server:
         head, body = await _raw_exchange(server.port, b"POST /stream HTTP/1.1\r\nHost: x\r\n")
         assert b"transfer-encoding: chunked" in head.lower()
         assert _dechunk(body) == events
