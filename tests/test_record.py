@@ -693,7 +693,7 @@ def test_a_full_disk_is_said_once_and_what_was_saved_stays_readable(tmp_path: Pa
 import json, httpx
 from sse_tape import Cassette
 from sse_tape._http import run_in_thread
-from sse_tape.journal import SaveFailed
+from sse_tape.record import SaveFailed
 from sse_tape import recording
 from upstream import Upstream
 with run_in_thread(Upstream()) as up:
