@@ -25,16 +25,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._exceptions import ConfigError
 from ._units import parse_duration
 from .cassette import End, Request
 from .dialects import Dialect
-from .dialects.events import Error, Start
 from .journal import ReplayState
 from .plan import Block, Noise, Plan, Position
 from .sse import ServerSentEvent, encode_comment
+
+if TYPE_CHECKING:  # the neutral events are imported where an error is framed: replay without one needs none
+    from .dialects.events import Start
 
 __all__ = [
     "FAULTS",
@@ -271,6 +273,8 @@ def apply(
 def error_frames(fault: Fault, dialect: Dialect, sent: Sequence[ServerSentEvent], start: Start | None) -> bytes:
     """An `error` fault's frames: the API's mid-stream error and terminal frames after the events `sent`,
     or, when none were, the stream's opening (`start`) and then the error."""
+    from .dialects.events import Error, Start
+
     error = Error(fault["message"], fault["type"], fault["code"])
     if sent:
         return b"".join(dialect.error_frames(error, sent=sent))
@@ -350,6 +354,8 @@ def _empty(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, reque
 
 
 def _error(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, request: Request | None) -> str:
+    from .dialects.events import Error, Start
+
     if not plan.events:
         return "not an event stream: left alone"
     offset = _before_terminal(plan, plan.boundary(plan.offset(fault["at"])), dialect)

@@ -91,8 +91,10 @@ def test_serve_given_cassettes_matches_bodies_by_default(tmp_path: Path) -> None
 
 def test_serve_imports_only_what_replaying_one_api_needs(tmp_path: Path) -> None:
     # A cold start (issue 15) imports no recorder, no other API's codec, and nothing only faults, misses,
-    # secrets or other commands use. The server writes down the modules it imported as it exits. (--quiet:
-    # click itself imports difflib to read a short option such as -q.)
+    # secrets or other commands use; nor the neutral events, which only encoding and decoding need (replay
+    # sends recorded bytes; this recording reports no usage, which is told without decoding it). The server
+    # writes down the modules it imported as it exits. (--quiet: click itself imports difflib to read a short
+    # option such as -q.)
     listed = tmp_path / "modules"
     setup = f"import atexit, sys; atexit.register(lambda: open({str(listed)!r}, 'w').write(' '.join(sys.modules)))"
     server, url = processes.start(["serve", str(BUNDLED["openai-chat"]), "--port", "0", "--quiet"], setup=setup)
@@ -111,7 +113,7 @@ def test_serve_imports_only_what_replaying_one_api_needs(tmp_path: Path) -> None
     unused |= {"tomli_w", "difflib", "httpx"}
     assert modules & unused == set()
     codecs = {m.rsplit(".", 1)[1] for m in modules if m.startswith("sse_tape.dialects.")}
-    assert codecs == {"base", "events", "answer", "_openai", "openai_chat"}
+    assert codecs == {"base", "_openai", "openai_chat"}  # not events, answer, encoder, nor the codecs
 
 
 @pytest.mark.parametrize("command", ["serve", "show"])
