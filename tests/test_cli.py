@@ -110,7 +110,7 @@ def test_serve_imports_only_what_replaying_one_api_needs(tmp_path: Path) -> None
     modules = set(listed.read_text().split())
     unused = {"sse_tape.record", "sse_tape.upstream", "sse_tape.redaction", "sse_tape.misbehaviour"}
     unused |= {"sse_tape.live_faults", "sse_tape.show", "sse_tape.synth", "sse_tape.workers", "sse_tape.pytest_plugin"}
-    unused |= {"tomli_w", "difflib", "httpx"}
+    unused |= {"tomli_w", "difflib", "httpx", "concurrent.futures.thread"}
     assert modules & unused == set()
     codecs = {m.rsplit(".", 1)[1] for m in modules if m.startswith("sse_tape.dialects.")}
     assert codecs == {"base", "_openai", "openai_chat"}  # not events, answer, encoder, nor the codecs
