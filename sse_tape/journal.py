@@ -6,9 +6,11 @@ injected and what it did; it was forwarded upstream and recorded; its
 stream ended, how, after how many bytes and events and how long. The log
 lines, the `--report` file (JSON lines), the control endpoint
 (`GET /__sse_tape__/journal`) and the pytest plugin are all views of one
-`Journal`. The entries of forwarding and recording (`record`) and of
-synthesis (`synth.live`) are defined there, so that a server that only
-replays never pays for defining them.
+`Journal`. Here are the entries of every replayed request; those of a miss,
+an injected fault or another responder's answer are in `incidents`, those of
+forwarding and recording in `record`, of synthesis in `synth.live`: a server
+whose requests all replay defines none of them (each frozen dataclass is
+about a millisecond of CPU time to define).
 
 `ReplayState` owns every counter replay depends on (how often each recording
 has played, the turns of equally good matches, what each fault has seen),
@@ -30,16 +32,13 @@ from .cassette import End, Recording, Request
 
 if TYPE_CHECKING:
     from .background import BackgroundResponse
+    from .incidents import Miss
 
 __all__ = [
-    "Answered",
     "Ended",
     "Entry",
-    "FaultInjected",
     "Journal",
     "Matched",
-    "Miss",
-    "Missed",
     "Received",
     "ReplayState",
 ]
@@ -98,49 +97,6 @@ class Matched(Entry):
         resumed = f", resumed {self.resumed}" if self.resumed else ""
         background = f", in the background as {self.background}" if self.background else ""
         return f"{self.method} {self.path} -> {self.status} {self.recording}{converted}{resumed}{background}"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Answered(Entry):
-    """A responder other than replay and forwarding answered the request (the model list, say): `what` it said."""
-
-    kind: ClassVar[str] = "answered"
-    method: str
-    path: str
-    status: int
-    what: str
-
-    def line(self) -> str:
-        return f"{self.method} {self.path} -> {self.status} {self.what}"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Missed(Entry):
-    """Nothing answered the request; `reason` names the closest recordings and how each differs."""
-
-    kind: ClassVar[str] = "missed"
-    method: str
-    path: str
-    status: int
-    reason: str
-
-    def line(self) -> str:
-        return f"{self.method} {self.path} -> {self.status} {self.reason}"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FaultInjected(Entry):
-    """A fault changed the response: which one, and what it did."""
-
-    kind: ClassVar[str] = "fault"
-    method: str
-    path: str
-    fault: str
-    what: str
-    recording: str | None = None
-
-    def line(self) -> str:
-        return f"fault {self.fault}: {self.what} -> {self.method} {self.path} (request {self.request})"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -223,16 +179,6 @@ class Journal:
         if self._report is not None:
             self._report.close()
             self._report = None
-
-
-@dataclass(frozen=True, slots=True)
-class Miss:
-    """A request nothing answered, and why."""
-
-    request: int
-    method: str
-    path: str
-    reason: str
 
 
 class ReplayState:

@@ -50,7 +50,8 @@ from .cassette import (
 )
 from .dialects import Dialect
 from .faults import Fault, Stage
-from .journal import Entry, FaultInjected
+from .incidents import FaultInjected
+from .journal import Entry
 from .live_faults import LiveFaults, needs_whole_stream
 from .matching import is_streamed
 from .plan import Plan, event_ends

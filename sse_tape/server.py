@@ -51,7 +51,7 @@ from .cassette import (
 from .catalog import Catalog
 from .dialects import Dialect, dialect_for, for_path
 from .faults import MAX_HEADER_FAULTS, Fault, Injector, parse_fault, parse_faults
-from .journal import Ended, FaultInjected, Journal, Matched, Miss, Missed, Received, ReplayState
+from .journal import Ended, Journal, Matched, Received, ReplayState
 from .matching import Matcher, last_event_id
 from .options import MissPolicy, RecordMode, ServeOptions
 from .pacing import Pacing
@@ -583,6 +583,8 @@ class MockServer:
         return web.Response(status=status, body=body, headers={**dict(headers), **self.cors(exchange.http)})
 
     def _miss(self, exchange: Exchange) -> web.Response:
+        from .incidents import Miss, Missed
+
         request = exchange.request
         reason = exchange.miss or self.matcher.explain_miss(request)
         status = self.options.miss_status
@@ -642,6 +644,8 @@ class MockServer:
 
     async def _control_faults(self, http: web.Request) -> web.Response:
         """GET what is set and what was injected, POST new faults, DELETE them all."""
+        from .incidents import FaultInjected
+
         if http.method == "POST":
             try:
                 body = _json.parse(await http.read())

@@ -39,7 +39,8 @@ from sse_tape import (
 )
 from sse_tape._http import run_in_thread
 from sse_tape.cassette import Injection
-from sse_tape.journal import Ended, FaultInjected, Matched, Received
+from sse_tape.incidents import FaultInjected
+from sse_tape.journal import Ended, Matched, Received
 from sse_tape.record import Forwarder
 from sse_tape.redaction import REDACTED, Redaction, find_secrets
 

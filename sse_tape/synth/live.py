@@ -38,7 +38,8 @@ from .._http import end_live, sleep_until, stream_live
 from ..cassette import Chunk, End
 from ..dialects import for_path
 from ..faults import Fault, Stage
-from ..journal import Entry, FaultInjected
+from ..incidents import FaultInjected
+from ..journal import Entry
 from ..live_faults import LiveFaults
 from ..plan import Plan, event_ends
 from ..record import Capture, Recorder
