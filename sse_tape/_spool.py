@@ -27,7 +27,6 @@ from __future__ import annotations
 import fcntl
 import os
 import re
-import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +34,7 @@ from typing import Any
 
 from ._exceptions import CassetteError, CassetteFormatError
 
-# msgpack is imported where it is used: serving small TOML cassettes needs none of it (2 ms of CPU time).
+# msgpack and secrets are imported where they are used: serving small TOML cassettes needs neither.
 __all__ = ["SpoolWriter", "SpooledStream", "cassette_of", "read_spool", "spool_id", "spools_of"]
 
 _MAGIC = "sse-tape-spool"
@@ -108,6 +107,8 @@ class SpoolWriter:
     """
 
     def __init__(self, cassette: Path) -> None:
+        import secrets  # here, not above: only a recorder writes a spool (and hmac, which it imports, is 0.4 ms)
+
         self.id = f"{os.getpid()}-{secrets.token_hex(3)}"
         self.path = cassette.with_name(f"{cassette.name}.{self.id}.spool")
         self.failed: str | None = None
