@@ -32,11 +32,12 @@ from ._units import parse_duration
 from .cassette import End, Request
 from .dialects import Dialect
 from .journal import ReplayState
-from .plan import Block, Noise, Plan, Position
+from .plan import Block, Noise, Plan
 from .sse import ServerSentEvent, encode_comment
 
 if TYPE_CHECKING:  # the neutral events are imported where an error is framed: replay without one needs none
     from .dialects.events import Start
+    from .position import Position
 
 __all__ = [
     "FAULTS",
@@ -84,6 +85,8 @@ MAX_HEADER_FAULTS = 16
 
 
 def _position(key: str, text: str) -> Position:
+    from .position import Position  # here, not above: a server given no fault that takes one never needs it
+
     return Position.parse(text)
 
 
@@ -130,7 +133,7 @@ def _text(key: str, text: str) -> str:
 
 
 def _event_or_mark(key: str, text: str) -> Position | str:
-    return text if text in ("role", "done") else Position.parse(text)
+    return text if text in ("role", "done") else _position(key, text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,7 +312,7 @@ def _event_at(plan: Plan, at: Position | str) -> Block | None:
         return events[0]
     if at == "done":
         return next((b for b in reversed(events) if b.event and b.event.data == "[DONE]"), None)
-    assert isinstance(at, Position)
+    assert not isinstance(at, str)  # a Position
     offset = plan.offset(at)
     return next((b for b in events if b.end > offset), events[-1])
 
