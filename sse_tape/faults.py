@@ -25,16 +25,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._exceptions import ConfigError
 from ._units import parse_duration
 from .cassette import End, Request
 from .dialects import Dialect
-from .dialects.events import Error, Start
 from .journal import ReplayState
-from .plan import Block, Noise, Plan, Position
+from .plan import Block, Noise, Plan
 from .sse import ServerSentEvent, encode_comment
+
+if TYPE_CHECKING:  # the neutral events are imported where an error is framed: replay without one needs none
+    from .dialects.events import Start
+    from .position import Position
 
 __all__ = [
     "FAULTS",
@@ -82,6 +85,8 @@ MAX_HEADER_FAULTS = 16
 
 
 def _position(key: str, text: str) -> Position:
+    from .position import Position  # here, not above: a server given no fault that takes one never needs it
+
     return Position.parse(text)
 
 
@@ -128,7 +133,7 @@ def _text(key: str, text: str) -> str:
 
 
 def _event_or_mark(key: str, text: str) -> Position | str:
-    return text if text in ("role", "done") else Position.parse(text)
+    return text if text in ("role", "done") else _position(key, text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,6 +276,8 @@ def apply(
 def error_frames(fault: Fault, dialect: Dialect, sent: Sequence[ServerSentEvent], start: Start | None) -> bytes:
     """An `error` fault's frames: the API's mid-stream error and terminal frames after the events `sent`,
     or, when none were, the stream's opening (`start`) and then the error."""
+    from .dialects.events import Error, Start
+
     error = Error(fault["message"], fault["type"], fault["code"])
     if sent:
         return b"".join(dialect.error_frames(error, sent=sent))
@@ -305,7 +312,7 @@ def _event_at(plan: Plan, at: Position | str) -> Block | None:
         return events[0]
     if at == "done":
         return next((b for b in reversed(events) if b.event and b.event.data == "[DONE]"), None)
-    assert isinstance(at, Position)
+    assert not isinstance(at, str)  # a Position
     offset = plan.offset(at)
     return next((b for b in events if b.end > offset), events[-1])
 
@@ -350,6 +357,8 @@ def _empty(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, reque
 
 
 def _error(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, request: Request | None) -> str:
+    from .dialects.events import Error, Start
+
     if not plan.events:
         return "not an event stream: left alone"
     offset = _before_terminal(plan, plan.boundary(plan.offset(fault["at"])), dialect)

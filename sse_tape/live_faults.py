@@ -33,7 +33,8 @@ from .cassette import End
 from .dialects import Dialect
 from .dialects.events import Error, Start
 from .faults import Fault, Stage, apply, corrupted, error_frames
-from .plan import Beats, Noise, Plan, Position, PositionUnit, Write, blocks_of, event_ends, whole_blocks
+from .plan import Beats, Noise, Plan, Write, blocks_of, event_ends, whole_blocks
+from .position import Position, PositionUnit
 from .sse import ServerSentEvent, encode_comment
 
 __all__ = ["LiveFaults", "needs_whole_stream"]

@@ -39,7 +39,8 @@ from .dialects.events import (
     ToolCallStart,
     Usage,
 )
-from .plan import Plan, Position
+from .plan import Plan
+from .position import Position
 from .sse import ServerSentEvent, SSEDecoder
 
 __all__ = [

@@ -16,20 +16,19 @@ import random
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from typing import TYPE_CHECKING
 
-from ._exceptions import ConfigError
-from ._units import parse_duration
 from .cassette import End, Response
 from .sse import ServerSentEvent, SSEDecoder
+
+if TYPE_CHECKING:  # where a fault acts: imported by the faults that take a position, not by replay
+    from .position import Position
 
 __all__ = [
     "Beats",
     "Block",
     "Noise",
     "Plan",
-    "Position",
-    "PositionUnit",
     "Write",
     "blocks_of",
     "event_ends",
@@ -116,11 +115,6 @@ class Noise:
             left -= piece
 
 
-# The bounds positions are checked against: past them a number is not a place in any stream.
-_MAX_EVENTS = 10**9
-_MAX_BYTES = 2**40
-
-
 # A `data` field line: the field name alone, or followed by a colon (spec: "If the field name is data").
 _DATA_LINE = re.compile(rb"(?:^|\r\n|\r|\n)data(?::|\r|\n|$)")
 
@@ -137,56 +131,6 @@ def event_ends(body: bytes) -> list[int]:
             ends.append(m.end())
         start = m.end()
     return ends
-
-
-class PositionUnit(StrEnum):
-    """What a position counts."""
-
-    EVENTS = "events"
-    FRACTION = "fraction"
-    BYTES = "bytes"
-    SECONDS = "seconds"
-
-
-@dataclass(frozen=True, slots=True)
-class Position:
-    """Where in a stream: after `value` events, at a fraction of them, at a byte, or at a time."""
-
-    unit: PositionUnit
-    value: float
-
-    @classmethod
-    def parse(cls, text: str) -> Position:
-        """A position from `5` (events), `50%`, `200b` or `1.5s`; raises `ConfigError`."""
-        text = text.strip()
-        if len(text) > 32:
-            raise ConfigError(f"{text[:32]!r}... is not a position: write 5 (events), 50%, 200b or 1.5s")
-        try:
-            if text.endswith("%"):
-                position = cls(PositionUnit.FRACTION, float(text[:-1]) / 100)
-            elif text.endswith("b"):
-                position = cls(PositionUnit.BYTES, float(int(text[:-1])))
-            elif text.endswith("s"):
-                position = cls(PositionUnit.SECONDS, parse_duration(text))
-            else:
-                position = cls(PositionUnit.EVENTS, float(int(text)))
-        except (ValueError, ConfigError):
-            raise ConfigError(f"{text!r} is not a position: write 5 (events), 50%, 200b or 1.5s") from None
-        if not 0 <= position.value < math.inf or (position.unit is PositionUnit.FRACTION and position.value > 1):
-            raise ConfigError(f"{text!r} is not a position: it must be 0 or more (a fraction, at most 100%)")
-        limit = {PositionUnit.EVENTS: _MAX_EVENTS, PositionUnit.BYTES: _MAX_BYTES, PositionUnit.SECONDS: 3600}
-        if position.value > limit.get(position.unit, 1):
-            raise ConfigError(f"{text!r} is past any stream: at most {limit[position.unit]:,} {position.unit}")
-        return position
-
-    def __str__(self) -> str:
-        if self.unit is PositionUnit.FRACTION:
-            return f"{self.value * 100:g}%"
-        if self.unit is PositionUnit.BYTES:
-            return f"{self.value:g}b"
-        if self.unit is PositionUnit.SECONDS:
-            return f"{self.value:g}s"
-        return f"{self.value:g}"
 
 
 @dataclass(slots=True)
@@ -286,6 +230,8 @@ class Plan:
 
     def offset(self, where: Position) -> int:
         """The byte offset a position names: after that many events, at that byte, or where the stream is then."""
+        from .position import PositionUnit
+
         if where.unit is PositionUnit.BYTES:
             return min(int(where.value), sum(len(data) for _, data in self.writes))
         if where.unit is PositionUnit.SECONDS:

@@ -47,7 +47,8 @@ import pytest
 
 if TYPE_CHECKING:
     from .cassette import Recording, Request
-    from .journal import Journal, Miss
+    from .incidents import Miss
+    from .journal import Journal
     from .server import MockServer
 
 __all__ = ["GAUNTLET", "Marked", "SSETape"]

@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, ClassVar
 
 from aiohttp import web
 from yarl import URL
@@ -50,7 +50,8 @@ from .cassette import (
 )
 from .dialects import Dialect
 from .faults import Fault, Stage
-from .journal import FaultInjected, Forwarded, Recorded, SaveFailed, UpstreamFailed
+from .incidents import FaultInjected
+from .journal import Entry
 from .live_faults import LiveFaults, needs_whole_stream
 from .matching import is_streamed
 from .plan import Plan, event_ends
@@ -59,7 +60,74 @@ from .responder import Exchange, Host
 from .sse import SSEDecoder
 from .upstream import AiohttpUpstream, Upstream, leaves_base, parse_upstream
 
-__all__ = ["Capture", "Forwarder", "Recorder", "describe", "record_once"]
+__all__ = [
+    "Capture",
+    "Forwarded",
+    "Forwarder",
+    "Recorded",
+    "Recorder",
+    "SaveFailed",
+    "UpstreamFailed",
+    "describe",
+    "record_once",
+]
+
+# The journal entries only forwarding and recording make live here, not in `journal`: a server that only
+# replays never defines them (each frozen dataclass is about a millisecond of CPU time to define).
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Forwarded(Entry):
+    """The request went to the upstream, and its response head came back."""
+
+    kind: ClassVar[str] = "forwarded"
+    method: str
+    path: str
+    url: str
+    status: int
+
+    def line(self) -> str:
+        return f"{self.method} {self.path} -> {self.status} from {self.url}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpstreamFailed(Entry):
+    """The upstream sent no response: the client got a 502."""
+
+    kind: ClassVar[str] = "upstream-failed"
+    method: str
+    path: str
+    reason: str
+
+    def line(self) -> str:
+        return f"{self.method} {self.path} -> 502 {self.reason}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recorded(Entry):
+    """The interaction was saved to a cassette, as its interaction number `index`."""
+
+    kind: ClassVar[str] = "recorded"
+    method: str
+    path: str
+    cassette: str
+    index: int
+    end: End
+
+    def line(self) -> str:
+        return f"{self.method} {self.path} recorded into {self.cassette} as #{self.index} ({self.end})"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SaveFailed(Entry):
+    """The interaction could not be saved."""
+
+    kind: ClassVar[str] = "save-failed"
+    cassette: str
+    reason: str
+
+    def line(self) -> str:
+        return f"could not save an interaction to {self.cassette}: {self.reason}"
 
 
 @dataclass(slots=True)

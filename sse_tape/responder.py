@@ -20,7 +20,7 @@ from ._http import Progress
 from .cassette import End, Request
 from .dialects import Dialect
 from .faults import Fault, Injector, Stage, apply
-from .journal import FaultInjected, Journal, ReplayState
+from .journal import Journal, ReplayState
 from .matching import Matcher
 from .options import ServeOptions
 from .plan import Plan
@@ -156,6 +156,8 @@ def inject(
     for fault, _ in applied:
         host.state.note_injected(fault.spec)
     left = [(f, "an answer that is not a stream: left alone") for f in faults if f not in acting]
+    from .incidents import FaultInjected  # here, not above: a server with no fault to inject never needs it
+
     for fault, what in [*applied, *left]:
         host.journal.add(
             FaultInjected(

@@ -51,7 +51,7 @@ from .cassette import (
 from .catalog import Catalog
 from .dialects import Dialect, dialect_for, for_path
 from .faults import MAX_HEADER_FAULTS, Fault, Injector, parse_fault, parse_faults
-from .journal import Ended, FaultInjected, Journal, Matched, Miss, Missed, Received, ReplayState
+from .journal import Ended, Journal, Matched, Received, ReplayState
 from .matching import Matcher, last_event_id
 from .options import MissPolicy, RecordMode, ServeOptions
 from .pacing import Pacing
@@ -143,6 +143,10 @@ class _Prepared:
     plan: Plan | None = None
     """Its plan at the server's pace when every replay gets the same one (no jitter): each replay gets a
     copy."""
+
+
+#: A recording of at most this many bytes is prepared for its first play on the event loop, not in a thread.
+_PREPARED_IN_PLACE = 8192
 
 
 def _prepared(interaction: Interaction, shape: Shape, pace: Pacing, *, faulted: bool) -> _Prepared:
@@ -287,11 +291,16 @@ class Replay(Attached):
         if task is None:
             # A long recording takes a while to convert: the streams in flight go on meanwhile. Its events are
             # decoded for the server's own faults; a request's own faults decode its copy's (25 µs an event,
-            # which the first play of a long recording would otherwise wait for, fault or none).
+            # which the first play of a long recording would otherwise wait for, fault or none). A short one is
+            # prepared here: a fraction of a millisecond, less than a thread's hand-off (the first of which
+            # starts the loop's default executor, 2 ms of CPU time).
             options = self.host.options
             faulted = bool(self.host.injector.faults) or options.recorded_faults
-            work = functools.partial(_prepared, recording.interaction, shape, options.pace, faulted=faulted)
-            task = self._preparing[key] = asyncio.create_task(asyncio.to_thread(work))
+            prepare = functools.partial(_prepared, recording.interaction, shape, options.pace, faulted=faulted)
+            if sum(len(chunk.data) for chunk in recording.interaction.response.chunks) <= _PREPARED_IN_PLACE:
+                prepared = self._prepared[key] = prepare()
+                return prepared
+            task = self._preparing[key] = asyncio.create_task(asyncio.to_thread(prepare))
             task.add_done_callback(functools.partial(self._ready, key))
         # Shielded: a client that goes away leaves the preparation to those still waiting, and to later plays.
         return await asyncio.shield(task)
@@ -594,6 +603,8 @@ class MockServer:
         return web.Response(status=status, body=body, headers={**dict(headers), **self.cors(exchange.http)})
 
     def _miss(self, exchange: Exchange) -> web.Response:
+        from .incidents import Miss, Missed
+
         request = exchange.request
         reason = exchange.miss or self.matcher.explain_miss(request)
         status = self.options.miss_status
@@ -653,6 +664,8 @@ class MockServer:
 
     async def _control_faults(self, http: web.Request) -> web.Response:
         """GET what is set and what was injected, POST new faults, DELETE them all."""
+        from .incidents import FaultInjected
+
         if http.method == "POST":
             try:
                 body = _json.parse(await http.read())

@@ -12,9 +12,19 @@ import openai
 import pytest
 from clients import openai_client
 
-from sse_tape import Cassette, Chunk, Interaction, Request, Response, ServerSentEvent, SSEDecoder, serve
+from sse_tape import (
+    Cassette,
+    Chunk,
+    Interaction,
+    Request,
+    Response,
+    ServerSentEvent,
+    SSEDecoder,
+    bundled_cassettes,
+    serve,
+)
 from sse_tape.dialects import DIALECTS, check_error_response, detect, for_path, translate
-from sse_tape.dialects.events import Error, Finish, Start, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+from sse_tape.dialects.events import Error, Finish, Start, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart, Usage
 
 DONE = "data: [DONE]\n\n"
 
@@ -746,3 +756,20 @@ def test_a_tool_call_still_open_at_the_finish_ends_with_it_in_every_dialect() ->
         sse = events_of(*DIALECTS[name].encode(events))
         assert DIALECTS[name].check(sse) == [], name
         assert ToolCallEnd(0) in DIALECTS[name].decode(sse)
+
+
+def test_an_event_that_reports_usage_is_one_that_may_carry_it() -> None:
+    # A replay for a request that asks for no usage decodes the recording to cut its usage only when one of its
+    # events may carry usage (`Dialect.carries_usage`, told without the neutral events): none may be missed.
+    told = 0
+    for cassette in map(Cassette.load, bundled_cassettes()):
+        for interaction in cassette.interactions:
+            dialect = detect(interaction)
+            if dialect is None:  # a stream of no API (events.toml)
+                continue
+            sent = [sse for _, sse in interaction.response.events()]
+            usage = {i for i, event in dialect.decode_indexed(sent) if isinstance(event, Usage)}
+            may = {i for i, sse in enumerate(sent) if dialect.carries_usage(sse)}
+            assert usage <= may, (cassette.path, interaction.request.path)
+            told += len(may) < len(sent)
+    assert told >= 5  # the OpenAI chat and completions streams tell which events carry none

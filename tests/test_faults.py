@@ -42,9 +42,10 @@ from sse_tape import (
 from sse_tape.dialects import DIALECTS, dialect_for
 from sse_tape.dialects.events import Error
 from sse_tape.faults import FAULTS, PROFILES, Fault, apply, load_profile, parse_fault, parse_faults
-from sse_tape.journal import FaultInjected
+from sse_tape.incidents import FaultInjected
 from sse_tape.live_faults import LiveFaults
-from sse_tape.plan import Plan, Position, PositionUnit
+from sse_tape.plan import Plan
+from sse_tape.position import Position, PositionUnit
 
 CHAT_BODY = {
     "model": "local-model",

@@ -501,7 +501,7 @@ async def test_requests_that_come_together_for_a_first_play_share_its_preparatio
         return prepare(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(sse_tape.server, "_prepared", counted)
-    events = [f"data: {i}\n\n".encode() for i in range(50)]
+    events = [f"data: {i} {'x' * 200}\n\n".encode() for i in range(100)]  # long enough to be prepared in a thread
     async with aserve(_paced(events, 0.0)) as server, httpx.AsyncClient(base_url=server.url) as client:
         answers = await asyncio.gather(*(client.post("/stream", content=b"{}") for _ in range(20)))
         assert server.state.requests == 20

@@ -12,14 +12,16 @@ import importlib
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from .. import _json
 from .._exceptions import ConfigError
 from ..cassette import Chunk, End, Interaction, Response
 from ..sse import SSEDecoder
-from .answer import Answer, Call
 from .base import Dialect, Prompt, Violation
-from .events import Start
+
+if TYPE_CHECKING:  # imported when first used: `Answer` is made of the neutral events, which replay never needs
+    from .answer import Answer, Call
 
 __all__ = [
     "DIALECTS",
@@ -47,6 +49,16 @@ _CLASSES = {
     "anthropic-messages": ("anthropic_messages", "AnthropicMessages"),
     "gemini": ("gemini", "Gemini"),
 }
+
+
+def __getattr__(name: str) -> Any:
+    if name not in ("Answer", "Call"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import answer
+
+    value = getattr(answer, name)
+    globals()[name] = value
+    return value
 
 
 class _Dialects(Mapping[str, Dialect]):
@@ -146,6 +158,8 @@ def translate(interaction: Interaction, target: Dialect, source: Dialect | None 
     request's path, query and body are rewritten for the target API. An
     error response before the stream becomes the target's error body.
     """
+    from .events import Start
+
     source = source or detect(interaction)
     request, response = interaction.request, interaction.response
     if source is None:

@@ -31,7 +31,6 @@ from ..sse import ServerSentEvent, SSEDecoder
 from .base import (
     Checker,
     Dialect,
-    Encoder,
     Prompt,
     Violation,
     json_objects,
@@ -41,6 +40,7 @@ from .base import (
     to_json,
     whole,
 )
+from .encoder import Encoder
 from .events import (
     Error,
     Event,

@@ -5,18 +5,20 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import _json
 from ..cassette import Headers, Request
 from ..sse import ServerSentEvent, encode_event
-from .events import Error, Event, Finish, Start, ToolCallDelta, ToolCallStart
+
+if TYPE_CHECKING:  # the neutral events are imported where a dialect encodes or decodes: replay needs neither
+    from .encoder import Encoder
+    from .events import Error, Event, Start
 
 __all__ = [
     "DONE",
     "Checker",
     "Dialect",
-    "Encoder",
     "Prompt",
     "Violation",
     "data_frame",
@@ -92,70 +94,6 @@ class Prompt:
     """How many likeliest alternatives to report with each token's log probability; None: no logprobs."""
     tool_choice: str | None = None
     """`auto`, `none`, `required`, or the name of the function that must be called; None: the API's default."""
-
-
-class Encoder(ABC):
-    """Frames neutral events one at a time, as one API's server sends them.
-
-    `feed` takes the next event, in the order `events` sets down, and returns
-    the frames it makes at once: nothing waits for a later event, so a token
-    reaches the wire when it is generated. `close` ends a stream that had no
-    error and returns its terminal frames. An `Error` ends the stream itself:
-    its frames include the terminal ones, and nothing is framed after it.
-    """
-
-    def __init__(self, dialect: Dialect) -> None:
-        self.dialect = dialect
-        self.fed = False
-        """Whether any event has been fed."""
-        self.ended = False
-        """Whether the stream is over: closed, or ended by an error."""
-        self.frames: list[bytes] = []
-        """The frames of the event being framed: `_event` and `_end` add to them."""
-
-    def feed(self, event: Event) -> list[bytes]:
-        """The frames for the next event."""
-        if self.ended:
-            return []
-        self.fed = True
-        self.frames = []
-        self._event(event)
-        if isinstance(event, Error):
-            self.ended = True
-        return self.frames
-
-    def close(self) -> list[bytes]:
-        """The frames that end the stream (none if an error has ended it already)."""
-        if self.ended:
-            return []
-        self.ended = True
-        self.frames = []
-        self._end()
-        return self.frames
-
-    def resume(self, sent: Sequence[ServerSentEvent]) -> None:
-        """Continue a stream the client already has: `sent` are its events, from this API's server.
-
-        The neutral events `sent` carries set this encoder's state (their
-        frames are not sent again), then `_sync` takes what only the wire
-        tells (sequence numbers, blocks already closed), so the next frames
-        continue that stream as its own server would.
-        """
-        for event in self.dialect.decode(sent):
-            self.feed(event)
-        self._sync(sent)
-
-    @abstractmethod
-    def _event(self, event: Event) -> None:
-        """Add the frames for one event to `frames`."""
-
-    @abstractmethod
-    def _end(self) -> None:
-        """Add the terminal frames of a stream that ends without an error to `frames`."""
-
-    def _sync(self, sent: Sequence[ServerSentEvent]) -> None:
-        """Take from the wire what the neutral events do not carry; nothing by default."""
-        return
 
 
 class Dialect(ABC):
@@ -250,6 +188,11 @@ class Dialect(ABC):
         """Whether a stream answering this request body reports token usage (always, unless the API asks)."""
         return True
 
+    def carries_usage(self, event: ServerSentEvent) -> bool:
+        """Whether `event` may report token usage: False only for one that surely does not, told without
+        decoding it (a stream none of whose events may is sent without usage as it is). True by default."""
+        return True
+
     @abstractmethod
     def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
         """The body this API answers a request that asks for no stream with, for a generation of `events`.
@@ -277,6 +220,8 @@ class Dialect(ABC):
         """What no server sends in the tool calls it streams for the client to run: two calls with one id,
         a call to a tool the request did not offer, or arguments that are not JSON in an answer that was
         not cut short (by an error, a stop for length or the content filter)."""
+        from .events import Error, Finish, ToolCallDelta, ToolCallStart
+
         decoded = self.decode(events)
         calls = [e for e in decoded if isinstance(e, ToolCallStart) and not e.server]
         found: list[Violation] = []

@@ -30,9 +30,10 @@ from .. import _json
 from ..cassette import Headers, Request
 from ..sse import ServerSentEvent
 from . import GEMINI_PATH as PATH
-from ._openai import ServerCalls
+from ._openai_codec import ServerCalls
 from .answer import Answer
-from .base import Checker, Dialect, Encoder, Prompt, Violation, json_objects, to_json, whole
+from .base import Checker, Dialect, Prompt, Violation, json_objects, to_json, whole
+from .encoder import Encoder
 from .events import (
     Error,
     Event,

@@ -24,7 +24,6 @@ from ..sse import ServerSentEvent
 from .base import (
     Checker,
     Dialect,
-    Encoder,
     Prompt,
     Violation,
     chat_messages,
@@ -35,6 +34,7 @@ from .base import (
     to_json,
     whole,
 )
+from .encoder import Encoder
 from .events import (
     Error,
     Event,

@@ -16,25 +16,13 @@ from typing import Any
 
 from ..cassette import Request
 from ..sse import ServerSentEvent
-from ._openai import (
-    ChunkFraming,
-    answer_json,
-    as_recorded,
-    error_event_frames,
-    error_from,
-    is_openai_terminal,
-    only_choice,
-    start_from,
-    usage_from,
-    usage_json,
-    wants_usage,
-)
+from ._openai import ChunkFraming, as_recorded, has_usage, is_openai_terminal, only_choice, wants_usage
+from ._openai_codec import answer_json, error_event_frames, error_from, start_from, usage_from, usage_json
 from .answer import Answer
 from .base import (
     DONE,
     Checker,
     Dialect,
-    Encoder,
     Prompt,
     Violation,
     data_frame,
@@ -44,6 +32,7 @@ from .base import (
     sampling,
     whole,
 )
+from .encoder import Encoder
 from .events import Error, Event, Finish, Start, TextDelta, TokenLogprob, Usage
 
 __all__ = ["OpenAICompletions"]
@@ -124,6 +113,9 @@ class OpenAICompletions(Dialect):
 
     def reports_usage(self, body: Any) -> bool:
         return wants_usage(body)
+
+    def carries_usage(self, event: ServerSentEvent) -> bool:
+        return has_usage(event)
 
     def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
         answer = Answer.of(events)

@@ -23,12 +23,12 @@ from typing import Any
 from .. import _json
 from ..cassette import Headers, Request
 from ..sse import ServerSentEvent
-from ._openai import ServerCalls, seconds, token_entries, tokens_from
+from ._openai import seconds
+from ._openai_codec import ServerCalls, token_entries, tokens_from
 from .base import (
     DONE,
     Checker,
     Dialect,
-    Encoder,
     Prompt,
     Violation,
     chat_messages,
@@ -38,6 +38,7 @@ from .base import (
     sampling,
     whole,
 )
+from .encoder import Encoder
 from .events import (
     Error,
     Event,

@@ -26,8 +26,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 from aiohttp import web
 
@@ -36,7 +37,8 @@ from .._exceptions import ModelError
 from .._http import end_live, sleep_until, stream_live
 from ..cassette import Chunk, End
 from ..faults import Fault, Stage
-from ..journal import FaultInjected, Synthesized
+from ..incidents import FaultInjected
+from ..journal import Entry
 from ..live_faults import LiveFaults
 from ..plan import Plan, event_ends
 from ..record import Capture, Recorder
@@ -44,7 +46,35 @@ from ..responder import Attached, Exchange
 from .engine import Engine
 from .pipeline import Settings, Synthesis
 
-__all__ = ["Synthesizer"]
+__all__ = ["Synthesized", "Synthesizer"]
+
+
+# The journal entry only synthesis makes lives here, not in `journal`: a server that only replays never defines it.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Synthesized(Entry):
+    """A local model answered the request: its wait in the model's queue, its tokens and their speed."""
+
+    kind: ClassVar[str] = "synthesized"
+    method: str
+    path: str
+    model: str
+    status: int
+    waited: float
+    """Seconds from the request's arrival until the model took it up."""
+    prompt_tokens: int
+    output_tokens: int
+    first_token: float | None
+    """Seconds from the request's arrival to the first output token."""
+    tokens_per_second: float | None
+    end: str
+    """`stop`, `length`, `tool_calls`, `cancelled` (the client left) or `error`."""
+
+    def line(self) -> str:
+        speed = f", {self.tokens_per_second:g} tokens/s" if self.tokens_per_second else ""
+        return (
+            f"{self.method} {self.path} -> {self.status} from {self.model}: waited {self.waited:.2f} s, "
+            f"{self.prompt_tokens} + {self.output_tokens} tokens{speed}, {self.end}"
+        )
 
 
 class _Ends(Sequence[int]):

@@ -1,0 +1,84 @@
+"""`Encoder`: how a dialect frames neutral events one at a time, the base of every dialect's encoder.
+
+Apart from `base`, which needs no neutral event: a dialect whose module
+imports its encoder where it encodes (`openai-chat`) can be asked what
+replay asks (paths, terminal frames, errors, usage) without them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ..sse import ServerSentEvent
+from .events import Error, Event
+
+if TYPE_CHECKING:
+    from .base import Dialect
+
+__all__ = ["Encoder"]
+
+
+class Encoder(ABC):
+    """Frames neutral events one at a time, as one API's server sends them.
+
+    `feed` takes the next event, in the order `events` sets down, and returns
+    the frames it makes at once: nothing waits for a later event, so a token
+    reaches the wire when it is generated. `close` ends a stream that had no
+    error and returns its terminal frames. An `Error` ends the stream itself:
+    its frames include the terminal ones, and nothing is framed after it.
+    """
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        self.fed = False
+        """Whether any event has been fed."""
+        self.ended = False
+        """Whether the stream is over: closed, or ended by an error."""
+        self.frames: list[bytes] = []
+        """The frames of the event being framed: `_event` and `_end` add to them."""
+
+    def feed(self, event: Event) -> list[bytes]:
+        """The frames for the next event."""
+        if self.ended:
+            return []
+        self.fed = True
+        self.frames = []
+        self._event(event)
+        if isinstance(event, Error):
+            self.ended = True
+        return self.frames
+
+    def close(self) -> list[bytes]:
+        """The frames that end the stream (none if an error has ended it already)."""
+        if self.ended:
+            return []
+        self.ended = True
+        self.frames = []
+        self._end()
+        return self.frames
+
+    def resume(self, sent: Sequence[ServerSentEvent]) -> None:
+        """Continue a stream the client already has: `sent` are its events, from this API's server.
+
+        The neutral events `sent` carries set this encoder's state (their
+        frames are not sent again), then `_sync` takes what only the wire
+        tells (sequence numbers, blocks already closed), so the next frames
+        continue that stream as its own server would.
+        """
+        for event in self.dialect.decode(sent):
+            self.feed(event)
+        self._sync(sent)
+
+    @abstractmethod
+    def _event(self, event: Event) -> None:
+        """Add the frames for one event to `frames`."""
+
+    @abstractmethod
+    def _end(self) -> None:
+        """Add the terminal frames of a stream that ends without an error to `frames`."""
+
+    def _sync(self, sent: Sequence[ServerSentEvent]) -> None:
+        """Take from the wire what the neutral events do not carry; nothing by default."""
+        return
