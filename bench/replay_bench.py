@@ -32,7 +32,6 @@ from pathlib import Path
 from aiohttp import web
 
 from sse_tape import Cassette, Chunk, Interaction, MockServer, Request, Response, ServeOptions, bundled_cassettes
-from sse_tape.server import collect_for_serving
 
 PATH = "/v1/chat/completions"
 
@@ -91,6 +90,8 @@ def run_server(kind: str, interaction: Interaction, pace: str, ready: mp.Queue) 
             options = ServeOptions.build(match_on=["path"], pace=pace)
             server = MockServer([Cassette([interaction])], options=options)
             await server.start()
+            from sse_tape.server import collect_for_serving  # here: peers_bench's --baseline has none
+
             collect_for_serving()  # as `sse-tape serve` does once it listens
             ready.put(server.port)
         await asyncio.Event().wait()
