@@ -176,7 +176,7 @@ def anthropic_messages_events(draw: Any) -> list[Event]:
             events += draw(st.lists(st.builds(ReasoningDelta, text), max_size=3))
             events += [ReasoningSignature(draw(text))] if kind == "signed" else []  # alone: thinking not shown
         else:
-            events.append(ToolCallStart(calls, draw(text), draw(text)))
+            events.append(ToolCallStart(calls, call_id(draw, calls), draw(text)))
             events += [ToolCallDelta(calls, a) for a in draw(st.lists(text, max_size=3))]
             events.append(ToolCallEnd(calls))
             calls += 1
