@@ -121,6 +121,34 @@ def test_serve_imports_only_what_replaying_one_api_needs(tmp_path: Path) -> None
     assert codecs == {"base", "_openai", "openai_chat"}  # not events, answer, encoder, nor the codecs
 
 
+def test_serving_the_bundled_cassettes_defines_no_neutral_event(tmp_path: Path) -> None:
+    # Every dialect replays recorded bytes, as openai-chat does (above): a plain `serve` of the bundled
+    # cassettes, which use all six, answers a request of each without importing the neutral events, the
+    # answer, the encoder or any dialect's codec.
+    listed = tmp_path / "modules"
+    setup = f"import atexit, sys; atexit.register(lambda: open({str(listed)!r}, 'w').write(' '.join(sys.modules)))"
+    server, url = processes.start(["serve", "--port", "0", "--quiet"], setup=setup)
+    try:
+        for path in BUNDLED.values():
+            request = Cassette.load(path).interactions[0].request
+            got = httpx.request(
+                request.method,
+                url + request.path + (f"?{request.query}" if request.query else ""),
+                content=request.body,
+                headers={"content-type": "application/json"},
+                timeout=30,
+            )
+            assert got.status_code == 200, (path.stem, got.text)
+            assert got.content, path.stem
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, err = server.communicate(timeout=30)
+    assert server.returncode == 0, err
+    modules = {m.rsplit(".", 1)[1] for m in listed.read_text().split() if m.startswith("sse_tape.dialects.")}
+    dialects = {"openai_chat", "openai_completions", "openai_responses", "lmstudio_chat", "anthropic_messages"}
+    assert modules == {"base", "_openai", "gemini", *dialects}  # not events, answer, encoder, nor the codecs
+
+
 @pytest.mark.parametrize("command", ["serve", "show"])
 @pytest.mark.parametrize("damage", ["truncated-toml", "truncated-msgpack", "foreign", "missing"])
 def test_unreadable_cassette_is_one_line_and_exit_2(tmp_path: Path, command: str, damage: str) -> None:

@@ -22,43 +22,23 @@ import base64
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from datetime import datetime
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from .. import _json
 from ..cassette import Headers, Request
 from ..sse import ServerSentEvent
 from . import GEMINI_PATH as PATH
-from ._openai_codec import ServerCalls
-from .answer import Answer
-from .base import Checker, Dialect, Prompt, Violation, json_objects, to_json, whole
-from .encoder import Encoder
-from .events import (
-    Error,
-    Event,
-    Finish,
-    ReasoningDelta,
-    RefusalDelta,
-    Start,
-    TextDelta,
-    TokenLogprob,
-    ToolCallDelta,
-    ToolCallEnd,
-    ToolCallStart,
-    Usage,
-)
+from .base import Checker, Dialect, Prompt, Violation, json_objects, whole
+
+if TYPE_CHECKING:  # the neutral events, and how this API frames them, are imported where it encodes or decodes
+    from .encoder import Encoder
+    from .events import Event, Start
 
 __all__ = ["PATH", "Gemini"]
 
 _STREAM = ":streamGenerateContent"
 
-# Neutral finish reasons in Gemini's words; a function call finishes with STOP.
-_FINISH = {"stop": "STOP", "tool_calls": "STOP", "length": "MAX_TOKENS", "content_filter": "SAFETY"}
-# Gemini's finish reasons that stop an answer for what it says.
-_FILTERED = frozenset(
-    {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY", "IMAGE_PROHIBITED_CONTENT"}
-)
 # The `finishReason`s of the API reference (google-genai 3.4's `FinishReason`).
 _FINISH_REASONS = frozenset(
     {
@@ -81,19 +61,6 @@ _HTTP_STATUS = {
     429: "RESOURCE_EXHAUSTED", 499: "CANCELLED", 500: "INTERNAL", 501: "UNIMPLEMENTED", 503: "UNAVAILABLE",
     504: "DEADLINE_EXCEEDED",
 }  # fmt: skip
-# The other APIs' error types, as Google's status; a status reads back as the first type that has it.
-_TYPE_STATUS = {
-    "invalid_request_error": "INVALID_ARGUMENT",
-    "authentication_error": "UNAUTHENTICATED",
-    "permission_error": "PERMISSION_DENIED",
-    "not_found_error": "NOT_FOUND",
-    "rate_limit_error": "RESOURCE_EXHAUSTED",
-    "server_error": "INTERNAL",
-    "api_error": "INTERNAL",
-    "overloaded_error": "UNAVAILABLE",
-    "timeout_error": "DEADLINE_EXCEEDED",
-}
-_STATUS_TYPE = {status: kind for kind, status in reversed(_TYPE_STATUS.items())}
 _ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 # What a part carries; a part with none of these carries nothing.
 _PART_DATA = (
@@ -110,116 +77,6 @@ def _get(obj: Any, name: str) -> Any:
     return obj.get(re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower())
 
 
-def _frame(obj: dict[str, Any]) -> bytes:
-    """One chunk as the API sends it: `data: ` and the JSON, then CRLF line ends."""
-    return b"data: " + to_json(obj).encode() + b"\r\n\r\n"
-
-
-def _response(
-    start: Start,
-    parts: list[dict[str, Any]],
-    *,
-    finish: str | None = None,
-    usage: Usage | None = None,
-    logprobs: Sequence[TokenLogprob] | None = None,
-) -> dict[str, Any]:
-    """A `GenerateContentResponse` of one candidate."""
-    candidate: dict[str, Any] = {"content": {"parts": parts, "role": "model"} if parts else {"role": "model"}}
-    if finish is not None:
-        candidate["finishReason"] = finish
-    candidate["index"] = 0
-    if logprobs is not None:
-        candidate["logprobsResult"] = {
-            "topCandidates": [
-                {"candidates": [{"token": t, "logProbability": p} for t, p in lp.top]} for lp in logprobs
-            ],
-            "chosenCandidates": [{"token": lp.token, "logProbability": lp.logprob} for lp in logprobs],
-        }
-    body: dict[str, Any] = {"candidates": [candidate]}
-    if usage is not None:
-        body["usageMetadata"] = _usage_json(usage)
-    body["modelVersion"] = start.model
-    body["responseId"] = start.id
-    return body
-
-
-def _usage_json(usage: Usage) -> dict[str, Any]:
-    """Gemini's usage: its candidates do not count the thoughts, which the neutral output tokens include."""
-    thoughts = usage.reasoning_tokens or 0
-    candidates = max(usage.output_tokens - thoughts, 0)
-    out: dict[str, Any] = {
-        "promptTokenCount": usage.input_tokens,
-        "candidatesTokenCount": candidates,
-        "totalTokenCount": usage.input_tokens + candidates + thoughts,
-    }
-    if usage.cached_tokens is not None:
-        out["cachedContentTokenCount"] = usage.cached_tokens
-    if usage.reasoning_tokens is not None:
-        out["thoughtsTokenCount"] = usage.reasoning_tokens
-    return out
-
-
-def _usage_from(obj: Any) -> Usage | None:
-    if not isinstance(obj, dict):
-        return None
-    prompt, candidates = whole(obj.get("promptTokenCount")), whole(obj.get("candidatesTokenCount"))
-    thoughts = whole(obj.get("thoughtsTokenCount"))
-    if prompt is None and candidates is None and thoughts is None:
-        return None  # no counts: Vertex's `{"trafficType": ...}` on chunks before the last
-    return Usage(
-        (prompt or 0), (candidates or 0) + (thoughts or 0), thoughts, whole(obj.get("cachedContentTokenCount"))
-    )
-
-
-def _tokens(candidate: dict[str, Any]) -> tuple[TokenLogprob, ...] | None:
-    result = candidate.get("logprobsResult")
-    if not isinstance(result, dict):
-        return None
-    chosen = [c for c in result.get("chosenCandidates") or [] if isinstance(c, dict)]
-    tops = result.get("topCandidates") or []
-    out = []
-    for n, entry in enumerate(chosen):
-        top = tops[n].get("candidates") if n < len(tops) and isinstance(tops[n], dict) else None
-        pairs = tuple(
-            (str(t.get("token", "")), float(t.get("logProbability", 0.0))) for t in top or [] if isinstance(t, dict)
-        )
-        out.append(TokenLogprob(str(entry.get("token", "")), float(entry.get("logProbability", 0.0)), pairs))
-    return tuple(out)
-
-
-def _error_json(error: Error) -> dict[str, Any]:
-    """Google's error: the status is `code` when it names one (`UNAVAILABLE`), else the type's; another
-    `code` goes in an ErrorInfo's `reason`, as the API gives its own (`API_KEY_INVALID`)."""
-    status = error.code if error.code in _STATUS_HTTP else _TYPE_STATUS.get(error.type, "INTERNAL")
-    inner: dict[str, Any] = {"code": _STATUS_HTTP[status], "message": error.message, "status": status}
-    if error.code and error.code not in _STATUS_HTTP:
-        inner["details"] = [{"@type": _ERROR_INFO, "reason": error.code, "domain": "generativelanguage.googleapis.com"}]
-    return {"error": inner}
-
-
-def _error_from(inner: dict[str, Any]) -> Error:
-    status = str(inner.get("status") or "")
-    code = whole(inner.get("code")) or _STATUS_HTTP.get(status, 500)
-    kind = _STATUS_TYPE.get(status) or ("server_error" if code >= 500 else "invalid_request_error")
-    reasons = [
-        str(d["reason"])
-        for d in inner.get("details") or []
-        if isinstance(d, dict) and d.get("@type") == _ERROR_INFO and d.get("reason")
-    ]
-    if reasons:
-        return Error(str(inner.get("message", "")), kind, reasons[0])
-    return Error(str(inner.get("message", "")), kind, status if status and status != _TYPE_STATUS.get(kind) else None)
-
-
-def _reason(word: str, calls: int) -> str:
-    """A Gemini finish reason in neutral words: a STOP after function calls finishes them."""
-    if word == "STOP":
-        return "tool_calls" if calls else "stop"
-    if word == "MAX_TOKENS":
-        return "length"
-    return "content_filter" if word in _FILTERED else "stop"
-
-
 def _object(text: str) -> dict[str, Any] | None:
     """JSON text as the object Gemini carries function arguments in ({} for none); None if it is no object."""
     if not text.strip():
@@ -229,16 +86,6 @@ def _object(text: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
-
-
-def _created(value: Any) -> int:
-    """Vertex's `createTime` (RFC 3339) in Unix seconds; 0 when there is none (the Gemini API sends none)."""
-    if not isinstance(value, str):
-        return 0
-    try:
-        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp())
-    except ValueError:
-        return 0
 
 
 def _candidate(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -254,72 +101,6 @@ def _blocked(obj: dict[str, Any]) -> bool:
     """A prompt the API refused to answer: no candidates, and `promptFeedback.blockReason`."""
     feedback = obj.get("promptFeedback")
     return "candidates" not in obj and isinstance(feedback, dict) and bool(feedback.get("blockReason"))
-
-
-@dataclass(slots=True)
-class _Call:
-    id: str
-    name: str
-    arguments: str = ""
-
-
-class _GeminiEncoder(Encoder):
-    def __init__(self, dialect: Dialect) -> None:
-        super().__init__(dialect)
-        self.start = Start()
-        self.server_calls = ServerCalls()
-        self.calls: dict[int, _Call] = {}
-        self.finish: Finish | None = None  # the last chunk waits for the usage that follows the finish
-
-    def _event(self, event: Event) -> None:
-        if self.server_calls.skip(event):
-            return  # a tool the server ran itself (LM Studio's): Gemini's function calls are the client's
-        if isinstance(event, Start):
-            self.start = event
-        elif isinstance(event, TextDelta):
-            self.chunk([{"text": event.text}], logprobs=event.logprobs)
-        elif isinstance(event, RefusalDelta):
-            self.chunk([{"text": event.text}])  # Gemini has no refusal of its own: it is the answer
-        elif isinstance(event, ReasoningDelta):
-            self.chunk([{"text": event.text, "thought": True}])
-        elif isinstance(event, ToolCallStart):
-            self.calls[event.index] = _Call(event.id, event.name)
-        elif isinstance(event, ToolCallDelta) and event.index in self.calls:
-            self.calls[event.index].arguments += event.arguments
-        elif isinstance(event, ToolCallEnd) and event.index in self.calls:
-            self.call(self.calls.pop(event.index))
-        elif isinstance(event, Finish):
-            for index in list(self.calls):  # a call still open when generation finishes ends with it
-                self.call(self.calls.pop(index))
-            self.finish = event
-        elif isinstance(event, Usage):
-            self.last(event)
-        elif isinstance(event, Error):
-            # A failure closes nothing: a call not yet whole is never sent.
-            self.frames.append(_frame(_error_json(event)))
-
-    def _end(self) -> None:
-        self.last(None)
-
-    def chunk(self, parts: list[dict[str, Any]], **fields: Any) -> None:
-        self.frames.append(_frame(_response(self.start, parts, **fields)))
-
-    def call(self, call: _Call) -> None:
-        """A function call, whole; one whose arguments are no JSON object (cut short) is never sent:
-        the API sends a call whole or not at all."""
-        args = _object(call.arguments)
-        if args is None:
-            return
-        function: dict[str, Any] = {"name": call.name, "args": args}
-        if call.id:
-            function["id"] = call.id
-        self.chunk([{"functionCall": function}])
-
-    def last(self, usage: Usage | None) -> None:
-        """The chunk with the finish reason, and the usage when there is one, once the finish has come."""
-        finish, self.finish = self.finish, None
-        if finish is not None:
-            self.chunk([{"text": ""}], finish=_FINISH.get(finish.reason, "OTHER"), usage=usage)
 
 
 class Gemini(Dialect):
@@ -344,10 +125,14 @@ class Gemini(Dialect):
         )
 
     def encoder(self, answer: Any = None) -> Encoder:
-        return _GeminiEncoder(self)  # the events carry all a chunk does, but thought signatures
+        from .gemini_codec import GeminiEncoder
+
+        return GeminiEncoder(self)  # the events carry all a chunk does, but thought signatures
 
     def decode_indexed(self, events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]:
-        return _decode([(i, obj) for i, _, obj in json_objects(events)])
+        from .gemini_codec import decode_indexed
+
+        return decode_indexed(events)
 
     def wants_stream(self, body: Any, path: str = "") -> bool:
         return path.rstrip("/").endswith(_STREAM)
@@ -369,25 +154,14 @@ class Gemini(Dialect):
         return status, (("content-type", "application/json; charset=UTF-8"),), body
 
     def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
-        answer = Answer.of(events)
-        parts: list[dict[str, Any]] = []
-        if answer.reasoning:
-            parts.append({"text": answer.reasoning, "thought": True})
-        if answer.text or answer.refusal:
-            parts.append({"text": answer.text + answer.refusal})
-        for call in answer.client_calls():
-            args = _object(call.arguments)
-            if args is not None:
-                parts.append(
-                    {"functionCall": {"name": call.name, "args": args, **({"id": call.id} if call.id else {})}}
-                )
-        finish = _FINISH.get(answer.finish or "stop", "OTHER")
-        return _response(answer.start, parts, finish=finish, usage=answer.usage, logprobs=answer.logprobs)
+        from .gemini_codec import response_json
+
+        return response_json(events)
 
     def decode_json(self, body: Any) -> list[Event]:
-        if not isinstance(body, dict) or not ("candidates" in body or _blocked(body)):
-            return []
-        return [event for _, event in _decode([(0, body)])]
+        from .gemini_codec import decode_json
+
+        return decode_json(body)
 
     def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
         c = Checker()
@@ -508,56 +282,6 @@ class Gemini(Dialect):
 
     def request_path(self, prompt: Prompt) -> str:
         return f"/v1beta/models/{prompt.model or 'gemini'}{_STREAM}"
-
-
-def _decode(objects: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, Event]]:
-    """The neutral events of a stream's chunks (or of one whole answer), each with the index of its chunk."""
-    out: list[tuple[int, Event]] = []
-    started = finished = False
-    calls = 0
-    usage: Any = None  # the latest counts: running on every chunk, final on the last
-    for i, obj in objects:
-        if isinstance(obj.get("error"), dict):
-            out.append((i, _error_from(obj["error"])))
-            continue
-        if not started:
-            created = _created(obj.get("createTime"))
-            out.append((i, Start(str(obj.get("responseId", "")), str(obj.get("modelVersion", "")), created)))
-            started = True
-        if isinstance(obj.get("usageMetadata"), dict):
-            usage = obj["usageMetadata"]
-        candidate = _candidate(obj)
-        reason = "content_filter" if _blocked(obj) else None
-        if candidate is not None:
-            content = candidate.get("content")
-            parts = content.get("parts") if isinstance(content, dict) else None
-            tokens = _tokens(candidate)
-            for part in parts if isinstance(parts, list) else []:
-                if not isinstance(part, dict):
-                    continue
-                function = part.get("functionCall")
-                if isinstance(function, dict):
-                    args = function.get("args")
-                    out += [
-                        (i, ToolCallStart(calls, str(function.get("id") or ""), str(function.get("name") or ""))),
-                        (i, ToolCallDelta(calls, _json.dumps({} if args is None else args))),
-                        (i, ToolCallEnd(calls)),
-                    ]
-                    calls += 1
-                elif isinstance(part.get("text"), str) and part["text"]:
-                    if part.get("thought") is True:
-                        out.append((i, ReasoningDelta(part["text"])))
-                    else:
-                        out.append((i, TextDelta(part["text"], tokens)))
-                        tokens = None  # a chunk's logprobs go with its first text
-            word = candidate.get("finishReason")
-            reason = _reason(word, calls) if isinstance(word, str) and word else None
-        if reason is not None and not finished:
-            finished = True
-            out.append((i, Finish(reason)))
-            if (counted := _usage_from(usage)) is not None:
-                out.append((i, counted))
-    return out
 
 
 def _check_error(c: Checker, i: int, error: Any) -> None:

@@ -12,72 +12,20 @@ here and are dropped. Without `"stream": true` the answer is one
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..cassette import Request
 from ..sse import ServerSentEvent
-from ._openai import ChunkFraming, as_recorded, has_usage, is_openai_terminal, only_choice, wants_usage
-from ._openai_codec import answer_json, error_event_frames, error_from, start_from, usage_from, usage_json
-from .answer import Answer
-from .base import (
-    DONE,
-    Checker,
-    Dialect,
-    Prompt,
-    Violation,
-    data_frame,
-    json_objects,
-    messages_text,
-    sampled,
-    sampling,
-    whole,
-)
-from .encoder import Encoder
-from .events import Error, Event, Finish, Start, TextDelta, TokenLogprob, Usage
+from ._openai import ChunkFraming, as_recorded, has_usage, is_openai_terminal, wants_usage
+from .base import Checker, Dialect, Prompt, Violation, messages_text, sampled, sampling, whole
+
+if TYPE_CHECKING:  # the neutral events, and how this API frames them, are imported where it encodes or decodes
+    from .encoder import Encoder
+    from .events import Event
 
 __all__ = ["OpenAICompletions"]
 
 FINISH_REASONS = ("stop", "length", "content_filter")
-
-
-class _CompletionsEncoder(Encoder):
-    def __init__(self, dialect: Dialect) -> None:
-        super().__init__(dialect)
-        self.start = Start("cmpl-sse-tape")
-        self.offset = 0  # characters of text so far, for the logprobs' text_offset
-        self.framed = False
-
-    def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
-        start = self.start
-        head = {"id": start.id, "object": "text_completion", "created": start.created, "model": start.model}
-        self.framed = True
-        return data_frame({**head, "choices": choices, **extra})
-
-    def _event(self, event: Event) -> None:
-        if isinstance(event, Start):
-            self.start = event  # no role frame here: the first text chunk carries the id
-        elif isinstance(event, TextDelta):
-            logprobs = None
-            if event.logprobs is not None:
-                logprobs = _logprobs_json(event.logprobs, self.offset)
-                self.offset += sum(len(lp.token) for lp in event.logprobs)
-            else:
-                self.offset += len(event.text)
-            self.frames.append(
-                self._chunk([{"text": event.text, "index": 0, "logprobs": logprobs, "finish_reason": None}])
-            )
-        elif isinstance(event, Finish):
-            reason = event.reason if event.reason in FINISH_REASONS else "stop"  # no tool calls here
-            self.frames.append(self._chunk([{"text": "", "index": 0, "logprobs": None, "finish_reason": reason}]))
-        elif isinstance(event, Usage):
-            self.frames.append(self._chunk([], usage=usage_json(event)))
-        elif isinstance(event, Error):
-            self.framed = True
-            self.frames += error_event_frames(event)
-
-    def _end(self) -> None:
-        if self.framed:
-            self.frames.append(DONE)
 
 
 class OpenAICompletions(Dialect):
@@ -90,26 +38,14 @@ class OpenAICompletions(Dialect):
         return is_openai_terminal(event)
 
     def encoder(self, answer: Any = None) -> Encoder:
-        return _CompletionsEncoder(self)  # the events carry all a chunk does
+        from .openai_completions_codec import CompletionsEncoder
+
+        return CompletionsEncoder(self)  # the events carry all a chunk does
 
     def decode_indexed(self, events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]:
-        out: list[tuple[int, Event]] = []
-        for i, name, obj in json_objects(events):
-            if name == "error":
-                out.append((i, error_from(obj)))
-                continue
-            if not out:
-                out.append((i, start_from(obj)))
-            for choice in obj.get("choices") or []:
-                if not isinstance(choice, dict):
-                    continue
-                if choice.get("text"):
-                    out.append((i, TextDelta(choice["text"], _logprobs_from(choice.get("logprobs")))))
-                if choice.get("finish_reason"):
-                    out.append((i, Finish(choice["finish_reason"])))
-            if (usage := usage_from(obj.get("usage"))) is not None:
-                out.append((i, usage))
-        return out
+        from .openai_completions_codec import decode_indexed
+
+        return decode_indexed(events)
 
     def reports_usage(self, body: Any) -> bool:
         return wants_usage(body)
@@ -118,11 +54,9 @@ class OpenAICompletions(Dialect):
         return has_usage(event)
 
     def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
-        answer = Answer.of(events)
-        logprobs = None if answer.logprobs is None else _logprobs_json(answer.logprobs, 0)
-        reason = answer.finish if answer.finish in FINISH_REASONS else "stop"
-        choice = {"text": answer.text, "index": 0, "logprobs": logprobs, "finish_reason": reason}
-        return answer_json(answer, "text_completion", choice, default_id="cmpl-sse-tape")
+        from .openai_completions_codec import response_json
+
+        return response_json(events)
 
     def stream_json(self, events: Sequence[ServerSentEvent]) -> dict[str, Any]:
         return as_recorded(
@@ -130,16 +64,9 @@ class OpenAICompletions(Dialect):
         )
 
     def decode_json(self, body: Any) -> list[Event]:
-        choice = only_choice(body)
-        if choice is None or not isinstance(choice.get("text"), str):
-            return []
-        events: list[Event] = [start_from(body)]
-        if choice["text"]:
-            events.append(TextDelta(choice["text"], _logprobs_from(choice.get("logprobs"))))
-        events.append(Finish(str(choice.get("finish_reason") or "stop")))
-        if (usage := usage_from(body.get("usage"))) is not None:
-            events.append(usage)
-        return events
+        from .openai_completions_codec import decode_json
+
+        return decode_json(body)
 
     def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
         c = Checker()
@@ -201,33 +128,3 @@ class OpenAICompletions(Dialect):
         if prompt.logprobs is not None:
             body["logprobs"] = prompt.logprobs
         return body | sampled(prompt)
-
-
-def _logprobs_json(logprobs: Sequence[TokenLogprob], offset: int) -> dict[str, Any]:
-    """The completions API's logprobs object for these tokens, the first at character `offset` of the text."""
-    offsets = []
-    for lp in logprobs:
-        offsets.append(offset)
-        offset += len(lp.token)
-    return {
-        "tokens": [lp.token for lp in logprobs],
-        "text_offset": offsets,
-        "token_logprobs": [lp.logprob for lp in logprobs],
-        "top_logprobs": [dict(lp.top) for lp in logprobs],
-    }
-
-
-def _logprobs_from(obj: Any) -> tuple[TokenLogprob, ...] | None:
-    if not isinstance(obj, dict):
-        return None
-    tops = obj.get("top_logprobs") or []
-    return tuple(
-        TokenLogprob(
-            str(token),
-            float(logprob or 0.0),
-            tuple((str(t), float(p)) for t, p in (tops[n] or {}).items()) if n < len(tops) else (),
-        )
-        for n, (token, logprob) in enumerate(
-            zip(obj.get("tokens") or [], obj.get("token_logprobs") or [], strict=False)
-        )
-    )
