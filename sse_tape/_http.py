@@ -153,20 +153,27 @@ async def write_plan(
     return out, plan.end
 
 
+#: At most this many bytes due at one moment are joined into one write: garbage and heartbeats are made as
+#: they are sent, not built up front (a `garbage` fault's 16 MiB are 256 writes, sent as the client takes them).
+_JOINED = 65536
+
+
 def _together(timeline: Iterable[Write], apart: bool) -> Iterator[Write]:
     """The writes of a timeline, those due at the same moment joined into one (the network keeps no
-    boundaries between writes with no time between them anyway), unless `apart` (fragment, split)."""
+    boundaries between writes with no time between them anyway) up to `_JOINED` bytes, unless `apart`
+    (fragment, split)."""
     if apart:
         yield from timeline
         return
-    due, pending = 0.0, list[bytes]()
+    due, pending, size = 0.0, list[bytes](), 0
     for at, data in timeline:
-        if pending and at == due:
+        if pending and at == due and size < _JOINED:
             pending.append(data)
+            size += len(data)
             continue
         if pending:
             yield due, pending[0] if len(pending) == 1 else b"".join(pending)
-        due, pending = at, [data]
+        due, pending, size = at, [data], len(data)
     if pending:
         yield due, pending[0] if len(pending) == 1 else b"".join(pending)
 

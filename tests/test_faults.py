@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import time
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -1035,6 +1036,31 @@ def test_faults_at_their_bounds_neither_block_nor_swell_the_server() -> None:
         server.terminate()
         _, err = server.communicate(timeout=30)
     assert "Error" not in err
+
+
+async def test_garbage_is_made_as_it_is_sent_not_joined_up_front() -> None:
+    # 16 MiB of random bytes due at one moment: joined into one write they would be built whole before a byte
+    # went out. The client reads to the end and keeps nothing; what Python allocated at its peak says which.
+    chunks = (Chunk(0.0, b"data: one\n\n"), Chunk(0.0, b"data: two\n\n"))
+    response = Response(200, (("content-type", "text/event-stream"),), chunks)
+    cassette = Cassette([Interaction(Request("POST", "/v1/chat/completions", body=b"{}"), response)])
+    async with aserve(cassette, pace="instant") as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        tracemalloc.start()
+        try:
+            writer.write(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+                b"X-SSE-Tape-Fault: garbage:at=1,size=16777216\r\n\r\n{}"
+            )
+            received = 0
+            while piece := await reader.read(1 << 20):
+                received += len(piece)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+            writer.close()
+    assert received > 16 * 2**20
+    assert peak < 8 * 2**20
 
 
 @pytest.mark.fuzz
