@@ -14,7 +14,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 
 from .cassette import End
 from .plan import Plan, Write
@@ -123,9 +123,14 @@ async def write_plan(
                 pacer.stop()
             await http.writer.drain()  # the pacer stops when the client's buffer is full
         if pending and plan.end is End.COMPLETE and plan.end_at <= pending[0] and plan.unframed is None:
-            if not out.prepared:
+            if not out.prepared and (whole := _whole(http, out, pending[1])) is not None:
+                out = whole
                 await out.prepare(http)
-            await out.write_eof(pending[1])  # the last write and the body's end, in one
+                await out.write_eof()
+            else:
+                if not out.prepared:
+                    await out.prepare(http)
+                await out.write_eof(pending[1])  # the last write and the body's end, in one
             progress.bytes += len(pending[1])
             return out, plan.end
         if pending:
@@ -151,6 +156,18 @@ async def write_plan(
     except (ConnectionResetError, ConnectionAbortedError):
         return out, End.CLIENT_GONE  # the client hung up between two writes
     return out, plan.end
+
+
+def _whole(http: web.Request, out: web.StreamResponse, body: bytes) -> web.Response | None:
+    """The answer `out` was to be, with its whole body in hand, to go out in one send with its headers (a
+    streamed response sends its headers on their own), framed as `out` would have been: with its length,
+    or chunked. None for HTTP/1.0 without a length, whose body is ended by closing the connection."""
+    if "Content-Length" not in out.headers and http.version < HttpVersion11:
+        return None
+    whole = web.Response(status=out.status, headers=out.headers, body=body)
+    if "Content-Length" not in out.headers:
+        whole.enable_chunked_encoding()
+    return whole
 
 
 #: At most this many bytes due at one moment are joined into one write: garbage and heartbeats are made as

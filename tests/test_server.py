@@ -462,6 +462,41 @@ async def test_a_paced_stream_goes_out_one_chunk_per_event_or_unframed_where_htt
         assert body == b"".join(events)
 
 
+async def test_a_stream_due_all_at_once_goes_out_with_its_headers_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An instant replay is one write on the connection's transport, head and body (the network would keep no
+    # boundary between them anyway), framed as a stream would be: chunked, with its recorded length, or for
+    # HTTP/1.0 without one, unframed, ended by the close (whose head aiohttp sends on its own).
+    writes: list[bytes] = []
+    transport_write = asyncio.selector_events._SelectorSocketTransport.write  # type: ignore[attr-defined]
+
+    def counted(self: asyncio.Transport, data: bytes) -> None:
+        if not data.startswith(b"POST /stream "):  # the test's own request
+            writes.append(bytes(data))
+        transport_write(self, data)
+
+    monkeypatch.setattr(asyncio.selector_events._SelectorSocketTransport, "write", counted)  # type: ignore[attr-defined]
+    events = [f"data: {i} {'x' * i}\n\n".encode() for i in range(6)]
+    async with aserve(_paced(events, 0.005), pace="instant") as server:
+        writes.clear()
+        head, body = await _raw_exchange(server.port, b"POST /stream HTTP/1.1\r\nHost: x\r\n")
+        assert b"transfer-encoding: chunked" in head.lower()
+        assert _dechunk(body) == [b"".join(events)]
+        assert writes == [head + b"\r\n\r\n" + body]
+        writes.clear()
+        head, body = await _raw_exchange(server.port, b"POST /stream HTTP/1.0\r\nHost: x\r\n")
+        assert b"transfer-encoding" not in head.lower()
+        assert b"content-length" not in head.lower()
+        assert body == b"".join(events)
+        assert writes == [head + b"\r\n\r\n", body]
+    length = (("content-length", str(sum(map(len, events)))),)
+    async with aserve(_paced(events, 0.005, length), pace="instant") as server:
+        writes.clear()
+        head, body = await _raw_exchange(server.port, b"POST /stream HTTP/1.1\r\nHost: x\r\n")
+        assert f"content-length: {len(b''.join(events))}".encode() in head.lower()
+        assert body == b"".join(events)
+        assert writes == [head + b"\r\n\r\n" + body]
+
+
 async def test_a_paced_stream_keeps_its_times_from_the_request_s_arrival_however_long_its_body_takes() -> None:
     # The recorder counts a chunk's time from the request's head, and so does the replay: time spent waiting
     # for the body (or matching, or preparing a first play) is not added in front of the first event.
