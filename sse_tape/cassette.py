@@ -736,7 +736,7 @@ def _interaction_to_doc(interaction: Interaction, *, binary: bool, spool: str | 
     if binary:  # the bytes as they are, in one step for tens of thousands of chunks
         response["chunks"] = [{"t": c.t, "bytes": c.data} for c in resp.chunks]
     else:
-        response["chunks"] = [_text_chunk_to_doc(c) for c in resp.chunks]
+        response["chunks"] = _text_chunks_to_doc(resp.chunks)
     doc: dict[str, Any] = {}
     if interaction.recorded_at:
         doc["recorded_at"] = interaction.recorded_at
@@ -747,6 +747,13 @@ def _interaction_to_doc(interaction: Interaction, *, binary: bool, spool: str | 
     if interaction.injected:
         doc["injected"] = [{"fault": i.fault, "what": i.what} for i in interaction.injected]
     return doc
+
+
+def _text_chunks_to_doc(chunks: tuple[Chunk, ...]) -> list[dict[str, Any]]:
+    try:  # nearly always all text: in one step for tens of thousands of chunks
+        return [{"t": c.t, "text": c.data.decode()} for c in chunks]
+    except UnicodeDecodeError:
+        return [_text_chunk_to_doc(c) for c in chunks]
 
 
 def _text_chunk_to_doc(chunk: Chunk) -> dict[str, Any]:
