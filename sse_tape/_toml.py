@@ -14,7 +14,8 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
 __all__ = ["dumps"]
@@ -39,7 +40,12 @@ def _table(lines: list[str], table: Mapping[str, Any], path: tuple[str, ...]) ->
             lines.append(f"{_key(key)} = {_string(value)}")
         elif kind is float or kind is int:
             lines.append(f"{_key(key)} = {value}")  # as tomli-w writes them
-        elif isinstance(value, Mapping) or (value and isinstance(value, list) and isinstance(value[0], Mapping)):
+        elif (
+            kind is dict
+            or (kind is list and value and type(value[0]) is dict)
+            or isinstance(value, Mapping)
+            or (value and isinstance(value, list) and isinstance(value[0], Mapping))
+        ):
             nested.append((key, value))
         else:
             lines.append(f"{_key(key)} = {_value(value)}")
@@ -51,9 +57,55 @@ def _table(lines: list[str], table: Mapping[str, Any], path: tuple[str, ...]) ->
             _table(lines, value, inner)
             continue
         header = f"\n[[{dotted}]]"
+        if (rows := _flat_tables(header, value)) is not None:
+            lines += rows
+            continue
         for item in value:
             lines.append(header)
             _table(lines, item, inner)
+
+
+def _flat_tables(header: str, tables: list[Any]) -> Iterator[str] | None:
+    """The lines of an array of tables that all hold the same keys, in the same order, each a string or a
+    number (a cassette's chunks), written as `_table` writes them but a column at a time; None for any
+    other array. Each step is a pass in C over the array: a cassette has tens of thousands of chunks."""
+    if set(map(type, tables)) != {dict}:
+        return None
+    key_orders = set(map(tuple, tables))
+    if len(key_orders) != 1:
+        return None
+    [keys] = key_orders
+    if not keys:
+        return None
+    # Each row: the text before its first value, the value, the text between it and the next, ... the end.
+    parts: list[Iterable[str]] = []
+    before = header
+    for key, column in zip(keys, zip(*map(dict.values, tables), strict=True), strict=True):
+        kinds = set(map(type, column))
+        if kinds == {str} and _literals(column):
+            parts += [repeat(f"{before}\n{_key(key)} = '''\n"), column]  # as `_string` writes each of them
+            before = "'''"
+            continue
+        if kinds == {str}:
+            parts += [repeat(f"{before}\n{_key(key)} = "), _strings(column)]
+        elif kinds <= {float, int}:
+            parts += [repeat(f"{before}\n{_key(key)} = "), map(repr, column)]  # what an f-string writes too
+        else:
+            return None
+        before = ""
+    parts.append(repeat(before))
+    return map("".join, zip(*parts, strict=False))  # as long as the columns: the rest repeat
+
+
+def _literals(texts: Sequence[str]) -> bool:
+    """Whether `_string` writes every one of the texts as a multi-line literal string: each has a line
+    break, no control character, no `'''`, and does not end with a quote (as most chunks of a stream do).
+    Each check is one pass in C."""
+    if any(map(str.endswith, texts, repeat("'"))) or not all(map(str.__contains__, texts, repeat("\n"))):
+        return False
+    joined = "".join(texts).encode("utf-8", "surrogatepass")  # a lone surrogate is refused later, when encoded
+    # Found in bytes, where searching is quicker; or `'''` only across two texts: then `_string` looks at each.
+    return b"'''" not in joined and len(joined.translate(None, _CONTROL_BYTES)) == len(joined)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -71,8 +123,22 @@ def _value(value: Any) -> str:
     return tomli_w.dumps({"v": value}).removeprefix("v = ").rstrip("\n")
 
 
-def _string(s: str) -> str:
-    if not _CONTROL.search(s):
+# The control characters of `_CONTROL` as UTF-8 bytes, which no other character's encoding holds.
+_CONTROL_BYTES = bytes([*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F])
+
+
+def _strings(texts: Sequence[str]) -> list[str]:
+    """`_string` of each text, with one check for control characters over them all: a regular expression
+    looks at each character in Python's loop, `bytes.translate` in C's."""
+    joined = "".join(texts).encode("utf-8", "surrogatepass")  # a lone surrogate is refused later, when encoded
+    if len(joined.translate(None, _CONTROL_BYTES)) != len(joined):
+        return list(map(_string, texts))
+    return [_string(s, control=False) for s in texts]
+
+
+def _string(s: str, *, control: bool = True) -> str:
+    """`s` as a TOML string; `control=False` says it holds no control character TOML forbids in literals."""
+    if not control or not _CONTROL.search(s):
         if '"' not in s and "\\" not in s and "\n" not in s:
             return f'"{s}"'  # plain text: nothing to escape
         if "\n" not in s and "'" not in s:

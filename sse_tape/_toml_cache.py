@@ -4,8 +4,12 @@ Parsing TOML in Python takes a quarter of a microsecond a byte or more (2 s for 
 unpacking the same document from MessagePack, a fiftieth of that. A big cassette is loaded far more often
 than it changes. An entry is named by the SHA-256 of the file's
 bytes, so any change to the file misses it, and holds the document as `tomllib` gave it: what a load reads
-from the cache is what parsing the file gives, value for value. Entries live in sse-tape's cache folder
-(see `folder`), never beside the cassette.
+from the cache is what parsing the file gives, value for value, with one difference in form. The chunks
+of an interaction (`interactions[n].response.chunks`), when every one is a table of just `t`, a float,
+and `text`, a string, in that order (as sse-tape writes them), are held as `TextTables`: two columns, the
+times and the texts' UTF-8 bytes, so that a load builds its chunks without a table each or a text to
+encode; `TextTables.tables()` gives the tables back, and `expand` the whole document as `tomllib` gave it.
+Entries live in sse-tape's cache folder (see `folder`), never beside the cassette.
 
 Writers write a temporary file and rename it, so a reader sees a whole entry or none; each entry carries a
 digest of its name and content, so a damaged or misplaced one is ignored. A cache that cannot be read or
@@ -20,11 +24,13 @@ import hashlib
 import os
 import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 # msgpack is imported where it is used: serving small TOML cassettes needs none of it (2 ms of CPU time).
-__all__ = ["MAX_BYTES", "MIN_SIZE", "folder", "get", "key", "prune", "put"]
+__all__ = ["MAX_BYTES", "MIN_SIZE", "TextTables", "expand", "folder", "get", "key", "prune", "put"]
 
 #: Files smaller than this are parsed every time: a millisecond or two, not worth an entry.
 MIN_SIZE = 4096
@@ -32,9 +38,103 @@ MIN_SIZE = 4096
 MAX_BYTES = 256 * 2**20
 
 # What an entry starts with; a new layout of entries gets a new one, and old entries are written anew.
-_MAGIC = b"sse-tape parsed toml 1\n"
+_MAGIC = b"sse-tape parsed toml 2\n"
+# The MessagePack extension type that holds a `TextTables`.
+_TEXT_TABLES = 1
 # A temporary file left by a writer that died is removed after this long.
 _STALE_SECONDS = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class TextTables:
+    """An array of tables that each hold just `t`, a float, and `text`, a string, kept as two columns:
+    `t`, the floats, and `text`, each string's UTF-8 bytes. Never empty."""
+
+    t: list[float]
+    text: list[bytes]
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+    def tables(self) -> list[dict[str, Any]]:
+        """The tables as `tomllib` gave them."""
+        return [{"t": t, "text": text.decode()} for t, text in zip(self.t, self.text, strict=True)]
+
+    @classmethod
+    def of(cls, tables: list[Any]) -> TextTables | None:
+        """The tables as columns; None unless there are some and each holds `t`, a float, then `text`, a
+        string, and nothing else."""
+        times, texts = [], []
+        for table in tables:
+            if type(table) is not dict or len(table) != 2 or next(iter(table)) != "t":
+                return None
+            t, text = table["t"], table.get("text")
+            if type(t) is not float or type(text) is not str:
+                return None
+            times.append(t)
+            texts.append(text)
+        if not times:
+            return None
+        try:
+            return cls(times, [text.encode() for text in texts])
+        except UnicodeEncodeError:  # a lone surrogate, which tomllib never gives: kept as tables
+            return None
+
+
+def _interaction_chunks(doc: Any) -> Iterator[tuple[dict[str, Any], Any]]:
+    """Each interaction's response table in a cassette document, with its chunks."""
+    items = doc.get("interactions") if type(doc) is dict else None
+    for item in items if type(items) is list else ():
+        response = item.get("response") if type(item) is dict else None
+        if type(response) is dict and "chunks" in response:
+            yield response, response["chunks"]
+
+
+def expand(doc: Any) -> Any:
+    """The document `get` gave, as `tomllib` gave it: each `TextTables` turned back into its tables (in
+    place)."""
+    for response, chunks in _interaction_chunks(doc):
+        if type(chunks) is TextTables:
+            response["chunks"] = chunks.tables()
+    return doc
+
+
+def _compact(doc: Any) -> Any:
+    """The document with each interaction's chunks held as `TextTables` where they can be; a new document
+    where it differs, sharing the rest: the one given is not changed."""
+    changed = {}
+    for response, chunks in _interaction_chunks(doc):
+        if type(chunks) is list and (columns := TextTables.of(chunks)) is not None:
+            changed[id(response)] = {**response, "chunks": columns}
+    if not changed:
+        return doc
+    interactions = [
+        {**item, "response": changed[id(item["response"])]}
+        if type(item) is dict and id(item.get("response")) in changed
+        else item
+        for item in doc["interactions"]
+    ]
+    return {**doc, "interactions": interactions}
+
+
+def _pack_ext(value: Any) -> Any:
+    import msgpack
+
+    if type(value) is TextTables:
+        return msgpack.ExtType(_TEXT_TABLES, msgpack.packb([value.t, value.text], use_bin_type=True))
+    raise TypeError(f"cannot pack {type(value).__name__}")
+
+
+def _unpack_ext(code: int, data: bytes) -> Any:
+    import msgpack
+
+    if code != _TEXT_TABLES:
+        raise ValueError(f"unknown extension type {code}")
+    # What `_pack_ext` wrote (the entry's digest says so): floats and bytes, checked no further.
+    t, text = msgpack.unpackb(data, raw=False)
+    if not t or len(t) != len(text):
+        raise ValueError("not text tables")
+    return TextTables(t, text)
 
 
 def folder() -> Path | None:
@@ -57,7 +157,8 @@ def key(raw: bytes) -> str:
 
 
 def get(name: str) -> Any | None:
-    """The document the entry `name` holds, if the cache has it whole; else None."""
+    """The document the entry `name` holds, if the cache has it whole; else None. Interactions' chunks
+    may be `TextTables` (see `expand`)."""
     import msgpack
 
     where = folder()
@@ -71,8 +172,8 @@ def get(name: str) -> Any | None:
         digest, payload = data[head : head + 32], data[head + 32 :]
         if data[:head] != _MAGIC or digest != _digest(name, payload):
             return None
-        doc = msgpack.unpackb(payload, raw=False, strict_map_key=True)
-    except (OSError, ValueError, msgpack.UnpackException):
+        doc = msgpack.unpackb(payload, raw=False, strict_map_key=True, ext_hook=_unpack_ext)
+    except (OSError, ValueError, TypeError, msgpack.UnpackException):
         return None
     with contextlib.suppress(OSError):
         os.utime(entry)  # recently used: kept the longest
@@ -88,7 +189,7 @@ def put(name: str, doc: Any) -> None:
     if where is None:
         return
     try:
-        payload = msgpack.packb(doc, use_bin_type=True)
+        payload = msgpack.packb(_compact(doc), use_bin_type=True, default=_pack_ext)
     except (TypeError, ValueError, OverflowError):
         return
     try:

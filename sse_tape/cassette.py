@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from . import _json, _toml, _toml_cache
 from ._exceptions import CassetteError, CassetteFormatError, CassetteNotFoundError
@@ -612,7 +612,7 @@ def _appended(raw: bytes, docs: list[dict[str, Any]], suffix: str) -> bytes:
         return _encode(doc, suffix)
     if _INLINE_INTERACTIONS.search(raw):
         # A hand-written `interactions = [...]`: array-of-tables headers cannot follow it. Write it anew.
-        doc = _decode(raw, suffix)
+        doc = _toml_cache.expand(_decode(raw, suffix))
         doc["interactions"] = [*doc.get("interactions", []), *docs]
         return _encode(doc, suffix)
     # `[[interactions]]` tables may come at the end of any TOML document: the old bytes stay as they are.
@@ -736,7 +736,7 @@ def _interaction_to_doc(interaction: Interaction, *, binary: bool, spool: str | 
     if binary:  # the bytes as they are, in one step for tens of thousands of chunks
         response["chunks"] = [{"t": c.t, "bytes": c.data} for c in resp.chunks]
     else:
-        response["chunks"] = [_text_chunk_to_doc(c) for c in resp.chunks]
+        response["chunks"] = _text_chunks_to_doc(resp.chunks)
     doc: dict[str, Any] = {}
     if interaction.recorded_at:
         doc["recorded_at"] = interaction.recorded_at
@@ -747,6 +747,13 @@ def _interaction_to_doc(interaction: Interaction, *, binary: bool, spool: str | 
     if interaction.injected:
         doc["injected"] = [{"fault": i.fault, "what": i.what} for i in interaction.injected]
     return doc
+
+
+def _text_chunks_to_doc(chunks: tuple[Chunk, ...]) -> list[dict[str, Any]]:
+    try:  # nearly always all text: in one step for tens of thousands of chunks
+        return [{"t": c.t, "text": c.data.decode()} for c in chunks]
+    except UnicodeDecodeError:
+        return [_text_chunk_to_doc(c) for c in chunks]
 
 
 def _text_chunk_to_doc(chunk: Chunk) -> dict[str, Any]:
@@ -818,7 +825,7 @@ def _interaction_from_doc(doc: Any, where: str, *, binary: bool) -> Interaction:
     except ValueError:
         raise _Invalid(f"{where}: response.end {end_word!r} is not one of {', '.join(End)}") from None
     chunks = resp.get("chunks", [])
-    if not isinstance(chunks, list):
+    if not isinstance(chunks, list | _toml_cache.TextTables):
         raise _Invalid(f"{where}: response.chunks must be a list")
     status = _field(resp, "status", int, f"{where}: response")
     if not 200 <= status <= 599:
@@ -845,34 +852,47 @@ def _interaction_from_doc(doc: Any, where: str, *, binary: bool) -> Interaction:
     return Interaction(request, response, None if recorded_at is None else str(recorded_at), tuple(notes))
 
 
-def _chunks_from_doc(docs: list[Any], where: str, *, binary: bool) -> tuple[Chunk, ...]:
-    chunks = []
-    for n, doc in enumerate(docs, 1):
-        # What sse-tape writes, checked in line: a cassette holds tens of thousands of chunks.
+def _chunks_from_doc(docs: list[Any] | _toml_cache.TextTables, where: str, *, binary: bool) -> tuple[Chunk, ...]:
+    if isinstance(docs, _toml_cache.TextTables):
+        return _chunks_from_columns(docs, where)
+    # What sse-tape writes, checked in line: a cassette holds tens of thousands of chunks.
+    new, set_t, set_data, most = object.__new__, _set_t, _set_data, _MAX_SECONDS
+    chunks: list[Chunk] = []
+    add = chunks.append
+    key = "bytes" if binary else "text"
+    kind: type = bytes if binary else str
+    for doc in docs:
         if type(doc) is dict and len(doc) == 2:
             t = doc.get("t")
-            if type(t) is float and 0.0 <= t < _MAX_SECONDS:  # neither NaN nor infinite
-                data = doc.get("bytes") if binary else doc.get("text")
-                if binary and type(data) is bytes:
-                    chunks.append(_chunk(t, data))
-                    continue
-                if not binary and type(data) is str:
-                    chunks.append(_chunk(t, data.encode()))
-                    continue
-        chunks.append(_chunk_from_doc(doc, f"{where}: chunk {n}"))
+            data = doc.get(key)
+            if type(t) is float and 0.0 <= t < most and type(data) is kind:  # t neither NaN nor infinite
+                chunk = new(Chunk)
+                set_t(chunk, t)
+                set_data(chunk, data if binary else cast(str, data).encode())
+                add(chunk)
+                continue
+        add(_chunk_from_doc(doc, f"{where}: chunk {len(chunks) + 1}"))
+    return tuple(chunks)
+
+
+def _chunks_from_columns(columns: _toml_cache.TextTables, where: str) -> tuple[Chunk, ...]:
+    """The chunks of tables kept as columns by the parsed-TOML cache: each text there is UTF-8 already."""
+    new, set_t, set_data, most = object.__new__, _set_t, _set_data, _MAX_SECONDS
+    chunks: list[Chunk] = []
+    add = chunks.append
+    for t, data in zip(columns.t, columns.text, strict=True):
+        if not 0.0 <= t < most:  # what the tables would be refused for, and with which message, is theirs to say
+            return _chunks_from_doc(columns.tables(), where, binary=False)
+        chunk = new(Chunk)
+        set_t(chunk, t)
+        set_data(chunk, data)
+        add(chunk)
     return tuple(chunks)
 
 
 # A Chunk made by setting its two slots: the frozen dataclass's __init__ sets each field by name through
 # object.__setattr__, which was a third of the time a big cassette took to load. Nothing else happens in it.
 _set_t, _set_data = vars(Chunk)["t"].__set__, vars(Chunk)["data"].__set__
-
-
-def _chunk(t: float, data: bytes) -> Chunk:
-    chunk = object.__new__(Chunk)
-    _set_t(chunk, t)
-    _set_data(chunk, data)
-    return chunk
 
 
 def _chunk_from_doc(doc: Any, where: str) -> Chunk:

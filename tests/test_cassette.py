@@ -669,12 +669,18 @@ def entries(cache: Path) -> list[Path]:
 
 
 def typed(value: Any) -> Any:
-    """A document with each value's type beside it: 1, 1.0 and True are equal in Python; -0.0 and 0.0 too."""
+    """A document with each value's type beside it (1, 1.0 and True are equal in Python; -0.0 and 0.0 too),
+    and each table's keys in order."""
     if isinstance(value, dict):
-        return {k: typed(v) for k, v in value.items()}
+        return [(k, typed(v)) for k, v in value.items()]
     if isinstance(value, list):
         return [typed(v) for v in value]
     return type(value).__name__, repr(value)
+
+
+def cached(raw: bytes) -> Any:
+    """The document the cache holds for a file of these bytes, as `tomllib` gives it."""
+    return _toml_cache.expand(_toml_cache.get(_toml_cache.key(raw)))
 
 
 def test_a_big_toml_cassette_is_parsed_once_then_read_from_the_cache(
@@ -738,7 +744,7 @@ def test_a_damaged_cache_entry_is_ignored_and_written_anew(tmp_path: Path, cache
     [entry] = entries(cache)
     entry.write_bytes(damage(entry.read_bytes()))
     assert Cassette.load(path).interactions == cassette.interactions
-    assert _toml_cache.get(_toml_cache.key(path.read_bytes())) == tomllib.loads(path.read_text())
+    assert typed(cached(path.read_bytes())) == typed(tomllib.loads(path.read_text()))
 
 
 def test_an_entry_under_another_cassettes_name_is_ignored(tmp_path: Path, cache: Path) -> None:
@@ -808,7 +814,7 @@ HAND_WRITTEN = "\n".join(
 def test_the_cache_gives_back_what_tomllib_parsed_value_for_value(cache: Path, raw: bytes) -> None:
     doc = tomllib.loads(raw.decode())
     _toml_cache.put(_toml_cache.key(raw), doc)
-    assert typed(_toml_cache.get(_toml_cache.key(raw))) == typed(doc)
+    assert typed(cached(raw)) == typed(doc)
 
 
 @settings(max_examples=100, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -829,7 +835,63 @@ def test_the_cache_gives_back_what_tomllib_parsed_for_any_interaction(
     raw = Cassette([interaction]).save(tmp_path / "h.toml").read_bytes()
     doc = tomllib.loads(raw.decode())
     _toml_cache.put(_toml_cache.key(raw), doc)
-    assert typed(_toml_cache.get(_toml_cache.key(raw))) == typed(doc)
+    assert typed(cached(raw)) == typed(doc)
+
+
+def test_chunks_as_sse_tape_writes_them_are_cached_as_columns_and_other_tables_as_they_are(cache: Path) -> None:
+    chats = "\n".join(
+        f'[[interactions]]\nrequest = {{method = "GET", path = "/{n}"}}\nresponse = {{status = 200, chunks = {chunks}}}'
+        for n, chunks in enumerate(
+            [
+                "[{t = 0.5, text = 'data: x'}, {t = 1.5, text = 'data: y'}]",  # as sse-tape writes them
+                "[{text = 'data: x', t = 0.5}]",  # the keys the other way round
+                "[{t = 1, text = 'data: x'}]",  # an integer time
+                "[{t = 0.5, text = 'data: x', note = 'n'}]",  # another key
+                "[{t = 0.5, base64 = 'eA=='}]",
+                "[{t = 0.5, text = 'x'}, 'not a table']",
+                "[]",
+            ]
+        )
+    )
+    raw = f"format_version = 1\n{chats}\n".encode()
+    doc = tomllib.loads(raw.decode())
+    _toml_cache.put(_toml_cache.key(raw), doc)
+    entry = _toml_cache.get(_toml_cache.key(raw))
+    kept = [item["response"]["chunks"] for item in entry["interactions"]]
+    assert kept[0] == _toml_cache.TextTables([0.5, 1.5], [b"data: x", b"data: y"])
+    assert [type(chunks) for chunks in kept[1:]] == [list] * 6
+    assert typed(_toml_cache.expand(entry)) == typed(doc)
+
+
+@pytest.mark.parametrize("t", ["-0.5", "nan", "inf", "-inf", "1e300", "31536000.0"])
+def test_a_chunk_time_out_of_range_is_refused_alike_when_its_cassette_is_cached(
+    tmp_path: Path, cache: Path, t: str
+) -> None:
+    path = big_cassette().save(tmp_path / "big.toml")
+    path.write_text(path.read_text().replace("t = 0.11\n", f"t = {t}\n", 1))  # interaction 2's second chunk
+    messages = []
+    for _ in range(2):  # parsed, then from the cache
+        with pytest.raises(CassetteFormatError) as info:
+            Cassette.load(path)
+        messages.append(str(info.value))
+    assert type(_toml_cache.get(_toml_cache.key(path.read_bytes()))["interactions"][1]["response"]["chunks"]) is (
+        _toml_cache.TextTables
+    )
+    assert messages[0] == messages[1]
+    assert "interaction 2: chunk 2" in messages[0]
+
+
+def test_a_cached_cassette_with_inline_interactions_is_appended_to(tmp_path: Path, cache: Path) -> None:
+    chunks = ", ".join(f"{{t = {n / 10}, text = 'data: {n}'}}" for n in range(1, 300))
+    path = tmp_path / "c.toml"
+    path.write_text(
+        f'format_version = 1\ninteractions = [{{request = {{method = "GET", path = "/"}}, '
+        f"response = {{status = 200, chunks = [{chunks}]}}}}]\n"
+    )
+    assert path.stat().st_size >= _toml_cache.MIN_SIZE
+    first = Cassette.load(path)
+    append_interactions(path, [awkward_interaction()])
+    assert Cassette.load(path).interactions == [*first.interactions, awkward_interaction()]
 
 
 def test_dates_and_times_are_not_cached_but_parsed_each_time(cache: Path) -> None:

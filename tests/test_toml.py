@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import tomllib
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sse_tape import _toml
+
+# Text of every kind `_string` tells apart: plain, quotes, backslashes, line breaks (LF, CRLF, a lone CR),
+# control characters, `'''`, a quote at the end, non-ASCII.
+AWKWARD = st.text(st.sampled_from(["a", "é", "東", '"', "'", "\\", "\n", "\r", "\t", "\x00", "\x1f", "\x7f", "{", "}"]))
+TEXT = AWKWARD | st.text(max_size=40) | st.sampled_from(["data: {}\n\n", "data: '''\n\n", "x'\n", "''\n", "'\n"])
+NUMBER = st.floats(allow_nan=False) | st.integers(-(2**63), 2**63 - 1)
+KEYS = st.sampled_from(["t", "text", "base64", "a key", "{x}"])
+
+
+def typed(value: Any) -> Any:
+    """A document with each value's type beside it and each table's keys in order."""
+    if isinstance(value, dict):
+        return [(k, typed(v)) for k, v in value.items()]
+    if isinstance(value, list):
+        return [typed(v) for v in value]
+    return type(value).__name__, repr(value)
+
+
+def one_at_a_time(doc: dict[str, Any]) -> str:
+    """What `dumps` writes with no array of tables written a column at a time."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_toml, "_flat_tables", lambda header, tables: None)
+        return _toml.dumps(doc)
+
+
+@given(
+    st.lists(st.fixed_dictionaries({"t": NUMBER, "text": TEXT}), min_size=1, max_size=8)
+    | st.lists(st.fixed_dictionaries({"t": NUMBER, "base64": st.text(max_size=10)}), min_size=1, max_size=3)
+)
+def test_chunk_tables_are_written_a_column_at_a_time_as_one_at_a_time(chunks: list[dict[str, Any]]) -> None:
+    doc = {"format_version": 1, "interactions": [{"response": {"status": 200, "chunks": chunks}}]}
+    text = _toml.dumps(doc)
+    assert text == one_at_a_time(doc)
+    assert typed(tomllib.loads(text)) == typed(doc)
+
+
+@given(
+    st.lists(
+        st.dictionaries(KEYS, TEXT | NUMBER | st.booleans() | st.lists(TEXT, max_size=2), max_size=3),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_any_array_of_tables_is_written_as_one_at_a_time(tables: list[dict[str, Any]]) -> None:
+    doc = {"tables": tables, "nested": {"tables": tables}}
+    text = _toml.dumps(doc)
+    assert text == one_at_a_time(doc)
+    assert typed(tomllib.loads(text)) == typed(doc)
+
+
+@pytest.mark.parametrize("line_end", ["\n", "\r\n", "\r"], ids=["lf", "crlf", "cr"])
+def test_stream_chunks_are_written_as_multi_line_literals_or_escaped_where_they_must_be(line_end: str) -> None:
+    chunks = [{"t": 0.5, "text": f'data: {{"a": "b"}}{line_end}{line_end}'}, {"t": 1.0, "text": "data: [DONE]\n\n"}]
+    text = _toml.dumps({"chunks": chunks})
+    assert text == one_at_a_time({"chunks": chunks})
+    if line_end == "\n":  # kept as sent
+        assert "text = '''\ndata: {\"a\": \"b\"}\n\n'''" in text
+    else:  # a CR, which TOML readers may drop from a multi-line string, is escaped
+        assert "\r" not in text
+        assert "\\r" in text
+    assert tomllib.loads(text) == {"chunks": chunks}
+
+
+@pytest.mark.parametrize(
+    "odd",
+    ["data: x\n'", "data: '''\n", "data: ''\n", "'data: x\n", "data: \x00\n", "data: \x7f\n", "data: \t\n", "data: x"],
+    ids=["ends-with-quote", "triple-quote", "two-quotes", "starts-with-quote", "nul", "del", "tab", "no-line-break"],
+)
+def test_one_odd_chunk_among_stream_chunks_is_written_as_alone(odd: str) -> None:
+    chunks = [{"t": n / 10, "text": f'data: {{"n": {n}}}\n\n'} for n in range(3)]
+    for at in range(4):
+        doc = {"chunks": [*chunks[:at], {"t": 9.5, "text": odd}, *chunks[at:]]}
+        text = _toml.dumps(doc)
+        assert text == one_at_a_time(doc)
+        assert typed(tomllib.loads(text)) == typed(doc)
