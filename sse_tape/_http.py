@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import socket
 import struct
 import threading
@@ -36,6 +37,8 @@ __all__ = [
     "stream_live",
     "write_plan",
 ]
+
+_Fields = tuple[tuple[str, str], ...]
 
 # Headers that describe one connection, not the message (RFC 9110 section 7.6.1).
 HOP_BY_HOP = frozenset(
@@ -79,61 +82,73 @@ class Progress:
 
 
 async def write_plan(
-    http: web.Request, plan: Plan, progress: Progress, headers: Mapping[str, str] | None = None, *, started: float
+    http: web.Request,
+    plan: Plan,
+    progress: Progress,
+    headers: Mapping[str, str] | None = None,
+    *,
+    started: float,
+    writes: list[Write] | None = None,
 ) -> tuple[web.StreamResponse, End]:
     """Send a plan: headers (plus `headers`), each write at its offset from the request's arrival at
-    `started` (on the loop's clock), then the end it asks for.
+    `started` (on the loop's clock), then the end it asks for. `writes` is what `coalesced(plan)` gave, for
+    a plan sent again and again unchanged.
 
     Returns the response and how it ended: the plan's end, or `End.CLIENT_GONE`
     when the client hung up between writes. A client that hangs up during a
     wait cancels the handler, and the cancellation propagates.
     """
+    if plan.hang:
+        await asyncio.Event().wait()  # until the client goes or the server stops
     loop = asyncio.get_running_loop()
-    out = web.StreamResponse(status=plan.status)
+    fields, recorded_length = _head(tuple(plan.headers), tuple(headers.items()) if headers else ())
+    # A recorded length, or one a fault set, is sent again for the body as it is now.
+    length = recorded_length and plan.end is End.COMPLETE
+    if length:
+        fields = (*fields, ("Content-Length", str(plan.size())))
+    # A HEAD answer, a 204 and a 304 have no body whatever was recorded: one sent anyway would be read as
+    # the start of the next response on the connection.
+    if http.method == "HEAD" or plan.status in (204, 304):
+        timeline: Iterator[Write] = iter(())
+    else:
+        timeline = iter(writes) if writes is not None else _together(plan.timeline(), plan.apart)
+    pending = next(timeline, None)
+    following = next(timeline, None) if pending is not None else None
+    if (
+        pending is not None
+        and following is None
+        and plan.end is End.COMPLETE
+        and plan.end_at <= pending[0]
+        and plan.headers_at is None
+        and plan.unframed is None
+        and (length or http.version >= HttpVersion11)  # HTTP/1.0 without a length: ended by the close
+    ):
+        return await _write_whole(http, plan, fields, pending, progress, started=started, length=length)
+    out = web.StreamResponse(status=plan.status, headers=fields)
     try:
-        if plan.hang:
-            await asyncio.Event().wait()  # until the client goes or the server stops
-        for name, value in end_to_end(plan.headers, also_drop=("content-length", "date")):
-            out.headers.add(name, value)
-        if headers:
-            out.headers.update(headers)
-        # A recorded length, or one a fault set, is sent again for the body as it is now.
-        if plan.end is End.COMPLETE and has_header(plan.headers, "content-length"):
-            out.content_length = plan.size()
         if plan.headers_at is not None:
             await sleep_until(started + plan.headers_at)
             await out.prepare(http)
-        # A HEAD answer, a 204 and a 304 have no body whatever was recorded: one sent anyway would be
-        # read as the start of the next response on the connection.
-        bodiless = http.method == "HEAD" or plan.status in (204, 304)
-        writes = _together(() if bodiless else plan.timeline(), plan.apart)
-        pending = next(writes, None)
-        while pending is not None:
-            at, data = pending
-            delay = started + at - loop.time()  # inline: this loop runs once per write the pacer gives back
+        while pending is not None and following is not None:
+            delay = started + pending[0] - loop.time()  # inline: this loop runs once per write the pacer gives back
             if delay > 0:
                 await asyncio.sleep(delay)
-            if (following := next(writes, None)) is None:
-                break  # the last write: it may go out with the body's end, below
-            await _write(http, out, data, progress)
-            pacer = _Pacer(http, out, started, following, writes, progress)
+            await _write(http, out, pending[1], progress)
+            pacer = _Pacer(http, out, started, following, timeline, progress)
             try:
                 pending = await pacer.stopped
             finally:
                 pacer.stop()
             await http.writer.drain()  # the pacer stops when the client's buffer is full
-        if pending and plan.end is End.COMPLETE and plan.end_at <= pending[0] and plan.unframed is None:
-            if not out.prepared and (whole := _whole(http, out, pending[1])) is not None:
-                out = whole
-                await out.prepare(http)
-                await out.write_eof()
-            else:
+            following = next(timeline, None)
+        if pending is not None:  # the last write
+            await sleep_until(started + pending[0])
+            if plan.end is End.COMPLETE and plan.end_at <= pending[0] and plan.unframed is None:
                 if not out.prepared:
                     await out.prepare(http)
                 await out.write_eof(pending[1])  # the last write and the body's end, in one
-            progress.bytes += len(pending[1])
-            return out, plan.end
-        if pending:
+                progress.bytes += len(pending[1])
+                return out, plan.end
             await _write(http, out, pending[1], progress)
         if plan.unframed is not None:
             at, data = plan.unframed
@@ -158,16 +173,47 @@ async def write_plan(
     return out, plan.end
 
 
-def _whole(http: web.Request, out: web.StreamResponse, body: bytes) -> web.Response | None:
-    """The answer `out` was to be, with its whole body in hand, to go out in one send with its headers (a
-    streamed response sends its headers on their own), framed as `out` would have been: with its length,
-    or chunked. None for HTTP/1.0 without a length, whose body is ended by closing the connection."""
-    if "Content-Length" not in out.headers and http.version < HttpVersion11:
+async def _write_whole(
+    http: web.Request,
+    plan: Plan,
+    fields: _Fields,
+    write: Write,
+    progress: Progress,
+    *,
+    started: float,
+    length: bool,
+) -> tuple[web.StreamResponse, End]:
+    """Send a plan whose body is one write with its end in one send with the headers (a streamed response
+    sends its headers on their own), framed as its stream would be: with its length, or chunked."""
+    at, body = write
+    out = web.Response(status=plan.status, headers=fields, body=body)
+    if not length:
+        out.enable_chunked_encoding()
+    try:
+        await sleep_until(started + at)
+        await out.prepare(http)
+        await out.write_eof()
+    except (ConnectionResetError, ConnectionAbortedError):
+        return out, End.CLIENT_GONE
+    progress.bytes += len(body)
+    return out, plan.end
+
+
+@functools.lru_cache(maxsize=256)
+def _head(recorded: _Fields, added: _Fields) -> tuple[_Fields, bool]:
+    """The headers a plan's response goes out with: the recorded ones that pass (not hop-by-hop ones, nor
+    a length or a date, nor those `added` replaces), then `added`; and whether a length was recorded. The
+    same few come again and again: each is worked out once."""
+    passed = end_to_end(recorded, also_drop=("content-length", "date", *(name for name, _ in added)))
+    return (*passed, *added), has_header(recorded, "content-length")
+
+
+def coalesced(plan: Plan) -> list[Write] | None:
+    """The writes `write_plan` sends for `plan`, worked out ahead for a plan sent again and again unchanged;
+    None for one with heartbeats or noise, which are made as they are sent."""
+    if plan.beats or plan.noise is not None:
         return None
-    whole = web.Response(status=out.status, headers=out.headers, body=body)
-    if "Content-Length" not in out.headers:
-        whole.enable_chunked_encoding()
-    return whole
+    return list(_together(plan.writes, plan.apart))
 
 
 #: At most this many bytes due at one moment are joined into one write: garbage and heartbeats are made as

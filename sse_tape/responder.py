@@ -23,7 +23,7 @@ from .faults import Fault, Injector, Stage, apply
 from .journal import Journal, ReplayState
 from .matching import Matcher
 from .options import ServeOptions
-from .plan import Plan
+from .plan import Plan, Write
 
 if TYPE_CHECKING:
     from .record import Recorder
@@ -80,8 +80,9 @@ class Host(Protocol):
         """The CORS headers an answer carries."""
         ...
 
-    async def send(self, exchange: Exchange, plan: Plan) -> web.StreamResponse:
-        """Write a plan as the exchange's answer."""
+    async def send(self, exchange: Exchange, plan: Plan, writes: list[Write] | None = None) -> web.StreamResponse:
+        """Write a plan as the exchange's answer (`writes`: what `coalesced(plan)` gave, for a plan sent unchanged
+        again and again)."""
         ...
 
     def ended(self, exchange: Exchange) -> None:

@@ -35,7 +35,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from . import _json
 from ._exceptions import CassetteNotFoundError, ConfigError, NoMatchError
-from ._http import ConnectionGuard, run_in_thread, write_plan
+from ._http import ConnectionGuard, coalesced, run_in_thread, write_plan
 from .background import Background, BackgroundResponse, json_plan
 from .cassette import (
     Cassette,
@@ -55,7 +55,7 @@ from .journal import Ended, Journal, Matched, Received, ReplayState
 from .matching import Matcher, last_event_id
 from .options import MissPolicy, RecordMode, ServeOptions
 from .pacing import Pacing
-from .plan import Plan, event_ends
+from .plan import Plan, Write, event_ends
 from .responder import Attached, Exchange, Host, Responder, inject
 from .shape import Recorded, Shape, collapse, reshape
 
@@ -141,8 +141,10 @@ class _Prepared:
     stands_for: Response | None = None
     """For a stream answered as one JSON document: that stream, whose pace and faults the answer follows."""
     plan: Plan | None = None
-    """Its plan at the server's pace when every replay gets the same one (no jitter): each replay gets a
-    copy."""
+    """Its plan at the server's pace when every replay gets the same one (no jitter): sent as it is where
+    nothing changes it, else a copy."""
+    writes: list[Write] | None = None
+    """What goes on the wire for `plan` unchanged (see `coalesced`)."""
 
 
 #: A recording of at most this many bytes is prepared for its first play on the event loop, not in a thread.
@@ -152,12 +154,13 @@ _PREPARED_IN_PLACE = 8192
 def _prepared(interaction: Interaction, shape: Shape, pace: Pacing, *, faulted: bool) -> _Prepared:
     response, converted = reshape(interaction, shape)
     stands_for = interaction.response if shape.stream is False and converted is not None else None
-    plan = None
+    plan = writes = None
     if pace.repeats:
         plan = pace.plan(stands_for if stands_for is not None else response)
         if faulted:  # its events decoded now, off the event loop, for the faults that work between them
             plan.blocks  # noqa: B018
-    return _Prepared(response, event_ends(response.body), converted, stands_for, plan)
+        writes = coalesced(plan)
+    return _Prepared(response, event_ends(response.body), converted, stands_for, plan, writes)
 
 
 class Replay(Attached):
@@ -218,7 +221,9 @@ class Replay(Attached):
             known = self._known[recording] = _Known.of(recording)
         prepared = await self._prepare(recording, known, request)
         if prepared.plan is not None:
-            stream = prepared.plan.copy()
+            # Sent as it is, unless a fault or a resumption may change it.
+            faultless = not (server.injector.faults or exchange.faults or server.options.recorded_faults)
+            stream = prepared.plan if faultless and last_event_id(request) is None else prepared.plan.copy()
         else:  # a schedule of this replay's own: jitter, seeded by the recording and how often it played
             key = f"{known.name}:{server.state.plays[recording] - 1}"
             paced = prepared.stands_for if prepared.stands_for is not None else prepared.response
@@ -262,7 +267,7 @@ class Replay(Attached):
         else:
             plan = stream
             exchange.event_ends = [b.end for b in plan.events] if injected or resumed else prepared.event_ends
-        return await server.send(exchange, plan)
+        return await server.send(exchange, plan, prepared.writes if plan is prepared.plan else None)
 
     def _faults_of(self, recording: Recording) -> list[Fault]:
         """The faults a recording notes its client got, to act on every replay of it (not by chance, nor a
@@ -513,7 +518,7 @@ class MockServer:
         if is_control:
             return await self._control(http)
         headers = tuple(http.headers.items())
-        if FAULT_HEADER in http.headers:
+        if faults_asked := FAULT_HEADER in http.headers:
             # The fault header is said to sse-tape, not to the API: never matched on, forwarded or recorded.
             headers = tuple((k, v) for k, v in headers if k.lower() != _FAULT_HEADER_LOWER)
         url = http.rel_url
@@ -548,7 +553,7 @@ class MockServer:
             # `Request.json`) goes with the answer, not into the last 10,000 requests kept here.
             self.state.received.append(Request(request.method, request.path, request.query, request.headers, body))
             try:
-                exchange.faults = self._header_faults(http)
+                exchange.faults = self._header_faults(http) if faults_asked else []
             except ConfigError as exc:
                 return self.error(exchange, 400, f"{FAULT_HEADER}: {exc}", "bad_fault")
             if exchange.faults and not self._controls(http):
@@ -583,12 +588,13 @@ class MockServer:
             )
         )
 
-    async def send(self, exchange: Exchange, plan: Plan) -> web.StreamResponse:
-        """Write a plan as the answer to `exchange`, noting its status, its progress and how it ended."""
+    async def send(self, exchange: Exchange, plan: Plan, writes: list[Write] | None = None) -> web.StreamResponse:
+        """Write a plan as the answer to `exchange`, noting its status, its progress and how it ended;
+        `writes`, what `coalesced(plan)` gave, for a plan sent unchanged again and again."""
         exchange.status = plan.status
         cors = self.cors(exchange.http)
         response, exchange.end = await write_plan(
-            exchange.http, plan, exchange.progress, cors, started=exchange.started
+            exchange.http, plan, exchange.progress, cors, started=exchange.started, writes=writes
         )
         return response
 

@@ -8,6 +8,7 @@ of the original events; `Answer` puts a stream's events together.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 from collections.abc import Iterator, Mapping
@@ -105,6 +106,7 @@ def get(name: str) -> Dialect:
         raise ConfigError(f"unknown dialect {name!r}: choose from {', '.join(DIALECTS)}") from None
 
 
+@functools.lru_cache(maxsize=1024)  # asked for every request, of the same few paths
 def for_path(path: str) -> Dialect | None:
     """The dialect whose API streams from `path` (with any prefix before it), if any."""
     if GEMINI_PATH.search(path.rstrip("/")):  # …/models/{model}:streamGenerateContent: the model is in the path
