@@ -927,6 +927,7 @@ def list_faults() -> None:
             click.echo(f"{'':<{width}} keys: {', '.join(key.describe() for key in kind.keys)}{main}")
     click.echo("\nevery fault also takes p=<probability, default 1>, times=<count> and path=<path ending>")
     click.echo("positions: 5 (after 5 events), 50% (of the events), 200b (a byte), 1.5s (a time)")
+    click.echo("durations: 20ms, 1.5s, 2m or 1h")
     misbehaviours = [name for name, kind in FAULTS.items() if kind.stage is Stage.ANSWER]
     click.echo(
         "\n"

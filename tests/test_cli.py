@@ -523,5 +523,5 @@ def test_a_fault_a_cassette_notes_that_is_no_fault_stops_serve_recorded_faults_w
     assert result.returncode == 2
     assert (
         result.stderr
-        == f"Error: c.toml #1 (GET /x): injected fault 'eror:3': unknown fault 'eror'; faults are {', '.join(FAULTS)}\n"
+        == f"Error: c.toml #1 (GET /x): injected fault 'eror:3': unknown fault 'eror' (did you mean 'error'?); faults are {', '.join(FAULTS)}\n"
     )
