@@ -220,6 +220,21 @@ def test_status_uses_the_dialects_error_shape_and_retry_after(server: MockServer
     assert lms.json() == {"error": {"type": "internal_error", "message": "injected by sse-tape: status 503"}}
 
 
+def test_a_429_on_openai_paths_is_openais_rate_limit_body_as_the_sdk_sees_it(server: MockServer) -> None:
+    with pytest.raises(openai.RateLimitError) as raised:
+        chat(server, "status:429")
+    assert (raised.value.type, raised.value.code) == ("requests", "rate_limit_exceeded")
+    responses = raw(server, "status:429", path="/v1/responses", body={"model": "m", "input": "?", "stream": True})
+    assert responses.json() == {
+        "error": {
+            "message": "injected by sse-tape: status 429",
+            "type": "requests",
+            "param": None,
+            "code": "rate_limit_exceeded",
+        }
+    }
+
+
 def test_a_status_replaces_the_stream_so_stream_faults_pass_it_by(server: MockServer) -> None:
     got = raw(server, "status:code=500;error:at=2;fragment:size=1")
     assert got.status_code == 500

@@ -166,8 +166,11 @@ class Dialect(ABC):
     ) -> tuple[int, Headers, bytes]:
         """Status, headers and JSON body of this API's error response before any stream.
 
-        `type` defaults to the API's word for a bad request (4xx) or a server error (5xx).
+        `type` defaults to the API's word for a bad request (4xx) or a server error (5xx); a 429 is
+        OpenAI's rate limit, `"type": "requests", "code": "rate_limit_exceeded"`, which clients look for.
         """
+        if status == 429 and type is None:
+            type, code = "requests", code or "rate_limit_exceeded"
         kind = type or ("invalid_request_error" if status < 500 else "server_error")
         body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
         return status, (("content-type", "application/json"),), to_json(body).encode()
