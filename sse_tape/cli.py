@@ -809,9 +809,11 @@ def check(
     """Check streams against their API's contract.
 
     Each interaction's dialect (openai-chat, openai-completions,
-    openai-responses, lmstudio-chat, anthropic-messages) is told from its
-    path, or named with --dialect; every violation is reported with the position of the event and
-    the reason. A stream whose events look like none of them (a notification
+    openai-responses, lmstudio-chat, anthropic-messages, gemini) is told from
+    its path, or named with --dialect; every violation is reported with the
+    position of the event and the reason. A JSON answer to a request for no
+    stream is checked as that API's answer, and an error response for its
+    error body. A stream whose events look like none of them (a notification
     feed) is checked as plain SSE: UTF-8, and no block left unfinished. Exit
     status: 0 when clean, 1 when violations are found, 2 when the input cannot
     be used.
@@ -908,7 +910,11 @@ def _check_interaction(source: str, n: int, interaction: Interaction, chosen: Di
         violations = check_error_response(response)
     else:
         try:
-            violations = found.check([event for _, event in response.events()], request)
+            events = [event for _, event in response.events()]
+            if is_streamed(interaction) or events:  # events with no content type are a stream all the same
+                violations = found.check(events, request)
+            else:  # one JSON answer, to a request for no stream: no stream rule applies
+                violations = found.check_json(response.body, request)
         except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
             # A stream malformed in a way no rule foresaw is still a finding, not a crash.
             violations = [Violation(None, f"the stream is malformed in a way check cannot follow ({exc!r})")]

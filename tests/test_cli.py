@@ -377,6 +377,72 @@ def test_check_json(tmp_path: Path) -> None:
     assert report[0]["dialect"] == "openai-chat"
 
 
+# A request of each API that asks for no stream, as a client sends it.
+PLAIN_REQUESTS = {
+    "openai-chat": ("/v1/chat/completions", {"model": "local-model", "messages": [{"role": "user", "content": "Hello!"}]}),
+    "openai-completions": ("/v1/completions", {"model": "gemma3-270m", "prompt": "Once upon a time"}),
+    "openai-responses": ("/v1/responses", {"model": "claude-sonnet-4-20250514", "input": "Hello!"}),
+    "lmstudio-chat": ("/api/v1/chat", {"model": "openai/gpt-oss-20b", "input": "Hello!", "stream": False}),
+    "anthropic-messages": (
+        "/v1/messages",
+        {"model": "claude-sonnet-4-6", "max_tokens": 64, "messages": [{"role": "user", "content": "Hello!"}]},
+    ),
+    "gemini": (
+        "/v1beta/models/gemini-2.5-flash:generateContent",
+        {"contents": [{"role": "user", "parts": [{"text": "Hello!"}]}]},
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("dialect", sorted(PLAIN_REQUESTS))
+def test_check_passes_a_recorded_json_answer_as_its_apis_answer(
+    bundled_server: Running, tmp_path: Path, dialect: str
+) -> None:
+    path, body = PLAIN_REQUESTS[dialect]
+    cassette = tmp_path / "plain.toml"
+    recorded = run_cli("record", bundled_server.url + path, "-d", json.dumps(body), "-c", str(cassette))
+    assert recorded.returncode == 0, recorded.stderr
+    response = Cassette.load(cassette).interactions[0].response
+    assert response.status == 200
+    assert (response.header("content-type") or "").startswith("application/json")
+    checked = run_cli("check", str(cassette))
+    assert (checked.returncode, checked.stdout.splitlines()) == (
+        0,
+        [f"{cassette} #1 POST {path} ({dialect}): ok", "checked 1 interaction: 0 violations"],
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "violations"),
+    [
+        ("/v1/chat/completions", b"<html>oops</html>", ["the answer is not JSON: b'<html>oops</html>'"]),
+        ("/v1/chat/completions", b'{"object": "chat.completion", "choices": []}', ["choices is missing or empty"]),
+        (
+            "/v1/chat/completions",
+            b'{"object": "chat.completion", "choices": [{"index": 0, "finish_reason": "tool_calls", '
+            b'"message": {"role": "assistant", "content": "Hi"}}]}',
+            ["choice 0 finish_reason is 'tool_calls' but the message has none"],
+        ),
+        ("/v1/completions", b'{"object": "chat.completion", "choices": [{"text": "x", "finish_reason": "stop"}]}',
+         ["object is 'chat.completion', not 'text_completion'"]),
+        ("/v1/messages", b'{"type": "error"}', ["the answer is not a message object with content"]),
+        ("/v1/responses", b'{"object": "response", "output": [{"type": "function_call", "call_id": "c", '
+         b'"name": "f", "arguments": "{not json"}], "status": "completed"}',
+         ["tool call 0 calls 'f', which the request did not offer",
+          "tool call 0 arguments are not valid JSON: '{not json'"]),
+    ],
+)  # fmt: skip
+def test_check_reports_what_breaks_a_json_answer(tmp_path: Path, path: str, body: bytes, violations: list[str]) -> None:
+    interaction = Interaction(
+        Request("POST", path, body=b'{"model": "m"}'),
+        Response(200, (("content-type", "application/json"),), (Chunk(0.1, body),)),
+    )
+    cassette = Cassette([interaction]).save(tmp_path / "plain.toml")
+    result = run_cli("check", "--json", str(cassette))
+    assert result.returncode == 1
+    assert [v["message"] for v in json.loads(result.stdout)[0]["violations"]] == violations
+
+
 def test_check_with_a_named_dialect(tmp_path: Path) -> None:
     result = run_cli("check", "--dialect", "openai-completions", str(BUNDLED["openai-chat"]))
     assert result.returncode == 1

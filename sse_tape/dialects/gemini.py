@@ -107,6 +107,7 @@ class Gemini(Dialect):
     """Google's Gemini API, streaming with `alt=sse`."""
 
     name = "gemini"
+    answer = "a GenerateContentResponse with candidates"
     path = "/v1beta/models/{model}:streamGenerateContent"
     query = "alt=sse"
 
