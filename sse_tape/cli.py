@@ -18,7 +18,16 @@ from . import __version__
 from ._exceptions import ConfigError, SSETapeError, cannot_listen
 from ._units import parse_duration
 from .cassette import Cassette, Interaction, append_interactions, check_cassette_path, find_cassettes
-from .dialects import DIALECTS, Dialect, Violation, check_error_response, check_framing, detect, translate
+from .dialects import (
+    DIALECTS,
+    Dialect,
+    Violation,
+    check_error_response,
+    check_framing,
+    detect,
+    lost_in_translation,
+    translate,
+)
 from .dialects import get as get_dialect
 from .faults import FAULTS, PROFILES, Stage
 from .matching import is_streamed
@@ -967,20 +976,41 @@ def list_faults() -> None:
     help=f"Also translate every interaction into this API: {', '.join(DIALECTS)}. Timing is kept.",
 )
 @click.option("--dialect", "from_dialect", metavar="NAME", help="The source's dialect, if its paths do not tell.")
-def convert(source: Path, target: Path, to_dialect: str | None, from_dialect: str | None) -> None:
+@click.option(
+    "--lossy",
+    is_flag=True,
+    help="With --to-dialect: leave out what the other API cannot carry (tool calls, reasoning, a refusal, "
+    "log probabilities) instead of refusing to convert.",
+)
+def convert(source: Path, target: Path, to_dialect: str | None, from_dialect: str | None, lossy: bool) -> None:
     """Rewrite a cassette in another encoding, chosen by TARGET's suffix (.toml or .msgpack).
 
     Lossless: every chunk keeps its exact bytes and timing. With --to-dialect,
     each stream is decoded and encoded again as the other API would send it,
     each new event at the time of the original one, and each request's path
     and body are rewritten for that API: record once from an OpenAI-compatible
-    server, test an LM Studio or Responses client.
+    server, test an LM Studio or Responses client. An interaction with what
+    the other API has no words for (tool calls in the completions API, say)
+    stops the conversion, naming it, and nothing is written; --lossy leaves
+    that out instead.
     """
     loaded = Cassette.load(source)
     if to_dialect is not None:
         into = get_dialect(to_dialect)
         origin = get_dialect(from_dialect) if from_dialect else None
-        loaded.interactions = [translate(i, into, origin) for i in loaded.interactions]
+        translated = []
+        for n, interaction in enumerate(loaded.interactions, 1):
+            there = translate(interaction, into, origin)
+            lost = [] if lossy else lost_in_translation(interaction, there, into, origin)
+            if lost:
+                request = interaction.request
+                raise SSETapeError(
+                    f"{source} #{n} ({request.method} {request.path}): {into.name} cannot carry its "
+                    f"{', '.join(lost[:-1]) + ' and ' if lost[1:] else ''}{lost[-1]}; nothing written "
+                    "(--lossy leaves that out)"
+                )
+            translated.append(there)
+        loaded.interactions = translated
     loaded.save(target)
     click.echo(f"wrote {target} ({len(loaded)} interaction{'s'[: len(loaded) != 1]})")
 

@@ -22,6 +22,7 @@ from sse_tape.cli import cli
 from sse_tape.faults import FAULTS
 
 BUNDLED = {p.stem: p for p in bundled_cassettes()}
+HELLO = "Hi there! How can I help you today?"
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -481,11 +482,62 @@ def test_check_needs_cassettes_or_live() -> None:
 )
 def test_convert_to_a_dialect_gives_a_clean_cassette(tmp_path: Path, target: str) -> None:
     out = tmp_path / "translated.toml"
-    result = CliRunner().invoke(cli, ["convert", str(BUNDLED["router-chat"]), str(out), "--to-dialect", target])
+    lossy = ["--lossy"] if target == "openai-completions" else []  # the completions API has no refusal
+    result = CliRunner().invoke(cli, ["convert", str(BUNDLED["router-chat"]), str(out), "--to-dialect", target, *lossy])
     assert result.exit_code == 0, result.output
     translated = Cassette.load(out)
     assert all(i.request.path.startswith("/proj_ABC123/my-endpoint/") for i in translated)
     assert run_cli("check", str(out)).returncode == 0
+
+
+def test_convert_refuses_to_drop_what_the_target_api_cannot_carry(tmp_path: Path) -> None:
+    out = tmp_path / "c.toml"
+    result = run_cli("convert", str(BUNDLED["openai-chat"]), str(out), "--to-dialect", "openai-completions")
+    assert (result.returncode, result.stderr) == (
+        2,
+        f"Error: {BUNDLED['openai-chat']} #2 (POST /v1/chat/completions): openai-completions cannot carry its "
+        "tool calls (get_weather); nothing written (--lossy leaves that out)\n",
+    )
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("source", "target", "lost"),
+    [
+        ("anthropic-messages", "openai-completions", "tool calls (get_weather) and reasoning"),
+        ("lmstudio-chat", "openai-chat", "tool calls the server ran"),
+        ("gemini", "openai-completions", "tool calls (get_weather)"),
+        ("router-chat", "openai-completions", "refusal"),
+    ],
+)
+def test_convert_names_each_kind_of_loss(tmp_path: Path, source: str, target: str, lost: str) -> None:
+    result = run_cli("convert", str(BUNDLED[source]), str(tmp_path / "c.toml"), "--to-dialect", target)
+    assert result.returncode == 2
+    assert f"{target} cannot carry its {lost}" in result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+def test_convert_lossy_leaves_out_what_the_target_api_cannot_carry(tmp_path: Path) -> None:
+    out = tmp_path / "c.toml"
+    result = run_cli("convert", str(BUNDLED["openai-chat"]), str(out), "--to-dialect", "openai-completions", "--lossy")
+    assert (result.returncode, result.stdout) == (0, f"wrote {out} (3 interactions)\n")
+    assert run_cli("check", str(out)).returncode == 0
+
+
+def test_convert_carries_a_recorded_json_answer_into_the_other_api(bundled_server: Running, tmp_path: Path) -> None:
+    from sse_tape import serve
+
+    path, body = PLAIN_REQUESTS["openai-chat"]
+    recorded, converted = tmp_path / "plain.toml", tmp_path / "responses.toml"
+    assert run_cli("record", bundled_server.url + path, "-d", json.dumps(body), "-c", str(recorded)).returncode == 0
+    result = run_cli("convert", str(recorded), str(converted), "--to-dialect", "openai-responses")
+    assert result.returncode == 0, result.stderr
+    assert run_cli("check", str(converted)).returncode == 0
+    with serve(converted, pace="instant") as server:
+        client = openai_client(server.url + "/v1")
+        assert client.responses.create(model="local-model", input="Hello!").output_text == HELLO
+        streamed = client.responses.create(model="local-model", input="Hello!", stream=True)
+        assert "".join(e.delta for e in streamed if e.type == "response.output_text.delta") == HELLO
 
 
 def test_check_and_convert_survive_malformed_chunks(tmp_path: Path) -> None:
