@@ -444,7 +444,9 @@ def serve(
         models = [synthesizer.engine.id] if synthesizer is not None else []
         server = MockServer(cassettes, options=options, upstream=upstream, model=synthesizer, models=models, **listen)
         count = sum(len(c) for c in cassettes)
-        what = f"serving {count} interactions from {len(cassettes)} cassettes"
+        what = (
+            f"serving {count} interaction{'s'[: count != 1]} from {len(cassettes)} cassette{'s'[: len(cassettes) != 1]}"
+        )
         if synthesizer is not None:
             what = (
                 f"{what}, and {synthesizer.engine.name} for the rest" if count else f"serving {synthesizer.engine.name}"

@@ -80,7 +80,7 @@ def test_serve_given_cassettes_matches_bodies_by_default(tmp_path: Path) -> None
     plain.match_on = None  # a cassette that says nothing of how to match it
     server = Running(str(plain.save(tmp_path / "chat.toml")), "--quiet")
     try:
-        assert "3 interactions from 1 cassettes" in server.banner
+        assert "3 interactions from 1 cassette at" in server.banner
         got = httpx.post(server.url + "/v1/chat/completions", json={"messages": [], "stream": True})
         assert got.status_code == 404
         assert got.json()["error"]["code"] == "no_match"
