@@ -555,9 +555,12 @@ def record(
 
     Proxy mode, `sse-tape record --upstream URL -c FILE`: point any client at
     this proxy as its base URL and use it as usual. Each response streams
-    through untouched as it arrives and is appended to the cassette as soon
-    as it ends. Requests the record mode says to replay are answered from the
-    cassette, as `sse-tape serve` would.
+    through untouched as it arrives, each chunk written to a spool beside the
+    cassette (FILE.<id>.spool) before the client gets it; the session's
+    interactions are appended to the cassette itself when the recorder stops
+    (a killed recorder's spool is read as part of the cassette). Requests the
+    record mode says to replay are answered from the cassette, as `sse-tape
+    serve` would.
 
     With --fault or --profile, the client gets each forwarded stream as the
     faults make it, and the cassette keeps what the upstream sent, whole,
