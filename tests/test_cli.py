@@ -444,6 +444,22 @@ def test_check_reports_what_breaks_a_json_answer(tmp_path: Path, path: str, body
     assert [v["message"] for v in json.loads(result.stdout)[0]["violations"]] == violations
 
 
+def test_check_reads_gemini_chunks_sent_as_one_json_array(tmp_path: Path) -> None:
+    # Without alt=sse, :streamGenerateContent answers the stream's chunks as one JSON array.
+    streamed = Cassette.load(BUNDLED["gemini"]).interactions[0]
+    chunks = [event.json() for _, event in streamed.response.events()]
+    plain = [
+        replace(streamed, response=Response(200, (("content-type", "application/json"),), (Chunk(0.5, body),)))
+        for body in (json.dumps(chunks).encode(), json.dumps(chunks[:-1]).encode())
+    ]
+    result = run_cli("check", "--json", str(Cassette(plain).save(tmp_path / "array.toml")))
+    assert result.returncode == 1
+    assert [row["violations"] for row in json.loads(result.stdout)] == [
+        [],
+        [{"event": None, "message": "no chunk with a finishReason"}],
+    ]
+
+
 def test_check_with_a_named_dialect(tmp_path: Path) -> None:
     result = run_cli("check", "--dialect", "openai-completions", str(BUNDLED["openai-chat"]))
     assert result.returncode == 1

@@ -164,6 +164,11 @@ class Gemini(Dialect):
 
         return decode_json(body)
 
+    def check_answer(self, obj: Any, request: Request | None = None) -> list[Violation]:
+        if isinstance(obj, list):  # :streamGenerateContent without alt=sse: the stream's chunks, as one JSON array
+            return self.check([ServerSentEvent(data=_json.dumps(chunk)) for chunk in obj], request)
+        return super().check_answer(obj, request)
+
     def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
         c = Checker()
         same: dict[str, Any] = {}  # responseId and modelVersion, as first sent
