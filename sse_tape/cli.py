@@ -999,6 +999,8 @@ def convert(source: Path, target: Path, to_dialect: str | None, from_dialect: st
     stops the conversion, naming it, and nothing is written; --lossy leaves
     that out instead.
     """
+    if lossy and to_dialect is None:
+        raise ConfigError("--lossy goes with --to-dialect: a change of encoding alone loses nothing")
     loaded = Cassette.load(source)
     if to_dialect is not None:
         into = get_dialect(to_dialect)

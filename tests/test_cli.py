@@ -538,6 +538,11 @@ def test_convert_lossy_leaves_out_what_the_target_api_cannot_carry(tmp_path: Pat
     result = run_cli("convert", str(BUNDLED["openai-chat"]), str(out), "--to-dialect", "openai-completions", "--lossy")
     assert (result.returncode, result.stdout) == (0, f"wrote {out} (3 interactions)\n")
     assert run_cli("check", str(out)).returncode == 0
+    alone = run_cli("convert", str(BUNDLED["openai-chat"]), str(tmp_path / "d.toml"), "--lossy")
+    assert (alone.returncode, alone.stderr) == (
+        2,
+        "Error: --lossy goes with --to-dialect: a change of encoding alone loses nothing\n",
+    )
 
 
 def test_convert_carries_a_recorded_json_answer_into_the_other_api(bundled_server: Running, tmp_path: Path) -> None:
