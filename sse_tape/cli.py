@@ -18,7 +18,16 @@ from . import __version__
 from ._exceptions import ConfigError, SSETapeError, cannot_listen
 from ._units import parse_duration
 from .cassette import Cassette, Interaction, append_interactions, check_cassette_path, find_cassettes
-from .dialects import DIALECTS, Dialect, Violation, check_error_response, check_framing, detect, translate
+from .dialects import (
+    DIALECTS,
+    Dialect,
+    Violation,
+    check_error_response,
+    check_framing,
+    detect,
+    lost_in_translation,
+    translate,
+)
 from .dialects import get as get_dialect
 from .faults import FAULTS, PROFILES, Stage
 from .matching import is_streamed
@@ -435,7 +444,9 @@ def serve(
         models = [synthesizer.engine.id] if synthesizer is not None else []
         server = MockServer(cassettes, options=options, upstream=upstream, model=synthesizer, models=models, **listen)
         count = sum(len(c) for c in cassettes)
-        what = f"serving {count} interactions from {len(cassettes)} cassettes"
+        what = (
+            f"serving {count} interaction{'s'[: count != 1]} from {len(cassettes)} cassette{'s'[: len(cassettes) != 1]}"
+        )
         if synthesizer is not None:
             what = (
                 f"{what}, and {synthesizer.engine.name} for the rest" if count else f"serving {synthesizer.engine.name}"
@@ -544,9 +555,12 @@ def record(
 
     Proxy mode, `sse-tape record --upstream URL -c FILE`: point any client at
     this proxy as its base URL and use it as usual. Each response streams
-    through untouched as it arrives and is appended to the cassette as soon
-    as it ends. Requests the record mode says to replay are answered from the
-    cassette, as `sse-tape serve` would.
+    through untouched as it arrives, each chunk written to a spool beside the
+    cassette (FILE.<id>.spool) before the client gets it; the session's
+    interactions are appended to the cassette itself when the recorder stops
+    (a killed recorder's spool is read as part of the cassette). Requests the
+    record mode says to replay are answered from the cassette, as `sse-tape
+    serve` would.
 
     With --fault or --profile, the client gets each forwarded stream as the
     faults make it, and the cassette keeps what the upstream sent, whole,
@@ -809,9 +823,11 @@ def check(
     """Check streams against their API's contract.
 
     Each interaction's dialect (openai-chat, openai-completions,
-    openai-responses, lmstudio-chat, anthropic-messages) is told from its
-    path, or named with --dialect; every violation is reported with the position of the event and
-    the reason. A stream whose events look like none of them (a notification
+    openai-responses, lmstudio-chat, anthropic-messages, gemini) is told from
+    its path, or named with --dialect; every violation is reported with the
+    position of the event and the reason. A JSON answer to a request for no
+    stream is checked as that API's answer, and an error response for its
+    error body. A stream whose events look like none of them (a notification
     feed) is checked as plain SSE: UTF-8, and no block left unfinished. Exit
     status: 0 when clean, 1 when violations are found, 2 when the input cannot
     be used.
@@ -908,7 +924,11 @@ def _check_interaction(source: str, n: int, interaction: Interaction, chosen: Di
         violations = check_error_response(response)
     else:
         try:
-            violations = found.check([event for _, event in response.events()], request)
+            events = [event for _, event in response.events()]
+            if is_streamed(interaction) or events:  # events with no content type are a stream all the same
+                violations = found.check(events, request)
+            else:  # one JSON answer, to a request for no stream: no stream rule applies
+                violations = found.check_json(response.body, request)
         except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
             # A stream malformed in a way no rule foresaw is still a finding, not a crash.
             violations = [Violation(None, f"the stream is malformed in a way check cannot follow ({exc!r})")]
@@ -927,6 +947,7 @@ def list_faults() -> None:
             click.echo(f"{'':<{width}} keys: {', '.join(key.describe() for key in kind.keys)}{main}")
     click.echo("\nevery fault also takes p=<probability, default 1>, times=<count> and path=<path ending>")
     click.echo("positions: 5 (after 5 events), 50% (of the events), 200b (a byte), 1.5s (a time)")
+    click.echo("durations: 20ms, 1.5s, 2m or 1h")
     misbehaviours = [name for name, kind in FAULTS.items() if kind.stage is Stage.ANSWER]
     click.echo(
         "\n"
@@ -960,20 +981,43 @@ def list_faults() -> None:
     help=f"Also translate every interaction into this API: {', '.join(DIALECTS)}. Timing is kept.",
 )
 @click.option("--dialect", "from_dialect", metavar="NAME", help="The source's dialect, if its paths do not tell.")
-def convert(source: Path, target: Path, to_dialect: str | None, from_dialect: str | None) -> None:
+@click.option(
+    "--lossy",
+    is_flag=True,
+    help="With --to-dialect: leave out what the other API cannot carry (tool calls, reasoning, a refusal, "
+    "log probabilities) instead of refusing to convert.",
+)
+def convert(source: Path, target: Path, to_dialect: str | None, from_dialect: str | None, lossy: bool) -> None:
     """Rewrite a cassette in another encoding, chosen by TARGET's suffix (.toml or .msgpack).
 
     Lossless: every chunk keeps its exact bytes and timing. With --to-dialect,
     each stream is decoded and encoded again as the other API would send it,
     each new event at the time of the original one, and each request's path
     and body are rewritten for that API: record once from an OpenAI-compatible
-    server, test an LM Studio or Responses client.
+    server, test an LM Studio or Responses client. An interaction with what
+    the other API has no words for (tool calls in the completions API, say)
+    stops the conversion, naming it, and nothing is written; --lossy leaves
+    that out instead.
     """
+    if lossy and to_dialect is None:
+        raise ConfigError("--lossy goes with --to-dialect: a change of encoding alone loses nothing")
     loaded = Cassette.load(source)
     if to_dialect is not None:
         into = get_dialect(to_dialect)
         origin = get_dialect(from_dialect) if from_dialect else None
-        loaded.interactions = [translate(i, into, origin) for i in loaded.interactions]
+        translated = []
+        for n, interaction in enumerate(loaded.interactions, 1):
+            there = translate(interaction, into, origin)
+            lost = [] if lossy else lost_in_translation(interaction, there, into, origin)
+            if lost:
+                request = interaction.request
+                raise SSETapeError(
+                    f"{source} #{n} ({request.method} {request.path}): {into.name} cannot carry its "
+                    f"{', '.join(lost[:-1]) + ' and ' if lost[1:] else ''}{lost[-1]}; nothing written "
+                    "(--lossy leaves that out)"
+                )
+            translated.append(there)
+        loaded.interactions = translated
     loaded.save(target)
     click.echo(f"wrote {target} ({len(loaded)} interaction{'s'[: len(loaded) != 1]})")
 

@@ -133,7 +133,11 @@ def _text(key: str, text: str) -> str:
 
 
 def _event_or_mark(key: str, text: str) -> Position | str:
-    return text if text in ("role", "done") else _position(key, text)
+    from .position import Position
+
+    if text in ("role", "done"):
+        return text
+    return Position.parse(text, also=("role (the role frame)", "done (the [DONE])"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +221,8 @@ def parse_fault(spec: str) -> Fault:
     name, _, rest = spec.strip().partition(":")
     kind = FAULTS.get(name.replace("_", "-"))  # slow_close is slow-close
     if kind is None:
-        raise ConfigError(f"fault {spec!r}: unknown fault {name!r}; faults are {', '.join(FAULTS)}")
+        hint = _did_you_mean(name, FAULTS)
+        raise ConfigError(f"fault {spec!r}: unknown fault {name!r}{hint}; faults are {', '.join(FAULTS)}")
     given: dict[str, str] = {}
     for n, part in enumerate(p.strip() for p in rest.split(",")):
         if not part:
@@ -228,8 +233,11 @@ def parse_fault(spec: str) -> Fault:
         elif not eq or not value:
             raise ConfigError(f"fault {spec!r}: {part!r} is not key=value")
         if kind.key(key) is None and key not in _COMMON:
-            valid = ", ".join(sorted([*(k.name for k in kind.keys), *_COMMON]))
-            raise ConfigError(f"fault {spec!r}: {name} takes no {key!r}; its keys are {valid}")
+            keys = sorted([*(k.name for k in kind.keys), *_COMMON])
+            hint = _did_you_mean(key, keys)
+            raise ConfigError(f"fault {spec!r}: {name} takes no {key!r}{hint}; its keys are {', '.join(keys)}")
+        if key in given:  # one value must win, and neither the spec nor the header says which was meant
+            raise ConfigError(f"fault {spec!r}: {key} is given twice ({given[key]} and {value}); give it once")
         given[key] = value
     try:
         p = float(given.pop("p", "1"))
@@ -247,6 +255,14 @@ def parse_fault(spec: str) -> Fault:
     except ValueError as exc:  # ConfigError too
         raise ConfigError(f"fault {spec!r}: {exc}") from None
     return Fault(kind, tuple(values), p, times, path, spec.strip())
+
+
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """` (did you mean 'error'?)` for the choice closest to a misspelt word, or nothing when none is close."""
+    import difflib  # only a misspelt spec needs it
+
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def parse_faults(specs: Iterable[str]) -> list[Fault]:
@@ -750,7 +766,10 @@ def load_profile(name: str, folder: Path | None = None) -> list[Fault]:
         specs = profile.get("faults") if isinstance(profile, Mapping) else None
         if not isinstance(specs, list) or not all(isinstance(s, str) for s in specs):
             raise ConfigError(f'{file}: profile {name!r} needs faults = ["spec", ...]')
-        return parse_faults(specs)
+        try:
+            return parse_faults(specs)
+        except ConfigError as exc:  # the spec alone does not say where to fix it
+            raise ConfigError(f"{file}: profile {name!r}: {exc}") from None
     if name in PROFILES:
         return parse_faults(PROFILES[name])
     names = sorted({*PROFILES, *found})

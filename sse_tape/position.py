@@ -37,22 +37,28 @@ class Position:
     value: float
 
     @classmethod
-    def parse(cls, text: str) -> Position:
-        """A position from `5` (events), `50%`, `200b` or `1.5s`; raises `ConfigError`."""
+    def parse(cls, text: str, *, also: tuple[str, ...] = ()) -> Position:
+        """A position from `5` (events), `50%`, `200b` or a time (`1.5s`, `300ms`, `2m`); raises `ConfigError`.
+
+        `also` are the other words the caller takes in a position's place (`role`, `done`), named in the
+        message that refuses `text`, so that it lists all that would do.
+        """
         text = text.strip()
+        words = ["5 (events)", "50%", "200b", "1.5s", *also]
+        hint = f"write {', '.join(words[:-1])} or {words[-1]}"
         if len(text) > 32:
-            raise ConfigError(f"{text[:32]!r}... is not a position: write 5 (events), 50%, 200b or 1.5s")
+            raise ConfigError(f"{text[:32]!r}... is not a position: {hint}")
         try:
             if text.endswith("%"):
                 position = cls(PositionUnit.FRACTION, float(text[:-1]) / 100)
             elif text.endswith("b"):
                 position = cls(PositionUnit.BYTES, float(int(text[:-1])))
-            elif text.endswith("s"):
+            elif text.endswith(("s", "m", "h")):
                 position = cls(PositionUnit.SECONDS, parse_duration(text))
             else:
                 position = cls(PositionUnit.EVENTS, float(int(text)))
         except (ValueError, ConfigError):
-            raise ConfigError(f"{text!r} is not a position: write 5 (events), 50%, 200b or 1.5s") from None
+            raise ConfigError(f"{text!r} is not a position: {hint}") from None
         if not 0 <= position.value < math.inf or (position.unit is PositionUnit.FRACTION and position.value > 1):
             raise ConfigError(f"{text!r} is not a position: it must be 0 or more (a fraction, at most 100%)")
         limit = {PositionUnit.EVENTS: _MAX_EVENTS, PositionUnit.BYTES: _MAX_BYTES, PositionUnit.SECONDS: 3600}

@@ -22,6 +22,7 @@ from sse_tape.cli import cli
 from sse_tape.faults import FAULTS
 
 BUNDLED = {p.stem: p for p in bundled_cassettes()}
+HELLO = "Hi there! How can I help you today?"
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -79,7 +80,7 @@ def test_serve_given_cassettes_matches_bodies_by_default(tmp_path: Path) -> None
     plain.match_on = None  # a cassette that says nothing of how to match it
     server = Running(str(plain.save(tmp_path / "chat.toml")), "--quiet")
     try:
-        assert "3 interactions from 1 cassettes" in server.banner
+        assert "3 interactions from 1 cassette at" in server.banner
         got = httpx.post(server.url + "/v1/chat/completions", json={"messages": [], "stream": True})
         assert got.status_code == 404
         assert got.json()["error"]["code"] == "no_match"
@@ -377,6 +378,88 @@ def test_check_json(tmp_path: Path) -> None:
     assert report[0]["dialect"] == "openai-chat"
 
 
+# A request of each API that asks for no stream, as a client sends it.
+PLAIN_REQUESTS = {
+    "openai-chat": ("/v1/chat/completions", {"model": "local-model", "messages": [{"role": "user", "content": "Hello!"}]}),
+    "openai-completions": ("/v1/completions", {"model": "gemma3-270m", "prompt": "Once upon a time"}),
+    "openai-responses": ("/v1/responses", {"model": "claude-sonnet-4-20250514", "input": "Hello!"}),
+    "lmstudio-chat": ("/api/v1/chat", {"model": "openai/gpt-oss-20b", "input": "Hello!", "stream": False}),
+    "anthropic-messages": (
+        "/v1/messages",
+        {"model": "claude-sonnet-4-6", "max_tokens": 64, "messages": [{"role": "user", "content": "Hello!"}]},
+    ),
+    "gemini": (
+        "/v1beta/models/gemini-2.5-flash:generateContent",
+        {"contents": [{"role": "user", "parts": [{"text": "Hello!"}]}]},
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("dialect", sorted(PLAIN_REQUESTS))
+def test_check_passes_a_recorded_json_answer_as_its_apis_answer(
+    bundled_server: Running, tmp_path: Path, dialect: str
+) -> None:
+    path, body = PLAIN_REQUESTS[dialect]
+    cassette = tmp_path / "plain.toml"
+    recorded = run_cli("record", bundled_server.url + path, "-d", json.dumps(body), "-c", str(cassette))
+    assert recorded.returncode == 0, recorded.stderr
+    response = Cassette.load(cassette).interactions[0].response
+    assert response.status == 200
+    assert (response.header("content-type") or "").startswith("application/json")
+    checked = run_cli("check", str(cassette))
+    assert (checked.returncode, checked.stdout.splitlines()) == (
+        0,
+        [f"{cassette} #1 POST {path} ({dialect}): ok", "checked 1 interaction: 0 violations"],
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "violations"),
+    [
+        ("/v1/chat/completions", b"<html>oops</html>", ["the answer is not JSON: b'<html>oops</html>'"]),
+        ("/v1/chat/completions", b'{"object": "chat.completion", "choices": []}', ["choices is missing or empty"]),
+        (
+            "/v1/chat/completions",
+            b'{"object": "chat.completion", "choices": [{"index": 0, "finish_reason": "tool_calls", '
+            b'"message": {"role": "assistant", "content": "Hi"}}]}',
+            ["choice 0 finish_reason is 'tool_calls' but the message has none"],
+        ),
+        ("/v1/completions", b'{"object": "chat.completion", "choices": [{"text": "x", "finish_reason": "stop"}]}',
+         ["object is 'chat.completion', not 'text_completion'"]),
+        ("/v1/messages", b'{"type": "error"}', ["the answer is not a message object with content"]),
+        ("/v1/responses", b'{"object": "response", "output": [{"type": "function_call", "call_id": "c", '
+         b'"name": "f", "arguments": "{not json"}], "status": "completed"}',
+         ["tool call 0 calls 'f', which the request did not offer",
+          "tool call 0 arguments are not valid JSON: '{not json'"]),
+    ],
+)  # fmt: skip
+def test_check_reports_what_breaks_a_json_answer(tmp_path: Path, path: str, body: bytes, violations: list[str]) -> None:
+    interaction = Interaction(
+        Request("POST", path, body=b'{"model": "m"}'),
+        Response(200, (("content-type", "application/json"),), (Chunk(0.1, body),)),
+    )
+    cassette = Cassette([interaction]).save(tmp_path / "plain.toml")
+    result = run_cli("check", "--json", str(cassette))
+    assert result.returncode == 1
+    assert [v["message"] for v in json.loads(result.stdout)[0]["violations"]] == violations
+
+
+def test_check_reads_gemini_chunks_sent_as_one_json_array(tmp_path: Path) -> None:
+    # Without alt=sse, :streamGenerateContent answers the stream's chunks as one JSON array.
+    streamed = Cassette.load(BUNDLED["gemini"]).interactions[0]
+    chunks = [event.json() for _, event in streamed.response.events()]
+    plain = [
+        replace(streamed, response=Response(200, (("content-type", "application/json"),), (Chunk(0.5, body),)))
+        for body in (json.dumps(chunks).encode(), json.dumps(chunks[:-1]).encode())
+    ]
+    result = run_cli("check", "--json", str(Cassette(plain).save(tmp_path / "array.toml")))
+    assert result.returncode == 1
+    assert [row["violations"] for row in json.loads(result.stdout)] == [
+        [],
+        [{"event": None, "message": "no chunk with a finishReason"}],
+    ]
+
+
 def test_check_with_a_named_dialect(tmp_path: Path) -> None:
     result = run_cli("check", "--dialect", "openai-completions", str(BUNDLED["openai-chat"]))
     assert result.returncode == 1
@@ -415,11 +498,67 @@ def test_check_needs_cassettes_or_live() -> None:
 )
 def test_convert_to_a_dialect_gives_a_clean_cassette(tmp_path: Path, target: str) -> None:
     out = tmp_path / "translated.toml"
-    result = CliRunner().invoke(cli, ["convert", str(BUNDLED["router-chat"]), str(out), "--to-dialect", target])
+    lossy = ["--lossy"] if target == "openai-completions" else []  # the completions API has no refusal
+    result = CliRunner().invoke(cli, ["convert", str(BUNDLED["router-chat"]), str(out), "--to-dialect", target, *lossy])
     assert result.exit_code == 0, result.output
     translated = Cassette.load(out)
     assert all(i.request.path.startswith("/proj_ABC123/my-endpoint/") for i in translated)
     assert run_cli("check", str(out)).returncode == 0
+
+
+def test_convert_refuses_to_drop_what_the_target_api_cannot_carry(tmp_path: Path) -> None:
+    out = tmp_path / "c.toml"
+    result = run_cli("convert", str(BUNDLED["openai-chat"]), str(out), "--to-dialect", "openai-completions")
+    assert (result.returncode, result.stderr) == (
+        2,
+        f"Error: {BUNDLED['openai-chat']} #2 (POST /v1/chat/completions): openai-completions cannot carry its "
+        "tool calls (get_weather); nothing written (--lossy leaves that out)\n",
+    )
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("source", "target", "lost"),
+    [
+        ("anthropic-messages", "openai-completions", "tool calls (get_weather) and reasoning"),
+        ("lmstudio-chat", "openai-chat", "tool calls the server ran"),
+        ("gemini", "openai-completions", "tool calls (get_weather)"),
+        ("router-chat", "openai-completions", "refusal"),
+    ],
+)
+def test_convert_names_each_kind_of_loss(tmp_path: Path, source: str, target: str, lost: str) -> None:
+    result = run_cli("convert", str(BUNDLED[source]), str(tmp_path / "c.toml"), "--to-dialect", target)
+    assert result.returncode == 2
+    assert f"{target} cannot carry its {lost}" in result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+def test_convert_lossy_leaves_out_what_the_target_api_cannot_carry(tmp_path: Path) -> None:
+    out = tmp_path / "c.toml"
+    result = run_cli("convert", str(BUNDLED["openai-chat"]), str(out), "--to-dialect", "openai-completions", "--lossy")
+    assert (result.returncode, result.stdout) == (0, f"wrote {out} (3 interactions)\n")
+    assert run_cli("check", str(out)).returncode == 0
+    alone = run_cli("convert", str(BUNDLED["openai-chat"]), str(tmp_path / "d.toml"), "--lossy")
+    assert (alone.returncode, alone.stderr) == (
+        2,
+        "Error: --lossy goes with --to-dialect: a change of encoding alone loses nothing\n",
+    )
+
+
+def test_convert_carries_a_recorded_json_answer_into_the_other_api(bundled_server: Running, tmp_path: Path) -> None:
+    from sse_tape import serve
+
+    path, body = PLAIN_REQUESTS["openai-chat"]
+    recorded, converted = tmp_path / "plain.toml", tmp_path / "responses.toml"
+    assert run_cli("record", bundled_server.url + path, "-d", json.dumps(body), "-c", str(recorded)).returncode == 0
+    result = run_cli("convert", str(recorded), str(converted), "--to-dialect", "openai-responses")
+    assert result.returncode == 0, result.stderr
+    assert run_cli("check", str(converted)).returncode == 0
+    with serve(converted, pace="instant") as server:
+        client = openai_client(server.url + "/v1")
+        assert client.responses.create(model="local-model", input="Hello!").output_text == HELLO
+        streamed = client.responses.create(model="local-model", input="Hello!", stream=True)
+        assert "".join(e.delta for e in streamed if e.type == "response.output_text.delta") == HELLO
 
 
 def test_check_and_convert_survive_malformed_chunks(tmp_path: Path) -> None:
@@ -523,5 +662,5 @@ def test_a_fault_a_cassette_notes_that_is_no_fault_stops_serve_recorded_faults_w
     assert result.returncode == 2
     assert (
         result.stderr
-        == f"Error: c.toml #1 (GET /x): injected fault 'eror:3': unknown fault 'eror'; faults are {', '.join(FAULTS)}\n"
+        == f"Error: c.toml #1 (GET /x): injected fault 'eror:3': unknown fault 'eror' (did you mean 'error'?); faults are {', '.join(FAULTS)}\n"
     )

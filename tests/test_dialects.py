@@ -450,9 +450,14 @@ def test_lmstudio_error_frames_end_the_chat_with_what_was_generated() -> None:
 @pytest.mark.parametrize(
     ("name", "status", "expected"),
     [
-        (
+        (  # OpenAI's own rate-limit body, which clients look for
             "openai-chat",
             429,
+            {"error": {"message": "slow down", "type": "requests", "param": None, "code": "rate_limit_exceeded"}},
+        ),
+        (
+            "openai-chat",
+            400,
             {"error": {"message": "slow down", "type": "invalid_request_error", "param": None, "code": None}},
         ),
         (

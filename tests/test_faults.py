@@ -109,6 +109,19 @@ def test_a_faults_main_value_needs_no_key(short: str, long: str) -> None:
     assert (a.kind, a.values, a.p, a.times, a.path) == (b.kind, b.values, b.p, b.times, b.path)
 
 
+@pytest.mark.parametrize(
+    ("spec", "seconds"),
+    [("stall:for=250ms", 0.25), ("stall:for=1.5s", 1.5), ("stall:for=1m", 60.0), ("stall:for=0.5m", 30.0),
+     ("stall:for=1h", 3600.0)],
+)  # fmt: skip
+def test_durations_are_written_in_ms_s_m_or_h(spec: str, seconds: float) -> None:
+    assert parse_fault(spec)["for"] == seconds
+
+
+def test_a_time_position_takes_the_same_units() -> None:
+    assert parse_fault("disconnect:after=1m")["after"] == Position.parse("60s")
+
+
 def test_every_key_has_its_default_once_parsed() -> None:
     stall = parse_fault("stall")
     assert (stall["at"], stall["for"], stall["heartbeat"]) == (Position.parse("50%"), 5.0, None)
@@ -119,13 +132,21 @@ def test_every_key_has_its_default_once_parsed() -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("disconect", "unknown fault 'disconect'; faults are status, ttfb, hang, empty, error, drop"),
-        ("disconnect:afterr=5", "disconnect takes no 'afterr'; its keys are after, mode, p, path, times"),
+        ("disconect", "unknown fault 'disconect' (did you mean 'disconnect'?); faults are status, ttfb, hang, empty"),
+        ("eror:3", "unknown fault 'eror' (did you mean 'error'?); faults are status, ttfb, hang, empty, error, drop"),
+        ("wobble", "unknown fault 'wobble'; faults are status, ttfb, hang, empty, error, drop"),
+        ("disconnect:afterr=5", "disconnect takes no 'afterr' (did you mean 'after'?); its keys are after, mode, p"),
+        ("error:at=2,at=6", "at is given twice (2 and 6); give it once"),
+        ("error:5,at=6", "at is given twice (5 and 6); give it once"),
+        ("stall:for=1s,heartbeat=1s,for=2s", "for is given twice (1s and 2s); give it once"),
+        ("latency:p=0.5,p=1", "p is given twice (0.5 and 1); give it once"),
         ("disconnect:after", "'after' is not key=value"),
         ("error:at=half", "'half' is not a position: write 5 (events), 50%, 200b or 1.5s"),
         ("status", "status needs code=, such as status:code=429"),
         ("status:code=42", "code '42' is not an HTTP status"),
-        ("stall:for=soon", "'soon' is not a duration"),
+        ("stall:for=soon", "'soon' is not a duration: write it like 20ms, 1.5s, 2m or 1h"),
+        ("stall:for=2h", "for '2h' is out of bounds: from 0 s to 3600 s"),
+        ("drop:at=foo", "'foo' is not a position: write 5 (events), 50%, 200b, 1.5s, role (the role frame) or done"),
         ("disconnect:mode=explode", "mode 'explode': use close or reset"),
         ("fragment:size=0", "size '0' is not a whole number above 0"),
         ("latency:p=2", "p is a probability from 0 to 1"),
@@ -168,7 +189,8 @@ def test_a_bad_fault_stops_serve_at_start_up_with_one_line() -> None:
     result = serve_cli("--fault", "disconnect:afterr=5")
     assert (result.returncode, result.stderr) == (
         2,
-        "Error: fault 'disconnect:afterr=5': disconnect takes no 'afterr'; its keys are after, mode, p, path, times\n",
+        "Error: fault 'disconnect:afterr=5': disconnect takes no 'afterr' (did you mean 'after'?); "
+        "its keys are after, mode, p, path, times\n",
     )
 
 
@@ -196,6 +218,21 @@ def test_status_uses_the_dialects_error_shape_and_retry_after(server: MockServer
     assert got.json()["error"]["message"] == "slow down"
     lms = raw(server, "status:code=503", path="/api/v1/chat", body={"model": "m", "input": "?", "stream": True})
     assert lms.json() == {"error": {"type": "internal_error", "message": "injected by sse-tape: status 503"}}
+
+
+def test_a_429_on_openai_paths_is_openais_rate_limit_body_as_the_sdk_sees_it(server: MockServer) -> None:
+    with pytest.raises(openai.RateLimitError) as raised:
+        chat(server, "status:429")
+    assert (raised.value.type, raised.value.code) == ("requests", "rate_limit_exceeded")
+    responses = raw(server, "status:429", path="/v1/responses", body={"model": "m", "input": "?", "stream": True})
+    assert responses.json() == {
+        "error": {
+            "message": "injected by sse-tape: status 429",
+            "type": "requests",
+            "param": None,
+            "code": "rate_limit_exceeded",
+        }
+    }
 
 
 def test_a_status_replaces_the_stream_so_stream_faults_pass_it_by(server: MockServer) -> None:
@@ -544,6 +581,22 @@ def test_profiles_from_sse_tape_toml_and_pyproject(tmp_path: Path) -> None:
         ConfigError, match="unknown profile 'nope': profiles are ci, flaky-network, nightly, overloaded"
     ):
         load_profile("nope", folder=tmp_path)
+
+
+def test_a_bad_fault_in_a_pyproject_profile_names_the_profile_and_the_file(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.sse-tape.profiles.nightly]\nfaults = ["eror:3"]\n')
+    result = subprocess.run(
+        [sys.executable, "-m", "sse_tape", "serve", "--profile", "nightly"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert (result.returncode, result.stderr) == (
+        2,
+        f"Error: {tmp_path / 'pyproject.toml'}: profile 'nightly': fault 'eror:3': unknown fault 'eror' "
+        f"(did you mean 'error'?); faults are {', '.join(FAULTS)}\n",
+    )
 
 
 # --- every fault against every bundled cassette --------------------------------------------------------------

@@ -213,7 +213,9 @@ def test_a_bad_fault_on_the_command_line_stops_the_run_with_one_line(tester: pyt
     tester.makepyfile(test_chat=STREAMING_TEST)
     result = tester.runpytest_subprocess("--sse-tape-fault", "eror:3")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*sse-tape: fault 'eror:3': unknown fault 'eror'; faults are status,*"])
+    result.stderr.fnmatch_lines(
+        ["*sse-tape: fault 'eror:3': unknown fault 'eror' (did you mean 'error'?); faults are status,*"]
+    )
     result = tester.runpytest_subprocess("--sse-tape-record=once", "--sse-tape-upstream", "localhost:8000")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*sse-tape upstream 'localhost:8000': give a base URL, such as http://127.0.0.1:8000"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,6 @@ import pytest
 from click.testing import CliRunner
 from clients import openai_client
 from test_cli import Running
-from test_pytest_plugin import greeting_cassette
 
 from sse_tape import MockServer, SSEDecoder
 from sse_tape.cli import cli
@@ -116,6 +116,9 @@ def test_the_bundled_cassettes_answer_what_the_readme_says(instant_server: MockS
 
 
 def test_the_pytest_example_passes_in_a_project_of_its_own(pytester: pytest.Pytester) -> None:
-    greeting_cassette(pytester.path / "tests" / "cassettes" / "chat.toml")
+    # As its comment says: chat.toml is a copy of the bundled openai-chat.toml, all of it.
+    chat = pytester.path / "tests" / "cassettes" / "chat.toml"
+    chat.parent.mkdir(parents=True)
+    shutil.copy(ROOT / "cassettes" / "openai-chat.toml", chat)
     (pytester.path / "tests" / "test_client.py").write_text(block("pytest"), encoding="utf-8")
     pytester.runpytest_subprocess("tests").assert_outcomes(passed=1)

@@ -37,6 +37,7 @@ __all__ = [
     "dialect_for",
     "for_path",
     "get",
+    "lost_in_translation",
     "translate",
 ]
 
@@ -181,7 +182,7 @@ def translate(interaction: Interaction, target: Dialect, source: Dialect | None 
         return replace(
             interaction, request=new_request, response=replace(response, headers=(*kept, *error_headers), chunks=chunks)
         )
-    timed = response.events()
+    timed = _stream_of(interaction, source).events()
     try:
         pairs = source.decode_indexed([sse for _, sse in timed])
     except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
@@ -196,6 +197,57 @@ def translate(interaction: Interaction, target: Dialect, source: Dialect | None 
     names = {name.lower() for name, _ in headers}
     headers = (*headers, *((k, v) for k, v in kept if k.lower() not in names))
     return replace(interaction, request=new_request, response=replace(response, headers=headers, chunks=chunks))
+
+
+def lost_in_translation(
+    interaction: Interaction, translated: Interaction, target: Dialect, source: Dialect | None = None
+) -> list[str]:
+    """What a client of `interaction` got that a client of its translation into `target` does not, in words
+    (`tool calls (get_weather)`, `reasoning`, `refusal`, `log probabilities`); [] when nothing is lost.
+
+    `translate` leaves out what the target's API has no words for (the completions API has no tool calls,
+    no other API runs LM Studio's server-side tools): this says what that was, so that a conversion need
+    not lose it silently.
+    """
+    from .answer import Answer
+
+    source = source or detect(interaction)
+    if source is None or interaction.response.status >= 400:
+        return []  # an error response becomes the target's error response: its message is kept
+    before = Answer.of(source.decode(sse for _, sse in _stream_of(interaction, source).events()))
+    after = Answer.of(target.decode(sse for _, sse in translated.response.events()))
+    lost = []
+    for server, what in ((False, "tool calls"), (True, "tool calls the server ran")):
+        had = [call.name for call in before.calls if call.server is server]
+        kept = [call.name for call in after.calls if call.server is server]
+        if len(kept) < len(had):
+            lost.append(f"{what} ({', '.join(had)})")
+    if before.reasoning and not after.reasoning:
+        lost.append("reasoning")
+    if before.refusal and before.refusal not in after.refusal + after.text:  # an API with no refusal shows it as text
+        lost.append("refusal")
+    if before.logprobs and not after.logprobs:
+        lost.append("log probabilities")
+    return lost
+
+
+def _stream_of(interaction: Interaction, source: Dialect) -> Response:
+    """The interaction's response as `source` streams it: a JSON answer to a request for no stream becomes
+    the stream that answers a request for one (replay gives a request for no stream the JSON back)."""
+    from ..matching import is_streamed  # matching and shape import this package: here, not above
+    from ..shape import as_stream
+
+    response = interaction.response
+    if is_streamed(interaction) or response.status >= 400 or response.events():  # events: a stream all the same
+        return response
+    try:
+        streamed = as_stream(interaction, source)
+    except (TypeError, ValueError, AttributeError, KeyError, OverflowError):
+        streamed = None
+    if streamed is None:
+        request = interaction.request
+        raise ConfigError(f"{request.method} {request.path}: cannot read its JSON answer as {source.name}")
+    return streamed
 
 
 def _query(query: str, source: Dialect, target: Dialect) -> str:

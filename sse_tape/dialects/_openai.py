@@ -11,10 +11,11 @@ from typing import Any
 
 from .. import _json
 from ..sse import ServerSentEvent
-from .base import Checker, json_objects
+from .base import Checker, Violation, json_objects
 
 __all__ = [
     "ChunkFraming",
+    "answer_choices",
     "as_recorded",
     "has_usage",
     "is_openai_terminal",
@@ -60,6 +61,32 @@ def wants_usage(body: Any) -> bool:
     """Whether a chat or completions request body sets stream_options.include_usage."""
     options = body.get("stream_options") if isinstance(body, dict) else None
     return isinstance(options, dict) and options.get("include_usage") is True
+
+
+def answer_choices(obj: Any, kind: str, reasons: Sequence[str], violations: list[Violation]) -> list[dict[str, Any]]:
+    """The choices of a non-streaming answer whose `object` should be `kind` (`chat.completion`), each one
+    a JSON object with a finish_reason among `reasons`; what is not so is added to `violations`."""
+    if not isinstance(obj, dict):
+        violations.append(Violation(None, f"the answer is not a JSON object with object {kind!r}"))
+        return []
+    if obj.get("object") != kind:
+        violations.append(Violation(None, f"object is {obj.get('object')!r}, not {kind!r}"))
+    choices = obj.get("choices")
+    if not isinstance(choices, list) or not choices:
+        violations.append(Violation(None, "choices is missing or empty"))
+        return []
+    kept = []
+    for n, choice in enumerate(choices):
+        if not isinstance(choice, dict):
+            violations.append(Violation(None, f"choice {n} is not a JSON object"))
+            continue
+        reason = choice.get("finish_reason")
+        if reason not in reasons:
+            violations.append(
+                Violation(None, f"choice {n} finish_reason {reason!r} is not one of {', '.join(reasons)}")
+            )
+        kept.append(choice)
+    return kept
 
 
 def only_choice(body: Any) -> dict[str, Any] | None:

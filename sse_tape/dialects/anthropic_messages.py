@@ -105,6 +105,7 @@ class AnthropicMessages(Dialect):
     """Anthropic's Messages API streaming."""
 
     name = "anthropic-messages"
+    answer = "a message object with content"
     path = "/v1/messages"
 
     def response_headers(self, start: Start) -> Headers:

@@ -107,6 +107,8 @@ class Dialect(ABC):
     """The query string a streaming request of this API carries (Gemini's `alt=sse`)."""
     heartbeat: ClassVar[tuple[float, bytes] | None] = None
     """How this server keeps an idle stream open: after so many silent seconds, this comment."""
+    answer: ClassVar[str]
+    """What this API answers a request for no stream with, in `check`'s words (`a chat.completion object`)."""
 
     def response_headers(self, start: Start) -> Headers:
         """The headers this server sends with a stream that begins with `start`."""
@@ -166,8 +168,11 @@ class Dialect(ABC):
     ) -> tuple[int, Headers, bytes]:
         """Status, headers and JSON body of this API's error response before any stream.
 
-        `type` defaults to the API's word for a bad request (4xx) or a server error (5xx).
+        `type` defaults to the API's word for a bad request (4xx) or a server error (5xx); a 429 is
+        OpenAI's rate limit, `"type": "requests", "code": "rate_limit_exceeded"`, which clients look for.
         """
+        if status == 429 and type is None:
+            type, code = "requests", code or "rate_limit_exceeded"
         kind = type or ("invalid_request_error" if status < 500 else "server_error")
         body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
         return status, (("content-type", "application/json"),), to_json(body).encode()
@@ -216,13 +221,35 @@ class Dialect(ABC):
     def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
         """Every way `events` break this API's streaming contract; `request` enables rules that depend on it."""
 
+    def check_json(self, body: bytes, request: Request | None = None) -> list[Violation]:
+        """Every way `body`, a successful answer to a request for no stream, breaks this API's contract.
+
+        It must be JSON and this API's answer (`check_answer`); no stream rule applies to it.
+        """
+        try:
+            obj = _json.parse(body, max_depth=None)
+        except ValueError:
+            return [Violation(None, f"the answer is not JSON: {body[:40]!r}")]
+        return self.check_answer(obj, request)
+
+    def check_answer(self, obj: Any, request: Request | None = None) -> list[Violation]:
+        """Every way `obj`, a parsed answer to a request for no stream, breaks this API's contract: by
+        default, that it is not an answer `decode_json` reads, and what `_check_calls` finds in its calls."""
+        events = self.decode_json(obj)
+        if not events:
+            return [Violation(None, f"the answer is not {self.answer}")]
+        return self._check_decoded_calls(events, request)
+
     def _check_calls(self, events: Sequence[ServerSentEvent], request: Request | None) -> list[Violation]:
         """What no server sends in the tool calls it streams for the client to run: two calls with one id,
         a call to a tool the request did not offer, or arguments that are not JSON in an answer that was
         not cut short (by an error, a stop for length or the content filter)."""
+        return self._check_decoded_calls(self.decode(events), request)
+
+    def _check_decoded_calls(self, decoded: Sequence[Event], request: Request | None) -> list[Violation]:
+        """`_check_calls`, on the neutral events of a stream or of an answer."""
         from .events import Error, Finish, ToolCallDelta, ToolCallStart
 
-        decoded = self.decode(events)
         calls = [e for e in decoded if isinstance(e, ToolCallStart) and not e.server]
         found: list[Violation] = []
         first: dict[str, int] = {}

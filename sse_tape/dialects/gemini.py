@@ -107,6 +107,7 @@ class Gemini(Dialect):
     """Google's Gemini API, streaming with `alt=sse`."""
 
     name = "gemini"
+    answer = "a GenerateContentResponse with candidates"
     path = "/v1beta/models/{model}:streamGenerateContent"
     query = "alt=sse"
 
@@ -162,6 +163,11 @@ class Gemini(Dialect):
         from .gemini_codec import decode_json
 
         return decode_json(body)
+
+    def check_answer(self, obj: Any, request: Request | None = None) -> list[Violation]:
+        if isinstance(obj, list):  # :streamGenerateContent without alt=sse: the stream's chunks, as one JSON array
+            return self.check([ServerSentEvent(data=_json.dumps(chunk)) for chunk in obj], request)
+        return super().check_answer(obj, request)
 
     def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
         c = Checker()

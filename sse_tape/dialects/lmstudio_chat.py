@@ -74,6 +74,7 @@ class LMStudioChat(Dialect):
     """LM Studio's native REST chat streaming."""
 
     name = "lmstudio-chat"
+    answer = "a chat result with output"
     path = "/api/v1/chat"
 
     def encoder(self, answer: Any = None) -> Encoder:

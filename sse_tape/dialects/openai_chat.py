@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..cassette import Headers, Request
 from ..sse import ServerSentEvent, encode_comment
-from ._openai import ChunkFraming, as_recorded, has_usage, is_openai_terminal, wants_usage
+from ._openai import ChunkFraming, answer_choices, as_recorded, has_usage, is_openai_terminal, wants_usage
 from .base import Checker, Dialect, Prompt, Violation, chat_messages, sampled, sampling, whole
 
 if TYPE_CHECKING:  # the neutral events, and how this API frames them, are imported where it encodes or decodes
@@ -32,6 +32,7 @@ class OpenAIChat(Dialect):
     """OpenAI chat completions streaming."""
 
     name = "openai-chat"
+    answer = "a chat.completion object with one choice and its message"
     path = "/v1/chat/completions"
     # The hosted router in the seeds: ": heartbeat" after 15 s without a chunk.
     heartbeat = (15.0, encode_comment("heartbeat"))
@@ -71,6 +72,21 @@ class OpenAIChat(Dialect):
         from .openai_chat_codec import decode_json
 
         return decode_json(body)
+
+    def check_answer(self, obj: Any, request: Request | None = None) -> list[Violation]:
+        found: list[Violation] = []
+        for n, choice in enumerate(answer_choices(obj, "chat.completion", FINISH_REASONS, found)):
+            message = choice.get("message")
+            if not isinstance(message, dict):
+                found.append(Violation(None, f"choice {n} has no message"))
+                continue
+            if message.get("role") != "assistant":
+                found.append(Violation(None, f"choice {n} message role is {message.get('role')!r}, not 'assistant'"))
+            calls = message.get("tool_calls")
+            if choice.get("finish_reason") == "tool_calls" and not calls:
+                found.append(Violation(None, f"choice {n} finish_reason is 'tool_calls' but the message has none"))
+            found += super().check_answer({**obj, "choices": [choice]}, request)  # its calls, one choice at a time
+        return found
 
     def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
         from ._openai_codec import usage_from

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..cassette import Request
 from ..sse import ServerSentEvent
-from ._openai import ChunkFraming, as_recorded, has_usage, is_openai_terminal, wants_usage
+from ._openai import ChunkFraming, answer_choices, as_recorded, has_usage, is_openai_terminal, wants_usage
 from .base import Checker, Dialect, Prompt, Violation, messages_text, sampled, sampling, whole
 
 if TYPE_CHECKING:  # the neutral events, and how this API frames them, are imported where it encodes or decodes
@@ -32,6 +32,7 @@ class OpenAICompletions(Dialect):
     """OpenAI (legacy) completions streaming."""
 
     name = "openai-completions"
+    answer = "a text_completion object with one choice and its text"
     path = "/v1/completions"
 
     def is_terminal(self, event: ServerSentEvent) -> bool:
@@ -67,6 +68,13 @@ class OpenAICompletions(Dialect):
         from .openai_completions_codec import decode_json
 
         return decode_json(body)
+
+    def check_answer(self, obj: Any, request: Request | None = None) -> list[Violation]:
+        found: list[Violation] = []
+        for n, choice in enumerate(answer_choices(obj, "text_completion", FINISH_REASONS, found)):
+            if not isinstance(choice.get("text"), str):
+                found.append(Violation(None, f"choice {n} has no text"))
+        return found
 
     def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
         c = Checker()

@@ -47,6 +47,7 @@ class OpenAIResponses(Dialect):
     """The OpenAI Responses API streaming."""
 
     name = "openai-responses"
+    answer = "a response object with output"
     path = "/v1/responses"
 
     def is_terminal(self, event: ServerSentEvent) -> bool:
@@ -87,6 +88,11 @@ class OpenAIResponses(Dialect):
         from .openai_responses_codec import decode_json
 
         return decode_json(body)
+
+    def check_answer(self, obj: Any, request: Request | None = None) -> list[Violation]:
+        if isinstance(obj, dict) and obj.get("object") != "response":
+            return [Violation(None, f"object is {obj.get('object')!r}, not 'response'")]
+        return super().check_answer(obj, request)
 
     def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
         c = Checker()
