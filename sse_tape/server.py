@@ -409,6 +409,7 @@ class MockServer:
         self.closing = False
         """Set while the server stops: streams cut now were interrupted, not abandoned by their clients."""
         self._runner: web.AppRunner | None = None
+        self._handlers: set[asyncio.Task[Any]] = set()  # the requests being answered, to cancel when stopping
         self._listener: asyncio.Server | None = None
         self._guard: ConnectionGuard | None = None
         self._loop_errors: _LoopErrors | None = None
@@ -484,6 +485,14 @@ class MockServer:
                 await asyncio.sleep(0)
             if self._listener is not None:
                 self._listener.close()
+            # The answers in flight end now, as interrupted (what a recorder has of them is on the disk
+            # already). Left to the runner, each would get `shutdown_timeout` to end by itself, then as much
+            # again once cancelled: a second for every stop with a stream in flight.
+            handlers = list(self._handlers)
+            for handler in handlers:
+                handler.cancel()
+            if handlers:
+                await asyncio.wait(handlers)
             await runner.cleanup()
             await self._close_responders()
             if self._loop_errors is not None:
@@ -506,9 +515,13 @@ class MockServer:
     async def _handle(self, http: web.Request) -> web.StreamResponse:
         assert self._guard is not None
         self._guard.busy(http.transport, True)
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._handlers.add(handler)
         try:
             return await self._answer(http)
         finally:
+            self._handlers.discard(handler)
             self._guard.busy(http.transport, False)
 
     async def _answer(self, http: web.Request) -> web.StreamResponse:
