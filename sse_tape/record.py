@@ -456,8 +456,9 @@ class Forwarder:
                 client.gone = True
                 if self._drains(capture, exchange):
                     self._drain(stream, exchange)
-                else:
-                    stream.cancel()
+                elif stream.cancel():
+                    # The stream notes its own end once over: only then does it know the events it sent.
+                    exchange.ends_later = True
             raise
 
     def _drains(self, capture: Capture, exchange: Exchange) -> bool:
@@ -677,7 +678,8 @@ class Forwarder:
             exchange.end = await end_live(exchange.http, out, live, capture.end, started=started, progress=progress)
         except (ConnectionResetError, ConnectionAbortedError):
             exchange.end = End.CLIENT_GONE
-        exchange.event_ends = event_ends(bytes(sent))
+        finally:  # a stream cut off by the server's stop too says how many events it sent
+            exchange.event_ends = event_ends(bytes(sent))
         return out
 
     def _noted(self, exchange: Exchange, capture: Capture | None, notes: list[tuple[Fault, str]]) -> None:
