@@ -409,6 +409,22 @@ def test_sigint_saves_every_interaction_and_the_stream_in_flight(threaded_upstre
     assert lines[-1] == f"sse-tape: recorded 3 interactions to {cassette} (1 interrupted)"
 
 
+def test_a_faulted_stream_stopped_by_sigint_counts_the_events_its_client_was_sent(
+    threaded_upstream: Upstream, tmp_path: Path
+) -> None:
+    recorder = Recorder(threaded_upstream, tmp_path / "c.toml", "--fault", "ttfb:10ms")
+    pieces = _stream_in_flight(recorder.url)
+    received = next(pieces) + next(pieces) + next(pieces)
+    [ended] = [line for line in recorder.stop(signal.SIGINT).splitlines() if " ended: " in line]
+    sent = int(ended.split(" events, ")[1].split(" bytes")[0])
+    assert sent >= len(received)
+    [recorded] = Cassette.load(tmp_path / "c.toml").interactions
+    events = len(SSEDecoder().feed(recorded.response.body[:sent]))  # ttfb leaves the stream's bytes as they are
+    assert events >= 3
+    assert ended.startswith(f"sse-tape: POST /v1/chat/completions ended: 200, {events} events, {sent} bytes, ")
+    assert ended.endswith(" s, interrupted")
+
+
 def test_sigkill_leaves_a_valid_cassette_with_every_completed_interaction(
     threaded_upstream: Upstream, tmp_path: Path
 ) -> None:
