@@ -328,7 +328,13 @@ class Cassette:
         self.path = target
         return target
 
-    def append(self, interactions: Iterable[Interaction], *, spool: Path | None = None) -> None:
+    def append(
+        self,
+        interactions: Iterable[Interaction],
+        *,
+        spool: Path | None = None,
+        replacing: Iterable[tuple[Interaction, Interaction]] = (),
+    ) -> None:
         """Add interactions to the end of this cassette's file, creating it if need be.
 
         Under an exclusive lock on the folder, so that appenders in several
@@ -340,8 +346,15 @@ class Cassette:
         is left alone and the error raised. Interactions read from spools go
         into the file first, and those spools are removed; so is `spool`, the
         spool `interactions` come from (a recorder's own), whose id they note.
+
+        Each pair in `replacing` puts an interaction (from `spool` too) in the
+        place of one the cassette holds (a stream cut short, recorded again
+        whole); one the file no longer holds is added at the end. The file
+        is then written anew, in the same atomic write: the old interaction
+        is in the file until the new one is.
         """
         added = list(interactions)
+        swaps = list(replacing)
         path = self.path
         if path is None:
             raise CassetteError("this cassette has no path: give it one before appending")
@@ -355,7 +368,9 @@ class Cassette:
                 self._spools, self._pending = again._spools, again._pending
             sid = spool_id(spool) if spool is not None else None
             new = [*self._pending, *((i, sid) for i in added)]
-            if new:
+            if swaps:
+                added += self._swap(path, suffix, swaps, added, sid)
+            elif new:
                 raw = _read(path)[0] if path.exists() else _encode(self._head(), suffix)
                 docs = [_interaction_to_doc(i, binary=suffix == ".msgpack", spool=s) for i, s in new]
                 self._stamp = _write(path, _appended(raw, docs, suffix))
@@ -363,6 +378,41 @@ class Cassette:
             if spool is not None:
                 spool.unlink(missing_ok=True)  # inside the lock: no reader sees the file and the spool both
         self.interactions.extend(added)
+
+    def _swap(
+        self,
+        path: Path,
+        suffix: str,
+        swaps: list[tuple[Interaction, Interaction]],
+        added: list[Interaction],
+        sid: str | None,
+    ) -> list[Interaction]:
+        """Write the file anew with each swap's new interaction in its old one's place, then what spools
+        add, then `added`; returns the new interactions that found no place, written after `added`."""
+        binary = suffix == ".msgpack"
+        if path.exists():
+            doc = _decode(_read(path)[0], suffix)
+            doc = doc if binary else _toml_cache.expand(doc)
+        else:
+            doc = self._head()
+        docs = list(doc.get("interactions", []))  # a new list: a cached document stays as it was
+        in_file = len(self.interactions) - len(self._pending)
+        pending: list[tuple[Interaction, str | None]] = list(self._pending)
+        homeless: list[Interaction] = []
+        for old, new in swaps:
+            at = _position(self.interactions, old)
+            if at is None:
+                homeless.append(new)  # another writer took it out meanwhile
+                continue
+            self.interactions[at] = new
+            if at < in_file:
+                docs[at] = _interaction_to_doc(new, binary=binary, spool=sid)
+            else:
+                pending[at - in_file] = (new, sid)
+        tail = [*pending, *((i, sid) for i in [*added, *homeless])]
+        doc["interactions"] = docs + [_interaction_to_doc(i, binary=binary, spool=s) for i, s in tail]
+        self._stamp = _write(path, _encode(doc, suffix))
+        return homeless
 
     def _head(self) -> dict[str, Any]:
         """What a cassette file holds before its interactions: its format and its settings."""
@@ -617,6 +667,14 @@ def _appended(raw: bytes, docs: list[dict[str, Any]], suffix: str) -> bytes:
         return _encode(doc, suffix)
     # `[[interactions]]` tables may come at the end of any TOML document: the old bytes stay as they are.
     return raw + (b"" if raw.endswith(b"\n") else b"\n") + _toml.dumps({"interactions": docs}).encode()
+
+
+def _position(interactions: list[Interaction], wanted: Interaction) -> int | None:
+    """Where `wanted` is in `interactions`: the same object, else (read again since) an equal one."""
+    found = next((n for n, i in enumerate(interactions) if i is wanted), None)
+    if found is None:
+        found = next((n for n, i in enumerate(interactions) if i == wanted), None)
+    return found
 
 
 def _same_file(a: Path, b: Path) -> bool:

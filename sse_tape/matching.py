@@ -19,6 +19,14 @@ header never gets a recording of a reconnection (it is not the whole
 stream). A recorder, which must fetch each reconnection from its upstream,
 resumes nothing.
 
+A recording cut short on the recording side (ended `interrupted`: the
+recorder was stopped mid-stream; or `client-gone`: its client hung up) is
+not what the upstream answers. Replay gives it as it was recorded, which is
+what happened; a recorder (`refetch`) never answers with one, but fetches
+the request from its upstream again, and the whole answer takes the cut-off
+recording's place (`cut_short` finds it). A stream the upstream itself cut
+(`upstream-reset`, `timeout`) is the upstream's answer, and replays.
+
 Among the recordings that agree, the one whose body is most alike wins (see
 `_likeness`), so with `match_on=("method", "path")` a request with `tools`
 gets the tool-call recording and a conversation that ends with a tool's
@@ -38,13 +46,16 @@ from urllib.parse import parse_qsl
 from . import _json
 from ._exceptions import ConfigError, NoMatchError
 from ._paths import locate
-from .cassette import REDACTED, Cassette, Interaction, MatchOn, Recording, Request
+from .cassette import REDACTED, Cassette, End, Interaction, MatchOn, Recording, Request
 from .dialects import Dialect, for_path
 from .journal import ReplayState
 
-__all__ = ["DEFAULT_MATCH_ON", "MatchOn", "Matcher", "asks_for_stream", "is_streamed", "last_event_id"]
+__all__ = ["CUT_SHORT", "DEFAULT_MATCH_ON", "MatchOn", "Matcher", "asks_for_stream", "is_streamed", "last_event_id"]
 
 DEFAULT_MATCH_ON: tuple[MatchOn, ...] = (MatchOn.METHOD, MatchOn.PATH, MatchOn.BODY)
+
+#: The ends of a stream cut short on the recording side, not by the upstream: a recorder fetches it again.
+CUT_SHORT = frozenset({End.INTERRUPTED, End.CLIENT_GONE})
 
 # Body fields that choose the answer's shape (a stream or one JSON document), never compared.
 _SHAPE_FIELDS = ("stream", "stream_options")
@@ -94,8 +105,10 @@ class Matcher:
     once and a request beyond them is a miss (vcrpy's
     `allow_playback_repeats`); on, they start over. With `reshape` (see
     below), a request in an API sse-tape speaks matches recordings whatever
-    shape of answer it asks for. What has played is kept in `state`, which a
-    server shares with the rest of its replay.
+    shape of answer it asks for. With `refetch` (a recorder's), a recording
+    cut short on the recording side (see `CUT_SHORT`) answers nothing: the
+    request is a miss, for the upstream to answer whole. What has played is
+    kept in `state`, which a server shares with the rest of its replay.
     """
 
     def __init__(
@@ -107,6 +120,7 @@ class Matcher:
         allow_repeats: bool = True,
         reshape: bool = True,
         resume: bool = True,
+        refetch: bool = False,
         state: ReplayState | None = None,
     ) -> None:
         self.allow_repeats = allow_repeats
@@ -116,6 +130,9 @@ class Matcher:
         self.resume = resume
         """Whether a reconnection no recording of the same reconnection answers gets one made without
         `Last-Event-ID` (replay resumes it); off, it is a miss, so a recorder fetches it from its upstream."""
+        self.refetch = refetch
+        """Whether a recording cut short on the recording side (`CUT_SHORT`) is left unanswered, so that a
+        recorder fetches it from its upstream again; off, it replays as it was recorded."""
         self.state = state or ReplayState()
         try:
             self.match_on = None if match_on is None else tuple(dict.fromkeys(MatchOn(m) for m in match_on))
@@ -129,6 +146,7 @@ class Matcher:
         self._shapes: list[bool | None] = []  # whether each successful answer streams; None: an error answer
         self._last_ids: list[str | None] = []  # the Last-Event-ID each was recorded with
         self._shapeless: list[str] = []  # each one's path without what only chooses the answer's shape
+        self._cut: list[bool] = []  # whether each was cut short on the recording side
         for cassette in cassettes:
             rule = self._rule(cassette.match_on, cassette.ignore_body_fields)
             for n, interaction in enumerate(cassette.interactions, 1):
@@ -157,13 +175,17 @@ class Matcher:
         self._shapes.append(is_streamed(recording.interaction) if 200 <= response.status < 300 else None)
         self._last_ids.append(last_event_id(recording.interaction.request))
         self._shapeless.append(_shapeless(request.path, self._apis[request.path]))
+        self._cut.append(response.end in CUT_SHORT)
         self.state.track([recording])
 
     def find(self, request: Request) -> Recording:
         """The recording that answers `request`, noted as played; raises `NoMatchError` naming the closest ones."""
         asked = _Asked(request, self)
         last_id = last_event_id(request)
-        agreeing = [n for n in range(len(self.recordings)) if self._agrees(request, asked, n)]
+        skip = self._cut if self.refetch else None  # a recorder fetches what it cut short again
+        agreeing = [
+            n for n in range(len(self.recordings)) if not (skip and skip[n]) and self._agrees(request, asked, n)
+        ]
         same = [n for n in agreeing if self._last_ids[n] == last_id]
         if not same and last_id is not None and self.resume:
             same = [n for n in agreeing if self._last_ids[n] is None]  # to resume after that event
@@ -188,6 +210,20 @@ class Matcher:
         turn = self.state.turns.get(group, 0)
         self.state.turns[group] = turn + 1
         return self._play(group[turn % len(group)])
+
+    def cut_short(self, request: Request) -> list[Recording]:
+        """The recordings cut short on the recording side (see `CUT_SHORT`) of the very same request: the same
+        method, path, query, body (but for ignored fields) and `Last-Event-ID`, whatever `match_on` lets
+        differ, so that a whole answer to `request` can take their place. In recorded order."""
+        asked = _Asked(request, self)
+        last_id = last_event_id(request)
+        return [
+            self.recordings[n]
+            for n in range(len(self.recordings))
+            if self._cut[n]
+            and self._last_ids[n] == last_id
+            and all(self._same(part, request, asked, n) for part in MatchOn)
+        ]
 
     def _scores(self, asked: _Asked, agreeing: list[int]) -> dict[int, tuple[int, bool]]:
         """How well each of the agreeing recordings answers: how alike its body is (see `_likeness`), then

@@ -29,15 +29,19 @@ class RecordMode(StrEnum):
     """Record everything if the cassette does not exist yet; if it does, replay only (a miss is an error).
 
     A new cassette records every request of the session, repeats too, so a replay
-    plays them back in order, as VCR.py does.
+    plays them back in order, as VCR.py does. Replaying, a stream cut short when
+    it was recorded (`interrupted`, `client-gone`) replays as it was recorded.
     """
     NEW_EPISODES = "new_episodes"
     """Replay each matching recording once; forward and record every other request.
 
     What is recorded replays at once: an identical request later in the session gets it.
+    A recording cut short on the recording side (the recorder stopped or killed mid-stream:
+    `interrupted`; its client hung up: `client-gone`) never replays: the request is forwarded
+    again, and its whole answer takes the cut-off recording's place in the cassette.
     """
     NONE = "none"
-    """Replay only; never contact the upstream."""
+    """Replay only; never contact the upstream. A stream cut short when it was recorded replays as it was."""
     ALL = "all"
     """Forward and record every request; never replay. Existing interactions are kept."""
 

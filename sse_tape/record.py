@@ -42,6 +42,7 @@ from .cassette import (
     Headers,
     Injection,
     Interaction,
+    Recording,
     Request,
     Response,
     append_interactions,
@@ -53,7 +54,7 @@ from .faults import Fault, Stage
 from .incidents import FaultInjected
 from .journal import Entry
 from .live_faults import LiveFaults, needs_whole_stream
-from .matching import is_streamed
+from .matching import CUT_SHORT, is_streamed
 from .plan import Plan, event_ends
 from .redaction import Redaction
 from .responder import Exchange, Host
@@ -113,9 +114,12 @@ class Recorded(Entry):
     cassette: str
     index: int
     end: End
+    replaced: End | None = None
+    """How the recording it took the place of ended (a stream cut short, recorded again whole); None: new."""
 
     def line(self) -> str:
-        return f"{self.method} {self.path} recorded into {self.cassette} as #{self.index} ({self.end})"
+        how = f"{self.end}, in place of one that ended {self.replaced}" if self.replaced else str(self.end)
+        return f"{self.method} {self.path} recorded into {self.cassette} as #{self.index} ({how})"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -206,7 +210,11 @@ class Recorder:
     recorded. When the session ends, what was recorded is appended to the
     cassette, at a cost that does not grow with the cassette, and the spool
     is removed. With `playable`, what is recorded joins the server's matcher
-    at once, so an identical request later in the session replays it.
+    at once, so an identical request later in the session replays it; and a
+    whole answer takes the place of a recording of the same request that was
+    cut short on the recording side (see `matching.CUT_SHORT`), in this
+    session or before, so that replays get the whole answer. The cut-off
+    recording stays in the cassette until the whole one is written there.
     """
 
     def __init__(
@@ -224,7 +232,11 @@ class Recorder:
         self.ends: Counter[End] = Counter()
         """The interactions recorded, by how each ended."""
         self.recorded: list[Interaction] = []
-        """What this session recorded, in the order the streams ended."""
+        """What this session recorded, in the order the streams ended (but for those in `replacing`)."""
+        self.replacing: list[tuple[Interaction, Interaction]] = []
+        """Recordings the cassette held that were cut short, each with the whole answer that takes its place."""
+        self.replaced = 0
+        """Recordings cut short that a whole answer took the place of, in the cassette or this session."""
         self.failures = 0
         """Writes that failed (a reset of the server does not clear them)."""
         self.in_flight = 0
@@ -249,7 +261,7 @@ class Recorder:
         try:
             # The spool is removed inside the cassette's lock, while this still holds the spool's own:
             # no reader ever sees the interactions in both.
-            await asyncio.to_thread(self.cassette.append, self.recorded, spool=spool.path)
+            await asyncio.to_thread(self.cassette.append, self.recorded, spool=spool.path, replacing=self.replacing)
         except CassetteError as exc:
             kept = "holds what was written before that" if spool.failed else "keeps the recordings"
             self._failed(None, f"{exc}; {spool.path} {kept}")
@@ -294,17 +306,45 @@ class Recorder:
         self._spooled(lambda spool, n: spool.end(n, str(end), capture.duration), capture)
         request, response = self._storable(interaction.request), self.redaction.response(interaction.response)
         interaction = replace(interaction, request=request, response=response)
-        self.recorded.append(interaction)
         self.ends[interaction.response.end] += 1
-        index = len(self.cassette) + len(self.recorded)
-        if self.playable and interaction.response.end is End.COMPLETE:
-            # Only a whole answer replays: a client that retries after a cut-off stream reaches the upstream.
+        cut = self._cut_short(capture.request) if self.playable and end is End.COMPLETE else None
+        if cut is None:
+            self.recorded.append(interaction)
+            index = len(self.cassette) + len(self.recorded)
+        else:
+            index = self._replace(cut, interaction)
+        if self.playable and (end is End.COMPLETE or end in CUT_SHORT):
+            # Only a whole answer replays: the matcher leaves one cut short unanswered, for the upstream to
+            # answer a retry whole (and that answer to take its place).
             server.matcher.add(interaction, self.cassette, index)
-        syncing = asyncio.ensure_future(self._report(interaction, number, index))
+        replaced = cut.interaction.response.end if cut is not None else None
+        syncing = asyncio.ensure_future(self._report(interaction, number, index, replaced))
         self._syncing.add(syncing)
         syncing.add_done_callback(self._syncing.discard)
 
-    async def _report(self, interaction: Interaction, number: int, index: int) -> None:
+    def _cut_short(self, request: Request) -> Recording | None:
+        """The first recording of `request` cut short, in this cassette or this session, that no whole
+        answer has taken the place of yet."""
+        assert self._server is not None
+        found = self._server.matcher.cut_short(request)
+        if not found:
+            return None
+        taken = {id(old) for old, _ in self.replacing}
+        ours = {id(i) for i in (*self.cassette.interactions, *self.recorded) if id(i) not in taken}
+        return next((r for r in found if id(r.interaction) in ours), None)
+
+    def _replace(self, cut: Recording, interaction: Interaction) -> int:
+        """Put `interaction` in the place of the recording `cut`; returns its number in the cassette."""
+        self.replaced += 1
+        for n, recorded in enumerate(self.recorded):
+            if recorded is cut.interaction:  # recorded in this session: it is no longer what was recorded
+                self.recorded[n] = interaction
+                self.ends[recorded.response.end] -= 1
+                return len(self.cassette) + n + 1
+        self.replacing.append((cut.interaction, interaction))
+        return cut.index
+
+    async def _report(self, interaction: Interaction, number: int, index: int, replaced: End | None = None) -> None:
         """Note the interaction recorded once it is on the disk."""
         assert self._server is not None
         if self._spool is not None and self._spool.failed is None:
@@ -321,6 +361,7 @@ class Recorder:
                 cassette=str(self.path),
                 index=index,
                 end=interaction.response.end,
+                replaced=replaced,
             )
         )
 
@@ -347,7 +388,9 @@ class Recorder:
         assert self._server is not None
         counts = self._server.journal.counts
         recorded = sum(self.ends.values())
-        parts = [f"{n} {end}" for end, n in self.ends.items() if end is not End.COMPLETE]
+        parts = [f"{n} {end}" for end, n in self.ends.items() if end is not End.COMPLETE and n]
+        if self.replaced:
+            parts.append(f"{self.replaced} in place of {'one' if self.replaced == 1 else 'ones'} cut short before")
         parts += [
             f"{counts[kind]} {what}"
             for kind, what in (
@@ -456,8 +499,9 @@ class Forwarder:
                 client.gone = True
                 if self._drains(capture, exchange):
                     self._drain(stream, exchange)
-                else:
-                    stream.cancel()
+                elif stream.cancel():
+                    # The stream notes its own end once over: only then does it know the events it sent.
+                    exchange.ends_later = True
             raise
 
     def _drains(self, capture: Capture, exchange: Exchange) -> bool:
@@ -677,7 +721,8 @@ class Forwarder:
             exchange.end = await end_live(exchange.http, out, live, capture.end, started=started, progress=progress)
         except (ConnectionResetError, ConnectionAbortedError):
             exchange.end = End.CLIENT_GONE
-        exchange.event_ends = event_ends(bytes(sent))
+        finally:  # a stream cut off by the server's stop too says how many events it sent
+            exchange.event_ends = event_ends(bytes(sent))
         return out
 
     def _noted(self, exchange: Exchange, capture: Capture | None, notes: list[tuple[Fault, str]]) -> None:

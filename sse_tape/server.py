@@ -26,6 +26,7 @@ import ipaddress
 import logging
 import os
 import resource
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Self
@@ -52,7 +53,7 @@ from .catalog import Catalog
 from .dialects import Dialect, dialect_for, for_path
 from .faults import MAX_HEADER_FAULTS, Fault, Injector, parse_fault, parse_faults
 from .journal import Ended, Journal, Matched, Received, ReplayState
-from .matching import Matcher, last_event_id
+from .matching import CUT_SHORT, Matcher, last_event_id
 from .options import MissPolicy, RecordMode, ServeOptions
 from .pacing import Pacing
 from .plan import Plan, Write, event_ends
@@ -382,7 +383,8 @@ class MockServer:
         self.allow_remote_control = allow_remote_control
         self.state = ReplayState()
         """Every counter replay depends on; `reset()` starts them over."""
-        # A recorder fetches each shape of answer, and each reconnection, from its upstream.
+        # A recorder fetches each shape of answer, each reconnection, and each stream it cut short before,
+        # from its upstream.
         replays_only = recorder is None or self.options.on_miss not in (MissPolicy.RECORD, MissPolicy.SYNTH)
         self.matcher = Matcher(
             cassettes,
@@ -391,6 +393,7 @@ class MockServer:
             allow_repeats=self.options.allow_repeats,
             reshape=replays_only,
             resume=replays_only,
+            refetch=not replays_only,
             state=self.state,
         )
         self.injector = Injector(self.options.faults, self.options.seed, self.state)
@@ -409,6 +412,7 @@ class MockServer:
         self.closing = False
         """Set while the server stops: streams cut now were interrupted, not abandoned by their clients."""
         self._runner: web.AppRunner | None = None
+        self._handlers: set[asyncio.Task[Any]] = set()  # the requests being answered, to cancel when stopping
         self._listener: asyncio.Server | None = None
         self._guard: ConnectionGuard | None = None
         self._loop_errors: _LoopErrors | None = None
@@ -484,6 +488,14 @@ class MockServer:
                 await asyncio.sleep(0)
             if self._listener is not None:
                 self._listener.close()
+            # The answers in flight end now, as interrupted (what a recorder has of them is on the disk
+            # already). Left to the runner, each would get `shutdown_timeout` to end by itself, then as much
+            # again once cancelled: a second for every stop with a stream in flight.
+            handlers = list(self._handlers)
+            for handler in handlers:
+                handler.cancel()
+            if handlers:
+                await asyncio.wait(handlers)
             await runner.cleanup()
             await self._close_responders()
             if self._loop_errors is not None:
@@ -506,9 +518,13 @@ class MockServer:
     async def _handle(self, http: web.Request) -> web.StreamResponse:
         assert self._guard is not None
         self._guard.busy(http.transport, True)
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._handlers.add(handler)
         try:
             return await self._answer(http)
         finally:
+            self._handlers.discard(handler)
             self._guard.busy(http.transport, False)
 
     async def _answer(self, http: web.Request) -> web.StreamResponse:
@@ -759,6 +775,8 @@ def recording_server(
     except CassetteNotFoundError:
         existing = None
     replay_only = mode is RecordMode.NONE or (mode is RecordMode.ONCE and existing is not None)
+    if replay_only and existing is not None and log is not None:
+        _say_cut_short(existing, mode, log)
     chosen = replace(
         options or ServeOptions(),
         on_miss=MissPolicy.ERROR if replay_only else MissPolicy.SYNTH if model is not None else MissPolicy.RECORD,
@@ -778,6 +796,19 @@ def recording_server(
         limits=limits,
         allow_remote_control=allow_remote_control,
     )
+
+
+def _say_cut_short(cassette: Cassette, mode: RecordMode, log: Callable[[str], None]) -> None:
+    """A replay-only record mode replays a stream cut short as it was recorded: say so, and how to fetch it."""
+    ends = Counter(str(i.response.end) for i in cassette.interactions if i.response.end in CUT_SHORT)
+    if ends:
+        count = sum(ends.values())
+        how = ", ".join(f"{n} {end}" for end, n in sorted(ends.items()))
+        them = "them" if count != 1 else "it"
+        log(
+            f"{cassette.name} holds {count} stream{'s'[: count != 1]} cut short when recorded ({how}): "
+            f"record mode {mode} replays {them} as recorded; record mode new_episodes fetches {them} again"
+        )
 
 
 @contextlib.asynccontextmanager

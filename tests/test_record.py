@@ -396,13 +396,33 @@ def test_sigint_saves_every_interaction_and_the_stream_in_flight(threaded_upstre
     for line in ended[:2]:
         assert line.startswith("sse-tape: POST /v1/chat/completions ended: 200, 3 events, ")
         assert line.endswith(" s, complete")
-    assert ended[2].startswith("sse-tape: POST /v1/chat/completions ended: 200, ")
+    # The stream cut off counts the events its client was sent, up to the bytes it was sent.
+    sent = int(ended[2].split(" events, ")[1].split(" bytes")[0])
+    events = len(SSEDecoder().feed(interactions[2].response.body[:sent]))
+    assert events >= 3
+    assert ended[2].startswith(f"sse-tape: POST /v1/chat/completions ended: 200, {events} events, {sent} bytes, ")
     assert ended[2].endswith(" s, interrupted")
     assert [line for line in lines if " recorded into " in line] == [
         f"sse-tape: POST /v1/chat/completions recorded into {cassette} as #{n} ({end})"
         for n, end in [(1, "complete"), (2, "complete"), (3, "interrupted")]
     ]
     assert lines[-1] == f"sse-tape: recorded 3 interactions to {cassette} (1 interrupted)"
+
+
+def test_a_faulted_stream_stopped_by_sigint_counts_the_events_its_client_was_sent(
+    threaded_upstream: Upstream, tmp_path: Path
+) -> None:
+    recorder = Recorder(threaded_upstream, tmp_path / "c.toml", "--fault", "ttfb:10ms")
+    pieces = _stream_in_flight(recorder.url)
+    received = next(pieces) + next(pieces) + next(pieces)
+    [ended] = [line for line in recorder.stop(signal.SIGINT).splitlines() if " ended: " in line]
+    sent = int(ended.split(" events, ")[1].split(" bytes")[0])
+    assert sent >= len(received)
+    [recorded] = Cassette.load(tmp_path / "c.toml").interactions
+    events = len(SSEDecoder().feed(recorded.response.body[:sent]))  # ttfb leaves the stream's bytes as they are
+    assert events >= 3
+    assert ended.startswith(f"sse-tape: POST /v1/chat/completions ended: 200, {events} events, {sent} bytes, ")
+    assert ended.endswith(" s, interrupted")
 
 
 def test_sigkill_leaves_a_valid_cassette_with_every_completed_interaction(
@@ -718,7 +738,7 @@ print(json.dumps({"status": got.status_code, "sent": len(got.content), "failed":
     assert report["prefix"]
 
 
-async def test_a_stream_cut_short_is_recorded_but_a_retry_reaches_the_upstream(
+async def test_a_stream_cut_short_is_recorded_until_a_retry_fetches_it_whole(
     upstream: Upstream, tmp_path: Path
 ) -> None:
     cassette = tmp_path / "c.toml"
@@ -730,7 +750,103 @@ async def test_a_stream_cut_short_is_recorded_but_a_retry_reaches_the_upstream(
             status, body = await read_all(client, "POST", proxy.url + url, content=b"{}")
     assert (status, upstream.hits) == (200, 2)  # the retry was not answered with the broken recording
     assert body.endswith(b"data: [DONE]\n\n")
-    assert [i.response.end for i in Cassette.load(cassette)] == [End.CLIENT_GONE, End.COMPLETE]
+    # The whole answer took the cut-off one's place: a replay gets the whole answer.
+    [recorded] = Cassette.load(cassette).interactions
+    assert (recorded.response.end, recorded.response.body) == (End.COMPLETE, body)
+    assert proxy.recorder is not None
+    assert proxy.recorder.summary() == f"recorded 1 interaction to {cassette} (1 in place of one cut short before)"
+
+
+async def test_a_whole_answer_takes_the_place_only_of_the_very_same_request_cut_short(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "c.toml"
+    url = "/v1/chat/completions?events=20&gap=0.02"
+    # Matching on method and path, the two requests agree; only the same request is the same stream.
+    async with arecording(cassette, upstream.url, options=ServeOptions.build(match_on="method,path")) as proxy:
+        async with httpx.AsyncClient() as client, client.stream("POST", proxy.url + url, content=b'{"n": 1}') as cut:
+            await cut.aiter_raw().__anext__()  # and the client goes
+        async with httpx.AsyncClient() as client:
+            status, _ = await read_all(client, "POST", proxy.url + url, content=b'{"n": 2}')
+    assert (status, upstream.hits) == (200, 2)
+    recorded = [(i.request.body, i.response.end) for i in Cassette.load(cassette)]
+    assert recorded == [(b'{"n": 1}', End.CLIENT_GONE), (b'{"n": 2}', End.COMPLETE)]
+
+
+_RETRIED = "/v1/chat/completions?events=40&gap=0.05"
+
+
+def _cut_short(recorder: Recorder, cut: str) -> bytes:
+    """Start the `_RETRIED` stream through `recorder`, and cut it short as `cut` says: returns what the client had."""
+    with httpx.Client(timeout=30) as client, client.stream("POST", recorder.url + _RETRIED, content=b"{}") as response:
+        pieces = response.iter_raw()
+        received = next(pieces) + next(pieces)
+        if cut != "client-gone":  # else the client hangs up, leaving this block
+            recorder.stop(signal.SIGINT if cut == "sigint" else signal.SIGKILL)
+    if cut == "client-gone":
+        recorder.stop(signal.SIGINT)
+    return received
+
+
+@pytest.mark.parametrize(
+    ("cut", "end"),
+    [("sigint", End.INTERRUPTED), ("sigkill", End.INTERRUPTED), ("client-gone", End.CLIENT_GONE)],
+    ids=["stopped", "killed", "client-gone"],
+)
+def test_the_next_session_fetches_a_stream_cut_short_again_and_the_whole_one_takes_its_place(
+    threaded_upstream: Upstream, tmp_path: Path, cut: str, end: End
+) -> None:
+    cassette = tmp_path / "c.toml"
+    first = Recorder(threaded_upstream, cassette)
+    first.complete(1)
+    received = _cut_short(first, cut)
+    before = Cassette.load(cassette).interactions  # killed: read from the spool the session left
+    assert [i.response.end for i in before] == [End.COMPLETE, end]
+    assert before[1].response.body.startswith(received)
+    hits = threaded_upstream.hits
+
+    second = Recorder(threaded_upstream, cassette)
+    retried = httpx.post(second.url + _RETRIED, content=b"{}", timeout=30)
+    lines = second.stop(signal.SIGINT).splitlines()
+    assert threaded_upstream.hits == hits + 1  # fetched again, not replayed cut short
+    assert retried.content == b"".join(chat_chunk(n) for n in range(40)) + b"data: [DONE]\n\n"
+    after = Cassette.load(cassette).interactions
+    assert after[0] == before[0]
+    assert [(i.response.end, i.response.body) for i in after[1:]] == [(End.COMPLETE, retried.content)]
+    assert not list(tmp_path.glob("*.spool"))  # a killed session's spool is taken in
+    line = f"sse-tape: POST /v1/chat/completions recorded into {cassette} as #2 (complete, in place of one that ended {end})"
+    assert line in lines
+    assert lines[-1] == f"sse-tape: recorded 1 interaction to {cassette} (1 in place of one cut short before)"
+    with serve(cassette, pace="instant") as server:
+        assert httpx.post(server.url + _RETRIED, content=b"{}").content == retried.content
+
+
+@pytest.mark.parametrize("mode", [RecordMode.NONE, RecordMode.ONCE])
+def test_replay_only_record_modes_replay_a_stream_cut_short_as_it_was_recorded_and_say_so(
+    threaded_upstream: Upstream, tmp_path: Path, mode: RecordMode
+) -> None:
+    cassette = tmp_path / "c.toml"
+    request = Request("POST", "/v1/chat/completions", "", (), b"{}")
+    head = (("content-type", "text/event-stream"),)
+    cut = Response(200, head, (Chunk(0.0, chat_chunk(0)),), End.INTERRUPTED, 0.5)
+    Cassette([Interaction(request, cut)], cassette).save()
+    lines: list[str] = []
+    options = ServeOptions.build(pace="instant")
+    server = recording_server(cassette, threaded_upstream.url, mode=mode, log=lines.append, options=options)
+    with (
+        run_in_thread(server) as proxy,
+        httpx.Client() as client,
+        client.stream("POST", proxy.url + "/v1/chat/completions", content=b"{}") as response,
+    ):
+        pieces = response.iter_raw()
+        got = next(pieces)
+        with pytest.raises(httpx.RemoteProtocolError):  # cut off as it was when recorded
+            next(pieces)
+    assert (got, threaded_upstream.hits) == (chat_chunk(0), 0)
+    assert lines[0] == (
+        f"c.toml holds 1 stream cut short when recorded (1 interrupted): record mode {mode} replays it as "
+        "recorded; record mode new_episodes fetches it again"
+    )
 
 
 def test_check_secrets_finds_what_was_planted_and_exits_1(tmp_path: Path) -> None:
