@@ -9,7 +9,8 @@ of an interaction (`interactions[n].response.chunks`), when every one is a table
 and `text`, a string, in that order (as sse-tape writes them), are held as `TextTables`: two columns, the
 times and the texts' UTF-8 bytes, so that a load builds its chunks without a table each or a text to
 encode; `TextTables.tables()` gives the tables back, and `expand` the whole document as `tomllib` gave it.
-Entries live in sse-tape's cache folder (see `folder`), never beside the cassette.
+In the entry, such chunks are a MessagePack binary (the columns packed), which no `tomllib` document
+holds. Entries live in sse-tape's cache folder (see `folder`), never beside the cassette.
 
 Writers write a temporary file and rename it, so a reader sees a whole entry or none; each entry carries a
 digest of its name and content, so a damaged or misplaced one is ignored. A cache that cannot be read or
@@ -38,9 +39,7 @@ MIN_SIZE = 4096
 MAX_BYTES = 256 * 2**20
 
 # What an entry starts with; a new layout of entries gets a new one, and old entries are written anew.
-_MAGIC = b"sse-tape parsed toml 2\n"
-# The MessagePack extension type that holds a `TextTables`.
-_TEXT_TABLES = 1
+_MAGIC = b"sse-tape parsed toml 3\n"
 # A temporary file left by a writer that died is removed after this long.
 _STALE_SECONDS = 3600.0
 
@@ -100,12 +99,15 @@ def expand(doc: Any) -> Any:
 
 
 def _compact(doc: Any) -> Any:
-    """The document with each interaction's chunks held as `TextTables` where they can be; a new document
-    where it differs, sharing the rest: the one given is not changed."""
+    """The document with each interaction's chunks packed as the columns of a `TextTables` where they can
+    be; a new document where it differs, sharing the rest: the one given is not changed."""
+    import msgpack
+
     changed = {}
     for response, chunks in _interaction_chunks(doc):
         if type(chunks) is list and (columns := TextTables.of(chunks)) is not None:
-            changed[id(response)] = {**response, "chunks": columns}
+            packed = msgpack.packb([columns.t, columns.text], use_bin_type=True)
+            changed[id(response)] = {**response, "chunks": packed}
     if not changed:
         return doc
     interactions = [
@@ -117,24 +119,19 @@ def _compact(doc: Any) -> Any:
     return {**doc, "interactions": interactions}
 
 
-def _pack_ext(value: Any) -> Any:
+def _columns(doc: Any) -> Any:
+    """The document an entry holds, each interaction's packed chunks (a binary, which `_compact` made)
+    turned into their `TextTables` (in place)."""
     import msgpack
 
-    if type(value) is TextTables:
-        return msgpack.ExtType(_TEXT_TABLES, msgpack.packb([value.t, value.text], use_bin_type=True))
-    raise TypeError(f"cannot pack {type(value).__name__}")
-
-
-def _unpack_ext(code: int, data: bytes) -> Any:
-    import msgpack
-
-    if code != _TEXT_TABLES:
-        raise ValueError(f"unknown extension type {code}")
-    # What `_pack_ext` wrote (the entry's digest says so): floats and bytes, checked no further.
-    t, text = msgpack.unpackb(data, raw=False)
-    if not t or len(t) != len(text):
-        raise ValueError("not text tables")
-    return TextTables(t, text)
+    for response, chunks in _interaction_chunks(doc):
+        if type(chunks) is bytes:
+            # What `_compact` packed (the entry's digest says so): floats and bytes, checked no further.
+            t, text = msgpack.unpackb(chunks, raw=False)
+            if not t or len(t) != len(text):
+                raise ValueError("not text tables")
+            response["chunks"] = TextTables(t, text)
+    return doc
 
 
 def folder() -> Path | None:
@@ -172,7 +169,7 @@ def get(name: str) -> Any | None:
         digest, payload = data[head : head + 32], data[head + 32 :]
         if data[:head] != _MAGIC or digest != _digest(name, payload):
             return None
-        doc = msgpack.unpackb(payload, raw=False, strict_map_key=True, ext_hook=_unpack_ext)
+        doc = _columns(msgpack.unpackb(payload, raw=False, strict_map_key=True))
     except (OSError, ValueError, TypeError, msgpack.UnpackException):
         return None
     with contextlib.suppress(OSError):
@@ -189,7 +186,7 @@ def put(name: str, doc: Any) -> None:
     if where is None:
         return
     try:
-        payload = msgpack.packb(_compact(doc), use_bin_type=True, default=_pack_ext)
+        payload = msgpack.packb(_compact(doc), use_bin_type=True)
     except (TypeError, ValueError, OverflowError):
         return
     try:

@@ -4,6 +4,7 @@ import gc
 import multiprocessing
 import os
 import re
+import sys
 import time
 import tomllib
 import tracemalloc
@@ -725,6 +726,22 @@ def test_a_changed_cassette_is_parsed_again(tmp_path: Path, cache: Path) -> None
     bigger.save(path)
     assert Cassette.load(path).interactions == bigger.interactions
     assert len(entries(cache)) == 3
+
+
+def test_an_entry_is_whole_when_msgpack_was_imported_afresh(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pytester's in-process runs drop the modules a run imported: msgpack imported again makes new Python
+    # classes (its ExtType) while its compiled packer, which cannot be loaded twice, keeps the old ones. An
+    # entry must not depend on which: a column of chunks packed as a MessagePack extension became a plain
+    # array, read back as chunks that are no tables.
+    for name in [m for m in sys.modules if m == "msgpack" or m.startswith("msgpack.")]:
+        monkeypatch.delitem(sys.modules, name)
+    cassette = big_cassette()
+    path = cassette.save(tmp_path / "big.toml")
+    assert Cassette.load(path).interactions == cassette.interactions  # parsed; the entry written
+    assert Cassette.load(path).interactions == cassette.interactions  # read from the entry
+    assert typed(cached(path.read_bytes())) == typed(tomllib.loads(path.read_text()))
 
 
 @pytest.mark.parametrize(
