@@ -33,6 +33,7 @@ from sse_tape import (
     SSEDecoder,
     arecording,
     aserve,
+    bundled_cassettes,
     recording,
     recording_server,
     serve,
@@ -765,6 +766,33 @@ def test_a_gemini_thought_signature_is_kept_as_no_secret() -> None:
     request = Request("POST", "/v1beta/models/gemini-2.5-flash:streamGenerateContent", "alt=sse", body=body)
     assert Redaction.build().request(request).body == body
     assert find_secrets(Interaction(request, Response())) == []
+
+
+def test_an_anthropic_thinking_blocks_signature_is_kept_as_no_secret() -> None:
+    # The API's seal on the model's reasoning, sent in the stream's signature_delta and sent back unchanged with
+    # the conversation: model output, as Gemini's thoughtSignature is. A `signature` anywhere else is still kept out.
+    thinking = {"type": "thinking", "thinking": "Tokyo, then.", "signature": "EqQBCkgIBxABGAIq"}
+    turn = {"role": "assistant", "content": [thinking, {"type": "text", "text": "Checking."}]}
+    body = json.dumps({"model": "claude-sonnet-4-6", "messages": [turn], "stream": True}).encode()
+    request = Request("POST", "/v1/messages", body=body)
+    assert Redaction.build().request(request).body == body
+    assert find_secrets(Interaction(request, Response())) == []
+    signed = json.dumps({"metadata": {"signature": "HMAC-LEAK"}, "messages": [turn]}).encode()
+    kept_out = Redaction.build().request(Request("POST", "/v1/messages", body=signed)).body
+    assert "HMAC-LEAK" not in kept_out.decode()
+    assert json.loads(kept_out)["messages"][0]["content"][0]["signature"] == "EqQBCkgIBxABGAIq"
+    assert find_secrets(Interaction(Request("POST", "/v1/messages", body=signed), Response())) == [
+        "request body field signature is not redacted"
+    ]
+
+
+def test_the_bundled_cassettes_hold_no_secret() -> None:
+    # The README's CI recipe, run on sse-tape's own cassettes.
+    folder = str(bundled_cassettes()[0].parent)
+    checked = subprocess.run(
+        [sys.executable, "-m", "sse_tape", "check", "--secrets", folder], capture_output=True, text=True, timeout=60
+    )
+    assert (checked.returncode, checked.stdout, checked.stderr) == (0, "0 secrets found\n", "")
 
 
 @pytest.mark.parametrize("path", ["/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/%252e%252e/x", "/chat/..\\..\\x"])
