@@ -145,14 +145,16 @@ class Redaction:
         )
 
     def request(self, request: Request) -> Request:
+        """The request with the secrets in its headers, query and JSON body replaced by the marker."""
         return replace(
             request,
             headers=self._headers(request.headers),
-            query=self._query(request.query),
+            query=self.query(request.query),
             body=self._body(request.body),
         )
 
     def response(self, response: Response) -> Response:
+        """The response with the secrets in its headers replaced by the marker."""
         return replace(response, headers=self._headers(response.headers))
 
     def _headers(self, headers: Headers) -> Headers:
@@ -162,7 +164,8 @@ class Redaction:
         lower = name.lower()
         return lower not in self.keep_headers and (lower in self.headers or _secret_field(name, _QUERY_WORDS))
 
-    def _query(self, query: str) -> str:
+    def query(self, query: str) -> str:
+        """A query string with the values of its secret parameters replaced by the marker (percent-encoded)."""
         if not query:
             return query
         # Only the secret values change: names, order and separators stay exactly as they were sent.
