@@ -65,7 +65,16 @@ def run(
     for _ in range(workers):
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
+        # Ctrl-C is the parent's to answer: it stops the workers. A worker ignores it until it listens (then
+        # it stops, as the parent tells it to), and one that comes during the fork waits for the parent to
+        # hear it: no worker is interrupted before it is on its way, nor makes its way back into the parent's code.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            pid = os.fork()
+            if pid == 0:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         if pid == 0:
             _die_with(parent)
             held.close()
@@ -110,20 +119,22 @@ def _worker(
 def _watch(
     pids: list[int], ready: int, held: socket.socket, listening: Callable[[list[int]], None], say: Callable[[str], None]
 ) -> int:
-    """Wait until the workers listen, then until they end; stop them all when told to or when one dies."""
-    stopping = False
+    """Wait until the workers listen, then until they end; stop them all when told to or when one dies.
+    Ctrl-C before they all listen interrupts the server, as it does a server of one process: exit status 130."""
+    stopping = interrupted = False
 
     def stop(signum: int, frame: object) -> None:
-        nonlocal stopping
+        nonlocal stopping, interrupted
+        interrupted = interrupted or (signum == signal.SIGINT and up < len(pids) and not stopping)
         stopping = True
         for pid in running:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
 
     running = set(pids)
+    up, status = 0, 0
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    up, status = 0, 0
     while running:
         if up < len(pids):  # each worker writes a byte once it listens
             if select.select([ready], [], [], 0.1)[0]:
@@ -143,4 +154,7 @@ def _watch(
             stop(signal.SIGTERM, None)
     os.close(ready)
     held.close()
+    if interrupted:
+        say("interrupted")
+        return 130
     return status
