@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import json
 import os
@@ -59,7 +60,7 @@ class _Group(click.Group):
         try:
             return super().make_context(*args, **kwargs)
         except KeyboardInterrupt:
-            raise _Interrupted() from None
+            raise _interrupted() from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -67,7 +68,15 @@ class _Group(click.Group):
         except SSETapeError as exc:
             raise _Failure(str(exc)) from None
         except KeyboardInterrupt:
-            raise _Interrupted() from None
+            raise _interrupted() from None
+
+
+def _interrupted() -> _Interrupted:
+    """The command is on its way out: a second Ctrl-C (or a terminal's, to each of a server's workers and so
+    to it again) would only interrupt it saying so, with a second line or a traceback."""
+    with contextlib.suppress(ValueError):  # not the main thread: no signal comes to it
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return _Interrupted()
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

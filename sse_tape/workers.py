@@ -65,16 +65,16 @@ def run(
     for _ in range(workers):
         sys.stdout.flush()
         sys.stderr.flush()
-        # Ctrl-C is the parent's to answer: it stops the workers. A worker ignores it until it listens (then
-        # it stops, as the parent tells it to), and one that comes during the fork waits for the parent to
-        # hear it: no worker is interrupted before it is on its way, nor makes its way back into the parent's code.
+        # Ctrl-C is the parent's to answer: it stops every worker (SIGTERM). A worker keeps SIGINT blocked
+        # from its fork on, so that no KeyboardInterrupt ever takes it back into the parent's code (one that
+        # came while it started, or after its event loop put Python's handler back, printed a second line).
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        pid = -1
         try:
             pid = os.fork()
-            if pid == 0:
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
         finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+            if pid != 0:  # the parent, which hears a Ctrl-C that came meanwhile now
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         if pid == 0:
             _die_with(parent)
             held.close()

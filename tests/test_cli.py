@@ -569,6 +569,29 @@ setattr(_module.{owner}, {name!r}, classmethod(_interrupted) if isinstance(_stat
 
 _LOADING = _calling("sse_tape.cassette.Cassette", "load")
 
+_AGAIN_WHILE_SAYING_SO = (
+    _LOADING
+    + """
+import sse_tape.cli as _cli
+_show = _cli._Interrupted.show
+def _and_again(self, file=None):
+    _show(self, file)
+    os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C, or a terminal's to a server's workers reaching it again
+_cli._Interrupted.show = _and_again
+"""
+)
+
+_BETWEEN_FORKS = """
+_fork = os.fork
+def _forking():
+    pid = _fork()
+    if pid:  # the first worker is on its way
+        os.fork = _fork
+        os.kill(os.getpid(), signal.SIGINT)
+    return pid
+os.fork = _forking
+"""
+
 
 def _run_interrupted(args: list[str], moment: str, *, background: bool = False) -> subprocess.CompletedProcess[str]:
     """`sse-tape ARGS`, as its console script runs it, with a SIGINT sent at `moment`; in the `background` of
@@ -601,11 +624,15 @@ _SHOWN = str(BUNDLED["openai-chat"])
         pytest.param(["serve", "--port", "0"], _importing("ssl"), id="serve, importing ssl"),
         pytest.param(["serve", "--port", "0"], _importing("sse_tape.server"), id="serve, importing the server"),
         pytest.param(["serve", "--port", "0"], _LOADING, id="serve, loading the cassettes"),
+        pytest.param(["serve", "--port", "0"], _AGAIN_WHILE_SAYING_SO, id="serve, and again while saying so"),
         pytest.param(
             ["serve", "--port", "0"], _calling("sse_tape.server.MockServer", "start"), id="serve, starting to listen"
         ),
         pytest.param(
             ["serve", "--port", "0", "--workers", "2"], _importing("sse_tape.workers"), id="serve --workers, forking"
+        ),
+        pytest.param(
+            ["serve", "--port", "0", "--workers", "2"], _BETWEEN_FORKS, id="serve --workers, between two forks"
         ),
         pytest.param(
             ["serve", "--port", "0", "--workers", "2"],
