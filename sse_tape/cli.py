@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import json
 import os
@@ -44,14 +45,47 @@ class _Failure(click.ClickException):
     exit_code = 2
 
 
+class _Interrupted(click.ClickException):
+    """Ctrl-C before the command was done: one line and exit status 130 (128 + SIGINT), as a shell reports
+    a command SIGINT ended; click's own is a blank line, `Aborted!` and exit status 1."""
+
+    exit_code = 130
+
+    def __init__(self) -> None:
+        super().__init__("interrupted")
+
+    def show(self, file: Any = None) -> None:
+        _log(self.message)
+
+
 class _Group(click.Group):
-    """Turns every `SSETapeError` into one line on stderr and exit status 2."""
+    """Turns every `SSETapeError` into one line on stderr and exit status 2, and Ctrl-C into `_Interrupted`.
+
+    A server that listens is stopped by Ctrl-C, and says so (`_serve_until_stopped`); before that, as for
+    every other command, Ctrl-C interrupts it, whatever it was importing, loading or starting.
+    """
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise _interrupted() from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except SSETapeError as exc:
             raise _Failure(str(exc)) from None
+        except KeyboardInterrupt:
+            raise _interrupted() from None
+
+
+def _interrupted() -> _Interrupted:
+    """The command is on its way out: a second Ctrl-C (or a terminal's, to each of a server's workers and so
+    to it again) would only interrupt it saying so, with a second line or a traceback."""
+    with contextlib.suppress(ValueError):  # not the main thread: no signal comes to it
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return _Interrupted()
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

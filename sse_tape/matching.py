@@ -38,7 +38,7 @@ recorded order, starting over when all have been played.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
@@ -108,7 +108,10 @@ class Matcher:
     shape of answer it asks for. With `refetch` (a recorder's), a recording
     cut short on the recording side (see `CUT_SHORT`) answers nothing: the
     request is a miss, for the upstream to answer whole. What has played is
-    kept in `state`, which a server shares with the rest of its replay.
+    kept in `state`, which a server shares with the rest of its replay. A
+    miss's explanation shows the request as `redact` makes it (a server's: its
+    secrets redacted, as a cassette would hold it); it is still compared as it
+    came.
     """
 
     def __init__(
@@ -122,8 +125,10 @@ class Matcher:
         resume: bool = True,
         refetch: bool = False,
         state: ReplayState | None = None,
+        redact: Callable[[Request], Request] | None = None,
     ) -> None:
         self.allow_repeats = allow_repeats
+        self.redact = redact
         self.reshape = reshape
         """Whether `stream` and `stream_options` only choose the answer's shape (replay converts it); off,
         they are compared like any field, so a recorder fetches each shape from its upstream."""
@@ -252,9 +257,10 @@ class Matcher:
         if not self.recordings:
             return head + " (no interactions are loaded)"
         asked = _Asked(request, self)
+        shown = _Asked(self.redact(request), self) if self.redact is not None else asked
         ranked = []
         for n, rec in enumerate(self.recordings):
-            parts, body_diffs = self._differences(request, asked, n)
+            parts, body_diffs = self._differences(request, asked, shown, n)
             # Fewer disagreeing parts first, then fewer body differences, then the most alike
             # path (a typo'd path names its neighbour), then recorded order.
             path_likeness = SequenceMatcher(None, request.path, rec.interaction.request.path).ratio()
@@ -276,8 +282,9 @@ class Matcher:
             return _query_agrees(request.query, recorded.query)
         return _json_agrees(asked.body(self._rules[n]), self._bodies[n])
 
-    def _differences(self, request: Request, asked: _Asked, n: int) -> tuple[list[str], list[str]]:
-        """How request and recording n disagree: one line per part, and the body's differences."""
+    def _differences(self, request: Request, asked: _Asked, shown: _Asked, n: int) -> tuple[list[str], list[str]]:
+        """How request and recording n disagree: one line per part, and the body's differences, with the
+        request's values as `shown` has them."""
         recorded = self.recordings[n].interaction.request
         parts: list[str] = []
         body_diffs: list[str] = []
@@ -288,11 +295,12 @@ class Matcher:
             if self._same(part, request, asked, n):
                 continue
             if part is MatchOn.BODY:
-                body_diffs = _json_diff(asked.body(self._rules[n]), self._bodies[n], "body")
+                rule = self._rules[n]
+                body_diffs = _json_diff(asked.body(rule), self._bodies[n], "body", shown.body(rule))
                 more = f" and {len(body_diffs) - 3} more" if len(body_diffs) > 3 else ""
                 parts.append(", ".join(body_diffs[:3]) + more)
             else:
-                here, there = getattr(request, part.value), getattr(recorded, part.value)
+                here, there = getattr(shown.request, part.value), getattr(recorded, part.value)
                 parts.append(f"{part.value} is {here!r}, recorded {there!r}")
         return parts, body_diffs
 
@@ -432,17 +440,22 @@ def _show(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _json_diff(a: Any, b: Any, where: str) -> list[str]:
-    """Where two JSON values differ, as `path: here X, recorded Y` strings."""
+def _json_diff(a: Any, b: Any, where: str, shown: Any) -> list[str]:
+    """Where two JSON values differ, as `path: here X, recorded Y` strings; X as `shown` (`a` with its secrets
+    redacted, the same shape) has it."""
     if isinstance(a, dict) and isinstance(b, dict):
         out: list[str] = []
         for key in [*a, *(k for k in b if k not in a)]:
             av, bv = a.get(key, _MISSING), b.get(key, _MISSING)
             if av != bv:
-                out.extend(_json_diff(av, bv, f"{where}.{key}"))
+                sv = shown.get(key, _MISSING) if isinstance(shown, dict) else av
+                out.extend(_json_diff(av, bv, f"{where}.{key}", sv))
         return out
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in _json_diff(x, y, f"{where}[{i}]")]
+        seen = shown if isinstance(shown, list) and len(shown) == len(a) else a
+        return [
+            d for i, (x, y, z) in enumerate(zip(a, b, seen, strict=True)) for d in _json_diff(x, y, f"{where}[{i}]", z)
+        ]
     if a == b or b == REDACTED:
         return []
-    return [f"{where} is {_show(a)}, recorded {_show(b)}"]
+    return [f"{where} is {_show(shown)}, recorded {_show(b)}"]

@@ -583,7 +583,7 @@ class Forwarder:
                 request=exchange.number,
                 method=request.method,
                 path=request.path,
-                url=self.upstream.url(request),
+                url=self._shown_url(request),
                 status=capture.status or 502,
             )
         )
@@ -593,9 +593,16 @@ class Forwarder:
     def _upstream_failed(self, exchange: Exchange, exc: UpstreamError) -> None:
         assert self._server is not None
         request = exchange.request
+        reason = str(exc).replace(self.upstream.url(request), self._shown_url(request)) if request.query else str(exc)
         self._server.journal.add(
-            UpstreamFailed(request=exchange.number, method=request.method, path=request.path, reason=str(exc))
+            UpstreamFailed(request=exchange.number, method=request.method, path=request.path, reason=reason)
         )
+
+    def _shown_url(self, request: Request) -> str:
+        """The upstream URL of `request` as the journal shows it: the query's secrets redacted."""
+        assert self._server is not None
+        query = request.query
+        return self.upstream.url(replace(request, query=self._server.shown_query(query)) if query else request)
 
     # --- faults on forwarded streams ---------------------------------------------------------------
 

@@ -14,7 +14,10 @@ before anything is written:
   `?sig=`, an OAuth `?code=`), with `&` or `;` between them;
 - JSON request body fields named so, at any depth (`api_key`,
   `metadata.password`, `auth.token`); a field must be such a word whole, so
-  `max_tokens` is kept.
+  `max_tokens` is kept. Model output a client sends back is kept: Gemini's
+  `thoughtSignature` and the `signature` of an Anthropic thinking block (an
+  opaque seal the API set on its own reasoning, shown in the stream's
+  `signature_delta`, that must come back unchanged).
 
 Chosen headers and JSON body fields can be redacted too, and chosen ones
 kept (`--keep-header`, `--keep-json-field`). A recorded value equal to the
@@ -67,6 +70,11 @@ _QUERY_PIECES = re.compile(r"([&;])")
 _NOT_SECRET = frozenset(
     {"prompt_cache_key", "idempotency-key", "idempotency_key", "thoughtsignature", "thought_signature"}
 )
+
+# Anthropic's content blocks whose `signature` is the API's seal on the model's reasoning, which a client
+# sends back with the conversation as the stream gave it: model output, no credential
+# (https://docs.anthropic.com/en/docs/build-with-claude/extended-thinking, "preserving thinking blocks").
+_SIGNED_BLOCKS = frozenset({"thinking"})
 
 
 def _words(name: str) -> set[str]:
@@ -137,14 +145,16 @@ class Redaction:
         )
 
     def request(self, request: Request) -> Request:
+        """The request with the secrets in its headers, query and JSON body replaced by the marker."""
         return replace(
             request,
             headers=self._headers(request.headers),
-            query=self._query(request.query),
+            query=self.query(request.query),
             body=self._body(request.body),
         )
 
     def response(self, response: Response) -> Response:
+        """The response with the secrets in its headers replaced by the marker."""
         return replace(response, headers=self._headers(response.headers))
 
     def _headers(self, headers: Headers) -> Headers:
@@ -154,7 +164,8 @@ class Redaction:
         lower = name.lower()
         return lower not in self.keep_headers and (lower in self.headers or _secret_field(name, _QUERY_WORDS))
 
-    def _query(self, query: str) -> str:
+    def query(self, query: str) -> str:
+        """A query string with the values of its secret parameters replaced by the marker (percent-encoded)."""
         if not query:
             return query
         # Only the secret values change: names, order and separators stay exactly as they were sent.
@@ -181,6 +192,13 @@ class Redaction:
                 changed = True
         return _json.dumps(doc, compact=False).encode() if changed else body
 
+    def _secret_json_field(self, container: dict[Any, Any], key: Any) -> bool:
+        if key in self.keep_json_fields:
+            return False
+        if key == "signature" and container.get("type") in _SIGNED_BLOCKS:
+            return False  # the model's, not the user's: what the stream sent, sent back
+        return _secret_field(str(key), _SECRET_WORDS)
+
     def _secret_fields(self, doc: Any) -> Iterator[tuple[Any, Any]]:
         """Every (container, key) of a field named like a secret, at any depth (bounded by the parser)."""
         stack = [doc]
@@ -189,7 +207,7 @@ class Redaction:
             if isinstance(node, dict):
                 for key, value in node.items():
                     scalar = isinstance(value, str | int | float) and not isinstance(value, bool)
-                    if scalar and key not in self.keep_json_fields and _secret_field(str(key), _SECRET_WORDS):
+                    if scalar and self._secret_json_field(node, key):
                         yield node, key
                     else:
                         stack.append(value)

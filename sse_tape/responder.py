@@ -80,6 +80,10 @@ class Host(Protocol):
         """The CORS headers an answer carries."""
         ...
 
+    def shown_query(self, query: str) -> str:
+        """A query string as the journal shows it: its secrets redacted."""
+        ...
+
     async def send(self, exchange: Exchange, plan: Plan, writes: list[Write] | None = None) -> web.StreamResponse:
         """Write a plan as the exchange's answer (`writes`: what `coalesced(plan)` gave, for a plan sent unchanged
         again and again)."""

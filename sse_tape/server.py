@@ -350,7 +350,9 @@ class MockServer:
     (`record`), or a `model` responder that answers it (`synth`; its answers
     kept by `recorder` when there is one); `models` are listed at
     `/v1/models` besides those the recordings name. With `replay` off, every request goes to the upstream. `log`
-    gets a line for each logged journal entry. `limits` keep slow and idle
+    gets a line for each logged journal entry; what the journal (so the log, the report and the control
+    endpoint) and a miss's explanation say of a request has its secrets redacted, as a cassette has them
+    (see `redaction`). `limits` keep slow and idle
     clients from holding connections. The fault header and the control
     endpoints answer loopback clients only, unless `allow_remote_control`.
     With `reuse_port`, other processes may listen on the same port, and the
@@ -383,6 +385,8 @@ class MockServer:
         self.allow_remote_control = allow_remote_control
         self.state = ReplayState()
         """Every counter replay depends on; `reset()` starts them over."""
+        self._redaction = recorder.redaction if recorder is not None else None
+        self._shown_queries: dict[str, str] = {}
         # A recorder fetches each shape of answer, each reconnection, and each stream it cut short before,
         # from its upstream.
         replays_only = recorder is None or self.options.on_miss not in (MissPolicy.RECORD, MissPolicy.SYNTH)
@@ -395,6 +399,7 @@ class MockServer:
             resume=replays_only,
             refetch=not replays_only,
             state=self.state,
+            redact=self._redacted,
         )
         self.injector = Injector(self.options.faults, self.options.seed, self.state)
         self.journal = Journal(log=log, report=self.options.report)
@@ -422,6 +427,28 @@ class MockServer:
         """The base URL, such as `http://127.0.0.1:8080`."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
+
+    @property
+    def redaction(self) -> Redaction:
+        """What is kept out of what the server says of a request: its recorder's (so that a secret the user
+        keeps in the cassette, with `--keep-header` say, is said too), else the defaults."""
+        if self._redaction is None:
+            from .redaction import Redaction  # only a query or a miss needs it: serving starts without
+
+            self._redaction = Redaction()
+        return self._redaction
+
+    def shown_query(self, query: str) -> str:
+        """A request's query string as the journal shows it: the values of secret parameters redacted."""
+        shown = self._shown_queries.get(query)
+        if shown is None:  # a client sends the same few queries again and again: each is worked out once
+            if len(self._shown_queries) >= 1024:
+                self._shown_queries.clear()
+            shown = self._shown_queries[query] = self.redaction.query(query)
+        return shown
+
+    def _redacted(self, request: Request) -> Request:
+        return self.redaction.request(request)
 
     def stats(self) -> dict[str, int]:
         """What the server holds right now: connections, streams being answered, tasks, journal entries."""
@@ -541,7 +568,9 @@ class MockServer:
         request = Request(http.method, url.raw_path, url.raw_query_string, headers)
         self.state.requests += 1
         number = self.state.requests
-        self.journal.add(Received(request=number, method=request.method, path=request.path, query=request.query))
+        query = request.query
+        shown = self.shown_query(query) if query else query
+        self.journal.add(Received(request=number, method=request.method, path=request.path, query=shown))
         api = for_path(request.path)  # the only time: every responder reads it from the exchange
         exchange = Exchange(
             http,

@@ -65,7 +65,16 @@ def run(
     for _ in range(workers):
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
+        # Ctrl-C is the parent's to answer: it stops every worker (SIGTERM). A worker keeps SIGINT blocked
+        # from its fork on, so that no KeyboardInterrupt ever takes it back into the parent's code (one that
+        # came while it started, or after its event loop put Python's handler back, printed a second line).
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        pid = -1
+        try:
+            pid = os.fork()
+        finally:
+            if pid != 0:  # the parent, which hears a Ctrl-C that came meanwhile now
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         if pid == 0:
             _die_with(parent)
             held.close()
@@ -110,20 +119,22 @@ def _worker(
 def _watch(
     pids: list[int], ready: int, held: socket.socket, listening: Callable[[list[int]], None], say: Callable[[str], None]
 ) -> int:
-    """Wait until the workers listen, then until they end; stop them all when told to or when one dies."""
-    stopping = False
+    """Wait until the workers listen, then until they end; stop them all when told to or when one dies.
+    Ctrl-C before they all listen interrupts the server, as it does a server of one process: exit status 130."""
+    stopping = interrupted = False
 
     def stop(signum: int, frame: object) -> None:
-        nonlocal stopping
+        nonlocal stopping, interrupted
+        interrupted = interrupted or (signum == signal.SIGINT and up < len(pids) and not stopping)
         stopping = True
         for pid in running:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
 
     running = set(pids)
+    up, status = 0, 0
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    up, status = 0, 0
     while running:
         if up < len(pids):  # each worker writes a byte once it listens
             if select.select([ready], [], [], 0.1)[0]:
@@ -143,4 +154,7 @@ def _watch(
             stop(signal.SIGTERM, None)
     os.close(ready)
     held.close()
+    if interrupted:
+        say("interrupted")
+        return 130
     return status

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -664,3 +665,168 @@ def test_a_fault_a_cassette_notes_that_is_no_fault_stops_serve_recorded_faults_w
         result.stderr
         == f"Error: c.toml #1 (GET /x): injected fault 'eror:3': unknown fault 'eror' (did you mean 'error'?); faults are {', '.join(FAULTS)}\n"
     )
+
+
+# --- Ctrl-C at any moment ---------------------------------------------------------------------------------
+#
+# The moment comes from inside the process: a SIGINT sent as it begins to import a module, or as it calls a
+# step of its start-up, so that each moment is hit whatever the machine's speed. `GROUP` sends it as a
+# terminal's Ctrl-C does, to every process of the group (the command runs in a session of its own); `SELF`
+# as `kill -INT PID` does, to the command alone.
+
+GROUP, SELF = "os.killpg(os.getpgrp(), signal.SIGINT)", "os.kill(os.getpid(), signal.SIGINT)"
+
+
+def _importing(module: str, send: str = GROUP) -> str:
+    return f"""
+class _Moment:
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r}:
+            sys.meta_path.remove(self)
+            {send}
+sys.meta_path.insert(0, _Moment())
+"""
+
+
+def _calling(where: str, name: str, send: str = GROUP) -> str:
+    module, owner = where.rsplit(".", 1)
+    return f"""
+import asyncio, inspect, {module} as _module
+_static = inspect.getattr_static(_module.{owner}, {name!r})
+_step = _static.__func__ if isinstance(_static, classmethod) else _static
+if asyncio.iscoroutinefunction(_step):
+    async def _interrupted(*args, **kwargs):
+        {send}
+        return await _step(*args, **kwargs)
+else:
+    def _interrupted(*args, **kwargs):
+        {send}
+        return _step(*args, **kwargs)
+setattr(_module.{owner}, {name!r}, classmethod(_interrupted) if isinstance(_static, classmethod) else _interrupted)
+"""
+
+
+_LOADING = _calling("sse_tape.cassette.Cassette", "load")
+
+_AGAIN_WHILE_SAYING_SO = (
+    _LOADING
+    + """
+import sse_tape.cli as _cli
+_show = _cli._Interrupted.show
+def _and_again(self, file=None):
+    _show(self, file)
+    os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C, or a terminal's to a server's workers reaching it again
+_cli._Interrupted.show = _and_again
+"""
+)
+
+_BETWEEN_FORKS = """
+_fork = os.fork
+def _forking():
+    pid = _fork()
+    if pid:  # the first worker is on its way
+        os.fork = _fork
+        os.kill(os.getpid(), signal.SIGINT)
+    return pid
+os.fork = _forking
+"""
+
+
+def _run_interrupted(args: list[str], moment: str, *, background: bool = False) -> subprocess.CompletedProcess[str]:
+    """`sse-tape ARGS`, as its console script runs it, with a SIGINT sent at `moment`; in the `background` of
+    a shell script (`sse-tape ... &`, which starts it with SIGINT ignored), else as a terminal runs it."""
+    code = (
+        "import os, signal, sys\n" + moment + f"\nsys.argv[1:] = {args!r}\nfrom sse_tape.__main__ import main\nmain()"
+    )
+    command = [sys.executable, "-c", code]
+    if background:
+        command = ["sh", "-c", '"$@" & wait $!', "sh", *command]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        out, err = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
+        pytest.fail(f"still running after the SIGINT: {out!r} {err!r}")
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+_SHOWN = str(BUNDLED["openai-chat"])
+
+
+@pytest.mark.parametrize(
+    ("args", "moment"),
+    [
+        pytest.param(["serve", "--port", "0"], _importing("click"), id="serve, importing click"),
+        pytest.param(["serve", "--port", "0"], _importing("ssl"), id="serve, importing ssl"),
+        pytest.param(["serve", "--port", "0"], _importing("sse_tape.server"), id="serve, importing the server"),
+        pytest.param(["serve", "--port", "0"], _LOADING, id="serve, loading the cassettes"),
+        pytest.param(["serve", "--port", "0"], _AGAIN_WHILE_SAYING_SO, id="serve, and again while saying so"),
+        pytest.param(
+            ["serve", "--port", "0"], _calling("sse_tape.server.MockServer", "start"), id="serve, starting to listen"
+        ),
+        pytest.param(
+            ["serve", "--port", "0", "--workers", "2"], _importing("sse_tape.workers"), id="serve --workers, forking"
+        ),
+        pytest.param(
+            ["serve", "--port", "0", "--workers", "2"], _BETWEEN_FORKS, id="serve --workers, between two forks"
+        ),
+        pytest.param(
+            ["serve", "--port", "0", "--workers", "2"],
+            _calling("sse_tape.server.MockServer", "start"),
+            id="serve --workers, each worker starting to listen",
+        ),
+        pytest.param(
+            ["record", "--upstream", "http://127.0.0.1:9", "-c", "{tmp}/c.toml", "--port", "0"],
+            _importing("aiohttp"),
+            id="record, importing aiohttp",
+        ),
+        pytest.param(
+            ["record", "--upstream", "http://127.0.0.1:9", "-c", "{tmp}/c.toml", "--port", "0"],
+            _calling("sse_tape.record.Recorder", "start"),
+            id="record, starting the recorder",
+        ),
+        pytest.param(["show", _SHOWN], _importing("click"), id="show, importing click"),
+        pytest.param(["show", _SHOWN], _importing("sse_tape.show"), id="show, importing what shows"),
+        pytest.param(["show", _SHOWN], _LOADING, id="show, loading the cassette"),
+    ],
+)
+def test_ctrl_c_during_start_up_is_one_line_and_exit_130(tmp_path: Path, args: list[str], moment: str) -> None:
+    done = _run_interrupted([arg.format(tmp=tmp_path) for arg in args], moment)
+    assert "Traceback" not in done.stderr
+    assert (done.returncode, done.stderr) == (130, "sse-tape: interrupted\n")
+    assert not (tmp_path / "c.toml").exists()  # record had nothing to keep
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        pytest.param(_importing("click", SELF), id="importing click"),
+        pytest.param(_calling("sse_tape.server.MockServer", "start", SELF), id="starting to listen"),
+    ],
+)
+def test_kill_int_to_a_server_a_script_started_in_the_background_stops_it_during_start_up_too(moment: str) -> None:
+    # `sse-tape serve & ...; kill -INT $!`: the shell starts it with SIGINT ignored (POSIX, for background
+    # jobs), yet once listening it obeys SIGINT (below), so it does while it starts, rather than run on.
+    done = _run_interrupted(["serve", "--port", "0"], moment, background=True)
+    assert (done.returncode, done.stderr) == (130, "sse-tape: interrupted\n")
+
+
+def test_kill_int_to_a_listening_server_a_script_started_in_the_background_stops_it() -> None:
+    code = "import sys; sys.argv[1:] = ['serve', '--port', '0']; from sse_tape.__main__ import main; main()"
+    script = subprocess.Popen(
+        ["sh", "-c", '"$@" & echo $!; wait $!', "sh", sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert script.stdout is not None
+    said = [script.stdout.readline(), script.stdout.readline()]  # the job's pid, and the banner once it listens
+    [pid] = [int(line) for line in said if line.strip().isdigit()]
+    assert any(line.startswith("sse-tape: serving ") for line in said)
+    os.kill(pid, signal.SIGINT)
+    _, err = script.communicate(timeout=30)
+    assert (script.returncode, err) == (0, "sse-tape: stopped\n")

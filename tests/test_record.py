@@ -33,6 +33,7 @@ from sse_tape import (
     SSEDecoder,
     arecording,
     aserve,
+    bundled_cassettes,
     recording,
     recording_server,
     serve,
@@ -252,6 +253,62 @@ async def test_secrets_never_reach_the_cassette(upstream: Upstream, tmp_path: Pa
     assert second.response.header("set-cookie") == REDACTED
     # The upstream itself got the real credentials.
     assert upstream.seen_headers[0]["Authorization"] == "Bearer sk-proj-BEARER-SECRET-1"
+
+
+async def test_secrets_reach_neither_the_log_the_journal_nor_the_report(upstream: Upstream, tmp_path: Path) -> None:
+    # What the cassette keeps out, everything else that tells of a request keeps out too: the log lines, the
+    # --report file, the journal endpoint (which the pytest plugin's failure report prints) and the misses.
+    cassette, report, lines = tmp_path / "c.toml", tmp_path / "report.jsonl", []
+    options = ServeOptions.build(report=report, match_on=["method", "path", "query", "body"])
+    said: dict[str, Any] = {}
+    key = "AIzaSySECRETKEY1234567890"
+    async with httpx.AsyncClient() as client:
+        async with arecording(cassette, upstream.url, options=options, log=lines.append) as proxy:
+            url = f"{proxy.url}/v1/chat/completions?events=1&key={key}"
+            assert (await read_all(client, "POST", url, content=b"{}"))[0] == 200
+            journal = await client.get(proxy.url + "/__sse_tape__/journal")
+            said["proxy"] = journal.text
+        async with arecording(tmp_path / "d.toml", "http://127.0.0.1:9", options=options, log=lines.append) as down:
+            got = await client.post(f"{down.url}/v1/chat/completions?api_key=sk-DOWNSECRET1", content=b"{}")
+            assert got.status_code == 502
+            said["down"] = (await client.get(down.url + "/__sse_tape__/journal")).text
+        async with aserve(cassette, options=options, log=lines.append) as server:
+            url = f"{server.url}/v1/chat/completions?events=2&api_key=sk-QUERYSECRET2"
+            got = await client.post(url, json={"password": "BODY-SECRET-3", "messages": []})
+            assert got.status_code == 404
+            said["miss"] = got.json()["error"]["message"]
+            said["serve"] = (await client.get(server.url + "/__sse_tape__/journal")).text
+            said["misses"] = " ".join(miss.reason for miss in server.state.misses)
+    said["log"], said["report"] = "\n".join(lines), report.read_text()
+    for where, text in said.items():
+        for secret in (key, "DOWNSECRET", "QUERYSECRET", "BODY-SECRET"):
+            assert secret not in text, where
+    marker = "%3Credacted%3E"
+    assert f"-> 200 from {upstream.url}/v1/chat/completions?events=1&key={marker}" in said["log"]
+    assert f"cannot reach http://127.0.0.1:9/v1/chat/completions?api_key={marker}" in said["log"]
+    assert f'"query": "events=2&api_key={marker}"' in said["report"]
+    # The miss still says how the request differs, secrets as the cassette would hold them.
+    assert f"query is 'events=2&api_key={marker}', recorded 'events=1&key={marker}'" in said["misses"]
+    assert 'body.password is "<redacted>", recorded absent' in said["misses"]
+    assert said["miss"].endswith(said["misses"])
+
+
+async def test_a_secret_kept_in_the_cassette_is_said_in_the_log_too(upstream: Upstream, tmp_path: Path) -> None:
+    # The user asked for it in the cassette (--keep-header applies to query parameters): hiding it in the
+    # log alone would only make the log disagree with the cassette.
+    lines: list[str] = []
+    redaction = Redaction.build(keep_headers=["key"])
+    async with (
+        arecording(tmp_path / "c.toml", upstream.url, redaction=redaction, log=lines.append) as proxy,
+        httpx.AsyncClient() as client,
+    ):
+        await read_all(
+            client, "POST", proxy.url + "/v1/chat/completions?events=1&key=KEPT-1&token=GONE-2", content=b"{}"
+        )
+    assert "?events=1&key=KEPT-1&token=%3Credacted%3E" in "\n".join(lines)
+    assert (
+        Cassette.load(tmp_path / "c.toml").interactions[0].request.query == "events=1&key=KEPT-1&token=%3Credacted%3E"
+    )
 
 
 async def test_a_redacted_field_matches_any_value_on_replay(upstream: Upstream, tmp_path: Path) -> None:
@@ -881,6 +938,33 @@ def test_a_gemini_thought_signature_is_kept_as_no_secret() -> None:
     request = Request("POST", "/v1beta/models/gemini-2.5-flash:streamGenerateContent", "alt=sse", body=body)
     assert Redaction.build().request(request).body == body
     assert find_secrets(Interaction(request, Response())) == []
+
+
+def test_an_anthropic_thinking_blocks_signature_is_kept_as_no_secret() -> None:
+    # The API's seal on the model's reasoning, sent in the stream's signature_delta and sent back unchanged with
+    # the conversation: model output, as Gemini's thoughtSignature is. A `signature` anywhere else is still kept out.
+    thinking = {"type": "thinking", "thinking": "Tokyo, then.", "signature": "EqQBCkgIBxABGAIq"}
+    turn = {"role": "assistant", "content": [thinking, {"type": "text", "text": "Checking."}]}
+    body = json.dumps({"model": "claude-sonnet-4-6", "messages": [turn], "stream": True}).encode()
+    request = Request("POST", "/v1/messages", body=body)
+    assert Redaction.build().request(request).body == body
+    assert find_secrets(Interaction(request, Response())) == []
+    signed = json.dumps({"metadata": {"signature": "HMAC-LEAK"}, "messages": [turn]}).encode()
+    kept_out = Redaction.build().request(Request("POST", "/v1/messages", body=signed)).body
+    assert "HMAC-LEAK" not in kept_out.decode()
+    assert json.loads(kept_out)["messages"][0]["content"][0]["signature"] == "EqQBCkgIBxABGAIq"
+    assert find_secrets(Interaction(Request("POST", "/v1/messages", body=signed), Response())) == [
+        "request body field signature is not redacted"
+    ]
+
+
+def test_the_bundled_cassettes_hold_no_secret() -> None:
+    # The README's CI recipe, run on sse-tape's own cassettes.
+    folder = str(bundled_cassettes()[0].parent)
+    checked = subprocess.run(
+        [sys.executable, "-m", "sse_tape", "check", "--secrets", folder], capture_output=True, text=True, timeout=60
+    )
+    assert (checked.returncode, checked.stdout, checked.stderr) == (0, "0 secrets found\n", "")
 
 
 @pytest.mark.parametrize("path", ["/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/%252e%252e/x", "/chat/..\\..\\x"])
