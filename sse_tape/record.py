@@ -5,10 +5,12 @@ The recorder is the server with a forwarding responder behind replay:
 mode, should not) to the upstream; the response goes back to the client
 chunk by chunk as it arrives, with no buffering and no re-encoding, and every
 chunk is kept with its offset from the moment the request was sent. Its
-`Recorder` appends each interaction to the cassette as soon as it ends and
-adds it to the running matcher, so an identical request later in the session
-replays it. A crash loses at most the streams in flight, and those are saved
-as far as they got when the server is stopped.
+`Recorder` writes each chunk to the session's spool before the client gets
+it, adds each interaction to the running matcher as soon as it ends (so an
+identical request later in the session replays it), and appends the
+session's interactions to the cassette when the server stops. A crash loses
+nothing the spool holds: the next load of the cassette reads it; a stop saves
+the streams in flight as far as they got.
 
 Faults act on what the client of a forwarded stream gets, as it passes (see
 `live_faults`), never on what is recorded: the cassette keeps the upstream's
