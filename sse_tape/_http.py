@@ -117,10 +117,8 @@ async def write_plan(
     if (
         pending is not None
         and following is None
-        and plan.end is End.COMPLETE
-        and plan.end_at <= pending[0]
+        and _ends_with(plan, pending)
         and plan.headers_at is None
-        and plan.unframed is None
         and (length or http.version >= HttpVersion11)  # HTTP/1.0 without a length: ended by the close
     ):
         return await _write_whole(http, plan, fields, pending, progress, started=started, length=length)
@@ -143,7 +141,7 @@ async def write_plan(
             following = next(timeline, None)
         if pending is not None:  # the last write
             await sleep_until(started + pending[0])
-            if plan.end is End.COMPLETE and plan.end_at <= pending[0] and plan.unframed is None:
+            if _ends_with(plan, pending):
                 if not out.prepared:
                     await out.prepare(http)
                 await out.write_eof(pending[1])  # the last write and the body's end, in one
@@ -171,6 +169,12 @@ async def write_plan(
     except (ConnectionResetError, ConnectionAbortedError):
         return out, End.CLIENT_GONE  # the client hung up between two writes
     return out, plan.end
+
+
+def _ends_with(plan: Plan, last: Write) -> bool:
+    """Whether the body's end goes out with `last`, the plan's last write: the plan ends complete, no later
+    than that write, and nothing unframed follows it."""
+    return plan.end is End.COMPLETE and plan.end_at <= last[0] and plan.unframed is None
 
 
 async def _write_whole(

@@ -187,9 +187,11 @@ class Matcher:
         """The recording that answers `request`, noted as played; raises `NoMatchError` naming the closest ones."""
         asked = _Asked(request, self)
         last_id = last_event_id(request)
-        skip = self._cut if self.refetch else None  # a recorder fetches what it cut short again
+        # A recorder fetches what it cut short again.
         agreeing = [
-            n for n in range(len(self.recordings)) if not (skip and skip[n]) and self._agrees(request, asked, n)
+            n
+            for n in range(len(self.recordings))
+            if not (self.refetch and self._cut[n]) and self._agrees(request, asked, n)
         ]
         same = [n for n in agreeing if self._last_ids[n] == last_id]
         if not same and last_id is not None and self.resume:
