@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -841,6 +842,15 @@ def _cut_short(recorder: Recorder, cut: str) -> bytes:
         if cut != "client-gone":  # else the client hangs up, leaving this block
             recorder.stop(signal.SIGINT if cut == "sigint" else signal.SIGKILL)
     if cut == "client-gone":
+        # The recorder learns of the hang-up at its next write to the client: stopped before then, the stream
+        # would be one the stop cut (`interrupted`). Its journal says when it knows.
+        deadline = time.monotonic() + 30
+        while not any(
+            e["type"] == "ended" and e["end"] == "client-gone"
+            for e in httpx.get(recorder.url + "/__sse_tape__/journal").json()["entries"]
+        ):
+            assert time.monotonic() < deadline, "the recorder never noticed its client hung up"
+            time.sleep(0.02)
         recorder.stop(signal.SIGINT)
     return received
 
