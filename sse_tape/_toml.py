@@ -7,6 +7,10 @@ backslashes or line breaks become multi-line literal strings, kept exactly as
 they are with no escapes at all, whenever TOML allows; text with other control
 characters (a CR, say) becomes a multi-line basic string with just those
 escaped. Numbers, keys and arrays are left to tomli-w.
+
+A stream's chunks may come as `TextTables`, an array of like tables kept as columns (as a cassette has
+them in memory and the parsed-TOML cache keeps them), and are written from the columns: tens of thousands
+of rows in a few passes in C, with no table nor string made for each.
 """
 
 from __future__ import annotations
@@ -15,24 +19,67 @@ import functools
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import repeat
-from typing import Any
+from dataclasses import dataclass
+from itertools import groupby, repeat
+from typing import Any, cast
 
-__all__ = ["dumps"]
+__all__ = ["TextTables", "encode"]
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 # Control characters TOML forbids raw in literal strings (tab and LF are allowed).
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
-def dumps(doc: Mapping[str, Any]) -> str:
-    """TOML text for a document of tables, arrays of tables, and values."""
-    lines: list[str] = []
+@dataclass(frozen=True, slots=True)
+class TextTables:
+    """An array of tables that each hold just `t`, a float, and `text`, a string, kept as two columns:
+    `t`, the floats, and `text`, each string's UTF-8 bytes. Never empty."""
+
+    t: list[float]
+    text: list[bytes]
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+    def tables(self) -> list[dict[str, Any]]:
+        """The tables as `tomllib` gave them."""
+        return [{"t": t, "text": text.decode()} for t, text in zip(self.t, self.text, strict=True)]
+
+    @classmethod
+    def of(cls, tables: list[Any]) -> TextTables | None:
+        """The tables as columns; None unless there are some and each holds `t`, a float, then `text`, a
+        string, and nothing else."""
+        times, texts = [], []
+        for table in tables:
+            if type(table) is not dict or len(table) != 2 or next(iter(table)) != "t":
+                return None
+            t, text = table["t"], table.get("text")
+            if type(t) is not float or type(text) is not str:
+                return None
+            times.append(t)
+            texts.append(text)
+        if not times:
+            return None
+        try:
+            return cls(times, [text.encode() for text in texts])
+        except UnicodeEncodeError:  # a lone surrogate, which tomllib never gives: kept as tables
+            return None
+
+
+def encode(doc: Mapping[str, Any]) -> bytes:
+    """The TOML text, in UTF-8, of a document of tables, arrays of tables (or `TextTables`), and values."""
+    lines: list[str | bytes] = []  # bytes: the rows of a `TextTables`, written as bytes from its columns
     _table(lines, doc, ())
-    return "\n".join(lines) + "\n"
+    pieces: list[bytes] = []
+    for kind, group in groupby(lines, type):
+        if kind is bytes:
+            pieces += cast("Iterator[bytes]", group)
+        else:
+            pieces.append("\n".join(cast("Iterator[str]", group)).encode())
+    return b"\n".join(pieces) + b"\n"
 
 
-def _table(lines: list[str], table: Mapping[str, Any], path: tuple[str, ...]) -> None:
+def _table(lines: list[str | bytes], table: Mapping[str, Any], path: tuple[str, ...]) -> None:
     nested = []
     for key, value in table.items():
         kind = type(value)
@@ -42,6 +89,7 @@ def _table(lines: list[str], table: Mapping[str, Any], path: tuple[str, ...]) ->
             lines.append(f"{_key(key)} = {value}")  # as tomli-w writes them
         elif (
             kind is dict
+            or kind is TextTables
             or (kind is list and value and type(value[0]) is dict)
             or isinstance(value, Mapping)
             or (value and isinstance(value, list) and isinstance(value[0], Mapping))
@@ -52,17 +100,38 @@ def _table(lines: list[str], table: Mapping[str, Any], path: tuple[str, ...]) ->
     for key, value in nested:
         inner = (*path, key)
         dotted = ".".join(map(_key, inner))
-        if isinstance(value, Mapping):
+        if type(value) is dict or isinstance(value, Mapping):
             lines.append(f"\n[{dotted}]")  # a blank line before each header
             _table(lines, value, inner)
             continue
         header = f"\n[[{dotted}]]"
+        if type(value) is TextTables:
+            if (block := _text_rows(header, value)) is not None:
+                lines.append(block)
+                continue
+            value = value.tables()
         if (rows := _flat_tables(header, value)) is not None:
             lines += rows
             continue
         for item in value:
             lines.append(header)
             _table(lines, item, inner)
+
+
+def _text_rows(header: str, tables: TextTables) -> bytes | None:
+    """The lines of `tables` as `_flat_tables` writes them, joined, in UTF-8: None unless every text ends
+    with a line break and none holds `'''` nor a control character (as a stream's chunks do), so that each
+    is written as a multi-line literal string, as it is."""
+    texts = tables.text
+    if not all(map(bytes.endswith, texts, repeat(b"\n"))):  # then each has a line break and no quote last
+        return None
+    joined = b"".join(texts)
+    if b"'''" in joined or len(joined.translate(None, _CONTROL_BYTES)) != len(joined):
+        return None
+    row = header.replace("%", "%%").encode() + b"\nt = %a\ntext = '''\n%b'''"
+    values: list[float | bytes] = [*tables.t, *texts]
+    values[::2], values[1::2] = tables.t, texts  # each row's time, then its text
+    return b"\n".join(repeat(row, len(texts))) % tuple(values)  # %a of a float is its repr
 
 
 def _flat_tables(header: str, tables: list[Any]) -> Iterator[str] | None:
@@ -138,7 +207,7 @@ def _strings(texts: Sequence[str]) -> list[str]:
 
 def _string(s: str, *, control: bool = True) -> str:
     """`s` as a TOML string; `control=False` says it holds no control character TOML forbids in literals."""
-    if not control or not _CONTROL.search(s):
+    if not control or s.isprintable() or not _CONTROL.search(s):  # printable: no control characters, quickly
         if '"' not in s and "\\" not in s and "\n" not in s:
             return f'"{s}"'  # plain text: nothing to escape
         if "\n" not in s and "'" not in s:

@@ -26,12 +26,13 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._toml import TextTables
+
 # msgpack is imported where it is used: serving small TOML cassettes needs none of it (2 ms of CPU time).
-__all__ = ["MAX_BYTES", "MIN_SIZE", "TextTables", "expand", "folder", "get", "key", "prune", "put"]
+__all__ = ["MAX_BYTES", "MIN_SIZE", "expand", "folder", "get", "key", "prune", "put"]
 
 #: Files smaller than this are parsed every time: a millisecond or two, not worth an entry.
 MIN_SIZE = 4096
@@ -42,42 +43,6 @@ MAX_BYTES = 256 * 2**20
 _MAGIC = b"sse-tape parsed toml 3\n"
 # A temporary file left by a writer that died is removed after this long.
 _STALE_SECONDS = 3600.0
-
-
-@dataclass(frozen=True, slots=True)
-class TextTables:
-    """An array of tables that each hold just `t`, a float, and `text`, a string, kept as two columns:
-    `t`, the floats, and `text`, each string's UTF-8 bytes. Never empty."""
-
-    t: list[float]
-    text: list[bytes]
-
-    def __len__(self) -> int:
-        return len(self.t)
-
-    def tables(self) -> list[dict[str, Any]]:
-        """The tables as `tomllib` gave them."""
-        return [{"t": t, "text": text.decode()} for t, text in zip(self.t, self.text, strict=True)]
-
-    @classmethod
-    def of(cls, tables: list[Any]) -> TextTables | None:
-        """The tables as columns; None unless there are some and each holds `t`, a float, then `text`, a
-        string, and nothing else."""
-        times, texts = [], []
-        for table in tables:
-            if type(table) is not dict or len(table) != 2 or next(iter(table)) != "t":
-                return None
-            t, text = table["t"], table.get("text")
-            if type(t) is not float or type(text) is not str:
-                return None
-            times.append(t)
-            texts.append(text)
-        if not times:
-            return None
-        try:
-            return cls(times, [text.encode() for text in texts])
-        except UnicodeEncodeError:  # a lone surrogate, which tomllib never gives: kept as tables
-            return None
 
 
 def _interaction_chunks(doc: Any) -> Iterator[tuple[dict[str, Any], Any]]:

@@ -515,7 +515,7 @@ def _encode(doc: dict[str, Any], suffix: str) -> bytes:
 
             packed: bytes = msgpack.packb(doc, use_bin_type=True)
             return packed
-        return _toml.dumps(doc).encode()
+        return _toml.encode(doc)
     except UnicodeEncodeError as exc:  # text no file can hold, such as a lone surrogate
         raise CassetteError(f"cannot write {exc.object[max(exc.start - 20, 0) : exc.end + 20]!r}: not text") from None
 
@@ -666,7 +666,7 @@ def _appended(raw: bytes, docs: list[dict[str, Any]], suffix: str) -> bytes:
         doc["interactions"] = [*doc.get("interactions", []), *docs]
         return _encode(doc, suffix)
     # `[[interactions]]` tables may come at the end of any TOML document: the old bytes stay as they are.
-    return raw + (b"" if raw.endswith(b"\n") else b"\n") + _toml.dumps({"interactions": docs}).encode()
+    return raw + (b"" if raw.endswith(b"\n") else b"\n") + _toml.encode({"interactions": docs})
 
 
 def _position(interactions: list[Interaction], wanted: Interaction) -> int | None:
@@ -807,11 +807,18 @@ def _interaction_to_doc(interaction: Interaction, *, binary: bool, spool: str | 
     return doc
 
 
-def _text_chunks_to_doc(chunks: tuple[Chunk, ...]) -> list[dict[str, Any]]:
-    try:  # nearly always all text: in one step for tens of thousands of chunks
-        return [{"t": c.t, "text": c.data.decode()} for c in chunks]
+def _text_chunks_to_doc(chunks: tuple[Chunk, ...]) -> _toml.TextTables | list[dict[str, Any]]:
+    """The chunks as the TOML writer takes them: as columns when each is text and has a float time (nearly
+    always, and tens of thousands of them), else as tables."""
+    times, texts = [c.t for c in chunks], [c.data for c in chunks]
+    try:
+        for data in texts:
+            data.decode()
     except UnicodeDecodeError:
         return [_text_chunk_to_doc(c) for c in chunks]
+    if not chunks or set(map(type, times)) != {float}:
+        return [{"t": c.t, "text": c.data.decode()} for c in chunks]
+    return _toml.TextTables(times, texts)
 
 
 def _text_chunk_to_doc(chunk: Chunk) -> dict[str, Any]:
@@ -883,7 +890,7 @@ def _interaction_from_doc(doc: Any, where: str, *, binary: bool) -> Interaction:
     except ValueError:
         raise _Invalid(f"{where}: response.end {end_word!r} is not one of {', '.join(End)}") from None
     chunks = resp.get("chunks", [])
-    if not isinstance(chunks, list | _toml_cache.TextTables):
+    if not isinstance(chunks, list | _toml.TextTables):
         raise _Invalid(f"{where}: response.chunks must be a list")
     status = _field(resp, "status", int, f"{where}: response")
     if not 200 <= status <= 599:
@@ -910,8 +917,8 @@ def _interaction_from_doc(doc: Any, where: str, *, binary: bool) -> Interaction:
     return Interaction(request, response, None if recorded_at is None else str(recorded_at), tuple(notes))
 
 
-def _chunks_from_doc(docs: list[Any] | _toml_cache.TextTables, where: str, *, binary: bool) -> tuple[Chunk, ...]:
-    if isinstance(docs, _toml_cache.TextTables):
+def _chunks_from_doc(docs: list[Any] | _toml.TextTables, where: str, *, binary: bool) -> tuple[Chunk, ...]:
+    if isinstance(docs, _toml.TextTables):
         return _chunks_from_columns(docs, where)
     # What sse-tape writes, checked in line: a cassette holds tens of thousands of chunks.
     new, set_t, set_data, most = object.__new__, _set_t, _set_data, _MAX_SECONDS
@@ -933,7 +940,7 @@ def _chunks_from_doc(docs: list[Any] | _toml_cache.TextTables, where: str, *, bi
     return tuple(chunks)
 
 
-def _chunks_from_columns(columns: _toml_cache.TextTables, where: str) -> tuple[Chunk, ...]:
+def _chunks_from_columns(columns: _toml.TextTables, where: str) -> tuple[Chunk, ...]:
     """The chunks of tables kept as columns by the parsed-TOML cache: each text there is UTF-8 already."""
     new, set_t, set_data, most = object.__new__, _set_t, _set_data, _MAX_SECONDS
     chunks: list[Chunk] = []

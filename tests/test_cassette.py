@@ -31,6 +31,7 @@ from sse_tape import (
     MatchOn,
     Request,
     Response,
+    _toml,
     _toml_cache,
     append_interactions,
     bundled_cassettes,
@@ -875,7 +876,7 @@ def test_chunks_as_sse_tape_writes_them_are_cached_as_columns_and_other_tables_a
     _toml_cache.put(_toml_cache.key(raw), doc)
     entry = _toml_cache.get(_toml_cache.key(raw))
     kept = [item["response"]["chunks"] for item in entry["interactions"]]
-    assert kept[0] == _toml_cache.TextTables([0.5, 1.5], [b"data: x", b"data: y"])
+    assert kept[0] == _toml.TextTables([0.5, 1.5], [b"data: x", b"data: y"])
     assert [type(chunks) for chunks in kept[1:]] == [list] * 6
     assert typed(_toml_cache.expand(entry)) == typed(doc)
 
@@ -892,7 +893,7 @@ def test_a_chunk_time_out_of_range_is_refused_alike_when_its_cassette_is_cached(
             Cassette.load(path)
         messages.append(str(info.value))
     assert type(_toml_cache.get(_toml_cache.key(path.read_bytes()))["interactions"][1]["response"]["chunks"]) is (
-        _toml_cache.TextTables
+        _toml.TextTables
     )
     assert messages[0] == messages[1]
     assert "interaction 2: chunk 2" in messages[0]
