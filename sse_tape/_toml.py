@@ -76,7 +76,8 @@ def encode(doc: Mapping[str, Any]) -> bytes:
             pieces += cast("Iterator[bytes]", group)
         else:
             pieces.append("\n".join(cast("Iterator[str]", group)).encode())
-    return b"\n".join(pieces) + b"\n"
+    pieces.append(b"")  # the line break at the end
+    return b"\n".join(pieces)
 
 
 def _table(lines: list[str | bytes], table: Mapping[str, Any], path: tuple[str, ...]) -> None:
