@@ -33,7 +33,8 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 @dataclass(frozen=True, slots=True)
 class TextTables:
     """An array of tables that each hold just `t`, a float, and `text`, a string, kept as two columns:
-    `t`, the floats, and `text`, each string's UTF-8 bytes. Never empty."""
+    `t`, the floats, and `text`, each string's UTF-8 bytes (a stream's chunks, as a cassette holds them
+    and the parsed-TOML cache keeps them). Never empty."""
 
     t: list[float]
     text: list[bytes]
@@ -42,7 +43,7 @@ class TextTables:
         return len(self.t)
 
     def tables(self) -> list[dict[str, Any]]:
-        """The tables as `tomllib` gave them."""
+        """The tables, as `tomllib` reads them from what `encode` writes."""
         return [{"t": t, "text": text.decode()} for t, text in zip(self.t, self.text, strict=True)]
 
     @classmethod
