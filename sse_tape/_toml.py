@@ -11,19 +11,23 @@ escaped. Numbers, keys and arrays are left to tomli-w.
 A stream's chunks may come as `TextTables`, an array of like tables kept as columns (as a cassette has
 them in memory and the parsed-TOML cache keeps them), and are written from the columns: tens of thousands
 of rows in a few passes in C, with no table nor string made for each.
+
+`loads` reads such files back with `tomllib`'s semantics, finding the chunks' tables apart from `tomllib`,
+which reads a few megabytes a second and would spend nearly all of its time on them.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby, repeat
 from typing import Any, cast
 
-__all__ = ["TextTables", "encode"]
+__all__ = ["TextTables", "encode", "interaction_chunks", "loads"]
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 # Control characters TOML forbids raw in literal strings (tab and LF are allowed).
@@ -222,3 +226,99 @@ def _string(s: str, *, control: bool = True) -> str:
     if '"""' in text or text.endswith('"'):
         text = text.replace('"', '\\"')
     return f'"""\n{text}"""'
+
+
+# --- reading ----------------------------------------------------------------------------------------------
+
+# A table of a stream's chunks as `_text_rows` writes it, at a line's start: a float time as `repr` writes
+# one (TOML reads it as Python's `float` does) and a multi-line literal string that TOML reads as it is (no
+# control character but tab and line feed, no `'''`, no quote at its end), followed by a line break.
+_TEXT_ROW = re.compile(
+    rb"(?<=\n)\[\[interactions\.response\.chunks\]\]\n"
+    rb"t = (-?(?:0|[1-9][0-9]*)(?:\.[0-9]+(?:e[+-]?[0-9]+)?|e[+-]?[0-9]+))\n"
+    rb"text = '''\n([^'\x00-\x08\x0b-\x1f\x7f]*(?:'(?!'')[^'\x00-\x08\x0b-\x1f\x7f]*)*)'''\n"
+)
+
+
+@dataclass(slots=True)
+class _Run:
+    """Rows of `_TEXT_ROW` one after the other, with at most a blank line between: where they begin and
+    end in the file, and their columns."""
+
+    start: int
+    end: int
+    t: list[float]
+    text: list[bytes]
+
+
+def loads(raw: bytes, parse: Callable[[str], Any]) -> Any | None:
+    """The TOML document in `raw` (valid UTF-8), as `parse` (`tomllib`'s, with whatever checks the caller
+    adds) gives it for the whole text, but for the form of a stream's chunks: each interaction's chunks are `TextTables`
+    where they are all tables as `_text_rows` writes them. None when the file holds none of those, or
+    anything that might make the two differ: then `parse` should read the whole file.
+
+    The chunks' tables are found by a regular expression in the file's bytes, and `parse` reads the rest,
+    where each run of them stands as one table holding a key no file holds (a random one). The text before
+    a run is the file's own, so where `parse` reads a run's stand-in as a table, the file has those tables
+    there; and where it does not (say, inside a string), the stand-in is missing from the document. A key
+    or a sub-table that follows such a table in the file lands in the stand-in instead. Either way, and on
+    any error (whose message would name the wrong line), the answer is None."""
+    runs: list[_Run] = []
+    for row in _TEXT_ROW.finditer(raw):
+        start = row.start()
+        if runs and start - runs[-1].end <= 1:  # nothing but a line break since the last
+            run = runs[-1]
+            run.end = row.end()
+        else:
+            run = _Run(start, row.end(), [], [])
+            runs.append(run)
+        run.t.append(float(row[1]))
+        run.text.append(row[2])
+    if not runs:
+        return None
+    key = f"sse-tape {os.urandom(16).hex()}"
+    stand_in = b'[[interactions.response.chunks]]\n"%s" = %%d\n' % key.encode()
+    pieces, done = [], 0
+    for n, run in enumerate(runs):
+        pieces += [raw[done : run.start], stand_in % n]
+        done = run.end
+    pieces.append(raw[done:])
+    try:
+        doc = parse(b"".join(pieces).decode())
+    except Exception:  # whatever `parse` refuses: it says so itself, naming the file's own lines, parsing it whole
+        return None
+    found = 0
+    for response, chunks in interaction_chunks(doc):
+        if type(chunks) is not list:
+            continue
+        tables: list[Any] = []  # and runs in their stand-ins' places
+        for table in chunks:
+            if type(table) is dict and key in table:
+                if len(table) != 1 or table[key] != found:
+                    return None
+                tables.append(runs[found])
+                found += 1
+            else:
+                tables.append(table)
+        if len(tables) == 1 and type(tables[0]) is _Run:
+            response["chunks"] = TextTables(tables[0].t, tables[0].text)
+        elif any(type(table) is _Run for table in tables):
+            response["chunks"] = [*_tables(tables)]
+    return doc if found == len(runs) else None
+
+
+def _tables(tables: list[Any]) -> Iterator[Any]:
+    for table in tables:
+        if type(table) is _Run:
+            yield from TextTables(table.t, table.text).tables()
+        else:
+            yield table
+
+
+def interaction_chunks(doc: Any) -> Iterator[tuple[dict[str, Any], Any]]:
+    """Each interaction's response table in a cassette document, with its chunks."""
+    items = doc.get("interactions") if type(doc) is dict else None
+    for item in items if type(items) is list else ():
+        response = item.get("response") if type(item) is dict else None
+        if type(response) is dict and "chunks" in response:
+            yield response, response["chunks"]

@@ -25,11 +25,10 @@ import hashlib
 import os
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ._toml import TextTables
+from ._toml import TextTables, interaction_chunks
 
 # msgpack is imported where it is used: serving small TOML cassettes needs none of it (2 ms of CPU time).
 __all__ = ["MAX_BYTES", "MIN_SIZE", "expand", "folder", "get", "key", "prune", "put"]
@@ -45,19 +44,10 @@ _MAGIC = b"sse-tape parsed toml 3\n"
 _STALE_SECONDS = 3600.0
 
 
-def _interaction_chunks(doc: Any) -> Iterator[tuple[dict[str, Any], Any]]:
-    """Each interaction's response table in a cassette document, with its chunks."""
-    items = doc.get("interactions") if type(doc) is dict else None
-    for item in items if type(items) is list else ():
-        response = item.get("response") if type(item) is dict else None
-        if type(response) is dict and "chunks" in response:
-            yield response, response["chunks"]
-
-
 def expand(doc: Any) -> Any:
     """The document `get` gave, as `tomllib` gave it: each `TextTables` turned back into its tables (in
     place)."""
-    for response, chunks in _interaction_chunks(doc):
+    for response, chunks in interaction_chunks(doc):
         if type(chunks) is TextTables:
             response["chunks"] = chunks.tables()
     return doc
@@ -69,8 +59,9 @@ def _compact(doc: Any) -> Any:
     import msgpack
 
     changed = {}
-    for response, chunks in _interaction_chunks(doc):
-        if type(chunks) is list and (columns := TextTables.of(chunks)) is not None:
+    for response, chunks in interaction_chunks(doc):
+        columns = chunks if type(chunks) is TextTables else TextTables.of(chunks) if type(chunks) is list else None
+        if columns is not None:
             packed = msgpack.packb([columns.t, columns.text], use_bin_type=True)
             changed[id(response)] = {**response, "chunks": packed}
     if not changed:
@@ -89,7 +80,7 @@ def _columns(doc: Any) -> Any:
     turned into their `TextTables` (in place)."""
     import msgpack
 
-    for response, chunks in _interaction_chunks(doc):
+    for response, chunks in interaction_chunks(doc):
         if type(chunks) is bytes:
             # What `_compact` packed (the entry's digest says so): floats and bytes, checked no further.
             t, text = msgpack.unpackb(chunks, raw=False)

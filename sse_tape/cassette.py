@@ -23,7 +23,7 @@ Options given to a server override them.
 
 A TOML file of 4 KiB or more is parsed once per content: what `tomllib` made of its bytes is kept in a
 cache outside the project, named by their SHA-256 (see `_toml_cache`), and read from there while the file
-stays the same.
+stays the same. A parse finds a stream's chunks apart from `tomllib`, with its semantics (see `_toml.loads`).
 
 `format_version` is an integer, separate from the package version. A file
 written by a newer sse-tape is refused with a request to upgrade. Writes are
@@ -541,12 +541,18 @@ def _decode(raw: bytes, suffix: str) -> Any:
 
 
 def _parse_toml(raw: bytes) -> Any:
-    import tomllib  # 4 ms to import: serving cassettes the parsed-TOML cache holds needs no parser
-
+    """What `tomllib` reads in the file (a stream's chunks may be `TextTables`: see `_toml.loads`)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise _Invalid(f"not a TOML file: invalid UTF-8 at byte {exc.start}") from None
+    doc = _toml.loads(raw, _parse_toml_text)
+    return doc if doc is not None else _parse_toml_text(text)
+
+
+def _parse_toml_text(text: str) -> Any:
+    import tomllib  # 4 ms to import: serving cassettes the parsed-TOML cache holds needs no parser
+
     _check_toml_depth(text)
     try:
         return tomllib.loads(text)

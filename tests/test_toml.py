@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sse_tape import _toml
+from sse_tape import _toml, _toml_cache
 
 # Text of every kind `_string` tells apart: plain, quotes, backslashes, line breaks (LF, CRLF, a lone CR),
 # control characters, `'''`, a quote at the end, non-ASCII.
@@ -100,3 +100,127 @@ def test_one_odd_chunk_among_stream_chunks_is_written_as_alone(odd: str) -> None
         assert text == one_at_a_time(doc)
         assert dumps({"chunks": _toml.TextTables.of(doc["chunks"])}) == text
         assert typed(tomllib.loads(text)) == typed(doc)
+
+
+# --- reading -------------------------------------------------------------------------------------------------
+
+
+def fast(text: str) -> Any:
+    """What `loads` reads in `text`, as tomllib gives it; None where it leaves the file to tomllib whole."""
+    doc = _toml.loads(text.encode(), tomllib.loads)
+    return None if doc is None else _toml_cache.expand(doc)
+
+
+def whole(text: str) -> Any:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return None
+
+
+# A stream's chunk as a server sends it: an event's lines and the blank line after them.
+STREAM_TEXT = (
+    st.text(st.sampled_from(["a", "é", "東", '"', "'", "\\", "\t", "{", "}", " ", "\n"]))
+    .map(lambda text: f"data: {text}\n\n")
+    .filter(lambda text: "'''" not in text)
+)
+
+
+def cassette(streams: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    response = {"status": 200, "end": "complete", "headers": {"content-type": "text/event-stream"}}
+    return {
+        "format_version": 1,
+        "interactions": [
+            {"request": {"method": "POST", "body": "{}"}, "response": {**response, "chunks": chunks}}
+            for chunks in streams
+        ],
+    }
+
+
+@given(
+    st.lists(
+        st.lists(st.builds(lambda t, text: {"t": t, "text": text}, st.floats(0, 1e6), STREAM_TEXT), min_size=1),
+        min_size=1,
+    )
+)
+def test_a_streams_chunks_are_found_apart_and_read_as_tomllib_reads_them(streams: list[list[dict[str, Any]]]) -> None:
+    text = dumps(cassette(streams))
+    read = _toml.loads(text.encode(), tomllib.loads)
+    assert read is not None
+    assert [type(chunks) for _, chunks in _toml.interaction_chunks(read)] == [_toml.TextTables] * len(streams)
+    assert typed(_toml_cache.expand(read)) == typed(tomllib.loads(text))
+
+
+@given(
+    st.lists(
+        st.lists(st.builds(lambda t, text: {"t": t, "text": text}, NUMBER, TEXT), max_size=5), min_size=1, max_size=4
+    )
+)
+def test_any_chunks_are_read_as_tomllib_reads_them(streams: list[list[dict[str, Any]]]) -> None:
+    text = dumps(cassette(streams))
+    assert typed(fast(text) or tomllib.loads(text)) == typed(tomllib.loads(text))
+
+
+ROWS = "[[interactions.response.chunks]]\nt = 0.5\ntext = '''\ndata: x\n\n'''\n"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"format_version = 1\n[[interactions]]\n[interactions.response]\nstatus = 200\n\n{ROWS}\n{ROWS}",
+        f"[[interactions]]\n[interactions.response]\n\n{ROWS}note = 'a key after a row'\n",
+        f"[[interactions]]\n[interactions.response]\n\n{ROWS}[interactions.response.chunks.sub]\nx = 1\n",
+        f"[[interactions]]\n[interactions.response]\n\n{ROWS}# a comment\n{ROWS}\n{ROWS}",
+        f"[[interactions]]\n[interactions.response]\n\n{ROWS}\n{ROWS.replace('0.5', '1')}\n{ROWS}",  # an integer
+        f"[[interactions]]\n[interactions.response]\n\n{ROWS}\n{ROWS.replace('0.5', 'nan')}",
+        f'[[interactions]]\n[interactions.response]\nbody = """\n{ROWS}"""\n',  # inside a string
+        f'[[interactions]]\n[interactions.response]\nbody = """\n{ROWS}\n{ROWS}\n',  # a string never closed
+        f"[interactions]\n[interactions.response]\n\n{ROWS}",  # a table, not an array of them
+        f"[[interactions]]\n[interactions.response]\nchunks = []\n\n{ROWS}",  # an array already
+        f"[[interactions]]\n[interactions.response]\n\n{ROWS}\n{ROWS}t = 2.0\n",  # a key twice
+        f"x = 1\n{ROWS}\n{ROWS}",  # no interactions
+        f"[[interactions]]\n[interactions.response]\n\n{ROWS}\n{ROWS}".replace("\n", "\r\n"),
+        f"[[interactions]]\n[interactions.response]\n\n{ROWS}\n{ROWS}".rstrip("\n"),
+        f"[[interactions]]\n[interactions.response]\n\n{ROWS}\n[[interactions]]\n{ROWS}",
+    ],
+    ids=[
+        "two-rows",
+        "key-after",
+        "sub-table",
+        "comment",
+        "integer-time",
+        "nan-time",
+        "in-a-string",
+        "string-never-closed",
+        "not-an-array",
+        "inline-array",
+        "key-twice",
+        "no-interactions",
+        "crlf",
+        "no-last-line-break",
+        "two-interactions",
+    ],
+)
+def test_a_file_unlike_what_sse_tape_writes_is_read_as_tomllib_reads_it(text: str) -> None:
+    read = fast(text)
+    assert read is None or typed(read) == typed(whole(text))
+    if whole(text) is None:
+        assert read is None  # a damaged file's error is tomllib's, about the whole file
+
+
+@given(st.data())
+def test_a_damaged_cassette_is_read_as_tomllib_reads_it_or_left_to_it(data: st.DataObject) -> None:
+    text = dumps(
+        cassette([[{"t": 0.25, "text": 'data: {"a": "\'b\'"}\n\n'}, {"t": 0.5, "text": "data: [DONE]\n\n"}]] * 2)
+    )
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(text)))
+        cut = data.draw(st.integers(0, 3))
+        added = data.draw(
+            st.text(st.sampled_from(["'", '"', "\n", "\r", "[", "]", "=", "#", ".", " ", "x", "1"]), max_size=3)
+        )
+        text = text[:at] + added + text[at + cut :]
+    read = fast(text)
+    assert read is None or typed(read) == typed(whole(text))
+    if whole(text) is None:
+        assert read is None
