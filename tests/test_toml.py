@@ -162,6 +162,8 @@ def test_any_chunks_are_read_as_tomllib_reads_them(streams: list[list[dict[str, 
 
 
 ROWS = "[[interactions.response.chunks]]\nt = 0.5\ntext = '''\ndata: x\n\n'''\n"
+CONTROL_ROWS = ROWS.replace("data: x", "data: \x01")
+CRLF_ROWS = ROWS.replace("data: x\n", "data: x\r\n")
 
 
 @pytest.mark.parametrize(
@@ -182,6 +184,8 @@ ROWS = "[[interactions.response.chunks]]\nt = 0.5\ntext = '''\ndata: x\n\n'''\n"
         f"[[interactions]]\n[interactions.response]\n\n{ROWS}\n{ROWS}".replace("\n", "\r\n"),
         f"[[interactions]]\n[interactions.response]\n\n{ROWS}\n{ROWS}".rstrip("\n"),
         f"[[interactions]]\n[interactions.response]\n\n{ROWS}\n[[interactions]]\n{ROWS}",
+        f"[[interactions]]\n[interactions.response]\n\n{ROWS}\n{CONTROL_ROWS}",  # TOML refuses it
+        f"[[interactions]]\n[interactions.response]\n\n{ROWS}\n{CRLF_ROWS}",  # read with LF
     ],
     ids=[
         "two-rows",
@@ -199,6 +203,8 @@ ROWS = "[[interactions.response.chunks]]\nt = 0.5\ntext = '''\ndata: x\n\n'''\n"
         "crlf",
         "no-last-line-break",
         "two-interactions",
+        "control-character",
+        "crlf-in-a-chunk",
     ],
 )
 def test_a_file_unlike_what_sse_tape_writes_is_read_as_tomllib_reads_it(text: str) -> None:
