@@ -551,8 +551,7 @@ class Forwarder:
         try:
             await _relay(self.upstream, capture, on_head=on_head, on_chunk=on_chunk)
         except UpstreamError as exc:
-            self._upstream_failed(exchange, exc)
-            return server.error(exchange, 502, str(exc), "bad_gateway")
+            return server.error(exchange, 502, self._upstream_failed(exchange, exc), "bad_gateway")
         except (ConnectionResetError, ConnectionAbortedError):
             capture.end = End.CLIENT_GONE
         except asyncio.CancelledError:
@@ -592,19 +591,23 @@ class Forwarder:
         if self.recorder is not None:
             self.recorder.begin(capture)
 
-    def _upstream_failed(self, exchange: Exchange, exc: UpstreamError) -> None:
+    def _upstream_failed(self, exchange: Exchange, exc: UpstreamError) -> str:
+        """Journal that the upstream sent no response; returns why, as the journal and the client are told."""
         assert self._server is not None
         request = exchange.request
-        reason = str(exc).replace(self.upstream.url(request), self._shown_url(request)) if request.query else str(exc)
+        # `AiohttpUpstream` shows no secret in its errors; another `Upstream` may.
+        reason = str(exc).replace(self.upstream.url(request), self._shown_url(request))
         self._server.journal.add(
             UpstreamFailed(request=exchange.number, method=request.method, path=request.path, reason=reason)
         )
+        return reason
 
     def _shown_url(self, request: Request) -> str:
-        """The upstream URL of `request` as the journal shows it: the query's secrets redacted."""
+        """The upstream URL of `request` as the journal shows it: the query's secrets and any user info redacted."""
         assert self._server is not None
         query = request.query
-        return self.upstream.url(replace(request, query=self._server.shown_query(query)) if query else request)
+        url = self.upstream.url(replace(request, query=self._server.shown_query(query)) if query else request)
+        return self._server.redaction.url(url) if "@" in url else url  # `user:password@` in the base URL
 
     # --- faults on forwarded streams ---------------------------------------------------------------
 
@@ -675,8 +678,7 @@ class Forwarder:
         try:
             await _relay(self.upstream, capture, on_head=on_head, on_chunk=on_chunk)
         except UpstreamError as exc:
-            self._upstream_failed(exchange, exc)
-            head.set_result(exc)
+            head.set_result(UpstreamError(self._upstream_failed(exchange, exc)))
         except asyncio.CancelledError:  # the server stops, or the recorder has read on long enough
             capture.end = End.INTERRUPTED
             raise
@@ -771,13 +773,14 @@ async def record_once(
 
     The interaction is saved however the response ends, even when this is
     cancelled (Ctrl-C): then as far as it got, marked interrupted. With no
-    cassette it is only returned.
+    cassette it is only returned. An `UpstreamError` (no response) shows
+    `url` with its secrets redacted, as `redaction` would store them.
     """
     if cassette is not None:
         check_cassette_path(cassette)
     parse_upstream(url.split("?", 1)[0])  # the same checks, and messages, as for a proxy's upstream
     target = URL(url, encoded=True)
-    upstream = AiohttpUpstream(str(target.origin()), idle_timeout=idle_timeout)
+    upstream = AiohttpUpstream(str(target.origin()), idle_timeout=idle_timeout, redaction=redaction)
     request = Request(method.upper(), target.raw_path, target.raw_query_string, tuple(headers), body)
     capture = Capture(request)
 

@@ -6,6 +6,7 @@ import asyncio
 import json
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,12 +19,14 @@ import openai
 import pytest
 from clients import openai_client
 from httpx_sse import aconnect_sse
+from processes import start
 from upstream import Upstream, chat_chunk
 
 from sse_tape import (
     Cassette,
     CassetteError,
     Chunk,
+    ConfigError,
     End,
     Interaction,
     MockServer,
@@ -45,6 +48,7 @@ from sse_tape.incidents import FaultInjected
 from sse_tape.journal import Ended, Matched, Received
 from sse_tape.record import Forwarder
 from sse_tape.redaction import REDACTED, Redaction, find_secrets
+from sse_tape.upstream import parse_upstream
 
 
 @pytest.fixture
@@ -672,6 +676,100 @@ def test_a_bad_upstream_url_is_one_line_and_exit_2(tmp_path: Path, upstream: str
     assert result.stderr.startswith("Error: ")
     assert message in result.stderr
     assert result.stderr.count("\n") == 1
+
+
+_URL_KEY = "AIzaSyURLSECRET1234567890"
+_MARKER = "%3Credacted%3E"  # the redaction marker, percent-encoded as a URL holds it
+
+
+@pytest.mark.parametrize(
+    ("case", "said"),
+    [
+        ("refused", f"Error: cannot reach http://127.0.0.1:9/v1/x?alt=sse&key={_MARKER}: "),
+        ("silent", f"/v1/x?alt=sse&key={_MARKER} in time"),
+        ("check-refused", f"Error: cannot reach http://127.0.0.1:9/v1/x?alt=sse&key={_MARKER}: "),
+        ("check-429", f"/limited?alt=sse&key={_MARKER} #1 POST /limited (openai-chat): ok"),
+        ("upstream-query", f"Error: 'http://127.0.0.1:9/v1?alt=sse&key={_MARKER}': an upstream base URL"),
+        ("kept", f"Error: cannot reach http://127.0.0.1:9/v1/x?alt=sse&key={_URL_KEY}&token={_MARKER}: "),
+    ],
+    ids=["refused", "silent", "check-refused", "check-429", "upstream-query", "kept"],
+)
+def test_a_key_in_the_url_is_never_printed(threaded_upstream: Upstream, tmp_path: Path, case: str, said: str) -> None:
+    # Gemini takes its key in the query. Whatever goes wrong, what is printed shows the URL as the cassette
+    # would hold it: the key redacted, unless the user keeps it (--keep-header).
+    cassette = ["-c", str(tmp_path / "c.toml")]
+    query = f"?alt=sse&key={_URL_KEY}"
+    with socket.socket() as silent:  # accepts connections (its backlog does), and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        args = {
+            "refused": ["record", f"http://127.0.0.1:9/v1/x{query}", *cassette],
+            "silent": ["record", f"http://127.0.0.1:{port}/v1/x{query}", "--idle-timeout", "0.2s", *cassette],
+            "check-refused": ["check", "--live", f"http://127.0.0.1:9/v1/x{query}"],
+            "check-429": [
+                "check",
+                "--live",
+                f"{threaded_upstream.url}/limited{query}",
+                "-d",
+                "{}",
+                "--dialect",
+                "openai-chat",
+            ],
+            "upstream-query": ["record", "--upstream", f"http://127.0.0.1:9/v1{query}", *cassette],
+            "kept": ["record", f"http://127.0.0.1:9/v1/x{query}&token=GONE", "--keep-header", "key", *cassette],
+        }[case]
+        result = subprocess.run([sys.executable, "-m", "sse_tape", *args], capture_output=True, text=True, timeout=60)
+    printed = result.stdout + result.stderr
+    assert result.returncode == (0 if case == "check-429" else 2), printed
+    assert said in printed
+    if case != "kept":
+        assert _URL_KEY not in printed
+    assert "GONE" not in printed
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://host/v1/x?alt=sse&key=K1", f"https://host/v1/x?alt=sse&key={_MARKER}"),
+        ("https://alice:PW@host:8443/v1", f"https://{_MARKER}@host:8443/v1"),
+        ("https://TOKEN@host/v1", f"https://{_MARKER}@host/v1"),  # a token as the user name
+        ("https://alice:P#W?@host/v1", f"https://{_MARKER}@host/v1"),  # a password not percent-encoded
+        ("https://host/cb#access_token=T1&state=s", f"https://host/cb#access_token={_MARKER}&state=s"),
+        ("https://host/a@b?q=1", "https://host/a@b?q=1"),  # an @ in the path is no user info
+    ],
+    ids=["query", "password", "token-as-user", "unencoded-password", "fragment", "at-in-path"],
+)
+def test_a_url_is_shown_with_its_secrets_redacted(url: str, shown: str) -> None:
+    assert Redaction().url(url) == shown
+
+
+def test_an_upstream_with_a_password_and_no_port_is_taken_and_its_errors_show_no_password() -> None:
+    # The port was read from after the last colon: `PW@127.0.0.1` was no number, and the error said it.
+    assert parse_upstream("http://alice:PW@127.0.0.1/v1") == "http://alice:PW@127.0.0.1/v1"
+    with pytest.raises(ConfigError) as refused:
+        parse_upstream("http://alice:PW@127.0.0.1:x/v1")
+    assert str(refused.value) == f"'http://{_MARKER}@127.0.0.1:x/v1': the port is not a number"
+
+
+def test_a_password_in_the_upstream_url_is_never_printed(tmp_path: Path) -> None:
+    # `user:password@` in an upstream's URL is sent (as basic authentication), and shown nowhere: not in the
+    # banner, the log, the journal, nor the 502 a client gets when the upstream is down.
+    upstream = "http://alice:PASSWORD-6@127.0.0.1:9/v1"
+    proxy, url = start(["record", "--upstream", upstream, "-c", str(tmp_path / "c.toml"), "--port", "0"])
+    try:
+        got = httpx.post(url + "/chat/completions?key=QUERY-7", content=b"{}", timeout=30)
+        journal = httpx.get(url + "/__sse_tape__/journal").text
+    finally:
+        proxy.send_signal(signal.SIGINT)
+        out, err = proxy.communicate(timeout=30)
+    assert got.status_code == 502
+    shown = f"http://{_MARKER}@127.0.0.1:9/v1/chat/completions?key={_MARKER}"
+    assert got.json()["error"]["message"].startswith(f"sse-tape: cannot reach {shown}: ")
+    assert f"sse-tape: POST /chat/completions -> 502 cannot reach {shown}: " in err
+    for printed in (out, err, journal, got.text):
+        assert "PASSWORD" not in printed
+        assert "QUERY-7" not in printed
 
 
 async def test_interactions_are_saved_in_the_order_they_ended(upstream: Upstream, tmp_path: Path) -> None:
