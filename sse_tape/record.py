@@ -216,7 +216,13 @@ class Recorder:
     whole answer takes the place of a recording of the same request that was
     cut short on the recording side (see `matching.CUT_SHORT`), in this
     session or before, so that replays get the whole answer. The cut-off
-    recording stays in the cassette until the whole one is written there.
+    recording stays in the cassette until the whole one is written there;
+    the spool notes which one the whole answer replaces (its fingerprint),
+    so that the load after a kill puts it there too. One whole answer takes
+    the place of one recording: several of the same request cut short are
+    replaced one at each identical request that misses (finds no whole
+    recording left to replay), so that the cassette keeps one recording per
+    request made, each an answer the upstream sent.
     """
 
     def __init__(
@@ -305,11 +311,15 @@ class Recorder:
             return  # no response head, nothing to record
         self.in_flight -= 1
         end = interaction.response.end
+        cut = self._cut_short(capture.request) if self.playable and end is End.COMPLETE else None
+        if cut is not None:
+            # In the spool before the stream's end: a killed session's whole answer takes the cut one's place too.
+            fingerprint = cut.interaction.fingerprint()
+            self._spooled(lambda spool, n: spool.replaces(n, fingerprint), capture)
         self._spooled(lambda spool, n: spool.end(n, str(end), capture.duration), capture)
         request, response = self._storable(interaction.request), self.redaction.response(interaction.response)
         interaction = replace(interaction, request=request, response=response)
         self.ends[interaction.response.end] += 1
-        cut = self._cut_short(capture.request) if self.playable and end is End.COMPLETE else None
         if cut is None:
             self.recorded.append(interaction)
             index = len(self.cassette) + len(self.recorded)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -941,16 +942,21 @@ def _cut_short(recorder: Recorder, cut: str) -> bytes:
             recorder.stop(signal.SIGINT if cut == "sigint" else signal.SIGKILL)
     if cut == "client-gone":
         # The recorder learns of the hang-up at its next write to the client: stopped before then, the stream
-        # would be one the stop cut (`interrupted`). Its journal says when it knows.
-        deadline = time.monotonic() + 30
-        while not any(
-            e["type"] == "ended" and e["end"] == "client-gone"
-            for e in httpx.get(recorder.url + "/__sse_tape__/journal").json()["entries"]
-        ):
-            assert time.monotonic() < deadline, "the recorder never noticed its client hung up"
-            time.sleep(0.02)
+        # would be one the stop cut (`interrupted`).
+        _until_journal_says(recorder, "client-gone")
         recorder.stop(signal.SIGINT)
     return received
+
+
+def _until_journal_says(recorder: Recorder, end: str) -> None:
+    """Wait until the recorder's journal says a stream ended so."""
+    deadline = time.monotonic() + 30
+    while not any(
+        e["type"] == "ended" and e["end"] == end
+        for e in httpx.get(recorder.url + "/__sse_tape__/journal").json()["entries"]
+    ):
+        assert time.monotonic() < deadline, f"the recorder never noted a stream that ended {end}"
+        time.sleep(0.02)
 
 
 @pytest.mark.parametrize(
@@ -984,6 +990,85 @@ def test_the_next_session_fetches_a_stream_cut_short_again_and_the_whole_one_tak
     assert lines[-1] == f"sse-tape: recorded 1 interaction to {cassette} (1 in place of one cut short before)"
     with serve(cassette, pace="instant") as server:
         assert httpx.post(server.url + _RETRIED, content=b"{}").content == retried.content
+
+
+def _whole_answer_then_killed(recorder: Recorder) -> bytes:
+    """Retry `_RETRIED` through `recorder`, which fetches it whole, and kill the recorder the moment the client
+    has it: returns the answer."""
+    retried = httpx.post(recorder.url + _RETRIED, content=b"{}", timeout=30)
+    assert retried.content.endswith(b"data: [DONE]\n\n")
+    recorder.stop(signal.SIGKILL)
+    return retried.content
+
+
+@pytest.mark.parametrize("cut", ["sigint", "sigkill", "client-gone"], ids=["stopped", "killed", "client-gone"])
+def test_a_whole_answer_takes_the_cut_ones_place_though_its_session_is_killed(
+    threaded_upstream: Upstream, tmp_path: Path, cut: str
+) -> None:
+    # The replacement was made only when the session stopped: a killed session's spool was read as new
+    # recordings, and the cassette held the cut answer and the whole one, the cut one played first.
+    cassette = tmp_path / "c.toml"
+    first = Recorder(threaded_upstream, cassette)
+    first.complete(1)
+    _cut_short(first, cut)
+    [complete, _] = Cassette.load(cassette).interactions
+    whole = _whole_answer_then_killed(Recorder(threaded_upstream, cassette))
+    assert list(tmp_path.glob("*.spool"))  # what the killed session recorded is in its spool alone
+    assert [(i.response.end, i.response.body) for i in Cassette.load(cassette)] == [
+        (End.COMPLETE, complete.response.body),
+        (End.COMPLETE, whole),
+    ]
+    with serve(cassette, pace="instant") as server:
+        assert httpx.post(server.url + _RETRIED, content=b"{}").content == whole
+    # The next session's write takes the spools in: the file itself holds one copy, the whole one, in place.
+    third = Recorder(threaded_upstream, cassette)
+    new = httpx.post(third.url + "/v1/chat/completions?events=1", content=b'{"n": 9}').content
+    third.stop(signal.SIGINT)
+    assert not list(tmp_path.glob("*.spool"))
+    after = Cassette.load(cassette).interactions
+    assert [i.response.body for i in after] == [complete.response.body, whole, new]
+    assert {i.response.end for i in after} == {End.COMPLETE}
+
+
+def test_a_whole_answer_takes_the_place_of_one_its_own_killed_session_cut_short(
+    threaded_upstream: Upstream, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "c.toml"
+    recorder = Recorder(threaded_upstream, cassette)
+    with httpx.Client(timeout=30) as client, client.stream("POST", recorder.url + _RETRIED, content=b"{}") as cut:
+        next(cut.iter_raw())  # and the client goes
+    _until_journal_says(recorder, "client-gone")
+    whole = _whole_answer_then_killed(recorder)
+    # Its spool holds both streams, the second noted as taking the first's place.
+    assert [(i.response.end, i.response.body) for i in Cassette.load(cassette)] == [(End.COMPLETE, whole)]
+
+
+@pytest.mark.parametrize("edit", ["moved", "changed"])
+def test_a_killed_sessions_whole_answer_finds_the_cut_one_where_an_edit_put_it_and_loses_nothing(
+    threaded_upstream: Upstream, tmp_path: Path, edit: str
+) -> None:
+    # The spool names the recording it replaces by its fingerprint, not its number: moved, it is found where
+    # it is; changed (trimmed by hand, say), it is no longer the one that was cut, and both are kept.
+    cassette = tmp_path / "c.toml"
+    first = Recorder(threaded_upstream, cassette)
+    first.complete(1)
+    _cut_short(first, "client-gone")
+    whole = _whole_answer_then_killed(Recorder(threaded_upstream, cassette))
+    [spool] = tmp_path.glob("*.spool")
+    spool.rename(tmp_path / "aside")  # to edit the file alone
+    edited = Cassette.load(cassette)
+    [complete, cut] = edited.interactions
+    if edit == "moved":
+        extra = Interaction(Request("GET", "/v1/models"), Response(chunks=(Chunk(0.0, b"{}"),)))
+        edited.interactions.insert(0, extra)
+        expected = [extra.response.body, complete.response.body, whole]
+    else:
+        trimmed = replace(cut.response, chunks=cut.response.chunks[:1])
+        edited.interactions[1] = replace(cut, response=trimmed)
+        expected = [complete.response.body, trimmed.body, whole]
+    edited.save()
+    (tmp_path / "aside").rename(spool)
+    assert [i.response.body for i in Cassette.load(cassette)] == expected
 
 
 @pytest.mark.parametrize("mode", [RecordMode.NONE, RecordMode.ONCE])
