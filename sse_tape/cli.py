@@ -591,8 +591,8 @@ def record(
     this proxy as its base URL and use it as usual. Each response streams
     through untouched as it arrives, each chunk written to a spool beside the
     cassette (FILE.<id>.spool) before the client gets it; the session's
-    interactions are appended to the cassette itself when the recorder stops
-    (a killed recorder's spool is read as part of the cassette). Requests the
+    interactions are written into the cassette itself when the recorder
+    stops (a killed recorder's spool is read as part of the cassette). Requests the
     record mode says to replay are answered from the cassette, as `sse-tape
     serve` would.
 

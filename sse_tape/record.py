@@ -7,10 +7,13 @@ chunk by chunk as it arrives, with no buffering and no re-encoding, and every
 chunk is kept with its offset from the moment the request was sent. Its
 `Recorder` writes each chunk to the session's spool before the client gets
 it, adds each interaction to the running matcher as soon as it ends (so an
-identical request later in the session replays it), and appends the
-session's interactions to the cassette when the server stops. A crash loses
-nothing the spool holds: the next load of the cassette reads it; a stop saves
-the streams in flight as far as they got.
+identical request later in the session replays it), and writes the
+session's interactions into the cassette file only when the server stops:
+appended, or, when a whole answer took the place of a stream cut short,
+with the file written anew. Until then the spool alone holds them, and no
+other reader of the cassette sees them. A crash loses nothing the spool
+holds: the next load of the cassette reads it; a stop saves the streams in
+flight as far as they got.
 
 Faults act on what the client of a forwarded stream gets, as it passes (see
 `live_faults`), never on what is recorded: the cassette keeps the upstream's
@@ -108,7 +111,8 @@ class UpstreamFailed(Entry):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Recorded(Entry):
-    """The interaction was saved to a cassette, as its interaction number `index`."""
+    """The interaction is on the disk, in the recorder's spool: the cassette's interaction number `index`
+    once the recorder stops and writes it there (or a load reads the spool a killed recorder left)."""
 
     kind: ClassVar[str] = "recorded"
     method: str
@@ -121,7 +125,7 @@ class Recorded(Entry):
 
     def line(self) -> str:
         how = f"{self.end}, in place of one that ended {self.replaced}" if self.replaced else str(self.end)
-        return f"{self.method} {self.path} recorded into {self.cassette} as #{self.index} ({how})"
+        return f"{self.method} {self.path} recorded in the spool of {self.cassette} as #{self.index} ({how})"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -210,8 +214,9 @@ class Recorder:
     client gets it (see `_spool`): a killed recorder leaves every byte a client
     saw on disk. An interaction is on the disk before it is reported
     recorded. When the session ends, what was recorded is appended to the
-    cassette, at a cost that does not grow with the cassette, and the spool
-    is removed. With `playable`, what is recorded joins the server's matcher
+    cassette, at a cost that does not grow with the cassette (unless it
+    takes the place of a recording cut short: then the file is written
+    anew), and the spool is removed. With `playable`, what is recorded joins the server's matcher
     at once, so an identical request later in the session replays it; and a
     whole answer takes the place of a recording of the same request that was
     cut short on the recording side (see `matching.CUT_SHORT`), in this

@@ -465,8 +465,8 @@ def test_sigint_saves_every_interaction_and_the_stream_in_flight(threaded_upstre
     assert events >= 3
     assert ended[2].startswith(f"sse-tape: POST /v1/chat/completions ended: 200, {events} events, {sent} bytes, ")
     assert ended[2].endswith(" s, interrupted")
-    assert [line for line in lines if " recorded into " in line] == [
-        f"sse-tape: POST /v1/chat/completions recorded into {cassette} as #{n} ({end})"
+    assert [line for line in lines if " recorded in the spool of " in line] == [
+        f"sse-tape: POST /v1/chat/completions recorded in the spool of {cassette} as #{n} ({end})"
         for n, end in [(1, "complete"), (2, "complete"), (3, "interrupted")]
     ]
     assert lines[-1] == f"sse-tape: recorded 3 interactions to {cassette} (1 interrupted)"
@@ -985,7 +985,10 @@ def test_the_next_session_fetches_a_stream_cut_short_again_and_the_whole_one_tak
     assert after[0] == before[0]
     assert [(i.response.end, i.response.body) for i in after[1:]] == [(End.COMPLETE, retried.content)]
     assert not list(tmp_path.glob("*.spool"))  # a killed session's spool is taken in
-    line = f"sse-tape: POST /v1/chat/completions recorded into {cassette} as #2 (complete, in place of one that ended {end})"
+    line = (
+        f"sse-tape: POST /v1/chat/completions recorded in the spool of {cassette} as #2 "
+        f"(complete, in place of one that ended {end})"
+    )
     assert line in lines
     assert lines[-1] == f"sse-tape: recorded 1 interaction to {cassette} (1 in place of one cut short before)"
     with serve(cassette, pace="instant") as server:
@@ -1431,7 +1434,7 @@ def test_record_with_faults_from_the_command_line_keeps_the_notes_of_a_killed_se
     )
     body = httpx.post(recorder.url + "/v1/chat/completions?events=3&gap=0.01", content=b"{}").content
     assert body == chat_chunk(0) + chat_chunk(2) + b"data: [DONE]\n\n"
-    while " recorded into " not in (line := recorder.proc.stderr.readline()):
+    while " recorded in the spool of " not in (line := recorder.proc.stderr.readline()):
         assert line, "the recorder ended before it recorded"
     recorder.stop(signal.SIGKILL)
     [interaction] = Cassette.load(cassette).interactions  # from the spool the killed session left
