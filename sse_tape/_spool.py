@@ -16,7 +16,10 @@ cassette type. The file is a stream of MessagePack values: a header map
 then one array per record: `["start", n, recorded_at, method, path, query,
 headers, body]`, `["head", n, status, headers]`, `["chunk", n, t, data]`,
 `["fault", n, spec, what]` (a fault that acted on the client's copy),
-`["end", n, end, duration]`; `n` numbers the session's streams. A writer
+`["replaces", n, fingerprint]` (just before the end of a whole answer that
+takes the place of a recording cut short: that recording's
+`Interaction.fingerprint`), `["end", n, end, duration]`; `n` numbers the
+session's streams. A reader skips a kind of record it does not know. A writer
 holds an exclusive lock on its spool, so a spool nobody holds was left by a
 session that is over. A record cut short by a crash or a full disk ends the
 stream of records; everything before it is read.
@@ -143,6 +146,11 @@ class SpoolWriter:
         """A fault acted on what the client of stream `n` was sent: which, and what it did."""
         self._write(["fault", n, spec, what])
 
+    def replaces(self, n: int, fingerprint: str) -> None:
+        """Stream `n`, a whole answer, takes the place of the recording cut short with this fingerprint
+        (written before its end, so that a stream that has its end has this too)."""
+        self._write(["replaces", n, fingerprint])
+
     def end(self, n: int, end: str, duration: float) -> None:
         """Stream `n` is over: how, and when."""
         self._write(["end", n, end, duration])
@@ -193,6 +201,8 @@ class SpooledStream:
     duration: float | None = None
     injected: list[tuple[str, str]] = field(default_factory=list)
     """The faults that acted on the client's copy, each with what it did."""
+    replaces: str | None = None
+    """The fingerprint of the recording cut short that this stream, a whole answer, takes the place of."""
 
 
 def read_spool(path: Path) -> list[SpooledStream]:
@@ -250,6 +260,9 @@ def _apply(record: Any, streams: dict[int, SpooledStream], ended: list[int], pat
         elif kind == "fault":
             spec, what = rest
             streams[n].injected.append((str(spec), str(what)))
+        elif kind == "replaces":
+            (fingerprint,) = rest
+            streams[n].replaces = str(fingerprint)
         elif kind == "end":
             end, duration = rest
             streams[n].end, streams[n].duration = str(end), float(duration)

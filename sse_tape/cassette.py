@@ -11,7 +11,9 @@ A recorder writes each stream to a spool beside the cassette
 (`session.toml.<id>.spool`, see `_spool`) and appends it to the cassette when
 its session ends. A spool left by a killed session is part of its cassette:
 loading the cassette reads it too, and the next write of the cassette takes
-its interactions in and removes it. An interaction taken from a spool notes
+its interactions in and removes it; a whole answer the spool notes as taking
+the place of a recording cut short goes in that recording's place (found by
+`Interaction.fingerprint`). An interaction taken from a spool notes
 the spool's id (`spool = "..."`), so that a spool whose removal a crash cut
 short is never read twice. Loads share a lock on the folder; writes hold it
 alone.
@@ -215,6 +217,24 @@ class Interaction:
     injected: tuple[Injection, ...] = ()
     """The faults that acted on the stream its client got, in the order they were journaled."""
 
+    def fingerprint(self) -> str:
+        """A digest that tells this recording from any other, and that a write and a load of its cassette
+        keep: of its request's method, path, query and body, when it was recorded, and its response's
+        status, end, duration and timed chunks (not the headers, whose order a write may change). A recorder
+        names by it, in its spool, the recording cut short that a whole answer takes the place of."""
+        import hashlib  # here: only a recorder that replaces a recording, or the load after it, needs it
+
+        req, resp = self.request, self.response
+        digest = hashlib.sha256()
+        fields = (req.method, req.path, req.query, self.recorded_at, resp.status, resp.end, resp.duration)
+        parts = [repr(fields).encode(), req.body]
+        for chunk in resp.chunks:
+            parts += (repr(chunk.t).encode(), chunk.data)
+        for part in parts:  # each with its length: no two lists of parts give the same bytes
+            digest.update(len(part).to_bytes(8, "big"))
+            digest.update(part)
+        return digest.hexdigest()
+
 
 # What identifies a file's content without reading it: inode, size, modification time.
 _Stamp = tuple[int, int, int]
@@ -251,6 +271,9 @@ class Cassette:
     # of those the file does not hold yet, each with its spool's id.
     _spools: list[Path] = field(default_factory=list, repr=False, compare=False)
     _pending: list[tuple[Interaction, str]] = field(default_factory=list, repr=False, compare=False)
+    # Whether one of those sits in the place of a recording cut short that the file holds: then the next
+    # append writes the file anew, not only at its end.
+    _in_place: bool = field(default=False, repr=False, compare=False)
 
     def __iter__(self) -> Iterator[Interaction]:
         return iter(self.interactions)
@@ -300,9 +323,36 @@ class Cassette:
         for spool in spools:
             sid = spool_id(spool)
             if sid not in absorbed:  # a spool the file holds already was only not removed yet
-                cassette._pending += [(_from_spool(stream), sid) for stream in read_spool(spool)]
-        cassette.interactions += [interaction for interaction, _ in cassette._pending]
+                for stream in read_spool(spool):
+                    cassette._recover(_from_spool(stream), sid, stream.replaces)
         return cassette
+
+    def _recover(self, interaction: Interaction, sid: str, replaces: str | None) -> None:
+        """Add an interaction from a killed session's spool: at the end, or, when it is a whole answer
+        recorded to take the place of a recording cut short (`replaces`, that one's fingerprint), in the
+        place of that recording, wherever it is now. When none has that fingerprint any more (the file was
+        edited since), it goes at the end: nothing recorded is lost."""
+        at = None
+        if replaces is not None and interaction.response.end is End.COMPLETE:
+            at = next(
+                (
+                    n
+                    for n, old in enumerate(self.interactions)
+                    if old.response.end is not End.COMPLETE and old.fingerprint() == replaces
+                ),
+                None,
+            )
+        if at is None:
+            self.interactions.append(interaction)
+            self._pending.append((interaction, sid))
+            return
+        old, self.interactions[at] = self.interactions[at], interaction
+        taken = next((k for k, (i, _) in enumerate(self._pending) if i is old), None)
+        if taken is not None:  # from a spool too: it is no longer what the spools add
+            self._pending[taken] = (interaction, sid)
+        else:
+            self._pending.append((interaction, sid))
+            self._in_place = True
 
     def save(self, path: str | os.PathLike[str] | None = None) -> Path:
         """Write the cassette atomically, to `path` or to where it was loaded from."""
@@ -351,7 +401,8 @@ class Cassette:
         place of one the cassette holds (a stream cut short, recorded again
         whole); one the file no longer holds is added at the end. The file
         is then written anew, in the same atomic write: the old interaction
-        is in the file until the new one is.
+        is in the file until the new one is. So it is when a killed session's
+        spool held such a whole answer: loading put it in its old one's place.
         """
         added = list(interactions)
         swaps = list(replacing)
@@ -365,11 +416,11 @@ class Cassette:
                 self.interactions, self._stamp = again.interactions, again._stamp
                 self.description, self.match_on = again.description, again.match_on
                 self.ignore_body_fields = again.ignore_body_fields
-                self._spools, self._pending = again._spools, again._pending
+                self._spools, self._pending, self._in_place = again._spools, again._pending, again._in_place
             sid = spool_id(spool) if spool is not None else None
             new = [*self._pending, *((i, sid) for i in added)]
-            if swaps:
-                added += self._swap(path, suffix, swaps, added, sid)
+            if swaps or self._in_place:
+                added += self._rewrite(path, suffix, swaps, added, sid)
             elif new:
                 raw = _read(path)[0] if path.exists() else _encode(self._head(), suffix)
                 docs = [_interaction_to_doc(i, binary=suffix == ".msgpack", spool=s) for i, s in new]
@@ -379,7 +430,7 @@ class Cassette:
                 spool.unlink(missing_ok=True)  # inside the lock: no reader sees the file and the spool both
         self.interactions.extend(added)
 
-    def _swap(
+    def _rewrite(
         self,
         path: Path,
         suffix: str,
@@ -387,8 +438,9 @@ class Cassette:
         added: list[Interaction],
         sid: str | None,
     ) -> list[Interaction]:
-        """Write the file anew with each swap's new interaction in its old one's place, then what spools
-        add, then `added`; returns the new interactions that found no place, written after `added`."""
+        """Write the file anew: each swap's new interaction in its old one's place, what spools add where
+        this cassette holds it (in the place of a recording cut short, or after the file's), then `added`;
+        returns the new interactions that found no place, written after `added`."""
         binary = suffix == ".msgpack"
         if path.exists():
             doc = _decode(_read(path)[0], suffix)
@@ -396,8 +448,8 @@ class Cassette:
         else:
             doc = self._head()
         docs = list(doc.get("interactions", []))  # a new list: a cached document stays as it was
-        in_file = len(self.interactions) - len(self._pending)
-        pending: list[tuple[Interaction, str | None]] = list(self._pending)
+        # Each interaction the file does not hold yet, with the id of the spool it comes from.
+        spooled: dict[int, str | None] = {id(i): s for i, s in self._pending}
         homeless: list[Interaction] = []
         for old, new in swaps:
             at = _position(self.interactions, old)
@@ -405,12 +457,18 @@ class Cassette:
                 homeless.append(new)  # another writer took it out meanwhile
                 continue
             self.interactions[at] = new
-            if at < in_file:
-                docs[at] = _interaction_to_doc(new, binary=binary, spool=sid)
-            else:
-                pending[at - in_file] = (new, sid)
-        tail = [*pending, *((i, sid) for i in [*added, *homeless])]
-        doc["interactions"] = docs + [_interaction_to_doc(i, binary=binary, spool=s) for i, s in tail]
+            spooled.pop(id(old), None)
+            spooled[id(new)] = sid
+        # The file's interactions are the first of this cassette's, in their order; one may have been put in
+        # the place of another since, and the rest come from spools.
+        held = min(len(docs), len(self.interactions))
+        kept = [
+            docs[n] if id(i) not in spooled else _interaction_to_doc(i, binary=binary, spool=spooled[id(i)])
+            for n, i in enumerate(self.interactions[:held])
+        ]
+        tail = [(i, spooled.get(id(i))) for i in self.interactions[held:]]
+        tail += [(i, sid) for i in [*added, *homeless]]
+        doc["interactions"] = kept + [_interaction_to_doc(i, binary=binary, spool=s) for i, s in tail]
         self._stamp = _write(path, _encode(doc, suffix))
         return homeless
 
@@ -429,7 +487,7 @@ class Cassette:
         """The file now holds what the spools read with it held: remove them."""
         for spool in self._spools:
             spool.unlink(missing_ok=True)
-        self._spools, self._pending = [], []
+        self._spools, self._pending, self._in_place = [], [], False
 
 
 def storable_headers(headers: Headers) -> Headers:

@@ -591,8 +591,8 @@ def record(
     this proxy as its base URL and use it as usual. Each response streams
     through untouched as it arrives, each chunk written to a spool beside the
     cassette (FILE.<id>.spool) before the client gets it; the session's
-    interactions are appended to the cassette itself when the recorder stops
-    (a killed recorder's spool is read as part of the cassette). Requests the
+    interactions are written into the cassette itself when the recorder
+    stops (a killed recorder's spool is read as part of the cassette). Requests the
     record mode says to replay are answered from the cassette, as `sse-tape
     serve` would.
 
@@ -647,7 +647,7 @@ def record(
                 model=synthesizer,
                 **listen,
             )
-            source = upstream.rstrip("/") if upstream is not None else f"what {model} answers"
+            source = redaction.url(upstream.rstrip("/")) if upstream is not None else f"what {model} answers"
             banner = f"recording {source} into {cassette} (record mode {mode})"
             asyncio.run(_serve_until_stopped(server, banner))
         finally:
@@ -876,10 +876,12 @@ def check(
         return
     if live is not None:
         from .record import record_once  # only a live check records: checking cassettes needs no recorder
+        from .redaction import Redaction
 
         request_method, headers, body = _one_shot_request(method, data, header)
         interaction = asyncio.run(record_once(live, None, method=request_method, headers=headers, body=body))
-        sources: list[tuple[str, list[Interaction]]] = [(live, [interaction])]
+        # Named as a cassette would store its request: a key in its query (Gemini's `?key=`) is not printed.
+        sources: list[tuple[str, list[Interaction]]] = [(Redaction().url(live), [interaction])]
     else:
         loaded = [(path, Cassette.load(path)) for path in find_cassettes(cassettes)]
         _refuse_nothing([c for _, c in loaded], cassettes, "check")

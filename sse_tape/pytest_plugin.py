@@ -176,7 +176,10 @@ def _read_settings(config: pytest.Config) -> _Settings:
     record = option.sse_tape_record or "none"
     upstream = option.sse_tape_upstream or config.getini("sse_tape_upstream") or None
     if upstream is not None and not upstream.startswith(("http://", "https://")):
-        raise pytest.UsageError(f"sse-tape upstream {upstream!r}: give a base URL, such as http://127.0.0.1:8000")
+        from .redaction import Redaction
+
+        shown = Redaction().url(upstream)  # a key in its query is not printed
+        raise pytest.UsageError(f"sse-tape upstream {shown!r}: give a base URL, such as http://127.0.0.1:8000")
     base = config.inipath.parent if config.inipath is not None else config.rootpath
     folder = config.getini("sse_tape_cassette_dir") or _pyproject_cassette_dir(config.rootpath)
     gauntlet = dict(GAUNTLET)

@@ -7,10 +7,13 @@ chunk by chunk as it arrives, with no buffering and no re-encoding, and every
 chunk is kept with its offset from the moment the request was sent. Its
 `Recorder` writes each chunk to the session's spool before the client gets
 it, adds each interaction to the running matcher as soon as it ends (so an
-identical request later in the session replays it), and appends the
-session's interactions to the cassette when the server stops. A crash loses
-nothing the spool holds: the next load of the cassette reads it; a stop saves
-the streams in flight as far as they got.
+identical request later in the session replays it), and writes the
+session's interactions into the cassette file only when the server stops:
+appended, or, when a whole answer took the place of a stream cut short,
+with the file written anew. Until then the spool alone holds them, and no
+other reader of the cassette sees them. A crash loses nothing the spool
+holds: the next load of the cassette reads it; a stop saves the streams in
+flight as far as they got.
 
 Faults act on what the client of a forwarded stream gets, as it passes (see
 `live_faults`), never on what is recorded: the cassette keeps the upstream's
@@ -108,7 +111,8 @@ class UpstreamFailed(Entry):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Recorded(Entry):
-    """The interaction was saved to a cassette, as its interaction number `index`."""
+    """The interaction is on the disk, in the recorder's spool: the cassette's interaction number `index`
+    once the recorder stops and writes it there (or a load reads the spool a killed recorder left)."""
 
     kind: ClassVar[str] = "recorded"
     method: str
@@ -121,7 +125,7 @@ class Recorded(Entry):
 
     def line(self) -> str:
         how = f"{self.end}, in place of one that ended {self.replaced}" if self.replaced else str(self.end)
-        return f"{self.method} {self.path} recorded into {self.cassette} as #{self.index} ({how})"
+        return f"{self.method} {self.path} recorded in the spool of {self.cassette} as #{self.index} ({how})"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -210,13 +214,20 @@ class Recorder:
     client gets it (see `_spool`): a killed recorder leaves every byte a client
     saw on disk. An interaction is on the disk before it is reported
     recorded. When the session ends, what was recorded is appended to the
-    cassette, at a cost that does not grow with the cassette, and the spool
-    is removed. With `playable`, what is recorded joins the server's matcher
+    cassette, at a cost that does not grow with the cassette (unless it
+    takes the place of a recording cut short: then the file is written
+    anew), and the spool is removed. With `playable`, what is recorded joins the server's matcher
     at once, so an identical request later in the session replays it; and a
     whole answer takes the place of a recording of the same request that was
     cut short on the recording side (see `matching.CUT_SHORT`), in this
     session or before, so that replays get the whole answer. The cut-off
-    recording stays in the cassette until the whole one is written there.
+    recording stays in the cassette until the whole one is written there;
+    the spool notes which one the whole answer replaces (its fingerprint),
+    so that the load after a kill puts it there too. One whole answer takes
+    the place of one recording: several of the same request cut short are
+    replaced one at each identical request that misses (finds no whole
+    recording left to replay), so that the cassette keeps one recording per
+    request made, each an answer the upstream sent.
     """
 
     def __init__(
@@ -305,11 +316,15 @@ class Recorder:
             return  # no response head, nothing to record
         self.in_flight -= 1
         end = interaction.response.end
+        cut = self._cut_short(capture.request) if self.playable and end is End.COMPLETE else None
+        if cut is not None:
+            # In the spool before the stream's end: a killed session's whole answer takes the cut one's place too.
+            fingerprint = cut.interaction.fingerprint()
+            self._spooled(lambda spool, n: spool.replaces(n, fingerprint), capture)
         self._spooled(lambda spool, n: spool.end(n, str(end), capture.duration), capture)
         request, response = self._storable(interaction.request), self.redaction.response(interaction.response)
         interaction = replace(interaction, request=request, response=response)
         self.ends[interaction.response.end] += 1
-        cut = self._cut_short(capture.request) if self.playable and end is End.COMPLETE else None
         if cut is None:
             self.recorded.append(interaction)
             index = len(self.cassette) + len(self.recorded)
@@ -551,8 +566,7 @@ class Forwarder:
         try:
             await _relay(self.upstream, capture, on_head=on_head, on_chunk=on_chunk)
         except UpstreamError as exc:
-            self._upstream_failed(exchange, exc)
-            return server.error(exchange, 502, str(exc), "bad_gateway")
+            return server.error(exchange, 502, self._upstream_failed(exchange, exc), "bad_gateway")
         except (ConnectionResetError, ConnectionAbortedError):
             capture.end = End.CLIENT_GONE
         except asyncio.CancelledError:
@@ -592,19 +606,23 @@ class Forwarder:
         if self.recorder is not None:
             self.recorder.begin(capture)
 
-    def _upstream_failed(self, exchange: Exchange, exc: UpstreamError) -> None:
+    def _upstream_failed(self, exchange: Exchange, exc: UpstreamError) -> str:
+        """Journal that the upstream sent no response; returns why, as the journal and the client are told."""
         assert self._server is not None
         request = exchange.request
-        reason = str(exc).replace(self.upstream.url(request), self._shown_url(request)) if request.query else str(exc)
+        # `AiohttpUpstream` shows no secret in its errors; another `Upstream` may.
+        reason = str(exc).replace(self.upstream.url(request), self._shown_url(request))
         self._server.journal.add(
             UpstreamFailed(request=exchange.number, method=request.method, path=request.path, reason=reason)
         )
+        return reason
 
     def _shown_url(self, request: Request) -> str:
-        """The upstream URL of `request` as the journal shows it: the query's secrets redacted."""
+        """The upstream URL of `request` as the journal shows it: the query's secrets and any user info redacted."""
         assert self._server is not None
         query = request.query
-        return self.upstream.url(replace(request, query=self._server.shown_query(query)) if query else request)
+        url = self.upstream.url(replace(request, query=self._server.shown_query(query)) if query else request)
+        return self._server.redaction.url(url) if "@" in url else url  # `user:password@` in the base URL
 
     # --- faults on forwarded streams ---------------------------------------------------------------
 
@@ -675,8 +693,7 @@ class Forwarder:
         try:
             await _relay(self.upstream, capture, on_head=on_head, on_chunk=on_chunk)
         except UpstreamError as exc:
-            self._upstream_failed(exchange, exc)
-            head.set_result(exc)
+            head.set_result(UpstreamError(self._upstream_failed(exchange, exc)))
         except asyncio.CancelledError:  # the server stops, or the recorder has read on long enough
             capture.end = End.INTERRUPTED
             raise
@@ -771,13 +788,14 @@ async def record_once(
 
     The interaction is saved however the response ends, even when this is
     cancelled (Ctrl-C): then as far as it got, marked interrupted. With no
-    cassette it is only returned.
+    cassette it is only returned. An `UpstreamError` (no response) shows
+    `url` with its secrets redacted, as `redaction` would store them.
     """
     if cassette is not None:
         check_cassette_path(cassette)
     parse_upstream(url.split("?", 1)[0])  # the same checks, and messages, as for a proxy's upstream
     target = URL(url, encoded=True)
-    upstream = AiohttpUpstream(str(target.origin()), idle_timeout=idle_timeout)
+    upstream = AiohttpUpstream(str(target.origin()), idle_timeout=idle_timeout, redaction=redaction)
     request = Request(method.upper(), target.raw_path, target.raw_query_string, tuple(headers), body)
     capture = Capture(request)
 

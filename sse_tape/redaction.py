@@ -176,6 +176,21 @@ class Redaction:
                 pieces[n] = f"{name}={quote(REDACTED, safe='')}"
         return "".join(pieces)
 
+    def url(self, url: str) -> str:
+        """A URL as sse-tape shows it in a message: its user info (`user:password@`) replaced by the marker,
+        and its query and fragment redacted as `query` redacts a query (`?key=...` as Gemini takes it)."""
+        scheme, sep, rest = url.partition("://")
+        if sep:
+            # The authority ends at the first `/`, not at `?` or `#`: a password with one of those in it, not
+            # percent-encoded, is still not shown.
+            authority, slash, after = rest.partition("/")
+            if "@" in authority:
+                authority = f"{quote(REDACTED, safe='')}@{authority.rpartition('@')[2]}"
+                url = f"{scheme}{sep}{authority}{slash}{after}"
+        before, hash_, fragment = url.partition("#")
+        base, mark, query = before.partition("?")
+        return base + mark + self.query(query) + hash_ + self.query(fragment)
+
     def _body(self, body: bytes) -> bytes:
         if not body:
             return body

@@ -27,6 +27,7 @@ from .plan import Plan, Write
 
 if TYPE_CHECKING:
     from .record import Recorder
+    from .redaction import Redaction
 
 __all__ = ["Attached", "Exchange", "Host", "Responder", "inject"]
 
@@ -78,6 +79,11 @@ class Host(Protocol):
 
     def cors(self, http: web.Request) -> dict[str, str]:
         """The CORS headers an answer carries."""
+        ...
+
+    @property
+    def redaction(self) -> Redaction:
+        """What is kept out of what the server says of a request."""
         ...
 
     def shown_query(self, query: str) -> str:

@@ -792,7 +792,9 @@ def recording_server(
     path = check_cassette_path(cassette)
     if (upstream is None) == (model is None):
         raise ConfigError("record from an upstream or a model: give one of them")
-    forwarded = AiohttpUpstream(upstream, idle_timeout=idle_timeout) if upstream is not None else None
+    forwarded = None
+    if upstream is not None:
+        forwarded = AiohttpUpstream(upstream, idle_timeout=idle_timeout, redaction=redaction)
     try:
         mode = RecordMode(mode)
     except ValueError:
@@ -873,7 +875,9 @@ def _behind_replay(
     from .record import Forwarder
     from .upstream import AiohttpUpstream
 
-    return [Forwarder(AiohttpUpstream(upstream) if isinstance(upstream, str) else upstream, recorder)]
+    if isinstance(upstream, str):
+        upstream = AiohttpUpstream(upstream, redaction=recorder.redaction if recorder is not None else None)
+    return [Forwarder(upstream, recorder)]
 
 
 def _own_origin(http: web.Request) -> str:

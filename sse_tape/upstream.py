@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Protocol, Self
+from typing import TYPE_CHECKING, Protocol, Self
 from urllib.parse import unquote, urlsplit
 
 import aiohttp
@@ -25,27 +25,46 @@ from ._exceptions import ConfigError, UpstreamError
 from ._http import end_to_end
 from .cassette import End, Headers, Request
 
+if TYPE_CHECKING:
+    from .redaction import Redaction
+
 __all__ = ["AiohttpUpstream", "Reply", "Upstream", "leaves_base", "parse_upstream"]
 
 
 def parse_upstream(url: str) -> str:
-    """An upstream base URL, checked: http or https, a host, a valid port, no query; raises `ConfigError`."""
-    parsed = urlsplit(url)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise ConfigError(f"{url!r}: give an http:// or https:// URL with a host")
-    after_host = parsed.netloc.rpartition("]")[2]  # an IPv6 address has colons of its own
+    """An upstream base URL, checked: http or https, a host, a valid port, no query; raises `ConfigError`,
+    which shows the URL with its secrets redacted (see `Redaction.url`)."""
+    shown = repr(_redaction().url(url))
+    try:
+        parsed = urlsplit(url)
+        hostname = parsed.hostname
+    except ValueError as exc:  # an IPv6 address with a bracket missing
+        raise ConfigError(f"{shown} is not a URL: {exc}") from None
+    if parsed.scheme not in ("http", "https") or not hostname:
+        raise ConfigError(f"{shown}: give an http:// or https:// URL with a host")
+    # After the user info, which may hold a colon (`user:password@`), and an IPv6 address, which holds its own.
+    after_host = parsed.netloc.rpartition("@")[2].rpartition("]")[2]
     port = after_host.rpartition(":")[2] if ":" in after_host else ""
     if port and not port.isdigit():
-        raise ConfigError(f"{url!r}: port {port!r} is not a number")
+        raise ConfigError(f"{shown}: the port is not a number")  # not shown: it may be a password's end
     if port and not 0 < int(port) < 65536:
-        raise ConfigError(f"{url!r}: port {port} is out of range")
+        raise ConfigError(f"{shown}: port {port} is out of range")
     if parsed.query or parsed.fragment:
-        raise ConfigError(f"{url!r}: an upstream base URL takes no query or fragment")
+        raise ConfigError(f"{shown}: an upstream base URL takes no query or fragment")
     try:
         URL(url)
-    except ValueError as exc:
-        raise ConfigError(f"{url!r} is not a URL: {exc}") from None
+    except ValueError:
+        raise ConfigError(f"{shown} is not a URL") from None  # yarl's reason may quote the URL
     return url.rstrip("/")
+
+
+def _redaction(redaction: Redaction | None = None) -> Redaction:
+    """`redaction`, or the default one: what a message about an upstream keeps out of the URLs it shows."""
+    if redaction is not None:
+        return redaction
+    from .redaction import Redaction  # only a message needs it: forwarding starts without
+
+    return Redaction()
 
 
 def leaves_base(path: str) -> bool:
@@ -135,13 +154,23 @@ class AiohttpUpstream:
     `base_url` is the upstream's base, such as `http://127.0.0.1:8000` or
     `https://api.example.com/v1`: a request for `/chat/completions` goes to
     the base plus that path. `idle_timeout` is how long the body may go
-    silent; `connect_timeout` how long to wait for a connection.
+    silent; `connect_timeout` how long to wait for a connection. An
+    `UpstreamError` shows the URL as `redaction` (the defaults when None)
+    shows it: no user info, and no secret in the query (`?key=`).
     """
 
-    def __init__(self, base_url: str, *, idle_timeout: float = 300.0, connect_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        idle_timeout: float = 300.0,
+        connect_timeout: float = 10.0,
+        redaction: Redaction | None = None,
+    ) -> None:
         self.base_url = parse_upstream(base_url)
         self.idle_timeout = idle_timeout
         self.connect_timeout = connect_timeout
+        self.redaction = redaction
         self._session: aiohttp.ClientSession | None = None
 
     def url(self, request: Request) -> str:
@@ -159,9 +188,11 @@ class AiohttpUpstream:
                 allow_redirects=False,
             )
         except TimeoutError:
-            raise UpstreamError(f"no response from {url} in time") from None
+            raise UpstreamError(f"no response from {self._shown(url)} in time") from None
         except (aiohttp.ClientError, OSError, ValueError) as exc:
-            raise UpstreamError(f"cannot reach {url}: {_reason(exc)}") from None
+            shown = self._shown(url)
+            # The reason may quote the URL (aiohttp's InvalidURL is the URL): as shown, then.
+            raise UpstreamError(f"cannot reach {shown}: {_reason(exc).replace(url, shown)}") from None
         reply = _AiohttpReply(response)
         try:
             yield reply
@@ -170,6 +201,10 @@ class AiohttpUpstream:
                 response.release()  # the connection can serve the next request
             else:
                 response.close()  # cut short: the upstream sees the connection close and stops
+
+    def _shown(self, url: str) -> str:
+        """`url` as a message shows it: its secrets redacted."""
+        return _redaction(self.redaction).url(url)
 
     async def close(self) -> None:
         if self._session is not None:

@@ -6,10 +6,12 @@ import asyncio
 import json
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +20,14 @@ import openai
 import pytest
 from clients import openai_client
 from httpx_sse import aconnect_sse
+from processes import start
 from upstream import Upstream, chat_chunk
 
 from sse_tape import (
     Cassette,
     CassetteError,
     Chunk,
+    ConfigError,
     End,
     Interaction,
     MockServer,
@@ -45,6 +49,7 @@ from sse_tape.incidents import FaultInjected
 from sse_tape.journal import Ended, Matched, Received
 from sse_tape.record import Forwarder
 from sse_tape.redaction import REDACTED, Redaction, find_secrets
+from sse_tape.upstream import parse_upstream
 
 
 @pytest.fixture
@@ -460,8 +465,8 @@ def test_sigint_saves_every_interaction_and_the_stream_in_flight(threaded_upstre
     assert events >= 3
     assert ended[2].startswith(f"sse-tape: POST /v1/chat/completions ended: 200, {events} events, {sent} bytes, ")
     assert ended[2].endswith(" s, interrupted")
-    assert [line for line in lines if " recorded into " in line] == [
-        f"sse-tape: POST /v1/chat/completions recorded into {cassette} as #{n} ({end})"
+    assert [line for line in lines if " recorded in the spool of " in line] == [
+        f"sse-tape: POST /v1/chat/completions recorded in the spool of {cassette} as #{n} ({end})"
         for n, end in [(1, "complete"), (2, "complete"), (3, "interrupted")]
     ]
     assert lines[-1] == f"sse-tape: recorded 3 interactions to {cassette} (1 interrupted)"
@@ -674,6 +679,100 @@ def test_a_bad_upstream_url_is_one_line_and_exit_2(tmp_path: Path, upstream: str
     assert result.stderr.count("\n") == 1
 
 
+_URL_KEY = "AIzaSyURLSECRET1234567890"
+_MARKER = "%3Credacted%3E"  # the redaction marker, percent-encoded as a URL holds it
+
+
+@pytest.mark.parametrize(
+    ("case", "said"),
+    [
+        ("refused", f"Error: cannot reach http://127.0.0.1:9/v1/x?alt=sse&key={_MARKER}: "),
+        ("silent", f"/v1/x?alt=sse&key={_MARKER} in time"),
+        ("check-refused", f"Error: cannot reach http://127.0.0.1:9/v1/x?alt=sse&key={_MARKER}: "),
+        ("check-429", f"/limited?alt=sse&key={_MARKER} #1 POST /limited (openai-chat): ok"),
+        ("upstream-query", f"Error: 'http://127.0.0.1:9/v1?alt=sse&key={_MARKER}': an upstream base URL"),
+        ("kept", f"Error: cannot reach http://127.0.0.1:9/v1/x?alt=sse&key={_URL_KEY}&token={_MARKER}: "),
+    ],
+    ids=["refused", "silent", "check-refused", "check-429", "upstream-query", "kept"],
+)
+def test_a_key_in_the_url_is_never_printed(threaded_upstream: Upstream, tmp_path: Path, case: str, said: str) -> None:
+    # Gemini takes its key in the query. Whatever goes wrong, what is printed shows the URL as the cassette
+    # would hold it: the key redacted, unless the user keeps it (--keep-header).
+    cassette = ["-c", str(tmp_path / "c.toml")]
+    query = f"?alt=sse&key={_URL_KEY}"
+    with socket.socket() as silent:  # accepts connections (its backlog does), and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        args = {
+            "refused": ["record", f"http://127.0.0.1:9/v1/x{query}", *cassette],
+            "silent": ["record", f"http://127.0.0.1:{port}/v1/x{query}", "--idle-timeout", "0.2s", *cassette],
+            "check-refused": ["check", "--live", f"http://127.0.0.1:9/v1/x{query}"],
+            "check-429": [
+                "check",
+                "--live",
+                f"{threaded_upstream.url}/limited{query}",
+                "-d",
+                "{}",
+                "--dialect",
+                "openai-chat",
+            ],
+            "upstream-query": ["record", "--upstream", f"http://127.0.0.1:9/v1{query}", *cassette],
+            "kept": ["record", f"http://127.0.0.1:9/v1/x{query}&token=GONE", "--keep-header", "key", *cassette],
+        }[case]
+        result = subprocess.run([sys.executable, "-m", "sse_tape", *args], capture_output=True, text=True, timeout=60)
+    printed = result.stdout + result.stderr
+    assert result.returncode == (0 if case == "check-429" else 2), printed
+    assert said in printed
+    if case != "kept":
+        assert _URL_KEY not in printed
+    assert "GONE" not in printed
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://host/v1/x?alt=sse&key=K1", f"https://host/v1/x?alt=sse&key={_MARKER}"),
+        ("https://alice:PW@host:8443/v1", f"https://{_MARKER}@host:8443/v1"),
+        ("https://TOKEN@host/v1", f"https://{_MARKER}@host/v1"),  # a token as the user name
+        ("https://alice:P#W?@host/v1", f"https://{_MARKER}@host/v1"),  # a password not percent-encoded
+        ("https://host/cb#access_token=T1&state=s", f"https://host/cb#access_token={_MARKER}&state=s"),
+        ("https://host/a@b?q=1", "https://host/a@b?q=1"),  # an @ in the path is no user info
+    ],
+    ids=["query", "password", "token-as-user", "unencoded-password", "fragment", "at-in-path"],
+)
+def test_a_url_is_shown_with_its_secrets_redacted(url: str, shown: str) -> None:
+    assert Redaction().url(url) == shown
+
+
+def test_an_upstream_with_a_password_and_no_port_is_taken_and_its_errors_show_no_password() -> None:
+    # The port was read from after the last colon: `PW@127.0.0.1` was no number, and the error said it.
+    assert parse_upstream("http://alice:PW@127.0.0.1/v1") == "http://alice:PW@127.0.0.1/v1"
+    with pytest.raises(ConfigError) as refused:
+        parse_upstream("http://alice:PW@127.0.0.1:x/v1")
+    assert str(refused.value) == f"'http://{_MARKER}@127.0.0.1:x/v1': the port is not a number"
+
+
+def test_a_password_in_the_upstream_url_is_never_printed(tmp_path: Path) -> None:
+    # `user:password@` in an upstream's URL is sent (as basic authentication), and shown nowhere: not in the
+    # banner, the log, the journal, nor the 502 a client gets when the upstream is down.
+    upstream = "http://alice:PASSWORD-6@127.0.0.1:9/v1"
+    proxy, url = start(["record", "--upstream", upstream, "-c", str(tmp_path / "c.toml"), "--port", "0"])
+    try:
+        got = httpx.post(url + "/chat/completions?key=QUERY-7", content=b"{}", timeout=30)
+        journal = httpx.get(url + "/__sse_tape__/journal").text
+    finally:
+        proxy.send_signal(signal.SIGINT)
+        out, err = proxy.communicate(timeout=30)
+    assert got.status_code == 502
+    shown = f"http://{_MARKER}@127.0.0.1:9/v1/chat/completions?key={_MARKER}"
+    assert got.json()["error"]["message"].startswith(f"sse-tape: cannot reach {shown}: ")
+    assert f"sse-tape: POST /chat/completions -> 502 cannot reach {shown}: " in err
+    for printed in (out, err, journal, got.text):
+        assert "PASSWORD" not in printed
+        assert "QUERY-7" not in printed
+
+
 async def test_interactions_are_saved_in_the_order_they_ended(upstream: Upstream, tmp_path: Path) -> None:
     cassette = tmp_path / "c.toml"
     async with arecording(cassette, upstream.url) as proxy, httpx.AsyncClient() as client:
@@ -843,16 +942,21 @@ def _cut_short(recorder: Recorder, cut: str) -> bytes:
             recorder.stop(signal.SIGINT if cut == "sigint" else signal.SIGKILL)
     if cut == "client-gone":
         # The recorder learns of the hang-up at its next write to the client: stopped before then, the stream
-        # would be one the stop cut (`interrupted`). Its journal says when it knows.
-        deadline = time.monotonic() + 30
-        while not any(
-            e["type"] == "ended" and e["end"] == "client-gone"
-            for e in httpx.get(recorder.url + "/__sse_tape__/journal").json()["entries"]
-        ):
-            assert time.monotonic() < deadline, "the recorder never noticed its client hung up"
-            time.sleep(0.02)
+        # would be one the stop cut (`interrupted`).
+        _until_journal_says(recorder, "client-gone")
         recorder.stop(signal.SIGINT)
     return received
+
+
+def _until_journal_says(recorder: Recorder, end: str) -> None:
+    """Wait until the recorder's journal says a stream ended so."""
+    deadline = time.monotonic() + 30
+    while not any(
+        e["type"] == "ended" and e["end"] == end
+        for e in httpx.get(recorder.url + "/__sse_tape__/journal").json()["entries"]
+    ):
+        assert time.monotonic() < deadline, f"the recorder never noted a stream that ended {end}"
+        time.sleep(0.02)
 
 
 @pytest.mark.parametrize(
@@ -881,11 +985,93 @@ def test_the_next_session_fetches_a_stream_cut_short_again_and_the_whole_one_tak
     assert after[0] == before[0]
     assert [(i.response.end, i.response.body) for i in after[1:]] == [(End.COMPLETE, retried.content)]
     assert not list(tmp_path.glob("*.spool"))  # a killed session's spool is taken in
-    line = f"sse-tape: POST /v1/chat/completions recorded into {cassette} as #2 (complete, in place of one that ended {end})"
+    line = (
+        f"sse-tape: POST /v1/chat/completions recorded in the spool of {cassette} as #2 "
+        f"(complete, in place of one that ended {end})"
+    )
     assert line in lines
     assert lines[-1] == f"sse-tape: recorded 1 interaction to {cassette} (1 in place of one cut short before)"
     with serve(cassette, pace="instant") as server:
         assert httpx.post(server.url + _RETRIED, content=b"{}").content == retried.content
+
+
+def _whole_answer_then_killed(recorder: Recorder) -> bytes:
+    """Retry `_RETRIED` through `recorder`, which fetches it whole, and kill the recorder the moment the client
+    has it: returns the answer."""
+    retried = httpx.post(recorder.url + _RETRIED, content=b"{}", timeout=30)
+    assert retried.content.endswith(b"data: [DONE]\n\n")
+    recorder.stop(signal.SIGKILL)
+    return retried.content
+
+
+@pytest.mark.parametrize("cut", ["sigint", "sigkill", "client-gone"], ids=["stopped", "killed", "client-gone"])
+def test_a_whole_answer_takes_the_cut_ones_place_though_its_session_is_killed(
+    threaded_upstream: Upstream, tmp_path: Path, cut: str
+) -> None:
+    # The replacement was made only when the session stopped: a killed session's spool was read as new
+    # recordings, and the cassette held the cut answer and the whole one, the cut one played first.
+    cassette = tmp_path / "c.toml"
+    first = Recorder(threaded_upstream, cassette)
+    first.complete(1)
+    _cut_short(first, cut)
+    [complete, _] = Cassette.load(cassette).interactions
+    whole = _whole_answer_then_killed(Recorder(threaded_upstream, cassette))
+    assert list(tmp_path.glob("*.spool"))  # what the killed session recorded is in its spool alone
+    assert [(i.response.end, i.response.body) for i in Cassette.load(cassette)] == [
+        (End.COMPLETE, complete.response.body),
+        (End.COMPLETE, whole),
+    ]
+    with serve(cassette, pace="instant") as server:
+        assert httpx.post(server.url + _RETRIED, content=b"{}").content == whole
+    # The next session's write takes the spools in: the file itself holds one copy, the whole one, in place.
+    third = Recorder(threaded_upstream, cassette)
+    new = httpx.post(third.url + "/v1/chat/completions?events=1", content=b'{"n": 9}').content
+    third.stop(signal.SIGINT)
+    assert not list(tmp_path.glob("*.spool"))
+    after = Cassette.load(cassette).interactions
+    assert [i.response.body for i in after] == [complete.response.body, whole, new]
+    assert {i.response.end for i in after} == {End.COMPLETE}
+
+
+def test_a_whole_answer_takes_the_place_of_one_its_own_killed_session_cut_short(
+    threaded_upstream: Upstream, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "c.toml"
+    recorder = Recorder(threaded_upstream, cassette)
+    with httpx.Client(timeout=30) as client, client.stream("POST", recorder.url + _RETRIED, content=b"{}") as cut:
+        next(cut.iter_raw())  # and the client goes
+    _until_journal_says(recorder, "client-gone")
+    whole = _whole_answer_then_killed(recorder)
+    # Its spool holds both streams, the second noted as taking the first's place.
+    assert [(i.response.end, i.response.body) for i in Cassette.load(cassette)] == [(End.COMPLETE, whole)]
+
+
+@pytest.mark.parametrize("edit", ["moved", "changed"])
+def test_a_killed_sessions_whole_answer_finds_the_cut_one_where_an_edit_put_it_and_loses_nothing(
+    threaded_upstream: Upstream, tmp_path: Path, edit: str
+) -> None:
+    # The spool names the recording it replaces by its fingerprint, not its number: moved, it is found where
+    # it is; changed (trimmed by hand, say), it is no longer the one that was cut, and both are kept.
+    cassette = tmp_path / "c.toml"
+    first = Recorder(threaded_upstream, cassette)
+    first.complete(1)
+    _cut_short(first, "client-gone")
+    whole = _whole_answer_then_killed(Recorder(threaded_upstream, cassette))
+    [spool] = tmp_path.glob("*.spool")
+    spool.rename(tmp_path / "aside")  # to edit the file alone
+    edited = Cassette.load(cassette)
+    [complete, cut] = edited.interactions
+    if edit == "moved":
+        extra = Interaction(Request("GET", "/v1/models"), Response(chunks=(Chunk(0.0, b"{}"),)))
+        edited.interactions.insert(0, extra)
+        expected = [extra.response.body, complete.response.body, whole]
+    else:
+        trimmed = replace(cut.response, chunks=cut.response.chunks[:1])
+        edited.interactions[1] = replace(cut, response=trimmed)
+        expected = [complete.response.body, trimmed.body, whole]
+    edited.save()
+    (tmp_path / "aside").rename(spool)
+    assert [i.response.body for i in Cassette.load(cassette)] == expected
 
 
 @pytest.mark.parametrize("mode", [RecordMode.NONE, RecordMode.ONCE])
@@ -1248,7 +1434,7 @@ def test_record_with_faults_from_the_command_line_keeps_the_notes_of_a_killed_se
     )
     body = httpx.post(recorder.url + "/v1/chat/completions?events=3&gap=0.01", content=b"{}").content
     assert body == chat_chunk(0) + chat_chunk(2) + b"data: [DONE]\n\n"
-    while " recorded into " not in (line := recorder.proc.stderr.readline()):
+    while " recorded in the spool of " not in (line := recorder.proc.stderr.readline()):
         assert line, "the recorder ended before it recorded"
     recorder.stop(signal.SIGKILL)
     [interaction] = Cassette.load(cassette).interactions  # from the spool the killed session left
