@@ -795,7 +795,8 @@ async def record_once(
         check_cassette_path(cassette)
     parse_upstream(url.split("?", 1)[0])  # the same checks, and messages, as for a proxy's upstream
     target = URL(url, encoded=True)
-    upstream = AiohttpUpstream(str(target.origin()), idle_timeout=idle_timeout, redaction=redaction)
+    base = target.with_path("/").with_query(None).with_fragment(None)  # the origin, and any user info kept
+    upstream = AiohttpUpstream(str(base), idle_timeout=idle_timeout, redaction=redaction)
     request = Request(method.upper(), target.raw_path, target.raw_query_string, tuple(headers), body)
     capture = Capture(request)
 

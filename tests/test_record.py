@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import shutil
 import signal
@@ -531,6 +532,24 @@ def test_one_shot_prints_the_stream_and_appends_it(threaded_upstream: Upstream, 
     assert dict(interactions[0].request.headers)["content-type"] == "application/json"
     assert "ONE-SHOT-SECRET" not in cassette.read_text()
     assert threaded_upstream.seen_headers[0]["Authorization"] == "Bearer ONE-SHOT-SECRET"
+
+
+def test_one_shot_sends_the_urls_user_and_password_and_keeps_them_out_of_the_cassette(
+    threaded_upstream: Upstream, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "c.toml"
+    url = threaded_upstream.url.replace("://", "://alice:PASSWORD-8@") + "/v1/chat/completions?events=1"
+    result = subprocess.run(
+        [sys.executable, "-m", "sse_tape", "record", url, "-d", "{}", "-c", str(cassette)], capture_output=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert (
+        threaded_upstream.seen_headers[0]["Authorization"] == "Basic " + base64.b64encode(b"alice:PASSWORD-8").decode()
+    )
+    [interaction] = Cassette.load(cassette).interactions
+    assert interaction.request.path == "/v1/chat/completions"
+    assert "PASSWORD-8" not in cassette.read_text() + result.stderr.decode()
+    assert base64.b64encode(b"alice:PASSWORD-8").decode() not in cassette.read_text()
 
 
 @pytest.mark.parametrize(
