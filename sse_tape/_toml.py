@@ -255,9 +255,9 @@ class _Run:
 
 def loads(raw: bytes, parse: Callable[[str], Any]) -> Any | None:
     """The TOML document in `raw` (valid UTF-8), as `parse` (`tomllib`'s, with whatever checks the caller
-    adds) gives it for the whole text, but for the form of a stream's chunks: each interaction's chunks are `TextTables`
-    where they are all tables as `_text_rows` writes them. None when the file holds none of those, or
-    anything that might make the two differ: then `parse` should read the whole file.
+    adds) gives it for the whole text, but for the form of a stream's chunks: an interaction's chunks are
+    `TextTables` where all of them are tables as `_text_rows` writes them. None when the file holds none of
+    those, or anything that might make the two differ: then `parse` should read the whole file.
 
     The chunks' tables are found by a regular expression in the file's bytes, and `parse` reads the rest,
     where each run of them stands as one table holding a key no file holds (a random one). The text before
@@ -291,7 +291,7 @@ def loads(raw: bytes, parse: Callable[[str], Any]) -> Any | None:
     pieces.append(raw[done:])
     try:
         doc = parse(b"".join(pieces).decode())
-    except Exception:  # whatever `parse` refuses: it says so itself, naming the file's own lines, parsing it whole
+    except Exception:  # whatever `parse` refuses, it says so itself when it reads the whole file (its lines)
         return None
     found = 0
     for response, chunks in interaction_chunks(doc):

@@ -45,8 +45,8 @@ _STALE_SECONDS = 3600.0
 
 
 def expand(doc: Any) -> Any:
-    """The document `get` gave, as `tomllib` gave it: each `TextTables` turned back into its tables (in
-    place)."""
+    """A document `get` (or a parse: see `_toml.loads`) gave, as `tomllib` gives it: each `TextTables`
+    turned back into its tables (in place)."""
     for response, chunks in interaction_chunks(doc):
         if type(chunks) is TextTables:
             response["chunks"] = chunks.tables()
