@@ -34,27 +34,30 @@ __all__ = ["AiohttpUpstream", "Reply", "Upstream", "leaves_base", "parse_upstrea
 def parse_upstream(url: str) -> str:
     """An upstream base URL, checked: http or https, a host, a valid port, no query; raises `ConfigError`,
     which shows the URL with its secrets redacted (see `Redaction.url`)."""
-    shown = repr(_redaction().url(url))
+
+    def refused(why: str) -> ConfigError:
+        return ConfigError(f"{_redaction().url(url)!r}{why}")  # the URL as shown: no user info, no query secret
+
     try:
         parsed = urlsplit(url)
         hostname = parsed.hostname
     except ValueError as exc:  # an IPv6 address with a bracket missing
-        raise ConfigError(f"{shown} is not a URL: {exc}") from None
+        raise refused(f" is not a URL: {exc}") from None
     if parsed.scheme not in ("http", "https") or not hostname:
-        raise ConfigError(f"{shown}: give an http:// or https:// URL with a host")
+        raise refused(": give an http:// or https:// URL with a host")
     # After the user info, which may hold a colon (`user:password@`), and an IPv6 address, which holds its own.
     after_host = parsed.netloc.rpartition("@")[2].rpartition("]")[2]
     port = after_host.rpartition(":")[2] if ":" in after_host else ""
     if port and not port.isdigit():
-        raise ConfigError(f"{shown}: the port is not a number")  # not shown: it may be a password's end
+        raise refused(": the port is not a number")  # not shown: it may be a password's end
     if port and not 0 < int(port) < 65536:
-        raise ConfigError(f"{shown}: port {port} is out of range")
+        raise refused(f": port {port} is out of range")
     if parsed.query or parsed.fragment:
-        raise ConfigError(f"{shown}: an upstream base URL takes no query or fragment")
+        raise refused(": an upstream base URL takes no query or fragment")
     try:
         URL(url)
     except ValueError:
-        raise ConfigError(f"{shown} is not a URL") from None  # yarl's reason may quote the URL
+        raise refused(" is not a URL") from None  # yarl's reason may quote the URL
     return url.rstrip("/")
 
 
