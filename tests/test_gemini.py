@@ -4,6 +4,8 @@ official google-genai SDK reading what sse-tape serves in it (bundled, translate
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,7 +13,17 @@ import pytest
 from clients import gemini_client
 from google.genai import errors, types
 
-from sse_tape import Cassette, Chunk, Interaction, Request, Response, ServerSentEvent, SSEDecoder, serve
+from sse_tape import (
+    Cassette,
+    Chunk,
+    Interaction,
+    Request,
+    Response,
+    ServerSentEvent,
+    SSEDecoder,
+    bundled_cassettes,
+    serve,
+)
 from sse_tape.dialects import DIALECTS, Answer, detect, for_path, translate
 from sse_tape.dialects.events import (
     Error,
@@ -588,3 +600,18 @@ def test_a_recorded_json_answer_streams_to_the_sdk() -> None:
         got = read(client.models.generate_content_stream(model=MODEL, contents="?"))
     assert got.text == "One whole answer, cut into pieces."
     assert len(got.chunks) > 3
+
+
+def test_show_says_what_each_gemini_request_asked() -> None:
+    cassette = next(p for p in bundled_cassettes() if p.name == "gemini.toml")
+    result = subprocess.run(
+        [sys.executable, "-m", "sse_tape", "show", str(cassette)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert [line for line in result.stdout.splitlines() if line.startswith("   asked ")] == [
+        "   asked (user): Hello!",
+        "   asked (user): Weather in Tokyo?",
+        '   asked (user): {"temperature_c": 18, "conditions": "sunny"}',  # the function's response the turn answers
+        "   asked (user): Is there an even prime greater than 2? Think carefully.",
+        "   asked (user): Write a haiku about the sea.",
+    ]
