@@ -1043,7 +1043,10 @@ def convert(source: Path, target: Path, to_dialect: str | None, from_dialect: st
         origin = get_dialect(from_dialect) if from_dialect else None
         translated = []
         for n, interaction in enumerate(loaded.interactions, 1):
-            there = translate(interaction, into, origin)
+            try:
+                there = translate(interaction, into, origin)
+            except ConfigError as exc:  # say which interaction of which file, as the other refusals do
+                raise ConfigError(f"{source} #{n} {exc}") from None
             lost = [] if lossy else lost_in_translation(interaction, there, into, origin)
             if lost:
                 request = interaction.request
