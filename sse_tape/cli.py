@@ -289,6 +289,13 @@ def _open_model(spec: str, words: dict[str, Any], seed: int | None) -> tuple[Any
             template = Path(template).read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"--chat-template {template}: cannot read it: {exc.strerror or exc}") from None
+    elif template is not None:  # a name: refused now, not at the first request after a load
+        from .synth.engine import builtin_templates
+
+        if template not in (names := builtin_templates()):
+            raise ConfigError(
+                f"--chat-template {template}: no such file, and not one of llama.cpp's templates: {', '.join(names)}"
+            )
     settings = Settings(
         temperature=words["temperature"],
         top_p=words["top_p"],
