@@ -769,8 +769,9 @@ def test_a_plain_call_answered_by_a_stream_that_failed_overloaded_is_the_sdks_ov
     client: anthropic.Anthropic,
 ) -> None:
     # The bundled claude-opus-4-7 stream fails with overloaded_error; asked for no stream, the API answers 529.
+    # Any request for that model gets it, even one whose max_tokens is the greeting's (1024), not its own.
     with pytest.raises(anthropic.OverloadedError) as raised:
-        client.messages.create(model="claude-opus-4-7", max_tokens=2048, messages=[{"role": "user", "content": "Hi"}])
+        client.messages.create(model="claude-opus-4-7", max_tokens=1024, messages=[{"role": "user", "content": "Hi"}])
     assert raised.value.status_code == 529
     assert raised.value.body == {
         "type": "error",
