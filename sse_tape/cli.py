@@ -289,6 +289,13 @@ def _open_model(spec: str, words: dict[str, Any], seed: int | None) -> tuple[Any
             template = Path(template).read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"--chat-template {template}: cannot read it: {exc.strerror or exc}") from None
+    elif template is not None:  # a name: refused now, not at the first request after a load
+        from .synth.engine import builtin_templates
+
+        if template not in (names := builtin_templates()):
+            raise ConfigError(
+                f"--chat-template {template}: no such file, and not one of llama.cpp's templates: {', '.join(names)}"
+            )
     settings = Settings(
         temperature=words["temperature"],
         top_p=words["top_p"],
@@ -1043,7 +1050,10 @@ def convert(source: Path, target: Path, to_dialect: str | None, from_dialect: st
         origin = get_dialect(from_dialect) if from_dialect else None
         translated = []
         for n, interaction in enumerate(loaded.interactions, 1):
-            there = translate(interaction, into, origin)
+            try:
+                there = translate(interaction, into, origin)
+            except ConfigError as exc:  # say which interaction of which file, as the other refusals do
+                raise ConfigError(f"{source} #{n} {exc}") from None
             lost = [] if lossy else lost_in_translation(interaction, there, into, origin)
             if lost:
                 request = interaction.request

@@ -373,9 +373,12 @@ def _likeness(a: Any, b: Any) -> int:
     Per top-level key: +8 equal on both sides, +1 present on both, -1 present
     on one. A list on both sides (the conversation so far) scores up to +4
     more: +1 for the same length, +2 when its last items have the same
-    `role` and `type`, and +1 when they have the same keys. A conversation
-    that ends with a tool's result is most like a recording of one, and an
-    equal value always beats a like one.
+    `role` and `type`, and +1 when they have the same keys; the same list
+    and the same `model` score +16, so that what is asked, and of which
+    model, outweighs a setting such as `max_tokens` (Anthropic's SDK always
+    sends one, a translation says 4096).
+    A conversation that ends with a tool's result is most like a recording of
+    one, and an equal value always beats a like one.
     """
     if not isinstance(a, dict) or not isinstance(b, dict):
         return 0
@@ -384,7 +387,7 @@ def _likeness(a: Any, b: Any) -> int:
         if key not in a or key not in b:
             score -= 1
         elif a[key] == b[key]:
-            score += 8
+            score += 16 if key == "model" or isinstance(a[key], list) else 8
         else:
             score += 1 + _list_likeness(a[key], b[key])
     return score

@@ -163,7 +163,8 @@ def as_json(interaction: Interaction, dialect: Dialect) -> Response:
 
     The body is the dialect's non-streaming answer (`Dialect.stream_json`),
     sent at the time the stream ended; a stream that ended in an error becomes the dialect's error
-    response (status 500). A stream that did not end whole (the upstream
+    response, with the status that API sends that error with (`Dialect.error_status`: 500 for a server
+    error, 503 or Anthropic's 529 for an overloaded model). A stream that did not end whole (the upstream
     reset, the client left) gives no body and ends as it did. Raises
     ValueError for a stream that holds no answer the dialect reads.
     """
@@ -179,7 +180,8 @@ def as_json(interaction: Interaction, dialect: Dialect) -> Response:
         raise ValueError("the stream holds no answer this dialect reads")
     error = next((e for e in events if isinstance(e, Error)), None)
     if error is not None:
-        status, headers, body = dialect.http_error(500, error.message, type=error.type, code=error.code)
+        status = dialect.error_status(error.type, error.code)
+        status, headers, body = dialect.http_error(status, error.message, type=error.type, code=error.code)
     else:
         status, headers = 200, (("content-type", "application/json"),)
         body = _json.dumps(dialect.stream_json(sent)).encode()
@@ -189,9 +191,9 @@ def as_json(interaction: Interaction, dialect: Dialect) -> Response:
 def collapse(plan: Plan, interaction: Interaction, dialect: Dialect) -> Plan:
     """A stream's plan, paced and faulted, as the one JSON answer it adds up to, due when the stream would end.
 
-    An error injected into the stream makes the answer the API's 500, a
-    disconnect makes it no answer; a plan something else replaced (a status,
-    no body, no answer at all) stays as it is.
+    An error injected into the stream makes the answer the API's error response (500 for the default
+    server error), a disconnect makes it no answer; a plan something else replaced (a status, no body,
+    no answer at all) stays as it is.
     """
     if plan.replaced or plan.hang:
         return plan

@@ -318,7 +318,23 @@ def _asked(body: Any) -> str | None:
                 return f"(user): {_clip(last, 200)}"
             if isinstance(last, dict):
                 return _message(last)
+    contents = body.get("contents")  # Gemini's: the turns, each a role and its parts
+    if isinstance(contents, list) and contents and isinstance(contents[-1], dict):
+        return _gemini_turn(contents[-1])
     return None
+
+
+def _gemini_turn(content: dict[str, Any]) -> str:
+    """A Gemini turn as `role: text`: its text parts, else a function's response, else the calls it made."""
+    parts = [p for p in content.get("parts") or [] if isinstance(p, dict)]
+    text = "".join(str(p["text"]) for p in parts if isinstance(p.get("text"), str) and not p.get("thought"))
+    if not text:
+        answers = [p["functionResponse"] for p in parts if isinstance(p.get("functionResponse"), dict)]
+        text = " ".join(_json.dumps(a.get("response"), compact=False) for a in answers)
+    if not text:
+        calls = [p["functionCall"] for p in parts if isinstance(p.get("functionCall"), dict)]
+        text = f"calls {', '.join(str(c.get('name')) for c in calls)}" if calls else ""
+    return f"({content.get('role') or 'user'}): {_clip(text, 200)}"
 
 
 def _message(message: dict[str, Any]) -> str:

@@ -25,6 +25,7 @@ from sse_tape import (
     Cassette,
     Chunk,
     Interaction,
+    MatchOn,
     MockServer,
     Request,
     Response,
@@ -749,3 +750,30 @@ def test_convert_makes_the_bundled_cassette_a_clean_one_of_each_other_api(tmp_pa
     assert converted.exit_code == 0, converted.output
     checked = CliRunner().invoke(cli, ["check", str(out)])
     assert (checked.exit_code, checked.output.splitlines()[-1]) == (0, "checked 4 interactions: 0 violations")
+
+
+def test_the_sdk_asking_for_a_translated_greeting_gets_it_whatever_its_max_tokens(bundled: dict[str, Cassette]) -> None:
+    # Translated from chat, the greeting says max_tokens 16 (its source did) and the tool call and the turn
+    # after it 4096 (theirs said none). The same conversation must outweigh the same max_tokens.
+    translated = Cassette([translate(i, MESSAGES) for i in bundled["openai-chat"].interactions])
+    translated.match_on = (MatchOn.METHOD, MatchOn.PATH)
+    with serve(translated, pace="instant") as server:
+        message = anthropic_client(server.url).messages.create(
+            model="local-model", max_tokens=4096, messages=[{"role": "user", "content": "Hello!"}]
+        )
+    assert [block.type for block in message.content] == ["text"]
+    assert message.content[0].text == "Hi there! How can I help you today?"
+
+
+def test_a_plain_call_answered_by_a_stream_that_failed_overloaded_is_the_sdks_overloaded_error(
+    client: anthropic.Anthropic,
+) -> None:
+    # The bundled claude-opus-4-7 stream fails with overloaded_error; asked for no stream, the API answers 529.
+    # Any request for that model gets it, even one whose max_tokens is the greeting's (1024), not its own.
+    with pytest.raises(anthropic.OverloadedError) as raised:
+        client.messages.create(model="claude-opus-4-7", max_tokens=1024, messages=[{"role": "user", "content": "Hi"}])
+    assert raised.value.status_code == 529
+    assert raised.value.body == {
+        "type": "error",
+        "error": {"details": None, "type": "overloaded_error", "message": "Overloaded"},
+    }

@@ -468,6 +468,15 @@ def test_check_with_a_named_dialect(tmp_path: Path) -> None:
     assert "event 1: object is 'chat.completion.chunk', not 'text_completion'" in result.stdout
 
 
+def test_convert_names_the_file_and_interaction_whose_dialect_it_cannot_tell(tmp_path: Path) -> None:
+    result = run_cli("convert", str(BUNDLED["events"]), str(tmp_path / "out.toml"), "--to-dialect", "openai-chat")
+    assert (result.returncode, result.stderr) == (
+        2,
+        f"Error: {BUNDLED['events']} #1 GET /events: cannot tell its dialect: name it with --dialect\n",
+    )
+    assert not (tmp_path / "out.toml").exists()
+
+
 def test_check_unknown_dialect_is_exit_2(tmp_path: Path) -> None:
     interaction = Cassette.load(BUNDLED["openai-chat"]).interactions[0]
     path = Cassette(

@@ -4,6 +4,8 @@ official google-genai SDK reading what sse-tape serves in it (bundled, translate
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,7 +13,17 @@ import pytest
 from clients import gemini_client
 from google.genai import errors, types
 
-from sse_tape import Cassette, Chunk, Interaction, Request, Response, ServerSentEvent, SSEDecoder, serve
+from sse_tape import (
+    Cassette,
+    Chunk,
+    Interaction,
+    Request,
+    Response,
+    ServerSentEvent,
+    SSEDecoder,
+    bundled_cassettes,
+    serve,
+)
 from sse_tape.dialects import DIALECTS, Answer, detect, for_path, translate
 from sse_tape.dialects.events import (
     Error,
@@ -588,3 +600,41 @@ def test_a_recorded_json_answer_streams_to_the_sdk() -> None:
         got = read(client.models.generate_content_stream(model=MODEL, contents="?"))
     assert got.text == "One whole answer, cut into pieces."
     assert len(got.chunks) > 3
+
+
+def test_show_says_what_each_gemini_request_asked() -> None:
+    cassette = next(p for p in bundled_cassettes() if p.name == "gemini.toml")
+    result = subprocess.run(
+        [sys.executable, "-m", "sse_tape", "show", str(cassette)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert [line for line in result.stdout.splitlines() if line.startswith("   asked ")] == [
+        "   asked (user): Hello!",
+        "   asked (user): Weather in Tokyo?",
+        '   asked (user): {"temperature_c": 18, "conditions": "sunny"}',  # the function's response the turn answers
+        "   asked (user): Is there an even prime greater than 2? Think carefully.",
+        "   asked (user): Write a haiku about the sea.",
+    ]
+
+
+def test_a_plain_call_answered_by_a_stream_that_failed_gets_the_status_the_stream_failed_with(
+    bundled: dict[str, Cassette],
+) -> None:
+    # The bundled haiku fails mid-stream with 503 UNAVAILABLE; asked for no stream, the API answers 503 too.
+    failing = types.GenerateContentConfig(
+        temperature=1.2,
+        safety_settings=[
+            types.SafetySetting(
+                category=types.HarmCategory.HARM_CATEGORY_DANGEROUS_CONTENT,
+                threshold=types.HarmBlockThreshold.BLOCK_ONLY_HIGH,
+            )
+        ],
+    )
+    with (
+        serve(bundled["gemini"], pace="instant") as server,
+        gemini_client(server.url) as client,
+        pytest.raises(errors.ServerError) as raised,
+    ):
+        client.models.generate_content(model=MODEL, contents="A haiku", config=failing)
+    assert (raised.value.code, raised.value.status) == (503, "UNAVAILABLE")
+    assert raised.value.message == "The model is overloaded. Please try again later."

@@ -627,6 +627,15 @@ def test_bad_models_and_requests_are_one_line_and_exit_2(tiny_model_path: Path, 
         ("--model", "no-such-model-package"): "no such package: pip install no-such-model-package",
         ("--model", str(tiny_model_path), "--ctx", "16", "--prompt", "the " * 50): "context holds 16",
         ("--model", str(tiny_model_path), "--request", '{"messages": 3}'): "request 1: the request has no messages",
+        # A template name llama.cpp does not know (or a file that is not there) is refused before the load,
+        # not at the first request.
+        ("--model", str(tiny_model_path), "--chat-template", "chatmlx"): (
+            "--chat-template chatmlx: no such file, and not one of llama.cpp's templates: "
+        ),
+        # Each API's own word for where its turns go: an OpenAI body sent to Gemini has no contents.
+        ("--model", str(tiny_model_path), "--dialect", "gemini", "--request", '{"messages": [{"role": "user"}]}'): (
+            "request 1: the request has no contents"
+        ),
     }
     for args, message in cases.items():
         prompt = [] if "--prompt" in args or "--request" in args else ["--prompt", "x"]

@@ -166,7 +166,7 @@ def translate(interaction: Interaction, target: Dialect, source: Dialect | None 
     source = source or detect(interaction)
     request, response = interaction.request, interaction.response
     if source is None:
-        raise ConfigError(f"{request.method} {request.path}: cannot tell its dialect; name it with --dialect")
+        raise ConfigError(f"{request.method} {request.path}: cannot tell its dialect: name it with --dialect")
     prompt = source.request_prompt(request.json(), request.path)
     prefix = request.path[: -len(source.path)] if request.path.endswith(source.path) else ""
     path = prefix + target.request_path(prompt)  # a router's /proj/x/v1/chat/completions keeps its /proj/x

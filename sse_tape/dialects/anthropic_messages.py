@@ -139,6 +139,10 @@ class AnthropicMessages(Dialect):
 
         return decode_json(body)
 
+    def error_status(self, type: str, code: str | None = None) -> int:
+        """The status the API sends an error of this type with (`overloaded_error`: 529)."""
+        return next((status for status, kind in _STATUS_TYPES.items() if kind == type), 500)
+
     def http_error(
         self, status: int, message: str, *, type: str | None = None, code: str | None = None
     ) -> tuple[int, Headers, bytes]:

@@ -96,6 +96,18 @@ class Prompt:
     """`auto`, `none`, `required`, or the name of the function that must be called; None: the API's default."""
 
 
+# The neutral error types, as the OpenAI-style APIs' statuses.
+_ERROR_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "rate_limit_error": 429,
+    "overloaded_error": 503,
+    "timeout_error": 504,
+}
+
+
 class Dialect(ABC):
     """One API's streaming contract: how it frames generation, errors, and what it promises."""
 
@@ -162,6 +174,11 @@ class Dialect(ABC):
             for event in before:
                 encoder.feed(event)
         return encoder.feed(error)
+
+    def error_status(self, type: str, code: str | None = None) -> int:
+        """The HTTP status this API answers a request for no stream with, when generation fails with an error
+        of this neutral `type` (an overloaded model is a 503 here, not a 500)."""
+        return _ERROR_STATUS.get(type, 500)
 
     def http_error(
         self, status: int, message: str, *, type: str | None = None, code: str | None = None

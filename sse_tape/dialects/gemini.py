@@ -141,6 +141,12 @@ class Gemini(Dialect):
     def shapeless_path(self, path: str) -> str:
         return path.removesuffix(_STREAM) + ":generateContent" if path.endswith(_STREAM) else path
 
+    def error_status(self, type: str, code: str | None = None) -> int:
+        """The status of the google.rpc.Code `code` names, else of the type's (`overloaded_error`: 503)."""
+        from .gemini_codec import _TYPE_STATUS  # the codec imports this module: here, not above
+
+        return _STATUS_HTTP.get(code or "") or _STATUS_HTTP.get(_TYPE_STATUS.get(type, ""), 500)
+
     def http_error(
         self, status: int, message: str, *, type: str | None = None, code: str | None = None
     ) -> tuple[int, Headers, bytes]:

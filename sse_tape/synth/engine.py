@@ -37,7 +37,7 @@ from llama_cpp.llama_grammar import json_schema_to_gbnf
 from .._exceptions import ModelError
 from .generation import Token
 
-__all__ = ["Engine", "Info", "Job", "Sampling", "backend", "build", "supports_gpu_offload"]
+__all__ = ["Engine", "Info", "Job", "Sampling", "backend", "build", "builtin_templates", "supports_gpu_offload"]
 
 LoadProgress = Callable[[float], None]
 
@@ -49,6 +49,14 @@ _FALLBACK_TEMPLATE = "chatml"  # what llama.cpp's server uses for a model withou
 def supports_gpu_offload() -> bool:
     """Whether this llama-cpp-python build can put layers on a GPU (CUDA, Metal, Vulkan...)."""
     return bool(L.llama_supports_gpu_offload())
+
+
+def builtin_templates() -> list[str]:
+    """The names of llama.cpp's own chat templates (`chatml`, `gemma`, `llama3`...), as this build knows them."""
+    count = L.llama_chat_builtin_templates(None, 0)
+    names = (ctypes.c_char_p * count)()
+    L.llama_chat_builtin_templates(names, count)
+    return [name.decode() for name in names if name]
 
 
 def build() -> Info:

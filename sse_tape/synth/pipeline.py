@@ -52,6 +52,8 @@ _ID_PREFIX = {
     "openai-responses": "resp_",
     "anthropic-messages": "msg_",
 }
+# Where each dialect's request carries its turns, for the error a request without any gets.
+_TURNS = {"openai-responses": "input", "lmstudio-chat": "input", "gemini": "contents"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +189,7 @@ class Synthesis:
         if prompt.text is not None:
             return self.engine.tokenize(prompt.text, special=True), []
         if not prompt.messages:
-            raise ModelError("the request has no messages", status=400)
+            raise ModelError(f"the request has no {_TURNS.get(self.dialect.name, 'messages')}", status=400)
         tools = prompt.tools if prompt.tool_choice != "none" else []
         return self.engine.chat_prompt(prompt.messages, tools)
 
