@@ -61,6 +61,18 @@ _HTTP_STATUS = {
     429: "RESOURCE_EXHAUSTED", 499: "CANCELLED", 500: "INTERNAL", 501: "UNIMPLEMENTED", 503: "UNAVAILABLE",
     504: "DEADLINE_EXCEEDED",
 }  # fmt: skip
+# The other APIs' error types, as Google's status.
+_TYPE_STATUS = {
+    "invalid_request_error": "INVALID_ARGUMENT",
+    "authentication_error": "UNAUTHENTICATED",
+    "permission_error": "PERMISSION_DENIED",
+    "not_found_error": "NOT_FOUND",
+    "rate_limit_error": "RESOURCE_EXHAUSTED",
+    "server_error": "INTERNAL",
+    "api_error": "INTERNAL",
+    "overloaded_error": "UNAVAILABLE",
+    "timeout_error": "DEADLINE_EXCEEDED",
+}
 _ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 # What a part carries; a part with none of these carries nothing.
 _PART_DATA = (
@@ -143,8 +155,6 @@ class Gemini(Dialect):
 
     def error_status(self, type: str, code: str | None = None) -> int:
         """The status of the google.rpc.Code `code` names, else of the type's (`overloaded_error`: 503)."""
-        from .gemini_codec import _TYPE_STATUS  # the codec imports this module: here, not above
-
         return _STATUS_HTTP.get(code or "") or _STATUS_HTTP.get(_TYPE_STATUS.get(type, ""), 500)
 
     def http_error(

@@ -30,7 +30,7 @@ from .events import (
     ToolCallStart,
     Usage,
 )
-from .gemini import _ERROR_INFO, _STATUS_HTTP, _blocked, _candidate, _object
+from .gemini import _ERROR_INFO, _STATUS_HTTP, _TYPE_STATUS, _blocked, _candidate, _object
 
 __all__ = ["GeminiEncoder", "decode_indexed", "decode_json", "response_json"]
 
@@ -40,18 +40,7 @@ _FINISH = {"stop": "STOP", "tool_calls": "STOP", "length": "MAX_TOKENS", "conten
 _FILTERED = frozenset(
     {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY", "IMAGE_PROHIBITED_CONTENT"}
 )
-# The other APIs' error types, as Google's status; a status reads back as the first type that has it.
-_TYPE_STATUS = {
-    "invalid_request_error": "INVALID_ARGUMENT",
-    "authentication_error": "UNAUTHENTICATED",
-    "permission_error": "PERMISSION_DENIED",
-    "not_found_error": "NOT_FOUND",
-    "rate_limit_error": "RESOURCE_EXHAUSTED",
-    "server_error": "INTERNAL",
-    "api_error": "INTERNAL",
-    "overloaded_error": "UNAVAILABLE",
-    "timeout_error": "DEADLINE_EXCEEDED",
-}
+# A status reads back as the first of the other APIs' error types that has it.
 _STATUS_TYPE = {status: kind for kind, status in reversed(_TYPE_STATUS.items())}
 
 
