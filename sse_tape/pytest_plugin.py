@@ -693,6 +693,11 @@ def _server(config: pytest.Config, settings: _Settings, marked: Marked, node: An
         return load_cassettes(there) if there else []
 
     paths = _scope_cassettes(config, node, scope, marked)
+    # What is recorded goes into the first cassette file named (a folder cannot be recorded into), else into the
+    # scope's own; the other files and folders are replayed as they are. A file name has its suffix (`_named`
+    # gives it one); a folder named with a trailing `/` has none, whether or not it is there yet.
+    own = _scope_cassettes(config, node, scope, Marked())[0]
+    target = next((p for p in paths if p.suffix in (".toml", ".msgpack") and not p.is_dir()), own)
     model = marked.model or settings.model
     synthesizer = _synthesizer(config, model, settings.seed) if model else None
     options = ServeOptions.build(
@@ -711,10 +716,6 @@ def _server(config: pytest.Config, settings: _Settings, marked: Marked, node: An
     if settings.record != "none":
         if settings.upstream is None and synthesizer is None:
             raise pytest.UsageError(f"--sse-tape-record={settings.record}: give --sse-tape-upstream URL (or a model)")
-        # Into the first cassette file named (a folder cannot be recorded into), else the scope's own; the others
-        # are replayed as they are.
-        own = _scope_cassettes(config, node, scope, Marked())[0]
-        target = next((p for p in paths if not p.is_dir() and not str(p).endswith("/")), own)
         also = load([p for p in paths if p != target])
         mode = settings.record
         if mode == "rewrite":
@@ -732,6 +733,8 @@ def _server(config: pytest.Config, settings: _Settings, marked: Marked, node: An
         raise pytest.UsageError(
             f"no cassette {missing[0]}: record it with --sse-tape-record=once --sse-tape-upstream URL"
         )
+    if target not in paths and target.exists() and not any(target.is_relative_to(p) for p in paths):
+        paths.append(target)  # what a test that names only folders recorded into its own cassette replays too
     cassettes = load(paths)
     models = [synthesizer.engine.id] if synthesizer is not None else []
     return MockServer(cassettes, options=options, model=synthesizer, models=models)

@@ -730,3 +730,28 @@ def test_what_the_upstream_sent(sse_tape):
 """
     )
     tester.runpytest_subprocess("test_again.py").assert_outcomes(passed=2)
+
+
+def test_a_test_that_names_only_folders_records_into_its_own_cassette_and_replays_it(tester: pytest.Pytester) -> None:
+    # The folder is not there yet when the test first records: its name, `library/`, is still a folder's.
+    tester.makepyfile(
+        test_library=CHAOS
+        + """
+
+@pytest.mark.sse_tape("library/", allow_unused=True)
+def test_asks(sse_tape):
+    with openai.OpenAI(base_url=sse_tape.openai_url, api_key="test", max_retries=0) as client:
+        assert words(client) == [" w0", " w1", " w2", " w3", " w4"]
+"""
+    )
+    with run_in_thread(Upstream()) as upstream:
+        record = ("--sse-tape-record=once", "--sse-tape-upstream", upstream.url)
+        tester.runpytest_subprocess(*record).assert_outcomes(passed=1)
+    own = tester.path / "cassettes" / "test_library" / "test_asks.toml"
+    assert [i.request.path for i in Cassette.load(own).interactions] == ["/v1/chat/completions"]
+    assert not (tester.path / "cassettes" / "library").exists()
+    # Offline, with the folder there and holding a cassette for another path: the test's own cassette answers.
+    library = tester.path / "cassettes" / "library" / "completions.toml"
+    library.parent.mkdir()
+    library.write_text(TINY.replace("/v1/chat/completions", "/v1/completions"), encoding="utf-8")
+    tester.runpytest_subprocess().assert_outcomes(passed=1)
