@@ -491,6 +491,7 @@ class SSETape:
         self._ever_played: set[Recording] = set()
         self._ever_injected: Counter[str] = Counter()
         self._early_misses: list[Miss] = []  # misses before a test began (a wider fixture's requests)
+        self._test_allows: bool | None = None  # a test's own allow_unused, on a shared tape
 
     @property
     def url(self) -> str:
@@ -577,9 +578,12 @@ class SSETape:
 
     # --- what the plugin does with it ---------------------------------------------------------------------
 
-    def begin(self, test: str, faults: Sequence[str], asked: Sequence[str] = ()) -> None:
+    def begin(
+        self, test: str, faults: Sequence[str], asked: Sequence[str] = (), *, allow_unused: bool | None = None
+    ) -> None:
         """Start the test named `test`: replay from the start, with the scope's faults, then `faults`;
-        `asked`: those of them the test asked for itself, each of which must act.
+        `asked`: those of them the test asked for itself, each of which must act unless `allow_unused` (the
+        test's own marker's word; None: the scope's).
 
         Each test draws its faults' chances from a seed of its own, made from the session's seed and
         its name: the same for the same test in every run with that seed, and not the same draw for
@@ -597,12 +601,14 @@ class SSETape:
         self.server.injector.set([*self._scope_faults, *chosen])
         self.server.injector.seed = zlib.crc32(f"{self.seed}:{test}".encode())
         self._asked_now = [f.spec for f in chosen if f.spec in asked and _certain(f.p, f.times)]
+        self._test_allows = allow_unused
 
     def test_problems(self) -> list[str]:
         """What went wrong in this test's requests: misses, and faults it asked for that never acted."""
         self._settle()
         problems = [f"request {m.request} ({m.method} {m.path}) matched no recording: {m.reason}" for m in self.misses]
-        if self.allow_unused:
+        allowed = self.allow_unused if self._test_allows is None else self._test_allows or self.recording
+        if allowed:
             return problems
         injected = self.server.state.injected
         return problems + [f"fault {spec!r} was never injected" for spec in self._asked_now if not injected[spec]]
@@ -770,6 +776,7 @@ def per_test(request: pytest.FixtureRequest, tape: SSETape, *, shared: bool) -> 
     if variant.gauntlet is not None:
         faults.append(settings.gauntlet[variant.gauntlet])
     asked: list[str] = []
+    own: dict[str, Any] = {}
     if shared:
         own = _own_words(node)
         if refused := sorted(set(own) - _PER_TEST):
@@ -783,7 +790,7 @@ def per_test(request: pytest.FixtureRequest, tape: SSETape, *, shared: bool) -> 
         profiled = [f.spec for name in own.get("profiles", ()) for f in load_profile(name)]
         asked = list(own.get("faults", ()))
         faults = [*profiled, *asked, *faults]
-    tape.begin(node.nodeid, faults, asked)
+    tape.begin(node.nodeid, faults, asked, allow_unused=own.get("allow_unused") if shared else None)
     node.stash[_TAPE] = tape
     with pytest.MonkeyPatch.context() as patch:
         if _marked(node).env:

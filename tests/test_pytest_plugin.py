@@ -755,3 +755,42 @@ def test_asks(sse_tape):
     library.parent.mkdir()
     library.write_text(TINY.replace("/v1/chat/completions", "/v1/completions"), encoding="utf-8")
     tester.runpytest_subprocess().assert_outcomes(passed=1)
+
+
+def test_a_tests_own_allow_unused_rules_its_faults_on_a_shared_server(tester: pytest.Pytester) -> None:
+    greeting_cassette(tester.path / "cassettes" / "test_shared.toml")
+    tester.makepyfile(
+        test_shared="""
+import pytest
+from openai import OpenAI
+
+pytestmark = pytest.mark.sse_tape(allow_unused=True)
+
+def ask(tape):
+    with OpenAI(base_url=tape.openai_url, api_key="test", max_retries=0) as client:
+        return client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hello!"}])
+
+@pytest.mark.sse_tape(faults=["error:1,path=/v1/embeddings"])
+def test_may_leave_its_fault(sse_tape_module):
+    ask(sse_tape_module)
+
+@pytest.mark.sse_tape(faults=["error:1,path=/v1/embeddings"], allow_unused=False)
+def test_must_use_its_fault(sse_tape_module):
+    ask(sse_tape_module)
+"""
+    )
+    result = tester.runpytest_subprocess()
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(
+        ["*ERROR at teardown of test_must_use_its_fault*", "*fault 'error:1,path=/v1/embeddings' was never injected*"]
+    )
+    # And the other way round: the scope's marker asks for every fault to act, the test lets its own go.
+    source = (tester.path / "test_shared.py").read_text(encoding="utf-8")
+    source = source.replace("pytestmark = pytest.mark.sse_tape(allow_unused=True)", "")
+    source = source.replace(
+        'path=/v1/embeddings"])\ndef test_may', 'path=/v1/embeddings"], allow_unused=True)\ndef test_may'
+    )
+    (tester.path / "test_shared.py").write_text(source, encoding="utf-8")
+    result = tester.runpytest_subprocess()
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(["*ERROR at teardown of test_must_use_its_fault*"])
