@@ -475,7 +475,14 @@ class SSETape:
     IDLE_WAIT = 5.0
 
     def __init__(
-        self, server: MockServer, *, seed: int, asked: Sequence[str], allow_unused: bool, threaded: bool
+        self,
+        server: MockServer,
+        *,
+        seed: int,
+        asked: Sequence[str],
+        allow_unused: bool,
+        threaded: bool,
+        session: bool = False,
     ) -> None:
         self.server = server
         """The `MockServer` behind it."""
@@ -492,6 +499,10 @@ class SSETape:
         self._ever_injected: Counter[str] = Counter()
         self._early_misses: list[Miss] = []  # misses before a test began (a wider fixture's requests)
         self._test_allows: bool | None = None  # a test's own allow_unused, on a shared tape
+        # No marker reaches the session's server: only the ini file can let its recordings go unplayed.
+        self._allow_hint = (
+            "sse_tape_allow_unused = true in the ini file" if session else "allow_unused=True in the marker"
+        )
 
     @property
     def url(self) -> str:
@@ -631,7 +642,7 @@ class SSETape:
             listed = "; ".join(str(r) for r in unplayed[:10]) + (" ..." if len(unplayed) > 10 else "")
             problems.append(
                 f"{len(unplayed)} recording{'s'[: len(unplayed) != 1]} never played: {listed} "
-                "(allow_unused=True in the marker lets them)"
+                f"({self._allow_hint} lets them)"
             )
         return problems + [f"fault {spec!r} was never injected" for spec in self._asked if not injected[spec]]
 
@@ -676,7 +687,14 @@ def open_tape(request: pytest.FixtureRequest, scope: str, *, threaded: bool) -> 
     allow_unused = settings.allow_unused if marked.allow_unused is None else marked.allow_unused
     # What a recording session records has not played: only a replay can leave recordings unplayed.
     recording = server.recorder is not None
-    return SSETape(server, seed=settings.seed, asked=asked, allow_unused=allow_unused or recording, threaded=threaded)
+    return SSETape(
+        server,
+        seed=settings.seed,
+        asked=asked,
+        allow_unused=allow_unused or recording,
+        threaded=threaded,
+        session=scope == "session",
+    )
 
 
 def _scope_cassettes(config: pytest.Config, node: Any, scope: str, marked: Marked) -> list[Path]:
@@ -886,8 +904,32 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
+    if report.failed and report.when == "teardown" and call.excinfo is not None:
+        _join_teardown_failures(item, report, call.excinfo.value)
     _note(item, report)
     return report
+
+
+def _join_teardown_failures(item: pytest.Item, report: pytest.TestReport, error: BaseException) -> None:
+    """Show the lines of several sse-tape teardown failures (a test's, its module's and the session's scopes
+    ending at once) as one failure: pytest groups them into a `BaseExceptionGroup` and prints its traceback."""
+    if not isinstance(error, BaseExceptionGroup):
+        return
+    leaves: list[BaseException] = []
+    groups: list[BaseException] = [error]
+    while groups:
+        group = groups.pop(0)
+        if isinstance(group, BaseExceptionGroup):
+            groups[:0] = group.exceptions
+        else:
+            leaves.append(group)
+    lines = [e.msg or "" for e in leaves if isinstance(e, pytest.fail.Exception) and not e.pytrace]
+    if len(lines) != len(leaves) or not all(line.startswith("sse-tape") for line in lines):
+        return  # another fixture's failure too: pytest's report, traceback and all
+    try:
+        pytest.fail("\n".join(reversed(lines)), pytrace=False)  # the outermost scope last
+    except pytest.fail.Exception as joined:
+        report.longrepr = item.repr_failure(pytest.ExceptionInfo.from_exception(joined))
 
 
 def _note(item: pytest.Item, report: pytest.TestReport) -> None:

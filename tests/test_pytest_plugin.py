@@ -794,3 +794,33 @@ def test_must_use_its_fault(sse_tape_module):
     result = tester.runpytest_subprocess()
     result.assert_outcomes(passed=2, errors=1)
     result.stdout.fnmatch_lines(["*ERROR at teardown of test_must_use_its_fault*"])
+
+
+def test_scopes_that_fail_at_one_teardown_say_so_in_their_lines_with_no_traceback(tester: pytest.Pytester) -> None:
+    # The module's and the session's servers end after the last test, each with a recording never played:
+    # pytest groups the two failures, and would print the group's traceback.
+    greeting_cassette(tester.path / "cassettes" / "test_scopes.toml")
+    greeting_cassette(tester.path / "cassettes" / "session.toml")
+    tester.makepyfile(
+        test_scopes="""
+def test_module(sse_tape_module):
+    pass
+
+def test_session(sse_tape_session):
+    pass
+"""
+    )
+    result = tester.runpytest_subprocess()
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of test_session*",
+            "sse-tape (module scope): 1 recording never played: test_scopes.toml #1 *"
+            "(allow_unused=True in the marker lets them)",
+            "sse-tape (session scope): 1 recording never played: session.toml #1 *"
+            "(sse_tape_allow_unused = true in the ini file lets them)",
+            "*short test summary*",
+            "ERROR test_scopes.py::test_session - Failed: sse-tape (module scope)*",
+        ]
+    )
+    assert "Traceback" not in result.stdout.str()
