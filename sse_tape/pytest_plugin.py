@@ -755,13 +755,30 @@ def _server(config: pytest.Config, settings: _Settings, marked: Marked, node: An
     missing = [p for p in paths if not p.exists()]
     if missing and synthesizer is None:
         raise pytest.UsageError(
-            f"no cassette {missing[0]}: record it with --sse-tape-record=once --sse-tape-upstream URL"
+            f"no cassette {missing[0]}{_did_you_mean(missing[0])}: "
+            "record it with --sse-tape-record=once --sse-tape-upstream URL"
         )
     if target not in paths and target.exists() and not any(target.is_relative_to(p) for p in paths):
         paths.append(target)  # what a test that names only folders recorded into its own cassette replays too
     cassettes = load(paths)
     models = [synthesizer.engine.id] if synthesizer is not None else []
     return MockServer(cassettes, options=options, model=synthesizer, models=models)
+
+
+def _did_you_mean(missing: Path) -> str:
+    """` (did you mean 'chat'?)` when a cassette beside `missing` has a name close to its name."""
+    import difflib
+
+    try:
+        there = [
+            p.name + "/" if p.is_dir() else p.stem if p.suffix == ".toml" else p.name for p in missing.parent.iterdir()
+        ]
+    except OSError:
+        return ""
+    close = difflib.get_close_matches(missing.stem, there, n=1)
+    if not close and not missing.suffix:  # a folder
+        close = difflib.get_close_matches(missing.name + "/", there, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _synthesizer(config: pytest.Config, model: str, seed: int) -> Any:

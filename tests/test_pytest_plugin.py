@@ -824,3 +824,33 @@ def test_session(sse_tape_session):
         ]
     )
     assert "Traceback" not in result.stdout.str()
+
+
+def test_a_misspelt_cassette_name_is_told_the_name_it_is_close_to(tester: pytest.Pytester) -> None:
+    (tester.path / "cassettes" / "openai").mkdir()
+    tester.makepyfile(
+        """
+import pytest
+
+@pytest.mark.sse_tape("greting")
+def test_file(sse_tape):
+    pass
+
+@pytest.mark.sse_tape("opena/")
+def test_folder(sse_tape):
+    pass
+
+@pytest.mark.sse_tape("unheard-of")
+def test_nothing_close(sse_tape):
+    pass
+"""
+    )
+    result = tester.runpytest_subprocess()
+    result.assert_outcomes(errors=3)
+    result.stdout.fnmatch_lines(
+        [
+            "sse-tape: no cassette *greting.toml (did you mean 'greeting'?): record it with --sse-tape-record=once*",
+            "sse-tape: no cassette *opena (did you mean 'openai/'?): record it*",
+            "sse-tape: no cassette *unheard-of.toml: record it*",
+        ]
+    )
