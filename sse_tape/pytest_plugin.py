@@ -47,6 +47,7 @@ import pytest
 
 if TYPE_CHECKING:
     from .cassette import Recording, Request
+    from .faults import Fault
     from .incidents import Miss
     from .journal import Journal
     from .server import MockServer
@@ -161,7 +162,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_MODELS] = {}
     config.stash[_REWRITTEN] = set()
     if settings.faults or settings.profiles or settings.run_gauntlet:
-        _check_faults(settings)
+        _check_faults(config, settings)
     if settings.run_gauntlet and not hasattr(config, "workerinput"):  # pytest-xdist's workers report to the controller
         config.pluginmanager.register(_GauntletTable(settings), "sse_tape_gauntlet")
     asyncio_plugin = sys.modules.get("pytest_asyncio.plugin")
@@ -224,18 +225,25 @@ def _pyproject_cassette_dir(root: Path) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _check_faults(settings: _Settings) -> None:
+def _check_faults(config: pytest.Config, settings: _Settings) -> None:
     """Read every fault the command line names now: a bad one stops the run before any test."""
     from ._exceptions import ConfigError
-    from .faults import load_profile, parse_fault
+    from .faults import parse_fault
 
     try:
         for spec in [*settings.faults, *(settings.gauntlet.values() if settings.run_gauntlet else ())]:
             parse_fault(spec)
-        for name in settings.profiles:
-            load_profile(name)
+        _profile_faults(config, settings.profiles)
     except ConfigError as exc:
         raise pytest.UsageError(f"sse-tape: {exc}") from None
+
+
+def _profile_faults(config: pytest.Config, names: Sequence[str]) -> list[Fault]:
+    """The faults of the profiles `names`, the project's read from the rootdir's `sse-tape.toml` or
+    `pyproject.toml` (as `cassette_dir` is), wherever pytest runs from."""
+    from .faults import load_profile
+
+    return [fault for name in names for fault in load_profile(name, config.rootpath)]
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -733,8 +741,7 @@ def _server(config: pytest.Config, settings: _Settings, marked: Marked, node: An
         miss_status=marked.miss_status,
         on_miss=MissPolicy.SYNTH if synthesizer is not None else MissPolicy.ERROR,
         # The marker's first, then the command line's: of two that answer in the stream's place, the test's own wins.
-        profiles=[*marked.profiles, *settings.profiles],
-        faults=[*marked.faults, *settings.faults],
+        faults=[*_profile_faults(config, [*marked.profiles, *settings.profiles]), *marked.faults, *settings.faults],
         recorded_faults=marked.recorded_faults,
     )
     if settings.record != "none":
@@ -810,25 +817,32 @@ def per_test(request: pytest.FixtureRequest, tape: SSETape, *, shared: bool) -> 
     faults = [f"split:at={variant.split}b"] if variant.split is not None else []
     if variant.gauntlet is not None:
         faults.append(settings.gauntlet[variant.gauntlet])
-    asked: list[str] = []
-    own: dict[str, Any] = {}
-    if shared:
-        own = _own_words(node)
-        if refused := sorted(set(own) - _PER_TEST):
-            pytest.fail(
-                f"sse-tape: a shared server serves as its scope's marker says: put {', '.join(refused)} there "
-                "(a test's own marker may give " + ", ".join(sorted(_PER_TEST)) + ")",
-                pytrace=False,
-            )
-        from .faults import load_profile
+    from ._exceptions import SSETapeError
 
-        profiled = [f.spec for name in own.get("profiles", ()) for f in load_profile(name)]
-        asked = list(own.get("faults", ()))
-        faults = [*profiled, *asked, *faults]
-    tape.begin(node.nodeid, faults, asked, allow_unused=own.get("allow_unused") if shared else None)
+    try:
+        marked = _marked(node)  # a word it does not know, named as on a test's own server
+        asked: list[str] = []
+        own: dict[str, Any] = {}
+        if shared:
+            own = _own_words(node)
+            if refused := sorted(set(own) - _PER_TEST):
+                raise pytest.UsageError(
+                    f"a shared server serves as its scope's marker says: put {', '.join(refused)} there "
+                    "(a test's own marker may give " + ", ".join(sorted(_PER_TEST)) + ")"
+                )
+            profiled = [f.spec for f in _profile_faults(request.config, own.get("profiles", ()))]
+            asked = list(own.get("faults", ()))
+            faults = [*profiled, *asked, *faults]
+        tape.begin(node.nodeid, faults, asked, allow_unused=own.get("allow_unused") if shared else None)
+    except (SSETapeError, pytest.UsageError) as exc:
+        problem: str | None = str(exc).removeprefix("sse-tape: ")
+    else:
+        problem = None
+    if problem is not None:  # failed here, not in the except: the report shows the line once
+        pytest.fail(f"sse-tape: {problem}", pytrace=False)
     node.stash[_TAPE] = tape
     with pytest.MonkeyPatch.context() as patch:
-        if _marked(node).env:
+        if marked.env:
             patch.setenv("OPENAI_BASE_URL", tape.openai_url)
             patch.setenv("OPENAI_API_KEY", "sse-tape")
             patch.setenv("ANTHROPIC_BASE_URL", tape.url)  # Anthropic's SDK adds /v1 itself

@@ -854,3 +854,65 @@ def test_nothing_close(sse_tape):
             "sse-tape: no cassette *unheard-of.toml: record it*",
         ]
     )
+
+
+def test_a_projects_profile_is_found_when_pytest_runs_from_a_subfolder(
+    tester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tester.path / "pyproject.toml").write_text(
+        '[tool.sse-tape.profiles.ci]\nfaults = ["status:code=503,times=1"]\n', encoding="utf-8"
+    )
+    (tester.path / "tests" / "cassettes").mkdir(parents=True)
+    greeting_cassette(tester.path / "tests" / "cassettes" / "greeting.toml")
+    (tester.path / "tests" / "test_profiled.py").write_text(
+        """
+import openai
+import pytest
+
+@pytest.mark.sse_tape("greeting", profiles=["ci"])
+def test_marked(sse_tape):
+    with openai.OpenAI(base_url=sse_tape.openai_url, api_key="test", max_retries=0) as client:
+        with pytest.raises(openai.InternalServerError):
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hello!"}])
+""",
+        encoding="utf-8",
+    )
+    monkeypatch.chdir(tester.path / "tests")  # as an IDE runs a test: from its folder
+    tester.runpytest_subprocess().assert_outcomes(passed=1)
+    result = tester.runpytest_subprocess("--sse-tape-profile", "ci")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["sse-tape: seed *; faults ci"])
+
+
+def test_a_mistake_in_a_tests_own_marker_on_a_shared_server_fails_it_in_one_line(tester: pytest.Pytester) -> None:
+    greeting_cassette(tester.path / "cassettes" / "test_shared.toml")
+    tester.makepyfile(
+        test_shared="""
+import pytest
+
+pytestmark = pytest.mark.sse_tape(allow_unused=True)
+
+@pytest.mark.sse_tape(faults=["error:zz"])
+def test_bad_fault(sse_tape_module):
+    pass
+
+@pytest.mark.sse_tape(profiles=["nope"])
+def test_bad_profile(sse_tape_module):
+    pass
+
+@pytest.mark.sse_tape(fualts=["error:1"])
+def test_typo(sse_tape_module):
+    pass
+"""
+    )
+    result = tester.runpytest_subprocess()
+    result.assert_outcomes(errors=3)
+    result.stdout.fnmatch_lines(
+        [
+            "sse-tape: fault 'error:zz': 'zz' is not a position*",
+            "sse-tape: unknown profile 'nope': profiles are *",
+            "sse-tape: @pytest.mark.sse_tape got an unexpected keyword argument 'fualts'*",
+        ]
+    )
+    assert "Traceback" not in result.stdout.str()
+    assert "ConfigError" not in result.stdout.str()
