@@ -762,7 +762,7 @@ def _server(config: pytest.Config, settings: _Settings, marked: Marked, node: An
     missing = [p for p in paths if not p.exists()]
     if missing and synthesizer is None:
         raise pytest.UsageError(
-            f"no cassette {missing[0]}{_did_you_mean(missing[0])}: "
+            f"no cassette {missing[0]}{_did_you_mean(missing[0]) if marked.cassettes else ''}: "
             "record it with --sse-tape-record=once --sse-tape-upstream URL"
         )
     if target not in paths and target.exists() and not any(target.is_relative_to(p) for p in paths):
@@ -773,7 +773,8 @@ def _server(config: pytest.Config, settings: _Settings, marked: Marked, node: An
 
 
 def _did_you_mean(missing: Path) -> str:
-    """` (did you mean 'chat'?)` when a cassette beside `missing` has a name close to its name."""
+    """` (did you mean 'chat'?)` when a cassette beside `missing` has a name close to its name. Only for a
+    name the marker gives: a new test's own cassette is close to its neighbours' (`test_ask_2`, `test_ask_1`)."""
     import difflib
 
     try:
@@ -820,7 +821,7 @@ def per_test(request: pytest.FixtureRequest, tape: SSETape, *, shared: bool) -> 
     from ._exceptions import SSETapeError
 
     try:
-        marked = _marked(node)  # a word it does not know, named as on a test's own server
+        marked = _marked(node)  # raises on a word the marker does not know, as for a test's own server
         asked: list[str] = []
         own: dict[str, Any] = {}
         if shared:

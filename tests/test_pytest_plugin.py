@@ -829,7 +829,7 @@ def test_session(sse_tape_session):
 def test_a_misspelt_cassette_name_is_told_the_name_it_is_close_to(tester: pytest.Pytester) -> None:
     (tester.path / "cassettes" / "openai").mkdir()
     tester.makepyfile(
-        """
+        test_misspelt="""
 import pytest
 
 @pytest.mark.sse_tape("greting")
@@ -843,15 +843,21 @@ def test_folder(sse_tape):
 @pytest.mark.sse_tape("unheard-of")
 def test_nothing_close(sse_tape):
     pass
+
+def test_new_one(sse_tape):  # its own cassette, not yet recorded: no hint at a neighbour's
+    pass
 """
     )
+    (tester.path / "cassettes" / "test_misspelt").mkdir()
+    greeting_cassette(tester.path / "cassettes" / "test_misspelt" / "test_new_two.toml")
     result = tester.runpytest_subprocess()
-    result.assert_outcomes(errors=3)
+    result.assert_outcomes(errors=4)
     result.stdout.fnmatch_lines(
         [
             "sse-tape: no cassette *greting.toml (did you mean 'greeting'?): record it with --sse-tape-record=once*",
             "sse-tape: no cassette *opena (did you mean 'openai/'?): record it*",
             "sse-tape: no cassette *unheard-of.toml: record it*",
+            "sse-tape: no cassette *test_misspelt/test_new_one.toml: record it*",
         ]
     )
 
