@@ -258,8 +258,10 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
-    """pytest-xdist: every worker takes the controller's seed, so that the header's seed repeats the run."""
+    """pytest-xdist: every worker takes the controller's seed, so that the header's seed repeats the run, and
+    its `--dist` mode (a worker's own says `no`), so that it knows whether it runs a module's tests alone."""
     node.workerinput["sse_tape_seed"] = node.config.stash[_SETTINGS].seed
+    node.workerinput["sse_tape_dist"] = getattr(node.config.option, "dist", "load")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -632,15 +634,15 @@ class SSETape:
         injected = self.server.state.injected
         return problems + [f"fault {spec!r} was never injected" for spec in self._asked_now if not injected[spec]]
 
-    def scope_problems(self) -> list[str]:
+    def scope_problems(self, *, whole: bool = True) -> list[str]:
         """What the whole scope left undone: requests between tests that missed, recordings never played,
-        and faults asked for that never acted."""
+        and faults asked for that never acted; the last two only if the scope's tests all ran here (`whole`)."""
         self._settle()
         problems = [
             f"request {m.request} ({m.method} {m.path}), before a test began, matched no recording: {m.reason}"
             for m in self._early_misses
         ]
-        if self.allow_unused:
+        if self.allow_unused or not whole:
             return problems
         state = self.server.state
         played = self._ever_played | {r for r in state.recordings if state.plays[r]}
@@ -911,8 +913,18 @@ def _shared(request: pytest.FixtureRequest, scope: str) -> Iterator[SSETape]:
     tape = open_tape(request, scope, threaded=True)
     with run_in_thread(tape.server):
         yield tape
-    if problems := tape.scope_problems():
+    if problems := tape.scope_problems(whole=not _spread(request.config, scope)):
         pytest.fail(f"sse-tape ({scope} scope): " + "\n".join(problems), pytrace=False)
+
+
+def _spread(config: pytest.Config, scope: str) -> bool:
+    """Whether pytest-xdist spreads the tests of a module (or the session) over several workers, each with a
+    server of its own: then none of them can tell that a recording went unplayed, or a fault never acted."""
+    worker = getattr(config, "workerinput", {})
+    workers, dist = worker.get("workercount", 1), worker.get("sse_tape_dist", "load")
+    if workers < 2 or dist == "each":
+        return False
+    return scope == "session" or dist not in ("loadfile", "loadscope")
 
 
 @pytest.fixture(autouse=True)

@@ -922,3 +922,38 @@ def test_typo(sse_tape_module):
     )
     assert "Traceback" not in result.stdout.str()
     assert "ConfigError" not in result.stdout.str()
+
+
+def test_under_xdist_a_module_spread_over_workers_is_not_told_of_recordings_another_played(
+    tester: pytest.Pytester,
+) -> None:
+    # The module's cassette: the greeting at /v1/chat/completions and TINY at /v1/completions, matched by path.
+    module = Cassette.load(greeting_cassette(tester.path / "cassettes" / "greeting.toml"))
+    (tester.path / "tiny.toml").write_text(TINY.replace("/v1/chat/completions", "/v1/completions"), encoding="utf-8")
+    tiny = Cassette.load(tester.path / "tiny.toml")
+    Cassette(interactions=[*module.interactions, *tiny.interactions], match_on=module.match_on).save(
+        tester.path / "cassettes" / "test_spread.toml"
+    )
+    tests = "".join(
+        f"\ndef test_greeting_{n}(sse_tape_module):\n    ask(sse_tape_module, 'chat/completions')\n" for n in range(10)
+    )
+    tester.makepyfile(
+        test_spread="""
+import httpx
+
+def ask(tape, path):
+    assert httpx.post(f"{tape.openai_url}/{path}", json={}).status_code == 200
+
+def test_tiny(sse_tape_module):
+    ask(sse_tape_module, "completions")
+"""
+        + tests
+    )
+    # Each worker has a server of its own and runs a part of the module: neither played both recordings.
+    tester.runpytest_subprocess("-p", "xdist.plugin", "-n", "2").assert_outcomes(passed=11)
+    # With the module's tests on one worker, what no test played is still told.
+    source = (tester.path / "test_spread.py").read_text(encoding="utf-8")
+    (tester.path / "test_spread.py").write_text(source.replace("def test_tiny", "def _tiny"), encoding="utf-8")
+    result = tester.runpytest_subprocess("-p", "xdist.plugin", "-n", "2", "--dist", "loadfile")
+    result.assert_outcomes(passed=10, errors=1)
+    result.stdout.fnmatch_lines(["*sse-tape (module scope): 1 recording never played: test_spread.toml #2 *"])
