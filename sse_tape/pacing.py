@@ -78,13 +78,13 @@ class Pacing:
             raise ConfigError(f"pace {pace!r}: the number must be greater than 0")
         amount, relative = 0.0, False
         if jitter:
-            if jitter.strip().endswith("%"):
-                try:
+            try:
+                if jitter.strip().endswith("%"):
                     amount, relative = float(jitter.strip()[:-1]) / 100, True
-                except ValueError:
-                    raise ConfigError(f"jitter {jitter!r}: write a duration (5ms) or a percentage (10%)") from None
-            else:
-                amount = parse_duration(jitter)
+                else:
+                    amount = parse_duration(jitter)
+            except (ValueError, ConfigError):  # the line names the jitter, which a duration's own error does not
+                raise ConfigError(f"jitter {jitter!r}: write a duration (5ms) or a percentage (10%)") from None
             if not 0 <= amount < math.inf:
                 raise ConfigError(f"jitter {jitter!r}: give a duration or a percentage of 0 or more")
         return cls(mode, value, amount, relative, seed)

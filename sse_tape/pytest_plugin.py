@@ -47,6 +47,7 @@ import pytest
 
 if TYPE_CHECKING:
     from .cassette import Recording, Request
+    from .faults import Fault
     from .incidents import Miss
     from .journal import Journal
     from .server import MockServer
@@ -161,7 +162,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_MODELS] = {}
     config.stash[_REWRITTEN] = set()
     if settings.faults or settings.profiles or settings.run_gauntlet:
-        _check_faults(settings)
+        _check_faults(config, settings)
     if settings.run_gauntlet and not hasattr(config, "workerinput"):  # pytest-xdist's workers report to the controller
         config.pluginmanager.register(_GauntletTable(settings), "sse_tape_gauntlet")
     asyncio_plugin = sys.modules.get("pytest_asyncio.plugin")
@@ -224,18 +225,25 @@ def _pyproject_cassette_dir(root: Path) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _check_faults(settings: _Settings) -> None:
+def _check_faults(config: pytest.Config, settings: _Settings) -> None:
     """Read every fault the command line names now: a bad one stops the run before any test."""
     from ._exceptions import ConfigError
-    from .faults import load_profile, parse_fault
+    from .faults import parse_fault
 
     try:
         for spec in [*settings.faults, *(settings.gauntlet.values() if settings.run_gauntlet else ())]:
             parse_fault(spec)
-        for name in settings.profiles:
-            load_profile(name)
+        _profile_faults(config, settings.profiles)
     except ConfigError as exc:
         raise pytest.UsageError(f"sse-tape: {exc}") from None
+
+
+def _profile_faults(config: pytest.Config, names: Sequence[str]) -> list[Fault]:
+    """The faults of the profiles `names`, the project's read from the rootdir's `sse-tape.toml` or
+    `pyproject.toml` (as `cassette_dir` is), wherever pytest runs from."""
+    from .faults import load_profile
+
+    return [fault for name in names for fault in load_profile(name, config.rootpath)]
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -250,8 +258,10 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
-    """pytest-xdist: every worker takes the controller's seed, so that the header's seed repeats the run."""
+    """pytest-xdist: every worker takes the controller's seed, so that the header's seed repeats the run, and
+    its `--dist` mode (a worker's own says `no`), so that it knows whether it runs a module's tests alone."""
     node.workerinput["sse_tape_seed"] = node.config.stash[_SETTINGS].seed
+    node.workerinput["sse_tape_dist"] = getattr(node.config.option, "dist", "load")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -475,7 +485,14 @@ class SSETape:
     IDLE_WAIT = 5.0
 
     def __init__(
-        self, server: MockServer, *, seed: int, asked: Sequence[str], allow_unused: bool, threaded: bool
+        self,
+        server: MockServer,
+        *,
+        seed: int,
+        asked: Sequence[str],
+        allow_unused: bool,
+        threaded: bool,
+        session: bool = False,
     ) -> None:
         self.server = server
         """The `MockServer` behind it."""
@@ -491,6 +508,11 @@ class SSETape:
         self._ever_played: set[Recording] = set()
         self._ever_injected: Counter[str] = Counter()
         self._early_misses: list[Miss] = []  # misses before a test began (a wider fixture's requests)
+        self._test_allows: bool | None = None  # a test's own allow_unused, on a shared tape
+        # No marker reaches the session's server: only the ini file can let its recordings go unplayed.
+        self._allow_hint = (
+            "sse_tape_allow_unused = true in the ini file" if session else "allow_unused=True in the marker"
+        )
 
     @property
     def url(self) -> str:
@@ -577,9 +599,12 @@ class SSETape:
 
     # --- what the plugin does with it ---------------------------------------------------------------------
 
-    def begin(self, test: str, faults: Sequence[str], asked: Sequence[str] = ()) -> None:
+    def begin(
+        self, test: str, faults: Sequence[str], asked: Sequence[str] = (), *, allow_unused: bool | None = None
+    ) -> None:
         """Start the test named `test`: replay from the start, with the scope's faults, then `faults`;
-        `asked`: those of them the test asked for itself, each of which must act.
+        `asked`: those of them the test asked for itself, each of which must act unless `allow_unused` (the
+        test's own marker's word; None: the scope's).
 
         Each test draws its faults' chances from a seed of its own, made from the session's seed and
         its name: the same for the same test in every run with that seed, and not the same draw for
@@ -597,25 +622,27 @@ class SSETape:
         self.server.injector.set([*self._scope_faults, *chosen])
         self.server.injector.seed = zlib.crc32(f"{self.seed}:{test}".encode())
         self._asked_now = [f.spec for f in chosen if f.spec in asked and _certain(f.p, f.times)]
+        self._test_allows = allow_unused
 
     def test_problems(self) -> list[str]:
         """What went wrong in this test's requests: misses, and faults it asked for that never acted."""
         self._settle()
         problems = [f"request {m.request} ({m.method} {m.path}) matched no recording: {m.reason}" for m in self.misses]
-        if self.allow_unused:
+        allowed = self.allow_unused if self._test_allows is None else self._test_allows or self.recording
+        if allowed:
             return problems
         injected = self.server.state.injected
         return problems + [f"fault {spec!r} was never injected" for spec in self._asked_now if not injected[spec]]
 
-    def scope_problems(self) -> list[str]:
+    def scope_problems(self, *, whole: bool = True) -> list[str]:
         """What the whole scope left undone: requests between tests that missed, recordings never played,
-        and faults asked for that never acted."""
+        and faults asked for that never acted; the last two only if the scope's tests all ran here (`whole`)."""
         self._settle()
         problems = [
             f"request {m.request} ({m.method} {m.path}), before a test began, matched no recording: {m.reason}"
             for m in self._early_misses
         ]
-        if self.allow_unused:
+        if self.allow_unused or not whole:
             return problems
         state = self.server.state
         played = self._ever_played | {r for r in state.recordings if state.plays[r]}
@@ -625,7 +652,7 @@ class SSETape:
             listed = "; ".join(str(r) for r in unplayed[:10]) + (" ..." if len(unplayed) > 10 else "")
             problems.append(
                 f"{len(unplayed)} recording{'s'[: len(unplayed) != 1]} never played: {listed} "
-                "(allow_unused=True in the marker lets them)"
+                f"({self._allow_hint} lets them)"
             )
         return problems + [f"fault {spec!r} was never injected" for spec in self._asked if not injected[spec]]
 
@@ -670,7 +697,14 @@ def open_tape(request: pytest.FixtureRequest, scope: str, *, threaded: bool) -> 
     allow_unused = settings.allow_unused if marked.allow_unused is None else marked.allow_unused
     # What a recording session records has not played: only a replay can leave recordings unplayed.
     recording = server.recorder is not None
-    return SSETape(server, seed=settings.seed, asked=asked, allow_unused=allow_unused or recording, threaded=threaded)
+    return SSETape(
+        server,
+        seed=settings.seed,
+        asked=asked,
+        allow_unused=allow_unused or recording,
+        threaded=threaded,
+        session=scope == "session",
+    )
 
 
 def _scope_cassettes(config: pytest.Config, node: Any, scope: str, marked: Marked) -> list[Path]:
@@ -693,6 +727,11 @@ def _server(config: pytest.Config, settings: _Settings, marked: Marked, node: An
         return load_cassettes(there) if there else []
 
     paths = _scope_cassettes(config, node, scope, marked)
+    # What is recorded goes into the first cassette file named (a folder cannot be recorded into), else into the
+    # scope's own; the other files and folders are replayed as they are. A file name has its suffix (`_named`
+    # gives it one); a folder named with a trailing `/` has none, whether or not it is there yet.
+    own = _scope_cassettes(config, node, scope, Marked())[0]
+    target = next((p for p in paths if p.suffix in (".toml", ".msgpack") and not p.is_dir()), own)
     model = marked.model or settings.model
     synthesizer = _synthesizer(config, model, settings.seed) if model else None
     options = ServeOptions.build(
@@ -704,17 +743,12 @@ def _server(config: pytest.Config, settings: _Settings, marked: Marked, node: An
         miss_status=marked.miss_status,
         on_miss=MissPolicy.SYNTH if synthesizer is not None else MissPolicy.ERROR,
         # The marker's first, then the command line's: of two that answer in the stream's place, the test's own wins.
-        profiles=[*marked.profiles, *settings.profiles],
-        faults=[*marked.faults, *settings.faults],
+        faults=[*_profile_faults(config, [*marked.profiles, *settings.profiles]), *marked.faults, *settings.faults],
         recorded_faults=marked.recorded_faults,
     )
     if settings.record != "none":
         if settings.upstream is None and synthesizer is None:
             raise pytest.UsageError(f"--sse-tape-record={settings.record}: give --sse-tape-upstream URL (or a model)")
-        # Into the first cassette file named (a folder cannot be recorded into), else the scope's own; the others
-        # are replayed as they are.
-        own = _scope_cassettes(config, node, scope, Marked())[0]
-        target = next((p for p in paths if not p.is_dir() and not str(p).endswith("/")), own)
         also = load([p for p in paths if p != target])
         mode = settings.record
         if mode == "rewrite":
@@ -730,11 +764,31 @@ def _server(config: pytest.Config, settings: _Settings, marked: Marked, node: An
     missing = [p for p in paths if not p.exists()]
     if missing and synthesizer is None:
         raise pytest.UsageError(
-            f"no cassette {missing[0]}: record it with --sse-tape-record=once --sse-tape-upstream URL"
+            f"no cassette {missing[0]}{_did_you_mean(missing[0]) if marked.cassettes else ''}: "
+            "record it with --sse-tape-record=once --sse-tape-upstream URL"
         )
+    if target not in paths and target.exists() and not any(target.is_relative_to(p) for p in paths):
+        paths.append(target)  # what a test that names only folders recorded into its own cassette replays too
     cassettes = load(paths)
     models = [synthesizer.engine.id] if synthesizer is not None else []
     return MockServer(cassettes, options=options, model=synthesizer, models=models)
+
+
+def _did_you_mean(missing: Path) -> str:
+    """` (did you mean 'chat'?)` when a cassette beside `missing` has a name close to its name. Only for a
+    name the marker gives: a new test's own cassette is close to its neighbours' (`test_ask_2`, `test_ask_1`)."""
+    import difflib
+
+    try:
+        there = [
+            p.name + "/" if p.is_dir() else p.stem if p.suffix == ".toml" else p.name for p in missing.parent.iterdir()
+        ]
+    except OSError:
+        return ""
+    close = difflib.get_close_matches(missing.stem, there, n=1)
+    if not close and not missing.suffix:  # a folder
+        close = difflib.get_close_matches(missing.name + "/", there, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _synthesizer(config: pytest.Config, model: str, seed: int) -> Any:
@@ -766,24 +820,32 @@ def per_test(request: pytest.FixtureRequest, tape: SSETape, *, shared: bool) -> 
     faults = [f"split:at={variant.split}b"] if variant.split is not None else []
     if variant.gauntlet is not None:
         faults.append(settings.gauntlet[variant.gauntlet])
-    asked: list[str] = []
-    if shared:
-        own = _own_words(node)
-        if refused := sorted(set(own) - _PER_TEST):
-            pytest.fail(
-                f"sse-tape: a shared server serves as its scope's marker says: put {', '.join(refused)} there "
-                "(a test's own marker may give " + ", ".join(sorted(_PER_TEST)) + ")",
-                pytrace=False,
-            )
-        from .faults import load_profile
+    from ._exceptions import SSETapeError
 
-        profiled = [f.spec for name in own.get("profiles", ()) for f in load_profile(name)]
-        asked = list(own.get("faults", ()))
-        faults = [*profiled, *asked, *faults]
-    tape.begin(node.nodeid, faults, asked)
+    try:
+        marked = _marked(node)  # raises on a word the marker does not know, as for a test's own server
+        asked: list[str] = []
+        own: dict[str, Any] = {}
+        if shared:
+            own = _own_words(node)
+            if refused := sorted(set(own) - _PER_TEST):
+                raise pytest.UsageError(
+                    f"a shared server serves as its scope's marker says: put {', '.join(refused)} there "
+                    "(a test's own marker may give " + ", ".join(sorted(_PER_TEST)) + ")"
+                )
+            profiled = [f.spec for f in _profile_faults(request.config, own.get("profiles", ()))]
+            asked = list(own.get("faults", ()))
+            faults = [*profiled, *asked, *faults]
+        tape.begin(node.nodeid, faults, asked, allow_unused=own.get("allow_unused") if shared else None)
+    except (SSETapeError, pytest.UsageError) as exc:
+        problem: str | None = str(exc).removeprefix("sse-tape: ")
+    else:
+        problem = None
+    if problem is not None:  # failed here, not in the except: the report shows the line once
+        pytest.fail(f"sse-tape: {problem}", pytrace=False)
     node.stash[_TAPE] = tape
     with pytest.MonkeyPatch.context() as patch:
-        if _marked(node).env:
+        if marked.env:
             patch.setenv("OPENAI_BASE_URL", tape.openai_url)
             patch.setenv("OPENAI_API_KEY", "sse-tape")
             patch.setenv("ANTHROPIC_BASE_URL", tape.url)  # Anthropic's SDK adds /v1 itself
@@ -851,8 +913,18 @@ def _shared(request: pytest.FixtureRequest, scope: str) -> Iterator[SSETape]:
     tape = open_tape(request, scope, threaded=True)
     with run_in_thread(tape.server):
         yield tape
-    if problems := tape.scope_problems():
+    if problems := tape.scope_problems(whole=not _spread(request.config, scope)):
         pytest.fail(f"sse-tape ({scope} scope): " + "\n".join(problems), pytrace=False)
+
+
+def _spread(config: pytest.Config, scope: str) -> bool:
+    """Whether pytest-xdist spreads the tests of a module (or the session) over several workers, each with a
+    server of its own: then none of them can tell that a recording went unplayed, or a fault never acted."""
+    worker = getattr(config, "workerinput", {})
+    workers, dist = worker.get("workercount", 1), worker.get("sse_tape_dist", "load")
+    if workers < 2 or dist == "each":
+        return False
+    return scope == "session" or dist not in ("loadfile", "loadscope")
 
 
 @pytest.fixture(autouse=True)
@@ -876,8 +948,32 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
+    if report.failed and report.when == "teardown" and call.excinfo is not None:
+        _join_teardown_failures(item, report, call.excinfo.value)
     _note(item, report)
     return report
+
+
+def _join_teardown_failures(item: pytest.Item, report: pytest.TestReport, error: BaseException) -> None:
+    """Show the lines of several sse-tape teardown failures (a test's, its module's and the session's scopes
+    ending at once) as one failure: pytest groups them into a `BaseExceptionGroup` and prints its traceback."""
+    if not isinstance(error, BaseExceptionGroup):
+        return
+    leaves: list[BaseException] = []
+    groups: list[BaseException] = [error]
+    while groups:
+        group = groups.pop(0)
+        if isinstance(group, BaseExceptionGroup):
+            groups[:0] = group.exceptions
+        else:
+            leaves.append(group)
+    lines = [e.msg or "" for e in leaves if isinstance(e, pytest.fail.Exception) and not e.pytrace]
+    if len(lines) != len(leaves) or not all(line.startswith("sse-tape") for line in lines):
+        return  # another fixture's failure too: pytest's report, traceback and all
+    try:
+        pytest.fail("\n".join(reversed(lines)), pytrace=False)  # the outermost scope last
+    except pytest.fail.Exception as joined:
+        report.longrepr = item.repr_failure(pytest.ExceptionInfo.from_exception(joined))
 
 
 def _note(item: pytest.Item, report: pytest.TestReport) -> None:

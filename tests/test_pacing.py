@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from sse_tape import Chunk, ConfigError, PaceMode, Pacing, Response, encode_event
@@ -47,8 +49,9 @@ def test_bad_pace_names_the_choices(spec: str) -> None:
 
 
 @pytest.mark.parametrize("jitter", ["lots", "5", "-5ms", "x%", "nan%", "inf%", "-10%"])
-def test_bad_jitter(jitter: str) -> None:
-    with pytest.raises(ConfigError):
+def test_bad_jitter_is_named_in_its_error(jitter: str) -> None:
+    # The pytest marker and `serve --jitter` print this line alone: it must say that the jitter is wrong.
+    with pytest.raises(ConfigError, match=rf"^jitter {re.escape(repr(jitter))}: "):
         Pacing.parse("recorded", jitter=jitter)
 
 

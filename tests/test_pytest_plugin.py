@@ -730,3 +730,230 @@ def test_what_the_upstream_sent(sse_tape):
 """
     )
     tester.runpytest_subprocess("test_again.py").assert_outcomes(passed=2)
+
+
+def test_a_test_that_names_only_folders_records_into_its_own_cassette_and_replays_it(tester: pytest.Pytester) -> None:
+    # The folder is not there yet when the test first records: its name, `library/`, is still a folder's.
+    tester.makepyfile(
+        test_library=CHAOS
+        + """
+
+@pytest.mark.sse_tape("library/", allow_unused=True)
+def test_asks(sse_tape):
+    with openai.OpenAI(base_url=sse_tape.openai_url, api_key="test", max_retries=0) as client:
+        assert words(client) == [" w0", " w1", " w2", " w3", " w4"]
+"""
+    )
+    with run_in_thread(Upstream()) as upstream:
+        record = ("--sse-tape-record=once", "--sse-tape-upstream", upstream.url)
+        tester.runpytest_subprocess(*record).assert_outcomes(passed=1)
+    own = tester.path / "cassettes" / "test_library" / "test_asks.toml"
+    assert [i.request.path for i in Cassette.load(own).interactions] == ["/v1/chat/completions"]
+    assert not (tester.path / "cassettes" / "library").exists()
+    # Offline, with the folder there and holding a cassette for another path: the test's own cassette answers.
+    library = tester.path / "cassettes" / "library" / "completions.toml"
+    library.parent.mkdir()
+    library.write_text(TINY.replace("/v1/chat/completions", "/v1/completions"), encoding="utf-8")
+    tester.runpytest_subprocess().assert_outcomes(passed=1)
+
+
+def test_a_tests_own_allow_unused_rules_its_faults_on_a_shared_server(tester: pytest.Pytester) -> None:
+    greeting_cassette(tester.path / "cassettes" / "test_shared.toml")
+    tester.makepyfile(
+        test_shared="""
+import pytest
+from openai import OpenAI
+
+pytestmark = pytest.mark.sse_tape(allow_unused=True)
+
+def ask(tape):
+    with OpenAI(base_url=tape.openai_url, api_key="test", max_retries=0) as client:
+        return client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hello!"}])
+
+@pytest.mark.sse_tape(faults=["error:1,path=/v1/embeddings"])
+def test_may_leave_its_fault(sse_tape_module):
+    ask(sse_tape_module)
+
+@pytest.mark.sse_tape(faults=["error:1,path=/v1/embeddings"], allow_unused=False)
+def test_must_use_its_fault(sse_tape_module):
+    ask(sse_tape_module)
+"""
+    )
+    result = tester.runpytest_subprocess()
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(
+        ["*ERROR at teardown of test_must_use_its_fault*", "*fault 'error:1,path=/v1/embeddings' was never injected*"]
+    )
+    # And the other way round: the scope's marker asks for every fault to act, the test lets its own go.
+    source = (tester.path / "test_shared.py").read_text(encoding="utf-8")
+    source = source.replace("pytestmark = pytest.mark.sse_tape(allow_unused=True)", "")
+    source = source.replace(
+        'path=/v1/embeddings"])\ndef test_may', 'path=/v1/embeddings"], allow_unused=True)\ndef test_may'
+    )
+    (tester.path / "test_shared.py").write_text(source, encoding="utf-8")
+    result = tester.runpytest_subprocess()
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(["*ERROR at teardown of test_must_use_its_fault*"])
+
+
+def test_scopes_that_fail_at_one_teardown_say_so_in_their_lines_with_no_traceback(tester: pytest.Pytester) -> None:
+    # The module's and the session's servers end after the last test, each with a recording never played:
+    # pytest groups the two failures, and would print the group's traceback.
+    greeting_cassette(tester.path / "cassettes" / "test_scopes.toml")
+    greeting_cassette(tester.path / "cassettes" / "session.toml")
+    tester.makepyfile(
+        test_scopes="""
+def test_module(sse_tape_module):
+    pass
+
+def test_session(sse_tape_session):
+    pass
+"""
+    )
+    result = tester.runpytest_subprocess()
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of test_session*",
+            "sse-tape (module scope): 1 recording never played: test_scopes.toml #1 *"
+            "(allow_unused=True in the marker lets them)",
+            "sse-tape (session scope): 1 recording never played: session.toml #1 *"
+            "(sse_tape_allow_unused = true in the ini file lets them)",
+            "*short test summary*",
+            "ERROR test_scopes.py::test_session - Failed: sse-tape (module scope)*",
+        ]
+    )
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_a_misspelt_cassette_name_is_told_the_name_it_is_close_to(tester: pytest.Pytester) -> None:
+    (tester.path / "cassettes" / "openai").mkdir()
+    tester.makepyfile(
+        test_misspelt="""
+import pytest
+
+@pytest.mark.sse_tape("greting")
+def test_file(sse_tape):
+    pass
+
+@pytest.mark.sse_tape("opena/")
+def test_folder(sse_tape):
+    pass
+
+@pytest.mark.sse_tape("unheard-of")
+def test_nothing_close(sse_tape):
+    pass
+
+def test_new_one(sse_tape):  # its own cassette, not yet recorded: no hint at a neighbour's
+    pass
+"""
+    )
+    (tester.path / "cassettes" / "test_misspelt").mkdir()
+    greeting_cassette(tester.path / "cassettes" / "test_misspelt" / "test_new_two.toml")
+    result = tester.runpytest_subprocess()
+    result.assert_outcomes(errors=4)
+    result.stdout.fnmatch_lines(
+        [
+            "sse-tape: no cassette *greting.toml (did you mean 'greeting'?): record it with --sse-tape-record=once*",
+            "sse-tape: no cassette *opena (did you mean 'openai/'?): record it*",
+            "sse-tape: no cassette *unheard-of.toml: record it*",
+            "sse-tape: no cassette *test_misspelt/test_new_one.toml: record it*",
+        ]
+    )
+
+
+def test_a_projects_profile_is_found_when_pytest_runs_from_a_subfolder(
+    tester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tester.path / "pyproject.toml").write_text(
+        '[tool.sse-tape.profiles.ci]\nfaults = ["status:code=503,times=1"]\n', encoding="utf-8"
+    )
+    (tester.path / "tests" / "cassettes").mkdir(parents=True)
+    greeting_cassette(tester.path / "tests" / "cassettes" / "greeting.toml")
+    (tester.path / "tests" / "test_profiled.py").write_text(
+        """
+import openai
+import pytest
+
+@pytest.mark.sse_tape("greeting", profiles=["ci"])
+def test_marked(sse_tape):
+    with openai.OpenAI(base_url=sse_tape.openai_url, api_key="test", max_retries=0) as client:
+        with pytest.raises(openai.InternalServerError):
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hello!"}])
+""",
+        encoding="utf-8",
+    )
+    monkeypatch.chdir(tester.path / "tests")  # as an IDE runs a test: from its folder
+    tester.runpytest_subprocess().assert_outcomes(passed=1)
+    result = tester.runpytest_subprocess("--sse-tape-profile", "ci")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["sse-tape: seed *; faults ci"])
+
+
+def test_a_mistake_in_a_tests_own_marker_on_a_shared_server_fails_it_in_one_line(tester: pytest.Pytester) -> None:
+    greeting_cassette(tester.path / "cassettes" / "test_shared.toml")
+    tester.makepyfile(
+        test_shared="""
+import pytest
+
+pytestmark = pytest.mark.sse_tape(allow_unused=True)
+
+@pytest.mark.sse_tape(faults=["error:zz"])
+def test_bad_fault(sse_tape_module):
+    pass
+
+@pytest.mark.sse_tape(profiles=["nope"])
+def test_bad_profile(sse_tape_module):
+    pass
+
+@pytest.mark.sse_tape(fualts=["error:1"])
+def test_typo(sse_tape_module):
+    pass
+"""
+    )
+    result = tester.runpytest_subprocess()
+    result.assert_outcomes(errors=3)
+    result.stdout.fnmatch_lines(
+        [
+            "sse-tape: fault 'error:zz': 'zz' is not a position*",
+            "sse-tape: unknown profile 'nope': profiles are *",
+            "sse-tape: @pytest.mark.sse_tape got an unexpected keyword argument 'fualts'*",
+        ]
+    )
+    assert "Traceback" not in result.stdout.str()
+    assert "ConfigError" not in result.stdout.str()
+
+
+def test_under_xdist_a_module_spread_over_workers_is_not_told_of_recordings_another_played(
+    tester: pytest.Pytester,
+) -> None:
+    # The module's cassette: the greeting at /v1/chat/completions and TINY at /v1/completions, matched by path.
+    module = Cassette.load(greeting_cassette(tester.path / "cassettes" / "greeting.toml"))
+    (tester.path / "tiny.toml").write_text(TINY.replace("/v1/chat/completions", "/v1/completions"), encoding="utf-8")
+    tiny = Cassette.load(tester.path / "tiny.toml")
+    Cassette(interactions=[*module.interactions, *tiny.interactions], match_on=module.match_on).save(
+        tester.path / "cassettes" / "test_spread.toml"
+    )
+    tests = "".join(
+        f"\ndef test_greeting_{n}(sse_tape_module):\n    ask(sse_tape_module, 'chat/completions')\n" for n in range(10)
+    )
+    tester.makepyfile(
+        test_spread="""
+import httpx
+
+def ask(tape, path):
+    assert httpx.post(f"{tape.openai_url}/{path}", json={}).status_code == 200
+
+def test_tiny(sse_tape_module):
+    ask(sse_tape_module, "completions")
+"""
+        + tests
+    )
+    # Each worker has a server of its own and runs a part of the module: neither played both recordings.
+    tester.runpytest_subprocess("-p", "xdist.plugin", "-n", "2").assert_outcomes(passed=11)
+    # With the module's tests on one worker, what no test played is still told.
+    source = (tester.path / "test_spread.py").read_text(encoding="utf-8")
+    (tester.path / "test_spread.py").write_text(source.replace("def test_tiny", "def _tiny"), encoding="utf-8")
+    result = tester.runpytest_subprocess("-p", "xdist.plugin", "-n", "2", "--dist", "loadfile")
+    result.assert_outcomes(passed=10, errors=1)
+    result.stdout.fnmatch_lines(["*sse-tape (module scope): 1 recording never played: test_spread.toml #2 *"])
