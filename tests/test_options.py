@@ -33,7 +33,7 @@ def test_profiles_come_before_the_faults_given() -> None:
     [
         ("--pace", "warp9", "pace", "unknown pace 'warp9': use recorded, instant, xK (x2, x0.5), a gap (20ms) or tps:N (tps:40)"),
         ("--fault", "stall:for=soon", "faults", "fault 'stall:for=soon': 'soon' is not a duration: write it like 20ms, 1.5s, 2m or 1h"),
-        ("--jitter", "lots", "jitter", "'lots' is not a duration: write it like 20ms, 1.5s, 2m or 1h"),
+        ("--jitter", "lots", "jitter", "jitter 'lots': write a duration (5ms) or a percentage (10%)"),
         ("--ignore-body-field", "metadata.", "ignore_body_fields", "ignored body field 'metadata.': write a dotted path such as user or metadata.trace_id"),
     ],
 )  # fmt: skip
