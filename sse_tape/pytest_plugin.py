@@ -675,24 +675,30 @@ def _certain(p: float, times: int | None) -> bool:
     return p >= 1 and times != 0
 
 
+@contextlib.contextmanager
+def _one_line_failure() -> Iterator[None]:
+    """A mistake in a marker, an option or a cassette fails the test with its one line, and no traceback."""
+    from ._exceptions import SSETapeError
+
+    try:
+        yield
+    except (SSETapeError, pytest.UsageError) as exc:
+        problem = str(exc).removeprefix("sse-tape: ")
+    else:
+        return
+    pytest.fail(f"sse-tape: {problem}", pytrace=False)  # after the except: the report shows the line once
+
+
 def open_tape(request: pytest.FixtureRequest, scope: str, *, threaded: bool) -> SSETape:
     """An `SSETape` for the requesting test, module or session (`scope`), as its markers say; not started.
 
     `threaded`: its server runs in a thread of its own, not in the test's event loop.
     """
-    from ._exceptions import SSETapeError
-
     config = request.config
     settings = config.stash[_SETTINGS]
-    try:
+    with _one_line_failure():
         marked = _marked(request.node)
         server = _server(config, settings, marked, request.node, scope)
-    except (SSETapeError, pytest.UsageError) as exc:
-        problem: str | None = str(exc).removeprefix("sse-tape: ")
-    else:
-        problem = None
-    if problem is not None:  # failed here, not in the except: the report shows the line once
-        pytest.fail(f"sse-tape: {problem}", pytrace=False)
     asked = [f.spec for f in server.injector.faults if f.spec in marked.faults and _certain(f.p, f.times)]
     allow_unused = settings.allow_unused if marked.allow_unused is None else marked.allow_unused
     # What a recording session records has not played: only a replay can leave recordings unplayed.
@@ -820,9 +826,7 @@ def per_test(request: pytest.FixtureRequest, tape: SSETape, *, shared: bool) -> 
     faults = [f"split:at={variant.split}b"] if variant.split is not None else []
     if variant.gauntlet is not None:
         faults.append(settings.gauntlet[variant.gauntlet])
-    from ._exceptions import SSETapeError
-
-    try:
+    with _one_line_failure():
         marked = _marked(node)  # raises on a word the marker does not know, as for a test's own server
         asked: list[str] = []
         own: dict[str, Any] = {}
@@ -837,12 +841,6 @@ def per_test(request: pytest.FixtureRequest, tape: SSETape, *, shared: bool) -> 
             asked = list(own.get("faults", ()))
             faults = [*profiled, *asked, *faults]
         tape.begin(node.nodeid, faults, asked, allow_unused=own.get("allow_unused") if shared else None)
-    except (SSETapeError, pytest.UsageError) as exc:
-        problem: str | None = str(exc).removeprefix("sse-tape: ")
-    else:
-        problem = None
-    if problem is not None:  # failed here, not in the except: the report shows the line once
-        pytest.fail(f"sse-tape: {problem}", pytrace=False)
     node.stash[_TAPE] = tape
     with pytest.MonkeyPatch.context() as patch:
         if marked.env:
