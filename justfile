@@ -6,7 +6,7 @@ install:
 
 # Run the whole test suite.
 test *args:
-    python -m pytest {{args}}
+    python -m pytest -n auto {{args}}
 
 # Lint, check formatting and types.
 lint:
