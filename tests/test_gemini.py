@@ -444,6 +444,16 @@ WEATHER = types.Tool(
 )
 # The SDK would run a Python function itself; these tools are declarations only.
 MANUAL = types.AutomaticFunctionCallingConfig(disable=True)
+# What the bundled cassette's haiku, which fails mid-stream with 503 UNAVAILABLE, was asked with.
+FAILING = types.GenerateContentConfig(
+    temperature=1.2,
+    safety_settings=[
+        types.SafetySetting(
+            category=types.HarmCategory.HARM_CATEGORY_DANGEROUS_CONTENT,
+            threshold=types.HarmBlockThreshold.BLOCK_ONLY_HIGH,
+        )
+    ],
+)
 
 
 def test_the_sdk_streams_every_interaction_of_the_bundled_cassette(bundled: dict[str, Cassette]) -> None:
@@ -463,18 +473,9 @@ def test_the_sdk_streams_every_interaction_of_the_bundled_cassette(bundled: dict
         thinking = types.GenerateContentConfig(thinking_config=types.ThinkingConfig(include_thoughts=True))
         thought = read(client.models.generate_content_stream(model=MODEL, contents="Even primes?", config=thinking))
         usage = thought.chunks[-1].usage_metadata
-        failing = types.GenerateContentConfig(
-            temperature=1.2,
-            safety_settings=[
-                types.SafetySetting(
-                    category=types.HarmCategory.HARM_CATEGORY_DANGEROUS_CONTENT,
-                    threshold=types.HarmBlockThreshold.BLOCK_ONLY_HIGH,
-                )
-            ],
-        )
         haiku = ""
         with pytest.raises(errors.ServerError) as raised:  # noqa: PT012 (the chunks before it count)
-            for response in client.models.generate_content_stream(model=MODEL, contents="A haiku", config=failing):
+            for response in client.models.generate_content_stream(model=MODEL, contents="A haiku", config=FAILING):
                 haiku += response.text or ""
     assert (greeting.text, greeting.thoughts, greeting.calls) == (GREETING, "", [])
     assert greeting.chunks[-1].candidates[0].finish_reason == types.FinishReason.STOP  # type: ignore[index]
@@ -621,20 +622,11 @@ def test_a_plain_call_answered_by_a_stream_that_failed_gets_the_status_the_strea
     bundled: dict[str, Cassette],
 ) -> None:
     # The bundled haiku fails mid-stream with 503 UNAVAILABLE; asked for no stream, the API answers 503 too.
-    failing = types.GenerateContentConfig(
-        temperature=1.2,
-        safety_settings=[
-            types.SafetySetting(
-                category=types.HarmCategory.HARM_CATEGORY_DANGEROUS_CONTENT,
-                threshold=types.HarmBlockThreshold.BLOCK_ONLY_HIGH,
-            )
-        ],
-    )
     with (
         serve(bundled["gemini"], pace="instant") as server,
         gemini_client(server.url) as client,
         pytest.raises(errors.ServerError) as raised,
     ):
-        client.models.generate_content(model=MODEL, contents="A haiku", config=failing)
+        client.models.generate_content(model=MODEL, contents="A haiku", config=FAILING)
     assert (raised.value.code, raised.value.status) == (503, "UNAVAILABLE")
     assert raised.value.message == "The model is overloaded. Please try again later."
