@@ -480,7 +480,8 @@ def _split(fault: Fault, plan: Plan, dialect: Dialect, rng: random.Random, reque
     body, last = plan.body, plan.writes[-1][0]
     if not 0 < offset < len(body):
         plan.writes = [(last, body)]
-        return f"one write: byte {offset} is not inside the {len(body)}-byte body"
+        where = "start" if offset <= 0 else "end"  # a byte past the end is taken as the end
+        return f"one write: {fault['at']} is the body's {where}, not inside its {len(body)} bytes"
     # Both go when the last chunk was due, as coalesce's one write does: whatever a stall sends through its
     # silence (heartbeats, due by time) then comes before them, never between, inside a line.
     plan.writes = [(last, body[:offset]), (last, body[offset:])]

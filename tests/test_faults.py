@@ -947,10 +947,14 @@ def test_split_sends_the_body_as_exactly_two_writes_cut_at_the_byte(server: Mock
     assert http_chunks(server, f"split:at={at}b") == [whole[:at], whole[at:]]
 
 
-def test_split_outside_the_body_sends_one_write(server: MockServer) -> None:
+@pytest.mark.parametrize("past", [0, 1000])
+def test_split_outside_the_body_sends_one_write_and_says_where_it_was_asked(server: MockServer, past: int) -> None:
     whole = raw(server, "").content
-    assert http_chunks(server, f"split:at={len(whole)}b") == [whole]
-    assert injections(server)[-1].what == f"one write: byte {len(whole)} is not inside the {len(whole)}-byte body"
+    at = f"{len(whole) + past}b"
+    assert http_chunks(server, f"split:at={at}") == [whole]
+    assert injections(server)[-1].what == f"one write: {at} is the body's end, not inside its {len(whole)} bytes"
+    assert http_chunks(server, "split:at=0") == [whole]
+    assert injections(server)[-1].what == f"one write: 0 is the body's start, not inside its {len(whole)} bytes"
 
 
 def test_bandwidth_never_bursts_past_the_rate(server: MockServer) -> None:
