@@ -952,6 +952,14 @@ async def test_a_whole_answer_takes_the_place_only_of_the_very_same_request_cut_
 _RETRIED = "/v1/chat/completions?events=40&gap=0.05"
 
 
+def _one_whole_then_one_cut_short(upstream: Upstream, cassette: Path, cut: str) -> bytes:
+    """A session that records one whole stream into `cassette`, then `_RETRIED` cut short as `cut` says:
+    returns what the client had of the second."""
+    first = Recorder(upstream, cassette)
+    first.complete(1)
+    return _cut_short(first, cut)
+
+
 def _cut_short(recorder: Recorder, cut: str) -> bytes:
     """Start the `_RETRIED` stream through `recorder`, and cut it short as `cut` says: returns what the client had."""
     with httpx.Client(timeout=30) as client, client.stream("POST", recorder.url + _RETRIED, content=b"{}") as response:
@@ -987,9 +995,7 @@ def test_the_next_session_fetches_a_stream_cut_short_again_and_the_whole_one_tak
     threaded_upstream: Upstream, tmp_path: Path, cut: str, end: End
 ) -> None:
     cassette = tmp_path / "c.toml"
-    first = Recorder(threaded_upstream, cassette)
-    first.complete(1)
-    received = _cut_short(first, cut)
+    received = _one_whole_then_one_cut_short(threaded_upstream, cassette, cut)
     before = Cassette.load(cassette).interactions  # killed: read from the spool the session left
     assert [i.response.end for i in before] == [End.COMPLETE, end]
     assert before[1].response.body.startswith(received)
@@ -1030,9 +1036,7 @@ def test_a_whole_answer_takes_the_cut_ones_place_though_its_session_is_killed(
     # The replacement was made only when the session stopped: a killed session's spool was read as new
     # recordings, and the cassette held the cut answer and the whole one, the cut one played first.
     cassette = tmp_path / "c.toml"
-    first = Recorder(threaded_upstream, cassette)
-    first.complete(1)
-    _cut_short(first, cut)
+    _one_whole_then_one_cut_short(threaded_upstream, cassette, cut)
     [complete, _] = Cassette.load(cassette).interactions
     whole = _whole_answer_then_killed(Recorder(threaded_upstream, cassette))
     assert list(tmp_path.glob("*.spool"))  # what the killed session recorded is in its spool alone
@@ -1072,9 +1076,7 @@ def test_a_killed_sessions_whole_answer_finds_the_cut_one_where_an_edit_put_it_a
     # The spool names the recording it replaces by its fingerprint, not its number: moved, it is found where
     # it is; changed (trimmed by hand, say), it is no longer the one that was cut, and both are kept.
     cassette = tmp_path / "c.toml"
-    first = Recorder(threaded_upstream, cassette)
-    first.complete(1)
-    _cut_short(first, "client-gone")
+    _one_whole_then_one_cut_short(threaded_upstream, cassette, "client-gone")
     whole = _whole_answer_then_killed(Recorder(threaded_upstream, cassette))
     [spool] = tmp_path.glob("*.spool")
     spool.rename(tmp_path / "aside")  # to edit the file alone
