@@ -13,7 +13,8 @@ them in memory and the parsed-TOML cache keeps them), and are written from the c
 of rows in a few passes in C, with no table nor string made for each.
 
 `loads` reads such files back with `tomllib`'s semantics, finding the chunks' tables apart from `tomllib`,
-which reads a few megabytes a second and would spend nearly all of its time on them.
+which reads a few megabytes a second and would spend nearly all of its time on them, and reading the lines
+of the other tables apart from it where each is one this module writes.
 """
 
 from __future__ import annotations
@@ -242,57 +243,44 @@ _TEXT_ROW = re.compile(
 )
 
 
-@dataclass(slots=True)
-class _Run:
-    """Rows of `_TEXT_ROW` one after the other, with at most a blank line between: where they begin and
-    end in the file, and their columns."""
-
-    start: int
-    end: int
-    t: list[float]
-    text: list[bytes]
-
-
 def loads(raw: bytes, parse: Callable[[str], Any]) -> Any | None:
     """The TOML document in `raw` (valid UTF-8), as `parse` (`tomllib`'s, with whatever checks the caller
     adds) gives it for the whole text, but for the form of a stream's chunks: an interaction's chunks are
-    `TextTables` where all of them are tables as `_text_rows` writes them. None when the file holds none of
-    those, or anything that might make the two differ: then `parse` should read the whole file.
+    `TextTables` where all of them are tables as `_text_rows` writes them. None when the file holds anything
+    that might make the two differ: then `parse` should read the whole file.
 
-    The chunks' tables are found by a regular expression in the file's bytes, and `parse` reads the rest,
-    where each run of them stands as one table holding a key no file holds (a random one). The text before
-    a run is the file's own, so where `parse` reads a run's stand-in as a table, the file has those tables
-    there; and where it does not (say, inside a string), the stand-in is missing from the document. A key
-    or a sub-table that follows such a table in the file lands in the stand-in instead. Either way, and on
-    any error (whose message would name the wrong line), the answer is None."""
-    runs: list[_Run] = []
-    for row in _TEXT_ROW.finditer(raw):
-        start = row.start()
-        if runs and start - runs[-1].end <= 1:  # nothing but a line break since the last
-            run = runs[-1]
-            run.end = row.end()
-        else:
-            run = _Run(start, row.end(), [], [])
-            runs.append(run)
-        run.t.append(float(row[1]))
-        run.text.append(row[2])
-    if not runs:
-        return None
-    for run in runs:
-        texts = b"".join(run.text)
-        if len(texts.translate(None, _CONTROL_BYTES)) != len(texts):  # which TOML refuses raw in a literal
-            return None
+    The chunks' tables are found by a regular expression in the file's bytes, and the rest is read apart,
+    where each run of them (one after the other, with at most a blank line between) stands as one table
+    holding a key no file holds (a random one): read by `_heads` when each of its lines is one `encode`
+    writes for a table's head, else by `parse`. The text before a run is the file's own, so where the rest
+    is read with a run's stand-in as a table, the file has those tables there; and where it is not (say,
+    inside a string), the stand-in is missing from the document. A key or a sub-table that follows such a
+    table in the file lands in the stand-in instead. Either way, and on any error (whose message would name
+    the wrong line), the answer is None."""
+    parts = _TEXT_ROW.split(raw)  # the text before each row, the row's time, its text, ..., the text after
+    between, times, texts = parts[0::3], parts[1::3], parts[2::3]
     key = f"sse-tape {os.urandom(16).hex()}"
-    stand_in = b'[[interactions.response.chunks]]\n"%s" = %%d\n' % key.encode()
-    pieces, done = [], 0
-    for n, run in enumerate(runs):
-        pieces += [raw[done : run.start], stand_in % n]
-        done = run.end
-    pieces.append(raw[done:])
-    try:
-        doc = parse(b"".join(pieces).decode())
-    except Exception:  # whatever `parse` refuses, it says so itself when it reads the whole file (its lines)
-        return None
+    runs: list[TextTables] = []
+    pieces = [between[0]]  # the text with a stand-in for each run
+    if rows := len(times):
+        joined = b"".join(texts)
+        if len(joined.translate(None, _CONTROL_BYTES)) != len(joined):  # which TOML refuses raw in a literal
+            return None
+        stand_in = b'[[interactions.response.chunks]]\n"%s" = %%d\n' % key.encode()
+        seconds = list(map(float, times))
+        starts = [0, *(row for row in range(1, rows) if len(between[row]) > 1)]  # more than a line break
+        for n, (start, end) in enumerate(zip(starts, [*starts[1:], rows], strict=True)):
+            runs.append(TextTables(seconds[start:end], texts[start:end]))
+            pieces += [stand_in % n, between[end]]
+    text = b"".join(pieces).decode()
+    doc = _heads(text)
+    if doc is None:
+        if not runs:
+            return None  # `parse` reads the same text
+        try:
+            doc = parse(text)
+        except Exception:  # whatever `parse` refuses, it says so itself when it reads the whole file (its lines)
+            return None
     found = 0
     for response, chunks in interaction_chunks(doc):
         if type(chunks) is not list:
@@ -306,17 +294,146 @@ def loads(raw: bytes, parse: Callable[[str], Any]) -> Any | None:
                 found += 1
             else:
                 tables.append(table)
-        if len(tables) == 1 and type(tables[0]) is _Run:
-            response["chunks"] = TextTables(tables[0].t, tables[0].text)
-        elif any(type(table) is _Run for table in tables):
+        if len(tables) == 1 and type(tables[0]) is TextTables:
+            response["chunks"] = tables[0]
+        elif any(type(table) is TextTables for table in tables):
             response["chunks"] = [*_tables(tables)]
     return doc if found == len(runs) else None
 
 
+# The lines `encode` writes for tables' heads, each matched whole, up to its line break, with any blank
+# lines before it: an array of tables' header or a table's header; a key with a string, an integer, a float
+# as `repr` writes one, a boolean, or an array of strings on one line. Keys are bare, or quoted with nothing
+# to escape.
+# Whatever else TOML allows (spaces, comments, dotted keys, inline tables, dates, other forms of numbers,
+# line-ending backslashes, a CR anywhere) matches none of them: `_heads` leaves such a text to `tomllib`.
+_C = r"\x00-\x08\x0a-\x1f\x7f"  # the control characters TOML refuses in a string on one line: all but tab
+_MC = r"\x00-\x08\x0b-\x1f\x7f"  # and in a multi-line string, which may hold line feeds
+_BASIC = rf'"([^"\\{_C}]*(?:\\[^{_C}][^"\\{_C}]*)*)"'
+_LITERAL = rf"'([^'{_C}]*)'"
+_KEY = rf'(?:[A-Za-z0-9_-]+|"[^"\\{_C}]*")'  # bare, or quoted with nothing to escape
+_KEY_PARTS = re.compile(rf'([A-Za-z0-9_-]+)|"([^"\\{_C}]*)"')
+_LINE_STRING = rf"\"[^\"\\{_C}]*(?:\\[^{_C}][^\"\\{_C}]*)*\"|'[^'{_C}]*'"  # either, without a group
+_HEAD_LINE = re.compile(
+    rf"\n*(?:\[\[({_KEY}(?:\.{_KEY}){{0,15}})\]\]"  # blank lines, then 1: [[a.b]]
+    rf"|\[({_KEY}(?:\.{_KEY}){{0,15}})\]"  # 2: [a.b]
+    rf'|(?:([A-Za-z0-9_-]+)|"([^"\\{_C}]*)") = (?:'  # 3, 4: the key, bare or quoted
+    rf"{_BASIC}"  # 5
+    rf"|{_LITERAL}"  # 6
+    rf"|'''\n([^'{_MC}]*(?:'(?!'')[^'{_MC}]*)*)'''"  # 7: multi-line literal
+    rf'|"""\n([^"\\{_MC}]*(?:(?:\\[^{_MC}]|"(?!""))[^"\\{_MC}]*)*)"""'  # 8: multi-line basic
+    r"|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+(?:e[+-]?[0-9]+)?|e[+-]?[0-9]+))"  # 9: a float
+    r"|(-?(?:0|[1-9][0-9]{0,17}))"  # 10: an integer, well short of the digits `int` refuses
+    r"|(true|false)"  # 11
+    rf"|(\[(?:(?:{_LINE_STRING})(?:, (?:{_LINE_STRING}))*)?\])"  # 12: an array of strings
+    r"))?\n"
+)
+_ARRAY_STRINGS = re.compile(rf"{_BASIC}|{_LITERAL}")
+# A basic string's escapes, as TOML reads them; anything else after a backslash (one at a line's end, say)
+# is for `tomllib` to read or refuse.
+_ESCAPE = re.compile(r'\\(?:([btnfr"\\])|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|([\s\S]))')
+_ESCAPED = {"b": "\b", "t": "\t", "n": "\n", "f": "\f", "r": "\r", '"': '"', "\\": "\\"}
+
+
+class _Unread(Exception):
+    """What `_heads` leaves to `tomllib`."""
+
+
+def _heads(text: str) -> Any | None:
+    """The document in `text` as `tomllib` reads it, when each line is one `_HEAD_LINE` matches (as the
+    lines `encode` writes for tables' heads are) and each table is made once, by its own header or on the
+    way to one after it; None for any other text, which `tomllib` may read otherwise, or refuse. A line is
+    one match and a step or two, where `tomllib` looks at each character in Python: a sixth of the time."""
+    root: dict[str, Any] = {}
+    table = root
+    arrays: set[int] = set()  # the arrays of tables, by `id`: an array of strings takes no tables
+    done = 0
+    try:
+        for line in _HEAD_LINE.finditer(text):
+            if line.start() != done:
+                return None
+            done = line.end()
+            kind = line.lastindex
+            if kind is None:  # blank lines, with no line after them that matches
+                continue
+            if kind <= 2:  # a header
+                keys = line[kind]
+                *path, name = keys.split(".") if '"' not in keys else [a or b for a, b in _KEY_PARTS.findall(keys)]
+                parent = _nested(root, path, arrays)
+                if kind == 2:
+                    if name in parent:  # a table made twice, or made on the way to another: left to tomllib
+                        return None
+                    table = parent[name] = {}
+                    continue
+                array = parent.get(name)
+                if array is None:
+                    array = parent[name] = []
+                    arrays.add(id(array))
+                elif id(array) not in arrays:
+                    return None
+                table = {}
+                array.append(table)
+                continue
+            name = line[3] if line[3] is not None else line[4]
+            if name in table:
+                return None
+            value = line[kind]
+            table[name] = value if kind == 6 or (kind == 5 and "\\" not in value) else _head_value(kind, value)
+    except _Unread:
+        return None
+    return root if done == len(text) else None
+
+
+def _nested(root: dict[str, Any], path: list[str], arrays: set[int]) -> dict[str, Any]:
+    """The table at `path`, as a header names it: an array of tables' last one, tables made on the way."""
+    table = root
+    for name in path:
+        inner = table.get(name)
+        if inner is None:
+            inner = table[name] = {}
+        elif type(inner) is list and id(inner) in arrays:
+            inner = inner[-1]
+        elif type(inner) is not dict:
+            raise _Unread
+        table = inner
+    return table
+
+
+def _head_value(kind: int, text: str) -> Any:
+    """The value of a key's line that `_HEAD_LINE` matched as `kind` (its group), from that group's text."""
+    if kind == 5 or kind == 8:
+        return _unescaped(text) if "\\" in text else text
+    if kind == 6 or kind == 7:
+        return text
+    if kind == 9:
+        return float(text)
+    if kind == 10:
+        return int(text)
+    if kind == 11:
+        return text == "true"
+    return [_head_value(5 if basic else 6, basic or literal) for basic, literal in _ARRAY_STRINGS.findall(text)]
+
+
+def _unescaped(text: str) -> str:
+    """A basic string's text with its escapes read."""
+
+    def one(escape: re.Match[str]) -> str:
+        if escape[1] is not None:
+            return _ESCAPED[escape[1]]
+        if escape[4] is not None:
+            raise _Unread
+        code = int(escape[2] or escape[3], 16)
+        if code > 0x10FFFF or 0xD800 <= code <= 0xDFFF:  # tomllib refuses these
+            raise _Unread
+        return chr(code)
+
+    return _ESCAPE.sub(one, text)
+
+
 def _tables(tables: list[Any]) -> Iterator[Any]:
     for table in tables:
-        if type(table) is _Run:
-            yield from TextTables(table.t, table.text).tables()
+        if type(table) is TextTables:
+            yield from table.tables()
         else:
             yield table
 

@@ -25,7 +25,7 @@ Options given to a server override them.
 
 A TOML file of 4 KiB or more is parsed once per content: what `tomllib` made of its bytes is kept in a
 cache outside the project, named by their SHA-256 (see `_toml_cache`), and read from there while the file
-stays the same. A parse finds a stream's chunks apart from `tomllib`, with its semantics (see `_toml.loads`).
+stays the same. A parse reads what sse-tape writes apart from `tomllib`, with its semantics (see `_toml.loads`).
 
 `format_version` is an integer, separate from the package version. A file
 written by a newer sse-tape is refused with a request to upgrade. Writes are
