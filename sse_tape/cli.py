@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -1023,7 +1024,12 @@ def list_faults() -> None:
     metavar="NAME",
     help=f"Also translate every interaction into this API: {', '.join(DIALECTS)}. Timing is kept.",
 )
-@click.option("--dialect", "from_dialect", metavar="NAME", help="The source's dialect, if its paths do not tell.")
+@click.option(
+    "--dialect",
+    "from_dialect",
+    metavar="NAME",
+    help="The source's dialect, if its paths do not tell; a stream that is not this API's stops the conversion.",
+)
 @click.option(
     "--lossy",
     is_flag=True,
@@ -1050,6 +1056,9 @@ def convert(source: Path, target: Path, to_dialect: str | None, from_dialect: st
         origin = get_dialect(from_dialect) if from_dialect else None
         translated = []
         for n, interaction in enumerate(loaded.interactions, 1):
+            if origin is not None and (why := _not_of(interaction, origin)):
+                request = interaction.request
+                raise SSETapeError(f"{source} #{n} ({request.method} {request.path}): {why}; nothing written")
             try:
                 there = translate(interaction, into, origin)
             except ConfigError as exc:  # say which interaction of which file, as the other refusals do
@@ -1066,6 +1075,31 @@ def convert(source: Path, target: Path, to_dialect: str | None, from_dialect: st
         loaded.interactions = translated
     loaded.save(target)
     click.echo(f"wrote {target} ({len(loaded)} interaction{'s'[: len(loaded) != 1]})")
+
+
+def _not_of(interaction: Interaction, dialect: Dialect) -> str | None:
+    """Why `interaction`'s stream is not `dialect`'s, in words; None when it may be.
+
+    A dialect's decoder skips the events it does not know, so a stream read as another API's translates into an
+    empty one: a --dialect that names the wrong API would write it without a word, for `check` to find later.
+    """
+    response = interaction.response
+    events = response.events()
+    if response.status >= 400 or not events:
+        return None  # an error body is rewritten whatever its API; a JSON answer is read as `dialect`'s or refused
+    # What the events look like, whatever the path says: the path is what --dialect speaks over.
+    looks = detect(replace(interaction, request=replace(interaction.request, path="")))
+    if looks is not None and looks is not dialect:
+        return f"its stream is not {dialect.name}: it looks like {looks.name}"
+    from .dialects.events import Start
+
+    try:  # a decoder that makes its own Start has read nothing when that Start is blank
+        read = [event for event in dialect.decode(sse for _, sse in events) if event != Start()]
+    except (TypeError, ValueError, AttributeError, KeyError, OverflowError):
+        return None  # malformed: translating it says so, in its words
+    if not read:
+        return f"its stream is not {dialect.name}: none of its {len(events)} events reads as one"
+    return None
 
 
 @cli.command()

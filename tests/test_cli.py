@@ -477,6 +477,41 @@ def test_convert_names_the_file_and_interaction_whose_dialect_it_cannot_tell(tmp
     assert not (tmp_path / "out.toml").exists()
 
 
+def test_convert_refuses_a_named_dialect_the_streams_are_not_and_writes_nothing(tmp_path: Path) -> None:
+    # A decoder skips what it does not know: read as the wrong API, a stream would be written empty.
+    kept = tmp_path / "kept.toml"
+    kept.write_bytes(b"# the user's own file\n")
+    chat, feed = BUNDLED["openai-chat"], BUNDLED["events"]
+    for target in (kept, tmp_path / "new.toml"):
+        result = run_cli("convert", str(chat), str(target), "--to-dialect", "openai-responses", "--dialect", "gemini")
+        assert (result.returncode, result.stderr) == (
+            2,
+            f"Error: {chat} #1 (POST /v1/chat/completions): its stream is not gemini: it looks like openai-chat; "
+            "nothing written\n",
+        )
+    assert kept.read_bytes() == b"# the user's own file\n"
+    assert not (tmp_path / "new.toml").exists()
+    result = run_cli("convert", str(feed), str(kept), "--to-dialect", "openai-chat", "--dialect", "openai-chat")
+    assert (result.returncode, result.stderr) == (
+        2,
+        f"Error: {feed} #1 (GET /events): its stream is not openai-chat: none of its 5 events reads as one; "
+        "nothing written\n",
+    )
+    assert kept.read_bytes() == b"# the user's own file\n"
+
+
+def test_convert_reads_the_streams_as_the_named_dialect_when_their_paths_do_not_tell(tmp_path: Path) -> None:
+    bundled = Cassette.load(BUNDLED["anthropic-messages"])
+    moved = [replace(i, request=replace(i.request, path="/gateway/generate")) for i in bundled]
+    source = Cassette(moved).save(tmp_path / "moved.toml")
+    out = tmp_path / "chat.toml"
+    result = run_cli(
+        "convert", str(source), str(out), "--to-dialect", "openai-chat", "--dialect", "anthropic-messages", "--lossy"
+    )
+    assert result.returncode == 0, result.stderr
+    assert run_cli("check", str(out)).returncode == 0
+
+
 def test_check_unknown_dialect_is_exit_2(tmp_path: Path) -> None:
     interaction = Cassette.load(BUNDLED["openai-chat"]).interactions[0]
     path = Cassette(
