@@ -875,3 +875,38 @@ def test_kill_int_to_a_listening_server_a_script_started_in_the_background_stops
     os.kill(pid, signal.SIGINT)
     _, err = script.communicate(timeout=30)
     assert (script.returncode, err) == (0, "sse-tape: stopped\n")
+
+
+def test_check_secrets_counts_a_leaked_header_once(bundled_server: Running, tmp_path: Path) -> None:
+    # A header kept on purpose, then forgotten: its name says it is a secret, and its value is a bearer token
+    # holding an API key. One secret, one finding; a key pasted into a prompt is one too.
+    cassette = tmp_path / "leak.toml"
+    key = "sk-proj-abcdefghijklmnopqrstuvwxyz123456"
+    prompt = {"model": "local-model", "messages": [{"role": "user", "content": f"why does Bearer {key} fail?"}]}
+    recorded = run_cli(
+        "record",
+        bundled_server.url + "/v1/chat/completions",
+        "-d",
+        json.dumps(prompt),
+        "-H",
+        f"Authorization: Bearer {key}",
+        "--keep-header",
+        "authorization",
+        "-c",
+        str(cassette),
+    )
+    assert recorded.returncode == 0, recorded.stderr
+    found = run_cli("check", "--secrets", str(cassette))
+    assert (found.returncode, found.stdout.splitlines()) == (
+        1,
+        [
+            f"{cassette} #1 POST /v1/chat/completions: request header Authorization is not redacted",
+            f"{cassette} #1 POST /v1/chat/completions: request body holds a bearer token",
+            "2 secrets found",
+        ],
+    )
+    as_json = run_cli("check", "--secrets", "--json", str(cassette))
+    assert [row["secret"] for row in json.loads(as_json.stdout)] == [
+        "request header Authorization is not redacted",
+        "request body holds a bearer token",
+    ]
