@@ -462,6 +462,33 @@ def test_check_reads_gemini_chunks_sent_as_one_json_array(tmp_path: Path) -> Non
     ]
 
 
+@pytest.mark.parametrize("secrets", [[], ["--secrets"]], ids=["contracts", "secrets"])
+def test_check_goes_on_past_a_cassette_it_cannot_read_and_reports_it(tmp_path: Path, secrets: list[str]) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("interactions = [\n")  # cut short
+    good, missing = BUNDLED["gemini"], tmp_path / "gone.toml"
+    result = run_cli("check", *secrets, str(bad), str(good), str(missing))
+    assert (result.returncode, result.stderr) == (2, "")
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"{bad}: truncated or corrupt TOML: ")
+    assert lines[-2:] == [
+        f"{missing}: no such cassette or folder",
+        ("0 secrets found" if secrets else "checked 5 interactions: 0 violations") + "; 2 cassettes unreadable",
+    ]
+    if not secrets:
+        gemini = "POST /v1beta/models/gemini-2.5-flash:streamGenerateContent (gemini)"
+        assert lines[1:-2] == [f"{good} #{n} {gemini}: ok" for n in range(1, 6)]
+    as_json = run_cli("check", *secrets, "--json", str(bad), str(good), str(missing))
+    assert (as_json.returncode, as_json.stderr) == (2, "")
+    report = json.loads(as_json.stdout)
+    assert [(row["source"], row["interaction"]) for row in report if row["error"]] == [
+        (str(bad), None),
+        (str(missing), None),
+    ]
+    assert report[-1]["error"] == "no such cassette or folder"
+    assert len(report) == (2 if secrets else 7)
+
+
 def test_check_with_a_named_dialect(tmp_path: Path) -> None:
     result = run_cli("check", "--dialect", "openai-completions", str(BUNDLED["openai-chat"]))
     assert result.returncode == 1
