@@ -937,3 +937,56 @@ def test_check_secrets_counts_a_leaked_header_once(bundled_server: Running, tmp_
         "request header Authorization is not redacted",
         "request body holds a bearer token",
     ]
+
+
+_FAILING = {  # a streaming request of each API, and what its error object calls a rate limit on the wire
+    "/v1/chat/completions": (
+        {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "stream": True},
+        "rate_limit_error",
+    ),
+    "/v1/completions": ({"model": "gemma3-270m", "prompt": "Once", "stream": True}, "rate_limit_error"),
+    "/v1/responses": ({"model": "claude-sonnet-4-20250514", "input": "Hi", "stream": True}, "rate_limit_error"),
+    "/api/v1/chat": ({"model": "openai/gpt-oss-20b", "input": "Hi", "stream": True}, "rate_limit_error"),
+    "/v1/messages": (
+        {
+            "model": "claude-sonnet-4-6",
+            "max_tokens": 64,
+            "messages": [{"role": "user", "content": "Hi"}],
+            "stream": True,
+        },
+        "rate_limit_error",
+    ),
+    "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse": (
+        {"contents": [{"role": "user", "parts": [{"text": "Hi"}]}]},  # the path asks for the stream
+        "RESOURCE_EXHAUSTED",  # Google's status, as its stream's error says
+    ),
+}
+
+
+def test_show_names_a_mid_stream_error_in_its_apis_own_words(bundled_server: Running, tmp_path: Path) -> None:
+    cassette = tmp_path / "failed.toml"
+    fault = "X-SSE-Tape-Fault: error:at=2,type=rate_limit_error,message=slow down"
+    for path, (body, _) in _FAILING.items():
+        url = bundled_server.url + path
+        recorded = run_cli("record", url, "-d", json.dumps(body), "-H", fault, "-c", str(cassette))
+        assert recorded.returncode == 0, recorded.stderr
+    shown = run_cli("show", str(cassette), str(BUNDLED["gemini"]))
+    assert shown.returncode == 0, shown.stderr
+    assert [line for line in shown.stdout.splitlines() if line.startswith("   error: ")] == [
+        *(f"   error: slow down ({name})" for _, name in _FAILING.values()),
+        "   error: The model is overloaded. Please try again later. (UNAVAILABLE)",  # the bundled 503
+    ]
+    # The wire says so: the words show prints are those of each stream's error.
+    for interaction, (_, name) in zip(Cassette.load(cassette), _FAILING.values(), strict=True):
+        assert f'"{name}"'.encode() in interaction.response.body
+
+
+def test_show_names_a_gemini_errors_reason_beside_its_status(bundled_server: Running, tmp_path: Path) -> None:
+    cassette = tmp_path / "failed.toml"
+    fault = "X-SSE-Tape-Fault: error:at=1,type=invalid_request_error,code=API_KEY_INVALID,message=bad key"
+    path = "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+    body = json.dumps(_FAILING[path][0])
+    assert run_cli("record", bundled_server.url + path, "-d", body, "-H", fault, "-c", str(cassette)).returncode == 0
+    assert b'"status":"INVALID_ARGUMENT"' in Cassette.load(cassette).interactions[0].response.body
+    shown = run_cli("show", str(cassette))
+    assert "   error: bad key (INVALID_ARGUMENT, API_KEY_INVALID)" in shown.stdout.splitlines()
