@@ -10,13 +10,14 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from . import __version__
-from ._exceptions import ConfigError, SSETapeError, cannot_listen
+from ._exceptions import CassetteError, ConfigError, SSETapeError, cannot_listen
 from ._units import parse_duration
 from .cassette import Cassette, Interaction, append_interactions, check_cassette_path, find_cassettes
 from .dialects import (
@@ -869,9 +870,10 @@ def check(
     position of the event and the reason. A JSON answer to a request for no
     stream is checked as that API's answer, and an error response for its
     error body. A stream whose events look like none of them (a notification
-    feed) is checked as plain SSE: UTF-8, and no block left unfinished. Exit
-    status: 0 when clean, 1 when violations are found, 2 when the input cannot
-    be used.
+    feed) is checked as plain SSE: UTF-8, and no block left unfinished. A
+    cassette that cannot be read is reported, and the others checked all the
+    same. Exit status: 0 when clean, 1 when violations are found, 2 when some
+    input cannot be used.
     """
     chosen = get_dialect(dialect) if dialect else None
     if (live is None) == (not cassettes):
@@ -888,21 +890,29 @@ def check(
         request_method, headers, body = _one_shot_request(method, data, header)
         interaction = asyncio.run(record_once(live, None, method=request_method, headers=headers, body=body))
         # Named as a cassette would store its request: a key in its query (Gemini's `?key=`) is not printed.
-        sources: list[tuple[str, list[Interaction]]] = [(Redaction().url(live), [interaction])]
+        sources: list[tuple[str, list[Interaction] | str]] = [(Redaction().url(live), [interaction])]
     else:
-        loaded = [(path, Cassette.load(path)) for path in find_cassettes(cassettes)]
-        _refuse_nothing([c for _, c in loaded], cassettes, "check")
-        sources = [(str(path), c.interactions) for path, c in loaded]
-    rows = [
-        _check_interaction(source, n, interaction, chosen)
-        for source, interactions in sources
-        for n, interaction in enumerate(interactions, 1)
-    ]
+        loaded = _load_each(cassettes)
+        readable = [c for _, c in loaded if isinstance(c, Cassette)]
+        if len(readable) == len(loaded):  # else the files that cannot be read are what there is to say
+            _refuse_nothing(readable, cassettes, "check")
+        sources = [(source, c if isinstance(c, str) else c.interactions) for source, c in loaded]
+    rows: list[dict[str, Any]] = []
+    for source, what in sources:
+        if isinstance(what, str):  # why the cassette cannot be read
+            rows.append(
+                {"source": source, "interaction": None, "method": None, "path": None, "status": None, "dialect": None}
+                | {"violations": [], "error": what}
+            )
+            continue
+        rows += [_check_interaction(source, n, interaction, chosen) for n, interaction in enumerate(what, 1)]
     if as_json:
         click.echo(json.dumps(rows, indent=2, ensure_ascii=False))
     else:
         for row in rows:
-            where = f"{row['source']} #{row['interaction']} {row['method']} {row['path']}"
+            where = row["source"]
+            if row["interaction"] is not None:  # else the cassette cannot be read
+                where += f" #{row['interaction']} {row['method']} {row['path']}"
             if row["error"]:
                 click.echo(f"{where}: {row['error']}")
                 continue
@@ -912,7 +922,11 @@ def check(
             for v in row["violations"]:
                 click.echo(f"  {Violation(v['event'], v['message'])}")
         total = sum(len(row["violations"]) for row in rows)
-        click.echo(f"checked {len(rows)} interaction{'s'[: len(rows) != 1]}: {total} violation{'s'[: total != 1]}")
+        checked = sum(row["interaction"] is not None for row in rows)
+        click.echo(
+            f"checked {checked} interaction{'s'[: checked != 1]}: {total} violation{'s'[: total != 1]}"
+            + _unreadable(len(rows) - checked)
+        )
     if any(row["error"] for row in rows):
         sys.exit(2)
     if any(row["violations"] for row in rows):
@@ -920,25 +934,66 @@ def check(
 
 
 def _check_secrets(paths: tuple[Path, ...], as_json: bool) -> None:
-    """`check --secrets`: every secret in the cassettes, one line each; exit 1 when there is any."""
+    """`check --secrets`: every secret in the cassettes, one line each; exit 1 when there is any, 2 when a
+    cassette cannot be read."""
     from .redaction import find_secrets
 
-    loaded = [(path, Cassette.load(path)) for path in find_cassettes(paths)]
-    _refuse_nothing([c for _, c in loaded], paths, "check")
-    rows = [
-        {"source": str(path), "interaction": n, "method": i.request.method, "path": i.request.path, "secret": found}
-        for path, cassette in loaded
-        for n, i in enumerate(cassette, 1)
-        for found in find_secrets(i)
-    ]
+    loaded = _load_each(paths)
+    readable = [c for _, c in loaded if isinstance(c, Cassette)]
+    if len(readable) == len(loaded):  # else the files that cannot be read are what there is to say
+        _refuse_nothing(readable, paths, "check")
+    rows: list[dict[str, Any]] = []
+    for source, cassette in loaded:
+        if isinstance(cassette, str):  # why it cannot be read
+            rows.append(
+                {"source": source, "interaction": None, "method": None, "path": None, "secret": None, "error": cassette}
+            )
+            continue
+        rows += [
+            {"source": source, "interaction": n, "method": i.request.method, "path": i.request.path}
+            | {"secret": found, "error": None}
+            for n, i in enumerate(cassette, 1)
+            for found in find_secrets(i)
+        ]
+    found = sum(row["error"] is None for row in rows)
     if as_json:
         click.echo(json.dumps(rows, indent=2, ensure_ascii=False))
     else:
         for row in rows:
-            click.echo(f"{row['source']} #{row['interaction']} {row['method']} {row['path']}: {row['secret']}")
-        click.echo(f"{len(rows)} secret{'s'[: len(rows) != 1]} found")
+            where = (
+                row["source"]
+                if row["error"]
+                else f"{row['source']} #{row['interaction']} {row['method']} {row['path']}"
+            )
+            click.echo(f"{where}: {row['error'] or row['secret']}")
+        click.echo(f"{found} secret{'s'[: found != 1]} found" + _unreadable(len(rows) - found))
+    if found < len(rows):
+        sys.exit(2)
     if rows:
         sys.exit(1)
+
+
+def _load_each(paths: tuple[Path, ...]) -> list[tuple[str, Cassette | str]]:
+    """Each cassette `paths` name, in order, or why it cannot be read: for `check`, one bad file among many is a
+    finding, and the others are checked all the same."""
+    loaded: list[tuple[str, Cassette | str]] = []
+    for given in paths:
+        try:
+            files = find_cassettes([given])
+        except CassetteError as exc:
+            loaded.append((str(given), str(exc).removeprefix(f"{given}: ")))  # the path is said beside it
+            continue
+        for path in files:
+            try:
+                loaded.append((str(path), Cassette.load(path)))
+            except CassetteError as exc:
+                loaded.append((str(path), str(exc).removeprefix(f"{path}: ")))
+    return loaded
+
+
+def _unreadable(count: int) -> str:
+    """The end of a summary line: how many cassettes could not be read, if any."""
+    return f"; {count} cassette{'s'[: count != 1]} unreadable" if count else ""
 
 
 def _check_interaction(source: str, n: int, interaction: Interaction, chosen: Dialect | None) -> dict[str, Any]:
@@ -1023,7 +1078,12 @@ def list_faults() -> None:
     metavar="NAME",
     help=f"Also translate every interaction into this API: {', '.join(DIALECTS)}. Timing is kept.",
 )
-@click.option("--dialect", "from_dialect", metavar="NAME", help="The source's dialect, if its paths do not tell.")
+@click.option(
+    "--dialect",
+    "from_dialect",
+    metavar="NAME",
+    help="The source's dialect, if its paths do not tell; a stream that is not this API's stops the conversion.",
+)
 @click.option(
     "--lossy",
     is_flag=True,
@@ -1050,6 +1110,9 @@ def convert(source: Path, target: Path, to_dialect: str | None, from_dialect: st
         origin = get_dialect(from_dialect) if from_dialect else None
         translated = []
         for n, interaction in enumerate(loaded.interactions, 1):
+            if origin is not None and (why := _not_of(interaction, origin)):
+                request = interaction.request
+                raise SSETapeError(f"{source} #{n} ({request.method} {request.path}): {why}; nothing written")
             try:
                 there = translate(interaction, into, origin)
             except ConfigError as exc:  # say which interaction of which file, as the other refusals do
@@ -1066,6 +1129,31 @@ def convert(source: Path, target: Path, to_dialect: str | None, from_dialect: st
         loaded.interactions = translated
     loaded.save(target)
     click.echo(f"wrote {target} ({len(loaded)} interaction{'s'[: len(loaded) != 1]})")
+
+
+def _not_of(interaction: Interaction, dialect: Dialect) -> str | None:
+    """Why `interaction`'s stream is not `dialect`'s, in words; None when it may be.
+
+    A dialect's decoder skips the events it does not know, so a stream read as another API's translates into an
+    empty one: a --dialect that names the wrong API would write it without a word, for `check` to find later.
+    """
+    response = interaction.response
+    events = response.events()
+    if response.status >= 400 or not events:
+        return None  # an error body is rewritten whatever its API; a JSON answer is read as `dialect`'s or refused
+    # What the events look like, whatever the path says: the path is what --dialect speaks over.
+    looks = detect(replace(interaction, request=replace(interaction.request, path="")))
+    if looks is not None and looks is not dialect:
+        return f"its stream is not {dialect.name}: it looks like {looks.name}"
+    from .dialects.events import Start
+
+    try:  # a decoder that makes its own Start has read nothing when that Start is blank
+        read = [event for event in dialect.decode(sse for _, sse in events) if event != Start()]
+    except (TypeError, ValueError, AttributeError, KeyError, OverflowError):
+        return None  # malformed: translating it says so, in its words
+    if not read:
+        return f"its stream is not {dialect.name}: none of its {len(events)} events reads as one"
+    return None
 
 
 @cli.command()

@@ -261,6 +261,10 @@ def find_secrets(interaction: Interaction, redaction: Redaction | None = None) -
         for container, key in redaction._secret_fields(doc)
         if container[key] != REDACTED
     ]
+    # What is left once the secrets named above are redacted: a leaked header is one finding, not three (its
+    # name, then the bearer token and the API key in its value).
+    redacted = redaction.interaction(interaction)
+    request, response = redacted.request, redacted.response
     texts = [
         ("request", " ".join(f"{k}: {v}" for k, v in request.headers) + "\n" + request.query),
         ("request body", request.body.decode("utf-8", "replace")),
@@ -268,7 +272,17 @@ def find_secrets(interaction: Interaction, redaction: Redaction | None = None) -
         ("response body", response.body.decode("utf-8", "replace")),
     ]
     for where, text in texts:
-        for what, pattern in _PATTERNS:
-            if pattern.search(text):
-                found.append(f"{where} holds {what}")
+        found += [f"{where} holds {what}" for what in _kinds(text)]
     return found
+
+
+def _kinds(text: str) -> list[str]:
+    """The kinds of secret `text` holds, in the order of `_PATTERNS`; a match within another is that one's
+    (the API key in `Bearer sk-...` is the bearer token)."""
+    matches = sorted((m.start(), -m.end(), what) for what, pattern in _PATTERNS for m in pattern.finditer(text))
+    kinds, end = set(), -1
+    for start, minus_end, what in matches:
+        if start >= end:
+            kinds.add(what)
+            end = -minus_end
+    return [what for what, _ in _PATTERNS if what in kinds]

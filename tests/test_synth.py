@@ -624,7 +624,7 @@ def test_bad_models_and_requests_are_one_line_and_exit_2(tiny_model_path: Path, 
     cases = {
         ("--model", str(tmp_path / "missing.gguf")): "no such model file",
         ("--model", str(tmp_path / "not.gguf")): "not a GGUF model file",
-        ("--model", "no-such-model-package"): "no such package: pip install no-such-model-package",
+        ("--model", "no-such-model-package"): "no model package of that name is installed",
         ("--model", str(tiny_model_path), "--ctx", "16", "--prompt", "the " * 50): "context holds 16",
         ("--model", str(tiny_model_path), "--request", '{"messages": 3}'): "request 1: the request has no messages",
         # A template name llama.cpp does not know (or a file that is not there) is refused before the load,

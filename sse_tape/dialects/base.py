@@ -180,6 +180,11 @@ class Dialect(ABC):
         of this neutral `type` (an overloaded model is a 503 here, not a 500)."""
         return _ERROR_STATUS.get(type, 500)
 
+    def error_name(self, error: Error) -> str:
+        """What this API's error object calls `error`, as `sse-tape show` prints it: its `type`, and its `code`
+        when it has one (`rate_limit_error`; `invalid_request_error, context_length_exceeded`)."""
+        return f"{error.type}, {error.code}" if error.code else error.type
+
     def http_error(
         self, status: int, message: str, *, type: str | None = None, code: str | None = None
     ) -> tuple[int, Headers, bytes]:

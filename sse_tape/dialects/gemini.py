@@ -33,7 +33,7 @@ from .base import Checker, Dialect, Prompt, Violation, json_objects, whole
 
 if TYPE_CHECKING:  # the neutral events, and how this API frames them, are imported where it encodes or decodes
     from .encoder import Encoder
-    from .events import Event, Start
+    from .events import Error, Event, Start
 
 __all__ = ["PATH", "Gemini"]
 
@@ -156,6 +156,14 @@ class Gemini(Dialect):
     def error_status(self, type: str, code: str | None = None) -> int:
         """The status of the google.rpc.Code `code` names, else of the type's (`overloaded_error`: 503)."""
         return _STATUS_HTTP.get(code or "") or _STATUS_HTTP.get(_TYPE_STATUS.get(type, ""), 500)
+
+    def error_name(self, error: Error) -> str:
+        """Google's `status` (`UNAVAILABLE`), and the ErrorInfo `reason` when there is one (`API_KEY_INVALID`),
+        as the stream sends them."""
+        if error.code in _STATUS_HTTP:
+            return error.code
+        status = _TYPE_STATUS.get(error.type, "INTERNAL")
+        return f"{status}, {error.code}" if error.code else status
 
     def http_error(
         self, status: int, message: str, *, type: str | None = None, code: str | None = None

@@ -36,7 +36,7 @@ from .base import (
 
 if TYPE_CHECKING:  # the neutral events, and how this API frames them, are imported where it encodes or decodes
     from .encoder import Encoder
-    from .events import Event, Start
+    from .events import Error, Event, Start
 
 __all__ = ["OpenAIResponses"]
 
@@ -88,6 +88,10 @@ class OpenAIResponses(Dialect):
         from .openai_responses_codec import decode_json
 
         return decode_json(body)
+
+    def error_name(self, error: Error) -> str:
+        """The `code` of the failed response's error, as the stream sends it: the API's error has no type."""
+        return error.code or error.type
 
     def check_answer(self, obj: Any, request: Request | None = None) -> list[Violation]:
         if isinstance(obj, dict) and obj.get("object") != "response":

