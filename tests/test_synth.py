@@ -8,6 +8,7 @@ a user runs it.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -297,6 +298,51 @@ def test_a_forced_tool_call_follows_the_tools_schema(api: openai.OpenAI, choice:
         assert call["name"] == "greet"
         assert isinstance(arguments["name"], str)
         assert len(arguments["name"]) <= 12
+
+
+def test_a_synthesized_tool_call_has_an_id_as_each_api_makes_one(live: str, api: openai.OpenAI) -> None:
+    # The id is the API's own shape (a client may look at its prefix), or none where the API sends none.
+    greet = NAME["function"]  # type: ignore[index]
+    chat = (
+        api.chat.completions.create(model="tiny", messages=HI, tools=[NAME], tool_choice="required", max_tokens=200)
+        .choices[0]
+        .message.tool_calls
+    )
+    response = api.responses.create(
+        model="tiny", input="hi", tools=[{"type": "function", **greet}], tool_choice="required", max_output_tokens=200
+    )
+    with anthropic_client(live) as sdk:
+        message = sdk.messages.create(
+            model="tiny",
+            max_tokens=200,
+            messages=HI,
+            tools=[{"name": "greet", "input_schema": greet["parameters"]}],
+            tool_choice={"type": "any"},
+        )
+    with gemini_client(live) as gemini:
+        forced = types.GenerateContentConfig(
+            tools=[
+                types.Tool(
+                    function_declarations=[
+                        types.FunctionDeclaration(name="greet", parameters_json_schema=greet["parameters"])
+                    ]
+                )
+            ],
+            tool_config=types.ToolConfig(function_calling_config=types.FunctionCallingConfig(mode="ANY")),
+            automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+            max_output_tokens=200,
+        )
+        called = gemini.models.generate_content(model="tiny", contents="hi", config=forced).function_calls
+    (chat_call,) = chat or []
+    (item,) = response.output
+    (block,) = message.content
+    (function,) = called or []
+    assert re.fullmatch(r"call_[A-Za-z0-9]{24}", chat_call.id)
+    assert item.type == "function_call"
+    assert (item.id[:3], re.fullmatch(r"call_[A-Za-z0-9]{24}", item.call_id) is not None) == ("fc_", True)
+    assert block.type == "tool_use"
+    assert re.fullmatch(r"toolu_01[A-Za-z0-9]{22}", block.id)
+    assert (function.name, function.id) == ("greet", None)
 
 
 def test_a_client_that_hangs_up_stops_generation_and_the_next_request_is_answered(
