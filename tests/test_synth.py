@@ -23,6 +23,7 @@ import openai
 import pytest
 from clients import anthropic_client, gemini_client
 from google.genai import types
+from openai.types.responses.response import IncompleteDetails
 from processes import start
 
 from sse_tape import Cassette, serve
@@ -217,6 +218,22 @@ def test_live_answers_chat_completions_and_responses_with_and_without_a_stream(a
     assert events[0] == "response.created"
     assert events[-1] in ("response.completed", "response.incomplete")
     assert [m.id for m in api.models.list()] == ["tiny"]
+
+
+def test_a_response_cut_by_max_output_tokens_is_incomplete_and_so_is_its_message(api: openai.OpenAI) -> None:
+    # The API marks the item it cut as it marks the response: a client that checks either learns the text is partial.
+    whole = api.responses.create(model="tiny", input="hi", max_output_tokens=5)
+    events = list(api.responses.create(model="tiny", input="hi", max_output_tokens=5, stream=True))
+    done = [e.item for e in events if e.type == "response.output_item.done"]
+    final = events[-1]
+    assert final.type == "response.incomplete"
+    for response in (whole, final.response):
+        assert (response.status, response.incomplete_details) == (
+            "incomplete",
+            IncompleteDetails(reason="max_output_tokens"),
+        )
+        assert [(item.type, item.status) for item in response.output] == [("message", "incomplete")]
+    assert [(item.type, item.status) for item in done] == [("message", "incomplete")]
 
 
 def test_the_gemini_sdk_reads_a_synthesized_cassette(tiny_model_path: Path, tmp_path: Path) -> None:
