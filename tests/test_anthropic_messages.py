@@ -238,7 +238,7 @@ def frames_of(events: list[Any]) -> list[ServerSentEvent]:
 def test_an_error_mid_stream_is_the_error_event_alone_and_nothing_after_it() -> None:
     frames = MESSAGES.error_frames(Error("Overloaded", "overloaded_error"), [Start("msg_1", "m"), TextDelta("Hi")])
     assert frames == [
-        b'event: error\ndata: {"type":"error","error":{"details":null,"type":"overloaded_error","message":"Overloaded"}}\n\n'
+        b'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n'
     ]
 
 
@@ -333,7 +333,7 @@ def test_a_refusal_is_the_stops_explanation_and_a_content_filter_its_reason() ->
 def test_http_errors(status: int, type: str | None, kind: str) -> None:
     got_status, headers, body = MESSAGES.http_error(status, "slow down", type=type)
     assert (got_status, dict(headers)) == (status, {"content-type": "application/json"})
-    assert json.loads(body) == {"type": "error", "error": {"details": None, "type": kind, "message": "slow down"}}
+    assert json.loads(body) == {"type": "error", "error": {"type": kind, "message": "slow down"}}
 
 
 @pytest.mark.parametrize("path", ["/v1/messages", "/anthropic/v1/messages", "/v1/messages/"])
@@ -775,5 +775,5 @@ def test_a_plain_call_answered_by_a_stream_that_failed_overloaded_is_the_sdks_ov
     assert raised.value.status_code == 529
     assert raised.value.body == {
         "type": "error",
-        "error": {"details": None, "type": "overloaded_error", "message": "Overloaded"},
+        "error": {"type": "overloaded_error", "message": "Overloaded"},
     }

@@ -99,8 +99,10 @@ _DEFAULT_MAX_TOKENS = 4096
 
 
 def _error_json(message: str, kind: str, code: str | None) -> dict[str, Any]:
-    details = {"error_code": code} if code is not None else None
-    return {"type": "error", "error": {"details": details, "type": kind, "message": message}}
+    # `details` is there only to hold a code: the SDK reads `details.error_code`, and the API's errors
+    # without one are `{"type", "message"}` alone.
+    details = {"details": {"error_code": code}} if code is not None else {}
+    return {"type": "error", "error": {**details, "type": kind, "message": message}}
 
 
 class AnthropicMessages(Dialect):
