@@ -8,6 +8,7 @@ reads the API itself.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -609,6 +610,15 @@ def test_a_second_call_with_the_first_calls_id(client: anthropic.Anthropic, bund
     with client.messages.stream(**asked(bundled, 1), **fault("duplicate-tool-id")) as stream:
         calls = [b for b in stream.get_final_message().content if b.type == "tool_use"]
     assert [(c.id, c.input) for c in calls] == [("toolu_01A09q90qw90lq917835lq9", {"city": "Tokyo"})] * 2
+
+
+def test_a_call_a_fault_adds_has_an_id_as_the_api_makes_one(
+    client: anthropic.Anthropic, bundled: dict[str, Cassette]
+) -> None:
+    with client.messages.stream(**asked(bundled, 0), **fault("unknown-tool")) as stream:
+        (call,) = stream.get_final_message().content
+    assert (call.type, call.name) == ("tool_use", "sse_tape_unknown_tool")
+    assert re.fullmatch(r"toolu_01[A-Za-z0-9]{22}", call.id)
 
 
 # --- streams of every other API, translated, and this one's translated for theirs --------------------------------
