@@ -77,6 +77,8 @@ class Stream:
     tools: list[dict[str, Any]]
     """The tools the request offered: each with `name` and `parameters` (a JSON schema)."""
     rng: random.Random
+    dialect: Dialect
+    """The stream's, which makes a new call's id."""
 
     @property
     def head(self) -> list[Event]:
@@ -103,7 +105,9 @@ class Stream:
         return "".join(e.arguments for e in self.events if isinstance(e, ToolCallDelta) and e.index == index)
 
     def new_call_id(self) -> str:
-        return f"call_{self.rng.getrandbits(64):016x}"
+        # An id as the dialect's server makes one; where its calls carry none (Gemini's), an id all the same,
+        # which the API may send, for a misbehaviour (a duplicate id) to show in.
+        return self.dialect.new_call_id(self.rng) or f"call_{self.rng.getrandbits(64):016x}"
 
     def tool(self, name: str | None = None) -> dict[str, Any] | None:
         """The offered tool of that name, or the first one offered."""
@@ -395,7 +399,7 @@ def rewrite(
         return f"not a finished {dialect.name} answer: left alone"
     if any(isinstance(e, Error) for e in events):
         return "the stream has ended in an error already: left alone"
-    stream = Stream(events, _cut(plan, at, events, sources), list(tools), rng)
+    stream = Stream(events, _cut(plan, at, events, sources), list(tools), rng, dialect)
     try:
         change = make(stream)
     except LeftAlone as exc:

@@ -8,6 +8,7 @@ reads the API itself.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -238,7 +239,7 @@ def frames_of(events: list[Any]) -> list[ServerSentEvent]:
 def test_an_error_mid_stream_is_the_error_event_alone_and_nothing_after_it() -> None:
     frames = MESSAGES.error_frames(Error("Overloaded", "overloaded_error"), [Start("msg_1", "m"), TextDelta("Hi")])
     assert frames == [
-        b'event: error\ndata: {"type":"error","error":{"details":null,"type":"overloaded_error","message":"Overloaded"}}\n\n'
+        b'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n'
     ]
 
 
@@ -333,7 +334,7 @@ def test_a_refusal_is_the_stops_explanation_and_a_content_filter_its_reason() ->
 def test_http_errors(status: int, type: str | None, kind: str) -> None:
     got_status, headers, body = MESSAGES.http_error(status, "slow down", type=type)
     assert (got_status, dict(headers)) == (status, {"content-type": "application/json"})
-    assert json.loads(body) == {"type": "error", "error": {"details": None, "type": kind, "message": "slow down"}}
+    assert json.loads(body) == {"type": "error", "error": {"type": kind, "message": "slow down"}}
 
 
 @pytest.mark.parametrize("path", ["/v1/messages", "/anthropic/v1/messages", "/v1/messages/"])
@@ -611,6 +612,15 @@ def test_a_second_call_with_the_first_calls_id(client: anthropic.Anthropic, bund
     assert [(c.id, c.input) for c in calls] == [("toolu_01A09q90qw90lq917835lq9", {"city": "Tokyo"})] * 2
 
 
+def test_a_call_a_fault_adds_has_an_id_as_the_api_makes_one(
+    client: anthropic.Anthropic, bundled: dict[str, Cassette]
+) -> None:
+    with client.messages.stream(**asked(bundled, 0), **fault("unknown-tool")) as stream:
+        (call,) = stream.get_final_message().content
+    assert (call.type, call.name) == ("tool_use", "sse_tape_unknown_tool")
+    assert re.fullmatch(r"toolu_01[A-Za-z0-9]{22}", call.id)
+
+
 # --- streams of every other API, translated, and this one's translated for theirs --------------------------------
 
 
@@ -775,5 +785,5 @@ def test_a_plain_call_answered_by_a_stream_that_failed_overloaded_is_the_sdks_ov
     assert raised.value.status_code == 529
     assert raised.value.body == {
         "type": "error",
-        "error": {"details": None, "type": "overloaded_error", "message": "Overloaded"},
+        "error": {"type": "overloaded_error", "message": "Overloaded"},
     }

@@ -8,6 +8,7 @@ a user runs it.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import openai
 import pytest
 from clients import anthropic_client, gemini_client
 from google.genai import types
+from openai.types.responses.response import IncompleteDetails
 from processes import start
 
 from sse_tape import Cassette, serve
@@ -218,6 +220,22 @@ def test_live_answers_chat_completions_and_responses_with_and_without_a_stream(a
     assert [m.id for m in api.models.list()] == ["tiny"]
 
 
+def test_a_response_cut_by_max_output_tokens_is_incomplete_and_so_is_its_message(api: openai.OpenAI) -> None:
+    # The API marks the item it cut as it marks the response: a client that checks either learns the text is partial.
+    whole = api.responses.create(model="tiny", input="hi", max_output_tokens=5)
+    events = list(api.responses.create(model="tiny", input="hi", max_output_tokens=5, stream=True))
+    done = [e.item for e in events if e.type == "response.output_item.done"]
+    final = events[-1]
+    assert final.type == "response.incomplete"
+    for response in (whole, final.response):
+        assert (response.status, response.incomplete_details) == (
+            "incomplete",
+            IncompleteDetails(reason="max_output_tokens"),
+        )
+        assert [(item.type, item.status) for item in response.output] == [("message", "incomplete")]
+    assert [(item.type, item.status) for item in done] == [("message", "incomplete")]
+
+
 def test_the_gemini_sdk_reads_a_synthesized_cassette(tiny_model_path: Path, tmp_path: Path) -> None:
     cassette = synth(tiny_model_path, tmp_path / "g.toml", "--dialect", "gemini", "--prompt", "hi", "--max-tokens", "9")
     (interaction,) = cassette.interactions
@@ -297,6 +315,51 @@ def test_a_forced_tool_call_follows_the_tools_schema(api: openai.OpenAI, choice:
         assert call["name"] == "greet"
         assert isinstance(arguments["name"], str)
         assert len(arguments["name"]) <= 12
+
+
+def test_a_synthesized_tool_call_has_an_id_as_each_api_makes_one(live: str, api: openai.OpenAI) -> None:
+    # The id is the API's own shape (a client may look at its prefix), or none where the API sends none.
+    greet = NAME["function"]  # type: ignore[index]
+    chat = (
+        api.chat.completions.create(model="tiny", messages=HI, tools=[NAME], tool_choice="required", max_tokens=200)
+        .choices[0]
+        .message.tool_calls
+    )
+    response = api.responses.create(
+        model="tiny", input="hi", tools=[{"type": "function", **greet}], tool_choice="required", max_output_tokens=200
+    )
+    with anthropic_client(live) as sdk:
+        message = sdk.messages.create(
+            model="tiny",
+            max_tokens=200,
+            messages=HI,
+            tools=[{"name": "greet", "input_schema": greet["parameters"]}],
+            tool_choice={"type": "any"},
+        )
+    with gemini_client(live) as gemini:
+        forced = types.GenerateContentConfig(
+            tools=[
+                types.Tool(
+                    function_declarations=[
+                        types.FunctionDeclaration(name="greet", parameters_json_schema=greet["parameters"])
+                    ]
+                )
+            ],
+            tool_config=types.ToolConfig(function_calling_config=types.FunctionCallingConfig(mode="ANY")),
+            automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+            max_output_tokens=200,
+        )
+        called = gemini.models.generate_content(model="tiny", contents="hi", config=forced).function_calls
+    (chat_call,) = chat or []
+    (item,) = response.output
+    (block,) = message.content
+    (function,) = called or []
+    assert re.fullmatch(r"call_[A-Za-z0-9]{24}", chat_call.id)
+    assert item.type == "function_call"
+    assert (item.id[:3], re.fullmatch(r"call_[A-Za-z0-9]{24}", item.call_id) is not None) == ("fc_", True)
+    assert block.type == "tool_use"
+    assert re.fullmatch(r"toolu_01[A-Za-z0-9]{22}", block.id)
+    assert (function.name, function.id) == ("greet", None)
 
 
 def test_a_client_that_hangs_up_stops_generation_and_the_next_request_is_answered(

@@ -22,6 +22,7 @@ events' refusal text is that explanation, so it reaches the wire with the
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ from .base import (
     Prompt,
     Violation,
     json_objects,
+    made_id,
     sampled,
     sampling,
     to_json,
@@ -97,8 +99,10 @@ _DEFAULT_MAX_TOKENS = 4096
 
 
 def _error_json(message: str, kind: str, code: str | None) -> dict[str, Any]:
-    details = {"error_code": code} if code is not None else None
-    return {"type": "error", "error": {"details": details, "type": kind, "message": message}}
+    # `details` is there only to hold a code: the SDK reads `details.error_code`, and the API's errors
+    # without one are `{"type", "message"}` alone.
+    details = {"details": {"error_code": code}} if code is not None else {}
+    return {"type": "error", "error": {**details, "type": kind, "message": message}}
 
 
 class AnthropicMessages(Dialect):
@@ -110,6 +114,10 @@ class AnthropicMessages(Dialect):
 
     def response_headers(self, start: Start) -> Headers:
         return (("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache"))
+
+    def new_call_id(self, rng: random.Random) -> str:
+        """A `tool_use` block's id as the API makes one: `toolu_01` and 22 letters and digits."""
+        return made_id(rng, "toolu_01", 22)
 
     def is_terminal(self, event: ServerSentEvent) -> bool:
         objects = [obj for _, _, obj in json_objects([event])]

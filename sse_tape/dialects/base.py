@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import string
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +35,14 @@ DONE = b"data: [DONE]\n\n"
 def to_json(obj: Any) -> str:
     """Compact JSON, as the servers send it."""
     return _json.dumps(obj)
+
+
+_ID_CHARACTERS = string.ascii_letters + string.digits
+
+
+def made_id(rng: random.Random, prefix: str, length: int) -> str:
+    """`prefix` and `length` letters and digits drawn from `rng`: the shape of the APIs' own ids."""
+    return prefix + "".join(rng.choice(_ID_CHARACTERS) for _ in range(length))
 
 
 def json_objects(events: Sequence[ServerSentEvent]) -> Iterator[tuple[int, str, dict[str, Any]]]:
@@ -198,6 +208,11 @@ class Dialect(ABC):
         kind = type or ("invalid_request_error" if status < 500 else "server_error")
         body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
         return status, (("content-type", "application/json"),), to_json(body).encode()
+
+    def new_call_id(self, rng: random.Random) -> str:
+        """A new id for a tool call that sse-tape makes up (synthesis), as this API's server makes one:
+        OpenAI's `call_` and 24 letters and digits; `""` where the API's calls carry no id."""
+        return made_id(rng, "call_", 24)
 
     def wants_stream(self, body: Any, path: str = "") -> bool:
         """Whether a request to `path` with this body asks for a stream rather than one JSON answer.

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
+import random
 import re
 from collections.abc import Sequence
 from dataclasses import replace
@@ -136,6 +137,10 @@ class Gemini(Dialect):
             ("content-disposition", "attachment"),
             ("vary", "Origin, X-Origin, Referer"),
         )
+
+    def new_call_id(self, rng: random.Random) -> str:
+        # `functionCall.id` is optional and the API leaves it out: its client answers a call by name.
+        return ""
 
     def encoder(self, answer: Any = None) -> Encoder:
         from .gemini_codec import GeminiEncoder

@@ -146,17 +146,14 @@ class ResponsesEncoder(Encoder):
             where = {"item_id": call.id, "output_index": call.index}
             self.emit("response.function_call_arguments.delta", **where, delta=event.arguments)
         elif isinstance(event, ToolCallEnd) and event.index in self.calls:
-            call = self.calls.pop(event.index)
-            where = {"item_id": call.id, "output_index": call.index}
-            self.emit("response.function_call_arguments.done", **where, name=call.name, arguments=call.text)
-            self.output[call.index] = self.recorded_item(call.index, "function_call") or _function_call(
-                call, "completed"
-            )
-            self.emit("response.output_item.done", output_index=call.index, item=self.output[call.index])
+            self.close_call(event.index, "completed")
         elif isinstance(event, Finish):
-            self.close_item()
-            for index in list(self.calls):  # a call still open when generation finishes ends with it
-                self._event(ToolCallEnd(index))
+            # What is still open ends with generation; cut short (max_output_tokens, the content filter), the
+            # API says so of the items too, `"status": "incomplete"`, as of the response.
+            status = "incomplete" if event.reason in _INCOMPLETE else "completed"
+            self.close_item(status)
+            for index in list(self.calls):
+                self.close_call(index, status)
             self.finish = event
             if self.usage is not None:
                 self._final()
@@ -230,13 +227,20 @@ class ResponsesEncoder(Encoder):
         self.emit("response.content_part.added", **_where(item), part=_part(item, ""))
         return item
 
-    def close_item(self) -> None:
+    def close_call(self, index: int, status: str) -> None:
+        call = self.calls.pop(index)
+        where = {"item_id": call.id, "output_index": call.index}
+        self.emit("response.function_call_arguments.done", **where, name=call.name, arguments=call.text)
+        self.output[call.index] = self.recorded_item(call.index, "function_call") or _function_call(call, status)
+        self.emit("response.output_item.done", output_index=call.index, item=self.output[call.index])
+
+    def close_item(self, status: str = "completed") -> None:
         item, self.item = self.item, None
         if item is None:
             return
         if item.kind == "reasoning":
             self.emit("response.reasoning_text.done", **_where(item), text=item.text)
-            done = _reasoning(item, "completed")
+            done = _reasoning(item, status)
         else:
             if item.kind == "refusal":
                 self.emit("response.refusal.done", **_where(item), refusal=item.text)
@@ -244,7 +248,7 @@ class ResponsesEncoder(Encoder):
                 self.emit("response.output_text.done", **_where(item), text=item.text, logprobs=item.logprobs)
             self.emit("response.content_part.done", **_where(item), part=_part(item, item.text))
             content = [_part(item, item.text)]
-            done = {"id": item.id, "type": "message", "status": "completed", "role": "assistant", "content": content}
+            done = {"id": item.id, "type": "message", "status": status, "role": "assistant", "content": content}
         done = self.recorded_item(item.index, done["type"]) or done
         self.emit("response.output_item.done", output_index=item.index, item=done)
         self.output.append(done)
@@ -261,12 +265,12 @@ def _part(item: _Item, text: str) -> dict[str, Any]:
 
 
 def _reasoning(item: _Item, status: str) -> dict[str, Any]:
-    content = [{"type": "reasoning_text", "text": item.text}] if status == "completed" else []
+    content = [{"type": "reasoning_text", "text": item.text}] if status != "in_progress" else []
     return {"id": item.id, "type": "reasoning", "status": status, "summary": [], "content": content}
 
 
 def _function_call(item: _Item, status: str) -> dict[str, Any]:
-    arguments = item.text if status == "completed" else ""
+    arguments = item.text if status != "in_progress" else ""
     fields = {"call_id": item.call_id, "name": item.name, "arguments": arguments}
     return {"id": item.id, "type": "function_call", "status": status, **fields}
 

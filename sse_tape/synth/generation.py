@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..dialects.events import (
@@ -142,7 +142,8 @@ class Splitter:
     gives out what was held. `stopped` turns true when a stop sequence came:
     generation should end (finish `stop`). `call` names the tool when the
     whole generation is one call's arguments (or an empty string when it is a
-    call to any of the tools, `{"name": ..., "arguments": ...}`).
+    call to any of the tools, `{"name": ..., "arguments": ...}`). `call_id`
+    gives each call its id, as the dialect that frames the answer makes one.
     """
 
     def __init__(
@@ -153,13 +154,13 @@ class Splitter:
         stop: Sequence[str] = (),
         logprobs: bool = False,
         call: str | None = None,
-        call_ids: Sequence[str] = (),
+        call_id: Callable[[], str],
     ) -> None:
         self.think = think
         self.call_markers = call_markers
         self.stop = tuple(s for s in stop if s)
         self.logprobs = logprobs
-        self.call_ids = list(call_ids)
+        self.call_id = call_id
         self.held = _Held()
         self.mode = "text"
         self.calls: list[CallScanner] = []
@@ -167,7 +168,7 @@ class Splitter:
         self.reasoning_tokens = 0
         if call is not None:
             self.mode = "call"
-            self.calls.append(CallScanner(0, self._call_id(0), call or None))
+            self.calls.append(CallScanner(0, call_id(), call or None))
 
     def feed(self, token: Token) -> list[Event]:
         if self.stopped:
@@ -189,9 +190,6 @@ class Splitter:
     def called(self) -> bool:
         """Whether a tool call was made."""
         return any(c.started for c in self.calls)
-
-    def _call_id(self, index: int) -> str:
-        return self.call_ids[index] if index < len(self.call_ids) else f"call_{index}"
 
     def _drain(self, *, final: bool) -> list[Event]:
         out: list[Event] = []
@@ -231,7 +229,7 @@ class Splitter:
             out += self.calls[-1].close()
         self.mode = mode
         if mode == "call":
-            self.calls.append(CallScanner(len(self.calls), self._call_id(len(self.calls))))
+            self.calls.append(CallScanner(len(self.calls), self.call_id()))
         return out
 
     def _give(self, n: int) -> list[Event]:

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from .. import _json
@@ -163,7 +164,7 @@ class Synthesis:
             stop=[*prompt.stop, *settings.stop, *stops],
             logprobs=prompt.logprobs is not None,
             call=call,
-            call_ids=[f"call_{secrets.token_hex(12)}" for _ in range(16)],
+            call_id=partial(dialect.new_call_id, secrets.SystemRandom()),
         )
         self.start = Start(
             id=_ID_PREFIX.get(dialect.name, "") + secrets.token_hex(12),
