@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from .cassette import Recording, Request
     from .faults import Fault
     from .incidents import Miss
-    from .journal import Journal
+    from .journal import Entry, Journal
     from .server import MockServer
 
 __all__ = ["GAUNTLET", "Marked", "SSETape"]
@@ -493,6 +493,7 @@ class SSETape:
         allow_unused: bool,
         threaded: bool,
         session: bool = False,
+        record_hint: str | None = None,
     ) -> None:
         self.server = server
         """The `MockServer` behind it."""
@@ -502,6 +503,7 @@ class SSETape:
         self.recording = server.recorder is not None
         """Whether what no recording answers is recorded (`--sse-tape-record`)."""
         self._threaded = threaded
+        self._record_hint = record_hint  # how to record a miss: the line after the misses in a failure
         self._scope_faults = list(server.injector.faults)
         self._asked = list(asked)  # the faults the scope's marker asked for: each must act at least once
         self._asked_now: list[str] = []  # and those the test asked for
@@ -627,7 +629,9 @@ class SSETape:
     def test_problems(self) -> list[str]:
         """What went wrong in this test's requests: misses, and faults it asked for that never acted."""
         self._settle()
-        problems = [f"request {m.request} ({m.method} {m.path}) matched no recording: {m.reason}" for m in self.misses]
+        problems = self._missed(
+            [f"request {m.request} ({m.method} {m.path}) matched no recording: {m.reason}" for m in self.misses]
+        )
         allowed = self.allow_unused if self._test_allows is None else self._test_allows or self.recording
         if allowed:
             return problems
@@ -638,10 +642,12 @@ class SSETape:
         """What the whole scope left undone: requests between tests that missed, recordings never played,
         and faults asked for that never acted; the last two only if the scope's tests all ran here (`whole`)."""
         self._settle()
-        problems = [
-            f"request {m.request} ({m.method} {m.path}), before a test began, matched no recording: {m.reason}"
-            for m in self._early_misses
-        ]
+        problems = self._missed(
+            [
+                f"request {m.request} ({m.method} {m.path}), before a test began, matched no recording: {m.reason}"
+                for m in self._early_misses
+            ]
+        )
         if self.allow_unused or not whole:
             return problems
         state = self.server.state
@@ -663,11 +669,25 @@ class SSETape:
         lines = [f"seed {self.seed} (--sse-tape-seed={self.seed} repeats it); faults: {faults}"]
         if state.injected:
             lines.append("injected: " + ", ".join(f"{spec} x{n}" for spec, n in state.injected.items()))
-        lines += [f"miss: request {m.request} ({m.method} {m.path}): {m.reason}" for m in state.misses]
-        steps = [line for entry in self.server.journal.last(20) if (line := entry.line()) is not None]
+        lines += self._missed([f"miss: request {m.request} ({m.method} {m.path}): {m.reason}" for m in state.misses])
+        steps = [line for entry in self.server.journal.last(20) if (line := _step(entry)) is not None]
         if steps:
             lines += ["last steps:", *(f"  {line}" for line in steps)]
         return "\n".join(lines)
+
+    def _missed(self, misses: list[str]) -> list[str]:
+        """The lines of `misses`, and after them how to record what they asked, when there are any."""
+        return [*misses, self._record_hint] if misses and self._record_hint is not None else misses
+
+
+def _step(entry: Entry) -> str | None:
+    """A journal entry's line in a failure's report: a miss's without its reason, which the report's miss line
+    has already given (closest recordings, differences: many lines' worth)."""
+    from .incidents import Missed
+
+    if isinstance(entry, Missed):
+        return f"{entry.method} {entry.path} -> {entry.status}: request {entry.request} matched no recording (above)"
+    return entry.line()
 
 
 def _certain(p: float, times: int | None) -> bool:
@@ -699,6 +719,8 @@ def open_tape(request: pytest.FixtureRequest, scope: str, *, threaded: bool) -> 
     with _one_line_failure():
         marked = _marked(request.node)
         server = _server(config, settings, marked, request.node, scope)
+        # A server that records forwards what it misses; one that replays only can tell how to record it.
+        hint = _record_hint(config, settings, marked, request.node, scope) if server.recorder is None else None
     asked = [f.spec for f in server.injector.faults if f.spec in marked.faults and _certain(f.p, f.times)]
     allow_unused = settings.allow_unused if marked.allow_unused is None else marked.allow_unused
     # What a recording session records has not played: only a replay can leave recordings unplayed.
@@ -710,6 +732,7 @@ def open_tape(request: pytest.FixtureRequest, scope: str, *, threaded: bool) -> 
         allow_unused=allow_unused or recording,
         threaded=threaded,
         session=scope == "session",
+        record_hint=hint,
     )
 
 
@@ -733,11 +756,7 @@ def _server(config: pytest.Config, settings: _Settings, marked: Marked, node: An
         return load_cassettes(there) if there else []
 
     paths = _scope_cassettes(config, node, scope, marked)
-    # What is recorded goes into the first cassette file named (a folder cannot be recorded into), else into the
-    # scope's own; the other files and folders are replayed as they are. A file name has its suffix (`_named`
-    # gives it one); a folder named with a trailing `/` has none, whether or not it is there yet.
-    own = _scope_cassettes(config, node, scope, Marked())[0]
-    target = next((p for p in paths if p.suffix in (".toml", ".msgpack") and not p.is_dir()), own)
+    target = _target(config, node, scope, paths)
     model = marked.model or settings.model
     synthesizer = _synthesizer(config, model, settings.seed) if model else None
     options = ServeOptions.build(
@@ -778,6 +797,23 @@ def _server(config: pytest.Config, settings: _Settings, marked: Marked, node: An
     cassettes = load(paths)
     models = [synthesizer.engine.id] if synthesizer is not None else []
     return MockServer(cassettes, options=options, model=synthesizer, models=models)
+
+
+def _target(config: pytest.Config, node: Any, scope: str, paths: list[Path]) -> Path:
+    """The cassette that what is recorded goes into, of the scope's cassettes `paths`: the first file named (a
+    folder cannot be recorded into), else the scope's own; the others are replayed as they are. A file name
+    has its suffix (`_named` gives it one); a folder named with a trailing `/` has none, there or not."""
+    own = _scope_cassettes(config, node, scope, Marked())[0]
+    return next((p for p in paths if p.suffix in (".toml", ".msgpack") and not p.is_dir()), own)
+
+
+def _record_hint(config: pytest.Config, settings: _Settings, marked: Marked, node: Any, scope: str) -> str:
+    """The line a miss's failure ends with: how to record what no recording answered (as vcrpy and
+    pytest_httpx say what to do). `once` records a cassette that is not there yet, `new_episodes` adds to one."""
+    target = _target(config, node, scope, _scope_cassettes(config, node, scope, marked))
+    mode = "new_episodes" if target.exists() else "once"
+    upstream = "" if settings.upstream is not None else " --sse-tape-upstream URL"
+    return f"to record what no recording answered, re-run with --sse-tape-record={mode}{upstream}"
 
 
 def _did_you_mean(missing: Path) -> str:

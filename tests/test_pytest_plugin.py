@@ -145,8 +145,45 @@ def test_swallows_the_404(sse_tape):
             "sse-tape: request 1 (POST /v1/chat/completions) matched no recording: no recorded interaction matches "
             "POST /v1/chat/completions; closest: greeting.toml #1 (POST /v1/chat/completions): "
             'body.messages[[]0[]].content is "Bonjour", recorded "Hello!"*',
+            # What to do about it, in one line, as vcrpy and pytest_httpx say it.
+            "to record what no recording answered, re-run with --sse-tape-record=new_episodes --sse-tape-upstream URL",
         ]
     )
+
+
+def test_a_miss_in_a_failed_test_is_told_once_with_how_to_record_it(tester: pytest.Pytester) -> None:
+    # An upstream in the ini file: the hint needs no URL. Replay does not reach it.
+    tester.makeini(INI + "addopts = -p sse_tape.pytest_plugin\nsse_tape_upstream = http://127.0.0.1:9\n")
+    greeting_cassette(tester.path / "cassettes" / "library" / "greeting.toml")
+    tester.makepyfile(
+        test_miss="""
+import pytest
+from openai import OpenAI
+
+def ask(tape):
+    with OpenAI(base_url=tape.openai_url, api_key="test", max_retries=0) as client:
+        client.chat.completions.create(model="local-model", messages=[{"role": "user", "content": "Bonjour"}])
+
+@pytest.mark.sse_tape("greeting", match_on="method,path,body")
+def test_raises(sse_tape):
+    ask(sse_tape)
+
+# Its own cassette (test_miss/test_own.toml) is not there yet: once records it.
+@pytest.mark.sse_tape("library/", match_on="method,path,body", allow_unused=True)
+def test_own(sse_tape):
+    ask(sse_tape)
+"""
+    )
+    result = tester.runpytest_subprocess()
+    result.assert_outcomes(failed=2)
+    output = result.stdout.str()
+    sections = re.findall(r"-+ sse-tape -+\n(.*?)\n(?:_{3,}|={3,})", output, re.DOTALL)
+    assert len(sections) == 2
+    for section, mode in zip(sections, ["new_episodes", "once"], strict=True):
+        # The closest recording and how it differs, once; the journal's step points at it.
+        assert section.count('body.messages[0].content is "Bonjour", recorded "Hello!"') == 1, section
+        assert f"to record what no recording answered, re-run with --sse-tape-record={mode}\n" in section
+        assert "-> 404: request 1 matched no recording (above)" in section
 
 
 def test_recordings_never_played_fail_at_teardown_unless_allowed(tester: pytest.Pytester) -> None:
