@@ -704,9 +704,9 @@ def _one_line_failure() -> Iterator[None]:
         yield
     except (SSETapeError, pytest.UsageError) as exc:
         problem = str(exc).removeprefix("sse-tape: ")
-    else:
-        return
-    pytest.fail(f"sse-tape: {problem}", pytrace=False)  # after the except: the report shows the line once
+        # `from None`: the `with` block's exception is still being handled (its __exit__ throws it in here), and
+        # pytest would print it as the context of this one: the line twice.
+        raise pytest.fail.Exception(f"sse-tape: {problem}", pytrace=False) from None
 
 
 def open_tape(request: pytest.FixtureRequest, scope: str, *, threaded: bool) -> SSETape:

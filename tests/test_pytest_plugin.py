@@ -298,6 +298,7 @@ def test_fine(sse_tape):
     ]:
         result.stdout.fnmatch_lines([line])
         assert sum(fnmatch(seen, line) for seen in output.splitlines()) == 1  # said once, not twice over
+    assert "During handling of the above exception" not in output  # nor once more as the cause of that line
 
 
 def test_a_cassette_name_cannot_leave_the_cassette_folder(tester: pytest.Pytester) -> None:
