@@ -264,6 +264,56 @@ def pytest_configure_node(node: Any) -> None:
     node.workerinput["sse_tape_dist"] = getattr(node.config.option, "dist", "load")
 
 
+@pytest.hookimpl(trylast=True)  # after -k and -m have chosen the tests
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Stop the run at its start when `--sse-tape-record` has nothing to record from: no upstream, and no
+    model, neither from the command line nor from a marker of the tests chosen (rather than fail each test
+    with the same line)."""
+    settings = config.stash[_SETTINGS]
+    if settings.record == "none" or settings.upstream is not None or settings.model is not None:
+        return
+    if any(_model_answers(item) for item in items):
+        return  # those tests record what their model answers; the others fail saying so (`_server`)
+    message = "sse-tape: " + _no_upstream(settings.record, "a test's marker")
+    workeroutput = getattr(config, "workeroutput", None)
+    if workeroutput is None:
+        raise pytest.UsageError(message)
+    # A pytest-xdist worker's UsageError is the controller's INTERNALERROR: the worker runs nothing, and its
+    # controller stops the run with the line (pytest_testnodedown).
+    workeroutput["sse_tape_usage"] = message
+    items.clear()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """pytest-xdist's controller: a worker that found nothing to record from stops the run, as it would alone."""
+    if message := getattr(node, "workeroutput", {}).get("sse_tape_usage"):
+        raise pytest.UsageError(message)
+
+
+def _model_answers(item: pytest.Item) -> bool:
+    """Whether a model given in a marker answers a test's requests: the test's own marker's for its own
+    server, the module's for the module's (no marker reaches the session's)."""
+    names = getattr(item, "fixturenames", ())
+    module = item.getparent(pytest.Module)
+    nodes: list[pytest.Item | pytest.Module] = [item] if {"sse_tape", "async_sse_tape"} & set(names) else []
+    if "sse_tape_module" in names and module is not None:
+        nodes.append(module)
+    try:
+        return any(_marked(node).model for node in nodes)
+    except pytest.UsageError:
+        return False  # the test fails at its setup, saying what is wrong with its marker
+
+
+def _no_upstream(record: str, marker: str | None) -> str:
+    """Why `--sse-tape-record=record` cannot record; `marker`: whose `model=` would answer, if a marker can."""
+    model = "--sse-tape-model MODEL" + (f", or model= in {marker}" if marker is not None else "")
+    return (
+        f"--sse-tape-record={record} records from an upstream: give --sse-tape-upstream URL "
+        f"(or the ini's sse_tape_upstream), or a model ({model})"
+    )
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     for engine in config.stash.get(_MODELS, {}).values():
         engine.close()
@@ -773,7 +823,8 @@ def _server(config: pytest.Config, settings: _Settings, marked: Marked, node: An
     )
     if settings.record != "none":
         if settings.upstream is None and synthesizer is None:
-            raise pytest.UsageError(f"--sse-tape-record={settings.record}: give --sse-tape-upstream URL (or a model)")
+            marker = {"function": "the test's marker", "module": "the module's marker"}.get(scope)
+            raise pytest.UsageError(_no_upstream(settings.record, marker))
         also = load([p for p in paths if p != target])
         mode = settings.record
         if mode == "rewrite":

@@ -261,6 +261,43 @@ def test_a_bad_fault_on_the_command_line_stops_the_run_with_one_line(tester: pyt
     result.stderr.fnmatch_lines(["*--sse-tape-gauntlet replays what is recorded: record first, then run the gauntlet"])
 
 
+NO_UPSTREAM = (
+    "sse-tape: --sse-tape-record=once records from an upstream: give --sse-tape-upstream URL "
+    "(or the ini's sse_tape_upstream), or a model (--sse-tape-model MODEL, or model= in {})"
+)
+
+
+@pytest.mark.parametrize("xdist", [(), ("-p", "xdist.plugin", "-n", "2")], ids=["alone", "xdist"])
+def test_recording_with_nothing_to_record_from_stops_the_run_at_its_start(
+    tester: pytest.Pytester, xdist: tuple[str, ...]
+) -> None:
+    tester.makepyfile(test_chat=STREAMING_TEST + "\n\ndef test_own(sse_tape):\n    pass\n")
+    result = tester.runpytest_subprocess("--sse-tape-record=once", *xdist)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.stderr.lines == ["ERROR: " + NO_UPSTREAM.format("a test's marker"), ""]  # once, not per test
+    assert "INTERNALERROR" not in result.stdout.str()
+
+
+def test_recording_with_no_upstream_records_the_tests_a_model_answers_and_fails_the_others(
+    tester: pytest.Pytester, tiny_model_path: Path
+) -> None:
+    tester.makepyfile(
+        test_chat=STREAMING_TEST
+        + f"""
+
+@pytest.mark.sse_tape(model={str(tiny_model_path)!r})
+def test_synthesized(sse_tape):
+    with OpenAI(base_url=sse_tape.openai_url, api_key="test", max_retries=0) as client:
+        client.chat.completions.create(model="tiny", messages=[{{"role": "user", "content": "Hi"}}], max_tokens=4)
+"""
+    )
+    result = tester.runpytest_subprocess("--sse-tape-record=once")
+    result.assert_outcomes(passed=1, errors=1)
+    line = NO_UPSTREAM.format("the test's marker")
+    assert result.stdout.lines.count(line) == 1  # its error, with no traceback
+    assert len(Cassette.load(tester.path / "cassettes" / "test_chat" / "test_synthesized.toml").interactions) == 1
+
+
 def test_a_mistake_in_a_marker_fails_its_test_alone_saying_it_once(tester: pytest.Pytester) -> None:
     tester.makepyfile(
         """
