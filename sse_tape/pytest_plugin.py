@@ -286,9 +286,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: object) -> None:
-    """pytest-xdist's controller: a worker that found nothing to record from stops the run, as it would alone."""
-    if message := getattr(node, "workeroutput", {}).get("sse_tape_usage"):
+    """pytest-xdist's controller, as a worker goes down: a worker that found nothing to record from stops the
+    run, as it would alone; the parts of spread scopes a worker played are added up (`pytest_runtestloop`)."""
+    output = getattr(node, "workeroutput", None)  # none from a worker that crashed
+    if output is not None and (message := output.get("sse_tape_usage")):
         raise pytest.UsageError(message)
+    spread = node.config.stash.setdefault(_SPREAD, _SpreadScopes())
+    if output is None or error is not None:
+        spread.whole = False
+        return
+    for node_id, part in output.get("sse_tape_scopes", {}).items():
+        spread.add(node_id, part["scope"], _ScopeUse.from_wire(part["use"]))
 
 
 def _model_answers(item: pytest.Item) -> bool:
@@ -561,6 +569,8 @@ class SSETape:
         self._ever_injected: Counter[str] = Counter()
         self._early_misses: list[Miss] = []  # misses before a test began (a wider fixture's requests)
         self._test_allows: bool | None = None  # a test's own allow_unused, on a shared tape
+        self._test = ""  # the test that began last, and when: where a scope's problems are told
+        self._began = 0.0
         # No marker reaches the session's server: only the ini file can let its recordings go unplayed.
         self._allow_hint = (
             "sse_tape_allow_unused = true in the ini file" if session else "allow_unused=True in the marker"
@@ -675,6 +685,7 @@ class SSETape:
         self.server.injector.seed = zlib.crc32(f"{self.seed}:{test}".encode())
         self._asked_now = [f.spec for f in chosen if f.spec in asked and _certain(f.p, f.times)]
         self._test_allows = allow_unused
+        self._test, self._began = test, time.time()
 
     def test_problems(self) -> list[str]:
         """What went wrong in this test's requests: misses, and faults it asked for that never acted."""
@@ -700,17 +711,24 @@ class SSETape:
         )
         if self.allow_unused or not whole:
             return problems
+        return problems + self.use().problems()
+
+    def use(self) -> _ScopeUse:
+        """What the tests have played and injected so far, and what they had to."""
+        self._settle()
         state = self.server.state
         played = self._ever_played | {r for r in state.recordings if state.plays[r]}
-        injected = self._ever_injected + state.injected
-        unplayed = [r for r in state.recordings if r not in played]
-        if unplayed:
-            listed = "; ".join(str(r) for r in unplayed[:10]) + (" ..." if len(unplayed) > 10 else "")
-            problems.append(
-                f"{len(unplayed)} recording{'s'[: len(unplayed) != 1]} never played: {listed} "
-                f"({self._allow_hint} lets them)"
-            )
-        return problems + [f"fault {spec!r} was never injected" for spec in self._asked if not injected[spec]]
+        # By position too: two cassettes of one name in two folders have recordings of one label.
+        keys = {r: f"{n} {r}" for n, r in enumerate(state.recordings)}
+        return _ScopeUse(
+            recordings={keys[r]: str(r) for r in state.recordings},
+            played={keys[r] for r in played if r in keys},
+            asked=list(self._asked),
+            injected=self._ever_injected + state.injected,
+            allow_hint=self._allow_hint,
+            last_test=self._test,
+            last_began=self._began,
+        )
 
     def describe(self) -> str:
         """The seed, the faults and the last steps, for a failed test's report."""
@@ -728,6 +746,66 @@ class SSETape:
     def _missed(self, misses: list[str]) -> list[str]:
         """The lines of `misses`, and after them how to record what they asked, when there are any."""
         return [*misses, self._record_hint] if misses and self._record_hint is not None else misses
+
+
+@dataclass(slots=True, kw_only=True)
+class _ScopeUse:
+    """What a shared server's tests played and injected, to tell what they left undone. Under pytest-xdist,
+    one worker's part of a scope spread over the workers: the controller adds the parts up (`merge`)."""
+
+    recordings: dict[str, str]
+    """Every recording, by a key that is the same in every worker (its position and label), to its label."""
+    played: set[str]
+    asked: list[str]
+    """The scope's faults that must act at least once (`clear_faults` lets a test drop those yet to act)."""
+    injected: Counter[str]
+    allow_hint: str
+    last_test: str
+    """The node id of the test that began last, at `last_began` (Unix seconds): the scope ends after it."""
+    last_began: float
+
+    def merge(self, other: _ScopeUse) -> None:
+        self.recordings.update(other.recordings)
+        self.played |= other.played
+        self.asked = [spec for spec in self.asked if spec in other.asked]  # dropped in either part: dropped
+        self.injected += other.injected
+        if other.last_began > self.last_began:
+            self.last_test, self.last_began = other.last_test, other.last_began
+
+    def problems(self) -> list[str]:
+        problems = []
+        unplayed = [label for key, label in self.recordings.items() if key not in self.played]
+        if unplayed:
+            listed = "; ".join(unplayed[:10]) + (" ..." if len(unplayed) > 10 else "")
+            problems.append(
+                f"{len(unplayed)} recording{'s'[: len(unplayed) != 1]} never played: {listed} "
+                f"({self.allow_hint} lets them)"
+            )
+        return problems + [f"fault {spec!r} was never injected" for spec in self.asked if not self.injected[spec]]
+
+    def to_wire(self) -> dict[str, Any]:
+        """As pytest-xdist's `workeroutput` carries it (execnet's plain types)."""
+        return {
+            "recordings": self.recordings,
+            "played": sorted(self.played),
+            "asked": self.asked,
+            "injected": dict(self.injected),
+            "allow_hint": self.allow_hint,
+            "last_test": self.last_test,
+            "last_began": self.last_began,
+        }
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> _ScopeUse:
+        return cls(
+            recordings=dict(data["recordings"]),
+            played=set(data["played"]),
+            asked=list(data["asked"]),
+            injected=Counter(data["injected"]),
+            allow_hint=data["allow_hint"],
+            last_test=data["last_test"],
+            last_began=data["last_began"],
+        )
 
 
 def _step(entry: Entry) -> str | None:
@@ -998,18 +1076,72 @@ def _shared(request: pytest.FixtureRequest, scope: str) -> Iterator[SSETape]:
     tape = open_tape(request, scope, threaded=True)
     with run_in_thread(tape.server):
         yield tape
-    if problems := tape.scope_problems(whole=not _spread(request.config, scope)):
+    spread = _spread(request.config, scope)
+    if spread and not tape.allow_unused:
+        _hand_over(request.config, request.node.nodeid, scope, tape.use())
+    if problems := tape.scope_problems(whole=not spread):
         pytest.fail(f"sse-tape ({scope} scope): " + "\n".join(problems), pytrace=False)
 
 
 def _spread(config: pytest.Config, scope: str) -> bool:
     """Whether pytest-xdist spreads the tests of a module (or the session) over several workers, each with a
-    server of its own: then none of them can tell that a recording went unplayed, or a fault never acted."""
+    server of its own: then none of them can tell that a recording went unplayed, or a fault never acted, and
+    the controller tells it from their parts (`_hand_over`)."""
     worker = getattr(config, "workerinput", {})
     workers, dist = worker.get("workercount", 1), worker.get("sse_tape_dist", "load")
     if workers < 2 or dist == "each":
         return False
     return scope == "session" or dist not in ("loadfile", "loadscope")
+
+
+def _hand_over(config: pytest.Config, node_id: str, scope: str, use: _ScopeUse) -> None:
+    """A pytest-xdist worker: give the controller what this worker's part of a spread scope played, in the
+    `workeroutput` it sends when its session finishes (`pytest_testnodedown` takes it)."""
+    scopes = config.workeroutput.setdefault("sse_tape_scopes", {})  # type: ignore[attr-defined]
+    if node_id in scopes:  # the module's tests came back to this worker after others': its server anew
+        use.merge(_ScopeUse.from_wire(scopes[node_id]["use"]))
+    scopes[node_id] = {"scope": scope, "use": use.to_wire()}
+
+
+class _SpreadScopes:
+    """pytest-xdist's controller: the scopes spread over the workers, their parts added up."""
+
+    def __init__(self) -> None:
+        self.scopes: dict[str, tuple[str, _ScopeUse]] = {}
+        self.whole = True
+        """No worker went down without its part (a crash): what it played is not known."""
+
+    def add(self, node_id: str, scope: str, use: _ScopeUse) -> None:
+        if node_id in self.scopes:
+            self.scopes[node_id][1].merge(use)
+        else:
+            self.scopes[node_id] = (scope, use)
+
+
+_SPREAD = pytest.StashKey[_SpreadScopes]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, object]:
+    """After pytest-xdist's controller ran the tests (every worker down): what the spread scopes left undone
+    fails the run, as an error at the teardown of the scope's last test, as it would with no workers."""
+    result = yield
+    spread = session.config.stash.get(_SPREAD, None)
+    if spread is None or not spread.whole:
+        return result  # no scope spread, or a worker crashed, which fails the run, saying so
+    for scope, use in spread.scopes.values():
+        if problems := use.problems():
+            path, _, name = use.last_test.partition("::")
+            report = pytest.TestReport(
+                nodeid=use.last_test,
+                location=(path, None, name.replace("::", ".")),  # as pytest's own for a test function
+                keywords={},
+                outcome="failed",
+                longrepr=f"sse-tape ({scope} scope): " + "\n".join(problems),
+                when="teardown",
+            )
+            session.config.hook.pytest_runtest_logreport(report=report)
+    return result
 
 
 @pytest.fixture(autouse=True)

@@ -999,36 +999,59 @@ def test_typo(sse_tape_module):
     assert "ConfigError" not in result.stdout.str()
 
 
-def test_under_xdist_a_module_spread_over_workers_is_not_told_of_recordings_another_played(
-    tester: pytest.Pytester,
-) -> None:
-    # The module's cassette: the greeting at /v1/chat/completions and TINY at /v1/completions, matched by path.
-    module = Cassette.load(greeting_cassette(tester.path / "cassettes" / "greeting.toml"))
+def test_under_xdist_a_scope_spread_over_workers_is_checked_whole_by_the_controller(tester: pytest.Pytester) -> None:
+    # The module's and the session's cassette: the greeting at /v1/chat/completions and TINY at
+    # /v1/completions, matched by path.
+    greeting = Cassette.load(greeting_cassette(tester.path / "cassettes" / "greeting.toml"))
     (tester.path / "tiny.toml").write_text(TINY.replace("/v1/chat/completions", "/v1/completions"), encoding="utf-8")
     tiny = Cassette.load(tester.path / "tiny.toml")
-    Cassette(interactions=[*module.interactions, *tiny.interactions], match_on=module.match_on).save(
-        tester.path / "cassettes" / "test_spread.toml"
-    )
-    tests = "".join(
-        f"\ndef test_greeting_{n}(sse_tape_module):\n    ask(sse_tape_module, 'chat/completions')\n" for n in range(10)
-    )
-    tester.makepyfile(
-        test_spread="""
+    for name in ("test_spread", "session"):
+        Cassette(interactions=[*greeting.interactions, *tiny.interactions], match_on=greeting.match_on).save(
+            tester.path / "cassettes" / f"{name}.toml"
+        )
+    ask = """
 import httpx
+import pytest
 
 def ask(tape, path):
     assert httpx.post(f"{tape.openai_url}/{path}", json={}).status_code == 200
-
-def test_tiny(sse_tape_module):
-    ask(sse_tape_module, "completions")
 """
-        + tests
+    # The module's marker asks for a fault that only the tiny request meets.
+    tester.makepyfile(
+        test_spread=ask
+        + 'pytestmark = pytest.mark.sse_tape(faults=["latency:delay=1ms,path=/v1/completions"])\n'
+        + "\ndef test_tiny(sse_tape_module):\n    ask(sse_tape_module, 'completions')\n"
+        + "".join(
+            f"\ndef test_greeting_{n}(sse_tape_module):\n    ask(sse_tape_module, 'chat/completions')\n"
+            for n in range(8)
+        ),
+        test_session=ask
+        + "\ndef test_tiny(sse_tape_session):\n    ask(sse_tape_session, 'completions')\n"
+        + "".join(
+            f"\ndef test_greeting_{n}(sse_tape_session):\n    ask(sse_tape_session, 'chat/completions')\n"
+            for n in range(8)
+        ),
     )
-    # Each worker has a server of its own and runs a part of the module: neither played both recordings.
-    tester.runpytest_subprocess("-p", "xdist.plugin", "-n", "2").assert_outcomes(passed=11)
-    # With the module's tests on one worker, what no test played is still told.
-    source = (tester.path / "test_spread.py").read_text(encoding="utf-8")
-    (tester.path / "test_spread.py").write_text(source.replace("def test_tiny", "def _tiny"), encoding="utf-8")
-    result = tester.runpytest_subprocess("-p", "xdist.plugin", "-n", "2", "--dist", "loadfile")
-    result.assert_outcomes(passed=10, errors=1)
-    result.stdout.fnmatch_lines(["*sse-tape (module scope): 1 recording never played: test_spread.toml #2 *"])
+    # Each worker has servers of its own and runs a part of each scope: the tiny recording plays, and the fault
+    # acts, on one of them; the controller adds the parts up.
+    result = tester.runpytest_subprocess("-p", "xdist.plugin", "-n", "2", "-v")
+    result.assert_outcomes(passed=18)
+    for worker in ("gw0", "gw1"):  # both workers ran tests of both scopes
+        result.stdout.fnmatch_lines([f"[[]{worker}[]] *PASSED test_spread.py::*"])
+        result.stdout.fnmatch_lines([f"[[]{worker}[]] *PASSED test_session.py::*"])
+    # With no test playing the tiny recording, each scope says so once, at the teardown of its last test.
+    for name in ("test_spread", "test_session"):
+        source = (tester.path / f"{name}.py").read_text(encoding="utf-8")
+        (tester.path / f"{name}.py").write_text(source.replace("def test_tiny", "def _tiny"), encoding="utf-8")
+    module = [
+        "*sse-tape (module scope): 1 recording never played: test_spread.toml #2 (POST /v1/completions) *",
+        "fault 'latency:delay=1ms,path=/v1/completions' was never injected",
+    ]
+    session = "*sse-tape (session scope): 1 recording never played: session.toml #2 (POST /v1/completions) *"
+    for dist in ("load", "loadfile"):  # spread, and the module on one worker, which tells its own
+        result = tester.runpytest_subprocess("-p", "xdist.plugin", "-n", "2", "--dist", dist)
+        result.assert_outcomes(passed=16, errors=2)
+        result.stdout.fnmatch_lines(["*ERROR at teardown of test_greeting_*", *module])
+        result.stdout.fnmatch_lines(["*ERROR at teardown of test_greeting_*", session])
+        lines = result.stdout.lines
+        assert sum(fnmatch(line, pattern) for line in lines for pattern in (module[0], session)) == 2
