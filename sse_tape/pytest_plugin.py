@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from .cassette import Recording, Request
     from .faults import Fault
     from .incidents import Miss
-    from .journal import Journal
+    from .journal import Entry, Journal
     from .server import MockServer
 
 __all__ = ["GAUNTLET", "Marked", "SSETape"]
@@ -262,6 +262,64 @@ def pytest_configure_node(node: Any) -> None:
     its `--dist` mode (a worker's own says `no`), so that it knows whether it runs a module's tests alone."""
     node.workerinput["sse_tape_seed"] = node.config.stash[_SETTINGS].seed
     node.workerinput["sse_tape_dist"] = getattr(node.config.option, "dist", "load")
+
+
+@pytest.hookimpl(trylast=True)  # after -k and -m have chosen the tests
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Stop the run at its start when `--sse-tape-record` has nothing to record from: no upstream, and no
+    model, neither from the command line nor from a marker of the tests chosen (rather than fail each test
+    with the same line)."""
+    settings = config.stash[_SETTINGS]
+    if settings.record == "none" or settings.upstream is not None or settings.model is not None:
+        return
+    if any(_model_answers(item) for item in items):
+        return  # those tests record what their model answers; the others fail saying so (`_server`)
+    message = "sse-tape: " + _no_upstream(settings.record, "a test's marker")
+    workeroutput = getattr(config, "workeroutput", None)
+    if workeroutput is None:
+        raise pytest.UsageError(message)
+    # A pytest-xdist worker's UsageError is the controller's INTERNALERROR: the worker runs nothing, and its
+    # controller stops the run with the line (pytest_testnodedown).
+    workeroutput["sse_tape_usage"] = message
+    items.clear()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """pytest-xdist's controller, as a worker goes down: a worker that found nothing to record from stops the
+    run, as it would alone; the parts of spread scopes a worker played are added up (`pytest_runtestloop`)."""
+    output = getattr(node, "workeroutput", None)  # none from a worker that crashed
+    if output is not None and (message := output.get("sse_tape_usage")):
+        raise pytest.UsageError(message)
+    spread = node.config.stash.setdefault(_SPREAD, _SpreadScopes())
+    if output is None or error is not None:
+        spread.whole = False
+        return
+    for node_id, part in output.get("sse_tape_scopes", {}).items():
+        spread.add(node_id, part["scope"], _ScopeUse.from_wire(part["use"]))
+
+
+def _model_answers(item: pytest.Item) -> bool:
+    """Whether a model given in a marker answers a test's requests: the test's own marker's for its own
+    server, the module's for the module's (no marker reaches the session's)."""
+    names = getattr(item, "fixturenames", ())
+    module = item.getparent(pytest.Module)
+    nodes: list[pytest.Item | pytest.Module] = [item] if {"sse_tape", "async_sse_tape"} & set(names) else []
+    if "sse_tape_module" in names and module is not None:
+        nodes.append(module)
+    try:
+        return any(_marked(node).model for node in nodes)
+    except pytest.UsageError:
+        return False  # the test fails at its setup, saying what is wrong with its marker
+
+
+def _no_upstream(record: str, marker: str | None) -> str:
+    """Why `--sse-tape-record=record` cannot record; `marker`: whose `model=` would answer, if a marker can."""
+    model = "--sse-tape-model MODEL" + (f", or model= in {marker}" if marker is not None else "")
+    return (
+        f"--sse-tape-record={record} records from an upstream: give --sse-tape-upstream URL "
+        f"(or the ini's sse_tape_upstream), or a model ({model})"
+    )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -493,6 +551,7 @@ class SSETape:
         allow_unused: bool,
         threaded: bool,
         session: bool = False,
+        record_hint: str | None = None,
     ) -> None:
         self.server = server
         """The `MockServer` behind it."""
@@ -502,6 +561,7 @@ class SSETape:
         self.recording = server.recorder is not None
         """Whether what no recording answers is recorded (`--sse-tape-record`)."""
         self._threaded = threaded
+        self._record_hint = record_hint  # how to record a miss: the line after the misses in a failure
         self._scope_faults = list(server.injector.faults)
         self._asked = list(asked)  # the faults the scope's marker asked for: each must act at least once
         self._asked_now: list[str] = []  # and those the test asked for
@@ -509,6 +569,8 @@ class SSETape:
         self._ever_injected: Counter[str] = Counter()
         self._early_misses: list[Miss] = []  # misses before a test began (a wider fixture's requests)
         self._test_allows: bool | None = None  # a test's own allow_unused, on a shared tape
+        self._test = ""  # the test that began last, and when: where a scope's problems are told
+        self._began = 0.0
         # No marker reaches the session's server: only the ini file can let its recordings go unplayed.
         self._allow_hint = (
             "sse_tape_allow_unused = true in the ini file" if session else "allow_unused=True in the marker"
@@ -623,11 +685,14 @@ class SSETape:
         self.server.injector.seed = zlib.crc32(f"{self.seed}:{test}".encode())
         self._asked_now = [f.spec for f in chosen if f.spec in asked and _certain(f.p, f.times)]
         self._test_allows = allow_unused
+        self._test, self._began = test, time.time()
 
     def test_problems(self) -> list[str]:
         """What went wrong in this test's requests: misses, and faults it asked for that never acted."""
         self._settle()
-        problems = [f"request {m.request} ({m.method} {m.path}) matched no recording: {m.reason}" for m in self.misses]
+        problems = self._missed(
+            [f"request {m.request} ({m.method} {m.path}) matched no recording: {m.reason}" for m in self.misses]
+        )
         allowed = self.allow_unused if self._test_allows is None else self._test_allows or self.recording
         if allowed:
             return problems
@@ -638,23 +703,32 @@ class SSETape:
         """What the whole scope left undone: requests between tests that missed, recordings never played,
         and faults asked for that never acted; the last two only if the scope's tests all ran here (`whole`)."""
         self._settle()
-        problems = [
-            f"request {m.request} ({m.method} {m.path}), before a test began, matched no recording: {m.reason}"
-            for m in self._early_misses
-        ]
+        problems = self._missed(
+            [
+                f"request {m.request} ({m.method} {m.path}), before a test began, matched no recording: {m.reason}"
+                for m in self._early_misses
+            ]
+        )
         if self.allow_unused or not whole:
             return problems
+        return problems + self.use().problems()
+
+    def use(self) -> _ScopeUse:
+        """What the tests have played and injected so far, and what they had to."""
+        self._settle()
         state = self.server.state
         played = self._ever_played | {r for r in state.recordings if state.plays[r]}
-        injected = self._ever_injected + state.injected
-        unplayed = [r for r in state.recordings if r not in played]
-        if unplayed:
-            listed = "; ".join(str(r) for r in unplayed[:10]) + (" ..." if len(unplayed) > 10 else "")
-            problems.append(
-                f"{len(unplayed)} recording{'s'[: len(unplayed) != 1]} never played: {listed} "
-                f"({self._allow_hint} lets them)"
-            )
-        return problems + [f"fault {spec!r} was never injected" for spec in self._asked if not injected[spec]]
+        # By position too: two cassettes of one name in two folders have recordings of one label.
+        keys = {r: f"{n} {r}" for n, r in enumerate(state.recordings)}
+        return _ScopeUse(
+            recordings={keys[r]: str(r) for r in state.recordings},
+            played={keys[r] for r in played if r in keys},
+            asked=list(self._asked),
+            injected=self._ever_injected + state.injected,
+            allow_hint=self._allow_hint,
+            last_test=self._test,
+            last_began=self._began,
+        )
 
     def describe(self) -> str:
         """The seed, the faults and the last steps, for a failed test's report."""
@@ -663,11 +737,85 @@ class SSETape:
         lines = [f"seed {self.seed} (--sse-tape-seed={self.seed} repeats it); faults: {faults}"]
         if state.injected:
             lines.append("injected: " + ", ".join(f"{spec} x{n}" for spec, n in state.injected.items()))
-        lines += [f"miss: request {m.request} ({m.method} {m.path}): {m.reason}" for m in state.misses]
-        steps = [line for entry in self.server.journal.last(20) if (line := entry.line()) is not None]
+        lines += self._missed([f"miss: request {m.request} ({m.method} {m.path}): {m.reason}" for m in state.misses])
+        steps = [line for entry in self.server.journal.last(20) if (line := _step(entry)) is not None]
         if steps:
             lines += ["last steps:", *(f"  {line}" for line in steps)]
         return "\n".join(lines)
+
+    def _missed(self, misses: list[str]) -> list[str]:
+        """The lines of `misses`, and after them how to record what they asked, when there are any."""
+        return [*misses, self._record_hint] if misses and self._record_hint is not None else misses
+
+
+@dataclass(slots=True, kw_only=True)
+class _ScopeUse:
+    """What a shared server's tests played and injected, to tell what they left undone. Under pytest-xdist,
+    one worker's part of a scope spread over the workers: the controller adds the parts up (`merge`)."""
+
+    recordings: dict[str, str]
+    """Every recording, by a key that is the same in every worker (its position and label), to its label."""
+    played: set[str]
+    asked: list[str]
+    """The scope's faults that must act at least once (`clear_faults` lets a test drop those yet to act)."""
+    injected: Counter[str]
+    allow_hint: str
+    last_test: str
+    """The node id of the test that began last, at `last_began` (Unix seconds): the scope ends after it."""
+    last_began: float
+
+    def merge(self, other: _ScopeUse) -> None:
+        self.recordings.update(other.recordings)
+        self.played |= other.played
+        self.asked = [spec for spec in self.asked if spec in other.asked]  # dropped in either part: dropped
+        self.injected += other.injected
+        if other.last_began > self.last_began:
+            self.last_test, self.last_began = other.last_test, other.last_began
+
+    def problems(self) -> list[str]:
+        problems = []
+        unplayed = [label for key, label in self.recordings.items() if key not in self.played]
+        if unplayed:
+            listed = "; ".join(unplayed[:10]) + (" ..." if len(unplayed) > 10 else "")
+            problems.append(
+                f"{len(unplayed)} recording{'s'[: len(unplayed) != 1]} never played: {listed} "
+                f"({self.allow_hint} lets them)"
+            )
+        return problems + [f"fault {spec!r} was never injected" for spec in self.asked if not self.injected[spec]]
+
+    def to_wire(self) -> dict[str, Any]:
+        """As pytest-xdist's `workeroutput` carries it (execnet's plain types)."""
+        return {
+            "recordings": self.recordings,
+            "played": sorted(self.played),
+            "asked": self.asked,
+            "injected": dict(self.injected),
+            "allow_hint": self.allow_hint,
+            "last_test": self.last_test,
+            "last_began": self.last_began,
+        }
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> _ScopeUse:
+        return cls(
+            recordings=dict(data["recordings"]),
+            played=set(data["played"]),
+            asked=list(data["asked"]),
+            injected=Counter(data["injected"]),
+            allow_hint=data["allow_hint"],
+            last_test=data["last_test"],
+            last_began=data["last_began"],
+        )
+
+
+def _step(entry: Entry) -> str | None:
+    """A journal entry's line in a failure's report: a miss's without its reason, which the report's miss line
+    has already given (closest recordings, differences: many lines' worth)."""
+    from .incidents import Missed
+
+    if isinstance(entry, Missed):
+        return f"{entry.method} {entry.path} -> {entry.status}: request {entry.request} matched no recording (above)"
+    return entry.line()
 
 
 def _certain(p: float, times: int | None) -> bool:
@@ -684,9 +832,9 @@ def _one_line_failure() -> Iterator[None]:
         yield
     except (SSETapeError, pytest.UsageError) as exc:
         problem = str(exc).removeprefix("sse-tape: ")
-    else:
-        return
-    pytest.fail(f"sse-tape: {problem}", pytrace=False)  # after the except: the report shows the line once
+        # `from None`: the `with` block's exception is still being handled (its __exit__ throws it in here), and
+        # pytest would print it as the context of this one: the line twice.
+        raise pytest.fail.Exception(f"sse-tape: {problem}", pytrace=False) from None
 
 
 def open_tape(request: pytest.FixtureRequest, scope: str, *, threaded: bool) -> SSETape:
@@ -699,6 +847,8 @@ def open_tape(request: pytest.FixtureRequest, scope: str, *, threaded: bool) -> 
     with _one_line_failure():
         marked = _marked(request.node)
         server = _server(config, settings, marked, request.node, scope)
+        # A server that records forwards what it misses; one that replays only can tell how to record it.
+        hint = _record_hint(config, settings, marked, request.node, scope) if server.recorder is None else None
     asked = [f.spec for f in server.injector.faults if f.spec in marked.faults and _certain(f.p, f.times)]
     allow_unused = settings.allow_unused if marked.allow_unused is None else marked.allow_unused
     # What a recording session records has not played: only a replay can leave recordings unplayed.
@@ -710,6 +860,7 @@ def open_tape(request: pytest.FixtureRequest, scope: str, *, threaded: bool) -> 
         allow_unused=allow_unused or recording,
         threaded=threaded,
         session=scope == "session",
+        record_hint=hint,
     )
 
 
@@ -733,11 +884,7 @@ def _server(config: pytest.Config, settings: _Settings, marked: Marked, node: An
         return load_cassettes(there) if there else []
 
     paths = _scope_cassettes(config, node, scope, marked)
-    # What is recorded goes into the first cassette file named (a folder cannot be recorded into), else into the
-    # scope's own; the other files and folders are replayed as they are. A file name has its suffix (`_named`
-    # gives it one); a folder named with a trailing `/` has none, whether or not it is there yet.
-    own = _scope_cassettes(config, node, scope, Marked())[0]
-    target = next((p for p in paths if p.suffix in (".toml", ".msgpack") and not p.is_dir()), own)
+    target = _target(config, node, scope, paths)
     model = marked.model or settings.model
     synthesizer = _synthesizer(config, model, settings.seed) if model else None
     options = ServeOptions.build(
@@ -754,7 +901,8 @@ def _server(config: pytest.Config, settings: _Settings, marked: Marked, node: An
     )
     if settings.record != "none":
         if settings.upstream is None and synthesizer is None:
-            raise pytest.UsageError(f"--sse-tape-record={settings.record}: give --sse-tape-upstream URL (or a model)")
+            marker = {"function": "the test's marker", "module": "the module's marker"}.get(scope)
+            raise pytest.UsageError(_no_upstream(settings.record, marker))
         also = load([p for p in paths if p != target])
         mode = settings.record
         if mode == "rewrite":
@@ -778,6 +926,23 @@ def _server(config: pytest.Config, settings: _Settings, marked: Marked, node: An
     cassettes = load(paths)
     models = [synthesizer.engine.id] if synthesizer is not None else []
     return MockServer(cassettes, options=options, model=synthesizer, models=models)
+
+
+def _target(config: pytest.Config, node: Any, scope: str, paths: list[Path]) -> Path:
+    """The cassette that what is recorded goes into, of the scope's cassettes `paths`: the first file named (a
+    folder cannot be recorded into), else the scope's own; the others are replayed as they are. A file name
+    has its suffix (`_named` gives it one); a folder named with a trailing `/` has none, there or not."""
+    own = _scope_cassettes(config, node, scope, Marked())[0]
+    return next((p for p in paths if p.suffix in (".toml", ".msgpack") and not p.is_dir()), own)
+
+
+def _record_hint(config: pytest.Config, settings: _Settings, marked: Marked, node: Any, scope: str) -> str:
+    """The line a miss's failure ends with: how to record what no recording answered (as vcrpy and
+    pytest_httpx say what to do). `once` records a cassette that is not there yet, `new_episodes` adds to one."""
+    target = _target(config, node, scope, _scope_cassettes(config, node, scope, marked))
+    mode = "new_episodes" if target.exists() else "once"
+    upstream = "" if settings.upstream is not None else " --sse-tape-upstream URL"
+    return f"to record what no recording answered, re-run with --sse-tape-record={mode}{upstream}"
 
 
 def _did_you_mean(missing: Path) -> str:
@@ -911,18 +1076,72 @@ def _shared(request: pytest.FixtureRequest, scope: str) -> Iterator[SSETape]:
     tape = open_tape(request, scope, threaded=True)
     with run_in_thread(tape.server):
         yield tape
-    if problems := tape.scope_problems(whole=not _spread(request.config, scope)):
+    spread = _spread(request.config, scope)
+    if spread and not tape.allow_unused:
+        _hand_over(request.config, request.node.nodeid, scope, tape.use())
+    if problems := tape.scope_problems(whole=not spread):
         pytest.fail(f"sse-tape ({scope} scope): " + "\n".join(problems), pytrace=False)
 
 
 def _spread(config: pytest.Config, scope: str) -> bool:
     """Whether pytest-xdist spreads the tests of a module (or the session) over several workers, each with a
-    server of its own: then none of them can tell that a recording went unplayed, or a fault never acted."""
+    server of its own: then none of them can tell that a recording went unplayed, or a fault never acted, and
+    the controller tells it from their parts (`_hand_over`)."""
     worker = getattr(config, "workerinput", {})
     workers, dist = worker.get("workercount", 1), worker.get("sse_tape_dist", "load")
     if workers < 2 or dist == "each":
         return False
     return scope == "session" or dist not in ("loadfile", "loadscope")
+
+
+def _hand_over(config: pytest.Config, node_id: str, scope: str, use: _ScopeUse) -> None:
+    """A pytest-xdist worker: give the controller what this worker's part of a spread scope played, in the
+    `workeroutput` it sends when its session finishes (`pytest_testnodedown` takes it)."""
+    scopes = config.workeroutput.setdefault("sse_tape_scopes", {})  # type: ignore[attr-defined]
+    if node_id in scopes:  # the module's tests came back to this worker after others': its server anew
+        use.merge(_ScopeUse.from_wire(scopes[node_id]["use"]))
+    scopes[node_id] = {"scope": scope, "use": use.to_wire()}
+
+
+class _SpreadScopes:
+    """pytest-xdist's controller: the scopes spread over the workers, their parts added up."""
+
+    def __init__(self) -> None:
+        self.scopes: dict[str, tuple[str, _ScopeUse]] = {}
+        self.whole = True
+        """No worker went down without its part (a crash): what it played is not known."""
+
+    def add(self, node_id: str, scope: str, use: _ScopeUse) -> None:
+        if node_id in self.scopes:
+            self.scopes[node_id][1].merge(use)
+        else:
+            self.scopes[node_id] = (scope, use)
+
+
+_SPREAD = pytest.StashKey[_SpreadScopes]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, object]:
+    """After pytest-xdist's controller ran the tests (every worker down): what the spread scopes left undone
+    fails the run, as an error at the teardown of the scope's last test, as it would with no workers."""
+    result = yield
+    spread = session.config.stash.get(_SPREAD, None)
+    if spread is None or not spread.whole:
+        return result  # no scope spread, or a worker crashed, which fails the run, saying so
+    for scope, use in spread.scopes.values():
+        if problems := use.problems():
+            path, _, name = use.last_test.partition("::")
+            report = pytest.TestReport(
+                nodeid=use.last_test,
+                location=(path, None, name.replace("::", ".")),  # as pytest's own for a test function
+                keywords={},
+                outcome="failed",
+                longrepr=f"sse-tape ({scope} scope): " + "\n".join(problems),
+                when="teardown",
+            )
+            session.config.hook.pytest_runtest_logreport(report=report)
+    return result
 
 
 @pytest.fixture(autouse=True)

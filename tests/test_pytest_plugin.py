@@ -145,8 +145,45 @@ def test_swallows_the_404(sse_tape):
             "sse-tape: request 1 (POST /v1/chat/completions) matched no recording: no recorded interaction matches "
             "POST /v1/chat/completions; closest: greeting.toml #1 (POST /v1/chat/completions): "
             'body.messages[[]0[]].content is "Bonjour", recorded "Hello!"*',
+            # What to do about it, in one line, as vcrpy and pytest_httpx say it.
+            "to record what no recording answered, re-run with --sse-tape-record=new_episodes --sse-tape-upstream URL",
         ]
     )
+
+
+def test_a_miss_in_a_failed_test_is_told_once_with_how_to_record_it(tester: pytest.Pytester) -> None:
+    # An upstream in the ini file: the hint needs no URL. Replay does not reach it.
+    tester.makeini(INI + "addopts = -p sse_tape.pytest_plugin\nsse_tape_upstream = http://127.0.0.1:9\n")
+    greeting_cassette(tester.path / "cassettes" / "library" / "greeting.toml")
+    tester.makepyfile(
+        test_miss="""
+import pytest
+from openai import OpenAI
+
+def ask(tape):
+    with OpenAI(base_url=tape.openai_url, api_key="test", max_retries=0) as client:
+        client.chat.completions.create(model="local-model", messages=[{"role": "user", "content": "Bonjour"}])
+
+@pytest.mark.sse_tape("greeting", match_on="method,path,body")
+def test_raises(sse_tape):
+    ask(sse_tape)
+
+# Its own cassette (test_miss/test_own.toml) is not there yet: once records it.
+@pytest.mark.sse_tape("library/", match_on="method,path,body", allow_unused=True)
+def test_own(sse_tape):
+    ask(sse_tape)
+"""
+    )
+    result = tester.runpytest_subprocess()
+    result.assert_outcomes(failed=2)
+    output = result.stdout.str()
+    sections = re.findall(r"-+ sse-tape -+\n(.*?)\n(?:_{3,}|={3,})", output, re.DOTALL)
+    assert len(sections) == 2
+    for section, mode in zip(sections, ["new_episodes", "once"], strict=True):
+        # The closest recording and how it differs, once; the journal's step points at it.
+        assert section.count('body.messages[0].content is "Bonjour", recorded "Hello!"') == 1, section
+        assert f"to record what no recording answered, re-run with --sse-tape-record={mode}\n" in section
+        assert "-> 404: request 1 matched no recording (above)" in section
 
 
 def test_recordings_never_played_fail_at_teardown_unless_allowed(tester: pytest.Pytester) -> None:
@@ -224,6 +261,43 @@ def test_a_bad_fault_on_the_command_line_stops_the_run_with_one_line(tester: pyt
     result.stderr.fnmatch_lines(["*--sse-tape-gauntlet replays what is recorded: record first, then run the gauntlet"])
 
 
+NO_UPSTREAM = (
+    "sse-tape: --sse-tape-record=once records from an upstream: give --sse-tape-upstream URL "
+    "(or the ini's sse_tape_upstream), or a model (--sse-tape-model MODEL, or model= in {})"
+)
+
+
+@pytest.mark.parametrize("xdist", [(), ("-p", "xdist.plugin", "-n", "2")], ids=["alone", "xdist"])
+def test_recording_with_nothing_to_record_from_stops_the_run_at_its_start(
+    tester: pytest.Pytester, xdist: tuple[str, ...]
+) -> None:
+    tester.makepyfile(test_chat=STREAMING_TEST + "\n\ndef test_own(sse_tape):\n    pass\n")
+    result = tester.runpytest_subprocess("--sse-tape-record=once", *xdist)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.stderr.lines == ["ERROR: " + NO_UPSTREAM.format("a test's marker"), ""]  # once, not per test
+    assert "INTERNALERROR" not in result.stdout.str()
+
+
+def test_recording_with_no_upstream_records_the_tests_a_model_answers_and_fails_the_others(
+    tester: pytest.Pytester, tiny_model_path: Path
+) -> None:
+    tester.makepyfile(
+        test_chat=STREAMING_TEST
+        + f"""
+
+@pytest.mark.sse_tape(model={str(tiny_model_path)!r})
+def test_synthesized(sse_tape):
+    with OpenAI(base_url=sse_tape.openai_url, api_key="test", max_retries=0) as client:
+        client.chat.completions.create(model="tiny", messages=[{{"role": "user", "content": "Hi"}}], max_tokens=4)
+"""
+    )
+    result = tester.runpytest_subprocess("--sse-tape-record=once")
+    result.assert_outcomes(passed=1, errors=1)
+    line = NO_UPSTREAM.format("the test's marker")
+    assert result.stdout.lines.count(line) == 1  # its error, with no traceback
+    assert len(Cassette.load(tester.path / "cassettes" / "test_chat" / "test_synthesized.toml").interactions) == 1
+
+
 def test_a_mistake_in_a_marker_fails_its_test_alone_saying_it_once(tester: pytest.Pytester) -> None:
     tester.makepyfile(
         """
@@ -261,6 +335,7 @@ def test_fine(sse_tape):
     ]:
         result.stdout.fnmatch_lines([line])
         assert sum(fnmatch(seen, line) for seen in output.splitlines()) == 1  # said once, not twice over
+    assert "During handling of the above exception" not in output  # nor once more as the cause of that line
 
 
 def test_a_cassette_name_cannot_leave_the_cassette_folder(tester: pytest.Pytester) -> None:
@@ -924,36 +999,59 @@ def test_typo(sse_tape_module):
     assert "ConfigError" not in result.stdout.str()
 
 
-def test_under_xdist_a_module_spread_over_workers_is_not_told_of_recordings_another_played(
-    tester: pytest.Pytester,
-) -> None:
-    # The module's cassette: the greeting at /v1/chat/completions and TINY at /v1/completions, matched by path.
-    module = Cassette.load(greeting_cassette(tester.path / "cassettes" / "greeting.toml"))
+def test_under_xdist_a_scope_spread_over_workers_is_checked_whole_by_the_controller(tester: pytest.Pytester) -> None:
+    # The module's and the session's cassette: the greeting at /v1/chat/completions and TINY at
+    # /v1/completions, matched by path.
+    greeting = Cassette.load(greeting_cassette(tester.path / "cassettes" / "greeting.toml"))
     (tester.path / "tiny.toml").write_text(TINY.replace("/v1/chat/completions", "/v1/completions"), encoding="utf-8")
     tiny = Cassette.load(tester.path / "tiny.toml")
-    Cassette(interactions=[*module.interactions, *tiny.interactions], match_on=module.match_on).save(
-        tester.path / "cassettes" / "test_spread.toml"
-    )
-    tests = "".join(
-        f"\ndef test_greeting_{n}(sse_tape_module):\n    ask(sse_tape_module, 'chat/completions')\n" for n in range(10)
-    )
-    tester.makepyfile(
-        test_spread="""
+    for name in ("test_spread", "session"):
+        Cassette(interactions=[*greeting.interactions, *tiny.interactions], match_on=greeting.match_on).save(
+            tester.path / "cassettes" / f"{name}.toml"
+        )
+    ask = """
 import httpx
+import pytest
 
 def ask(tape, path):
     assert httpx.post(f"{tape.openai_url}/{path}", json={}).status_code == 200
-
-def test_tiny(sse_tape_module):
-    ask(sse_tape_module, "completions")
 """
-        + tests
+    # The module's marker asks for a fault that only the tiny request meets.
+    tester.makepyfile(
+        test_spread=ask
+        + 'pytestmark = pytest.mark.sse_tape(faults=["latency:delay=1ms,path=/v1/completions"])\n'
+        + "\ndef test_tiny(sse_tape_module):\n    ask(sse_tape_module, 'completions')\n"
+        + "".join(
+            f"\ndef test_greeting_{n}(sse_tape_module):\n    ask(sse_tape_module, 'chat/completions')\n"
+            for n in range(8)
+        ),
+        test_session=ask
+        + "\ndef test_tiny(sse_tape_session):\n    ask(sse_tape_session, 'completions')\n"
+        + "".join(
+            f"\ndef test_greeting_{n}(sse_tape_session):\n    ask(sse_tape_session, 'chat/completions')\n"
+            for n in range(8)
+        ),
     )
-    # Each worker has a server of its own and runs a part of the module: neither played both recordings.
-    tester.runpytest_subprocess("-p", "xdist.plugin", "-n", "2").assert_outcomes(passed=11)
-    # With the module's tests on one worker, what no test played is still told.
-    source = (tester.path / "test_spread.py").read_text(encoding="utf-8")
-    (tester.path / "test_spread.py").write_text(source.replace("def test_tiny", "def _tiny"), encoding="utf-8")
-    result = tester.runpytest_subprocess("-p", "xdist.plugin", "-n", "2", "--dist", "loadfile")
-    result.assert_outcomes(passed=10, errors=1)
-    result.stdout.fnmatch_lines(["*sse-tape (module scope): 1 recording never played: test_spread.toml #2 *"])
+    # Each worker has servers of its own and runs a part of each scope: the tiny recording plays, and the fault
+    # acts, on one of them; the controller adds the parts up.
+    result = tester.runpytest_subprocess("-p", "xdist.plugin", "-n", "2", "-v")
+    result.assert_outcomes(passed=18)
+    for worker in ("gw0", "gw1"):  # both workers ran tests of both scopes
+        result.stdout.fnmatch_lines([f"[[]{worker}[]] *PASSED test_spread.py::*"])
+        result.stdout.fnmatch_lines([f"[[]{worker}[]] *PASSED test_session.py::*"])
+    # With no test playing the tiny recording, each scope says so once, at the teardown of its last test.
+    for name in ("test_spread", "test_session"):
+        source = (tester.path / f"{name}.py").read_text(encoding="utf-8")
+        (tester.path / f"{name}.py").write_text(source.replace("def test_tiny", "def _tiny"), encoding="utf-8")
+    module = [
+        "*sse-tape (module scope): 1 recording never played: test_spread.toml #2 (POST /v1/completions) *",
+        "fault 'latency:delay=1ms,path=/v1/completions' was never injected",
+    ]
+    session = "*sse-tape (session scope): 1 recording never played: session.toml #2 (POST /v1/completions) *"
+    for dist in ("load", "loadfile"):  # spread, and the module on one worker, which tells its own
+        result = tester.runpytest_subprocess("-p", "xdist.plugin", "-n", "2", "--dist", dist)
+        result.assert_outcomes(passed=16, errors=2)
+        result.stdout.fnmatch_lines(["*ERROR at teardown of test_greeting_*", *module])
+        result.stdout.fnmatch_lines(["*ERROR at teardown of test_greeting_*", session])
+        lines = result.stdout.lines
+        assert sum(fnmatch(line, pattern) for line in lines for pattern in (module[0], session)) == 2
