@@ -14,9 +14,11 @@ loading the cassette reads it too, and the next write of the cassette takes
 its interactions in and removes it; a whole answer the spool notes as taking
 the place of a recording cut short goes in that recording's place (found by
 `Interaction.fingerprint`). An interaction taken from a spool notes
-the spool's id (`spool = "..."`), so that a spool whose removal a crash cut
-short is never read twice. Loads share a lock on the folder; writes hold it
-alone.
+the spool's id (`spool = "..."`), and a file written anew names every spool
+its write removes (`spools = [...]`, the only record of a spool whose one
+recording cut short another spool's whole answer took the place of), so that
+a spool whose removal a crash cut short is never read twice. Loads share a
+lock on the folder; writes hold it alone.
 
 A cassette may carry settings for whoever replays it: a free-text
 `description`, `match` (the parts of a request that must agree with a
@@ -271,9 +273,10 @@ class Cassette:
     # of those the file does not hold yet, each with its spool's id.
     _spools: list[Path] = field(default_factory=list, repr=False, compare=False)
     _pending: list[tuple[Interaction, str]] = field(default_factory=list, repr=False, compare=False)
-    # Whether one of those sits in the place of a recording cut short that the file holds: then the next
-    # append writes the file anew, not only at its end.
-    _in_place: bool = field(default=False, repr=False, compare=False)
+    # Whether the next write must write the file anew, not only add at its end: one of those sits in the
+    # place of a recording cut short that the file holds, or that another spool holds (whose id then no
+    # interaction notes: the file written anew names it).
+    _anew: bool = field(default=False, repr=False, compare=False)
 
     def __iter__(self) -> Iterator[Interaction]:
         return iter(self.interactions)
@@ -349,10 +352,11 @@ class Cassette:
         old, self.interactions[at] = self.interactions[at], interaction
         taken = next((k for k, (i, _) in enumerate(self._pending) if i is old), None)
         if taken is not None:  # from a spool too: it is no longer what the spools add
+            self._anew |= self._pending[taken][1] != sid
             self._pending[taken] = (interaction, sid)
         else:
             self._pending.append((interaction, sid))
-            self._in_place = True
+            self._anew = True
 
     def save(self, path: str | os.PathLike[str] | None = None) -> Path:
         """Write the cassette atomically, to `path` or to where it was loaded from."""
@@ -366,6 +370,7 @@ class Cassette:
             spooled = {id(i): sid for i, sid in self._pending} if own else {}
             doc = {
                 **self._head(),
+                **_removing([spool_id(p) for p in self._spools] if own else []),
                 "interactions": [
                     _interaction_to_doc(i, binary=suffix == ".msgpack", spool=spooled.get(id(i)))
                     for i in self.interactions
@@ -416,10 +421,10 @@ class Cassette:
                 self.interactions, self._stamp = again.interactions, again._stamp
                 self.description, self.match_on = again.description, again.match_on
                 self.ignore_body_fields = again.ignore_body_fields
-                self._spools, self._pending, self._in_place = again._spools, again._pending, again._in_place
+                self._spools, self._pending, self._anew = again._spools, again._pending, again._anew
             sid = spool_id(spool) if spool is not None else None
             new = [*self._pending, *((i, sid) for i in added)]
-            if swaps or self._in_place:
+            if swaps or self._anew:
                 added += self._rewrite(path, suffix, swaps, added, sid)
             elif new:
                 raw = _read(path)[0] if path.exists() else _encode(self._head(), suffix)
@@ -468,6 +473,8 @@ class Cassette:
         ]
         tail = [(i, spooled.get(id(i))) for i in self.interactions[held:]]
         tail += [(i, sid) for i in [*added, *homeless]]
+        doc.pop("spools", None)  # what the write before removed is gone, or in `self._spools` again
+        doc.update(_removing([*map(spool_id, self._spools), *([] if sid is None else [sid])]))
         doc["interactions"] = kept + [_interaction_to_doc(i, binary=binary, spool=s) for i, s in tail]
         self._stamp = _write(path, _encode(doc, suffix))
         return homeless
@@ -487,7 +494,7 @@ class Cassette:
         """The file now holds what the spools read with it held: remove them."""
         for spool in self._spools:
             spool.unlink(missing_ok=True)
-        self._spools, self._pending, self._in_place = [], [], False
+        self._spools, self._pending, self._anew = [], [], False
 
 
 def storable_headers(headers: Headers) -> Headers:
@@ -741,6 +748,13 @@ def _position(interactions: list[Interaction], wanted: Interaction) -> int | Non
     return found
 
 
+def _removing(spools: list[str]) -> dict[str, Any]:
+    """What a file written anew notes of the spools its write removes once it is in place: their ids. A crash
+    before their removal leaves them; a load then knows them for taken in, though no interaction may note one
+    (its one recording cut short had a whole answer from another spool put in its place)."""
+    return {"spools": spools} if spools else {}
+
+
 def _same_file(a: Path, b: Path) -> bool:
     try:
         return os.path.samefile(a, b)
@@ -894,8 +908,8 @@ def _text_chunk_to_doc(chunk: Chunk) -> dict[str, Any]:
 
 
 def _interactions_from_doc(doc: Any, *, binary: bool) -> tuple[list[Interaction], set[str]]:
-    """The interactions of a cassette document, and the ids of the spools they were taken from; `binary`: a
-    MessagePack document, whose chunks hold bytes (TOML's hold text)."""
+    """The interactions of a cassette document, and the ids of the spools it took in (those its interactions
+    note, and those it names); `binary`: a MessagePack document, whose chunks hold bytes (TOML's hold text)."""
     if not isinstance(doc, Mapping) or "format_version" not in doc:
         raise _Invalid("not an sse-tape cassette (no format_version)")
     version = doc["format_version"]
@@ -911,6 +925,8 @@ def _interactions_from_doc(doc: Any, *, binary: bool) -> tuple[list[Interaction]
         raise _Invalid("interactions must be a list")
     interactions = [_interaction_from_doc(item, f"interaction {n}", binary=binary) for n, item in enumerate(items, 1)]
     spools = {str(item["spool"]) for item in items if isinstance(item, Mapping) and "spool" in item}
+    if "spools" in doc:
+        spools.update(_strings(doc, "spools"))
     return interactions, spools
 
 

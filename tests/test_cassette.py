@@ -256,6 +256,7 @@ def test_newer_format_asks_to_upgrade() -> None:
             'injected = [{fault = "error:3"}]\n',
             r"interaction 1: injected 1\.what is missing",
         ),
+        ('format_version = 1\nspools = "1-abcdef"\n', r"spools must be a list of strings"),
     ],
     ids=[
         "missing-path",
@@ -270,6 +271,7 @@ def test_newer_format_asks_to_upgrade() -> None:
         "inf-duration",
         "injected-not-a-list",
         "injected-without-what",
+        "spools-not-a-list",
     ],
 )
 def test_malformed_interactions_say_where(tmp_path: Path, text: str, message: str) -> None:
@@ -476,6 +478,27 @@ def test_a_spool_whose_removal_a_crash_cut_short_is_not_read_twice(tmp_path: Pat
     Cassette.load(path).append([])
     assert not spool.path.exists()
     assert len(Cassette.load(path)) == 1
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".msgpack"])
+def test_a_save_names_the_spools_it_removes_so_that_one_a_crash_leaves_is_not_read_twice(
+    tmp_path: Path, suffix: str
+) -> None:
+    # A save writes no interaction's spool note: a spool a crash had left, which the old file noted, was
+    # then noted nowhere, and a crash before the save removed it again had it read twice.
+    path = tmp_path / f"c{suffix}"
+    one = Interaction(Request("GET", "/1"), Response(chunks=(Chunk(0.1, b"data: 1\n\n"),)), "t")
+    spool = _spooled(path, (one, True))
+    kept = spool.path.read_bytes()
+    Cassette(path=path).append([one], spool=spool.path)
+    spool.close(remove=False)
+    spool.path.write_bytes(kept)  # a crash before its removal
+    Cassette.load(path).save()  # a save takes it in
+    spool.path.write_bytes(kept)  # and a crash before it removed it
+    assert Cassette.load(path).interactions == [one]
+    Cassette.load(path).append([])
+    assert not spool.path.exists()
+    assert Cassette.load(path).interactions == [one]
 
 
 def test_saving_under_another_name_leaves_the_spools_to_their_own_cassette(tmp_path: Path) -> None:

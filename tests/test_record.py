@@ -401,29 +401,11 @@ def test_a_corrupt_cassette_stops_the_proxy_before_it_records(tmp_path: Path) ->
 
 
 class Recorder:
-    """`sse-tape record --upstream` in a subprocess."""
+    """`sse-tape record --upstream` in a subprocess, after the Python statements `setup`."""
 
-    def __init__(self, upstream: Upstream, cassette: Path, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sse_tape",
-                "record",
-                "--upstream",
-                upstream.url,
-                "-c",
-                str(cassette),
-                "--port",
-                "0",
-                *args,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        self.url = self.proc.stdout.readline().split(" at ")[1].split()[0]
+    def __init__(self, upstream: Upstream, cassette: Path, *args: str, setup: str = "") -> None:
+        command = ["record", "--upstream", upstream.url, "-c", str(cassette), "--port", "0", *args]
+        self.proc, self.url = start(command, setup=setup)
 
     def complete(self, n: int) -> None:
         for i in range(n):  # different requests: an identical one would replay what was just recorded
@@ -1092,6 +1074,61 @@ def test_a_killed_sessions_whole_answer_finds_the_cut_one_where_an_edit_put_it_a
         expected = [complete.response.body, trimmed.body, whole]
     edited.save()
     (tmp_path / "aside").rename(spool)
+    assert [i.response.body for i in Cassette.load(cassette)] == expected
+
+
+def _crash_before_removing(n: int) -> str:
+    """Setup for a `Recorder` that a SIGKILL stops right before it removes its `n`th spool: after its cassette
+    is written, in place, and before the spools it took in are gone."""
+    return f"""
+import os, signal
+_unlink, _spools = os.unlink, [0]
+def _crashing(path, *args, **kwargs):
+    if str(path).endswith(".spool"):
+        _spools[0] += 1
+        if _spools[0] == {n}:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return _unlink(path, *args, **kwargs)
+os.unlink = _crashing
+"""
+
+
+@pytest.mark.parametrize(
+    ("retry", "crash"),
+    [("stopped", 1), ("stopped", 2), ("killed", 1), ("killed", 2), ("killed", 3)],
+    ids=["stopped-1", "stopped-2", "killed-1", "killed-2", "killed-3"],
+)
+def test_a_crash_before_the_spools_taken_in_are_removed_brings_back_no_stream_cut_short(
+    threaded_upstream: Upstream, tmp_path: Path, retry: str, crash: int
+) -> None:
+    # A killed session's spool held one stream, cut short; the whole answer a retry fetched took its place,
+    # and the write that put it there noted the retry's spool, not that one. A crash after the write and
+    # before that spool was gone left it, unnoted, and the next load added the cut stream again.
+    cassette = tmp_path / "c.toml"
+    first = Recorder(threaded_upstream, cassette)
+    first.complete(1)
+    first.stop(signal.SIGINT)
+    [complete] = Cassette.load(cassette).interactions
+    _cut_short(Recorder(threaded_upstream, cassette), "sigkill")  # a spool that holds that stream alone
+    expected = [complete.response.body]
+    if retry == "stopped":  # its write crashes: the spool cut short, then its own
+        retrying = Recorder(threaded_upstream, cassette, setup=_crash_before_removing(crash))
+        expected.append(httpx.post(retrying.url + _RETRIED, content=b"{}", timeout=30).content)
+        crashed = retrying
+    else:  # killed: the write of the next session crashes, taking in the two spools, then its own
+        expected.append(_whole_answer_then_killed(Recorder(threaded_upstream, cassette)))
+        crashed = Recorder(threaded_upstream, cassette, setup=_crash_before_removing(crash))
+        expected.append(httpx.post(crashed.url + "/v1/chat/completions?events=1", content=b'{"n": 9}').content)
+    crashed.stop(signal.SIGINT)
+    assert crashed.proc.returncode == -signal.SIGKILL  # between its write and the removal of spool `crash`
+    assert list(tmp_path.glob("*.spool"))
+    assert [(i.response.end, i.response.body) for i in Cassette.load(cassette)] == [
+        (End.COMPLETE, body) for body in expected
+    ]
+    # The next write removes what the crash left, and the file holds the same.
+    last = Recorder(threaded_upstream, cassette)
+    last.stop(signal.SIGINT)
+    assert not list(tmp_path.glob("*.spool"))
     assert [i.response.body for i in Cassette.load(cassette)] == expected
 
 
