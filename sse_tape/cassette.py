@@ -46,7 +46,7 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from importlib import resources
@@ -275,8 +275,11 @@ class Cassette:
     _pending: list[tuple[Interaction, str]] = field(default_factory=list, repr=False, compare=False)
     # Whether the next write must write the file anew, not only add at its end: one of those sits in the
     # place of a recording cut short that the file holds, or that another spool holds (whose id then no
-    # interaction notes: the file written anew names it).
+    # interaction notes: the file written anew names it), or one such was removed.
     _anew: bool = field(default=False, repr=False, compare=False)
+    # The interactions the file holds, in its order, as this cassette last read or wrote it: a file written
+    # anew keeps the document of each that is still here as it was (with its spool note).
+    _filed: list[Interaction] = field(default_factory=list, repr=False, compare=False)
 
     def __iter__(self) -> Iterator[Interaction]:
         return iter(self.interactions)
@@ -321,7 +324,7 @@ class Cassette:
             except _Invalid as exc:
                 raise CassetteFormatError(f"{path}: {exc}") from None
             cassette = cls(interactions, path, **settings)
-            cassette._stamp = stamp
+            cassette._stamp, cassette._filed = stamp, list(interactions)
         cassette._spools = spools
         for spool in spools:
             sid = spool_id(spool)
@@ -330,33 +333,37 @@ class Cassette:
                     cassette._recover(_from_spool(stream), sid, stream.replaces)
         return cassette
 
-    def _recover(self, interaction: Interaction, sid: str, replaces: str | None) -> None:
+    def _recover(self, interaction: Interaction, sid: str, replaces: list[str]) -> None:
         """Add an interaction from a killed session's spool: at the end, or, when it is a whole answer
-        recorded to take the place of a recording cut short (`replaces`, that one's fingerprint), in the
-        place of that recording, wherever it is now. When none has that fingerprint any more (the file was
-        edited since), it goes at the end: nothing recorded is lost."""
-        at = None
-        if replaces is not None and interaction.response.end is End.COMPLETE:
-            at = next(
-                (
-                    n
-                    for n, old in enumerate(self.interactions)
-                    if old.response.end is not End.COMPLETE and old.fingerprint() == replaces
-                ),
-                None,
-            )
-        if at is None:
+        recorded to take the place of recordings cut short (`replaces`, their fingerprints), in the place of
+        the first of them, wherever it is now, and the others removed. When none has one of those
+        fingerprints any more (the file was edited since), it goes at the end: nothing recorded is lost."""
+        found: dict[str, int] = {}
+        if replaces and interaction.response.end is End.COMPLETE:
+            for n, old in enumerate(self.interactions):
+                if old.response.end is not End.COMPLETE and (fingerprint := old.fingerprint()) in replaces:
+                    found.setdefault(fingerprint, n)
+        if not found:
             self.interactions.append(interaction)
             self._pending.append((interaction, sid))
             return
-        old, self.interactions[at] = self.interactions[at], interaction
-        taken = next((k for k, (i, _) in enumerate(self._pending) if i is old), None)
-        if taken is not None:  # from a spool too: it is no longer what the spools add
-            self._anew |= self._pending[taken][1] != sid
-            self._pending[taken] = (interaction, sid)
-        else:
+        places = sorted(found.values())
+        olds = [self.interactions[n] for n in places]
+        self.interactions[places[0]] = interaction
+        for n in reversed(places[1:]):
+            del self.interactions[n]
+        # Those from spools too are no longer what the spools add: the first's entry becomes this one's.
+        pending = [next((k for k, (i, _) in enumerate(self._pending) if i is old), None) for old in olds]
+        for k in pending:
+            # One the file holds goes only by writing the file anew, and so does one from another spool,
+            # which the file must then name (no interaction notes it any more).
+            self._anew |= k is None or self._pending[k][1] != sid
+        if pending[0] is None:
             self._pending.append((interaction, sid))
-            self._anew = True
+        else:
+            self._pending[pending[0]] = (interaction, sid)
+        for k in sorted((k for k in pending[1:] if k is not None), reverse=True):
+            del self._pending[k]
 
     def save(self, path: str | os.PathLike[str] | None = None) -> Path:
         """Write the cassette atomically, to `path` or to where it was loaded from."""
@@ -377,6 +384,7 @@ class Cassette:
                 ],
             }
             self._stamp = _write(target, _encode(doc, suffix))
+            self._filed = list(self.interactions)
             if own:
                 self._absorbed()
         self._spools, self._pending = [], []
@@ -388,7 +396,7 @@ class Cassette:
         interactions: Iterable[Interaction],
         *,
         spool: Path | None = None,
-        replacing: Iterable[tuple[Interaction, Interaction]] = (),
+        replacing: Iterable[tuple[Sequence[Interaction], Interaction]] = (),
     ) -> None:
         """Add interactions to the end of this cassette's file, creating it if need be.
 
@@ -403,11 +411,12 @@ class Cassette:
         spool `interactions` come from (a recorder's own), whose id they note.
 
         Each pair in `replacing` puts an interaction (from `spool` too) in the
-        place of one the cassette holds (a stream cut short, recorded again
-        whole); one the file no longer holds is added at the end. The file
-        is then written anew, in the same atomic write: the old interaction
-        is in the file until the new one is. So it is when a killed session's
-        spool held such a whole answer: loading put it in its old one's place.
+        place of the first of some the cassette holds (streams of one request
+        cut short, recorded again whole), and removes the others; when the
+        file holds none of them any more, it is added at the end. The file
+        is then written anew, in the same atomic write: the old interactions
+        are in the file until the new one is. So it is when a killed session's
+        spool held such a whole answer: loading put it in its old ones' place.
         """
         added = list(interactions)
         swaps = list(replacing)
@@ -422,6 +431,9 @@ class Cassette:
                 self.description, self.match_on = again.description, again.match_on
                 self.ignore_body_fields = again.ignore_body_fields
                 self._spools, self._pending, self._anew = again._spools, again._pending, again._anew
+                self._filed = again._filed
+            elif not path.exists():
+                self._filed = []  # removed since: no document of it is left to keep
             sid = spool_id(spool) if spool is not None else None
             new = [*self._pending, *((i, sid) for i in added)]
             if swaps or self._anew:
@@ -430,6 +442,7 @@ class Cassette:
                 raw = _read(path)[0] if path.exists() else _encode(self._head(), suffix)
                 docs = [_interaction_to_doc(i, binary=suffix == ".msgpack", spool=s) for i, s in new]
                 self._stamp = _write(path, _appended(raw, docs, suffix))
+                self._filed += [i for i, _ in new]
             self._absorbed()
             if spool is not None:
                 spool.unlink(missing_ok=True)  # inside the lock: no reader sees the file and the spool both
@@ -439,44 +452,46 @@ class Cassette:
         self,
         path: Path,
         suffix: str,
-        swaps: list[tuple[Interaction, Interaction]],
+        swaps: list[tuple[Sequence[Interaction], Interaction]],
         added: list[Interaction],
         sid: str | None,
     ) -> list[Interaction]:
-        """Write the file anew: each swap's new interaction in its old one's place, what spools add where
-        this cassette holds it (in the place of a recording cut short, or after the file's), then `added`;
-        returns the new interactions that found no place, written after `added`."""
+        """Write the file anew: each swap's new interaction in the place of the first of its old ones that is
+        here (the others removed), what spools add where this cassette holds it (in the place of recordings
+        cut short, or after the file's), then `added`; returns the new interactions that found no place,
+        written after `added`."""
         binary = suffix == ".msgpack"
         if path.exists():
             doc = _decode(_read(path)[0], suffix)
             doc = doc if binary else _toml_cache.expand(doc)
         else:
             doc = self._head()
-        docs = list(doc.get("interactions", []))  # a new list: a cached document stays as it was
+        # What the file holds of each interaction, kept as it is (none when the file is gone since).
+        filed = {id(i): d for i, d in zip(self._filed, doc.get("interactions", []), strict=False)}
         # Each interaction the file does not hold yet, with the id of the spool it comes from.
         spooled: dict[int, str | None] = {id(i): s for i, s in self._pending}
         homeless: list[Interaction] = []
-        for old, new in swaps:
-            at = _position(self.interactions, old)
-            if at is None:
-                homeless.append(new)  # another writer took it out meanwhile
+        for olds, new in swaps:
+            places = sorted({at for old in olds if (at := _position(self.interactions, old)) is not None})
+            if not places:
+                homeless.append(new)  # another writer took them out meanwhile
                 continue
-            self.interactions[at] = new
-            spooled.pop(id(old), None)
+            self.interactions[places[0]] = new
+            for at in reversed(places[1:]):
+                del self.interactions[at]
             spooled[id(new)] = sid
-        # The file's interactions are the first of this cassette's, in their order; one may have been put in
-        # the place of another since, and the rest come from spools.
-        held = min(len(docs), len(self.interactions))
-        kept = [
-            docs[n] if id(i) not in spooled else _interaction_to_doc(i, binary=binary, spool=spooled[id(i)])
-            for n, i in enumerate(self.interactions[:held])
-        ]
-        tail = [(i, spooled.get(id(i))) for i in self.interactions[held:]]
-        tail += [(i, sid) for i in [*added, *homeless]]
+        spooled.update((id(i), sid) for i in [*added, *homeless])
+        written = [*self.interactions, *added, *homeless]
         doc.pop("spools", None)  # what the write before removed is gone, or in `self._spools` again
         doc.update(_removing([*map(spool_id, self._spools), *([] if sid is None else [sid])]))
-        doc["interactions"] = kept + [_interaction_to_doc(i, binary=binary, spool=s) for i, s in tail]
+        doc["interactions"] = [
+            filed[id(i)]
+            if id(i) in filed and id(i) not in spooled
+            else _interaction_to_doc(i, binary=binary, spool=spooled.get(id(i)))
+            for i in written
+        ]
         self._stamp = _write(path, _encode(doc, suffix))
+        self._filed = written
         return homeless
 
     def _head(self) -> dict[str, Any]:

@@ -957,12 +957,15 @@ def _cut_short(recorder: Recorder, cut: str) -> bytes:
     return received
 
 
-def _until_journal_says(recorder: Recorder, end: str) -> None:
-    """Wait until the recorder's journal says a stream ended so."""
+def _until_journal_says(recorder: Recorder, end: str, times: int = 1) -> None:
+    """Wait until the recorder's journal says `times` streams ended so."""
     deadline = time.monotonic() + 30
-    while not any(
-        e["type"] == "ended" and e["end"] == end
-        for e in httpx.get(recorder.url + "/__sse_tape__/journal").json()["entries"]
+    while (
+        sum(
+            e["type"] == "ended" and e["end"] == end
+            for e in httpx.get(recorder.url + "/__sse_tape__/journal").json()["entries"]
+        )
+        < times
     ):
         assert time.monotonic() < deadline, f"the recorder never noted a stream that ended {end}"
         time.sleep(0.02)
@@ -1075,6 +1078,69 @@ def test_a_killed_sessions_whole_answer_finds_the_cut_one_where_an_edit_put_it_a
     edited.save()
     (tmp_path / "aside").rename(spool)
     assert [i.response.body for i in Cassette.load(cassette)] == expected
+
+
+def _hang_up_on(recorder: Recorder, times: int) -> None:
+    """Start the `_RETRIED` stream through `recorder` and hang up after its first piece, `times` times (a retry
+    of a stream cut short is fetched again, and cut short again)."""
+    for n in range(1, times + 1):
+        with httpx.Client(timeout=30) as client, client.stream("POST", recorder.url + _RETRIED, content=b"{}") as r:
+            next(r.iter_raw())
+        _until_journal_says(recorder, "client-gone", n)
+
+
+@pytest.mark.parametrize("stop", ["sigint", "sigkill"], ids=["stopped", "killed"])
+def test_a_whole_answer_takes_the_place_of_every_copy_of_its_request_cut_short(
+    threaded_upstream: Upstream, tmp_path: Path, stop: str
+) -> None:
+    # It took the place of the first only; the second copy, cut short, stayed: a second identical request
+    # replayed the new whole answer, and a later replay gave that request the copy cut short.
+    cassette = tmp_path / "c.toml"
+    first = Recorder(threaded_upstream, cassette)
+    first.complete(1)
+    _hang_up_on(first, 2)
+    first.stop(signal.SIGINT)
+    [complete, *cut] = Cassette.load(cassette).interactions
+    assert [i.response.end for i in cut] == [End.CLIENT_GONE] * 2
+    hits = threaded_upstream.hits
+    second = Recorder(threaded_upstream, cassette)
+    answers = [httpx.post(second.url + _RETRIED, content=b"{}", timeout=30).content for _ in range(2)]
+    lines = second.stop(signal.SIGINT if stop == "sigint" else signal.SIGKILL).splitlines()
+    whole = b"".join(chat_chunk(n) for n in range(40)) + b"data: [DONE]\n\n"
+    assert answers == [whole, whole]
+    assert threaded_upstream.hits == hits + 1  # the second replayed what the first fetched
+    assert [(i.response.end, i.response.body) for i in Cassette.load(cassette)] == [
+        (End.COMPLETE, complete.response.body),
+        (End.COMPLETE, whole),
+    ]
+    with serve(cassette, pace="instant") as server:
+        assert [httpx.post(server.url + _RETRIED, content=b"{}").content for _ in range(3)] == [whole] * 3
+    if stop == "sigint":
+        assert (
+            f"sse-tape: POST /v1/chat/completions recorded in the spool of {cassette} as #2 "
+            "(complete, in place of 2 that ended client-gone)"
+        ) in lines
+        assert lines[-1] == (
+            f"sse-tape: recorded 1 interaction to {cassette} (1 in place of 2 cut short before, 1 replayed)"
+        )
+    else:  # the next write takes the spool in, with the whole answer in place
+        Recorder(threaded_upstream, cassette).stop(signal.SIGINT)
+        assert not list(tmp_path.glob("*.spool"))
+        assert [i.response.body for i in Cassette.load(cassette)] == [complete.response.body, whole]
+
+
+@pytest.mark.parametrize("stop", ["sigint", "sigkill"], ids=["stopped", "killed"])
+def test_a_retry_answered_whole_takes_the_place_of_every_try_its_session_cut_short(
+    threaded_upstream: Upstream, tmp_path: Path, stop: str
+) -> None:
+    cassette = tmp_path / "c.toml"
+    recorder = Recorder(threaded_upstream, cassette)
+    _hang_up_on(recorder, 2)
+    whole = httpx.post(recorder.url + _RETRIED, content=b"{}", timeout=30).content
+    lines = recorder.stop(signal.SIGINT if stop == "sigint" else signal.SIGKILL).splitlines()
+    assert [(i.response.end, i.response.body) for i in Cassette.load(cassette)] == [(End.COMPLETE, whole)]
+    if stop == "sigint":
+        assert lines[-1] == f"sse-tape: recorded 1 interaction to {cassette} (1 in place of 2 cut short before)"
 
 
 def _crash_before_removing(n: int) -> str:
