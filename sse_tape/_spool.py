@@ -20,8 +20,7 @@ headers, body]`, `["head", n, status, headers]`, `["chunk", n, t, data]`,
 takes the place of recordings of the same request cut short: one for each,
 its `Interaction.fingerprint`; the first recording's comes last, where a
 reader that knows of one such record per stream, as older ones do, takes it),
-`["end", n, end, duration]`; `n` numbers the
-session's streams. A reader skips a kind of record it does not know. A writer
+`["end", n, end, duration]`; `n` numbers the session's streams. A reader skips a kind of record it does not know. A writer
 holds an exclusive lock on its spool, so a spool nobody holds was left by a
 session that is over. A record cut short by a crash or a full disk ends the
 stream of records; everything before it is read.
