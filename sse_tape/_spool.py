@@ -17,9 +17,10 @@ then one array per record: `["start", n, recorded_at, method, path, query,
 headers, body]`, `["head", n, status, headers]`, `["chunk", n, t, data]`,
 `["fault", n, spec, what]` (a fault that acted on the client's copy),
 `["replaces", n, fingerprint]` (just before the end of a whole answer that
-takes the place of a recording cut short: that recording's
-`Interaction.fingerprint`), `["end", n, end, duration]`; `n` numbers the
-session's streams. A reader skips a kind of record it does not know. A writer
+takes the place of recordings of the same request cut short: one for each,
+its `Interaction.fingerprint`; the first recording's comes last, where a
+reader that knows of one such record per stream, as older ones do, takes it),
+`["end", n, end, duration]`; `n` numbers the session's streams. A reader skips a kind of record it does not know. A writer
 holds an exclusive lock on its spool, so a spool nobody holds was left by a
 session that is over. A record cut short by a crash or a full disk ends the
 stream of records; everything before it is read.
@@ -147,8 +148,8 @@ class SpoolWriter:
         self._write(["fault", n, spec, what])
 
     def replaces(self, n: int, fingerprint: str) -> None:
-        """Stream `n`, a whole answer, takes the place of the recording cut short with this fingerprint
-        (written before its end, so that a stream that has its end has this too)."""
+        """Stream `n`, a whole answer, takes the place of the recording cut short with this fingerprint (one
+        call for each it replaces); written before its end, so that a stream that has its end has this too."""
         self._write(["replaces", n, fingerprint])
 
     def end(self, n: int, end: str, duration: float) -> None:
@@ -201,8 +202,8 @@ class SpooledStream:
     duration: float | None = None
     injected: list[tuple[str, str]] = field(default_factory=list)
     """The faults that acted on the client's copy, each with what it did."""
-    replaces: str | None = None
-    """The fingerprint of the recording cut short that this stream, a whole answer, takes the place of."""
+    replaces: list[str] = field(default_factory=list)
+    """The fingerprints of the recordings cut short that this stream, a whole answer, takes the place of."""
 
 
 def read_spool(path: Path) -> list[SpooledStream]:
@@ -262,7 +263,7 @@ def _apply(record: Any, streams: dict[int, SpooledStream], ended: list[int], pat
             streams[n].injected.append((str(spec), str(what)))
         elif kind == "replaces":
             (fingerprint,) = rest
-            streams[n].replaces = str(fingerprint)
+            streams[n].replaces.append(str(fingerprint))
         elif kind == "end":
             end, duration = rest
             streams[n].end, streams[n].duration = str(end), float(duration)

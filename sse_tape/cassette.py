@@ -14,9 +14,11 @@ loading the cassette reads it too, and the next write of the cassette takes
 its interactions in and removes it; a whole answer the spool notes as taking
 the place of a recording cut short goes in that recording's place (found by
 `Interaction.fingerprint`). An interaction taken from a spool notes
-the spool's id (`spool = "..."`), so that a spool whose removal a crash cut
-short is never read twice. Loads share a lock on the folder; writes hold it
-alone.
+the spool's id (`spool = "..."`), and a file written anew names every spool
+its write removes (`spools = [...]`, the only record of a spool whose one
+recording cut short another spool's whole answer took the place of), so that
+a spool whose removal a crash cut short is never read twice. Loads share a
+lock on the folder; writes hold it alone.
 
 A cassette may carry settings for whoever replays it: a free-text
 `description`, `match` (the parts of a request that must agree with a
@@ -44,7 +46,7 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from importlib import resources
@@ -271,9 +273,13 @@ class Cassette:
     # of those the file does not hold yet, each with its spool's id.
     _spools: list[Path] = field(default_factory=list, repr=False, compare=False)
     _pending: list[tuple[Interaction, str]] = field(default_factory=list, repr=False, compare=False)
-    # Whether one of those sits in the place of a recording cut short that the file holds: then the next
-    # append writes the file anew, not only at its end.
-    _in_place: bool = field(default=False, repr=False, compare=False)
+    # Whether the next write must write the file anew, not only add at its end: one of those sits in the
+    # place of a recording cut short that the file holds, or that another spool holds (whose id then no
+    # interaction notes: the file written anew names it), or one such was removed.
+    _anew: bool = field(default=False, repr=False, compare=False)
+    # The interactions the file holds, in its order, as this cassette last read or wrote it: a file written
+    # anew keeps the document of each that is still here as it was (with its spool note).
+    _filed: list[Interaction] = field(default_factory=list, repr=False, compare=False)
 
     def __iter__(self) -> Iterator[Interaction]:
         return iter(self.interactions)
@@ -318,7 +324,7 @@ class Cassette:
             except _Invalid as exc:
                 raise CassetteFormatError(f"{path}: {exc}") from None
             cassette = cls(interactions, path, **settings)
-            cassette._stamp = stamp
+            cassette._stamp, cassette._filed = stamp, list(interactions)
         cassette._spools = spools
         for spool in spools:
             sid = spool_id(spool)
@@ -327,32 +333,37 @@ class Cassette:
                     cassette._recover(_from_spool(stream), sid, stream.replaces)
         return cassette
 
-    def _recover(self, interaction: Interaction, sid: str, replaces: str | None) -> None:
+    def _recover(self, interaction: Interaction, sid: str, replaces: list[str]) -> None:
         """Add an interaction from a killed session's spool: at the end, or, when it is a whole answer
-        recorded to take the place of a recording cut short (`replaces`, that one's fingerprint), in the
-        place of that recording, wherever it is now. When none has that fingerprint any more (the file was
-        edited since), it goes at the end: nothing recorded is lost."""
-        at = None
-        if replaces is not None and interaction.response.end is End.COMPLETE:
-            at = next(
-                (
-                    n
-                    for n, old in enumerate(self.interactions)
-                    if old.response.end is not End.COMPLETE and old.fingerprint() == replaces
-                ),
-                None,
-            )
-        if at is None:
+        recorded to take the place of recordings cut short (`replaces`, their fingerprints), in the place of
+        the first of them, wherever it is now, and the others removed. When none has one of those
+        fingerprints any more (the file was edited since), it goes at the end: nothing recorded is lost."""
+        found: dict[str, int] = {}
+        if replaces and interaction.response.end is End.COMPLETE:
+            for n, old in enumerate(self.interactions):
+                if old.response.end is not End.COMPLETE and (fingerprint := old.fingerprint()) in replaces:
+                    found.setdefault(fingerprint, n)
+        if not found:
             self.interactions.append(interaction)
             self._pending.append((interaction, sid))
             return
-        old, self.interactions[at] = self.interactions[at], interaction
-        taken = next((k for k, (i, _) in enumerate(self._pending) if i is old), None)
-        if taken is not None:  # from a spool too: it is no longer what the spools add
-            self._pending[taken] = (interaction, sid)
-        else:
+        places = sorted(found.values())
+        olds = [self.interactions[n] for n in places]
+        self.interactions[places[0]] = interaction
+        for n in reversed(places[1:]):
+            del self.interactions[n]
+        # Those from spools too are no longer what the spools add: the first's entry becomes this one's.
+        pending = [next((k for k, (i, _) in enumerate(self._pending) if i is old), None) for old in olds]
+        for k in pending:
+            # One the file holds goes only by writing the file anew, and so does one from another spool,
+            # which the file must then name (no interaction notes it any more).
+            self._anew |= k is None or self._pending[k][1] != sid
+        if pending[0] is None:
             self._pending.append((interaction, sid))
-            self._in_place = True
+        else:
+            self._pending[pending[0]] = (interaction, sid)
+        for k in sorted((k for k in pending[1:] if k is not None), reverse=True):
+            del self._pending[k]
 
     def save(self, path: str | os.PathLike[str] | None = None) -> Path:
         """Write the cassette atomically, to `path` or to where it was loaded from."""
@@ -366,12 +377,14 @@ class Cassette:
             spooled = {id(i): sid for i, sid in self._pending} if own else {}
             doc = {
                 **self._head(),
+                **_removing([spool_id(p) for p in self._spools] if own else []),
                 "interactions": [
                     _interaction_to_doc(i, binary=suffix == ".msgpack", spool=spooled.get(id(i)))
                     for i in self.interactions
                 ],
             }
             self._stamp = _write(target, _encode(doc, suffix))
+            self._filed = list(self.interactions)
             if own:
                 self._absorbed()
         self._spools, self._pending = [], []
@@ -383,7 +396,7 @@ class Cassette:
         interactions: Iterable[Interaction],
         *,
         spool: Path | None = None,
-        replacing: Iterable[tuple[Interaction, Interaction]] = (),
+        replacing: Iterable[tuple[Sequence[Interaction], Interaction]] = (),
     ) -> None:
         """Add interactions to the end of this cassette's file, creating it if need be.
 
@@ -398,11 +411,12 @@ class Cassette:
         spool `interactions` come from (a recorder's own), whose id they note.
 
         Each pair in `replacing` puts an interaction (from `spool` too) in the
-        place of one the cassette holds (a stream cut short, recorded again
-        whole); one the file no longer holds is added at the end. The file
-        is then written anew, in the same atomic write: the old interaction
-        is in the file until the new one is. So it is when a killed session's
-        spool held such a whole answer: loading put it in its old one's place.
+        place of the first of some the cassette holds (streams of one request
+        cut short, recorded again whole), and removes the others; when the
+        file holds none of them any more, it is added at the end. The file
+        is then written anew, in the same atomic write: the old interactions
+        are in the file until the new one is. So it is when a killed session's
+        spool held such a whole answer: loading put it in its old ones' place.
         """
         added = list(interactions)
         swaps = list(replacing)
@@ -416,15 +430,19 @@ class Cassette:
                 self.interactions, self._stamp = again.interactions, again._stamp
                 self.description, self.match_on = again.description, again.match_on
                 self.ignore_body_fields = again.ignore_body_fields
-                self._spools, self._pending, self._in_place = again._spools, again._pending, again._in_place
+                self._spools, self._pending, self._anew = again._spools, again._pending, again._anew
+                self._filed = again._filed
+            elif not path.exists():
+                self._filed = []  # removed since: no document of it is left to keep
             sid = spool_id(spool) if spool is not None else None
             new = [*self._pending, *((i, sid) for i in added)]
-            if swaps or self._in_place:
+            if swaps or self._anew:
                 added += self._rewrite(path, suffix, swaps, added, sid)
             elif new:
                 raw = _read(path)[0] if path.exists() else _encode(self._head(), suffix)
                 docs = [_interaction_to_doc(i, binary=suffix == ".msgpack", spool=s) for i, s in new]
                 self._stamp = _write(path, _appended(raw, docs, suffix))
+                self._filed += [i for i, _ in new]
             self._absorbed()
             if spool is not None:
                 spool.unlink(missing_ok=True)  # inside the lock: no reader sees the file and the spool both
@@ -434,42 +452,46 @@ class Cassette:
         self,
         path: Path,
         suffix: str,
-        swaps: list[tuple[Interaction, Interaction]],
+        swaps: list[tuple[Sequence[Interaction], Interaction]],
         added: list[Interaction],
         sid: str | None,
     ) -> list[Interaction]:
-        """Write the file anew: each swap's new interaction in its old one's place, what spools add where
-        this cassette holds it (in the place of a recording cut short, or after the file's), then `added`;
-        returns the new interactions that found no place, written after `added`."""
+        """Write the file anew: each swap's new interaction in the place of the first of its old ones that is
+        here (the others removed), what spools add where this cassette holds it (in the place of recordings
+        cut short, or after the file's), then `added`; returns the new interactions that found no place,
+        written after `added`."""
         binary = suffix == ".msgpack"
         if path.exists():
             doc = _decode(_read(path)[0], suffix)
             doc = doc if binary else _toml_cache.expand(doc)
         else:
             doc = self._head()
-        docs = list(doc.get("interactions", []))  # a new list: a cached document stays as it was
+        # What the file holds of each interaction, kept as it is (none when the file is gone since).
+        filed = {id(i): d for i, d in zip(self._filed, doc.get("interactions", []), strict=False)}
         # Each interaction the file does not hold yet, with the id of the spool it comes from.
         spooled: dict[int, str | None] = {id(i): s for i, s in self._pending}
         homeless: list[Interaction] = []
-        for old, new in swaps:
-            at = _position(self.interactions, old)
-            if at is None:
-                homeless.append(new)  # another writer took it out meanwhile
+        for olds, new in swaps:
+            places = sorted({at for old in olds if (at := _position(self.interactions, old)) is not None})
+            if not places:
+                homeless.append(new)  # another writer took them out meanwhile
                 continue
-            self.interactions[at] = new
-            spooled.pop(id(old), None)
+            self.interactions[places[0]] = new
+            for at in reversed(places[1:]):
+                del self.interactions[at]
             spooled[id(new)] = sid
-        # The file's interactions are the first of this cassette's, in their order; one may have been put in
-        # the place of another since, and the rest come from spools.
-        held = min(len(docs), len(self.interactions))
-        kept = [
-            docs[n] if id(i) not in spooled else _interaction_to_doc(i, binary=binary, spool=spooled[id(i)])
-            for n, i in enumerate(self.interactions[:held])
+        spooled.update((id(i), sid) for i in [*added, *homeless])
+        written = [*self.interactions, *added, *homeless]
+        doc.pop("spools", None)  # what the write before removed is gone, or in `self._spools` again
+        doc.update(_removing([*map(spool_id, self._spools), *([] if sid is None else [sid])]))
+        doc["interactions"] = [
+            filed[id(i)]
+            if id(i) in filed and id(i) not in spooled
+            else _interaction_to_doc(i, binary=binary, spool=spooled.get(id(i)))
+            for i in written
         ]
-        tail = [(i, spooled.get(id(i))) for i in self.interactions[held:]]
-        tail += [(i, sid) for i in [*added, *homeless]]
-        doc["interactions"] = kept + [_interaction_to_doc(i, binary=binary, spool=s) for i, s in tail]
         self._stamp = _write(path, _encode(doc, suffix))
+        self._filed = written
         return homeless
 
     def _head(self) -> dict[str, Any]:
@@ -487,7 +509,7 @@ class Cassette:
         """The file now holds what the spools read with it held: remove them."""
         for spool in self._spools:
             spool.unlink(missing_ok=True)
-        self._spools, self._pending, self._in_place = [], [], False
+        self._spools, self._pending, self._anew = [], [], False
 
 
 def storable_headers(headers: Headers) -> Headers:
@@ -741,6 +763,13 @@ def _position(interactions: list[Interaction], wanted: Interaction) -> int | Non
     return found
 
 
+def _removing(spools: list[str]) -> dict[str, Any]:
+    """What a file written anew notes of the spools its write removes once it is in place: their ids. A crash
+    before their removal leaves them; a load then knows them for taken in, though no interaction may note one
+    (its one recording cut short had a whole answer from another spool put in its place)."""
+    return {"spools": spools} if spools else {}
+
+
 def _same_file(a: Path, b: Path) -> bool:
     try:
         return os.path.samefile(a, b)
@@ -894,8 +923,8 @@ def _text_chunk_to_doc(chunk: Chunk) -> dict[str, Any]:
 
 
 def _interactions_from_doc(doc: Any, *, binary: bool) -> tuple[list[Interaction], set[str]]:
-    """The interactions of a cassette document, and the ids of the spools they were taken from; `binary`: a
-    MessagePack document, whose chunks hold bytes (TOML's hold text)."""
+    """The interactions of a cassette document, and the ids of the spools it took in (those its interactions
+    note, and those it names); `binary`: a MessagePack document, whose chunks hold bytes (TOML's hold text)."""
     if not isinstance(doc, Mapping) or "format_version" not in doc:
         raise _Invalid("not an sse-tape cassette (no format_version)")
     version = doc["format_version"]
@@ -911,6 +940,8 @@ def _interactions_from_doc(doc: Any, *, binary: bool) -> tuple[list[Interaction]
         raise _Invalid("interactions must be a list")
     interactions = [_interaction_from_doc(item, f"interaction {n}", binary=binary) for n, item in enumerate(items, 1)]
     spools = {str(item["spool"]) for item in items if isinstance(item, Mapping) and "spool" in item}
+    if "spools" in doc:
+        spools.update(_strings(doc, "spools"))
     return interactions, spools
 
 

@@ -23,9 +23,10 @@ A recording cut short on the recording side (ended `interrupted`: the
 recorder was stopped mid-stream; or `client-gone`: its client hung up) is
 not what the upstream answers. Replay gives it as it was recorded, which is
 what happened; a recorder (`refetch`) never answers with one, but fetches
-the request from its upstream again, and the whole answer takes the cut-off
-recording's place (`cut_short` finds it). A stream the upstream itself cut
-(`upstream-reset`, `timeout`) is the upstream's answer, and replays.
+the request from its upstream again, and the whole answer takes the place
+of every cut-off recording of that request (`cut_short` finds them). A
+stream the upstream itself cut (`upstream-reset`, `timeout`) is the
+upstream's answer, and replays.
 
 Among the recordings that agree, the one whose body is most alike wins (see
 `_likeness`), so with `match_on=("method", "path")` a request with `tools`

@@ -38,7 +38,7 @@ class RecordMode(StrEnum):
     What is recorded replays at once: an identical request later in the session gets it.
     A recording cut short on the recording side (the recorder stopped or killed mid-stream:
     `interrupted`; its client hung up: `client-gone`) never replays: the request is forwarded
-    again, and its whole answer takes the cut-off recording's place in the cassette.
+    again, and its whole answer takes the place of every cut-off recording of that request.
     """
     NONE = "none"
     """Replay only; never contact the upstream. A stream cut short when it was recorded replays as it was."""

@@ -120,11 +120,15 @@ class Recorded(Entry):
     cassette: str
     index: int
     end: End
-    replaced: End | None = None
-    """How the recording it took the place of ended (a stream cut short, recorded again whole); None: new."""
+    replaced: tuple[End, ...] = ()
+    """How each recording it took the place of ended (streams of the same request cut short, recorded again
+    whole); none: it is new."""
 
     def line(self) -> str:
-        how = f"{self.end}, in place of one that ended {self.replaced}" if self.replaced else str(self.end)
+        how = str(self.end)
+        if self.replaced:
+            ones = "one" if len(self.replaced) == 1 else str(len(self.replaced))
+            how += f", in place of {ones} that ended {', '.join(dict.fromkeys(self.replaced))}"
         return f"{self.method} {self.path} recorded in the spool of {self.cassette} as #{self.index} ({how})"
 
 
@@ -218,16 +222,14 @@ class Recorder:
     takes the place of a recording cut short: then the file is written
     anew), and the spool is removed. With `playable`, what is recorded joins the server's matcher
     at once, so an identical request later in the session replays it; and a
-    whole answer takes the place of a recording of the same request that was
-    cut short on the recording side (see `matching.CUT_SHORT`), in this
-    session or before, so that replays get the whole answer. The cut-off
-    recording stays in the cassette until the whole one is written there;
-    the spool notes which one the whole answer replaces (its fingerprint),
-    so that the load after a kill puts it there too. One whole answer takes
-    the place of one recording: several of the same request cut short are
-    replaced one at each identical request that misses (finds no whole
-    recording left to replay), so that the cassette keeps one recording per
-    request made, each an answer the upstream sent.
+    whole answer takes the place of every recording of the same request that
+    was cut short on the recording side (see `matching.CUT_SHORT`), in this
+    session or before: the first one's place, the others removed, so that no
+    replay gets a copy cut short of a request the upstream answered whole
+    (a retry cut short again, a request made twice, leaves several). The
+    cut-off recordings stay in the cassette until the whole one is written
+    there; the spool notes which ones the whole answer replaces (their
+    fingerprints), so that the load after a kill puts it there too.
     """
 
     def __init__(
@@ -246,10 +248,13 @@ class Recorder:
         """The interactions recorded, by how each ended."""
         self.recorded: list[Interaction] = []
         """What this session recorded, in the order the streams ended (but for those in `replacing`)."""
-        self.replacing: list[tuple[Interaction, Interaction]] = []
-        """Recordings the cassette held that were cut short, each with the whole answer that takes its place."""
+        self.replacing: list[tuple[tuple[Interaction, ...], Interaction]] = []
+        """Recordings of one request the cassette held that were cut short, each group with the whole answer
+        that takes the first one's place."""
         self.replaced = 0
-        """Recordings cut short that a whole answer took the place of, in the cassette or this session."""
+        """Whole answers that took the place of recordings cut short, in the cassette or this session."""
+        self.displaced = 0
+        """The recordings cut short whose place they took, or that went with those (of the same request)."""
         self.failures = 0
         """Writes that failed (a reset of the server does not clear them)."""
         self.in_flight = 0
@@ -258,6 +263,8 @@ class Recorder:
         self._spool: SpoolWriter | None = None
         self._streams = 0
         self._syncing: set[asyncio.Future[None]] = set()
+        # The numbers of the cassette's recordings cut short that go with no answer in their place.
+        self._removed: list[int] = []
 
     async def start(self, server: Host) -> None:
         """Open the spool: a folder that cannot be written is an error now, before anything is recorded."""
@@ -316,52 +323,69 @@ class Recorder:
             return  # no response head, nothing to record
         self.in_flight -= 1
         end = interaction.response.end
-        cut = self._cut_short(capture.request) if self.playable and end is End.COMPLETE else None
-        if cut is not None:
-            # In the spool before the stream's end: a killed session's whole answer takes the cut one's place too.
-            fingerprint = cut.interaction.fingerprint()
-            self._spooled(lambda spool, n: spool.replaces(n, fingerprint), capture)
+        cuts = self._cut_short(capture.request) if self.playable and end is End.COMPLETE else []
+        if cuts:
+            # In the spool before the stream's end: a killed session's whole answer takes their place too. The
+            # first comes last, where a reader that knows of one such record per stream (an older one) takes it.
+            fingerprints = [cut.interaction.fingerprint() for cut in reversed(cuts)]
+
+            def replaces(spool: SpoolWriter, n: int) -> None:
+                for fingerprint in fingerprints:
+                    spool.replaces(n, fingerprint)
+
+            self._spooled(replaces, capture)
         self._spooled(lambda spool, n: spool.end(n, str(end), capture.duration), capture)
         request, response = self._storable(interaction.request), self.redaction.response(interaction.response)
         interaction = replace(interaction, request=request, response=response)
         self.ends[interaction.response.end] += 1
-        if cut is None:
-            self.recorded.append(interaction)
-            index = len(self.cassette) + len(self.recorded)
+        if cuts:
+            index = self._replace(cuts, interaction)
         else:
-            index = self._replace(cut, interaction)
+            self.recorded.append(interaction)
+            index = len(self.cassette) - len(self._removed) + len(self.recorded)
         if self.playable and (end is End.COMPLETE or end in CUT_SHORT):
             # Only a whole answer replays: the matcher leaves one cut short unanswered, for the upstream to
             # answer a retry whole (and that answer to take its place).
             server.matcher.add(interaction, self.cassette, index)
-        replaced = cut.interaction.response.end if cut is not None else None
+        replaced = tuple(cut.interaction.response.end for cut in cuts)
         syncing = asyncio.ensure_future(self._report(interaction, number, index, replaced))
         self._syncing.add(syncing)
         syncing.add_done_callback(self._syncing.discard)
 
-    def _cut_short(self, request: Request) -> Recording | None:
-        """The first recording of `request` cut short, in this cassette or this session, that no whole
-        answer has taken the place of yet."""
+    def _cut_short(self, request: Request) -> list[Recording]:
+        """The recordings of `request` cut short, in this cassette then this session, that no whole answer
+        has taken the place of yet."""
         assert self._server is not None
         found = self._server.matcher.cut_short(request)
         if not found:
-            return None
-        taken = {id(old) for old, _ in self.replacing}
+            return []
+        taken = {id(old) for olds, _ in self.replacing for old in olds}
         ours = {id(i) for i in (*self.cassette.interactions, *self.recorded) if id(i) not in taken}
-        return next((r for r in found if id(r.interaction) in ours), None)
+        return [r for r in found if id(r.interaction) in ours]
 
-    def _replace(self, cut: Recording, interaction: Interaction) -> int:
-        """Put `interaction` in the place of the recording `cut`; returns its number in the cassette."""
+    def _replace(self, cuts: list[Recording], interaction: Interaction) -> int:
+        """Put `interaction` in the place of the first of `cuts` (recordings of its request cut short, the
+        cassette's first), and take the others out; returns its number in the cassette."""
         self.replaced += 1
-        for n, recorded in enumerate(self.recorded):
-            if recorded is cut.interaction:  # recorded in this session: it is no longer what was recorded
-                self.recorded[n] = interaction
-                self.ends[recorded.response.end] -= 1
-                return len(self.cassette) + n + 1
-        self.replacing.append((cut.interaction, interaction))
-        return cut.index
+        self.displaced += len(cuts)
+        olds = {id(cut.interaction) for cut in cuts}
+        ours = [n for n, recorded in enumerate(self.recorded) if id(recorded) in olds]
+        for n in ours:  # recorded in this session: no longer what was recorded
+            self.ends[self.recorded[n].response.end] -= 1
+        held = [cut for cut in cuts if not any(cut.interaction is self.recorded[n] for n in ours)]
+        if held:  # the cassette's: the whole answer goes there when the cassette is written
+            for n in reversed(ours):
+                del self.recorded[n]
+            self.replacing.append((tuple(cut.interaction for cut in held), interaction))
+            self._removed += [cut.index for cut in held[1:]]
+            return held[0].index - sum(removed < held[0].index for removed in self._removed)
+        first, *rest = ours
+        self.recorded[first] = interaction
+        for n in reversed(rest):
+            del self.recorded[n]
+        return len(self.cassette) - len(self._removed) + first + 1
 
-    async def _report(self, interaction: Interaction, number: int, index: int, replaced: End | None = None) -> None:
+    async def _report(self, interaction: Interaction, number: int, index: int, replaced: tuple[End, ...]) -> None:
         """Note the interaction recorded once it is on the disk."""
         assert self._server is not None
         if self._spool is not None and self._spool.failed is None:
@@ -407,7 +431,8 @@ class Recorder:
         recorded = sum(self.ends.values())
         parts = [f"{n} {end}" for end, n in self.ends.items() if end is not End.COMPLETE and n]
         if self.replaced:
-            parts.append(f"{self.replaced} in place of {'one' if self.replaced == 1 else 'ones'} cut short before")
+            ones = "one" if self.displaced == 1 else "ones" if self.displaced == self.replaced else str(self.displaced)
+            parts.append(f"{self.replaced} in place of {ones} cut short before")
         parts += [
             f"{counts[kind]} {what}"
             for kind, what in (

@@ -9,6 +9,7 @@ import time
 import tomllib
 import tracemalloc
 import zipfile
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -256,6 +257,7 @@ def test_newer_format_asks_to_upgrade() -> None:
             'injected = [{fault = "error:3"}]\n',
             r"interaction 1: injected 1\.what is missing",
         ),
+        ('format_version = 1\nspools = "1-abcdef"\n', r"spools must be a list of strings"),
     ],
     ids=[
         "missing-path",
@@ -270,6 +272,7 @@ def test_newer_format_asks_to_upgrade() -> None:
         "inf-duration",
         "injected-not-a-list",
         "injected-without-what",
+        "spools-not-a-list",
     ],
 )
 def test_malformed_interactions_say_where(tmp_path: Path, text: str, message: str) -> None:
@@ -389,19 +392,26 @@ def _spooled(cassette: Path, *streams: tuple[Interaction, bool]) -> SpoolWriter:
     """A spool beside `cassette` holding each interaction, ended or (False) cut off before its end."""
     spool = SpoolWriter(cassette)
     for n, (interaction, ended) in enumerate(streams, 1):
-        request, response = interaction.request, interaction.response
-        headers = list(request.headers)
-        spool.start(
-            n, interaction.recorded_at or "", request.method, request.path, request.query, headers, request.body
-        )
-        spool.head(n, response.status, list(response.headers))
-        for chunk in response.chunks:
-            spool.chunk(n, chunk.t, chunk.data)
-        for note in interaction.injected:
-            spool.fault(n, note.fault, note.what)
-        if ended:
-            spool.end(n, str(response.end), response.end_time)
+        _spool(spool, n, interaction, ended=ended)
     return spool
+
+
+def _spool(
+    spool: SpoolWriter, n: int, interaction: Interaction, *, ended: bool = True, replaces: Sequence[Interaction] = ()
+) -> None:
+    """Write `interaction` to `spool` as its stream `n`, noted as taking the place of those in `replaces`."""
+    request, response = interaction.request, interaction.response
+    headers = list(request.headers)
+    spool.start(n, interaction.recorded_at or "", request.method, request.path, request.query, headers, request.body)
+    spool.head(n, response.status, list(response.headers))
+    for chunk in response.chunks:
+        spool.chunk(n, chunk.t, chunk.data)
+    for note in interaction.injected:
+        spool.fault(n, note.fault, note.what)
+    for old in replaces:
+        spool.replaces(n, old.fingerprint())
+    if ended:
+        spool.end(n, str(response.end), response.end_time)
 
 
 def test_an_append_keeps_the_files_bytes_and_adds_the_new_tables(tmp_path: Path) -> None:
@@ -476,6 +486,56 @@ def test_a_spool_whose_removal_a_crash_cut_short_is_not_read_twice(tmp_path: Pat
     Cassette.load(path).append([])
     assert not spool.path.exists()
     assert len(Cassette.load(path)) == 1
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".msgpack"])
+def test_a_save_names_the_spools_it_removes_so_that_one_a_crash_leaves_is_not_read_twice(
+    tmp_path: Path, suffix: str
+) -> None:
+    # A save writes no interaction's spool note: a spool a crash had left, which the old file noted, was
+    # then noted nowhere, and a crash before the save removed it again had it read twice.
+    path = tmp_path / f"c{suffix}"
+    one = Interaction(Request("GET", "/1"), Response(chunks=(Chunk(0.1, b"data: 1\n\n"),)), "t")
+    spool = _spooled(path, (one, True))
+    kept = spool.path.read_bytes()
+    Cassette(path=path).append([one], spool=spool.path)
+    spool.close(remove=False)
+    spool.path.write_bytes(kept)  # a crash before its removal
+    Cassette.load(path).save()  # a save takes it in
+    spool.path.write_bytes(kept)  # and a crash before it removed it
+    assert Cassette.load(path).interactions == [one]
+    Cassette.load(path).append([])
+    assert not spool.path.exists()
+    assert Cassette.load(path).interactions == [one]
+
+
+def test_a_killed_sessions_whole_answer_takes_the_place_of_every_copy_cut_short_wherever_each_is(
+    tmp_path: Path,
+) -> None:
+    # Two copies cut short in the file, a third in another killed session's spool: the whole answer goes in
+    # the first one's place, the others go, and the file written anew keeps what stays of it as it was.
+    path = tmp_path / "c.toml"
+    asked = Request("POST", "/v1/chat/completions", body=b"{}")
+    cut = [
+        Interaction(asked, Response(chunks=(Chunk(t, b"data: 1\n\n"),), end=End.CLIENT_GONE, duration=t), "t")
+        for t in (0.1, 0.2, 0.3)
+    ]
+    other = Interaction(Request("GET", "/other"), Response(chunks=(Chunk(0.1, b"data: x\n\n"),)), "t")
+    whole = Interaction(asked, Response(chunks=(Chunk(0.1, b"data: 1\n\n"), Chunk(0.2, b"data: [DONE]\n\n"))), "t")
+    Cassette([cut[0], cut[1], other], path).save()
+    spools = [_spooled(path, (cut[2], True)), SpoolWriter(path)]
+    _spool(spools[1], 1, whole, replaces=cut[::-1])  # the first one's last, as a recorder writes them
+    kept = []
+    for spool in spools:
+        spool.close(remove=False)
+        kept.append(spool.path.read_bytes())
+    assert Cassette.load(path).interactions == [whole, other]
+    Cassette.load(path).append([])  # takes them in
+    assert not any(spool.path.exists() for spool in spools)
+    assert Cassette.load(path).interactions == [whole, other]
+    for spool, raw in zip(spools, kept, strict=True):
+        spool.path.write_bytes(raw)  # as if a crash had come before their removal
+    assert Cassette.load(path).interactions == [whole, other]
 
 
 def test_saving_under_another_name_leaves_the_spools_to_their_own_cassette(tmp_path: Path) -> None:

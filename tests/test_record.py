@@ -401,29 +401,11 @@ def test_a_corrupt_cassette_stops_the_proxy_before_it_records(tmp_path: Path) ->
 
 
 class Recorder:
-    """`sse-tape record --upstream` in a subprocess."""
+    """`sse-tape record --upstream` in a subprocess, after the Python statements `setup`."""
 
-    def __init__(self, upstream: Upstream, cassette: Path, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sse_tape",
-                "record",
-                "--upstream",
-                upstream.url,
-                "-c",
-                str(cassette),
-                "--port",
-                "0",
-                *args,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        self.url = self.proc.stdout.readline().split(" at ")[1].split()[0]
+    def __init__(self, upstream: Upstream, cassette: Path, *args: str, setup: str = "") -> None:
+        command = ["record", "--upstream", upstream.url, "-c", str(cassette), "--port", "0", *args]
+        self.proc, self.url = start(command, setup=setup)
 
     def complete(self, n: int) -> None:
         for i in range(n):  # different requests: an identical one would replay what was just recorded
@@ -975,12 +957,15 @@ def _cut_short(recorder: Recorder, cut: str) -> bytes:
     return received
 
 
-def _until_journal_says(recorder: Recorder, end: str) -> None:
-    """Wait until the recorder's journal says a stream ended so."""
+def _until_journal_says(recorder: Recorder, end: str, times: int = 1) -> None:
+    """Wait until the recorder's journal says `times` streams ended so."""
     deadline = time.monotonic() + 30
-    while not any(
-        e["type"] == "ended" and e["end"] == end
-        for e in httpx.get(recorder.url + "/__sse_tape__/journal").json()["entries"]
+    while (
+        sum(
+            e["type"] == "ended" and e["end"] == end
+            for e in httpx.get(recorder.url + "/__sse_tape__/journal").json()["entries"]
+        )
+        < times
     ):
         assert time.monotonic() < deadline, f"the recorder never noted a stream that ended {end}"
         time.sleep(0.02)
@@ -1092,6 +1077,124 @@ def test_a_killed_sessions_whole_answer_finds_the_cut_one_where_an_edit_put_it_a
         expected = [complete.response.body, trimmed.body, whole]
     edited.save()
     (tmp_path / "aside").rename(spool)
+    assert [i.response.body for i in Cassette.load(cassette)] == expected
+
+
+def _hang_up_on(recorder: Recorder, times: int) -> None:
+    """Start the `_RETRIED` stream through `recorder` and hang up after its first piece, `times` times (a retry
+    of a stream cut short is fetched again, and cut short again)."""
+    for n in range(1, times + 1):
+        with httpx.Client(timeout=30) as client, client.stream("POST", recorder.url + _RETRIED, content=b"{}") as r:
+            next(r.iter_raw())
+        _until_journal_says(recorder, "client-gone", n)
+
+
+@pytest.mark.parametrize("stop", ["sigint", "sigkill"], ids=["stopped", "killed"])
+def test_a_whole_answer_takes_the_place_of_every_copy_of_its_request_cut_short(
+    threaded_upstream: Upstream, tmp_path: Path, stop: str
+) -> None:
+    # It took the place of the first only; the second copy, cut short, stayed: a second identical request
+    # replayed the new whole answer, and a later replay gave that request the copy cut short.
+    cassette = tmp_path / "c.toml"
+    first = Recorder(threaded_upstream, cassette)
+    first.complete(1)
+    _hang_up_on(first, 2)
+    first.stop(signal.SIGINT)
+    [complete, *cut] = Cassette.load(cassette).interactions
+    assert [i.response.end for i in cut] == [End.CLIENT_GONE] * 2
+    hits = threaded_upstream.hits
+    second = Recorder(threaded_upstream, cassette)
+    answers = [httpx.post(second.url + _RETRIED, content=b"{}", timeout=30).content for _ in range(2)]
+    lines = second.stop(signal.SIGINT if stop == "sigint" else signal.SIGKILL).splitlines()
+    whole = b"".join(chat_chunk(n) for n in range(40)) + b"data: [DONE]\n\n"
+    assert answers == [whole, whole]
+    assert threaded_upstream.hits == hits + 1  # the second replayed what the first fetched
+    assert [(i.response.end, i.response.body) for i in Cassette.load(cassette)] == [
+        (End.COMPLETE, complete.response.body),
+        (End.COMPLETE, whole),
+    ]
+    with serve(cassette, pace="instant") as server:
+        assert [httpx.post(server.url + _RETRIED, content=b"{}").content for _ in range(3)] == [whole] * 3
+    if stop == "sigint":
+        assert (
+            f"sse-tape: POST /v1/chat/completions recorded in the spool of {cassette} as #2 "
+            "(complete, in place of 2 that ended client-gone)"
+        ) in lines
+        assert lines[-1] == (
+            f"sse-tape: recorded 1 interaction to {cassette} (1 in place of 2 cut short before, 1 replayed)"
+        )
+    else:  # the next write takes the spool in, with the whole answer in place
+        Recorder(threaded_upstream, cassette).stop(signal.SIGINT)
+        assert not list(tmp_path.glob("*.spool"))
+        assert [i.response.body for i in Cassette.load(cassette)] == [complete.response.body, whole]
+
+
+@pytest.mark.parametrize("stop", ["sigint", "sigkill"], ids=["stopped", "killed"])
+def test_a_retry_answered_whole_takes_the_place_of_every_try_its_session_cut_short(
+    threaded_upstream: Upstream, tmp_path: Path, stop: str
+) -> None:
+    cassette = tmp_path / "c.toml"
+    recorder = Recorder(threaded_upstream, cassette)
+    _hang_up_on(recorder, 2)
+    whole = httpx.post(recorder.url + _RETRIED, content=b"{}", timeout=30).content
+    lines = recorder.stop(signal.SIGINT if stop == "sigint" else signal.SIGKILL).splitlines()
+    assert [(i.response.end, i.response.body) for i in Cassette.load(cassette)] == [(End.COMPLETE, whole)]
+    if stop == "sigint":
+        assert lines[-1] == f"sse-tape: recorded 1 interaction to {cassette} (1 in place of 2 cut short before)"
+
+
+def _crash_before_removing(n: int) -> str:
+    """Setup for a `Recorder` that a SIGKILL stops right before it removes its `n`th spool: after its cassette
+    is written, in place, and before the spools it took in are gone."""
+    return f"""
+import os, signal
+_unlink, _spools = os.unlink, [0]
+def _crashing(path, *args, **kwargs):
+    if str(path).endswith(".spool"):
+        _spools[0] += 1
+        if _spools[0] == {n}:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return _unlink(path, *args, **kwargs)
+os.unlink = _crashing
+"""
+
+
+@pytest.mark.parametrize(
+    ("retry", "crash"),
+    [("stopped", 1), ("stopped", 2), ("killed", 1), ("killed", 2), ("killed", 3)],
+    ids=["stopped-1", "stopped-2", "killed-1", "killed-2", "killed-3"],
+)
+def test_a_crash_before_the_spools_taken_in_are_removed_brings_back_no_stream_cut_short(
+    threaded_upstream: Upstream, tmp_path: Path, retry: str, crash: int
+) -> None:
+    # A killed session's spool held one stream, cut short; the whole answer a retry fetched took its place,
+    # and the write that put it there noted the retry's spool, not that one. A crash after the write and
+    # before that spool was gone left it, unnoted, and the next load added the cut stream again.
+    cassette = tmp_path / "c.toml"
+    first = Recorder(threaded_upstream, cassette)
+    first.complete(1)
+    first.stop(signal.SIGINT)
+    [complete] = Cassette.load(cassette).interactions
+    _cut_short(Recorder(threaded_upstream, cassette), "sigkill")  # a spool that holds that stream alone
+    expected = [complete.response.body]
+    if retry == "stopped":  # its write crashes: the spool cut short, then its own
+        retrying = Recorder(threaded_upstream, cassette, setup=_crash_before_removing(crash))
+        expected.append(httpx.post(retrying.url + _RETRIED, content=b"{}", timeout=30).content)
+        crashed = retrying
+    else:  # killed: the write of the next session crashes, taking in the two spools, then its own
+        expected.append(_whole_answer_then_killed(Recorder(threaded_upstream, cassette)))
+        crashed = Recorder(threaded_upstream, cassette, setup=_crash_before_removing(crash))
+        expected.append(httpx.post(crashed.url + "/v1/chat/completions?events=1", content=b'{"n": 9}').content)
+    crashed.stop(signal.SIGINT)
+    assert crashed.proc.returncode == -signal.SIGKILL  # between its write and the removal of spool `crash`
+    assert list(tmp_path.glob("*.spool"))
+    assert [(i.response.end, i.response.body) for i in Cassette.load(cassette)] == [
+        (End.COMPLETE, body) for body in expected
+    ]
+    # The next write removes what the crash left, and the file holds the same.
+    last = Recorder(threaded_upstream, cassette)
+    last.stop(signal.SIGINT)
+    assert not list(tmp_path.glob("*.spool"))
     assert [i.response.body for i in Cassette.load(cassette)] == expected
 
 
