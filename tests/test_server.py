@@ -545,9 +545,9 @@ async def test_requests_that_come_together_for_a_first_play_share_its_preparatio
 
 
 async def test_a_client_that_does_not_read_holds_a_paced_stream_back() -> None:
-    # 20 MB due within 0.6 s to a client that reads nothing: the server hands the socket what it takes and
-    # waits, rather than queueing the whole stream in memory. (The first event is small: a write of more
-    # than 64 KiB through aiohttp waits for the client there, before the stream's pacing begins.)
+    # 20 MB due within 0.6 s of the first event to a client that reads nothing: the server hands the socket
+    # what it takes and waits, rather than queueing the whole stream in memory. (The first event is small: a
+    # write of more than 64 KiB through aiohttp waits for the client there, before the stream's pacing begins.)
     events = [b"data: start\n\n"] + [b"data: " + b"x" * 65536 + b"\n\n"] * 300
     async with aserve(_paced(events, 0.002)) as server:
         sock = socket.socket()
@@ -556,7 +556,15 @@ async def test_a_client_that_does_not_read_holds_a_paced_stream_back() -> None:
         loop = asyncio.get_running_loop()
         await loop.sock_connect(sock, ("127.0.0.1", server.port))
         await loop.sock_sendall(sock, b"POST /stream HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
-        await asyncio.sleep(2)
+        # The recording is made ready for its first play in a thread, which a busy machine may take seconds
+        # over: the stream's clock starts with its first bytes, seen here without reading them.
+        for _ in range(3000):
+            try:
+                if sock.recv(1, socket.MSG_PEEK):
+                    break
+            except BlockingIOError:
+                await asyncio.sleep(0.02)
+        await asyncio.sleep(1)
         assert server.active_streams == 1
         sock.close()
         for _ in range(250):
