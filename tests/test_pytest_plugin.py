@@ -1016,25 +1016,33 @@ import pytest
 def ask(tape, path):
     assert httpx.post(f"{tape.openai_url}/{path}", json={}).status_code == 200
 """
-    # The module's marker asks for a fault that only the tiny request meets.
+
+    # The module's marker asks for a fault that only the tiny request meets. Each file's tests are in two
+    # groups, and `--dist loadgroup` gives each worker one group: a part of each scope, for certain (`load`
+    # hands tests out as workers come free, which a busy machine may leave all to one).
+    def tests(fixture: str) -> str:
+        return f"""
+@pytest.mark.xdist_group("a")
+def test_tiny({fixture}):
+    ask({fixture}, 'completions')
+""" + "".join(
+            f"""
+@pytest.mark.xdist_group("{"ab"[n % 2]}")
+def test_greeting_{n}({fixture}):
+    ask({fixture}, 'chat/completions')
+"""
+            for n in range(8)
+        )
+
     tester.makepyfile(
         test_spread=ask
         + 'pytestmark = pytest.mark.sse_tape(faults=["latency:delay=1ms,path=/v1/completions"])\n'
-        + "\ndef test_tiny(sse_tape_module):\n    ask(sse_tape_module, 'completions')\n"
-        + "".join(
-            f"\ndef test_greeting_{n}(sse_tape_module):\n    ask(sse_tape_module, 'chat/completions')\n"
-            for n in range(8)
-        ),
-        test_session=ask
-        + "\ndef test_tiny(sse_tape_session):\n    ask(sse_tape_session, 'completions')\n"
-        + "".join(
-            f"\ndef test_greeting_{n}(sse_tape_session):\n    ask(sse_tape_session, 'chat/completions')\n"
-            for n in range(8)
-        ),
+        + tests("sse_tape_module"),
+        test_session=ask + tests("sse_tape_session"),
     )
     # Each worker has servers of its own and runs a part of each scope: the tiny recording plays, and the fault
     # acts, on one of them; the controller adds the parts up.
-    result = tester.runpytest_subprocess("-p", "xdist.plugin", "-n", "2", "-v")
+    result = tester.runpytest_subprocess("-p", "xdist.plugin", "-n", "2", "--dist", "loadgroup", "-v")
     result.assert_outcomes(passed=18)
     for worker in ("gw0", "gw1"):  # both workers ran tests of both scopes
         result.stdout.fnmatch_lines([f"[[]{worker}[]] *PASSED test_spread.py::*"])
@@ -1048,7 +1056,7 @@ def ask(tape, path):
         "fault 'latency:delay=1ms,path=/v1/completions' was never injected",
     ]
     session = "*sse-tape (session scope): 1 recording never played: session.toml #2 (POST /v1/completions) *"
-    for dist in ("load", "loadfile"):  # spread, and the module on one worker, which tells its own
+    for dist in ("loadgroup", "loadfile"):  # spread, and the module on one worker, which tells its own
         result = tester.runpytest_subprocess("-p", "xdist.plugin", "-n", "2", "--dist", dist)
         result.assert_outcomes(passed=16, errors=2)
         result.stdout.fnmatch_lines(["*ERROR at teardown of test_greeting_*", *module])
