@@ -236,7 +236,10 @@ def _string(s: str, *, control: bool = True) -> str:
 # end), followed by a line break. That the string holds no control character but tab and line feed, so that
 # TOML reads it as it is, is checked apart, for a run of them at once: a negated class of one character is
 # what the regular expression engine matches quickest.
-_TEXT_ROW = re.compile(
+#
+# These patterns are compiled when first used (by `re.compile`, which keeps what it compiled): serving
+# cassettes the parsed-TOML cache holds needs none of them, and compiling them takes milliseconds of a start.
+_TEXT_ROW = (
     rb"(?<=\n)\[\[interactions\.response\.chunks\]\]\n"
     rb"t = (-?(?:0|[1-9][0-9]*)(?:\.[0-9]+(?:e[+-]?[0-9]+)?|e[+-]?[0-9]+))\n"
     rb"text = '''\n([^']*(?:'(?!'')[^']*)*)'''\n"
@@ -257,7 +260,7 @@ def loads(raw: bytes, parse: Callable[[str], Any]) -> Any | None:
     inside a string), the stand-in is missing from the document. A key or a sub-table that follows such a
     table in the file lands in the stand-in instead. Either way, and on any error (whose message would name
     the wrong line), the answer is None."""
-    parts = _TEXT_ROW.split(raw)  # the text before each row, the row's time, its text, ..., the text after
+    parts = re.compile(_TEXT_ROW).split(raw)  # the text before each row, the row's time, its text, ..., the rest
     between, times, texts = parts[0::3], parts[1::3], parts[2::3]
     key = f"sse-tape {os.urandom(16).hex()}"
     runs: list[TextTables] = []
@@ -307,14 +310,15 @@ def loads(raw: bytes, parse: Callable[[str], Any]) -> Any | None:
 # to escape.
 # Whatever else TOML allows (spaces, comments, dotted keys, inline tables, dates, other forms of numbers,
 # line-ending backslashes, a CR anywhere) matches none of them: `_heads` leaves such a text to `tomllib`.
+# Compiled when first used, as `_TEXT_ROW` is.
 _C = r"\x00-\x08\x0a-\x1f\x7f"  # the control characters TOML refuses in a string on one line: all but tab
 _MC = r"\x00-\x08\x0b-\x1f\x7f"  # and in a multi-line string, which may hold line feeds
 _BASIC = rf'"([^"\\{_C}]*(?:\\[^{_C}][^"\\{_C}]*)*)"'
 _LITERAL = rf"'([^'{_C}]*)'"
 _KEY = rf'(?:[A-Za-z0-9_-]+|"[^"\\{_C}]*")'  # bare, or quoted with nothing to escape
-_KEY_PARTS = re.compile(rf'([A-Za-z0-9_-]+)|"([^"\\{_C}]*)"')
+_KEY_PARTS = rf'([A-Za-z0-9_-]+)|"([^"\\{_C}]*)"'
 _LINE_STRING = rf"\"[^\"\\{_C}]*(?:\\[^{_C}][^\"\\{_C}]*)*\"|'[^'{_C}]*'"  # either, without a group
-_HEAD_LINE = re.compile(
+_HEAD_LINE = (
     rf"\n*(?:\[\[({_KEY}(?:\.{_KEY}){{0,15}})\]\]"  # blank lines, then 1: [[a.b]]
     rf"|\[({_KEY}(?:\.{_KEY}){{0,15}})\]"  # 2: [a.b]
     rf'|(?:([A-Za-z0-9_-]+)|"([^"\\{_C}]*)") = (?:'  # 3, 4: the key, bare or quoted
@@ -328,10 +332,10 @@ _HEAD_LINE = re.compile(
     rf"|(\[(?:(?:{_LINE_STRING})(?:, (?:{_LINE_STRING}))*)?\])"  # 12: an array of strings
     r"))?\n"
 )
-_ARRAY_STRINGS = re.compile(rf"{_BASIC}|{_LITERAL}")
+_ARRAY_STRINGS = rf"{_BASIC}|{_LITERAL}"
 # A basic string's escapes, as TOML reads them; anything else after a backslash (one at a line's end, say)
 # is for `tomllib` to read or refuse.
-_ESCAPE = re.compile(r'\\(?:([btnfr"\\])|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|([\s\S]))')
+_ESCAPE = r'\\(?:([btnfr"\\])|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|([\s\S]))'
 _ESCAPED = {"b": "\b", "t": "\t", "n": "\n", "f": "\f", "r": "\r", '"': '"', "\\": "\\"}
 
 
@@ -349,7 +353,7 @@ def _heads(text: str) -> Any | None:
     arrays: set[int] = set()  # the arrays of tables, by `id`: an array of strings takes no tables
     done = 0
     try:
-        for line in _HEAD_LINE.finditer(text):
+        for line in re.compile(_HEAD_LINE).finditer(text):
             if line.start() != done:
                 return None
             done = line.end()
@@ -358,7 +362,7 @@ def _heads(text: str) -> Any | None:
                 continue
             if kind <= 2:  # a header
                 keys = line[kind]
-                *path, name = keys.split(".") if '"' not in keys else [a or b for a, b in _KEY_PARTS.findall(keys)]
+                *path, name = keys.split(".") if '"' not in keys else [a or b for a, b in re.findall(_KEY_PARTS, keys)]
                 parent = _nested(root, path, arrays)
                 if kind == 2:
                     if name in parent:  # a table made twice, or made on the way to another: left to tomllib
@@ -411,7 +415,7 @@ def _head_value(kind: int, text: str) -> Any:
         return int(text)
     if kind == 11:
         return text == "true"
-    return [_head_value(5 if basic else 6, basic or literal) for basic, literal in _ARRAY_STRINGS.findall(text)]
+    return [_head_value(5 if basic else 6, basic or literal) for basic, literal in re.findall(_ARRAY_STRINGS, text)]
 
 
 def _unescaped(text: str) -> str:
@@ -427,7 +431,7 @@ def _unescaped(text: str) -> str:
             raise _Unread
         return chr(code)
 
-    return _ESCAPE.sub(one, text)
+    return re.sub(_ESCAPE, one, text)
 
 
 def _tables(tables: list[Any]) -> Iterator[Any]:
