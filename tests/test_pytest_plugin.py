@@ -1061,5 +1061,6 @@ def test_greeting_{n}({fixture}):
         result.assert_outcomes(passed=16, errors=2)
         result.stdout.fnmatch_lines(["*ERROR at teardown of test_greeting_*", *module])
         result.stdout.fnmatch_lines(["*ERROR at teardown of test_greeting_*", session])
-        lines = result.stdout.lines
-        assert sum(fnmatch(line, pattern) for line in lines for pattern in (module[0], session)) == 2
+        # Once in the errors (the short summary repeats each, whole where CI is set, else cut to the width).
+        patterns = [pattern.removeprefix("*") for pattern in (module[0], session)]
+        assert sum(fnmatch(line, pattern) for line in result.stdout.lines for pattern in patterns) == 2
