@@ -255,7 +255,9 @@ def loads(raw: bytes, parse: Callable[[str], Any]) -> Any | None:
     The chunks' tables are found by a regular expression in the file's bytes, and the rest is read apart,
     where each run of them (one after the other, with at most a blank line between) stands as one table
     holding a key no file holds (a random one): read by `_heads` when each of its lines is one `encode`
-    writes for a table's head, else by `parse`. The text before a run is the file's own, so where the rest
+    writes for a table's head, else by `parse`. What `_heads` reads is `tomllib`'s document, without the
+    caller's checks: it nests no deeper than a header's 16 keys and holds no number longer than 18 digits,
+    so that nothing is left for them to refuse. The text before a run is the file's own, so where the rest
     is read with a run's stand-in as a table, the file has those tables there; and where it is not (say,
     inside a string), the stand-in is missing from the document. A key or a sub-table that follows such a
     table in the file lands in the stand-in instead. Either way, and on any error (whose message would name
@@ -309,7 +311,9 @@ def loads(raw: bytes, parse: Callable[[str], Any]) -> Any | None:
 # as `repr` writes one, a boolean, or an array of strings on one line. Keys are bare, or quoted with nothing
 # to escape.
 # Whatever else TOML allows (spaces, comments, dotted keys, inline tables, dates, other forms of numbers,
-# line-ending backslashes, a CR anywhere) matches none of them: `_heads` leaves such a text to `tomllib`.
+# a CR anywhere) matches none of them, and `_unescaped` refuses the escapes TOML 1.0 lacks and line-ending
+# backslashes, which the strings' patterns take as any backslash and the character after it: `_heads`
+# leaves such a text to `tomllib`.
 # Compiled when first used, as `_TEXT_ROW` is.
 _C = r"\x00-\x08\x0a-\x1f\x7f"  # the control characters TOML refuses in a string on one line: all but tab
 _MC = r"\x00-\x08\x0b-\x1f\x7f"  # and in a multi-line string, which may hold line feeds
