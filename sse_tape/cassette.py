@@ -645,9 +645,10 @@ def _parse_toml_text(text: str) -> Any:
 # What a cassette nests is shallow; a file nesting far deeper is refused before the parser walks into it
 # (an array 500 deep recurses past Python's limit, 16,000 dotted key levels take a gigabyte).
 _MAX_TOML_DEPTH = 32
-# Strings and comments, each found as `"""[\s\S]*?"""` would find it but without a step back at every character.
+# Strings and comments, each found as `"""[\s\S]*?"""` would find it but without a step back at every character
+# (a multi-line basic string's escaped quote, `\"`, taken for no end of it).
 _TOML_STRINGS = re.compile(
-    r'"""[^"]*(?:"(?!"")[^"]*)*"""'
+    r'"""[^"\\]*(?:(?:\\[\s\S]|"(?!""))[^"\\]*)*"""'
     r"|'''[^']*(?:'(?!'')[^']*)*'''"
     r'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"'
     r"|'[^'\n]*'"

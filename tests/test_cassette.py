@@ -616,6 +616,16 @@ def test_a_request_body_nested_a_thousand_deep_loads_and_is_compared_as_bytes(tm
     assert matcher.find(Request("POST", "/p", body=body)).index == 1
 
 
+def test_brackets_in_a_multi_line_string_after_an_escaped_quote_are_no_nesting(tmp_path: Path) -> None:
+    # The nesting check took the escaped quote and the two after it for the string's end, and the brackets
+    # after them for values nested 40 deep. (The comment keeps the file from the reader of what sse-tape
+    # writes, which runs no such check.)
+    text = '"""x' + "[" * 40
+    path = tmp_path / "c.toml"
+    path.write_text('format_version = 1\n# by hand\ndescription = """\n\\"""x' + "[" * 40 + '"""\n', encoding="utf-8")
+    assert Cassette.load(path).description == text
+
+
 _VALID = {suffix: Cassette([awkward_interaction()]) for suffix in (".toml", ".msgpack")}
 
 
