@@ -489,6 +489,29 @@ def test_check_goes_on_past_a_cassette_it_cannot_read_and_reports_it(tmp_path: P
     assert len(report) == (2 if secrets else 7)
 
 
+@pytest.mark.parametrize("html", [False, True], ids=["text", "html"])
+def test_show_goes_on_past_a_cassette_it_cannot_read_and_names_it(tmp_path: Path, html: bool) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("interactions = [\n")  # cut short
+    good, missing, page = BUNDLED["gemini"], tmp_path / "gone.toml", tmp_path / "tape.html"
+    options = ["--html", str(page)] if html else []
+    result = run_cli("show", *options, str(bad), str(good), str(missing))
+    assert result.returncode == 2
+    errors = result.stderr.splitlines()
+    assert len(errors) == 2
+    assert errors[0].startswith(f"Error: {bad}: truncated or corrupt TOML: ")
+    assert errors[1] == f"Error: {missing}: no such cassette or folder"
+    drawn = page.read_text() if html else None
+    alone = run_cli("show", *options, str(good))
+    assert (alone.returncode, alone.stderr) == (0, "")
+    assert result.stdout == alone.stdout  # the readable one shown whole, as if it came alone
+    if html:
+        assert drawn == page.read_text()
+        assert result.stdout == f"wrote {page} (5 interactions)\n"
+    else:
+        assert result.stdout.startswith(f"{good}: 5 interactions\n")
+
+
 def test_check_with_a_named_dialect(tmp_path: Path) -> None:
     result = run_cli("check", "--dialect", "openai-completions", str(BUNDLED["openai-chat"]))
     assert result.returncode == 1
