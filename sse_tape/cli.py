@@ -1102,7 +1102,8 @@ def list_faults() -> None:
     "--dialect",
     "from_dialect",
     metavar="NAME",
-    help="The source's dialect, if its paths do not tell; a stream that is not this API's stops the conversion.",
+    help="With --to-dialect: the source's dialect, if its paths do not tell; a stream that is not this API's stops "
+    "the conversion.",
 )
 @click.option(
     "--lossy",
@@ -1124,6 +1125,11 @@ def convert(source: Path, target: Path, to_dialect: str | None, from_dialect: st
     """
     if lossy and to_dialect is None:
         raise ConfigError("--lossy goes with --to-dialect: a change of encoding alone loses nothing")
+    if from_dialect is not None and to_dialect is None:
+        raise ConfigError(
+            "--dialect goes with --to-dialect: it names the dialect the streams are translated from, "
+            "and a change of encoding alone reads no stream"
+        )
     loaded = Cassette.load(source)
     if to_dialect is not None:
         into = get_dialect(to_dialect)

@@ -550,6 +550,19 @@ def test_convert_refuses_a_named_dialect_the_streams_are_not_and_writes_nothing(
     assert kept.read_bytes() == b"# the user's own file\n"
 
 
+def test_convert_refuses_a_named_dialect_without_a_dialect_to_translate_into(tmp_path: Path) -> None:
+    # A change of encoding alone reads no stream: --dialect would say nothing, and a user who gave it meant something.
+    target = tmp_path / "out.msgpack"
+    result = run_cli("convert", str(BUNDLED["openai-chat"]), str(target), "--dialect", "gemini")
+    assert (result.returncode, result.stdout, result.stderr) == (
+        2,
+        "",
+        "Error: --dialect goes with --to-dialect: it names the dialect the streams are translated from, "
+        "and a change of encoding alone reads no stream\n",
+    )
+    assert not target.exists()
+
+
 def test_convert_reads_the_streams_as_the_named_dialect_when_their_paths_do_not_tell(tmp_path: Path) -> None:
     bundled = Cassette.load(BUNDLED["anthropic-messages"])
     moved = [replace(i, request=replace(i.request, path="/gateway/generate")) for i in bundled]
