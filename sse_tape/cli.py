@@ -796,31 +796,51 @@ def show(paths: tuple[Path, ...], events: bool, html_file: Path | None) -> None:
     request line and the prompt's last message, the status, the answer put
     together by its API's decoder (text, reasoning, refusal, tool calls,
     finish reason, usage), then its timing: first byte, first token, end,
-    tokens per second, the gaps between events and the stalls.
+    tokens per second, the gaps between events and the stalls. A cassette
+    that cannot be read is one error line, and the others are shown all the
+    same; the exit status is then 2.
     """
     from .show import html_page, lines, view
 
-    loaded = [(path, Cassette.load(path)) for path in find_cassettes(paths)]
-    _refuse_nothing([c for _, c in loaded], paths, "show")
+    loaded = _load_each(paths)
+    readable = [(Path(source), c) for source, c in loaded if isinstance(c, Cassette)]
+    if len(readable) == len(loaded):  # else the files that cannot be read are what there is to say
+        _refuse_nothing([c for _, c in readable], paths, "show")
     if html_file is not None:
-        shown = [(path.name, view(n, i)) for path, c in loaded for n, i in enumerate(c, 1)]
-        title = "sse-tape: " + ", ".join(path.name for path, _ in loaded)
-        try:
-            html_file.write_text(html_page(title, shown), encoding="utf-8")
-        except OSError as exc:
-            raise SSETapeError(f"cannot write {html_file}: {exc.strerror or exc}") from None
-        click.echo(f"wrote {html_file} ({len(shown)} interaction{'s'[: len(shown) != 1]})")
-        return
-    for number, (path, cassette) in enumerate(loaded):
-        if number:
-            click.echo()
-        click.echo(f"{path}: {len(cassette)} interaction{'s'[: len(cassette) != 1]}")
-        if cassette.description:
-            click.echo(f"   {cassette.description}")
-        for n, interaction in enumerate(cassette, 1):
-            click.echo()
-            for line in lines(view(n, interaction), events=events):
-                click.echo(line)
+        for source, why in loaded:
+            if isinstance(why, str):
+                _unreadable_line(source, why)
+        if readable:
+            shown = [(path.name, view(n, i)) for path, c in readable for n, i in enumerate(c, 1)]
+            title = "sse-tape: " + ", ".join(path.name for path, _ in readable)
+            try:
+                html_file.write_text(html_page(title, shown), encoding="utf-8")
+            except OSError as exc:
+                raise SSETapeError(f"cannot write {html_file}: {exc.strerror or exc}") from None
+            click.echo(f"wrote {html_file} ({len(shown)} interaction{'s'[: len(shown) != 1]})")
+    else:
+        shown_any = False
+        for source, cassette in loaded:
+            if isinstance(cassette, str):  # said where it comes, so it reads beside the files around it
+                _unreadable_line(source, cassette)
+                continue
+            if shown_any:
+                click.echo()
+            shown_any = True
+            click.echo(f"{source}: {len(cassette)} interaction{'s'[: len(cassette) != 1]}")
+            if cassette.description:
+                click.echo(f"   {cassette.description}")
+            for n, interaction in enumerate(cassette, 1):
+                click.echo()
+                for line in lines(view(n, interaction), events=events):
+                    click.echo(line)
+    if len(readable) < len(loaded):
+        sys.exit(2)
+
+
+def _unreadable_line(source: str, why: str) -> None:
+    """Why a cassette cannot be read, on stderr as the command's other errors are: stdout stays what was shown."""
+    click.echo(f"Error: {source}: {why}", err=True)
 
 
 def _refuse_nothing(cassettes: list[Cassette], paths: tuple[Path, ...], what: str) -> None:
@@ -974,8 +994,8 @@ def _check_secrets(paths: tuple[Path, ...], as_json: bool) -> None:
 
 
 def _load_each(paths: tuple[Path, ...]) -> list[tuple[str, Cassette | str]]:
-    """Each cassette `paths` name, in order, or why it cannot be read: for `check`, one bad file among many is a
-    finding, and the others are checked all the same."""
+    """Each cassette `paths` name, in order, or why it cannot be read: for `check` and `show`, one bad file among
+    many is said, and the others are checked or shown all the same."""
     loaded: list[tuple[str, Cassette | str]] = []
     for given in paths:
         try:
@@ -1082,7 +1102,8 @@ def list_faults() -> None:
     "--dialect",
     "from_dialect",
     metavar="NAME",
-    help="The source's dialect, if its paths do not tell; a stream that is not this API's stops the conversion.",
+    help="With --to-dialect: the source's dialect, if its paths do not tell; a stream that is not this API's stops "
+    "the conversion.",
 )
 @click.option(
     "--lossy",
@@ -1104,6 +1125,11 @@ def convert(source: Path, target: Path, to_dialect: str | None, from_dialect: st
     """
     if lossy and to_dialect is None:
         raise ConfigError("--lossy goes with --to-dialect: a change of encoding alone loses nothing")
+    if from_dialect is not None and to_dialect is None:
+        raise ConfigError(
+            "--dialect goes with --to-dialect: it names the dialect the streams are translated from, "
+            "and a change of encoding alone reads no stream"
+        )
     loaded = Cassette.load(source)
     if to_dialect is not None:
         into = get_dialect(to_dialect)

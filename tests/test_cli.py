@@ -489,6 +489,29 @@ def test_check_goes_on_past_a_cassette_it_cannot_read_and_reports_it(tmp_path: P
     assert len(report) == (2 if secrets else 7)
 
 
+@pytest.mark.parametrize("html", [False, True], ids=["text", "html"])
+def test_show_goes_on_past_a_cassette_it_cannot_read_and_names_it(tmp_path: Path, html: bool) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("interactions = [\n")  # cut short
+    good, missing, page = BUNDLED["gemini"], tmp_path / "gone.toml", tmp_path / "tape.html"
+    options = ["--html", str(page)] if html else []
+    result = run_cli("show", *options, str(bad), str(good), str(missing))
+    assert result.returncode == 2
+    errors = result.stderr.splitlines()
+    assert len(errors) == 2
+    assert errors[0].startswith(f"Error: {bad}: truncated or corrupt TOML: ")
+    assert errors[1] == f"Error: {missing}: no such cassette or folder"
+    drawn = page.read_text() if html else None
+    alone = run_cli("show", *options, str(good))
+    assert (alone.returncode, alone.stderr) == (0, "")
+    assert result.stdout == alone.stdout  # the readable one shown whole, as if it came alone
+    if html:
+        assert drawn == page.read_text()
+        assert result.stdout == f"wrote {page} (5 interactions)\n"
+    else:
+        assert result.stdout.startswith(f"{good}: 5 interactions\n")
+
+
 def test_check_with_a_named_dialect(tmp_path: Path) -> None:
     result = run_cli("check", "--dialect", "openai-completions", str(BUNDLED["openai-chat"]))
     assert result.returncode == 1
@@ -525,6 +548,19 @@ def test_convert_refuses_a_named_dialect_the_streams_are_not_and_writes_nothing(
         "nothing written\n",
     )
     assert kept.read_bytes() == b"# the user's own file\n"
+
+
+def test_convert_refuses_a_named_dialect_without_a_dialect_to_translate_into(tmp_path: Path) -> None:
+    # A change of encoding alone reads no stream: --dialect would say nothing, and a user who gave it meant something.
+    target = tmp_path / "out.msgpack"
+    result = run_cli("convert", str(BUNDLED["openai-chat"]), str(target), "--dialect", "gemini")
+    assert (result.returncode, result.stdout, result.stderr) == (
+        2,
+        "",
+        "Error: --dialect goes with --to-dialect: it names the dialect the streams are translated from, "
+        "and a change of encoding alone reads no stream\n",
+    )
+    assert not target.exists()
 
 
 def test_convert_reads_the_streams_as_the_named_dialect_when_their_paths_do_not_tell(tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # the neutral events, and how this API frames them, are impor
     from .encoder import Encoder
     from .events import Error, Event, Start
 
-__all__ = ["PATH", "Gemini"]
+__all__ = ["PATH", "Gemini", "status_and_reason"]
 
 _STREAM = ":streamGenerateContent"
 
@@ -79,6 +79,19 @@ _ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 _PART_DATA = (
     "text", "functionCall", "functionResponse", "inlineData", "fileData", "executableCode", "codeExecutionResult",
 )  # fmt: skip
+
+
+def status_and_reason(type: str, code: str | None = None) -> tuple[str, str | None]:
+    """How Google's error object names an error of this neutral `type` and `code`: its `status`, and the ErrorInfo
+    `reason` beside it, if any.
+
+    A `code` that is a google.rpc.Code (`UNAVAILABLE`) is the status; another (`API_KEY_INVALID`) is the reason,
+    and the status is then the type's (`INTERNAL` for a type Google has no word for). The encoder writes errors
+    by this, and `Gemini.error_status` and `Gemini.error_name` say what it wrote.
+    """
+    if code is not None and code in _STATUS_HTTP:
+        return code, None
+    return _TYPE_STATUS.get(type, "INTERNAL"), code or None
 
 
 def _get(obj: Any, name: str) -> Any:
@@ -160,15 +173,13 @@ class Gemini(Dialect):
 
     def error_status(self, type: str, code: str | None = None) -> int:
         """The status of the google.rpc.Code `code` names, else of the type's (`overloaded_error`: 503)."""
-        return _STATUS_HTTP.get(code or "") or _STATUS_HTTP.get(_TYPE_STATUS.get(type, ""), 500)
+        return _STATUS_HTTP[status_and_reason(type, code)[0]]
 
     def error_name(self, error: Error) -> str:
         """Google's `status` (`UNAVAILABLE`), and the ErrorInfo `reason` when there is one (`API_KEY_INVALID`),
         as the stream sends them."""
-        if error.code in _STATUS_HTTP:
-            return error.code
-        status = _TYPE_STATUS.get(error.type, "INTERNAL")
-        return f"{status}, {error.code}" if error.code else status
+        status, reason = status_and_reason(error.type, error.code)
+        return f"{status}, {reason}" if reason else status
 
     def http_error(
         self, status: int, message: str, *, type: str | None = None, code: str | None = None

@@ -30,7 +30,7 @@ from .events import (
     ToolCallStart,
     Usage,
 )
-from .gemini import _ERROR_INFO, _STATUS_HTTP, _TYPE_STATUS, _blocked, _candidate, _object
+from .gemini import _ERROR_INFO, _STATUS_HTTP, _TYPE_STATUS, _blocked, _candidate, _object, status_and_reason
 
 __all__ = ["GeminiEncoder", "decode_indexed", "decode_json", "response_json"]
 
@@ -122,12 +122,12 @@ def _tokens(candidate: dict[str, Any]) -> tuple[TokenLogprob, ...] | None:
 
 
 def _error_json(error: Error) -> dict[str, Any]:
-    """Google's error: the status is `code` when it names one (`UNAVAILABLE`), else the type's; another
-    `code` goes in an ErrorInfo's `reason`, as the API gives its own (`API_KEY_INVALID`)."""
-    status = error.code if error.code in _STATUS_HTTP else _TYPE_STATUS.get(error.type, "INTERNAL")
+    """Google's error object: its status and any ErrorInfo `reason` (where the API gives its own,
+    `API_KEY_INVALID`) as `status_and_reason` names them."""
+    status, reason = status_and_reason(error.type, error.code)
     inner: dict[str, Any] = {"code": _STATUS_HTTP[status], "message": error.message, "status": status}
-    if error.code and error.code not in _STATUS_HTTP:
-        inner["details"] = [{"@type": _ERROR_INFO, "reason": error.code, "domain": "generativelanguage.googleapis.com"}]
+    if reason:
+        inner["details"] = [{"@type": _ERROR_INFO, "reason": reason, "domain": "generativelanguage.googleapis.com"}]
     return {"error": inner}
 
 
