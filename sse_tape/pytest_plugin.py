@@ -567,7 +567,8 @@ class SSETape:
         self._asked_now: list[str] = []  # and those the test asked for
         self._ever_played: set[Recording] = set()
         self._ever_injected: Counter[str] = Counter()
-        self._early_misses: list[Miss] = []  # misses before a test began (a wider fixture's requests)
+        self._outside: list[Miss] = []  # misses outside any test (a wider fixture's requests): the scope's
+        self._told = 0  # how many of the server's misses are the last test's, told at its teardown or in its report
         self._test_allows: bool | None = None  # a test's own allow_unused, on a shared tape
         self._test = ""  # the test that began last, and when: where a scope's problems are told
         self._began = 0.0
@@ -678,14 +679,20 @@ class SSETape:
         state = self.server.state
         self._ever_played.update(r for r in state.recordings if state.plays[r])
         self._ever_injected.update(state.injected)
-        self._early_misses += state.misses
+        self._outside += state.misses[self._told :]
         self.server.reset()
+        self._told = 0
         chosen = parse_faults(faults)
         self.server.injector.set([*self._scope_faults, *chosen])
         self.server.injector.seed = zlib.crc32(f"{self.seed}:{test}".encode())
         self._asked_now = [f.spec for f in chosen if f.spec in asked and _certain(f.p, f.times)]
         self._test_allows = allow_unused
         self._test, self._began = test, time.time()
+
+    def end(self) -> None:
+        """End the test that began last: the misses so far are its own; any later one is the scope's."""
+        self._settle()
+        self._told = len(self.server.state.misses)
 
     def test_problems(self) -> list[str]:
         """What went wrong in this test's requests: misses, and faults it asked for that never acted."""
@@ -700,13 +707,14 @@ class SSETape:
         return problems + [f"fault {spec!r} was never injected" for spec in self._asked_now if not injected[spec]]
 
     def scope_problems(self, *, whole: bool = True) -> list[str]:
-        """What the whole scope left undone: requests between tests that missed, recordings never played,
+        """What the whole scope left undone: requests outside any test that missed, recordings never played,
         and faults asked for that never acted; the last two only if the scope's tests all ran here (`whole`)."""
         self._settle()
+        outside = [*self._outside, *self.server.state.misses[self._told :]]
         problems = self._missed(
             [
-                f"request {m.request} ({m.method} {m.path}), before a test began, matched no recording: {m.reason}"
-                for m in self._early_misses
+                f"request {m.request} ({m.method} {m.path}), outside any test, matched no recording: {m.reason}"
+                for m in outside
             ]
         )
         if self.allow_unused or not whole:
@@ -1014,6 +1022,7 @@ def per_test(request: pytest.FixtureRequest, tape: SSETape, *, shared: bool) -> 
             patch.setenv("ANTHROPIC_BASE_URL", tape.url)  # Anthropic's SDK adds /v1 itself
             patch.setenv("ANTHROPIC_API_KEY", "sse-tape")
         yield tape
+    tape.end()
     if tape._threaded:  # the test's recordings are whole before the next test, or the server's end
         tape.wait_recorded()
 

@@ -871,6 +871,45 @@ def test_must_use_its_fault(sse_tape_module):
     result.stdout.fnmatch_lines(["*ERROR at teardown of test_must_use_its_fault*"])
 
 
+def test_a_shared_servers_miss_is_told_once_and_one_outside_any_test_at_the_scopes_end(
+    tester: pytest.Pytester,
+) -> None:
+    greeting_cassette(tester.path / "cassettes" / "test_shared.toml")
+    tester.makepyfile(
+        test_shared="""
+import httpx
+import pytest
+
+def ask(tape, path):
+    return httpx.post(f"{tape.openai_url}/{path}", json={}).status_code
+
+@pytest.fixture(scope="module")
+def wider(sse_tape_module):  # set up before the test that asks for it begins, torn down after the last ends
+    assert ask(sse_tape_module, "setup") == 404
+    yield
+    assert ask(sse_tape_module, "teardown") == 404
+
+def test_misses(sse_tape_module):
+    assert ask(sse_tape_module, "embeddings") == 404
+
+def test_plays(wider, sse_tape_module):
+    assert ask(sse_tape_module, "chat/completions") == 200
+"""
+    )
+    result = tester.runpytest_subprocess()
+    result.assert_outcomes(passed=2, errors=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of test_misses*",
+            "sse-tape: request 1 (POST /v1/embeddings) matched no recording: *",
+            "*ERROR at teardown of test_plays*",
+            "sse-tape (module scope): request * (POST /v1/setup), outside any test, matched no recording: *",
+            "request * (POST /v1/teardown), outside any test, matched no recording: *",
+        ]
+    )
+    assert result.stdout.str().count("(POST /v1/embeddings)") == 1
+
+
 def test_scopes_that_fail_at_one_teardown_say_so_in_their_lines_with_no_traceback(tester: pytest.Pytester) -> None:
     # The module's and the session's servers end after the last test, each with a recording never played:
     # pytest groups the two failures, and would print the group's traceback.
