@@ -25,7 +25,7 @@ async def async_sse_tape(request: pytest.FixtureRequest, _sse_tape_variant: obje
         pytest.fail("sse-tape: async_sse_tape serves async tests; a test that is not async takes sse_tape", False)
     tape = open_tape(request, "function", threaded=False)
     async with tape.server:
-        with per_test(request, tape, shared=False):
+        with per_test(request, tape, "async_sse_tape"):
             yield tape
         await tape.recorded()
-    check_test(request, tape, own=True)
+    check_test(request, {"async_sse_tape": tape}, own=True)

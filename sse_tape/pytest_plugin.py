@@ -67,7 +67,8 @@ GAUNTLET: dict[str, str] = {
     "no-done": "drop:at=done",
 }
 
-_FIXTURES = ("sse_tape", "async_sse_tape", "sse_tape_module", "sse_tape_session")
+_SHARED = ("sse_tape_module", "sse_tape_session")
+_FIXTURES = ("sse_tape", "async_sse_tape", *_SHARED)
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _RECORD_MODES = ("none", "once", "new_episodes", "all", "rewrite")
 _UNSAFE = re.compile(r"[<>?%*:|\"'/\\]")
@@ -143,7 +144,7 @@ class _Settings:
 
 _SETTINGS = pytest.StashKey[_Settings]()
 _MODELS = pytest.StashKey[dict[str, Any]]()
-_TAPE = pytest.StashKey["SSETape"]()
+_TAPES = pytest.StashKey[dict[str, "SSETape"]]()  # a test's tapes, by the name of their fixture
 _VARIANT = pytest.StashKey["_Variant"]()
 _CALL_PASSED = pytest.StashKey[bool]()
 _REWRITTEN = pytest.StashKey[set[Path]]()
@@ -471,11 +472,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         splits: list[int | None] = [None]
         # A sweep replays a recorded stream: none while recording (the cassette may not be there yet).
         if marked.split is not None and settings.record == "none":
-            scope = next((n.removeprefix("sse_tape_") for n in _FIXTURES[2:] if n in metafunc.fixturenames), "function")
-            node = {"function": test, "module": test.getparent(pytest.Module), "session": test.session}[scope]
-            paths = _scope_cassettes(config, node, scope, _marked(node))
-            if scope == "function" and not marked.cassettes:  # a parametrized test has a cassette for each case
-                paths += sorted(paths[0].parent.glob(paths[0].stem + "[[]*.toml"))
+            paths: list[Path] = []
+            for fixture in _servers(metafunc.fixturenames):  # the sweep splits the streams of each
+                scope = fixture.removeprefix("sse_tape_") if fixture in _SHARED else "function"
+                node = {"function": test, "module": test.getparent(pytest.Module), "session": test.session}[scope]
+                found = _scope_cassettes(config, node, scope, _marked(node))
+                if scope == "function" and not marked.cassettes:  # a parametrized test has a cassette for each case
+                    found += sorted(found[0].parent.glob(found[0].stem + "[[]*.toml"))
+                paths += found
             splits = [*_offsets(_stream_sizes(paths), marked.split)] or [None]
     except pytest.UsageError:
         return  # the test runs once, and its fixture fails it saying why
@@ -567,7 +571,8 @@ class SSETape:
         self._asked_now: list[str] = []  # and those the test asked for
         self._ever_played: set[Recording] = set()
         self._ever_injected: Counter[str] = Counter()
-        self._early_misses: list[Miss] = []  # misses before a test began (a wider fixture's requests)
+        self._outside: list[Miss] = []  # misses outside any test (a wider fixture's requests): the scope's
+        self._told = 0  # how many of the server's misses are the last test's, told at its teardown or in its report
         self._test_allows: bool | None = None  # a test's own allow_unused, on a shared tape
         self._test = ""  # the test that began last, and when: where a scope's problems are told
         self._began = 0.0
@@ -678,14 +683,20 @@ class SSETape:
         state = self.server.state
         self._ever_played.update(r for r in state.recordings if state.plays[r])
         self._ever_injected.update(state.injected)
-        self._early_misses += state.misses
+        self._outside += state.misses[self._told :]
         self.server.reset()
+        self._told = 0
         chosen = parse_faults(faults)
         self.server.injector.set([*self._scope_faults, *chosen])
         self.server.injector.seed = zlib.crc32(f"{self.seed}:{test}".encode())
         self._asked_now = [f.spec for f in chosen if f.spec in asked and _certain(f.p, f.times)]
         self._test_allows = allow_unused
         self._test, self._began = test, time.time()
+
+    def end(self) -> None:
+        """End the test that began last: the misses so far are its own; any later one is the scope's."""
+        self._settle()
+        self._told = len(self.server.state.misses)
 
     def test_problems(self) -> list[str]:
         """What went wrong in this test's requests: misses, and faults it asked for that never acted."""
@@ -700,13 +711,14 @@ class SSETape:
         return problems + [f"fault {spec!r} was never injected" for spec in self._asked_now if not injected[spec]]
 
     def scope_problems(self, *, whole: bool = True) -> list[str]:
-        """What the whole scope left undone: requests between tests that missed, recordings never played,
+        """What the whole scope left undone: requests outside any test that missed, recordings never played,
         and faults asked for that never acted; the last two only if the scope's tests all ran here (`whole`)."""
         self._settle()
+        outside = [*self._outside, *self.server.state.misses[self._told :]]
         problems = self._missed(
             [
-                f"request {m.request} ({m.method} {m.path}), before a test began, matched no recording: {m.reason}"
-                for m in self._early_misses
+                f"request {m.request} ({m.method} {m.path}), outside any test, matched no recording: {m.reason}"
+                for m in outside
             ]
         )
         if self.allow_unused or not whole:
@@ -981,11 +993,17 @@ def _synthesizer(config: pytest.Config, model: str, seed: int) -> Any:
 _PER_TEST = frozenset({"faults", "profiles", "env", "allow_unused", "split", "survives"})
 
 
+def _servers(fixturenames: Sequence[str]) -> list[str]:
+    """The sse-tape fixtures among a test's fixtures (those of the fixtures it uses too), narrowest first."""
+    return [name for name in _FIXTURES if name in fixturenames]
+
+
 @contextlib.contextmanager
-def per_test(request: pytest.FixtureRequest, tape: SSETape, *, shared: bool) -> Iterator[SSETape]:
-    """One test's use of `tape`: started over with its variant's faults (and, on a `shared` tape, its own
-    marker's), in its environment."""
+def per_test(request: pytest.FixtureRequest, tape: SSETape, fixture: str) -> Iterator[SSETape]:
+    """One test's use of `tape`, the tape of its `fixture`: started over with its variant's faults (and, on a
+    shared tape, its own marker's), in its environment."""
     node = request.node
+    shared = fixture in _SHARED
     variant = node.stash.get(_VARIANT, _Variant())
     settings = request.config.stash[_SETTINGS]
     faults = [f"split:at={variant.split}b"] if variant.split is not None else []
@@ -993,6 +1011,12 @@ def per_test(request: pytest.FixtureRequest, tape: SSETape, *, shared: bool) -> 
         faults.append(settings.gauntlet[variant.gauntlet])
     with _one_line_failure():
         marked = _marked(node)  # raises on a word the marker does not know, as for a test's own server
+        servers = _servers(request.fixturenames)
+        if marked.env and len(servers) > 1:  # one variable cannot name two servers: which one would be a guess
+            raise pytest.UsageError(
+                f"env=True points the SDKs at one server, and this test uses {len(servers)} ({', '.join(servers)}):"
+                " give it env=False, and each client the url of the server it means"
+            )
         asked: list[str] = []
         own: dict[str, Any] = {}
         if shared:
@@ -1006,7 +1030,7 @@ def per_test(request: pytest.FixtureRequest, tape: SSETape, *, shared: bool) -> 
             asked = list(own.get("faults", ()))
             faults = [*profiled, *asked, *faults]
         tape.begin(node.nodeid, faults, asked, allow_unused=own.get("allow_unused") if shared else None)
-    node.stash[_TAPE] = tape
+    node.stash.setdefault(_TAPES, {})[fixture] = tape
     with pytest.MonkeyPatch.context() as patch:
         if marked.env:
             patch.setenv("OPENAI_BASE_URL", tape.openai_url)
@@ -1014,6 +1038,7 @@ def per_test(request: pytest.FixtureRequest, tape: SSETape, *, shared: bool) -> 
             patch.setenv("ANTHROPIC_BASE_URL", tape.url)  # Anthropic's SDK adds /v1 itself
             patch.setenv("ANTHROPIC_API_KEY", "sse-tape")
         yield tape
+    tape.end()
     if tape._threaded:  # the test's recordings are whole before the next test, or the server's end
         tape.wait_recorded()
 
@@ -1032,17 +1057,23 @@ def _own_words(item: Any) -> dict[str, Any]:
     return words
 
 
-def check_test(request: pytest.FixtureRequest, tape: SSETape, *, own: bool) -> None:
-    """Fail a test that passed yet left a miss, an unplayed recording or a fault that never acted.
+def check_test(request: pytest.FixtureRequest, tapes: dict[str, SSETape], *, own: bool) -> None:
+    """Fail a test that passed yet left a miss, an unplayed recording or a fault that never acted on one of
+    `tapes` (by the name of their fixture), in one failure.
 
-    `own`: the tape was the test's alone, so what its scope left undone is the test's too.
+    `own`: the tapes were the test's alone, so what their scope left undone is the test's too.
     """
     variant = request.node.stash.get(_VARIANT, _Variant())
     if not request.node.stash.get(_CALL_PASSED, False) or variant.gauntlet is not None:
         return  # a failed test's report says it all; a gauntlet's run is judged by its outcome alone
-    problems = tape.test_problems() + (tape.scope_problems() if own else [])
-    if problems:
-        pytest.fail("sse-tape: " + "\n".join(problems) + f"\n(seed {tape.seed})", pytrace=False)
+    several = len(_servers(request.fixturenames)) > 1  # then each server's lines say whose they are
+    told = []
+    for fixture, tape in tapes.items():
+        if problems := tape.test_problems() + (tape.scope_problems() if own else []):
+            told.append((f"{fixture}: " if several else "") + "\n".join(problems))
+    if told:
+        seed = request.config.stash[_SETTINGS].seed
+        pytest.fail("sse-tape: " + "\n".join(told) + f"\n(seed {seed})", pytrace=False)
 
 
 @pytest.fixture
@@ -1051,9 +1082,9 @@ def sse_tape(request: pytest.FixtureRequest, _sse_tape_variant: _Variant) -> Ite
     from ._http import run_in_thread
 
     tape = open_tape(request, "function", threaded=True)
-    with run_in_thread(tape.server), per_test(request, tape, shared=False):
+    with run_in_thread(tape.server), per_test(request, tape, "sse_tape"):
         yield tape
-    check_test(request, tape, own=True)
+    check_test(request, {"sse_tape": tape}, own=True)
 
 
 @pytest.fixture(scope="module")
@@ -1146,15 +1177,17 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
 
 @pytest.fixture(autouse=True)
 def _sse_tape_each(request: pytest.FixtureRequest, _sse_tape_variant: _Variant) -> Iterator[None]:
-    """Before each test that uses a shared tape: start it over; after it: check what the test left."""
-    shared = [name for name in ("sse_tape_module", "sse_tape_session") if name in request.fixturenames]
+    """Before each test that uses shared tapes: start each over; after it: check what the test left on each."""
+    shared = [name for name in _servers(request.fixturenames) if name in _SHARED]
     if not shared:
         yield
         return
-    tape: SSETape = request.getfixturevalue(shared[0])
-    with per_test(request, tape, shared=True):
+    tapes: dict[str, SSETape] = {name: request.getfixturevalue(name) for name in shared}
+    with contextlib.ExitStack() as each:
+        for name, tape in tapes.items():
+            each.enter_context(per_test(request, tape, name))
         yield
-    check_test(request, tape, own=False)
+    check_test(request, tapes, own=False)
 
 
 # --- reports: failures and the gauntlet ---------------------------------------------------------------------
@@ -1194,14 +1227,15 @@ def _join_teardown_failures(item: pytest.Item, report: pytest.TestReport, error:
 
 
 def _note(item: pytest.Item, report: pytest.TestReport) -> None:
-    """Add the sse-tape section to a failed test's report; keep the gauntlet's results."""
-    tape = item.stash.get(_TAPE, None)
-    if tape is None:
+    """Add the sse-tape section (one for each of its servers) to a failed test's report; keep the gauntlet's results."""
+    tapes = item.stash.get(_TAPES, None)
+    if not tapes:
         return
     if report.when == "call":
         item.stash[_CALL_PASSED] = report.passed
         if report.failed:
-            report.sections.append(("sse-tape", tape.describe()))
+            for fixture, tape in tapes.items():
+                report.sections.append(("sse-tape" + (f" ({fixture})" if len(tapes) > 1 else ""), tape.describe()))
     settings = item.config.stash[_SETTINGS]
     if not settings.run_gauntlet:
         return

@@ -871,6 +871,161 @@ def test_must_use_its_fault(sse_tape_module):
     result.stdout.fnmatch_lines(["*ERROR at teardown of test_must_use_its_fault*"])
 
 
+def test_a_shared_servers_miss_is_told_once_and_one_outside_any_test_at_the_scopes_end(
+    tester: pytest.Pytester,
+) -> None:
+    greeting_cassette(tester.path / "cassettes" / "test_shared.toml")
+    tester.makepyfile(
+        test_shared="""
+import httpx
+import pytest
+
+def ask(tape, path):
+    return httpx.post(f"{tape.openai_url}/{path}", json={}).status_code
+
+@pytest.fixture(scope="module")
+def wider(sse_tape_module):  # set up before the test that asks for it begins, torn down after the last ends
+    assert ask(sse_tape_module, "setup") == 404
+    yield
+    assert ask(sse_tape_module, "teardown") == 404
+
+def test_misses(sse_tape_module):
+    assert ask(sse_tape_module, "embeddings") == 404
+
+def test_plays(wider, sse_tape_module):
+    assert ask(sse_tape_module, "chat/completions") == 200
+"""
+    )
+    result = tester.runpytest_subprocess()
+    result.assert_outcomes(passed=2, errors=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of test_misses*",
+            "sse-tape: request 1 (POST /v1/embeddings) matched no recording: *",
+            "*ERROR at teardown of test_plays*",
+            "sse-tape (module scope): request * (POST /v1/setup), outside any test, matched no recording: *",
+            "request * (POST /v1/teardown), outside any test, matched no recording: *",
+        ]
+    )
+    assert result.stdout.str().count("(POST /v1/embeddings)") == 1
+
+
+def test_a_test_using_both_shared_servers_starts_each_over_and_fails_on_a_miss_at_either(
+    tester: pytest.Pytester,
+) -> None:
+    greeting_cassette(tester.path / "cassettes" / "test_both.toml")
+    greeting_cassette(tester.path / "cassettes" / "session.toml")
+    tester.makepyfile(
+        test_both="""
+import httpx
+import pytest
+
+def ask(tape, path="chat/completions"):
+    return httpx.post(f"{tape.openai_url}/{path}", json={}).status_code
+
+def test_misses_on_the_session(sse_tape_module, sse_tape_session):
+    assert ask(sse_tape_session, "embeddings") == 404
+
+def test_starts_both_over(sse_tape_module, sse_tape_session):
+    assert sse_tape_module.requests == [] and sse_tape_session.requests == []
+    assert ask(sse_tape_module) == 200 and ask(sse_tape_session) == 200
+
+@pytest.mark.sse_tape(faults=["status:503"])
+def test_its_fault_is_on_both(sse_tape_module, sse_tape_session):
+    assert ask(sse_tape_module) == 503 and ask(sse_tape_session) == 503
+
+@pytest.mark.sse_tape(faults=["status:503"])
+def test_its_fault_must_act_on_each(sse_tape_module, sse_tape_session):
+    assert ask(sse_tape_module) == 503
+
+@pytest.mark.sse_tape(env=True)
+def test_env_cannot_point_at_both(sse_tape_module, sse_tape_session):
+    pass
+
+def test_fails(sse_tape_module, sse_tape_session):
+    ask(sse_tape_session, "embeddings")
+    assert False
+"""
+    )
+    result = tester.runpytest_subprocess()
+    result.assert_outcomes(passed=4, failed=1, errors=3)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at setup of test_env_cannot_point_at_both*",
+            "sse-tape: env=True points the SDKs at one server, and this test uses 2 (sse_tape_module, "
+            "sse_tape_session): *",
+        ],
+        consecutive=True,
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of test_misses_on_the_session*",
+            "sse-tape: sse_tape_session: request 1 (POST /v1/embeddings) matched no recording: *",
+        ],
+        consecutive=True,
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of test_its_fault_must_act_on_each*",
+            "sse-tape: sse_tape_session: fault 'status:503' was never injected",
+        ],
+        consecutive=True,
+    )
+    # A failed test's report has a section for each server, named by its fixture.
+    result.stdout.fnmatch_lines(
+        ["*_ test_fails _*", "*- sse-tape (sse_tape_module) -*", "*- sse-tape (sse_tape_session) -*"]
+    )
+    result.stdout.fnmatch_lines(["*- sse-tape (sse_tape_session) -*", "miss: request 1 (POST /v1/embeddings)*"])
+
+
+def test_a_split_sweep_on_both_shared_servers_spans_the_longest_stream_of_either(tester: pytest.Pytester) -> None:
+    (tester.path / "cassettes" / "test_split.toml").write_text(TINY, encoding="utf-8")
+    longest = Cassette.load(greeting_cassette(tester.path / "cassettes" / "session.toml")).interactions[0]
+    tester.makepyfile(
+        test_split="""
+import pytest
+
+@pytest.mark.sse_tape(split=2)
+def test_cut(sse_tape_module, sse_tape_session):
+    pass
+"""
+    )
+    result = tester.runpytest_subprocess("--collect-only", "-q")
+    result.stdout.fnmatch_lines(
+        [
+            "test_split.py::test_cut[[]sse-tape@split=1[]]",
+            f"test_split.py::test_cut[[]sse-tape@split={len(longest.response.body) - 1}[]]",
+        ]
+    )
+
+
+def test_under_xdist_a_spread_session_used_beside_a_module_is_told_at_a_tests_teardown(
+    tester: pytest.Pytester,
+) -> None:
+    greeting_cassette(tester.path / "cassettes" / "test_both.toml")
+    greeting_cassette(tester.path / "cassettes" / "session.toml")
+    # One test in each group: `--dist loadgroup` gives each worker one, so both scopes are spread for certain.
+    tester.makepyfile(
+        test_both="""
+import pytest
+
+@pytest.mark.xdist_group("a")
+def test_a(sse_tape_module, sse_tape_session):
+    pass
+
+@pytest.mark.xdist_group("b")
+def test_b(sse_tape_module, sse_tape_session):
+    pass
+"""
+    )
+    result = tester.runpytest_subprocess("-p", "xdist.plugin", "-n", "2", "--dist", "loadgroup")
+    result.assert_outcomes(passed=2, errors=2)
+    for scope in ("module", "session"):  # each told at the teardown of a test, the line right below its name
+        told = rf"ERROR at teardown of test_[ab]@[ab] _+\nsse-tape \({scope} scope\): 1 recording never played: "
+        assert re.search(told, result.stdout.str()), scope
+    assert "ERROR at teardown of test session" not in result.stdout.str()
+
+
 def test_scopes_that_fail_at_one_teardown_say_so_in_their_lines_with_no_traceback(tester: pytest.Pytester) -> None:
     # The module's and the session's servers end after the last test, each with a recording never played:
     # pytest groups the two failures, and would print the group's traceback.
