@@ -802,10 +802,8 @@ def show(paths: tuple[Path, ...], events: bool, html_file: Path | None) -> None:
     """
     from .show import html_page, lines, view
 
-    loaded = _load_each(paths)
+    loaded = _load_each(paths, "show")
     readable = [(Path(source), c) for source, c in loaded if isinstance(c, Cassette)]
-    if len(readable) == len(loaded):  # else the files that cannot be read are what there is to say
-        _refuse_nothing([c for _, c in readable], paths, "show")
     if html_file is not None:
         for source, why in loaded:
             if isinstance(why, str):
@@ -912,10 +910,7 @@ def check(
         # Named as a cassette would store its request: a key in its query (Gemini's `?key=`) is not printed.
         sources: list[tuple[str, list[Interaction] | str]] = [(Redaction().url(live), [interaction])]
     else:
-        loaded = _load_each(cassettes)
-        readable = [c for _, c in loaded if isinstance(c, Cassette)]
-        if len(readable) == len(loaded):  # else the files that cannot be read are what there is to say
-            _refuse_nothing(readable, cassettes, "check")
+        loaded = _load_each(cassettes, "check")
         sources = [(source, c if isinstance(c, str) else c.interactions) for source, c in loaded]
     rows: list[dict[str, Any]] = []
     for source, what in sources:
@@ -958,10 +953,7 @@ def _check_secrets(paths: tuple[Path, ...], as_json: bool) -> None:
     cassette cannot be read."""
     from .redaction import find_secrets
 
-    loaded = _load_each(paths)
-    readable = [c for _, c in loaded if isinstance(c, Cassette)]
-    if len(readable) == len(loaded):  # else the files that cannot be read are what there is to say
-        _refuse_nothing(readable, paths, "check")
+    loaded = _load_each(paths, "check")
     rows: list[dict[str, Any]] = []
     for source, cassette in loaded:
         if isinstance(cassette, str):  # why it cannot be read
@@ -993,9 +985,10 @@ def _check_secrets(paths: tuple[Path, ...], as_json: bool) -> None:
         sys.exit(1)
 
 
-def _load_each(paths: tuple[Path, ...]) -> list[tuple[str, Cassette | str]]:
-    """Each cassette `paths` name, in order, or why it cannot be read: for `check` and `show`, one bad file among
-    many is said, and the others are checked or shown all the same."""
+def _load_each(paths: tuple[Path, ...], what: str) -> list[tuple[str, Cassette | str]]:
+    """Each cassette `paths` name, in order, or why it cannot be read: for `check` and `show` (`what`), one bad
+    file among many is said, and the others are checked or shown all the same. Refused when every one can be
+    read and none holds an interaction (see `_refuse_nothing`)."""
     loaded: list[tuple[str, Cassette | str]] = []
     for given in paths:
         try:
@@ -1008,6 +1001,9 @@ def _load_each(paths: tuple[Path, ...]) -> list[tuple[str, Cassette | str]]:
                 loaded.append((str(path), Cassette.load(path)))
             except CassetteError as exc:
                 loaded.append((str(path), str(exc).removeprefix(f"{path}: ")))
+    cassettes = [c for _, c in loaded if isinstance(c, Cassette)]
+    if len(cassettes) == len(loaded):  # else the files that cannot be read are what there is to say
+        _refuse_nothing(cassettes, paths, what)
     return loaded
 
 
