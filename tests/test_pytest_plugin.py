@@ -1022,7 +1022,8 @@ def test_b(sse_tape_module, sse_tape_session):
     result = tester.runpytest_subprocess("-p", "xdist.plugin", "-n", "2", "--dist", "loadgroup")
     result.assert_outcomes(passed=2, errors=2)
     for scope in ("module", "session"):  # each told at the teardown of a test, the line right below its name
-        told = rf"ERROR at teardown of test_[ab]@[ab] _+\nsse-tape \({scope} scope\): 1 recording never played: "
+        # The node id may carry xdist's `@group` suffix or not (pytest-xdist 3.8 prints none): either is the test.
+        told = rf"ERROR at teardown of test_[ab](@[ab])? _+\nsse-tape \({scope} scope\): 1 recording never played: "
         assert re.search(told, result.stdout.str()), scope
     assert "ERROR at teardown of test session" not in result.stdout.str()
 
