@@ -18,11 +18,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from aiohttp import HttpVersion11, web
 
 from .cassette import End
-from .plan import Plan, Write
+from .plan import Heartbeats, Plan, Write
 
 if TYPE_CHECKING:
-    from .faults import Fault
-    from .live_faults import LiveFaults
+    from .faults import Fault, FaultedStream
 
 __all__ = [
     "HOP_BY_HOP",
@@ -316,59 +315,80 @@ async def _write(http: web.Request, out: web.StreamResponse, data: bytes, progre
 
 async def stream_live(
     out: web.StreamResponse,
-    live: LiveFaults,
+    faulted: FaultedStream,
     pieces: asyncio.Queue[tuple[float, bytes] | None],
     *,
     started: float,
     progress: Progress,
     sent: bytearray,
     noted: Callable[[list[tuple[Fault, str]]], None],
+    source_end: Callable[[], End] = lambda: End.COMPLETE,
 ) -> bool:
     """Send a stream still being made as its faults make it: each piece from `pieces` (`(t, bytes)`, `t`
     seconds from the request's arrival at `started`, on the loop's clock; None when the source is done),
-    every write when it is due, until the source is done or a fault ends the stream.
+    every write when it is due, heartbeats through silences, until the source is done or a fault ends the
+    stream.
 
     What is sent is added to `sent`; what the faults do goes to `noted` as they decide it. Returns whether
     the source came to its end (False: a fault ended the stream first, and the source may stop).
     """
     loop = asyncio.get_running_loop()
+    beats = Heartbeats(faulted.run.head)
     done = False
-    while not done and live.end is None:
-        wait = None if live.until is None else max(started + live.until - loop.time(), 0.0)
+
+    async def send(writes: Iterable[Write]) -> None:
+        for t, data in writes:
+            for due, chunk in [*beats.due_before(t), (t, data)]:
+                await sleep_until(started + due)
+                sent.extend(chunk)
+                await out.write(chunk)
+                progress.bytes += len(chunk)
+
+    while not faulted.done:
+        beat, until = beats.next_due(), faulted.until
+        deadline = min((t for t in (beat, until) if t is not None), default=None)
         try:
+            wait = None if deadline is None else max(started + deadline - loop.time(), 0.0)
             piece = await asyncio.wait_for(pieces.get(), wait)
-        except TimeoutError:  # a disconnect's time came while the source was quiet
-            live.expire(live.until or 0.0)
-            break
-        done = piece is None
-        writes = live.close() if piece is None else live.feed(*piece)
-        noted(live.take_notes())  # now, not once the writes are out: a stall may hold them for an hour
-        for due, chunk in writes:
-            if live.until is not None and due >= live.until:
-                await sleep_until(started + live.until)
-                live.expire(live.until)
-                break
-            await sleep_until(started + due)
-            sent += chunk
-            await out.write(chunk)
-            progress.bytes += len(chunk)
-    noted(live.take_notes())
+        except TimeoutError:  # a heartbeat is due, or a disconnect's time came, while the source was quiet
+            if beat is not None and beat == deadline:
+                await send(beats.due_before(beat + 1e-9))
+                continue
+            writes = faulted.expire()
+        else:
+            done = piece is None
+            writes = faulted.close(loop.time() - started, source_end()) if piece is None else faulted.feed([piece])
+        noted(faulted.take_notes())  # now, not once the writes are out: a stall may hold them for an hour
+        await send(writes)
+    noted(faulted.take_notes())
     return done
 
 
 async def end_live(
-    http: web.Request, out: web.StreamResponse, live: LiveFaults, end: End, *, started: float, progress: Progress
+    http: web.Request, out: web.StreamResponse, faulted: FaultedStream, end: End, *, started: float, progress: Progress
 ) -> End:
     """End a stream `stream_live` sent: as its faults ended it, else as `end` (how its source ended) says:
-    the body's end when its faults are through with it, or a dropped connection. Returns how it ended."""
-    end = live.end or end
+    the body's end when its faults are through with it (heartbeats until then), or a dropped connection
+    (after any random bytes or unframed bytes a fault sends). Returns how it ended."""
+    head = faulted.run.head
+    end = faulted.end or end
+    for due, beat in Heartbeats(head).due_before(faulted.end_at):
+        await sleep_until(started + due)
+        await out.write(beat)
+        progress.bytes += len(beat)
     if end is End.COMPLETE:
-        await sleep_until(started + live.end_at)
+        await sleep_until(started + faulted.end_at)
         await out.write_eof()
         return end
-    for _, noise in live.noise or ():
+    for _, noise in head.noise or ():
         await out.write(noise)
         progress.bytes += len(noise)
+    if head.unframed is not None and http.transport is not None:
+        at, data = head.unframed
+        await sleep_until(started + at)
+        http.transport.write(data)  # under the chunked framing aiohttp puts around each write
+        progress.bytes += len(data)
+        end = End.INTERRUPTED
     drop_connection(http, reset=end is End.UPSTREAM_RESET)
     return end
 

@@ -385,12 +385,10 @@ def _fault_options(command: Callable[..., None]) -> Callable[..., None]:
 
 
 def _say_what_stays_whole(options: ServeOptions, streams: str) -> None:
-    """One line for each fault that cannot act on `streams`, made as they are sent: it needs them whole first."""
-    from .live_faults import needs_whole_stream  # for forwarded and synthesized streams: replay starts without
-
+    """One line for each fault that holds `streams` back until they have ended: it needs them whole first."""
     for fault in options.faults:
-        if needs_whole_stream(fault):
-            _log(f"fault {fault.spec!r} needs the whole stream in advance: it applies to replays, not to {streams}")
+        if fault.needs_whole_stream():
+            _log(f"fault {fault.spec!r} needs the whole stream: {streams} under it reach the client once they end")
 
 
 @cli.command()

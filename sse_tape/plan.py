@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # where a fault acts: imported by the faults that take a posi
 __all__ = [
     "Beats",
     "Block",
+    "Heartbeats",
     "Noise",
     "Plan",
     "Write",
@@ -392,6 +393,29 @@ class Plan:
         if pos < len(body):
             read.append(Block(pos, len(body), None))
         self._blocks = blocks[:i] + read
+
+
+class Heartbeats:
+    """The heartbeats the faults put through silences of a stream still being made (the plan's `beats`, which grow as its faults act), each sent when due."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.seen = 0
+        self.pending: list[tuple[float, int, bytes, Iterator[Write]]] = []
+
+    def next_due(self) -> float | None:
+        """When the next heartbeat is due, if any is."""
+        for n in range(self.seen, len(self.plan.beats)):
+            _push(self.pending, n, iter(self.plan.beats[n]))
+        self.seen = len(self.plan.beats)
+        return self.pending[0][0] if self.pending else None
+
+    def due_before(self, t: float) -> list[Write]:
+        """The heartbeats due before `t`, in order."""
+        due: list[Write] = []
+        while (first := self.next_due()) is not None and first < t:
+            due.append(_pop(self.pending))
+        return due
 
 
 def _push(pending: list[tuple[float, int, bytes, Iterator[Write]]], n: int, beats: Iterator[Write]) -> None:

@@ -16,7 +16,7 @@ holds: the next load of the cassette reads it; a stop saves the streams in
 flight as far as they got.
 
 Faults act on what the client of a forwarded stream gets, as it passes (see
-`live_faults`), never on what is recorded: the cassette keeps the upstream's
+`faults.stream`), never on what is recorded: the cassette keeps the upstream's
 answer whole, as it came, with a note of each fault that acted
 (`Interaction.injected`), so that a replay can give either.
 
@@ -55,10 +55,9 @@ from .cassette import (
     storable_headers,
 )
 from .dialects import Dialect
-from .faults import Fault, Stage
+from .faults import Fault, FaultedStream, Stage
 from .incidents import FaultInjected
 from .journal import Entry
-from .live_faults import LiveFaults, needs_whole_stream
 from .matching import CUT_SHORT, is_streamed
 from .plan import Plan, event_ends
 from .redaction import Redaction
@@ -468,8 +467,8 @@ class Forwarder:
     with a note of each fault that acted. One that answers in
     the stream's place (a status, no answer, no body) answers at once: the
     request goes nowhere and nothing is recorded. An answer that is not an
-    event stream takes only `ttfb`; a fault that needs the whole stream in
-    advance (`50%`, `split`) leaves a forwarded stream alone. The journal
+    event stream takes only `ttfb`; under a fault that needs the whole stream
+    (`50%`, `split`) the client gets it once the upstream's answer has ended. The journal
     says what each did. The upstream is read on after the client's copy is
     over for `read_on` seconds at most: an endless feed is recorded as far
     as that, `interrupted`.
@@ -655,18 +654,15 @@ class Forwarder:
         """Forward the request, and send its client the answer as `faults` make it; record the answer as it came."""
         server = self._server
         assert server is not None
-        whole = [f for f in faults if needs_whole_stream(f)]
-        self._noted(exchange, None, [(f, "needs the whole stream in advance: forwarded as it is") for f in whole])
-        live = LiveFaults([f for f in faults if f not in whole], dialect=exchange.dialect, rng=rng)
-        plan = Plan(200, [], [])
-        live.before(plan)
-        if plan.replaced:  # a status, no answer or no body, in the upstream's place
+        head = Plan(200, [], [])
+        faulted = FaultedStream(faults, head=head, dialect=exchange.dialect, rng=rng, request=exchange.request)
+        if head.replaced:  # a status, no answer or no body, in the upstream's place
             unsent = "not forwarded" if self.recorder is None else "not forwarded, nothing recorded"
-            self._noted(exchange, None, [(f, f"{what}; {unsent}") for f, what in live.take_notes()])
-            return await server.send(exchange, plan)
+            self._noted(exchange, None, [(f, f"{what}; {unsent}") for f, what in faulted.take_notes()])
+            return await server.send(exchange, head)
         capture = Capture(exchange.request)
-        self._noted(exchange, capture, live.take_notes())
-        head: asyncio.Future[UpstreamError | None] = asyncio.get_running_loop().create_future()
+        self._noted(exchange, capture, faulted.take_notes())
+        head_came: asyncio.Future[UpstreamError | None] = asyncio.get_running_loop().create_future()
         pieces: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue()
         ends = 2  # the upstream's answer and the client's copy: the recording is kept when both are over
 
@@ -677,13 +673,13 @@ class Forwarder:
                 self.recorder.keep(capture, exchange.number)
 
         # Read apart from the client's copy, so that what the faults hold back is recorded when it came.
-        relay = asyncio.ensure_future(self._read_for(exchange, capture, head, pieces, over))
+        relay = asyncio.ensure_future(self._read_for(exchange, capture, head_came, pieces, over))
         self._streams.add(relay)
         relay.add_done_callback(self._streams.discard)
         relay.add_done_callback(self._draining.discard)
-        stream_faults = [f for f in faults if f not in whole and f.stage is not Stage.BEFORE]
+        stream_faults = [f for f in faults if f.stage is not Stage.BEFORE]
         try:
-            return await self._send_faulted(exchange, capture, live, plan.headers_at, stream_faults, head, pieces)
+            return await self._send_faulted(exchange, capture, faulted, stream_faults, head_came, pieces)
         finally:
             over()
             if self.recorder is None:
@@ -732,16 +728,15 @@ class Forwarder:
         self,
         exchange: Exchange,
         capture: Capture,
-        live: LiveFaults,
-        headers_at: float | None,
+        faulted: FaultedStream,
         stream_faults: list[Fault],
-        head: asyncio.Future[UpstreamError | None],
+        head_came: asyncio.Future[UpstreamError | None],
         pieces: asyncio.Queue[tuple[float, bytes] | None],
     ) -> web.StreamResponse:
         """Send the client the upstream's answer as the faults make it."""
         server = self._server
         assert server is not None
-        failed = await head
+        failed = await head_came
         if failed is not None:
             return server.error(exchange, 502, str(failed), "bad_gateway")
         assert capture.status is not None
@@ -753,6 +748,7 @@ class Forwarder:
             out.headers.add(name, value)
         if not streamed:
             self._noted(exchange, capture, [(f, "not an event stream: forwarded as it is") for f in stream_faults])
+        headers_at = faulted.run.head.headers_at
         if headers_at is not None:
             await sleep_until(exchange.started + headers_at)
         sent = bytearray()
@@ -764,12 +760,28 @@ class Forwarder:
                 def noted(notes: list[tuple[Fault, str]]) -> None:
                     self._noted(exchange, capture, notes)
 
-                await stream_live(out, live, pieces, started=started, progress=progress, sent=sent, noted=noted)
+                await stream_live(
+                    out,
+                    faulted,
+                    pieces,
+                    started=started,
+                    progress=progress,
+                    sent=sent,
+                    noted=noted,
+                    source_end=lambda: capture.end,
+                )
+                exchange.end = await end_live(
+                    exchange.http, out, faulted, capture.end, started=started, progress=progress
+                )
             else:
                 while (piece := await pieces.get()) is not None:
                     await out.write(piece[1])
                     progress.bytes += len(piece[1])
-            exchange.end = await end_live(exchange.http, out, live, capture.end, started=started, progress=progress)
+                if capture.end is End.COMPLETE:
+                    await out.write_eof()
+                else:
+                    drop_connection(exchange.http, reset=capture.end is End.UPSTREAM_RESET)
+                exchange.end = capture.end
         except (ConnectionResetError, ConnectionAbortedError):
             exchange.end = End.CLIENT_GONE
         finally:  # a stream cut off by the server's stop too says how many events it sent

@@ -115,7 +115,7 @@ def test_serve_imports_only_what_replaying_one_api_needs(tmp_path: Path) -> None
     modules = set(listed.read_text().split())
     unused = {"sse_tape.record", "sse_tape.upstream", "sse_tape.redaction", "sse_tape.misbehaviour"}
     unused |= {"sse_tape.incidents", "sse_tape.position"}  # no miss, no fault, no model list here
-    unused |= {"sse_tape.live_faults", "sse_tape.show", "sse_tape.synth", "sse_tape.workers", "sse_tape.pytest_plugin"}
+    unused |= {"sse_tape.show", "sse_tape.synth", "sse_tape.workers", "sse_tape.pytest_plugin"}
     unused |= {"tomli_w", "difflib", "httpx", "secrets", "concurrent.futures.thread"}
     unused.add("msgpack")  # the cassette is TOML, and short: parsed, not read from the parsed-TOML cache
     assert modules & unused == set()

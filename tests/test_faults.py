@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from clients import openai_client
 from httpx_sse import connect_sse
 from hypothesis import given
 from hypothesis import strategies as st
+from upstream import Upstream, chat_chunk
 
 from sse_tape import (
     Cassette,
@@ -42,11 +43,28 @@ from sse_tape import (
 )
 from sse_tape.dialects import DIALECTS, dialect_for
 from sse_tape.dialects.events import Error
-from sse_tape.faults import FAULTS, PROFILES, Fault, apply, load_profile, parse_fault, parse_faults
+from sse_tape.faults import (
+    FAULTS,
+    PROFILES,
+    Act,
+    Fault,
+    FaultedStream,
+    FaultKind,
+    Run,
+    Stage,
+    apply,
+    load_profile,
+    parse_fault,
+    parse_faults,
+    register,
+)
 from sse_tape.incidents import FaultInjected
-from sse_tape.live_faults import LiveFaults
+from sse_tape.options import ServeOptions
 from sse_tape.plan import Plan
-from sse_tape.position import Position, PositionUnit
+from sse_tape.position import Position
+from sse_tape.synth.batch import open_model
+from sse_tape.synth.live import Synthesizer
+from sse_tape.synth.pipeline import Settings
 
 CHAT_BODY = {
     "model": "local-model",
@@ -703,6 +721,8 @@ EVENT_FAULTS = ["error:at=0", "error:at=2", "drop:at=1", "drop:at=done", "duplic
 WIRE_FAULTS = ["disconnect:after=3", "garbage:at=2,size=8", "eol:crlf", "error:at=40b"]
 # Several in one stage: each counts its position in what the ones before it made of the stream.
 CHAINS = ["drop:at=1;error:at=3", "error:at=3;drop:at=1", "duplicate:at=1;drop:at=2;error:at=4", "drop:at=0;drop:at=0"]
+# Those that need the whole stream: a live stream gets them once it has ended.
+WHOLE_FAULTS = ["error:at=50%", "split:at=60%", "disconnect:after=50%", "coalesce", "refusal:at=2"]
 
 
 def bundled_streams() -> Iterator[tuple[Path, Interaction]]:
@@ -714,54 +734,43 @@ def bundled_streams() -> Iterator[tuple[Path, Interaction]]:
                 yield path, interaction
 
 
-@pytest.mark.parametrize("spec", EVENT_FAULTS + WIRE_FAULTS + CHAINS)
+def fed(spec: str, interaction: Interaction, pieces: Iterable[tuple[float, bytes]]) -> tuple[bytes, End, FaultedStream]:
+    """What the faults of `spec` make of a stream fed to them in these pieces, as a live stream is: the bytes
+    sent (with any noise after them) and how it ends."""
+    dialect = dialect_for(interaction.request.path, interaction)
+    faulted = FaultedStream(
+        parse_faults(spec.split(";")), head=Plan(200, [], []), dialect=dialect, rng=random.Random(7)
+    )
+    writes = []
+    for piece in pieces:
+        writes += faulted.feed([piece])
+    writes += faulted.close(interaction.response.end_time)
+    noise = b"".join(data for _, data in faulted.run.head.noise or ())
+    return b"".join(data for _, data in writes) + noise, faulted.end or End.COMPLETE, faulted
+
+
+@pytest.mark.parametrize("spec", EVENT_FAULTS + WIRE_FAULTS + CHAINS + WHOLE_FAULTS)
 def test_a_live_stream_cut_anywhere_gets_what_a_replay_of_it_gets(spec: str) -> None:
-    # An upstream's reads cut events anywhere: fed one byte at a time, the live faults act on whole events,
-    # and make of every bundled stream (the EventSource feed's leading retry: too) the bytes a replay makes.
-    compared = 0
+    # An upstream's reads cut events anywhere: fed one byte at a time, the faults act on whole events, and
+    # make of every bundled stream (the EventSource feed's leading retry: too) the bytes a replay makes.
     for path, interaction in bundled_streams():
         response = interaction.response
-        dialect = dialect_for(interaction.request.path, interaction)
-        faults = parse_faults(spec.split(";"))
-        live = LiveFaults(faults, dialect=dialect, rng=random.Random(7))
-        writes = []
-        for piece in (response.body[n : n + 1] for n in range(len(response.body))):
-            if live.end is None:
-                writes += live.feed(0.0, piece)
-        writes += live.close() if live.end is None else []
-        # Where they differ, as docs/faults.md says: an event to drop, duplicate or corrupt past the end is the
-        # last one on a replay, and left alone on a live stream, which never got it.
-        never_came = {f.spec for f, what in live.notes if f.name in EVENT_EDITS and what.endswith("left alone")}
-        if len(faults) == 1:
-            assert never_came == _events_that_never_came(faults, response.body), path.name
-        if never_came:
-            continue
-        compared += 1
+        body = response.body
+        live, live_end, faulted = fed(spec, interaction, ((0.0, body[n : n + 1]) for n in range(len(body))))
         plan = Plan.of(response, [c.t for c in response.chunks], response.end_time)
-        apply(parse_faults(spec.split(";")), plan, dialect=dialect, rng=random.Random(7))
-        sent = b"".join(data for _, data in writes)
-        noise = b"".join(data for _, data in live.noise or ())
-        assert sent + noise == plan.body + b"".join(data for _, data in plan.noise or ()), path.name
-        assert (live.end or End.COMPLETE) is plan.end, path.name
-    assert compared >= 8  # every stream that ends in [DONE], at least
+        apply(parse_faults(spec.split(";")), plan, dialect=faulted.run.dialect, rng=random.Random(7))
+        assert live == plan.body + b"".join(data for _, data in plan.noise or ()), path.name
+        assert live_end is plan.end, path.name
 
 
-EVENT_EDITS = ("drop", "duplicate", "corrupt")
-
-
-def _events_that_never_came(faults: list[Fault], body: bytes) -> set[str]:
-    """The faults that name an event to drop, duplicate or corrupt that a stream never sends: one past its
-    last, or a `[DONE]` it has not."""
-    events = [event.data for event in SSEDecoder().feed(body)]
-    return {
-        f.spec
-        for f in faults
-        if f.name in EVENT_EDITS
-        and (
-            (f["at"] == "done" and "[DONE]" not in events)
-            or (isinstance(at := f["at"], Position) and at.unit is PositionUnit.EVENTS and at.value >= len(events))
-        )
-    }
+def test_an_event_to_drop_that_never_came_leaves_the_stream_alone() -> None:
+    # Past the last event, or a [DONE] a stream has not: nothing to drop, on a live stream as on a replay.
+    for _, interaction in bundled_streams():
+        events = SSEDecoder().feed(interaction.response.body)
+        past = f"drop:at={len(events)}"
+        sent, _, faulted = fed(past, interaction, [(c.t, c.data) for c in interaction.response.chunks])
+        assert sent == interaction.response.body
+        assert [what for _, what in faulted.run.notes] == [f"the stream ended before {len(events)}: left alone"]
 
 
 @pytest.mark.parametrize("spec", ["latency:delay=100ms", "stall:at=2,for=1s", "ttfb:1s", "error:at=3"])
@@ -771,10 +780,9 @@ def test_a_live_stream_is_due_when_a_replay_of_it_is(spec: str) -> None:
     for path, interaction in bundled_streams():
         response = interaction.response
         dialect = dialect_for(interaction.request.path, interaction)
-        live = LiveFaults([parse_fault(spec)], dialect=dialect, rng=random.Random(7))
-        live.before(Plan(200, [], []))
-        writes = [w for chunk in response.chunks if live.end is None for w in live.feed(chunk.t, chunk.data)]
-        writes += live.close() if live.end is None else []
+        faulted = FaultedStream([parse_fault(spec)], head=Plan(200, [], []), dialect=dialect, rng=random.Random(7))
+        writes = [w for chunk in response.chunks for w in faulted.feed([(chunk.t, chunk.data)])]
+        writes += faulted.close(response.end_time)
         plan = Plan.of(response, [c.t for c in response.chunks], response.end_time)
         apply([parse_fault(spec)], plan, dialect=dialect, rng=random.Random(7))
         assert [t for t, data in writes for _ in data] == [t for t, data in plan.writes for _ in data], path.name
@@ -1142,3 +1150,55 @@ def test_any_text_is_a_fault_or_one_clear_error(spec: str) -> None:
         assert fault.name in FAULTS
         return
     assert message.startswith("fault ")
+
+
+# --- a fault defined outside sse-tape ---------------------------------------------------------------------------
+
+
+class Shout(Act):
+    """A test's own fault: the stream's letters in capitals, as it passes."""
+
+    def __init__(self, fault: Fault, run: Run) -> None:
+        super().__init__(fault, run)
+        self.note("letters in capitals")
+
+    def feed(self, writes: list[tuple[float, bytes]]) -> list[tuple[float, bytes]]:
+        return [(t, data.upper()) for t, data in writes]
+
+
+SHOUT = FaultKind("shout", Stage.WIRE, "the stream's letters in capitals (a test's own fault)", (), Shout)
+
+
+@pytest.fixture
+def shout() -> Iterator[None]:
+    register(SHOUT)
+    yield
+    del FAULTS["shout"]
+
+
+@pytest.mark.usefixtures("shout")
+async def test_a_fault_defined_outside_sse_tape_acts_on_replayed_forwarded_and_synthesized_streams(
+    tiny_model_path: Path,
+) -> None:
+    body = b'data: {"choices":[{"delta":{"content":"quiet"}}]}\n\ndata: [DONE]\n\n'
+    recorded = Interaction(
+        Request("POST", "/v1/chat/completions"),
+        Response(200, (("content-type", "text/event-stream"),), (Chunk(0.0, body),)),
+    )
+    loud = {"X-SSE-Tape-Fault": "shout"}
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "stream": True, "max_tokens": 4}
+    async with httpx.AsyncClient(timeout=60) as client:
+        async with aserve(Cassette([recorded]), pace="instant", match_on=["path"]) as replay:
+            replayed = await client.post(replay.url + "/v1/chat/completions", json={}, headers=loud)
+        async with Upstream() as upstream, aserve(Cassette(), upstream=upstream.url, on_miss="forward") as proxy:
+            forwarded = await client.post(proxy.url + "/v1/chat/completions?events=2&gap=0", json={}, headers=loud)
+        engine, _ = open_model(str(tiny_model_path))
+        synth = ServeOptions.build(on_miss="synth")
+        async with MockServer(options=synth, model=Synthesizer(engine, Settings(seed=1))) as model:
+            synthesized = await client.post(model.url + "/v1/chat/completions", json=chat, headers=loud)
+    assert replayed.content == body.upper()
+    assert forwarded.content == (chat_chunk(0) + chat_chunk(1) + b"data: [DONE]\n\n").upper()
+    assert synthesized.content.isupper()
+    assert synthesized.content.endswith(b"DATA: [DONE]\n\n")
+    for server in (replay, proxy, model):
+        assert [(e.fault, e.what) for e in injections(server)] == [("shout", "letters in capitals")]

@@ -1450,11 +1450,11 @@ async def test_a_status_fault_answers_in_the_upstreams_place_and_nothing_is_reco
     assert notes == ["answered 429 before the stream; not forwarded, nothing recorded"]
 
 
-async def test_an_answer_that_is_not_a_stream_and_a_fault_that_needs_the_whole_stream_pass_as_they_came(
+async def test_an_answer_that_is_not_a_stream_passes_as_it_came_and_a_whole_stream_fault_acts_once_it_ends(
     upstream: Upstream, tmp_path: Path
 ) -> None:
     cassette = tmp_path / "c.toml"
-    options = ServeOptions.build(faults=["error:at=0", "disconnect:50%"])
+    options = ServeOptions.build(faults=["error:at=0", "split:50%"])
     async with arecording(cassette, upstream.url, options=options) as proxy, httpx.AsyncClient() as client:
         limited = await client.post(proxy.url + "/limited", content=b"{}")
         _, body = await read_all(client, "POST", proxy.url + "/v1/chat/completions?gap=0", content=b'{"n": 2}')
@@ -1462,15 +1462,19 @@ async def test_an_answer_that_is_not_a_stream_and_a_fault_that_needs_the_whole_s
     assert limited.status_code == 429
     assert limited.json()["error"]["message"] == "Rate limit reached"
     first, second = Cassette.load(cassette).interactions
-    assert [(n.fault, n.what) for n in first.injected] == [("error:at=0", "not an event stream: forwarded as it is")]
+    assert [(n.fault, n.what) for n in first.injected] == [
+        ("error:at=0", "not an event stream: forwarded as it is"),
+        ("split:50%", "not an event stream: forwarded as it is"),
+    ]
     assert [(e.event, e.data) for e in SSEDecoder().feed(body)][1:] == [  # the role frame, then the error
         ("error", '{"error":{"message":"injected by sse-tape","type":"server_error","code":null}}'),
         ("message", "[DONE]"),
     ]
-    assert [n.fault for n in second.injected] == ["error:at=0"]  # 50% never acted on it, so it is no note there
-    notes = [(e.request, e.fault, e.what) for e in proxy.journal if isinstance(e, FaultInjected)]
-    assert (1, "disconnect:50%", "needs the whole stream in advance: forwarded as it is") in notes
-    assert (2, "disconnect:50%", "needs the whole stream in advance: forwarded as it is") in notes
+    # The split had the whole stream the error made once the upstream's answer ended, and cut it in two.
+    assert [(n.fault, n.what.split(" at byte ")[0]) for n in second.injected] == [
+        ("error:at=0", "openai-chat error after event 0"),
+        ("split:50%", "two writes, split"),
+    ]
 
 
 async def test_an_upstream_reset_under_faults_is_passed_on_and_recorded(upstream: Upstream, tmp_path: Path) -> None:
@@ -1553,8 +1557,8 @@ def test_record_with_faults_from_the_command_line_keeps_the_notes_of_a_killed_se
     recorder = Recorder(threaded_upstream, cassette, "--fault", "drop:at=1", "--fault", "split:at=10b")
     assert recorder.proc.stderr is not None
     assert recorder.proc.stderr.readline() == (
-        "sse-tape: fault 'split:at=10b' needs the whole stream in advance: it applies to replays, "
-        "not to forwarded streams\n"
+        "sse-tape: fault 'split:at=10b' needs the whole stream: forwarded streams under it reach the client "
+        "once they end\n"
     )
     body = httpx.post(recorder.url + "/v1/chat/completions?events=3&gap=0.01", content=b"{}").content
     assert body == chat_chunk(0) + chat_chunk(2) + b"data: [DONE]\n\n"
@@ -1563,7 +1567,12 @@ def test_record_with_faults_from_the_command_line_keeps_the_notes_of_a_killed_se
     recorder.stop(signal.SIGKILL)
     [interaction] = Cassette.load(cassette).interactions  # from the spool the killed session left
     assert interaction.response.body == b"".join(chat_chunk(n) for n in range(3)) + b"data: [DONE]\n\n"
-    assert interaction.injected == (Injection("drop:at=1", "drop event 1"),)
+    dropped = len(chat_chunk(0))
+    sent = len(chat_chunk(0) + chat_chunk(2) + b"data: [DONE]\n\n")
+    assert interaction.injected == (
+        Injection("drop:at=1", f"dropped the event at byte {dropped}"),
+        Injection("split:at=10b", f"two writes, split at byte 10 of {sent}"),
+    )
 
 
 # --- reconnections: recorded as their own interactions, replayed by their Last-Event-ID ----------------------------

@@ -544,24 +544,24 @@ def test_faults_change_a_live_stream_as_they_change_a_replay(live: str, spec: st
     if spec == "eol:crlf":
         assert data.count(b"\r\n\r\n") == len(events)
         assert b"\n\n" not in data.replace(b"\r\n", b"")
-    left_alone = {
-        "error:50%": "at 50% needs the whole stream in advance: a live stream is left alone",
-        "disconnect:after=30s": "the stream ended before 30 s: left alone",
-        "split:at=20b": "split needs the whole stream in advance: a live stream is left alone",
+    # Those that need the whole stream have it once the model is done, and act on it as on a replay.
+    acted = {
+        "error:50%": (8, "openai-chat error after event 6"),  # six of eleven, the error, [DONE]
+        "disconnect:after=30s": (11, "the stream ended before 30 s: left alone"),
+        "split:at=20b": (11, f"two writes, split at byte 20 of {len(data)}"),
     }
-    if spec in left_alone:
-        assert len(events) == 11  # left alone, and the journal says why
-        assert what == [left_alone[spec]]
+    if spec in acted:
+        assert (len(events), what) == (acted[spec][0], [acted[spec][1]])
 
 
-def test_serve_warns_of_server_faults_a_live_stream_leaves_alone(tiny_model_path: Path) -> None:
+def test_serve_says_which_server_faults_hold_a_live_stream_until_it_ends(tiny_model_path: Path) -> None:
     faults = ["--fault", "error", "--fault", "stall:2", "--fault", "split"]
     process, _ = start(["serve", "--model", str(tiny_model_path), "--port", "0", *faults])
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=30)
-    warnings = [line for line in stderr.splitlines() if "in advance" in line]
+    warnings = [line for line in stderr.splitlines() if "whole stream" in line]
     assert warnings == [
-        f"sse-tape: fault {f!r} needs the whole stream in advance: it applies to replays, not to the model's answers"
+        f"sse-tape: fault {f!r} needs the whole stream: the model's answers under it reach the client once they end"
         for f in ("error", "split")
     ]
 

@@ -12,7 +12,7 @@ client that hangs up cancels its generation at once, so the next request
 does not wait for tokens nobody reads.
 
 The server's faults, and those a request asks for, apply to the stream as
-the model writes it (see `live_faults`); a fault that answers in the
+the model writes it (see `faults.stream`); a fault that answers in the
 stream's place (a status, no answer) keeps the model from running at all,
 and one that ends the stream early (an error, a disconnect) stops it. A
 request that asks for no stream takes only the faults that act before the
@@ -36,10 +36,9 @@ from .. import _json
 from .._exceptions import ModelError
 from .._http import end_live, sleep_until, stream_live
 from ..cassette import Chunk, End
-from ..faults import Fault, Stage
+from ..faults import Fault, FaultedStream, Stage
 from ..incidents import FaultInjected
 from ..journal import Entry
-from ..live_faults import LiveFaults
 from ..plan import Plan, event_ends
 from ..record import Capture, Recorder
 from ..responder import Attached, Exchange
@@ -159,7 +158,7 @@ class Synthesizer(Attached):
             )
         except ModelError as exc:
             return host.error(exchange, exc.status, str(exc), "model_error")
-        live, plan = self._faults(exchange, synthesis)
+        faulted, plan = self._faults(exchange, synthesis)
         if plan.replaced:  # a status, no answer, or no body: the model has nothing to say
             return await host.send(exchange, plan)
         self.in_flight += 1
@@ -167,7 +166,7 @@ class Synthesizer(Attached):
         try:
             self.engine.submit(synthesis.job)
             if synthesis.stream:
-                return await self._stream(exchange, synthesis, pieces, capture, live, plan.headers_at)
+                return await self._stream(exchange, synthesis, pieces, capture, faulted, plan.headers_at)
             answer = await self._whole(exchange, synthesis, pieces, capture)
             if plan.headers_at is not None:
                 await sleep_until(exchange.started + plan.headers_at)
@@ -183,22 +182,23 @@ class Synthesizer(Attached):
                 capture.duration = round(time.perf_counter() - synthesis.started, 6)
                 self.recorder.keep(capture, exchange.number)
 
-    def _faults(self, exchange: Exchange, synthesis: Synthesis) -> tuple[LiveFaults | None, Plan]:
-        """The faults for this answer, and the plan of what goes before it (all of it, if one replaces it)."""
-        plan = Plan(synthesis.status, list(synthesis.headers), [])
+    def _faults(self, exchange: Exchange, synthesis: Synthesis) -> tuple[FaultedStream | None, Plan]:
+        """The faults for this answer, and the head of what goes before it (all of it, if one replaces it)."""
+        head = Plan(synthesis.status, list(synthesis.headers), [])
         if self.recorder is not None:
-            return None, plan
+            return None, head
         faults, rng = self.host.injector.choose(exchange.request, exchange.faults)
         if not faults or rng is None:
-            return None, plan
+            return None, head
         if not synthesis.stream:
             kept = [f for f in faults if f.stage is Stage.BEFORE]
             self._noted(exchange, [(f, "an answer that is not a stream: left alone") for f in faults if f not in kept])
             faults = kept
-        live = LiveFaults(faults, dialect=synthesis.dialect, rng=rng, start=synthesis.start)
-        live.before(plan)
-        self._noted(exchange, live.take_notes())
-        return live, plan
+        faulted = FaultedStream(
+            faults, head=head, dialect=synthesis.dialect, rng=rng, request=exchange.request, start=synthesis.start
+        )
+        self._noted(exchange, faulted.take_notes())
+        return faulted, head
 
     async def _stream(
         self,
@@ -206,7 +206,7 @@ class Synthesizer(Attached):
         synthesis: Synthesis,
         pieces: asyncio.Queue[tuple[float, bytes] | None],
         capture: Capture | None,
-        live: LiveFaults | None,
+        faulted: FaultedStream | None,
         headers_at: float | None,
     ) -> web.StreamResponse:
         out = web.StreamResponse(status=synthesis.status)
@@ -220,8 +220,8 @@ class Synthesizer(Attached):
         await out.prepare(exchange.http)
         sent = bytearray()
         exchange.event_ends = _Ends(sent)
-        if live is not None:
-            return await self._faulted(exchange, synthesis, pieces, live, out, sent)
+        if faulted is not None:
+            return await self._faulted(exchange, synthesis, pieces, faulted, out, sent)
         while True:
             piece = await pieces.get()
             if piece is None:
@@ -241,7 +241,7 @@ class Synthesizer(Attached):
         exchange: Exchange,
         synthesis: Synthesis,
         pieces: asyncio.Queue[tuple[float, bytes] | None],
-        live: LiveFaults,
+        faulted: FaultedStream,
         out: web.StreamResponse,
         sent: bytearray,
     ) -> web.StreamResponse:
@@ -251,10 +251,10 @@ class Synthesizer(Attached):
             self._noted(exchange, notes)
 
         started, progress = exchange.started, exchange.progress
-        done = await stream_live(out, live, pieces, started=started, progress=progress, sent=sent, noted=noted)
+        done = await stream_live(out, faulted, pieces, started=started, progress=progress, sent=sent, noted=noted)
         if not done:
             synthesis.cancel()  # a fault has ended the stream: nobody reads what the model writes now
-        exchange.end = await end_live(exchange.http, out, live, End.COMPLETE, started=started, progress=progress)
+        exchange.end = await end_live(exchange.http, out, faulted, End.COMPLETE, started=started, progress=progress)
         return out
 
     async def _whole(

@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from . import _json
-from .dialects import Dialect
-from .dialects.events import (
+from .. import _json
+from ..dialects import Dialect
+from ..dialects.events import (
     Error,
     Event,
     Finish,
@@ -39,9 +39,9 @@ from .dialects.events import (
     ToolCallStart,
     Usage,
 )
-from .plan import Plan
-from .position import Position
-from .sse import ServerSentEvent, SSEDecoder
+from ..plan import Plan
+from ..position import Position
+from ..sse import ServerSentEvent, SSEDecoder
 
 __all__ = [
     "LeftAlone",

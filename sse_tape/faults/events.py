@@ -1,0 +1,195 @@
+"""Faults on the stream's events: the API's own error in the middle, an event left out, sent twice, or
+broken."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..cassette import End
+from ..dialects import Dialect
+from ..dialects.events import Error, Start
+from ..plan import Write
+from ..sse import ServerSentEvent
+from .model import Fault, FaultKind, Key, Stage, choice, event_or_mark, position, text
+from .stream import Act, Blocks, Run, before_position
+
+__all__ = ["EVENTS", "corrupted", "error_frames"]
+
+_AT = "position"
+
+
+def error_frames(fault: Fault, dialect: Dialect, sent: Sequence[ServerSentEvent], start: object | None) -> bytes:
+    """An `error` fault's frames: the API's mid-stream error and terminal frames after the events `sent`,
+    or, when none were, the stream's opening (`start`, a neutral `Start`) and then the error."""
+    error = Error(fault["message"], fault["type"], fault["code"])
+    if sent:
+        return b"".join(dialect.error_frames(error, sent=sent))
+    return b"".join(dialect.encode([start if isinstance(start, Start) else Start(), error]))
+
+
+def corrupted(block: bytes, kind: str) -> bytes:
+    """An SSE block broken as `corrupt` breaks it: its JSON cut short (`json`), or invalid UTF-8 in it (`utf8`)."""
+    line_start = block.find(b"data:")
+    line_end = len(block.rstrip(b"\r\n"))
+    if kind == "utf8":
+        return block[:line_end] + b"\xff\xfe\xc3" + block[line_end:]
+    # cut the JSON short, keeping the line ends that dispatch the event
+    keep = line_start + max((line_end - line_start) // 2, 6) if line_start >= 0 else line_end // 2
+    return block[:keep] + block[line_end:]
+
+
+class _AtAnEvent(Act):
+    """A fault that acts once, on the block at its position, counted in the stream it is fed: whole blocks
+    until it has acted, then everything as it comes."""
+
+    def __init__(self, fault: Fault, run: Run) -> None:
+        super().__init__(fault, run)
+        self.at = fault.where
+        self.blocks = Blocks()
+        self.events = 0
+        self.bytes = 0
+        self.sent: list[ServerSentEvent] = []
+        self.acted = False
+        self.ended = False
+        """Whether it ended the stream (an error does)."""
+
+    def feed(self, writes: list[Write]) -> list[Write]:
+        if self.acted:
+            return writes
+        return self._blocks(self.blocks.feed(writes))
+
+    def _blocks(self, blocks: list[tuple[float, bytes, ServerSentEvent | None]]) -> list[Write]:
+        out: list[Write] = []
+        for t, data, event in blocks:
+            made = None if self.acted else self.block(t, data, event)
+            if made is None:
+                out.append((t, data))
+                self.events += event is not None
+                self.bytes += len(data)
+                if event is not None:
+                    self.sent.append(event)
+                continue
+            self.acted = True
+            out += made
+            if self.ended:  # it ended the stream: nothing after it goes
+                return out
+        if self.acted and self.blocks.partial:  # from here on everything goes as it comes
+            out.append((self.blocks.t, self.blocks.partial))
+            self.blocks.partial = b""
+        return out
+
+    def block(self, t: float, data: bytes, event: ServerSentEvent | None) -> list[Write] | None:
+        """What this fault makes of the next block, if it acts on it; None if it does not."""
+        raise NotImplementedError
+
+    def close(self, end_at: float) -> tuple[list[Write], float]:
+        writes = [] if self.acted else self._blocks(self.blocks.rest())
+        if not self.acted:
+            self.note(
+                f"the stream ended before {self.at}: left alone" if self.sent else f"no event to {self.fault.name}"
+            )
+        return writes, end_at
+
+
+class _Error(_AtAnEvent):
+    """The API's own mid-stream error at a position, then its terminal frames: the stream ends there.
+
+    At or past the terminal frame, the error goes before it; a stream with no terminal frame (Gemini's)
+    gets it at its end."""
+
+    def __init__(self, fault: Fault, run: Run) -> None:
+        super().__init__(fault, run)
+        self.ended_at = 0.0
+
+    def block(self, t: float, data: bytes, event: ServerSentEvent | None) -> list[Write] | None:
+        if event is None:  # an error goes between events: after a comment, before the next event
+            return None
+        dialect = self.run.dialect
+        if not (dialect.is_terminal(event) or before_position(self.at, self.events, self.bytes, len(data), t)):
+            return None
+        start = self.run.start
+        if start is None and not self.sent:  # the stream opens as it would have, then fails
+            start = next((e for e in dialect.decode([event]) if isinstance(e, Start)), None)
+        return self._error(t, start)
+
+    def _error(self, t: float, start: object | None) -> list[Write] | None:
+        dialect = self.run.dialect
+        if self.sent and any(isinstance(e, Error) for e in dialect.decode(self.sent)):
+            self.note("the stream has ended in an error already: left alone")
+            self.acted = True
+            return None
+        self.note(f"{dialect.name} error after event {len(self.sent)}")
+        self.run.end = End.COMPLETE
+        self.ended, self.ended_at = True, t
+        return [(t, error_frames(self.fault, dialect, self.sent, start))]
+
+    def close(self, end_at: float) -> tuple[list[Write], float]:
+        writes = [] if self.acted else self._blocks(self.blocks.rest())
+        if self.ended:
+            return writes, self.ended_at
+        if self.acted:
+            return writes, end_at
+        # Past the end of a stream with no terminal frame: the error goes in at its end.
+        if not self.sent:
+            self.note("not an event stream: left alone")
+            return writes, end_at
+        made = self._error(writes[-1][0] if writes else self.blocks.t, None)
+        return (writes + made, self.ended_at) if made is not None else (writes, end_at)
+
+
+class _Drop(_AtAnEvent):
+    """Leave out the event at a position, the role frame or the [DONE]."""
+
+    def block(self, t: float, data: bytes, event: ServerSentEvent | None) -> list[Write] | None:
+        if event is None:
+            return None
+        at = self.at
+        if at == "role":
+            hit = self.events == 0
+        elif at == "done":
+            hit = event.data == "[DONE]"
+        else:
+            hit = before_position(at, self.events, self.bytes, len(data), t)
+        if not hit:
+            return None
+        return self.made(t, data)
+
+    def made(self, t: float, data: bytes) -> list[Write]:
+        """What the event becomes."""
+        self.note(f"dropped the event at byte {self.bytes}")
+        return []
+
+
+class _Duplicate(_Drop):
+    """Send the event at a position twice."""
+
+    def made(self, t: float, data: bytes) -> list[Write]:
+        self.note(f"sent the event at byte {self.bytes} twice")
+        return [(t, data + data)]
+
+
+class _Corrupt(_Drop):
+    """Break the JSON of the event at a position, or put invalid UTF-8 in it."""
+
+    def made(self, t: float, data: bytes) -> list[Write]:
+        self.note(f"corrupted ({self.fault['kind']}) the event at byte {self.bytes}")
+        return [(t, corrupted(data, self.fault["kind"]))]
+
+
+#: The faults on events, in the order `sse-tape faults` lists them.
+EVENTS = (
+    FaultKind("error", Stage.EVENTS,
+              "end the stream at a position with the API's own mid-stream error and terminal frames",
+              (Key("at", _AT, position, "50%"),
+               Key("type", "text", text, "server_error"),
+               Key("message", "text", text, "injected by sse-tape"),
+               Key("code", "text", text)),
+              _Error, main="at"),
+    FaultKind("drop", Stage.EVENTS, "leave out an event, the role frame or the [DONE]",
+              (Key("at", "position, role or done", event_or_mark, "0"),), _Drop, main="at"),
+    FaultKind("duplicate", Stage.EVENTS, "send an event twice",
+              (Key("at", _AT, position, "0"),), _Duplicate, main="at"),
+    FaultKind("corrupt", Stage.EVENTS, "break an event's JSON, or put invalid UTF-8 in it",
+              (Key("at", _AT, position, "0"), Key("kind", "json or utf8", choice("json", "utf8"), "json")),
+              _Corrupt, main="at"),
+)  # fmt: skip

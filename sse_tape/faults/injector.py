@@ -1,0 +1,63 @@
+"""Which faults apply to a request: by path, by `times`, and by seeded chance."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+
+from ..cassette import Request
+from ..journal import ReplayState
+from .model import Fault
+
+__all__ = ["Injector"]
+
+
+class Injector:
+    """Decides, per request, which faults apply: by path, by `times`, and by seeded chance.
+
+    `times` and chance count the requests each fault has seen, in the replay
+    state: a fault set on the server by its place in the list, a fault asked
+    for in a request header by its text. Setting new faults starts the
+    server's counts over.
+    """
+
+    def __init__(self, faults: Iterable[Fault], seed: int, state: ReplayState) -> None:
+        self.seed = seed
+        self.state = state
+        self.faults: list[Fault] = list(faults)
+
+    def set(self, faults: Iterable[Fault]) -> None:
+        """Replace the server's faults, and start their counts over."""
+        self.faults = list(faults)
+        self.state.server_fault_turns.clear()
+
+    def add(self, faults: Iterable[Fault]) -> None:
+        """Add faults after the server's, leaving the counts of those already set as they are."""
+        self.faults += faults
+
+    def choose(self, request: Request, extra: Sequence[Fault] = ()) -> tuple[list[Fault], random.Random | None]:
+        """The faults that apply to this request, and the generator for their random choices.
+
+        The generator is seeded by the seed and the faults chosen with their
+        counts, so the same seed gives the same choices; None when no fault applies.
+        """
+        chosen: list[Fault] = []
+        labels: list[str] = []
+        state = self.state
+        for n, fault in enumerate([*self.faults, *extra]):
+            if not fault.applies_to(request):
+                continue
+            if n < len(self.faults):
+                turn = state.server_fault_turns.get(n, 0)
+                state.server_fault_turns[n] = turn + 1
+            else:
+                turn = state.header_fault_turn(fault.spec)
+            if fault.times is not None and turn >= fault.times:
+                continue
+            if fault.p < 1 and random.Random(f"{self.seed}:{fault.spec}:{turn}").random() >= fault.p:
+                continue
+            chosen.append(fault)
+            labels.append(f"{fault.spec}:{turn}")
+        if not chosen:
+            return [], None
+        return chosen, random.Random(f"{self.seed}:" + "|".join(labels))

@@ -1,0 +1,219 @@
+"""What a fault is: its kind (name, stage, keys with their defaults, the act it does to a stream, help),
+and one parsed use of it (`Fault`), with the readers of its keys' values.
+
+A fault is written `NAME[:value][,key=value,...]` (see `registry.parse_fault`). Each kind acts in one
+`Stage`; faults apply stage by stage, in this order: what happens before the stream, then what the model
+answers, then events, then timing, then the wire, then the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from .._units import parse_duration
+from ..cassette import Request
+from ..position import Position, PositionUnit
+
+if TYPE_CHECKING:
+    from .stream import Act, Run
+
+__all__ = [
+    "MAX_HEADER_FAULTS",
+    "Fault",
+    "FaultKind",
+    "Key",
+    "Stage",
+    "choice",
+    "duration",
+    "event_or_mark",
+    "position",
+    "status_code",
+    "text",
+    "whole_number",
+]
+
+
+class Stage(StrEnum):
+    """When a fault acts, in the order faults are applied."""
+
+    BEFORE = "before"
+    ANSWER = "answer"
+    """What the model says: the answer rewritten, as a model that misbehaves answers."""
+    EVENTS = "events"
+    TIMING = "timing"
+    WIRE = "wire"
+    END = "end"
+
+
+# --- the values a key takes -------------------------------------------------------------------------
+# Every value is bounded, so that no spec, from the command line or from a request's header, can make
+# a server wait for ever, build a body of any size or run out of memory.
+MAX_SECONDS = 3600.0
+MAX_TEXT = 1000
+#: How long one fault's text may be.
+MAX_SPEC = 2000
+#: How many faults one request may ask for in its header.
+MAX_HEADER_FAULTS = 16
+
+# Each reads the text of one key's value and returns it typed, or raises ValueError or
+# ConfigError with a message naming the value and what would do.
+
+
+def position(key: str, text: str) -> Position:
+    """A position in the stream: `5` events, `50%`, `200b`, `1.5s`."""
+    return Position.parse(text)
+
+
+def duration(at_least: float = 0.0, at_most: float = MAX_SECONDS) -> Callable[[str, str], float]:
+    """A reader of a duration (`1.5s`, `300ms`) within these bounds."""
+
+    def parse(key: str, text: str) -> float:
+        seconds = parse_duration(text)
+        if not at_least <= seconds <= at_most:
+            raise ValueError(f"{key} {text!r} is out of bounds: from {at_least:g} s to {at_most:g} s")
+        return seconds
+
+    return parse
+
+
+def status_code(key: str, text: str) -> int:
+    """An HTTP status that has a body."""
+    if not text.isdigit() or not 200 <= int(text) <= 599 or int(text) in (204, 304):
+        raise ValueError(f"{key} {text!r} is not an HTTP status with a body (200-599, not 204 or 304)")
+    return int(text)
+
+
+def whole_number(minimum: int, maximum: int) -> Callable[[str, str], int]:
+    """A reader of a whole number within these bounds."""
+
+    def parse(key: str, text: str) -> int:
+        if not text.isdigit() or int(text[:20]) < minimum:
+            raise ValueError(f"{key} {text!r} is not a whole number{' above 0' if minimum else ''}")
+        if len(text) > 20 or int(text) > maximum:
+            raise ValueError(f"{key} {text[:20]!r} is out of bounds: at most {maximum:,}")
+        return int(text)
+
+    return parse
+
+
+def choice(*words: str) -> Callable[[str, str], str]:
+    """A reader of one of these words."""
+
+    def parse(key: str, text: str) -> str:
+        if text not in words:
+            raise ValueError(f"{key} {text!r}: use {' or '.join(words)}")
+        return text
+
+    return parse
+
+
+def text(key: str, text: str) -> str:
+    """Any text, of bounded length."""
+    if len(text) > MAX_TEXT:
+        raise ValueError(f"{key} is {len(text):,} characters long: at most {MAX_TEXT:,}")
+    return text
+
+
+def event_or_mark(key: str, text: str) -> Position | str:
+    """A position, or `role` (the role frame) or `done` (the [DONE])."""
+    if text in ("role", "done"):
+        return text
+    return Position.parse(text, also=("role (the role frame)", "done (the [DONE])"))
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """One key a fault takes: what it holds, its default as written, and how its value is read."""
+
+    name: str
+    kind: str
+    """What it takes, in words, for `sse-tape faults` and error messages."""
+    parse: Callable[[str, str], Any]
+    default: str | None = None
+    """The value when the key is not given, as it would be written; None: no default."""
+    required: bool = False
+
+    def describe(self) -> str:
+        """`at=<position, default 50%>`."""
+        default = "required" if self.required else f"default {self.default}" if self.default is not None else ""
+        return f"{self.name}=<{self.kind}{', ' + default if default else ''}>"
+
+
+def at_a_fraction(fault: Fault) -> bool:
+    """Whether a fault's position (its `at` or `after`) is a fraction of the events, which only the whole
+    stream can place."""
+    where = fault.where
+    return isinstance(where, Position) and where.unit is PositionUnit.FRACTION
+
+
+@dataclass(frozen=True, slots=True)
+class FaultKind:
+    """A kind of fault: its name, when it acts, its keys, the act it does to a stream, and a line of help.
+
+    `act` makes, for one stream, the stage that this fault is there: fed the stream's timed writes as
+    they come, it gives back the writes that go on (see `stream.Act`). `whole` says whether a fault of
+    this kind needs the whole stream first (a position at a fraction of the events, `split`): then its
+    act is fed the stream in one piece once it has ended, on a live stream as on a replay.
+    """
+
+    name: str
+    stage: Stage
+    help: str
+    keys: tuple[Key, ...]
+    act: Callable[[Fault, Run], Act]
+    main: str | None = None
+    """The key a bare value sets: `status:429` is `status:code=429`."""
+    replaces: bool = False
+    """It answers in the stream's place (a status, no answer, no body): once one has, the others pass by."""
+    whole: Callable[[Fault], bool] = at_a_fraction
+
+    def key(self, name: str) -> Key | None:
+        """The key of this name, if the kind takes one."""
+        return next((k for k in self.keys if k.name == name), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """One parsed fault: its kind, a typed value for each of its keys, and when it applies."""
+
+    kind: FaultKind
+    values: tuple[tuple[str, Any], ...]
+    """Each key of the kind with its value, given or default (None where there is neither)."""
+    p: float = 1.0
+    times: int | None = None
+    path: str | None = None
+    spec: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.kind.name
+
+    @property
+    def stage(self) -> Stage:
+        return self.kind.stage
+
+    def __getitem__(self, key: str) -> Any:
+        for name, value in self.values:
+            if name == key:
+                return value
+        raise KeyError(key)
+
+    @property
+    def where(self) -> Position | str | None:
+        """Where it acts: its `at` or `after`; None for one that acts on every write."""
+        for key in ("at", "after"):
+            if self.kind.key(key) is not None:
+                value: Position | str = self[key]
+                return value
+        return None
+
+    def needs_whole_stream(self) -> bool:
+        """Whether it needs the whole stream before it acts (see `FaultKind.whole`)."""
+        return self.kind.whole(self)
+
+    def applies_to(self, request: Request) -> bool:
+        """Whether it applies to a request: its `path=`, if given, ends the request's path."""
+        return self.path is None or request.path.endswith(self.path)
