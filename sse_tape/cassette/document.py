@@ -262,8 +262,8 @@ def _chunks_from_columns(columns: TextTables, where: str) -> tuple[Chunk, ...]:
 
 
 # A Chunk made by setting its two slots: the frozen dataclass's __init__ sets each field by name through
-# object.__setattr__, which is slow for the tens of thousands of chunks of a big cassette (see
-# docs/benchmarks.md). Nothing else happens in it.
+# object.__setattr__, a large part of the time a big cassette's tens of thousands of chunks take to load.
+# Nothing else happens in it.
 _set_t, _set_data = vars(Chunk)["t"].__set__, vars(Chunk)["data"].__set__
 
 

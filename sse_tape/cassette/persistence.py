@@ -319,7 +319,7 @@ def _collector_paused() -> Iterator[None]:
     """The cyclic garbage collector paused while a load builds its objects, and left as it was found.
 
     They make no cycles, so a pass finds nothing to free among them, yet a big cassette's tens of thousands
-    of chunks set off passes that walk the whole heap (see docs/benchmarks.md for what that costs a load).
+    of chunks set off passes that walk the whole heap, which the load would pay for.
     """
     if not gc.isenabled():
         yield
