@@ -20,6 +20,7 @@ from hatchling.builders.wheel import WheelBuilder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import sse_tape.cassette
 from sse_tape import (
     Cassette,
     CassetteError,
@@ -194,6 +195,29 @@ def test_foreign_toml_is_not_a_cassette(tmp_path: Path) -> None:
 def test_newer_format_asks_to_upgrade() -> None:
     with pytest.raises(CassetteFormatError, match=r"cassette format 99, this one reads up to 1\): upgrade sse-tape"):
         Cassette.load(FIXTURES / "format-99.toml")
+
+
+def test_the_cassette_package_exports_what_the_rest_of_sse_tape_imports_from_it() -> None:
+    assert sse_tape.cassette.__all__ == [
+        "FORMAT_VERSION",
+        "REDACTED",
+        "Cassette",
+        "Chunk",
+        "End",
+        "Headers",
+        "Injection",
+        "Interaction",
+        "MatchOn",
+        "Recording",
+        "Request",
+        "Response",
+        "append_interactions",
+        "bundled_cassettes",
+        "check_cassette_path",
+        "find_cassettes",
+        "storable_headers",
+    ]
+    assert all(hasattr(sse_tape.cassette, name) for name in sse_tape.cassette.__all__)
 
 
 @pytest.mark.parametrize(
