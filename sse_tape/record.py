@@ -39,7 +39,6 @@ from yarl import URL
 
 from ._exceptions import CassetteError, UpstreamError
 from ._http import drop_connection, end_live, end_to_end, sleep_until, stream_live
-from ._spool import SpoolWriter
 from .cassette import (
     Cassette,
     Chunk,
@@ -54,6 +53,7 @@ from .cassette import (
     check_cassette_path,
     storable_headers,
 )
+from .cassette.spools import SpoolWriter
 from .dialects import Dialect
 from .faults import Fault, FaultedStream, Stage
 from .incidents import FaultInjected
@@ -214,7 +214,7 @@ class Recorder:
     """Records what a responder streams into a cassette, secrets redacted, and loses none of it.
 
     Each stream goes to a spool beside the cassette as it arrives, before the
-    client gets it (see `_spool`): a killed recorder leaves every byte a client
+    client gets it (see `cassette.spools`): a killed recorder leaves every byte a client
     saw on disk. An interaction is on the disk before it is reported
     recorded. When the session ends, what was recorded is appended to the
     cassette, at a cost that does not grow with the cassette (unless it

@@ -20,6 +20,7 @@ from hatchling.builders.wheel import WheelBuilder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import sse_tape.cassette
 from sse_tape import (
     Cassette,
     CassetteError,
@@ -32,13 +33,12 @@ from sse_tape import (
     MatchOn,
     Request,
     Response,
-    _toml,
-    _toml_cache,
     append_interactions,
     bundled_cassettes,
 )
-from sse_tape._spool import SpoolWriter
-from sse_tape.cassette import Injection, find_cassettes
+from sse_tape.cassette import Injection, find_cassettes, toml
+from sse_tape.cassette import cache as toml_cache
+from sse_tape.cassette.spools import SpoolWriter
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -195,6 +195,29 @@ def test_foreign_toml_is_not_a_cassette(tmp_path: Path) -> None:
 def test_newer_format_asks_to_upgrade() -> None:
     with pytest.raises(CassetteFormatError, match=r"cassette format 99, this one reads up to 1\): upgrade sse-tape"):
         Cassette.load(FIXTURES / "format-99.toml")
+
+
+def test_the_cassette_package_exports_what_the_rest_of_sse_tape_imports_from_it() -> None:
+    assert sse_tape.cassette.__all__ == [
+        "FORMAT_VERSION",
+        "REDACTED",
+        "Cassette",
+        "Chunk",
+        "End",
+        "Headers",
+        "Injection",
+        "Interaction",
+        "MatchOn",
+        "Recording",
+        "Request",
+        "Response",
+        "append_interactions",
+        "bundled_cassettes",
+        "check_cassette_path",
+        "find_cassettes",
+        "storable_headers",
+    ]
+    assert all(hasattr(sse_tape.cassette, name) for name in sse_tape.cassette.__all__)
 
 
 @pytest.mark.parametrize(
@@ -752,7 +775,7 @@ def typed(value: Any) -> Any:
 
 def cached(raw: bytes) -> Any:
     """The document the cache holds for a file of these bytes, as `tomllib` gives it."""
-    return _toml_cache.expand(_toml_cache.get(_toml_cache.key(raw)))
+    return toml.expand(toml_cache.get(toml_cache.key(raw)))
 
 
 def test_a_big_toml_cassette_is_parsed_once_then_read_from_the_cache(
@@ -760,7 +783,7 @@ def test_a_big_toml_cassette_is_parsed_once_then_read_from_the_cache(
 ) -> None:
     cassette = big_cassette()
     path = cassette.save(tmp_path / "big.toml")
-    assert path.stat().st_size >= _toml_cache.MIN_SIZE
+    assert path.stat().st_size >= toml_cache.MIN_SIZE
     assert Cassette.load(path).interactions == cassette.interactions
     assert len(entries(cache)) == 1
 
@@ -840,7 +863,7 @@ def test_an_entry_under_another_cassettes_name_is_ignored(tmp_path: Path, cache:
     one_path, other_path = one.save(tmp_path / "one.toml"), other.save(tmp_path / "other.toml")
     Cassette.load(one_path)
     [entry] = entries(cache)
-    entry.rename(cache / f"{_toml_cache.key(other_path.read_bytes())}.msgpack")
+    entry.rename(cache / f"{toml_cache.key(other_path.read_bytes())}.msgpack")
     assert Cassette.load(other_path).interactions == other.interactions
 
 
@@ -901,7 +924,7 @@ HAND_WRITTEN = "\n".join(
 )
 def test_the_cache_gives_back_what_tomllib_parsed_value_for_value(cache: Path, raw: bytes) -> None:
     doc = tomllib.loads(raw.decode())
-    _toml_cache.put(_toml_cache.key(raw), doc)
+    toml_cache.put(toml_cache.key(raw), doc)
     assert typed(cached(raw)) == typed(doc)
 
 
@@ -922,7 +945,7 @@ def test_the_cache_gives_back_what_tomllib_parsed_for_any_interaction(
     )
     raw = Cassette([interaction]).save(tmp_path / "h.toml").read_bytes()
     doc = tomllib.loads(raw.decode())
-    _toml_cache.put(_toml_cache.key(raw), doc)
+    toml_cache.put(toml_cache.key(raw), doc)
     assert typed(cached(raw)) == typed(doc)
 
 
@@ -943,12 +966,12 @@ def test_chunks_as_sse_tape_writes_them_are_cached_as_columns_and_other_tables_a
     )
     raw = f"format_version = 1\n{chats}\n".encode()
     doc = tomllib.loads(raw.decode())
-    _toml_cache.put(_toml_cache.key(raw), doc)
-    entry = _toml_cache.get(_toml_cache.key(raw))
+    toml_cache.put(toml_cache.key(raw), doc)
+    entry = toml_cache.get(toml_cache.key(raw))
     kept = [item["response"]["chunks"] for item in entry["interactions"]]
-    assert kept[0] == _toml.TextTables([0.5, 1.5], [b"data: x", b"data: y"])
+    assert kept[0] == toml.TextTables([0.5, 1.5], [b"data: x", b"data: y"])
     assert [type(chunks) for chunks in kept[1:]] == [list] * 6
-    assert typed(_toml_cache.expand(entry)) == typed(doc)
+    assert typed(toml.expand(entry)) == typed(doc)
 
 
 @pytest.mark.parametrize("t", ["-0.5", "nan", "inf", "-inf", "1e300", "31536000.0"])
@@ -962,8 +985,8 @@ def test_a_chunk_time_out_of_range_is_refused_alike_when_its_cassette_is_cached(
         with pytest.raises(CassetteFormatError) as info:
             Cassette.load(path)
         messages.append(str(info.value))
-    assert type(_toml_cache.get(_toml_cache.key(path.read_bytes()))["interactions"][1]["response"]["chunks"]) is (
-        _toml.TextTables
+    assert type(toml_cache.get(toml_cache.key(path.read_bytes()))["interactions"][1]["response"]["chunks"]) is (
+        toml.TextTables
     )
     assert messages[0] == messages[1]
     assert "interaction 2: chunk 2" in messages[0]
@@ -976,7 +999,7 @@ def test_a_cached_cassette_with_inline_interactions_is_appended_to(tmp_path: Pat
         f'format_version = 1\ninteractions = [{{request = {{method = "GET", path = "/"}}, '
         f"response = {{status = 200, chunks = [{chunks}]}}}}]\n"
     )
-    assert path.stat().st_size >= _toml_cache.MIN_SIZE
+    assert path.stat().st_size >= toml_cache.MIN_SIZE
     first = Cassette.load(path)
     append_interactions(path, [awkward_interaction()])
     assert Cassette.load(path).interactions == [*first.interactions, awkward_interaction()]
@@ -984,8 +1007,8 @@ def test_a_cached_cassette_with_inline_interactions_is_appended_to(tmp_path: Pat
 
 def test_dates_and_times_are_not_cached_but_parsed_each_time(cache: Path) -> None:
     raw = b"format_version = 1\nwhen = 2026-11-24T05:00:00Z\nday = 2026-11-24\nat = 05:00:00\n"
-    _toml_cache.put(_toml_cache.key(raw), tomllib.loads(raw.decode()))
-    assert _toml_cache.get(_toml_cache.key(raw)) is None
+    toml_cache.put(toml_cache.key(raw), tomllib.loads(raw.decode()))
+    assert toml_cache.get(toml_cache.key(raw)) is None
 
 
 def test_the_least_recently_used_entries_go_when_the_cache_is_full(tmp_path: Path) -> None:
@@ -993,7 +1016,7 @@ def test_the_least_recently_used_entries_go_when_the_cache_is_full(tmp_path: Pat
     for name, age in [("a.msgpack", 300), ("b.msgpack", 100), ("c.msgpack", 200), (".d.tmp", 7200), (".e.tmp", 10)]:
         (tmp_path / name).write_bytes(b"x" * 1000)
         os.utime(tmp_path / name, (now - age, now - age))
-    _toml_cache.prune(tmp_path, 2000)
+    toml_cache.prune(tmp_path, 2000)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".e.tmp", "b.msgpack", "c.msgpack"]
 
 

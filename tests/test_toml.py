@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sse_tape import _toml, _toml_cache
+from sse_tape.cassette import toml
 
 # Text of every kind `_string` tells apart: plain, quotes, backslashes, line breaks (LF, CRLF, a lone CR),
 # control characters, `'''`, a quote at the end, non-ASCII.
@@ -27,14 +27,12 @@ def typed(value: Any) -> Any:
 
 
 def dumps(doc: dict[str, Any]) -> str:
-    return _toml.encode(doc).decode()
+    return toml.encode(doc).decode()
 
 
 def one_at_a_time(doc: dict[str, Any]) -> str:
     """What `encode` writes with no array of tables written a column at a time."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_toml, "_flat_tables", lambda header, tables: None)
-        return dumps(doc)
+    return toml.encode(doc, by_column=False).decode()
 
 
 @given(
@@ -46,7 +44,7 @@ def test_chunk_tables_are_written_a_column_at_a_time_as_one_at_a_time(chunks: li
     text = dumps(doc)
     assert text == one_at_a_time(doc)
     assert typed(tomllib.loads(text)) == typed(doc)
-    if (columns := _toml.TextTables.of(chunks)) is not None:  # as a cassette's chunks come to the writer
+    if (columns := toml.TextTables.of(chunks)) is not None:  # as a cassette's chunks come to the writer
         assert dumps({**doc, "interactions": [{"response": {"status": 200, "chunks": columns}}]}) == text
 
 
@@ -98,7 +96,7 @@ def test_one_odd_chunk_among_stream_chunks_is_written_as_alone(odd: str) -> None
         doc = {"chunks": [*chunks[:at], {"t": 9.5, "text": odd}, *chunks[at:]]}
         text = dumps(doc)
         assert text == one_at_a_time(doc)
-        assert dumps({"chunks": _toml.TextTables.of(doc["chunks"])}) == text
+        assert dumps({"chunks": toml.TextTables.of(doc["chunks"])}) == text
         assert typed(tomllib.loads(text)) == typed(doc)
 
 
@@ -107,8 +105,8 @@ def test_one_odd_chunk_among_stream_chunks_is_written_as_alone(odd: str) -> None
 
 def fast(text: str) -> Any:
     """What `loads` reads in `text`, as tomllib gives it; None where it leaves the file to tomllib whole."""
-    doc = _toml.loads(text.encode(), tomllib.loads)
-    return None if doc is None else _toml_cache.expand(doc)
+    doc = toml.loads(text.encode(), tomllib.loads)
+    return None if doc is None else toml.expand(doc)
 
 
 def whole(text: str) -> Any:
@@ -145,10 +143,10 @@ def cassette(streams: list[list[dict[str, Any]]]) -> dict[str, Any]:
 )
 def test_a_streams_chunks_are_found_apart_and_read_as_tomllib_reads_them(streams: list[list[dict[str, Any]]]) -> None:
     text = dumps(cassette(streams))
-    read = _toml.loads(text.encode(), tomllib.loads)
+    read = toml.loads(text.encode(), tomllib.loads)
     assert read is not None
-    assert [type(chunks) for _, chunks in _toml.interaction_chunks(read)] == [_toml.TextTables] * len(streams)
-    assert typed(_toml_cache.expand(read)) == typed(tomllib.loads(text))
+    assert [type(chunks) for _, chunks in toml.interaction_chunks(read)] == [toml.TextTables] * len(streams)
+    assert typed(toml.expand(read)) == typed(tomllib.loads(text))
 
 
 @given(
@@ -254,12 +252,12 @@ HEAD_KEYS = st.sampled_from(["method", "path", "content-type", "a key", "x.y", "
 )
 def test_the_heads_sse_tape_writes_are_read_apart_as_tomllib_reads_them(doc: dict[str, Any]) -> None:
     text = dumps({"interactions": [{"request": doc, "response": {"status": 200, **doc}}]})
-    read = _toml._heads(text)
+    read = toml.read_heads(text)
     assert read is not None
     assert typed(read) == typed(tomllib.loads(text))
 
 
-# Lines of every kind `_heads` reads, and some it leaves to tomllib, over keys that meet: tables made twice,
+# Lines of every kind `read_heads` reads, and some it leaves to tomllib, over keys that meet: tables made twice,
 # keys given twice, a table where a value is, an array of tables where a table or an array of strings is.
 HEAD_LINE = st.sampled_from(
     [
@@ -303,7 +301,7 @@ HEAD_LINE = st.sampled_from(
 @given(st.lists(HEAD_LINE, max_size=12))
 def test_any_heads_are_read_apart_as_tomllib_reads_them_or_left_to_it(lines: list[str]) -> None:
     text = "".join(f"{line}\n" for line in lines)
-    read = _toml._heads(text)
+    read = toml.read_heads(text)
     assert read is None or typed(read) == typed(whole(text))
     if whole(text) is None:
         assert read is None

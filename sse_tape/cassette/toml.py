@@ -1,4 +1,4 @@
-"""Writes cassette documents as TOML that a reviewer can read.
+"""The TOML serializer: cassette documents written as TOML that a reviewer can read, and read back fast.
 
 tomli-w writes every string as a basic string, so each quote in a JSON chunk
 reads as `\\"`; and its multi-line mode writes CRLF raw, which TOML readers
@@ -12,9 +12,10 @@ A stream's chunks may come as `TextTables`, an array of like tables kept as colu
 them in memory and the parsed-TOML cache keeps them), and are written from the columns: tens of thousands
 of rows in a few passes in C, with no table nor string made for each.
 
-`loads` reads such files back with `tomllib`'s semantics, finding the chunks' tables apart from `tomllib`,
-which reads a few megabytes a second and would spend nearly all of its time on them, and reading the lines
-of the other tables apart from it where each is one this module writes.
+`parse` reads a file with `tomllib`'s semantics, refusing what nests too deep for it first. `loads`, which
+it tries first, finds the chunks' tables apart from `tomllib` (which looks at each character in Python, and
+would spend nearly all of its time on them), and reads the lines of the other tables apart from it where
+each is one this module writes (`read_heads`).
 """
 
 from __future__ import annotations
@@ -23,12 +24,15 @@ import functools
 import json
 import os
 import re
+import tomllib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby, repeat
 from typing import Any, cast
 
-__all__ = ["TextTables", "encode", "interaction_chunks", "loads"]
+from .._exceptions import CassetteFormatError
+
+__all__ = ["TextTables", "encode", "expand", "interaction_chunks", "loads", "parse", "read_heads"]
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 # Control characters TOML forbids raw in literal strings (tab and LF are allowed).
@@ -72,10 +76,14 @@ class TextTables:
             return None
 
 
-def encode(doc: Mapping[str, Any]) -> bytes:
-    """The TOML text, in UTF-8, of a document of tables, arrays of tables (or `TextTables`), and values."""
+def encode(doc: Mapping[str, Any], *, by_column: bool = True) -> bytes:
+    """The TOML text, in UTF-8, of a document of tables, arrays of tables (or `TextTables`), and values.
+
+    An array of like tables (a stream's chunks) is written a column at a time; `by_column=False` writes
+    every array one table at a time instead, the same text more slowly: what the column writers are held to.
+    """
     lines: list[str | bytes] = []  # bytes: the rows of a `TextTables`, written as bytes from its columns
-    _table(lines, doc, ())
+    _table(lines, doc, (), by_column)
     pieces: list[bytes] = []
     for kind, group in groupby(lines, type):
         if kind is bytes:
@@ -86,7 +94,7 @@ def encode(doc: Mapping[str, Any]) -> bytes:
     return b"\n".join(pieces)
 
 
-def _table(lines: list[str | bytes], table: Mapping[str, Any], path: tuple[str, ...]) -> None:
+def _table(lines: list[str | bytes], table: Mapping[str, Any], path: tuple[str, ...], by_column: bool) -> None:
     nested = []
     for key, value in table.items():
         kind = type(value)
@@ -109,20 +117,20 @@ def _table(lines: list[str | bytes], table: Mapping[str, Any], path: tuple[str, 
         dotted = ".".join(map(_key, inner))
         if type(value) is dict or isinstance(value, Mapping):
             lines.append(f"\n[{dotted}]")  # a blank line before each header
-            _table(lines, value, inner)
+            _table(lines, value, inner, by_column)
             continue
         header = f"\n[[{dotted}]]"
         if type(value) is TextTables:
-            if (block := _text_rows(header, value)) is not None:
+            if by_column and (block := _text_rows(header, value)) is not None:
                 lines.append(block)
                 continue
             value = value.tables()
-        if (rows := _flat_tables(header, value)) is not None:
+        if by_column and (rows := _flat_tables(header, value)) is not None:
             lines += rows
             continue
         for item in value:
             lines.append(header)
-            _table(lines, item, inner)
+            _table(lines, item, inner, by_column)
 
 
 def _text_rows(header: str, tables: TextTables) -> bytes | None:
@@ -238,7 +246,7 @@ def _string(s: str, *, control: bool = True) -> str:
 # what the regular expression engine matches quickest.
 #
 # These patterns are compiled when first used (by `re.compile`, which keeps what it compiled): serving
-# cassettes the parsed-TOML cache holds needs none of them, and compiling them takes milliseconds of a start.
+# cassettes the parsed-TOML cache holds needs none of them.
 _TEXT_ROW = (
     rb"(?<=\n)\[\[interactions\.response\.chunks\]\]\n"
     rb"t = (-?(?:0|[1-9][0-9]*)(?:\.[0-9]+(?:e[+-]?[0-9]+)?|e[+-]?[0-9]+))\n"
@@ -246,16 +254,16 @@ _TEXT_ROW = (
 )
 
 
-def loads(raw: bytes, parse: Callable[[str], Any]) -> Any | None:
-    """The TOML document in `raw` (valid UTF-8), as `parse` (`tomllib`'s, with whatever checks the caller
-    adds) gives it for the whole text, but for the form of a stream's chunks: an interaction's chunks are
-    `TextTables` where all of them are tables as `_text_rows` writes them. None when the file holds anything
-    that might make the two differ: then `parse` should read the whole file.
+def loads(raw: bytes, parse_text: Callable[[str], Any]) -> Any | None:
+    """The TOML document in `raw` (valid UTF-8), as `parse_text` (`tomllib`'s, with whatever checks the
+    caller adds) gives it for the whole text, but for the form of a stream's chunks: an interaction's chunks
+    are `TextTables` where all of them are tables as `_text_rows` writes them. None when the file holds
+    anything that might make the two differ: then `parse_text` should read the whole file.
 
     The chunks' tables are found by a regular expression in the file's bytes, and the rest is read apart,
     where each run of them (one after the other, with at most a blank line between) stands as one table
-    holding a key no file holds (a random one): read by `_heads` when each of its lines is one `encode`
-    writes for a table's head, else by `parse`. What `_heads` reads is `tomllib`'s document, without the
+    holding a key no file holds (a random one): read by `read_heads` when each of its lines is one `encode`
+    writes for a table's head, else by `parse_text`. What `read_heads` reads is `tomllib`'s document, without the
     caller's checks: it nests no deeper than a header's 16 keys and holds no number longer than 18 digits,
     so that nothing is left for them to refuse. The text before a run is the file's own, so where the rest
     is read with a run's stand-in as a table, the file has those tables there; and where it is not (say,
@@ -278,13 +286,13 @@ def loads(raw: bytes, parse: Callable[[str], Any]) -> Any | None:
             runs.append(TextTables(seconds[start:end], texts[start:end]))
             pieces += [stand_in % n, between[end]]
     text = b"".join(pieces).decode()
-    doc = _heads(text)
+    doc = read_heads(text)
     if doc is None:
         if not runs:
-            return None  # `parse` reads the same text
+            return None  # `parse_text` reads the same text
         try:
-            doc = parse(text)
-        except Exception:  # whatever `parse` refuses, it says so itself when it reads the whole file (its lines)
+            doc = parse_text(text)
+        except Exception:  # what `parse_text` refuses, it says so itself when it reads the whole file (its lines)
             return None
     found = 0
     for response, chunks in interaction_chunks(doc):
@@ -312,7 +320,7 @@ def loads(raw: bytes, parse: Callable[[str], Any]) -> Any | None:
 # to escape.
 # Whatever else TOML allows (spaces, comments, dotted keys, inline tables, dates, other forms of numbers,
 # a CR anywhere) matches none of them, and `_unescaped` refuses the escapes TOML 1.0 lacks and line-ending
-# backslashes, which the strings' patterns take as any backslash and the character after it: `_heads`
+# backslashes, which the strings' patterns take as any backslash and the character after it: `read_heads`
 # leaves such a text to `tomllib`.
 # Compiled when first used, as `_TEXT_ROW` is.
 _C = r"\x00-\x08\x0a-\x1f\x7f"  # the control characters TOML refuses in a string on one line: all but tab
@@ -344,14 +352,16 @@ _ESCAPED = {"b": "\b", "t": "\t", "n": "\n", "f": "\f", "r": "\r", '"': '"', "\\
 
 
 class _Unread(Exception):
-    """What `_heads` leaves to `tomllib`."""
+    """What `read_heads` leaves to `tomllib`."""
 
 
-def _heads(text: str) -> Any | None:
+def read_heads(text: str) -> Any | None:
     """The document in `text` as `tomllib` reads it, when each line is one `_HEAD_LINE` matches (as the
     lines `encode` writes for tables' heads are) and each table is made once, by its own header or on the
     way to one after it; None for any other text, which `tomllib` may read otherwise, or refuse. A line is
-    one match and a step or two, where `tomllib` looks at each character in Python: a sixth of the time."""
+    one match and a step or two, where `tomllib` looks at each character in Python.
+
+    What it reads is `tomllib`'s document without the checks `parse` adds (see `loads`)."""
     root: dict[str, Any] = {}
     table = root
     arrays: set[int] = set()  # the arrays of tables, by `id`: an array of strings takes no tables
@@ -453,3 +463,77 @@ def interaction_chunks(doc: Any) -> Iterator[tuple[dict[str, Any], Any]]:
         response = item.get("response") if type(item) is dict else None
         if type(response) is dict and "chunks" in response:
             yield response, response["chunks"]
+
+
+def expand(doc: Any) -> Any:
+    """A document `loads` or `parse` (or the parsed-TOML cache) gave, as `tomllib` gives it: each `TextTables`
+    turned back into its tables (in place)."""
+    for response, chunks in interaction_chunks(doc):
+        if type(chunks) is TextTables:
+            response["chunks"] = chunks.tables()
+    return doc
+
+
+# --- a whole file, with tomllib's semantics and a cassette's limits ---------------------------------------
+
+
+def parse(raw: bytes) -> Any:
+    """What `tomllib` reads in the file's bytes, but that a stream's chunks may be `TextTables` (see `loads`).
+
+    Raises `CassetteFormatError` (whose message names no file: the caller adds it) for bytes that are not
+    UTF-8 or not TOML, and for a document that nests far deeper than any cassette.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CassetteFormatError(f"not a TOML file: invalid UTF-8 at byte {exc.start}") from None
+    doc = loads(raw, _parse_text)
+    return doc if doc is not None else _parse_text(text)
+
+
+def _parse_text(text: str) -> Any:
+    _check_depth(text)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise CassetteFormatError(f"truncated or corrupt TOML: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # a 5,000-digit number, say
+        raise CassetteFormatError(f"not a cassette TOML can hold: {str(exc).splitlines()[0][:120]}") from None
+
+
+# What a cassette nests is shallow; a file nesting far deeper is refused before the parser walks into it
+# (an array 500 deep recurses past Python's limit, 16,000 dotted key levels take a gigabyte).
+_MAX_DEPTH = 32
+# Strings and comments, each found as `"""[\s\S]*?"""` would find it but without a step back at every character
+# (a multi-line basic string's escaped quote, `\"`, taken for no end of it).
+_STRINGS = re.compile(
+    r'"""[^"\\]*(?:(?:\\[\s\S]|"(?!""))[^"\\]*)*"""'
+    r"|'''[^']*(?:'(?!'')[^']*)*'''"
+    r'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"'
+    r"|'[^'\n]*'"
+    r"|#[^\n]*"
+)
+_KEYS = re.compile(r"^[ \t]*(?:\[\[?([^\]\n]*)|([^=\n\[]+)=)", re.MULTILINE)
+_NESTING = re.compile(r"[\[\]{}]")
+# A line with enough dots to hold a key nested too deep, found from its first dot: few lines need a closer look.
+_MANY_DOTS = re.compile(rf"\.(?:[^.\n]*\.){{{_MAX_DEPTH - 1}}}")
+# Table headers, when lines end at "\n" (or "\r\n") only; str.splitlines also ends them at these.
+_HEADER_LINES = re.compile(r"\n[^\S\n]*\[[^\n]*")
+_ODD_LINE_BREAKS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+def _check_depth(text: str) -> None:
+    bare = _STRINGS.sub('""', text)
+    for dots in _MANY_DOTS.finditer(bare):
+        key = _KEYS.match(bare, bare.rfind("\n", 0, dots.start()) + 1)
+        if key and (key[1] or key[2] or "").count(".") >= _MAX_DEPTH:
+            raise CassetteFormatError(f"keys nest deeper than {_MAX_DEPTH} levels: not a cassette")
+    if any(c in bare for c in _ODD_LINE_BREAKS) or bare.count("\r") != bare.count("\r\n"):
+        values = "\n".join(line for line in bare.splitlines() if not line.lstrip().startswith("["))
+    else:
+        values = _HEADER_LINES.sub("\n", "\n" + bare)  # the same, in one pass
+    depth = 0
+    for mark in _NESTING.findall(values):
+        depth += 1 if mark in "[{" else -1
+        if depth > _MAX_DEPTH:
+            raise CassetteFormatError(f"values nest deeper than {_MAX_DEPTH} levels: not a cassette")

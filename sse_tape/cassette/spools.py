@@ -7,7 +7,7 @@ them, before the client gets them, and appends what it recorded to the
 cassette when the session ends, then removes the spool. A session that is
 killed leaves its spool behind: every chunk that reached a client is in it,
 and a stream cut off is there as far as it got. The cassette reads such a
-spool with its own file (see `cassette.py`), until a write of the cassette
+spool with its own file (see `persistence`), until a write of the cassette
 takes it in.
 
 This module is the file format alone, over plain values: it knows no
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._exceptions import CassetteError, CassetteFormatError
+from .._exceptions import CassetteError, CassetteFormatError
 
 # msgpack and secrets are imported where they are used: serving small TOML cassettes needs neither.
 __all__ = ["SpoolWriter", "SpooledStream", "cassette_of", "read_spool", "spool_id", "spools_of"]
@@ -111,7 +111,7 @@ class SpoolWriter:
     """
 
     def __init__(self, cassette: Path) -> None:
-        import secrets  # here, not above: only a recorder writes a spool (and hmac, which it imports, is 0.4 ms)
+        import secrets  # here, not above: only a recorder writes a spool
 
         self.id = f"{os.getpid()}-{secrets.token_hex(3)}"
         self.path = cassette.with_name(f"{cassette.name}.{self.id}.spool")

@@ -1,16 +1,16 @@
 """A cache of parsed TOML cassettes: what `tomllib` made of a file's bytes, kept as MessagePack.
 
-Parsing TOML in Python takes a quarter of a microsecond a byte or more (2 s for an 8 MB cassette);
-unpacking the same document from MessagePack, a fiftieth of that. A big cassette is loaded far more often
-than it changes. An entry is named by the SHA-256 of the file's
-bytes, so any change to the file misses it, and holds the document as `tomllib` gave it: what a load reads
-from the cache is what parsing the file gives, value for value, with one difference in form. The chunks
-of an interaction (`interactions[n].response.chunks`), when every one is a table of just `t`, a float,
-and `text`, a string, in that order (as sse-tape writes them), are held as `TextTables`: two columns, the
-times and the texts' UTF-8 bytes, so that a load builds its chunks without a table each or a text to
-encode; `TextTables.tables()` gives the tables back, and `expand` the whole document as `tomllib` gave it.
-In the entry, such chunks are a MessagePack binary (the columns packed), which no `tomllib` document
-holds. Entries live in sse-tape's cache folder (see `folder`), never beside the cassette.
+Parsing TOML in Python is slow, and unpacking the same document from MessagePack many times quicker (see
+docs/benchmarks.md); a big cassette is loaded far more often than it changes. `parsed` reads a file's bytes
+through the cache. An entry is named by the SHA-256 of the file's bytes, so any change to the file misses
+it, and holds the document as `tomllib` gave it: what a load reads from the cache is what parsing the file
+gives, value for value, with one difference in form. The chunks of an interaction
+(`interactions[n].response.chunks`), when every one is a table of just `t`, a float, and `text`, a string,
+in that order (as sse-tape writes them), are held as `TextTables`: two columns, the times and the texts'
+UTF-8 bytes, so that a load builds its chunks without a table each or a text to encode;
+`TextTables.tables()` gives the tables back, and `toml.expand` the whole document as `tomllib` gave it. In
+the entry, such chunks are a MessagePack binary (the columns packed), which no `tomllib` document holds.
+Entries live in sse-tape's cache folder (see `folder`), never beside the cassette.
 
 Writers write a temporary file and rename it, so a reader sees a whole entry or none; each entry carries a
 digest of its name and content, so a damaged or misplaced one is ignored. A cache that cannot be read or
@@ -28,12 +28,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._toml import TextTables, interaction_chunks
+from . import toml
+from .toml import TextTables, interaction_chunks
 
-# msgpack is imported where it is used: serving small TOML cassettes needs none of it (2 ms of CPU time).
-__all__ = ["MAX_BYTES", "MIN_SIZE", "expand", "folder", "get", "key", "prune", "put"]
+# msgpack is imported where it is used: serving small TOML cassettes needs none of it.
+__all__ = ["MAX_BYTES", "MIN_SIZE", "folder", "get", "key", "parsed", "prune", "put"]
 
-#: Files smaller than this are parsed every time: a millisecond or two, not worth an entry.
+#: Files smaller than this are parsed every time: parsing them is quick, not worth an entry.
 MIN_SIZE = 4096
 #: What the cache may hold in all before the least recently used entries go.
 MAX_BYTES = 256 * 2**20
@@ -44,12 +45,16 @@ _MAGIC = b"sse-tape parsed toml 3\n"
 _STALE_SECONDS = 3600.0
 
 
-def expand(doc: Any) -> Any:
-    """A document `get` (or a parse: see `_toml.loads`) gave, as `tomllib` gives it: each `TextTables`
-    turned back into its tables (in place)."""
-    for response, chunks in interaction_chunks(doc):
-        if type(chunks) is TextTables:
-            response["chunks"] = chunks.tables()
+def parsed(raw: bytes) -> Any:
+    """The TOML document in a file's bytes, as `toml.parse` gives it: from the cache when it holds the
+    document of these bytes, else parsed, and kept when they are `MIN_SIZE` or more."""
+    if len(raw) < MIN_SIZE:
+        return toml.parse(raw)
+    name = key(raw)
+    doc = get(name)
+    if doc is None:
+        doc = toml.parse(raw)
+        put(name, doc)
     return doc
 
 
@@ -111,7 +116,7 @@ def key(raw: bytes) -> str:
 
 def get(name: str) -> Any | None:
     """The document the entry `name` holds, if the cache has it whole; else None. Interactions' chunks
-    may be `TextTables` (see `expand`)."""
+    may be `TextTables` (see `toml.expand`)."""
     import msgpack
 
     where = folder()
