@@ -28,8 +28,8 @@ sse-tape's server only when a test uses it. docs/pytest.md has examples.
 pytest finds the plugin's hooks and fixtures in this module; each lives in
 the module of its concept: `options` (the command line and ini settings),
 `marker`, `cassettes` (which ones a test uses), `variants` (the `split`
-sweep and the gauntlet's runs), `tape` (`SSETape`, and opening one with its
-server), `fixtures`, `async_fixture` (with pytest-asyncio), `scopes` (which
+sweep and the gauntlet's runs), `tape` (`SSETape`, opening one with its
+server, and stopping a run that has nothing to record from), `fixtures`, `async_fixture` (with pytest-asyncio), `scopes` (which
 fixture serves which scope), `xdist` (scopes spread over pytest-xdist's
 workers) and `reports` (failures and the gauntlet's table).
 """
@@ -40,6 +40,7 @@ import sys
 
 import pytest
 
+# pytest takes hooks and fixtures from this module object alone: each is imported here under its own name.
 from .fixtures import each_test as each_test
 from .fixtures import sse_tape as sse_tape
 from .fixtures import sse_tape_module as sse_tape_module
