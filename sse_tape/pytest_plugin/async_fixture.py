@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from .pytest_plugin import SSETape, check_test, open_tape, per_test
+from .fixtures import check_test, per_test
+from .tape import SSETape, open_tape
 
 __all__ = ["async_sse_tape"]
 
