@@ -779,12 +779,13 @@ _LOADING = _calling("sse_tape.cassette.Cassette", "load")
 _AGAIN_WHILE_SAYING_SO = (
     _LOADING
     + """
-import sse_tape.cli as _cli
-_show = _cli._Interrupted.show
-def _and_again(self, file=None):
-    _show(self, file)
-    os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C, or a terminal's to a server's workers reaching it again
-_cli._Interrupted.show = _and_again
+import click
+_echo = click.echo
+def _and_again(message=None, *args, **kwargs):
+    _echo(message, *args, **kwargs)
+    if message == "sse-tape: interrupted":
+        os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C, or a terminal's to a server's workers reaching it
+click.echo = _and_again
 """
 )
 
