@@ -15,7 +15,6 @@ from typing import Any
 import click
 
 from .._exceptions import cannot_listen
-from ..live_faults import needs_whole_stream
 from ..options import ServeOptions
 from ..server import Limits, MockServer, collect_for_serving
 from .option_lists import Listening
@@ -38,6 +37,8 @@ def server_arguments(listening: Listening) -> dict[str, Any]:
 
 def say_what_stays_whole(options: ServeOptions, streams: str) -> None:
     """One line for each fault that cannot act on `streams`, made as they are sent: it needs them whole first."""
+    from ..live_faults import needs_whole_stream  # for forwarded and synthesized streams: replay starts without
+
     for fault in options.faults:
         if needs_whole_stream(fault):
             log(f"fault {fault.spec!r} needs the whole stream in advance: it applies to replays, not to {streams}")
