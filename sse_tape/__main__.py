@@ -9,9 +9,10 @@ def main() -> None:
     """Run the command line; the collector rests while it is imported.
 
     Everything importing makes (modules, classes, functions) lives as long as
-    the process, so a collection then walks it for nothing: about 18 ms of
-    CPU time in young and middle collections before `serve` answers. Once
-    imported, it is frozen, out of every later collection's way.
+    the process, so a collection then walks it for nothing, in young and
+    middle collections before `serve` answers (the cold start, measured by
+    `bench/peers_bench.py --only cold`). Once imported, it is frozen, out of
+    every later collection's way.
 
     Ctrl-C (SIGINT) stops any command at any moment: a server that listens
     says `stopped` and exits 0 (see `cli`); before that, and any other

@@ -1,0 +1,158 @@
+"""`sse-tape check`: streams against their API's contract, or cassettes for secrets (`sse_tape.checking`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import click
+
+from .._exceptions import ConfigError
+from ..cassette import Interaction
+from ..dialects import DIALECTS
+from ..dialects import get as get_dialect
+from .loading import load_each
+from .one_shot import one_shot_request
+
+__all__ = ["check"]
+
+
+@click.command()
+@click.argument("cassettes", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "--dialect",
+    metavar="NAME",
+    help=f"Check against this dialect instead of telling it from the path: {', '.join(DIALECTS)}.",
+)
+@click.option(
+    "--live", metavar="URL", help="Send one request to URL and check the stream it answers, instead of cassettes."
+)
+@click.option("-X", "--method", help="With --live: the request method [default: POST with --data, else GET].")
+@click.option("-d", "--data", help="With --live: the request body; @FILE reads a file, @- standard input.")
+@click.option(
+    "-H", "--header", multiple=True, metavar="'NAME: VALUE'", help="With --live: a request header. Repeatable."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--secrets",
+    is_flag=True,
+    help="Instead of the contracts, look for secrets in the cassettes: API keys, bearer tokens, JWTs, AWS keys, "
+    "and credentials in headers, query parameters or body fields that were not redacted. Exit 1 if any.",
+)
+def check(
+    cassettes: tuple[Path, ...],
+    dialect: str | None,
+    live: str | None,
+    method: str | None,
+    data: str | None,
+    header: tuple[str, ...],
+    as_json: bool,
+    secrets: bool,
+) -> None:
+    """Check streams against their API's contract.
+
+    Each interaction's dialect (openai-chat, openai-completions,
+    openai-responses, lmstudio-chat, anthropic-messages, gemini) is told from
+    its path, or named with --dialect; every violation is reported with the
+    position of the event and the reason. A JSON answer to a request for no
+    stream is checked as that API's answer, and an error response for its
+    error body. A stream whose events look like none of them (a notification
+    feed) is checked as plain SSE: UTF-8, and no block left unfinished. A
+    cassette that cannot be read is reported, and the others checked all the
+    same. Exit status: 0 when clean, 1 when violations are found, 2 when some
+    input cannot be used.
+    """
+    chosen = get_dialect(dialect) if dialect else None
+    if (live is None) == (not cassettes):
+        raise ConfigError("give cassettes to check, or --live URL")
+    if secrets:
+        if live is not None:
+            raise ConfigError("--secrets checks cassettes, not --live streams")
+        _check_secrets(cassettes, as_json)
+        return
+    from ..checking import ContractCheck, check_interactions  # every dialect's rules, when a check runs
+
+    if live is not None:
+        from ..record import record_once  # the recorder: only a live check records
+        from ..redaction import Redaction
+
+        request_method, headers, body = one_shot_request(method, data, header)
+        interaction = asyncio.run(record_once(live, None, method=request_method, headers=headers, body=body))
+        # Named as a cassette would store its request: a key in its query (Gemini's `?key=`) is not printed.
+        sources: list[tuple[str, list[Interaction] | str]] = [(Redaction().url(live), [interaction])]
+    else:
+        loaded = load_each(cassettes, "check")
+        sources = [(source, c if isinstance(c, str) else c.interactions) for source, c in loaded]
+    results: list[ContractCheck] = []
+    for source, what in sources:
+        if isinstance(what, str):  # why the cassette cannot be read
+            results.append(ContractCheck.unreadable(source, what))
+        else:
+            results += check_interactions(what, chosen, source=source)
+    if as_json:
+        _print_json(results)
+    else:
+        for result in results:
+            where = result.source
+            if result.number is not None:  # else the cassette cannot be read
+                where += f" #{result.number} {result.method} {result.path}"
+            if result.error:
+                click.echo(f"{where}: {result.error}")
+                continue
+            count = len(result.violations)
+            verdict = "ok" if not count else f"{count} violation{'s'[: count != 1]}"
+            click.echo(f"{where} ({result.dialect}): {verdict}")
+            for violation in result.violations:
+                click.echo(f"  {violation}")
+        total = sum(len(result.violations) for result in results)
+        checked = sum(result.number is not None for result in results)
+        click.echo(
+            f"checked {checked} interaction{'s'[: checked != 1]}: {total} violation{'s'[: total != 1]}"
+            + _unreadable(len(results) - checked)
+        )
+    if any(result.error for result in results):
+        sys.exit(2)
+    if any(result.violations for result in results):
+        sys.exit(1)
+
+
+def _check_secrets(paths: tuple[Path, ...], as_json: bool) -> None:
+    """`check --secrets`: every secret in the cassettes, one line each; exit 1 when there is any, 2 when a
+    cassette cannot be read."""
+    from ..checking import SecretFound, secrets_in
+
+    results: list[SecretFound] = []
+    for source, cassette in load_each(paths, "check"):
+        if isinstance(cassette, str):  # why it cannot be read
+            results.append(SecretFound.unreadable(source, cassette))
+        else:
+            results += secrets_in(cassette, source=source)
+    found = sum(result.error is None for result in results)
+    if as_json:
+        _print_json(results)
+    else:
+        for result in results:
+            where = result.source if result.error else f"{result.source} #{result.number} {result.method} {result.path}"
+            click.echo(f"{where}: {result.error or result.secret}")
+        click.echo(f"{found} secret{'s'[: found != 1]} found" + _unreadable(len(results) - found))
+    if found < len(results):
+        sys.exit(2)
+    if results:
+        sys.exit(1)
+
+
+class _Row(Protocol):
+    def as_json(self) -> dict[str, Any]: ...
+
+
+def _print_json(results: Sequence[_Row]) -> None:
+    click.echo(json.dumps([result.as_json() for result in results], indent=2, ensure_ascii=False))
+
+
+def _unreadable(count: int) -> str:
+    """The end of a summary line: how many cassettes could not be read, if any."""
+    return f"; {count} cassette{'s'[: count != 1]} unreadable" if count else ""
