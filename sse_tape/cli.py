@@ -20,21 +20,14 @@ from . import __version__
 from ._exceptions import CassetteError, ConfigError, SSETapeError, cannot_listen
 from ._units import parse_duration
 from .cassette import Cassette, Interaction, append_interactions, check_cassette_path, find_cassettes
-from .dialects import (
-    DIALECTS,
-    Dialect,
-    Violation,
-    check_error_response,
-    check_framing,
-    detect,
-    lost_in_translation,
-    translate,
-)
+from .dialects import DIALECTS, Violation, check_error_response, check_framing, detect, generation
+from .dialects import Protocol as Dialect
 from .dialects import get as get_dialect
 from .faults import FAULTS, PROFILES, Stage
 from .matching import is_streamed
 from .options import MissPolicy, RecordMode, ServeOptions, parse_match
 from .server import Limits, MockServer, collect_for_serving, load_cassettes, recording_server
+from .translation import lost_in_translation, translate
 
 if TYPE_CHECKING:  # what only recording, showing and checking need is imported there: serve starts sooner
     from .redaction import Redaction
@@ -1170,7 +1163,7 @@ def _not_of(interaction: Interaction, dialect: Dialect) -> str | None:
     from .dialects.events import Start
 
     try:  # a decoder that makes its own Start has read nothing when that Start is blank
-        read = [event for event in dialect.decode(sse for _, sse in events) if event != Start()]
+        read = [event for event in generation(dialect, "convert").decode(sse for _, sse in events) if event != Start()]
     except (TypeError, ValueError, AttributeError, KeyError, OverflowError):
         return None  # malformed: translating it says so, in its words
     if not read:
@@ -1230,7 +1223,7 @@ def synth(
         raise ConfigError("give --model and --cassette (or --info)")
     if not prompts and not requests:
         raise ConfigError("give at least one --prompt or --request")
-    dialect = get_dialect(dialect_name)
+    dialect = generation(get_dialect(dialect_name), "synthesis")
     check_cassette_path(cassette)
     if cassette.exists():
         Cassette.load(cassette)  # an unreadable cassette stops us before anything runs

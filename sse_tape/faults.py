@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from ._exceptions import ConfigError
 from ._units import parse_duration
 from .cassette import End, Request
-from .dialects import Dialect
+from .dialects import Generation as Dialect
 from .journal import ReplayState
 from .plan import Block, Noise, Plan
 from .sse import ServerSentEvent, encode_comment

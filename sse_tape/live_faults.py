@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .cassette import End
-from .dialects import Dialect
+from .dialects import Generation as Dialect
 from .dialects.events import Error, Start
 from .faults import Fault, Stage, apply, corrupted, error_frames
 from .plan import Beats, Noise, Plan, Write, blocks_of, event_ends, whole_blocks

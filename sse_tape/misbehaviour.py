@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import _json
-from .dialects import Dialect
+from .dialects import Generation as Dialect
 from .dialects.events import (
     Error,
     Event,

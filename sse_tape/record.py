@@ -54,7 +54,7 @@ from .cassette import (
     check_cassette_path,
     storable_headers,
 )
-from .dialects import Dialect
+from .dialects import Protocol as Dialect
 from .faults import Fault, Stage
 from .incidents import FaultInjected
 from .journal import Entry
