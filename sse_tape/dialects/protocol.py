@@ -125,7 +125,10 @@ class Protocol(ABC):
 
     A subclass names itself (`name`) and its path, and says which events end
     a stream and how an error is framed in one; the rest has defaults. It is
-    made with no arguments, once, by the registry.
+    made with no arguments, once, by the registry. What a protocol brings to
+    replay hangs here too: its matchers (`matchers`) and, once responders
+    leave the server, the responders of its stateful features (the Responses
+    API's background mode, which `asks_for_background` tells of today).
     """
 
     name: ClassVar[str]

@@ -129,6 +129,9 @@ def _neutral_type(kind: str) -> str:
 
 
 class MessagesEncoder(Encoder):
+    """anthropic-messages' encoder: blocks opened and closed one at a time, a ping after the first, and the stop
+    with the usage in `message_delta`."""
+
     def __init__(self, dialect: Generation, answer: Any = None) -> None:
         super().__init__(dialect)
         # A recorded Message this stream retells: its envelope, usage and stop as they were.

@@ -246,6 +246,9 @@ class _Call:
 
 
 class GeminiEncoder(Encoder):
+    """gemini's encoder: a whole `GenerateContentResponse` per chunk, function calls whole, the finish with the
+    usage last."""
+
     def __init__(self, dialect: Generation) -> None:
         super().__init__(dialect)
         self.start = Start()

@@ -45,6 +45,8 @@ def arguments_text(arguments: Any) -> str:
 
 
 class LMStudioEncoder(Encoder):
+    """lmstudio-chat's encoder: named events in blocks, tool calls the server ran, and `chat.end` with the result."""
+
     def __init__(self, dialect: Generation, answer: Any = None) -> None:
         super().__init__(dialect)
         self.answer: dict[str, Any] | None = answer if isinstance(answer, dict) else None

@@ -52,6 +52,9 @@ class _Item:
 
 
 class ResponsesEncoder(Encoder):
+    """openai-responses' encoder: output items opened and closed as they come, numbered events, and the whole
+    response in the last."""
+
     def __init__(self, dialect: Generation, answer: Any = None) -> None:
         super().__init__(dialect)
         # A recorded Response this stream retells: its item ids, its items whole, and itself at the end.
