@@ -207,11 +207,6 @@ class Generation(Protocol):
         """
         return isinstance(body, dict) and body.get("stream") is True
 
-    def shapeless_path(self, path: str) -> str:
-        """`path` with what only chooses the answer's shape taken out, so that a request for a stream and one
-        for a JSON answer name the same call (Gemini's `:streamGenerateContent` and `:generateContent`)."""
-        return path
-
     def reports_usage(self, body: Any) -> bool:
         """Whether a stream answering this request body reports token usage (always, unless the API asks)."""
         return True
