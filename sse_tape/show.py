@@ -307,12 +307,14 @@ def _marks(interaction: Interaction) -> list[Mark]:
 
 
 def _asked(dialect: Protocol | None, body: Any) -> str | None:
-    """The last turn of a request body, as `(role): text`: as its dialect reads it, or, in a dialect that reads
-    none (an API sse-tape does not know), as the first of the LLM APIs that finds one."""
+    """The last turn of a request body, as `(role): text`: as its dialect reads it, or, for an API sse-tape does
+    not know, as the first of the LLM APIs that finds one."""
     if isinstance(dialect, Generation):
         readers: list[Generation] = [dialect]
-    else:
+    elif dialect is None:
         readers = [d for d in DIALECTS.values() if isinstance(d, Generation)]
+    else:
+        return None  # a protocol without generation has no turns
     turn = next((found for reader in readers if (found := reader.last_turn(body)) is not None), None)
     if turn is None:
         return None
