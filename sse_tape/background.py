@@ -46,28 +46,16 @@ from aiohttp import web
 
 from . import _json
 from .cassette import End, Request
-from .dialects import DIALECTS, for_path
+from .dialects import Generation, for_path, generation
 from .matching import asks_for_stream
 from .plan import Plan
 from .responder import Attached, Exchange, inject
 
 __all__ = ["Background", "BackgroundResponse", "json_plan"]
 
-_RESPONSES = "openai-responses"  # by name: its codec is imported when a request for it comes
 # A response, and cancelling it: …/responses/{id} and …/responses/{id}/cancel, under any prefix.
 _RESOURCE = re.compile(r"/responses/(?P<id>[^/]+)(?P<cancel>/cancel)?/?$")
 _UNFINISHED = ("queued", "in_progress")
-
-
-def _asks_for_background(request: Request) -> bool:
-    """Whether a request asks the Responses API for a background response (`"background": true`)."""
-    if request.method.upper() != "POST" or b'"background"' not in request.body:
-        return False  # most requests: no need to look up their API, nor to read their body
-    dialect = for_path(request.path)
-    if dialect is None or dialect.name != _RESPONSES:
-        return False
-    body = request.json()
-    return isinstance(body, dict) and body.get("background") is True
 
 
 def json_plan(body: Any) -> Plan:
@@ -90,8 +78,12 @@ class BackgroundResponse:
     """A background response a recorded Responses stream answered: that stream at the server's pace, counted from
     `arrived` (on the event loop's clock), and whether it was cancelled since. Made by `of`."""
 
-    def __init__(self, id: str, plan: Plan, events: Sequence[_Event], *, arrived: float, streamed: bool) -> None:
+    def __init__(
+        self, id: str, plan: Plan, events: Sequence[_Event], *, arrived: float, streamed: bool, dialect: Generation
+    ) -> None:
         self.id = id
+        self.dialect = dialect
+        """The API that keeps it: its requests are answered, and their errors framed, in its words."""
         self.arrived = arrived
         self.streamed = streamed
         """Whether it was created with `"stream": true`: only such a response is streamed again."""
@@ -103,7 +95,8 @@ class BackgroundResponse:
     def of(cls, request: Request, plan: Plan, arrived: float) -> BackgroundResponse | None:
         """The background response `request` asks for, answered with `plan` (a copy is kept) from `arrived` on;
         None when it asks for none, or the plan is no successful Responses stream that names its response."""
-        if not _asks_for_background(request) or not 200 <= plan.status < 300:
+        dialect = for_path(request.path)
+        if dialect is None or not dialect.asks_for_background(request) or not 200 <= plan.status < 300:
             return None
         kept = Plan(plan.status, list(plan.headers), list(plan.writes), plan.end, plan.end_at)
         blocks = kept.events
@@ -122,7 +115,15 @@ class BackgroundResponse:
         first = next((e.response for e in events if e.response is not None), None)
         if first is None or not isinstance(first.get("id"), str) or not first["id"]:
             return None
-        return cls(first["id"], kept, events, arrived=arrived, streamed=asks_for_stream(request) is True)
+        streamed = asks_for_stream(request) is True
+        return cls(
+            first["id"],
+            kept,
+            events,
+            arrived=arrived,
+            streamed=streamed,
+            dialect=generation(dialect, "background mode"),
+        )
 
     def created(self) -> dict[str, Any]:
         """The response as the request that creates it is answered: `queued`, with no output yet."""
@@ -183,15 +184,15 @@ class Background(Attached):
         if kept is None:
             exchange.miss = f"no background response {response_id!r} in this session"
             return None  # a recording of this request may answer it
-        exchange.dialect = DIALECTS[_RESPONSES]
+        exchange.dialect = kept.dialect
         now = exchange.started
         if cancel:
             cancelled = kept.cancel(now)
             if cancelled is None:
                 status = str(kept.at(now).get("status"))
                 article = "an" if status[:1] in tuple("aeiou") else "a"
-                return await self._refuse(exchange, f"Cannot cancel {article} {status} response.")
-            return await self._json(exchange, cancelled, f"background response {kept.id}, cancelled")
+                return await self._refuse(exchange, kept, f"Cannot cancel {article} {status} response.")
+            return await self._json(exchange, kept, cancelled, f"background response {kept.id}, cancelled")
         query = exchange.http.query
         stream = query.get("stream", "false")
         if stream not in ("true", "false"):
@@ -203,27 +204,31 @@ class Background(Attached):
             return self.host.error(exchange, 400, f"starting_after {given!r} is not a whole number", "invalid_value")
         if stream == "false":
             response = kept.at(now)
-            return await self._json(exchange, response, f"background response {kept.id}, {response.get('status')}")
+            return await self._json(
+                exchange, kept, response, f"background response {kept.id}, {response.get('status')}"
+            )
         if not kept.streamed:
             return await self._refuse(
-                exchange, "This response cannot be streamed because it was not created with stream=true."
+                exchange, kept, "This response cannot be streamed because it was not created with stream=true."
             )
         plan = kept.stream(now, after)
         events = "its events" if after is None else f"its events after {after}"
         self._answered(exchange, plan.status, f"background response {kept.id}, {events}")
-        inject(self.host, exchange, plan, dialect=DIALECTS[_RESPONSES])
+        inject(self.host, exchange, plan, dialect=kept.dialect)
         exchange.event_ends = [b.end for b in plan.events]
         return await self.host.send(exchange, plan)
 
-    async def _json(self, exchange: Exchange, body: dict[str, Any], what: str) -> web.StreamResponse:
+    async def _json(
+        self, exchange: Exchange, kept: BackgroundResponse, body: dict[str, Any], what: str
+    ) -> web.StreamResponse:
         plan = json_plan(body)
         self._answered(exchange, plan.status, what)
-        inject(self.host, exchange, plan, dialect=DIALECTS[_RESPONSES], stream=False)
+        inject(self.host, exchange, plan, dialect=kept.dialect, stream=False)
         return await self.host.send(exchange, plan)
 
-    async def _refuse(self, exchange: Exchange, message: str) -> web.StreamResponse:
+    async def _refuse(self, exchange: Exchange, kept: BackgroundResponse, message: str) -> web.StreamResponse:
         """The API's own 400, in its words (not one of sse-tape's errors)."""
-        status, headers, body = DIALECTS[_RESPONSES].http_error(400, message)
+        status, headers, body = kept.dialect.http_error(400, message)
         self._answered(exchange, status, message)
         return await self.host.send(exchange, Plan(status, list(headers), [(0.0, body)]))
 

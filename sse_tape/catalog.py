@@ -1,11 +1,12 @@
 """The models a server's recordings name, listed as each API lists them.
 
 Clients and frameworks often ask which models there are before they ask
-anything else. `Catalog` answers `GET /v1/models` (and `/v1/models/{id}`)
-as OpenAI does, and `GET /api/v1/models` (and `/api/v1/models/{key}`) as LM Studio does, with the models
-the recordings' requests name, under any path prefix (a router's
-`/proj/x/v1/models` too). It stands behind replay: a recording of such a
-request answers it first.
+anything else. `Catalog` answers a request for an API's model list (its
+dialect's `Generation.models_path`: OpenAI's `GET /v1/models`, LM Studio's
+`GET /api/v1/models`), and for one model in it (`…/models/{id}`), in that
+API's shape, with the models the recordings' requests name, under any path
+prefix (a router's `/proj/x/v1/models` too). It stands behind replay: a
+recording of such a request answers it first.
 """
 
 from __future__ import annotations
@@ -18,15 +19,12 @@ from aiohttp import web
 
 from . import _json
 from .cassette import Chunk, Response
+from .dialects import DIALECTS, Generation
+from .incidents import Answered
 from .plan import Plan
 from .responder import Attached, Exchange, Host
 
 __all__ = ["Catalog", "models_of"]
-
-_OPENAI_LIST = "/v1/models"
-_LMSTUDIO_LIST = "/api/v1/models"
-# What an LM Studio entry says of a model it knows nothing more of.
-_CONTEXT_LENGTH = 4096
 
 
 def models_of(host: Host) -> list[str]:
@@ -41,7 +39,7 @@ def models_of(host: Host) -> list[str]:
 
 
 class Catalog(Attached):
-    """A responder listing the recordings' models, and `more` (a live model's), in OpenAI's shape or LM Studio's."""
+    """A responder listing the recordings' models, and `more` (a live model's), as the API the path names lists them."""
 
     def __init__(self, more: Iterable[str] = ()) -> None:
         super().__init__()
@@ -51,29 +49,24 @@ class Catalog(Attached):
         server = self.host
         request = exchange.request
         path = request.path.rstrip("/")
-        if request.method not in ("GET", "HEAD") or _OPENAI_LIST not in path:
+        if request.method not in ("GET", "HEAD"):
             return None
+        api = _lister(path)
+        if api is None or api.models_path is None:
+            return None
+        list_path = api.models_path
         models = list(dict.fromkeys([*self.more, *models_of(server)]))
         what = f"{len(models)} model{'s'[: len(models) != 1]}"
-        lmstudio = _LMSTUDIO_LIST in path
-        list_path = _LMSTUDIO_LIST if lmstudio else _OPENAI_LIST
-        shape = _lmstudio_model if lmstudio else _openai_model
         if path.endswith(list_path):
-            body: dict[str, Any] = (
-                {"models": [shape(m) for m in models]}
-                if lmstudio
-                else {"object": "list", "data": [shape(m) for m in models]}
-            )
+            body: dict[str, Any] = api.models_json(models)
         elif list_path + "/" in path:
             wanted = unquote(path.split(list_path + "/", 1)[1])
             if wanted not in models:
                 return server.error(exchange, 404, f"no model {wanted!r} here: {', '.join(models)}", "model_not_found")
-            body, what = shape(wanted), f"the model {wanted}"
+            body, what = api.model_json(wanted), f"the model {wanted}"
         else:
             return None
         response = Response(200, (("content-type", "application/json"),), (Chunk(0.0, _json.dumps(body).encode()),))
-        from .incidents import Answered  # here, not above: a server that is never asked for models never needs it
-
         server.journal.add(
             Answered(
                 request=exchange.number,
@@ -86,26 +79,8 @@ class Catalog(Attached):
         return await server.send(exchange, Plan.of(response, [0.0], 0.0))
 
 
-def _openai_model(name: str) -> dict[str, Any]:
-    return {
-        "id": name,
-        "object": "model",
-        "created": 0,
-        "owned_by": name.partition("/")[0] if "/" in name else "sse-tape",
-    }
-
-
-def _lmstudio_model(name: str) -> dict[str, Any]:
-    return {
-        "type": "llm",
-        "publisher": name.partition("/")[0] if "/" in name else "sse-tape",
-        "key": name,
-        "display_name": name,
-        "architecture": None,
-        "quantization": None,
-        "size_bytes": 0,
-        "params_string": None,
-        "loaded_instances": [{"id": name, "config": {"context_length": _CONTEXT_LENGTH}}],
-        "max_context_length": _CONTEXT_LENGTH,
-        "format": None,
-    }
+def _lister(path: str) -> Generation | None:
+    """The API whose model list `path` asks for: of those whose list path it holds, the one with the longest
+    (LM Studio's `/api/v1/models` holds OpenAI's `/v1/models`)."""
+    listers = [d for d in DIALECTS.values() if isinstance(d, Generation) and d.models_path and d.models_path in path]
+    return max(listers, key=lambda d: len(d.models_path or ""), default=None)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .cassette import Interaction
-from .dialects import Dialect, Violation, check_error_response, check_framing, detect
+from .dialects import Protocol, Violation, check_error_response, check_framing, detect
 from .matching import is_streamed
 from .redaction import Redaction, find_secrets
 
@@ -73,7 +73,7 @@ class ContractCheck:
 
 
 def check_interaction(
-    interaction: Interaction, dialect: Dialect | None = None, *, source: str = "", number: int = 1
+    interaction: Interaction, dialect: Protocol | None = None, *, source: str = "", number: int = 1
 ) -> ContractCheck:
     """Check `interaction` against `dialect`'s contract, or, when None, against the API it speaks (told from
     its path, or else from what its first events look like).
@@ -110,7 +110,7 @@ def check_interaction(
 
 
 def check_interactions(
-    interactions: Iterable[Interaction], dialect: Dialect | None = None, *, source: str = ""
+    interactions: Iterable[Interaction], dialect: Protocol | None = None, *, source: str = ""
 ) -> list[ContractCheck]:
     """`check_interaction` of each of `interactions` (a `Cassette`, say), numbered from 1."""
     return [

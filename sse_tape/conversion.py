@@ -18,8 +18,9 @@ from dataclasses import replace
 
 from ._exceptions import ConfigError, SSETapeError
 from .cassette import Cassette, Interaction
-from .dialects import Dialect, detect, get, lost_in_translation, translate
+from .dialects import Protocol, detect, generation, get
 from .dialects.events import Start
+from .translation import lost_in_translation, translate
 
 __all__ = ["convert", "translated", "why_not_of"]
 
@@ -28,8 +29,8 @@ def convert(
     source: str | os.PathLike[str],
     target: str | os.PathLike[str],
     *,
-    into: Dialect | str | None = None,
-    origin: Dialect | str | None = None,
+    into: Protocol | str | None = None,
+    origin: Protocol | str | None = None,
     lossy: bool = False,
 ) -> Cassette:
     """Write the cassette at `source` to `target`, in the encoding `target`'s suffix names (.toml or .msgpack),
@@ -47,7 +48,7 @@ def convert(
     return cassette
 
 
-def _named(dialect: Dialect | str | None) -> Dialect | None:
+def _named(dialect: Protocol | str | None) -> Protocol | None:
     """The dialect given, or named; None for none (or an empty name)."""
     if isinstance(dialect, str):
         return get(dialect) if dialect else None
@@ -55,7 +56,7 @@ def _named(dialect: Dialect | str | None) -> Dialect | None:
 
 
 def translated(
-    cassette: Cassette, into: Dialect, origin: Dialect | None = None, *, lossy: bool = False
+    cassette: Cassette, into: Protocol, origin: Protocol | None = None, *, lossy: bool = False
 ) -> list[Interaction]:
     """Each interaction of `cassette` as `into`'s API would have served it: its stream decoded and encoded
     again, each new event at the time of the original one, its request's path and body rewritten.
@@ -87,7 +88,7 @@ def translated(
     return result
 
 
-def why_not_of(interaction: Interaction, dialect: Dialect) -> str | None:
+def why_not_of(interaction: Interaction, dialect: Protocol) -> str | None:
     """Why `interaction`'s stream is not `dialect`'s, in words; None when it may be.
 
     A dialect's decoder skips the events it does not know, so a stream read as another API's translates into an
@@ -103,7 +104,7 @@ def why_not_of(interaction: Interaction, dialect: Dialect) -> str | None:
     if looks is not None and looks is not dialect:
         return f"its stream is not {dialect.name}: it looks like {looks.name}"
     try:  # a decoder that makes its own Start has read nothing when that Start is blank
-        read = [event for event in dialect.decode(sse for _, sse in events) if event != Start()]
+        read = [event for event in generation(dialect, "convert").decode(sse for _, sse in events) if event != Start()]
     except (TypeError, ValueError, AttributeError, KeyError, OverflowError):
         return None  # malformed: translating it says so, in its words
     if not read:

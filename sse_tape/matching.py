@@ -48,7 +48,8 @@ from . import _json
 from ._exceptions import ConfigError, NoMatchError
 from ._paths import locate
 from .cassette import REDACTED, Cassette, End, Interaction, MatchOn, Recording, Request
-from .dialects import Dialect, for_path
+from .dialects import Protocol as Dialect
+from .dialects import for_path
 from .journal import ReplayState
 
 __all__ = ["CUT_SHORT", "DEFAULT_MATCH_ON", "MatchOn", "Matcher", "asks_for_stream", "is_streamed", "last_event_id"]

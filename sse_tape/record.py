@@ -54,7 +54,7 @@ from .cassette import (
     storable_headers,
 )
 from .cassette.spools import SpoolWriter
-from .dialects import Dialect
+from .dialects import Protocol
 from .faults import Fault, FaultedStream, Stage
 from .incidents import FaultInjected
 from .journal import Entry
@@ -803,7 +803,7 @@ class Forwarder:
                 self.recorder.injected(capture, Injection(fault.spec, what))
 
 
-def _answered(capture: Capture, dialect: Dialect) -> bool:
+def _answered(capture: Capture, dialect: Protocol) -> bool:
     """Whether the client had the answer's terminal frame: the last whole event it got ends the answer."""
     decoder = SSEDecoder()
     events = [event for chunk in capture.chunks for event in decoder.feed(chunk.data)]

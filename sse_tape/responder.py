@@ -18,7 +18,7 @@ from aiohttp import web
 
 from ._http import Progress
 from .cassette import End, Request
-from .dialects import Dialect
+from .dialects import Generation as Dialect
 from .faults import Fault, Injector, Stage, apply
 from .journal import Journal, ReplayState
 from .matching import Matcher

@@ -50,7 +50,8 @@ from .cassette import (
     find_cassettes,
 )
 from .catalog import Catalog
-from .dialects import Dialect, dialect_for, for_path
+from .dialects import Generation as Dialect
+from .dialects import dialect_for, for_path
 from .faults import MAX_HEADER_FAULTS, Fault, Injector, parse_fault, parse_faults
 from .journal import Ended, Journal, Matched, Received, ReplayState
 from .matching import CUT_SHORT, Matcher, last_event_id
@@ -571,7 +572,8 @@ class MockServer:
         query = request.query
         shown = self.shown_query(query) if query else query
         self.journal.add(Received(request=number, method=request.method, path=request.path, query=shown))
-        api = for_path(request.path)  # the only time: every responder reads it from the exchange
+        found = for_path(request.path)  # the only time: every responder reads it from the exchange
+        api = found if isinstance(found, Dialect) else None
         exchange = Exchange(
             http,
             request,

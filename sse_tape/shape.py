@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING
 
 from . import _json
 from .cassette import Chunk, End, Headers, Interaction, Request, Response
-from .dialects import Dialect, detect, for_path
+from .dialects import Generation as Dialect
+from .dialects import detect, for_path
 from .matching import asks_for_stream, is_streamed
 from .plan import Plan, blocks_of
 
@@ -274,7 +275,8 @@ def _outside(start: int, end: int, cuts: list[tuple[int, int]]) -> list[tuple[in
 
 
 def _dialect(interaction: Interaction) -> Dialect | None:
-    return for_path(interaction.request.path) or detect(interaction)
+    found = for_path(interaction.request.path) or detect(interaction)
+    return found if isinstance(found, Dialect) else None  # only an LLM API's answer takes another shape
 
 
 def _merged(new: Headers, recorded: Headers) -> Headers:

@@ -20,7 +20,7 @@ from typing import Any
 
 from . import _json
 from .cassette import Interaction
-from .dialects import Answer, Dialect, detect, for_path
+from .dialects import DIALECTS, Answer, Generation, Protocol, detect
 from .dialects.events import ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta, ToolCallStart
 from .plan import blocks_of
 from .sse import ServerSentEvent
@@ -84,7 +84,7 @@ class View:
     interaction: Interaction
     asked: str | None
     """The prompt's last message, as `role: text`."""
-    dialect: Dialect | None
+    dialect: Protocol | None
     marks: list[Mark]
     answer: Answer | None
     """What the stream (or the JSON answer) said, put together; None when no dialect reads it."""
@@ -97,7 +97,7 @@ class View:
 def view(number: int, interaction: Interaction) -> View:
     """Read one interaction for people."""
     request, response = interaction.request, interaction.response
-    dialect = for_path(request.path) or detect(interaction)
+    dialect = detect(interaction)
     marks = _marks(interaction)
     events = [m.event for m in marks if m.event is not None]
     event_times = [m.t for m in marks if m.event is not None]
@@ -105,7 +105,9 @@ def view(number: int, interaction: Interaction) -> View:
     token_times: list[float] = []
     notes: list[str] = []
     error = _error_of(response.body) if response.status >= 400 else None
-    if dialect is not None and error is None:
+    if dialect is not None and not isinstance(dialect, Generation):
+        notes.append(f"{dialect.name} is an SSE protocol without generation: its answer is not put together")
+    elif dialect is not None and error is None:
         try:
             if events:
                 decoded = dialect.decode_indexed(events)
@@ -129,7 +131,7 @@ def view(number: int, interaction: Interaction) -> View:
         gaps=gaps,
         stalls=[(a, b - a) for a, b in itertools.pairwise(event_times) if b - a >= STALL],
     )
-    return View(number, interaction, _asked(request.json()), dialect, marks, answer, error, timing, notes)
+    return View(number, interaction, _asked(dialect, request.json()), dialect, marks, answer, error, timing, notes)
 
 
 def lines(view: View, *, events: bool = False) -> list[str]:
@@ -145,10 +147,11 @@ def lines(view: View, *, events: bool = False) -> list[str]:
     out += [f"   its client got it faulted: {note.fault}: {note.what}" for note in view.interaction.injected]
     if view.error is not None:
         out.append(f"   error: {view.error}")
-    if view.answer is not None and view.dialect is not None:  # an answer is what a dialect read
+    if view.answer is not None and isinstance(view.dialect, Generation):  # an answer is what a dialect read
         out += _answer_lines(view.answer, view.dialect)
     elif view.error is None and view.marks:
-        out.append(f"   {sum(m.kind == 'event' for m in view.marks)} events, in no dialect sse-tape reads")
+        unread = "" if view.dialect is not None else ", in no dialect sse-tape reads"
+        out.append(f"   {sum(m.kind == 'event' for m in view.marks)} events{unread}")
     out += [f"   note: {note}" for note in view.notes]
     out += _timing_lines(view)
     if events:
@@ -156,7 +159,7 @@ def lines(view: View, *, events: bool = False) -> list[str]:
     return out
 
 
-def _answer_lines(answer: Answer, dialect: Dialect) -> list[str]:
+def _answer_lines(answer: Answer, dialect: Generation) -> list[str]:
     out = []
     for label, text in (("reasoning", answer.reasoning), ("answer", answer.text), ("refusal", answer.refusal)):
         if text:
@@ -303,53 +306,20 @@ def _marks(interaction: Interaction) -> list[Mark]:
     return marks
 
 
-def _asked(body: Any) -> str | None:
-    """The last message of a request body in any of the APIs' shapes, as `role: text`."""
-    if not isinstance(body, dict):
+def _asked(dialect: Protocol | None, body: Any) -> str | None:
+    """The last turn of a request body, as `(role): text`: as its dialect reads it, or, for an API sse-tape does
+    not know, as the first of the LLM APIs that finds one."""
+    if isinstance(dialect, Generation):
+        readers: list[Generation] = [dialect]
+    elif dialect is None:
+        readers = [d for d in DIALECTS.values() if isinstance(d, Generation)]
+    else:
+        return None  # a protocol without generation has no turns
+    turn = next((found for reader in readers if (found := reader.last_turn(body)) is not None), None)
+    if turn is None:
         return None
-    for key in ("messages", "input", "prompt"):
-        value = body.get(key)
-        if isinstance(value, str) and value:
-            return f"(user): {_clip(value, 200)}"
-        if isinstance(value, list) and value:
-            last = value[-1]
-            if isinstance(last, str):
-                return f"(user): {_clip(last, 200)}"
-            if isinstance(last, dict):
-                return _message(last)
-    contents = body.get("contents")  # Gemini's: the turns, each a role and its parts
-    if isinstance(contents, list) and contents and isinstance(contents[-1], dict):
-        return _gemini_turn(contents[-1])
-    return None
-
-
-def _gemini_turn(content: dict[str, Any]) -> str:
-    """A Gemini turn as `role: text`: its text parts, else a function's response, else the calls it made."""
-    parts = [p for p in content.get("parts") or [] if isinstance(p, dict)]
-    text = "".join(str(p["text"]) for p in parts if isinstance(p.get("text"), str) and not p.get("thought"))
-    if not text:
-        answers = [p["functionResponse"] for p in parts if isinstance(p.get("functionResponse"), dict)]
-        text = " ".join(_json.dumps(a.get("response"), compact=False) for a in answers)
-    if not text:
-        calls = [p["functionCall"] for p in parts if isinstance(p.get("functionCall"), dict)]
-        text = f"calls {', '.join(str(c.get('name')) for c in calls)}" if calls else ""
-    return f"({content.get('role') or 'user'}): {_clip(text, 200)}"
-
-
-def _message(message: dict[str, Any]) -> str:
-    role = message.get("role") or message.get("type") or "?"
-    content = message.get("content", message.get("output"))
-    if isinstance(content, list):  # parts: text, or a tool's result as text (Anthropic's tool_result blocks)
-        parts = [p for p in content if isinstance(p, dict)]
-        content = "".join(
-            str(p.get("text") or (p["content"] if isinstance(p.get("content"), str) else "")) for p in parts
-        )
-    if not content and message.get("tool_calls"):
-        names = [str((c.get("function") or {}).get("name")) for c in message["tool_calls"] if isinstance(c, dict)]
-        content = f"calls {', '.join(names)}"
-    if not content and message.get("type") == "function_call":
-        content = f"{message.get('name')}({message.get('arguments', '')})"
-    return f"({role}): {_clip(str(content or ''), 200)}"
+    role, text = turn
+    return f"({role}): {_clip(text, 200)}"
 
 
 def _error_of(body: bytes) -> str:

@@ -36,7 +36,7 @@ from sse_tape import (
     serve,
 )
 from sse_tape.cli import cli
-from sse_tape.dialects import DIALECTS, Answer, detect, for_path, translate
+from sse_tape.dialects import DIALECTS, Answer, detect, for_path
 from sse_tape.dialects.events import (
     Error,
     Finish,
@@ -49,6 +49,7 @@ from sse_tape.dialects.events import (
     Usage,
 )
 from sse_tape.redaction import REDACTED
+from sse_tape.translation import translate
 
 MESSAGES = DIALECTS["anthropic-messages"]
 

@@ -23,8 +23,9 @@ from sse_tape import (
     bundled_cassettes,
     serve,
 )
-from sse_tape.dialects import DIALECTS, check_error_response, detect, for_path, translate
+from sse_tape.dialects import DIALECTS, check_error_response, detect, for_path
 from sse_tape.dialects.events import Error, Finish, Start, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart, Usage
+from sse_tape.translation import translate
 
 DONE = "data: [DONE]\n\n"
 

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sse_tape import Cassette, Interaction, ServerSentEvent, SSEDecoder
-from sse_tape.dialects import DIALECTS, Answer, detect, translate
+from sse_tape.dialects import DIALECTS, Answer, detect
 from sse_tape.dialects.events import (
     Error,
     Event,
@@ -44,6 +44,7 @@ from sse_tape.dialects.events import (
     Usage,
 )
 from sse_tape.dialects.lmstudio_chat import arguments_text
+from sse_tape.translation import translate
 
 text = st.text(min_size=1, max_size=12)
 maybe_count = st.none() | st.integers(1, 10**6)

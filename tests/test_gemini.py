@@ -24,7 +24,7 @@ from sse_tape import (
     bundled_cassettes,
     serve,
 )
-from sse_tape.dialects import DIALECTS, Answer, detect, for_path, translate
+from sse_tape.dialects import DIALECTS, Answer, detect, for_path
 from sse_tape.dialects.events import (
     Error,
     Event,
@@ -36,6 +36,7 @@ from sse_tape.dialects.events import (
     ToolCallStart,
     Usage,
 )
+from sse_tape.translation import translate
 
 GEMINI = DIALECTS["gemini"]
 PATH = "/v1beta/models/gemini-2.5-flash:streamGenerateContent"

@@ -9,7 +9,7 @@ import click
 
 from .._exceptions import ConfigError
 from ..cassette import Cassette, append_interactions, check_cassette_path
-from ..dialects import DIALECTS
+from ..dialects import DIALECTS, generation
 from ..dialects import get as get_dialect
 from .model import open_model
 from .one_shot import read_data
@@ -71,7 +71,7 @@ def synth(
         raise ConfigError("give --model and --cassette (or --info)")
     if not prompts and not requests:
         raise ConfigError("give at least one --prompt or --request")
-    dialect = get_dialect(dialect_name)
+    dialect = generation(get_dialect(dialect_name), "synthesis")
     check_cassette_path(cassette)
     if cassette.exists():
         Cassette.load(cassette)  # an unreadable cassette stops us before anything runs

@@ -1,23 +1,23 @@
-"""`Encoder`: how a dialect frames neutral events one at a time, the base of every dialect's encoder.
-
-Apart from `base`, which needs no neutral event: a dialect whose module
-imports its encoder where it encodes (`openai-chat`) can be asked what
-replay asks (paths, terminal frames, errors, usage) without them.
-"""
+"""`Encoder`: how a dialect frames neutral events one at a time, the base of every dialect's encoder."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 from ..sse import ServerSentEvent
 from .events import Error, Event
 
-if TYPE_CHECKING:
-    from .base import Dialect
+__all__ = ["Decoder", "Encoder"]
 
-__all__ = ["Encoder"]
+
+class Decoder(Protocol):
+    """What an encoder needs of its dialect (a `Generation`): reading the stream it continues."""
+
+    def decode(self, events: Iterable[ServerSentEvent]) -> list[Event]:
+        """The neutral events a recorded stream of this API carries."""
+        ...
 
 
 class Encoder(ABC):
@@ -30,7 +30,7 @@ class Encoder(ABC):
     its frames include the terminal ones, and nothing is framed after it.
     """
 
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, dialect: Decoder) -> None:
         self.dialect = dialect
         self.fed = False
         """Whether any event has been fed."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..dialects import Generation
 from ..plan import Plan, Write
 from . import misbehaviour
 from .misbehaviour import Misbehaviour, Stream
@@ -20,7 +21,7 @@ __all__ = ["ANSWER"]
 
 def _offered(run: Run) -> list[dict[str, Any]]:
     """The tools the request offered, each with `name` and `parameters`."""
-    if run.request is None:
+    if run.request is None or not isinstance(run.dialect, Generation):
         return []
     try:
         return [t for t in run.dialect.prompt(run.request.json()).tools if isinstance(t, dict) and "name" in t]
@@ -41,13 +42,15 @@ class _Misbehave(Act):
         return []
 
     def close(self, end_at: float) -> tuple[list[Write], float]:
+        dialect = self.run.dialect
+        if not isinstance(dialect, Generation):
+            self.note(f"{dialect.name} is no LLM API: left alone")
+            return self.held, end_at
         plan = Plan(200, [], self.held, end_at=end_at)
         at = self.fault["at"] if self.fault.kind.key("at") is not None else None
         fault, run = self.fault, self.run
         self.note(
-            misbehaviour.rewrite(
-                plan, run.dialect, lambda s: self.make(s, fault), at=at, tools=_offered(run), rng=run.rng
-            )
+            misbehaviour.rewrite(plan, dialect, lambda s: self.make(s, fault), at=at, tools=_offered(run), rng=run.rng)
         )
         return plan.writes, plan.end_at
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..cassette import End
-from ..dialects import Dialect
+from ..dialects import Generation, Protocol
 from ..dialects.events import Error, Start
 from ..plan import Write
 from ..sse import ServerSentEvent
@@ -18,11 +18,11 @@ __all__ = ["EVENTS", "corrupted", "error_frames"]
 _AT = "position"
 
 
-def error_frames(fault: Fault, dialect: Dialect, sent: Sequence[ServerSentEvent], start: object | None) -> bytes:
+def error_frames(fault: Fault, dialect: Protocol, sent: Sequence[ServerSentEvent], start: object | None) -> bytes:
     """An `error` fault's frames: the API's mid-stream error and terminal frames after the events `sent`,
     or, when none were, the stream's opening (`start`, a neutral `Start`) and then the error."""
     error = Error(fault["message"], fault["type"], fault["code"])
-    if sent:
+    if sent or not isinstance(dialect, Generation):
         return b"".join(dialect.error_frames(error, sent=sent))
     return b"".join(dialect.encode([start if isinstance(start, Start) else Start(), error]))
 
@@ -108,13 +108,17 @@ class _Error(_AtAnEvent):
         if not (dialect.is_terminal(event) or before_position(self.at, self.events, self.bytes, len(data), t)):
             return None
         start = self.run.start
-        if start is None and not self.sent:  # the stream opens as it would have, then fails
+        if start is None and not self.sent and isinstance(dialect, Generation):  # it opens as it would have
             start = next((e for e in dialect.decode([event]) if isinstance(e, Start)), None)
         return self._error(t, start)
 
     def _error(self, t: float, start: object | None) -> list[Write] | None:
         dialect = self.run.dialect
-        if self.sent and any(isinstance(e, Error) for e in dialect.decode(self.sent)):
+        if (
+            self.sent
+            and isinstance(dialect, Generation)
+            and any(isinstance(e, Error) for e in dialect.decode(self.sent))
+        ):
             self.note("the stream has ended in an error already: left alone")
             self.acted = True
             return None

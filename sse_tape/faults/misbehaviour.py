@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import _json
-from ..dialects import Dialect
+from ..dialects import Generation
 from ..dialects.events import (
     Error,
     Event,
@@ -77,7 +77,7 @@ class Stream:
     tools: list[dict[str, Any]]
     """The tools the request offered: each with `name` and `parameters` (a JSON schema)."""
     rng: random.Random
-    dialect: Dialect
+    dialect: Generation
     """The stream's, which makes a new call's id."""
 
     @property
@@ -378,7 +378,7 @@ def _finished(reason: str) -> Callable[[list[Event]], bool]:
 
 def rewrite(
     plan: Plan,
-    dialect: Dialect,
+    dialect: Generation,
     make: Callable[[Stream], Misbehaviour],
     *,
     at: Position | None = None,
@@ -432,7 +432,7 @@ def rewrite(
     return change.what
 
 
-def _kept(dialect: Dialect, sent: list[ServerSentEvent], events: list[Event], sources: list[int], same: int) -> int:
+def _kept(dialect: Generation, sent: list[ServerSentEvent], events: list[Event], sources: list[int], same: int) -> int:
     """How many of the recorded SSE events stay as they were, when the first `same` neutral events do.
 
     Where the dialect frames the recording's events into as many SSE events of the same names as the

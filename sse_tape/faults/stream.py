@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..cassette import End, Request
-from ..dialects import Dialect
+from ..dialects import Protocol
 from ..plan import Beats, Plan, Write, blocks_of, event_ends, whole_blocks
 from ..position import Position, PositionUnit
 from ..sse import ServerSentEvent
@@ -55,7 +55,7 @@ class Run:
     `start` opens a stream in which an error comes before any event (a live model's, which has none yet).
     """
 
-    dialect: Dialect
+    dialect: Protocol
     rng: random.Random
     head: Plan
     """The response's status, headers and what is sent beside the body (heartbeats, noise, unframed bytes)."""
@@ -196,7 +196,7 @@ class FaultedStream:
         faults: Sequence[Fault],
         *,
         head: Plan,
-        dialect: Dialect,
+        dialect: Protocol,
         rng: random.Random,
         request: Request | None = None,
         start: object | None = None,
@@ -273,7 +273,7 @@ class FaultedStream:
 
 
 def apply(
-    faults: Sequence[Fault], plan: Plan, *, dialect: Dialect, rng: random.Random, request: Request | None = None
+    faults: Sequence[Fault], plan: Plan, *, dialect: Protocol, rng: random.Random, request: Request | None = None
 ) -> list[tuple[Fault, str]]:
     """Run the faults over a plan known whole in advance (a replay's), as they run over a live stream:
     the plan becomes what they make of it. Returns each fault applied with what it did.

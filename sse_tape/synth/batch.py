@@ -18,7 +18,8 @@ from datetime import UTC, datetime
 from .. import _json
 from .._exceptions import ModelError
 from ..cassette import Chunk, End, Interaction, Request, Response
-from ..dialects import Dialect, Prompt
+from ..dialects import Generation as Dialect
+from ..dialects import Prompt
 from .engine import Engine
 from .models import Progress, model_file
 from .pipeline import Load, Settings, Stats, Synthesis
@@ -76,8 +77,7 @@ def prompt_body(dialect: Dialect, model: str, text: str, *, max_tokens: int | No
 
     An API whose requests must say how many tokens they allow (Anthropic's) is told `max_tokens`, when given.
     """
-    as_text = dialect.name == "openai-completions"
-    prompt = Prompt(model=model, messages=[{"role": "user", "content": text}], text=text if as_text else None)
+    prompt = Prompt(model=model, messages=[{"role": "user", "content": text}])
     body = dialect.request_body(prompt)
     if max_tokens is not None and "max_tokens" in body:
         body = dialect.request_body(replace(prompt, max_tokens=max_tokens))

@@ -25,7 +25,8 @@ from typing import Any
 from .. import _json
 from .._exceptions import ModelError
 from ..cassette import Headers
-from ..dialects import Dialect, Prompt
+from ..dialects import Generation as Dialect
+from ..dialects import Prompt
 from ..dialects.events import (
     Error,
     Event,
@@ -46,15 +47,6 @@ __all__ = ["Load", "Settings", "Stats", "Synthesis"]
 
 Sink = Callable[[float, bytes], None]
 """Gets each piece of the answer's body with its time, in seconds since the request came."""
-
-_ID_PREFIX = {
-    "openai-chat": "chatcmpl-",
-    "openai-completions": "cmpl-",
-    "openai-responses": "resp_",
-    "anthropic-messages": "msg_",
-}
-# Where each dialect's request carries its turns, for the error a request without any gets.
-_TURNS = {"openai-responses": "input", "lmstudio-chat": "input", "gemini": "contents"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +159,7 @@ class Synthesis:
             call_id=partial(dialect.new_call_id, secrets.SystemRandom()),
         )
         self.start = Start(
-            id=_ID_PREFIX.get(dialect.name, "") + secrets.token_hex(12),
+            id=dialect.id_prefix + secrets.token_hex(12),
             model=prompt.model or engine.name,
             created=int(time.time()),
         )
@@ -190,7 +182,7 @@ class Synthesis:
         if prompt.text is not None:
             return self.engine.tokenize(prompt.text, special=True), []
         if not prompt.messages:
-            raise ModelError(f"the request has no {_TURNS.get(self.dialect.name, 'messages')}", status=400)
+            raise ModelError(f"the request has no {self.dialect.turns}", status=400)
         tools = prompt.tools if prompt.tool_choice != "none" else []
         return self.engine.chat_prompt(prompt.messages, tools)
 

@@ -1,6 +1,5 @@
 """How `openai-responses` encodes and decodes neutral events: its encoder, its stream's and its answer's
-decoding, and its answer. The dialect imports this where it encodes or decodes, so that replaying its
-recordings defines no neutral event.
+decoding, and its answer.
 """
 
 from __future__ import annotations
@@ -9,12 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..sse import ServerSentEvent
-from ._openai import seconds
-from ._openai_codec import ServerCalls, token_entries, tokens_from
-from .base import DONE, Dialect, json_objects, named_frame
-from .encoder import Encoder
-from .events import (
+from ...sse import ServerSentEvent
+from ..encoder import Encoder
+from ..events import (
     Error,
     Event,
     Finish,
@@ -27,7 +23,9 @@ from .events import (
     ToolCallStart,
     Usage,
 )
-from .openai_responses import OpenAIResponses
+from ..generation import Generation, ServerCalls
+from ..openai_common import DONE, seconds, token_entries, tokens_from
+from ..protocol import json_objects, named_frame
 
 __all__ = ["ResponsesEncoder", "decode_indexed", "decode_json", "response_json"]
 
@@ -54,7 +52,10 @@ class _Item:
 
 
 class ResponsesEncoder(Encoder):
-    def __init__(self, dialect: Dialect, answer: Any = None) -> None:
+    """openai-responses' encoder: output items opened and closed as they come, numbered events, and the whole
+    response in the last."""
+
+    def __init__(self, dialect: Generation, answer: Any = None) -> None:
         super().__init__(dialect)
         # A recorded Response this stream retells: its item ids, its items whole, and itself at the end.
         self.answer: dict[str, Any] | None = answer if isinstance(answer, dict) else None
@@ -341,7 +342,7 @@ def decode_indexed(events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]
     return out
 
 
-def response_json(dialect: OpenAIResponses, events: Sequence[Event]) -> dict[str, Any]:
+def response_json(dialect: Generation, events: Sequence[Event]) -> dict[str, Any]:
     """`OpenAIResponses.response_json`."""
     encoder = ResponsesEncoder(dialect)
     for event in events:

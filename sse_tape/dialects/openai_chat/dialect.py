@@ -1,41 +1,51 @@
-"""`openai-chat`: POST /v1/chat/completions with `"stream": true`.
-
-As OpenAI, llama.cpp's and llama-cpp-python's servers and hosted routers
-stream it: unnamed events of `chat.completion.chunk` JSON; a role frame
-first; content, reasoning (`reasoning_content`), refusal and tool-call
-deltas; a chunk with `finish_reason`; a usage chunk when
-`stream_options.include_usage` is set; then `data: [DONE]`. A mid-stream
-error is an `event: error` carrying `{"error": {...}}`, then `[DONE]`.
-Without `"stream": true` the answer is one `chat.completion` object.
-"""
+"""`OpenAIChat`, the `openai-chat` dialect: its protocol and generation contracts, and the rules `check` applies."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..cassette import Headers, Request
-from ..sse import ServerSentEvent, encode_comment
-from ._openai import ChunkFraming, answer_choices, as_recorded, has_usage, is_openai_terminal, wants_usage
-from .base import Checker, Dialect, Prompt, Violation, chat_messages, sampled, sampling, whole
-
-if TYPE_CHECKING:  # the neutral events, and how this API frames them, are imported where it encodes or decodes
-    from .encoder import Encoder
-    from .events import Event, Start
+from ...cassette import Headers, Interaction, Request
+from ...sse import ServerSentEvent, encode_comment
+from ..encoder import Encoder
+from ..events import Event, Start
+from ..generation import Prompt, chat_messages, sampled, sampling, whole
+from ..openai_common import (
+    ChunkFraming,
+    OpenAIFamily,
+    answer_choices,
+    as_recorded,
+    has_usage,
+    is_openai_terminal,
+    usage_from,
+    wants_usage,
+)
+from ..protocol import Checker, Violation, opening
+from .codec import ChatEncoder, decode_indexed, decode_json, response_json
 
 __all__ = ["OpenAIChat"]
 
 FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter")
 
 
-class OpenAIChat(Dialect):
+class OpenAIChat(OpenAIFamily):
     """OpenAI chat completions streaming."""
 
     name = "openai-chat"
     answer = "a chat.completion object with one choice and its message"
     path = "/v1/chat/completions"
+    id_prefix = "chatcmpl-"
     # The hosted router in the seeds: ": heartbeat" after 15 s without a chunk.
     heartbeat = (15.0, encode_comment("heartbeat"))
+
+    def serves_path(self, path: str) -> bool:
+        """A path that ends with `/chat/completions`, with or without the `/v1` before it."""
+        return path.rstrip("/").endswith("/chat/completions")
+
+    def recognises(self, interaction: Interaction) -> bool:
+        return any(
+            isinstance(obj, dict) and obj.get("object") == "chat.completion.chunk" for _, obj in opening(interaction)
+        )
 
     def is_terminal(self, event: ServerSentEvent) -> bool:
         return is_openai_terminal(event)
@@ -45,13 +55,9 @@ class OpenAIChat(Dialect):
         return (*headers, ("x-request-id", start.id)) if start.id else headers
 
     def encoder(self, answer: Any = None) -> Encoder:
-        from .openai_chat_codec import ChatEncoder
-
         return ChatEncoder(self)  # the events carry all a chunk does
 
     def decode_indexed(self, events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]:
-        from .openai_chat_codec import decode_indexed
-
         return decode_indexed(events)
 
     def reports_usage(self, body: Any) -> bool:
@@ -61,16 +67,12 @@ class OpenAIChat(Dialect):
         return has_usage(event)
 
     def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
-        from .openai_chat_codec import response_json
-
         return response_json(events)
 
     def stream_json(self, events: Sequence[ServerSentEvent]) -> dict[str, Any]:
         return as_recorded(super().stream_json(events), events, ("content", "refusal"))
 
     def decode_json(self, body: Any) -> list[Event]:
-        from .openai_chat_codec import decode_json
-
         return decode_json(body)
 
     def check_answer(self, obj: Any, request: Request | None = None) -> list[Violation]:
@@ -89,8 +91,6 @@ class OpenAIChat(Dialect):
         return found
 
     def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
-        from ._openai_codec import usage_from
-
         c = Checker()
         framing = ChunkFraming(c, "chat.completion.chunk")
         role_seen = early_content_reported = usage_seen = False
@@ -138,7 +138,7 @@ class OpenAIChat(Dialect):
                     c.add(i, "finish_reason is 'tool_calls' but no tool call was streamed")
                 if reason == "stop" and calls:
                     c.add(i, "tool calls were streamed but finish_reason is 'stop'")
-        c.violations += self._check_calls(events, request)
+        c.violations += self.check_calls(events, request)
         framing.close(finished_at)
         if request is not None and wants_usage(request.json()) and not usage_seen and framing.error_at is None:
             c.add(None, "stream_options.include_usage was set but no chunk carries usage")

@@ -1,18 +1,17 @@
 """How `lmstudio-chat` encodes and decodes neutral events: its encoder, its stream's and its answer's
-decoding, and its answer. The dialect imports this where it encodes or decodes, so that replaying its
-recordings defines no neutral event.
+decoding, and its answer.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
-from .. import _json
-from ..sse import ServerSentEvent
-from .base import Dialect, json_objects, named_frame
-from .encoder import Encoder
-from .events import (
+from ... import _json
+from ...sse import ServerSentEvent
+from ..encoder import Encoder
+from ..events import (
     Error,
     Event,
     Finish,
@@ -31,13 +30,24 @@ from .events import (
     ToolCallStart,
     Usage,
 )
-from .lmstudio_chat import _BLOCK, LMStudioChat, arguments_text
+from ..generation import Generation
+from ..protocol import json_objects, named_frame
 
-__all__ = ["LMStudioEncoder", "decode_indexed", "decode_json", "response_json"]
+__all__ = ["BLOCKS", "LMStudioEncoder", "arguments_text", "decode_indexed", "decode_json", "response_json"]
+
+BLOCKS = {"reasoning": ("reasoning.start", "reasoning.end"), "message": ("message.start", "message.end")}
+"""The blocks of a response (reasoning, the message), each with the events that open and close it."""
+
+
+def arguments_text(arguments: Any) -> str:
+    """A tool call's arguments object as the JSON text the neutral events carry."""
+    return json.dumps(arguments, ensure_ascii=False)
 
 
 class LMStudioEncoder(Encoder):
-    def __init__(self, dialect: Dialect, answer: Any = None) -> None:
+    """lmstudio-chat's encoder: named events in blocks, tool calls the server ran, and `chat.end` with the result."""
+
+    def __init__(self, dialect: Generation, answer: Any = None) -> None:
         super().__init__(dialect)
         self.answer: dict[str, Any] | None = answer if isinstance(answer, dict) else None
         """A recorded result this stream retells: `chat.end` carries it as it was."""
@@ -57,7 +67,7 @@ class LMStudioEncoder(Encoder):
         self.block = None
         for _, _, obj in json_objects(sent):
             phase, _, step = str(obj.get("type")).partition(".")
-            if phase in _BLOCK and step in ("start", "end"):
+            if phase in BLOCKS and step in ("start", "end"):
                 self.block = phase if step == "start" else None
 
     def emit(self, obj: dict[str, Any]) -> None:
@@ -67,9 +77,9 @@ class LMStudioEncoder(Encoder):
         if self.block == kind:
             return
         if self.block is not None:
-            self.emit({"type": _BLOCK[self.block][1]})
+            self.emit({"type": BLOCKS[self.block][1]})
         if kind is not None:
-            self.emit({"type": _BLOCK[kind][0]})
+            self.emit({"type": BLOCKS[kind][0]})
             self.output.append({"type": kind, "content": ""})
         self.block = kind
 
@@ -230,7 +240,7 @@ def decode_indexed(events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]
     return out
 
 
-def response_json(dialect: LMStudioChat, events: Sequence[Event]) -> dict[str, Any]:
+def response_json(dialect: Generation, events: Sequence[Event]) -> dict[str, Any]:
     """`LMStudioChat.response_json`."""
     encoder = LMStudioEncoder(dialect)
     for event in events:

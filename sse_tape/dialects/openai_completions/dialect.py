@@ -1,51 +1,54 @@
-"""`openai-completions`: POST /v1/completions with `"stream": true`.
-
-Unnamed `text_completion` chunks whose `choices[0].text` carries the new
-text, with per-token `logprobs` (`tokens`, `text_offset`, `token_logprobs`,
-`top_logprobs`) when asked for; a final chunk with `finish_reason`; a usage
-chunk when `stream_options.include_usage` is set; `data: [DONE]`. Errors are
-framed as in openai-chat. Reasoning, refusals and tool calls have no place
-here and are dropped. Without `"stream": true` the answer is one
-`text_completion` object.
-"""
+"""`OpenAICompletions`, the `openai-completions` dialect: its protocol and generation contracts, and the rules `check` applies."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..cassette import Request
-from ..sse import ServerSentEvent
-from ._openai import ChunkFraming, answer_choices, as_recorded, has_usage, is_openai_terminal, wants_usage
-from .base import Checker, Dialect, Prompt, Violation, messages_text, sampled, sampling, whole
-
-if TYPE_CHECKING:  # the neutral events, and how this API frames them, are imported where it encodes or decodes
-    from .encoder import Encoder
-    from .events import Event
+from ...cassette import Interaction, Request
+from ...sse import ServerSentEvent
+from ..encoder import Encoder
+from ..events import Event
+from ..generation import Prompt, messages_text, sampled, sampling, whole
+from ..openai_common import (
+    ChunkFraming,
+    OpenAIFamily,
+    answer_choices,
+    as_recorded,
+    has_usage,
+    is_openai_terminal,
+    wants_usage,
+)
+from ..protocol import Checker, Violation, opening
+from .codec import FINISH_REASONS, CompletionsEncoder, decode_indexed, decode_json, response_json
 
 __all__ = ["OpenAICompletions"]
 
-FINISH_REASONS = ("stop", "length", "content_filter")
 
-
-class OpenAICompletions(Dialect):
+class OpenAICompletions(OpenAIFamily):
     """OpenAI (legacy) completions streaming."""
 
     name = "openai-completions"
     answer = "a text_completion object with one choice and its text"
     path = "/v1/completions"
+    id_prefix = "cmpl-"
+    turns = "prompt"
+
+    def serves_path(self, path: str) -> bool:
+        """A path that ends with `/completions`, but for the chat API's `/chat/completions`."""
+        path = path.rstrip("/")
+        return path.endswith("/completions") and not path.endswith("/chat/completions")
+
+    def recognises(self, interaction: Interaction) -> bool:
+        return any(isinstance(obj, dict) and obj.get("object") == "text_completion" for _, obj in opening(interaction))
 
     def is_terminal(self, event: ServerSentEvent) -> bool:
         return is_openai_terminal(event)
 
     def encoder(self, answer: Any = None) -> Encoder:
-        from .openai_completions_codec import CompletionsEncoder
-
         return CompletionsEncoder(self)  # the events carry all a chunk does
 
     def decode_indexed(self, events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]:
-        from .openai_completions_codec import decode_indexed
-
         return decode_indexed(events)
 
     def reports_usage(self, body: Any) -> bool:
@@ -55,8 +58,6 @@ class OpenAICompletions(Dialect):
         return has_usage(event)
 
     def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
-        from .openai_completions_codec import response_json
-
         return response_json(events)
 
     def stream_json(self, events: Sequence[ServerSentEvent]) -> dict[str, Any]:
@@ -65,8 +66,6 @@ class OpenAICompletions(Dialect):
         )
 
     def decode_json(self, body: Any) -> list[Event]:
-        from .openai_completions_codec import decode_json
-
         return decode_json(body)
 
     def check_answer(self, obj: Any, request: Request | None = None) -> list[Violation]:

@@ -1,6 +1,5 @@
 """How `anthropic-messages` encodes and decodes neutral events: its encoder, its stream's and its answer's
-decoding, and its answer. The dialect imports this where it encodes or decodes, so that replaying its
-recordings defines no neutral event.
+decoding, and its answer.
 """
 
 from __future__ import annotations
@@ -8,18 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .. import _json
-from ..sse import ServerSentEvent, SSEDecoder
-from .anthropic_messages import (
-    _ERROR_TYPES,
-    _FINISHES,
-    AnthropicMessages,
-    _error_json,
-    _message,
-)
-from .base import Dialect, json_objects, named_frame, whole
-from .encoder import Encoder
-from .events import (
+from ... import _json
+from ...sse import ServerSentEvent, SSEDecoder
+from ..encoder import Encoder
+from ..events import (
     Error,
     Event,
     Finish,
@@ -33,8 +24,93 @@ from .events import (
     ToolCallStart,
     Usage,
 )
+from ..generation import Generation, whole
+from ..protocol import json_objects, named_frame
 
-__all__ = ["MessagesEncoder", "decode_indexed", "decode_json", "response_json"]
+__all__ = [
+    "ERROR_TYPES",
+    "FINISHES",
+    "MessagesEncoder",
+    "decode_indexed",
+    "decode_json",
+    "error_json",
+    "message_of",
+    "response_json",
+]
+
+FINISHES = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+}
+"""The API's stop reasons, each as a neutral finish reason."""
+
+ERROR_TYPES = (
+    "invalid_request_error",
+    "authentication_error",
+    "billing_error",
+    "permission_error",
+    "not_found_error",
+    "request_too_large",
+    "rate_limit_error",
+    "api_error",
+    "timeout_error",
+    "overloaded_error",
+)
+"""The error types the API sends, in an error body or an `error` event."""
+
+
+def error_json(message: str, kind: str, code: str | None) -> dict[str, Any]:
+    """The API's error object, in an error body or an `error` event."""
+    # `details` is there only to hold a code: the SDK reads `details.error_code`, and the API's errors
+    # without one are `{"type", "message"}` alone.
+    details = {"details": {"error_code": code}} if code is not None else {}
+    return {"type": "error", "error": {**details, "type": kind, "message": message}}
+
+
+def message_of(events: Sequence[ServerSentEvent]) -> dict[str, Any] | None:
+    """The Message a stream builds, as the SDK accumulates it; None if it never starts one."""
+    message: dict[str, Any] | None = None
+    blocks: dict[int, dict[str, Any]] = {}
+    inputs: dict[int, str] = {}
+    for _, _, obj in json_objects(events):
+        kind, index = obj.get("type"), whole(obj.get("index"))
+        delta: dict[str, Any] = obj["delta"] if isinstance(obj.get("delta"), dict) else {}
+        if kind == "message_start" and isinstance(obj.get("message"), dict):
+            message = dict(obj["message"])
+        elif message is None:
+            continue
+        elif kind == "content_block_start" and isinstance(index, int) and isinstance(obj.get("content_block"), dict):
+            blocks[index] = dict(obj["content_block"])
+        elif kind == "content_block_delta" and index in blocks:
+            block, step = blocks[index], delta.get("type")
+            if step == "text_delta":
+                block["text"] = str(block.get("text", "")) + str(delta.get("text", ""))
+            elif step == "thinking_delta":
+                block["thinking"] = str(block.get("thinking", "")) + str(delta.get("thinking", ""))
+            elif step == "signature_delta":
+                block["signature"] = delta.get("signature", "")
+            elif step == "input_json_delta":
+                inputs[index] = inputs.get(index, "") + str(delta.get("partial_json", ""))
+        elif kind == "message_delta":
+            message |= {k: v for k, v in delta.items() if k in ("stop_reason", "stop_sequence", "stop_details")}
+            usage = obj.get("usage")
+            if isinstance(usage, dict):
+                recorded = message.get("usage")
+                message["usage"] = {**(recorded if isinstance(recorded, dict) else {}), **usage}
+    if message is None:
+        return None
+    for index, text in inputs.items():
+        try:
+            blocks[index]["input"] = _json.parse(text, max_depth=None) if text else {}
+        except ValueError:
+            blocks[index]["input"] = {}  # arguments cut short: the SDK raises, an answer holds none
+    return {**message, "content": [blocks[k] for k in sorted(blocks)]}
+
 
 # The neutral finish reasons in the API's words.
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "content_filter": "refusal"}
@@ -45,7 +121,7 @@ _PING = b'event: ping\ndata: {"type": "ping"}\n\n'
 
 def _wire_type(kind: str) -> str:
     """A neutral error type in the API's words: OpenAI's `server_error` (and any it does not know) is `api_error`."""
-    return kind if kind in _ERROR_TYPES else "api_error"
+    return kind if kind in ERROR_TYPES else "api_error"
 
 
 def _neutral_type(kind: str) -> str:
@@ -53,7 +129,10 @@ def _neutral_type(kind: str) -> str:
 
 
 class MessagesEncoder(Encoder):
-    def __init__(self, dialect: Dialect, answer: Any = None) -> None:
+    """anthropic-messages' encoder: blocks opened and closed one at a time, a ping after the first, and the stop
+    with the usage in `message_delta`."""
+
+    def __init__(self, dialect: Generation, answer: Any = None) -> None:
         super().__init__(dialect)
         # A recorded Message this stream retells: its envelope, usage and stop as they were.
         self.answer: dict[str, Any] | None = answer if isinstance(answer, dict) else None
@@ -127,7 +206,7 @@ class MessagesEncoder(Encoder):
             self.stop(self.finish or Finish(), event)
         elif isinstance(event, Error):
             # Nothing closes: the error ends the stream where it stands.
-            self.emit(_error_json(event.message, _wire_type(event.type), event.code))
+            self.emit(error_json(event.message, _wire_type(event.type), event.code))
         # Progress has no words here.
 
     def _end(self) -> None:
@@ -301,7 +380,7 @@ def decode_indexed(events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]
             details = delta.get("stop_details")
             if isinstance(details, dict) and details.get("explanation"):
                 out.append((i, RefusalDelta(str(details["explanation"]))))
-            out.append((i, Finish(_FINISHES.get(str(delta.get("stop_reason")), "stop"))))
+            out.append((i, Finish(FINISHES.get(str(delta.get("stop_reason")), "stop"))))
             usage = obj.get("usage")
             if isinstance(usage, dict) and whole(usage.get("output_tokens")) is not None:
                 out.append((i, _usage_from(usage, started)))
@@ -310,11 +389,11 @@ def decode_indexed(events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]
     return out
 
 
-def response_json(dialect: AnthropicMessages, events: Sequence[Event]) -> dict[str, Any]:
+def response_json(dialect: Generation, events: Sequence[Event]) -> dict[str, Any]:
     """`AnthropicMessages.response_json`."""
-    answered = [e for e in events if not isinstance(e, Error)]  # an error has no answer (see Dialect)
+    answered = [e for e in events if not isinstance(e, Error)]  # an error has no answer (see Generation)
     started = answered if any(isinstance(e, Start) for e in answered) else [Start(), *answered]
-    built = _message(SSEDecoder().feed(b"".join(dialect.encode(started))))
+    built = message_of(SSEDecoder().feed(b"".join(dialect.encode(started))))
     assert built is not None  # the encoder starts the message with the Start
     return built
 
@@ -340,7 +419,7 @@ def decode_json(body: Any) -> list[Event]:
     details = body.get("stop_details")
     if isinstance(details, dict) and details.get("explanation"):
         events.append(RefusalDelta(str(details["explanation"])))
-    events.append(Finish(_FINISHES.get(str(body.get("stop_reason")), "tool_calls" if calls else "stop")))
+    events.append(Finish(FINISHES.get(str(body.get("stop_reason")), "tool_calls" if calls else "stop")))
     usage = body.get("usage")
     if isinstance(usage, dict) and whole(usage.get("output_tokens")) is not None:
         events.append(_usage_from(usage, {}))

@@ -1,20 +1,4 @@
-"""`gemini`: POST …/models/{model}:streamGenerateContent?alt=sse, and :generateContent without a stream.
-
-As Google's Gemini API streams it (written from its API reference and the
-parser of the official google-genai SDK; no network reaches Google here):
-unnamed events, `data: ` and a whole `GenerateContentResponse` as JSON, CRLF
-line ends, and no terminal frame. Each chunk holds one candidate whose
-`content.parts` carry the chunk's text, its thought summaries (`"thought":
-true`, sent when the request sets `thinkingConfig.includeThoughts`) and
-function calls, each whole (`functionCall` with a `name` and its `args` as an
-object, never in pieces); the last has the `finishReason`. `usageMetadata`
-(running counts, final on the last chunk), `modelVersion` and `responseId`
-come with the chunks. The model is named in the path, and the path chooses
-the stream: `:generateContent` answers with one `GenerateContentResponse`.
-An error, before the stream or in it, is `{"error": {"code", "message",
-"status"}}` (429 `RESOURCE_EXHAUSTED`, 503 `UNAVAILABLE`); in a stream it is
-the last event.
-"""
+"""`Gemini`, the `gemini` dialect: its protocol and generation contracts, and the rules `check` applies."""
 
 from __future__ import annotations
 
@@ -24,21 +8,34 @@ import random
 import re
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .. import _json
-from ..cassette import Headers, Request
-from ..sse import ServerSentEvent
-from . import GEMINI_PATH as PATH
-from .base import Checker, Dialect, Prompt, Violation, json_objects, whole
+from ... import _json
+from ...cassette import Headers, Interaction, Request
+from ...sse import ServerSentEvent
+from ..encoder import Encoder
+from ..events import Error, Event, Start
+from ..generation import Generation, Prompt, whole
+from ..protocol import Checker, Violation, json_objects, opening
+from .codec import (
+    ERROR_INFO,
+    STATUS_HTTP,
+    GeminiEncoder,
+    as_object,
+    blocked,
+    candidate_of,
+    decode_indexed,
+    decode_json,
+    response_json,
+    status_and_reason,
+)
 
-if TYPE_CHECKING:  # the neutral events, and how this API frames them, are imported where it encodes or decodes
-    from .encoder import Encoder
-    from .events import Error, Event, Start
-
-__all__ = ["PATH", "Gemini", "status_and_reason"]
+__all__ = ["PATH", "Gemini"]
 
 _STREAM = ":streamGenerateContent"
+
+PATH = re.compile(r"/(?:models|tunedModels)/(?P<model>.+):(?P<method>streamGenerateContent|generateContent)$")
+"""A path Gemini answers: the model after `/models/` (or `/tunedModels/`), then the method."""
 
 # The `finishReason`s of the API reference (google-genai 3.4's `FinishReason`).
 _FINISH_REASONS = frozenset(
@@ -50,48 +47,15 @@ _FINISH_REASONS = frozenset(
     }
 )  # fmt: skip
 
-# google.rpc.Code names, with the HTTP status each is sent with.
-_STATUS_HTTP = {
-    "CANCELLED": 499, "UNKNOWN": 500, "INVALID_ARGUMENT": 400, "DEADLINE_EXCEEDED": 504, "NOT_FOUND": 404,
-    "ALREADY_EXISTS": 409, "PERMISSION_DENIED": 403, "UNAUTHENTICATED": 401, "RESOURCE_EXHAUSTED": 429,
-    "FAILED_PRECONDITION": 400, "ABORTED": 409, "OUT_OF_RANGE": 400, "UNIMPLEMENTED": 501, "INTERNAL": 500,
-    "UNAVAILABLE": 503, "DATA_LOSS": 500,
-}  # fmt: skip
 _HTTP_STATUS = {
     400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 409: "ABORTED",
     429: "RESOURCE_EXHAUSTED", 499: "CANCELLED", 500: "INTERNAL", 501: "UNIMPLEMENTED", 503: "UNAVAILABLE",
     504: "DEADLINE_EXCEEDED",
 }  # fmt: skip
-# The other APIs' error types, as Google's status.
-_TYPE_STATUS = {
-    "invalid_request_error": "INVALID_ARGUMENT",
-    "authentication_error": "UNAUTHENTICATED",
-    "permission_error": "PERMISSION_DENIED",
-    "not_found_error": "NOT_FOUND",
-    "rate_limit_error": "RESOURCE_EXHAUSTED",
-    "server_error": "INTERNAL",
-    "api_error": "INTERNAL",
-    "overloaded_error": "UNAVAILABLE",
-    "timeout_error": "DEADLINE_EXCEEDED",
-}
-_ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 # What a part carries; a part with none of these carries nothing.
 _PART_DATA = (
     "text", "functionCall", "functionResponse", "inlineData", "fileData", "executableCode", "codeExecutionResult",
 )  # fmt: skip
-
-
-def status_and_reason(type: str, code: str | None = None) -> tuple[str, str | None]:
-    """How Google's error object names an error of this neutral `type` and `code`: its `status`, and the ErrorInfo
-    `reason` beside it, if any.
-
-    A `code` that is a google.rpc.Code (`UNAVAILABLE`) is the status; another (`API_KEY_INVALID`) is the reason,
-    and the status is then the type's (`INTERNAL` for a type Google has no word for). The encoder writes errors
-    by this, and `Gemini.error_status` and `Gemini.error_name` say what it wrote.
-    """
-    if code is not None and code in _STATUS_HTTP:
-        return code, None
-    return _TYPE_STATUS.get(type, "INTERNAL"), code or None
 
 
 def _get(obj: Any, name: str) -> Any:
@@ -103,46 +67,48 @@ def _get(obj: Any, name: str) -> Any:
     return obj.get(re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower())
 
 
-def _object(text: str) -> dict[str, Any] | None:
-    """JSON text as the object Gemini carries function arguments in ({} for none); None if it is no object."""
-    if not text.strip():
-        return {}
-    try:
-        value = _json.parse(text, max_depth=None)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _candidate(obj: dict[str, Any]) -> dict[str, Any] | None:
-    """The first candidate (another one, with `candidateCount` > 1, is another answer: not this one)."""
-    candidates = obj.get("candidates")
-    if not isinstance(candidates, list):
-        return None
-    first = [c for c in candidates if isinstance(c, dict) and c.get("index", 0) == 0]
-    return first[0] if first else None
-
-
-def _blocked(obj: dict[str, Any]) -> bool:
-    """A prompt the API refused to answer: no candidates, and `promptFeedback.blockReason`."""
-    feedback = obj.get("promptFeedback")
-    return "candidates" not in obj and isinstance(feedback, dict) and bool(feedback.get("blockReason"))
-
-
-class Gemini(Dialect):
+class Gemini(Generation):
     """Google's Gemini API, streaming with `alt=sse`."""
 
     name = "gemini"
     answer = "a GenerateContentResponse with candidates"
     path = "/v1beta/models/{model}:streamGenerateContent"
     query = "alt=sse"
+    turns = "contents"
+
+    def serves_path(self, path: str) -> bool:
+        """A path that names the model and the method: `…/models/{model}:streamGenerateContent` (`PATH`)."""
+        return PATH.search(path.rstrip("/")) is not None
+
+    def recognises(self, interaction: Interaction) -> bool:
+        return any(
+            isinstance(obj, dict) and ("candidates" in obj or "promptFeedback" in obj)
+            for _, obj in opening(interaction)
+        )
+
+    def last_turn(self, body: Any) -> tuple[str, str] | None:
+        """The last of the request's `contents`: its text parts, else a function's response, else the calls it
+        made."""
+        contents = _get(body, "contents")
+        if not isinstance(contents, list) or not contents or not isinstance(contents[-1], dict):
+            return None
+        content = contents[-1]
+        parts = [p for p in content.get("parts") or [] if isinstance(p, dict)]
+        text = "".join(str(p["text"]) for p in parts if isinstance(p.get("text"), str) and not p.get("thought"))
+        if not text:
+            answers = [p["functionResponse"] for p in parts if isinstance(p.get("functionResponse"), dict)]
+            text = " ".join(_json.dumps(a.get("response"), compact=False) for a in answers)
+        if not text:
+            calls = [p["functionCall"] for p in parts if isinstance(p.get("functionCall"), dict)]
+            text = f"calls {', '.join(str(c.get('name')) for c in calls)}" if calls else ""
+        return str(content.get("role") or "user"), text
 
     def is_terminal(self, event: ServerSentEvent) -> bool:
         objects = [obj for _, _, obj in json_objects([event])]
         if not objects:
             return False
-        candidate = _candidate(objects[0])
-        return "error" in objects[0] or _blocked(objects[0]) or bool(candidate and candidate.get("finishReason"))
+        candidate = candidate_of(objects[0])
+        return "error" in objects[0] or blocked(objects[0]) or bool(candidate and candidate.get("finishReason"))
 
     def response_headers(self, start: Start) -> Headers:
         return (
@@ -156,13 +122,9 @@ class Gemini(Dialect):
         return ""
 
     def encoder(self, answer: Any = None) -> Encoder:
-        from .gemini_codec import GeminiEncoder
-
         return GeminiEncoder(self)  # the events carry all a chunk does, but thought signatures
 
     def decode_indexed(self, events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]:
-        from .gemini_codec import decode_indexed
-
         return decode_indexed(events)
 
     def wants_stream(self, body: Any, path: str = "") -> bool:
@@ -173,7 +135,7 @@ class Gemini(Dialect):
 
     def error_status(self, type: str, code: str | None = None) -> int:
         """The status of the google.rpc.Code `code` names, else of the type's (`overloaded_error`: 503)."""
-        return _STATUS_HTTP[status_and_reason(type, code)[0]]
+        return STATUS_HTTP[status_and_reason(type, code)[0]]
 
     def error_name(self, error: Error) -> str:
         """Google's `status` (`UNAVAILABLE`), and the ErrorInfo `reason` when there is one (`API_KEY_INVALID`),
@@ -187,7 +149,7 @@ class Gemini(Dialect):
         """Google's error, pretty-printed as the API sends it; `code` is an ErrorInfo reason (`no_match`)."""
         inner: dict[str, Any] = {"code": status, "message": message, "status": _HTTP_STATUS.get(status, "UNKNOWN")}
         if code:
-            inner["details"] = [{"@type": _ERROR_INFO, "reason": code, "domain": "sse-tape"}]
+            inner["details"] = [{"@type": ERROR_INFO, "reason": code, "domain": "sse-tape"}]
         try:
             body = (json.dumps({"error": inner}, indent=2, ensure_ascii=False) + "\n").encode()
         except UnicodeEncodeError:  # a lone surrogate: escaped, as valid JSON can carry it
@@ -195,13 +157,9 @@ class Gemini(Dialect):
         return status, (("content-type", "application/json; charset=UTF-8"),), body
 
     def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
-        from .gemini_codec import response_json
-
         return response_json(events)
 
     def decode_json(self, body: Any) -> list[Event]:
-        from .gemini_codec import decode_json
-
         return decode_json(body)
 
     def check_answer(self, obj: Any, request: Request | None = None) -> list[Violation]:
@@ -237,7 +195,7 @@ class Gemini(Dialect):
                 if key in obj and same.setdefault(key, obj[key]) != obj[key]:
                     c.add(i, f"{key} changes from {same[key]!r} to {obj[key]!r}")
             _check_usage(c, i, obj.get("usageMetadata"), counts)
-            if _blocked(obj):
+            if blocked(obj):
                 finished_at = i
                 continue
             candidates = obj.get("candidates")
@@ -245,7 +203,7 @@ class Gemini(Dialect):
                 c.add(i, "chunk has no candidates")
                 continue
             for candidate in candidates:
-                reason = _check_candidate(c, i, candidate)
+                reason = _checkcandidate_of(c, i, candidate)
                 if reason is None:
                     continue
                 if finished_at is not None and finished_at != i:
@@ -253,7 +211,7 @@ class Gemini(Dialect):
                 finished_at = i
         if finished_at is None and error_at is None:
             c.add(None, "no chunk with a finishReason")
-        return c.violations + self._check_calls(events, request)
+        return c.violations + self.check_calls(events, request)
 
     def prompt(self, body: Any) -> Prompt:
         body = body if isinstance(body, dict) else {}
@@ -343,7 +301,7 @@ def _check_error(c: Checker, i: int, error: Any) -> None:
     ]
     if missing:
         c.add(i, f"error chunk without {', '.join(missing)}")
-    elif error["status"] not in _STATUS_HTTP:
+    elif error["status"] not in STATUS_HTTP:
         c.add(i, f"error.status {error['status']!r} is not a google.rpc.Code")
 
 
@@ -367,7 +325,7 @@ def _check_usage(c: Checker, i: int, usage: Any, counts: dict[str, int]) -> None
         counts[name] = count
 
 
-def _check_candidate(c: Checker, i: int, candidate: Any) -> str | None:
+def _checkcandidate_of(c: Checker, i: int, candidate: Any) -> str | None:
     """Notes what is wrong with one candidate; returns its finish reason, if it has one."""
     if not isinstance(candidate, dict):
         c.add(i, "candidate is not an object")
@@ -489,7 +447,7 @@ def _contents(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         content = message.get("content") or ""
         if message["role"] == "tool":
             call_id = str(message.get("tool_call_id") or "")
-            result = _object(content)
+            result = as_object(content)
             answer: dict[str, Any] = {
                 "name": names.get(call_id, ""),
                 "response": {"result": content} if result is None else result,
@@ -507,7 +465,7 @@ def _contents(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 function = call.get("function") or {}
                 call_id, name = str(call.get("id") or ""), str(function.get("name") or "")
                 names[call_id] = name
-                fields = {"name": name, "args": _object(str(function.get("arguments") or "")) or {}}
+                fields = {"name": name, "args": as_object(str(function.get("arguments") or "")) or {}}
                 parts.append({"functionCall": {**fields, **({"id": call_id} if call_id else {})}})
             contents.append({"role": "model", "parts": parts or [{"text": ""}]})
         else:

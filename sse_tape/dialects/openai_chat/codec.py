@@ -1,6 +1,5 @@
 """How `openai-chat` encodes and decodes neutral events: its encoder, its stream's and its answer's decoding,
-and its answer. The dialect imports this where it encodes or decodes, so that replaying its recordings
-defines no neutral event.
+and its answer.
 """
 
 from __future__ import annotations
@@ -8,23 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..sse import ServerSentEvent
-from ._openai import only_choice
-from ._openai_codec import (
-    ServerCalls,
-    answer_json,
-    error_event_frames,
-    error_from,
-    start_from,
-    token_entries,
-    tokens_from,
-    usage_from,
-    usage_json,
-)
-from .answer import Answer
-from .base import DONE, Dialect, data_frame, json_objects
-from .encoder import Encoder
-from .events import (
+from ...sse import ServerSentEvent
+from ..answer import Answer
+from ..encoder import Encoder
+from ..events import (
     Error,
     Event,
     Finish,
@@ -37,6 +23,20 @@ from .events import (
     ToolCallStart,
     Usage,
 )
+from ..generation import Generation, ServerCalls
+from ..openai_common import (
+    DONE,
+    answer_json,
+    error_event_frames,
+    error_from,
+    only_choice,
+    start_from,
+    token_entries,
+    tokens_from,
+    usage_from,
+    usage_json,
+)
+from ..protocol import data_frame, json_objects
 
 __all__ = ["ChatEncoder", "decode_indexed", "decode_json", "response_json"]
 
@@ -44,7 +44,7 @@ __all__ = ["ChatEncoder", "decode_indexed", "decode_json", "response_json"]
 class ChatEncoder(Encoder):
     """openai-chat's encoder: every neutral event but progress and a call's end is a chunk."""
 
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, dialect: Generation) -> None:
         super().__init__(dialect)
         self.start = Start("chatcmpl-sse-tape")
         self.server_calls = ServerCalls()

@@ -1,54 +1,48 @@
-"""`openai-responses`: POST /v1/responses with `"stream": true`.
-
-Named events, each carrying its `type` and a `sequence_number` counting from
-0: `response.created`, `response.in_progress`, then for each output item
-`response.output_item.added`, its content (`response.content_part.added`,
-`response.output_text.delta`..., `response.output_text.done`,
-`response.content_part.done`; or `response.function_call_arguments.delta`...
-and `.done`; or reasoning and refusal text), `response.output_item.done`, and
-last `response.completed` (or `response.incomplete`) with the whole response
-and its usage. A failure is `response.failed` with the error. The gateway in
-the seeds then sends `data: [DONE]`; OpenAI's own API does not, so a stream
-without it is not faulted. Without `"stream": true` the answer is the
-`Response` object that `response.completed` carries.
-"""
+"""`OpenAIResponses`, the `openai-responses` dialect: its protocol and generation contracts, and the rules `check` applies."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .. import _json
-from ..cassette import Headers, Request
-from ..sse import ServerSentEvent
-from .base import (
-    Checker,
-    Dialect,
-    Prompt,
-    Violation,
-    chat_messages,
-    json_objects,
-    sampled,
-    sampling,
-    whole,
-)
-
-if TYPE_CHECKING:  # the neutral events, and how this API frames them, are imported where it encodes or decodes
-    from .encoder import Encoder
-    from .events import Error, Event, Start
+from ... import _json
+from ...cassette import Headers, Interaction, Request
+from ...sse import ServerSentEvent
+from ..encoder import Encoder
+from ..events import Error, Event, Start
+from ..generation import Prompt, chat_messages, sampled, sampling, whole
+from ..openai_common import OpenAIFamily
+from ..protocol import Checker, Violation, json_objects, opening
+from .codec import ResponsesEncoder, decode_indexed, decode_json, response_json
 
 __all__ = ["OpenAIResponses"]
 
 TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 
 
-class OpenAIResponses(Dialect):
+class OpenAIResponses(OpenAIFamily):
     """The OpenAI Responses API streaming."""
 
     name = "openai-responses"
     answer = "a response object with output"
     path = "/v1/responses"
+    id_prefix = "resp_"
+    turns = "input"
+
+    def serves_path(self, path: str) -> bool:
+        """A path that ends with `/responses`, with or without the `/v1` before it."""
+        return path.rstrip("/").endswith("/responses")
+
+    def recognises(self, interaction: Interaction) -> bool:
+        return any(_type(obj).startswith("response.") for _, obj in opening(interaction))
+
+    def asks_for_background(self, request: Request) -> bool:
+        """A request that sets `"background": true` (https://platform.openai.com/docs/guides/background)."""
+        if request.method.upper() != "POST" or b'"background"' not in request.body:
+            return False  # most requests: no need to read their body
+        body = request.json()
+        return isinstance(body, dict) and body.get("background") is True
 
     def is_terminal(self, event: ServerSentEvent) -> bool:
         if event.data == "[DONE]":
@@ -60,18 +54,12 @@ class OpenAIResponses(Dialect):
         return (("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache"))
 
     def encoder(self, answer: Any = None) -> Encoder:
-        from .openai_responses_codec import ResponsesEncoder
-
         return ResponsesEncoder(self, answer)
 
     def decode_indexed(self, events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]:
-        from .openai_responses_codec import decode_indexed
-
         return decode_indexed(events)
 
     def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
-        from .openai_responses_codec import response_json
-
         return response_json(self, events)
 
     def stream_json(self, events: Sequence[ServerSentEvent]) -> dict[str, Any]:
@@ -85,8 +73,6 @@ class OpenAIResponses(Dialect):
         return response if isinstance(response, dict) else super().stream_json(events)
 
     def decode_json(self, body: Any) -> list[Event]:
-        from .openai_responses_codec import decode_json
-
         return decode_json(body)
 
     def error_name(self, error: Error) -> str:
@@ -136,7 +122,7 @@ class OpenAIResponses(Dialect):
                         c.add(i, f"{kind} before response.output_item.done for {item_id}")
         if terminal_at is None:
             c.add(None, "no terminal event (response.completed, response.incomplete or response.failed)")
-        return c.violations + self._check_calls(events, request)
+        return c.violations + self.check_calls(events, request)
 
     @staticmethod
     def _check_item_event(c: Checker, i: int, kind: str, obj: dict[str, Any], items: dict[str, dict[str, Any]]) -> None:
@@ -265,3 +251,9 @@ def _input_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 }
             )
     return items
+
+
+def _type(obj: Any) -> str:
+    """The `type` of an event's data, `""` when it has none."""
+    kind = obj.get("type") if isinstance(obj, dict) else None
+    return kind if isinstance(kind, str) else ""

@@ -1,41 +1,45 @@
-"""What every dialect provides, and the helpers they share."""
+"""`Generation`: what an LLM API promises beyond its `Protocol`, and the helpers its dialects share.
+
+An LLM API's streams carry generation: text, reasoning, refusals, tool
+calls, usage. Its dialect reads them as neutral events (`events`) and
+writes neutral events as its server would (`encoder`), answers a request
+for no stream with its JSON answer, reads a request as a neutral `Prompt`
+and writes one, and says what only it knows: how it names a response's id
+and a tool call's, where its requests carry their turns, how it lists its
+models, and how a request reads to a person (`sse-tape show`). Synthesis,
+translation, the misbehaviour faults and `show` need this contract, and
+ask for it with `registry.generation`, which names a protocol that lacks it.
+"""
 
 from __future__ import annotations
 
 import random
 import string
-from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from abc import abstractmethod
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from .. import _json
 from ..cassette import Headers, Request
-from ..sse import ServerSentEvent, encode_event
-
-if TYPE_CHECKING:  # the neutral events are imported where a dialect encodes or decodes: replay needs neither
-    from .encoder import Encoder
-    from .events import Error, Event, Start
+from ..sse import ServerSentEvent
+from .encoder import Encoder
+from .events import Error, Event, Finish, Start, ToolCallDelta, ToolCallEnd, ToolCallStart
+from .protocol import Protocol, Violation, to_json
 
 __all__ = [
-    "DONE",
-    "Checker",
-    "Dialect",
+    "ALL_SAMPLING",
+    "Generation",
     "Prompt",
-    "Violation",
-    "data_frame",
-    "named_frame",
-    "to_json",
+    "ServerCalls",
+    "chat_messages",
+    "made_id",
+    "messages_text",
+    "sampled",
+    "sampling",
+    "turn_of",
+    "whole",
 ]
-
-#: The terminal frame of the OpenAI-style streams.
-DONE = b"data: [DONE]\n\n"
-
-
-def to_json(obj: Any) -> str:
-    """Compact JSON, as the servers send it."""
-    return _json.dumps(obj)
-
 
 _ID_CHARACTERS = string.ascii_letters + string.digits
 
@@ -43,42 +47,6 @@ _ID_CHARACTERS = string.ascii_letters + string.digits
 def made_id(rng: random.Random, prefix: str, length: int) -> str:
     """`prefix` and `length` letters and digits drawn from `rng`: the shape of the APIs' own ids."""
     return prefix + "".join(rng.choice(_ID_CHARACTERS) for _ in range(length))
-
-
-def json_objects(events: Sequence[ServerSentEvent]) -> Iterator[tuple[int, str, dict[str, Any]]]:
-    """Position, event name and data of each event whose data is a JSON object; the rest (`[DONE]`) are skipped."""
-    for i, sse in enumerate(events):
-        try:
-            obj = _json.parse(sse.data, max_depth=None)
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
-            yield i, sse.event, obj
-
-
-def data_frame(obj: Any) -> bytes:
-    """An unnamed event carrying `obj` as compact JSON, as OpenAI-style servers send chunks."""
-    return encode_event(to_json(obj))
-
-
-def named_frame(obj: dict[str, Any]) -> bytes:
-    """An event named after `obj["type"]`, carrying `obj` as JSON (Responses API, LM Studio)."""
-    return encode_event(to_json(obj), event=obj["type"])
-
-
-@dataclass(frozen=True, slots=True)
-class Violation:
-    """A way a stream breaks its dialect's contract.
-
-    `event` is the position of the offending SSE event, from 1, or None when
-    the stream as a whole is at fault (no terminal frame, say).
-    """
-
-    event: int | None
-    message: str
-
-    def __str__(self) -> str:
-        return f"event {self.event}: {self.message}" if self.event is not None else self.message
 
 
 @dataclass(slots=True)
@@ -107,7 +75,7 @@ class Prompt:
 
 
 # The neutral error types, as the OpenAI-style APIs' statuses.
-_ERROR_STATUS = {
+ERROR_STATUS = {
     "invalid_request_error": 400,
     "authentication_error": 401,
     "permission_error": 403,
@@ -118,27 +86,45 @@ _ERROR_STATUS = {
 }
 
 
-class Dialect(ABC):
-    """One API's streaming contract: how it frames generation, errors, and what it promises."""
+class Generation(Protocol):
+    """An LLM API's contract: its `Protocol`, and how it frames generation, answers without a stream, reads
+    and writes requests, and names what it makes."""
 
-    name: ClassVar[str]
-    """The dialect's name on the command line (`openai-chat`, ...)."""
-    path: ClassVar[str]
-    """The request path this API streams from (Gemini's names the model: see `request_path`)."""
-    query: ClassVar[str] = ""
-    """The query string a streaming request of this API carries (Gemini's `alt=sse`)."""
-    heartbeat: ClassVar[tuple[float, bytes] | None] = None
-    """How this server keeps an idle stream open: after so many silent seconds, this comment."""
     answer: ClassVar[str]
     """What this API answers a request for no stream with, in `check`'s words (`a chat.completion object`)."""
+    id_prefix: ClassVar[str] = ""
+    """How the ids of this API's responses begin (`chatcmpl-`), for the ones sse-tape makes up (synthesis)."""
+    turns: ClassVar[str] = "messages"
+    """The field of a request body that carries the conversation (`input`, `contents`), for the error a request
+    without one gets."""
+    models_path: ClassVar[str | None] = None
+    """The path this API lists its models at (`/v1/models`, then `/{id}` for one), if it lists them."""
+
+    def models_json(self, names: Sequence[str]) -> dict[str, Any]:
+        """The body of this API's model list, for these models (`models_path` says where it is asked for)."""
+        return {"models": [self.model_json(name) for name in names]}
+
+    def model_json(self, name: str) -> dict[str, Any]:
+        """The entry of this API's model list for the model `name`, about which nothing more is known."""
+        return {"id": name}
+
+    def last_turn(self, body: Any) -> tuple[str, str] | None:
+        """The last turn of a request body of this API, as its role and its text, for `sse-tape show`; None when
+        the body has none. By default the last of `turns`, read by `turn_of`."""
+        value = body.get(self.turns) if isinstance(body, dict) else None
+        if isinstance(value, str) and value:
+            return "user", value
+        if isinstance(value, list) and value:
+            last = value[-1]
+            if isinstance(last, str):
+                return "user", last
+            if isinstance(last, dict):
+                return turn_of(last)
+        return None
 
     def response_headers(self, start: Start) -> Headers:
         """The headers this server sends with a stream that begins with `start`."""
         return (("content-type", "text/event-stream"), ("cache-control", "no-cache"))
-
-    @abstractmethod
-    def is_terminal(self, event: ServerSentEvent) -> bool:
-        """Whether this event ends the stream's generation (a finish, an error, the terminal frame)."""
 
     @abstractmethod
     def encoder(self, answer: Any = None) -> Encoder:
@@ -188,7 +174,7 @@ class Dialect(ABC):
     def error_status(self, type: str, code: str | None = None) -> int:
         """The HTTP status this API answers a request for no stream with, when generation fails with an error
         of this neutral `type` (an overloaded model is a 503 here, not a 500)."""
-        return _ERROR_STATUS.get(type, 500)
+        return ERROR_STATUS.get(type, 500)
 
     def error_name(self, error: Error) -> str:
         """What this API's error object calls `error`, as `sse-tape show` prints it: its `type`, and its `code`
@@ -220,11 +206,6 @@ class Dialect(ABC):
         Most APIs say so in the body (`"stream": true`); Gemini in the path (`:streamGenerateContent`).
         """
         return isinstance(body, dict) and body.get("stream") is True
-
-    def shapeless_path(self, path: str) -> str:
-        """`path` with what only chooses the answer's shape taken out, so that a request for a stream and one
-        for a JSON answer name the same call (Gemini's `:streamGenerateContent` and `:generateContent`)."""
-        return path
 
     def reports_usage(self, body: Any) -> bool:
         """Whether a stream answering this request body reports token usage (always, unless the API asks)."""
@@ -271,22 +252,20 @@ class Dialect(ABC):
 
     def check_answer(self, obj: Any, request: Request | None = None) -> list[Violation]:
         """Every way `obj`, a parsed answer to a request for no stream, breaks this API's contract: by
-        default, that it is not an answer `decode_json` reads, and what `_check_calls` finds in its calls."""
+        default, that it is not an answer `decode_json` reads, and what `check_calls` finds in its calls."""
         events = self.decode_json(obj)
         if not events:
             return [Violation(None, f"the answer is not {self.answer}")]
-        return self._check_decoded_calls(events, request)
+        return self.check_decoded_calls(events, request)
 
-    def _check_calls(self, events: Sequence[ServerSentEvent], request: Request | None) -> list[Violation]:
+    def check_calls(self, events: Sequence[ServerSentEvent], request: Request | None) -> list[Violation]:
         """What no server sends in the tool calls it streams for the client to run: two calls with one id,
         a call to a tool the request did not offer, or arguments that are not JSON in an answer that was
         not cut short (by an error, a stop for length or the content filter)."""
-        return self._check_decoded_calls(self.decode(events), request)
+        return self.check_decoded_calls(self.decode(events), request)
 
-    def _check_decoded_calls(self, decoded: Sequence[Event], request: Request | None) -> list[Violation]:
-        """`_check_calls`, on the neutral events of a stream or of an answer."""
-        from .events import Error, Finish, ToolCallDelta, ToolCallStart
-
+    def check_decoded_calls(self, decoded: Sequence[Event], request: Request | None) -> list[Violation]:
+        """`check_calls`, on the neutral events of a stream or of an answer."""
         calls = [e for e in decoded if isinstance(e, ToolCallStart) and not e.server]
         found: list[Violation] = []
         first: dict[str, int] = {}
@@ -296,7 +275,7 @@ class Dialect(ABC):
                     Violation(None, f"tool calls {first[call.id]} and {call.index} have the same id {call.id!r}")
                 )
             first.setdefault(call.id, call.index)
-        offered = self._offered(request)
+        offered = self.offered(request)
         found += [
             Violation(None, f"tool call {call.index} calls {call.name!r}, which the request did not offer")
             for call in calls
@@ -316,7 +295,7 @@ class Dialect(ABC):
                 )
         return found
 
-    def _offered(self, request: Request | None) -> set[str] | None:
+    def offered(self, request: Request | None) -> set[str] | None:
         """The names of the tools a request offered; None when no request is known."""
         body = request.json() if request is not None else None
         if not isinstance(body, dict):
@@ -339,25 +318,6 @@ class Dialect(ABC):
     def request_path(self, prompt: Prompt) -> str:
         """The path a streaming request for `prompt` goes to: `path`, or for Gemini, one naming the model."""
         return self.path
-
-
-class Checker:
-    """Collects violations while a dialect walks a stream."""
-
-    def __init__(self) -> None:
-        self.violations: list[Violation] = []
-
-    def add(self, index: int | None, message: str) -> None:
-        """Note a violation at the 0-based SSE event `index` (None: the whole stream)."""
-        self.violations.append(Violation(None if index is None else index + 1, message))
-
-    def json(self, index: int, event: ServerSentEvent) -> Any:
-        """The event's data as JSON, or None after noting that it is not JSON."""
-        try:
-            return _json.parse(event.data, max_depth=None)
-        except ValueError:
-            self.add(index, f"data is not JSON: {event.data[:40]!r}")
-            return None
 
 
 def messages_text(prompt: Prompt) -> str:
@@ -418,3 +378,39 @@ def sampled(prompt: Prompt, names: tuple[str, ...] = ALL_SAMPLING) -> dict[str, 
 def whole(value: Any) -> int | None:
     """`value` if it is a whole number (not a bool), else None."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def turn_of(message: dict[str, Any]) -> tuple[str, str]:
+    """A turn of a request, in any of the chat-like APIs' shapes, as its role and its text.
+
+    Its `content` (or a tool's `output`): text, or parts whose text (or a tool's result as text, Anthropic's
+    `tool_result` blocks) is joined; else the tools an assistant calls (`calls get_weather`), or the call a
+    Responses API `function_call` item makes (`get_weather({...})`).
+    """
+    role = str(message.get("role") or message.get("type") or "?")
+    content = message.get("content", message.get("output"))
+    if isinstance(content, list):
+        parts = [p for p in content if isinstance(p, dict)]
+        content = "".join(
+            str(p.get("text") or (p["content"] if isinstance(p.get("content"), str) else "")) for p in parts
+        )
+    if not content and message.get("tool_calls"):
+        names = [str((c.get("function") or {}).get("name")) for c in message["tool_calls"] if isinstance(c, dict)]
+        content = f"calls {', '.join(names)}"
+    if not content and message.get("type") == "function_call":
+        content = f"{message.get('name')}({message.get('arguments', '')})"
+    return role, str(content or "")
+
+
+class ServerCalls:
+    """Tool calls the server runs itself (LM Studio's MCP tools), which the APIs whose calls are all the client's
+    have no place for."""
+
+    def __init__(self) -> None:
+        self.indexes: set[int] = set()
+
+    def skip(self, event: Event) -> bool:
+        """Whether `event` belongs to such a call, and is left out."""
+        if isinstance(event, ToolCallStart) and event.server:
+            self.indexes.add(event.index)
+        return isinstance(event, ToolCallStart | ToolCallDelta | ToolCallEnd) and event.index in self.indexes

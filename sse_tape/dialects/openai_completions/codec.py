@@ -1,6 +1,5 @@
 """How `openai-completions` encodes and decodes neutral events: its encoder, its stream's and its answer's
-decoding, and its answer. The dialect imports this where it encodes or decodes, so that replaying its
-recordings defines no neutral event.
+decoding, and its answer.
 """
 
 from __future__ import annotations
@@ -8,22 +7,33 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..sse import ServerSentEvent
-from ._openai import only_choice
-from ._openai_codec import answer_json, error_event_frames, error_from, start_from, usage_from, usage_json
-from .answer import Answer
-from .base import DONE, Dialect, data_frame, json_objects
-from .encoder import Encoder
-from .events import Error, Event, Finish, Start, TextDelta, TokenLogprob, Usage
-from .openai_completions import FINISH_REASONS
+from ...sse import ServerSentEvent
+from ..answer import Answer
+from ..encoder import Encoder
+from ..events import Error, Event, Finish, Start, TextDelta, TokenLogprob, Usage
+from ..generation import Generation
+from ..openai_common import (
+    DONE,
+    answer_json,
+    error_event_frames,
+    error_from,
+    only_choice,
+    start_from,
+    usage_from,
+    usage_json,
+)
+from ..protocol import data_frame, json_objects
 
-__all__ = ["CompletionsEncoder", "decode_indexed", "decode_json", "response_json"]
+__all__ = ["FINISH_REASONS", "CompletionsEncoder", "decode_indexed", "decode_json", "response_json"]
+
+FINISH_REASONS = ("stop", "length", "content_filter")
+"""The finish reasons of this API: no `tool_calls`, as it has no tool calls."""
 
 
 class CompletionsEncoder(Encoder):
     """openai-completions' encoder: text, a finish and usage are chunks; the rest has no place here."""
 
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, dialect: Generation) -> None:
         super().__init__(dialect)
         self.start = Start("cmpl-sse-tape")
         self.offset = 0  # characters of text so far, for the logprobs' text_offset

@@ -1,41 +1,17 @@
-"""`lmstudio-chat`: LM Studio's POST /api/v1/chat with `"stream": true`.
-
-Named events whose data repeats the name in `type`: `chat.start`; optional
-`model_load.start` / `.progress` / `.end`; `prompt_processing.start` /
-`.progress` / `.end`; blocks of `reasoning.start` / `.delta` / `.end` and
-`message.start` / `.delta` / `.end`; tool calls, which LM Studio runs itself
-(tools of plugins and MCP servers), as `tool_call.start`,
-`tool_call.arguments` (the whole arguments object at once) and
-`tool_call.success` (with the tool's output) or `tool_call.failure`; an
-`error`; and always last `chat.end`, whose `result` aggregates the output and
-the stats, also after an error. Without `"stream": true` the answer is that
-result alone.
-"""
+"""`LMStudioChat`, the `lmstudio-chat` dialect: its protocol and generation contracts, and the rules `check` applies."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..cassette import Headers, Request
-from ..sse import ServerSentEvent
-from .base import (
-    Checker,
-    Dialect,
-    Prompt,
-    Violation,
-    chat_messages,
-    json_objects,
-    sampled,
-    sampling,
-    to_json,
-    whole,
-)
-
-if TYPE_CHECKING:  # the neutral events, and how this API frames them, are imported where it encodes or decodes
-    from .encoder import Encoder
-    from .events import Event
+from ...cassette import Headers, Interaction, Request
+from ...sse import ServerSentEvent
+from ..encoder import Encoder
+from ..events import Event
+from ..generation import Generation, Prompt, chat_messages, sampled, sampling, whole
+from ..protocol import Checker, Violation, json_objects, opening, to_json
+from .codec import BLOCKS, LMStudioEncoder, decode_indexed, decode_json, response_json
 
 __all__ = ["EVENT_TYPES", "LMStudioChat"]
 
@@ -61,30 +37,42 @@ EVENT_TYPES = (
     "chat.end",
 )
 
-# What may follow what: the phases of a response, in order.
-_BLOCK = {"reasoning": ("reasoning.start", "reasoning.end"), "message": ("message.start", "message.end")}
+
+# What a model list entry says of a model it knows nothing more of.
+_CONTEXT_LENGTH = 4096
 
 
-def arguments_text(arguments: Any) -> str:
-    """A tool call's arguments object as the JSON text the neutral events carry."""
-    return json.dumps(arguments, ensure_ascii=False)
-
-
-class LMStudioChat(Dialect):
+class LMStudioChat(Generation):
     """LM Studio's native REST chat streaming."""
 
     name = "lmstudio-chat"
     answer = "a chat result with output"
     path = "/api/v1/chat"
+    turns = "input"
+    models_path = "/api/v1/models"
+
+    def recognises(self, interaction: Interaction) -> bool:
+        return any(isinstance(obj, dict) and obj.get("type") == "chat.start" for _, obj in opening(interaction))
+
+    def model_json(self, name: str) -> dict[str, Any]:
+        return {
+            "type": "llm",
+            "publisher": name.partition("/")[0] if "/" in name else "sse-tape",
+            "key": name,
+            "display_name": name,
+            "architecture": None,
+            "quantization": None,
+            "size_bytes": 0,
+            "params_string": None,
+            "loaded_instances": [{"id": name, "config": {"context_length": _CONTEXT_LENGTH}}],
+            "max_context_length": _CONTEXT_LENGTH,
+            "format": None,
+        }
 
     def encoder(self, answer: Any = None) -> Encoder:
-        from .lmstudio_chat_codec import LMStudioEncoder
-
         return LMStudioEncoder(self, answer)
 
     def decode_indexed(self, events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]:
-        from .lmstudio_chat_codec import decode_indexed
-
         return decode_indexed(events)
 
     def is_terminal(self, event: ServerSentEvent) -> bool:
@@ -92,8 +80,6 @@ class LMStudioChat(Dialect):
         return bool(objects) and objects[0].get("type") in ("chat.end", "error")
 
     def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
-        from .lmstudio_chat_codec import response_json
-
         return response_json(self, events)
 
     def stream_json(self, events: Sequence[ServerSentEvent]) -> dict[str, Any]:
@@ -103,8 +89,6 @@ class LMStudioChat(Dialect):
         return result if isinstance(result, dict) else super().stream_json(events)
 
     def decode_json(self, body: Any) -> list[Event]:
-        from .lmstudio_chat_codec import decode_json
-
         return decode_json(body)
 
     def http_error(
@@ -143,7 +127,7 @@ class LMStudioChat(Dialect):
             elif i == 0 and kind != "chat.start":
                 c.add(i, f"first event is {kind}, not chat.start")
             phase, _, step = kind.partition(".")
-            if phase in _BLOCK:
+            if phase in BLOCKS:
                 if step == "start":
                     if blocks or in_tool:
                         c.add(i, f"{kind} after {previous}")
@@ -180,7 +164,7 @@ class LMStudioChat(Dialect):
             elif kind == "chat.end":
                 ended_at = i
                 if blocks:
-                    c.add(i, f"chat.end before {_BLOCK[blocks[-1]][1]}")
+                    c.add(i, f"chat.end before {BLOCKS[blocks[-1]][1]}")
                 self._check_result(c, i, obj.get("result"), streamed)
             previous = kind
         if ended_at is None:

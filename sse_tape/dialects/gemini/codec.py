@@ -1,6 +1,5 @@
 """How `gemini` encodes and decodes neutral events: its encoder, its stream's and its answer's decoding,
-and its answer. The dialect imports this where it encodes or decodes, so that replaying its recordings
-defines no neutral event.
+and its answer.
 """
 
 from __future__ import annotations
@@ -10,13 +9,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .. import _json
-from ..sse import ServerSentEvent
-from ._openai_codec import ServerCalls
-from .answer import Answer
-from .base import Dialect, json_objects, to_json, whole
-from .encoder import Encoder
-from .events import (
+from ... import _json
+from ...sse import ServerSentEvent
+from ..answer import Answer
+from ..encoder import Encoder
+from ..events import (
     Error,
     Event,
     Finish,
@@ -30,9 +27,86 @@ from .events import (
     ToolCallStart,
     Usage,
 )
-from .gemini import _ERROR_INFO, _STATUS_HTTP, _TYPE_STATUS, _blocked, _candidate, _object, status_and_reason
+from ..generation import Generation, ServerCalls, whole
+from ..protocol import json_objects, to_json
 
-__all__ = ["GeminiEncoder", "decode_indexed", "decode_json", "response_json"]
+__all__ = [
+    "ERROR_INFO",
+    "STATUS_HTTP",
+    "TYPE_STATUS",
+    "GeminiEncoder",
+    "as_object",
+    "blocked",
+    "candidate_of",
+    "decode_indexed",
+    "decode_json",
+    "response_json",
+    "status_and_reason",
+]
+
+STATUS_HTTP = {
+    "CANCELLED": 499, "UNKNOWN": 500, "INVALID_ARGUMENT": 400, "DEADLINE_EXCEEDED": 504, "NOT_FOUND": 404,
+    "ALREADY_EXISTS": 409, "PERMISSION_DENIED": 403, "UNAUTHENTICATED": 401, "RESOURCE_EXHAUSTED": 429,
+    "FAILED_PRECONDITION": 400, "ABORTED": 409, "OUT_OF_RANGE": 400, "UNIMPLEMENTED": 501, "INTERNAL": 500,
+    "UNAVAILABLE": 503, "DATA_LOSS": 500,
+}  # fmt: skip
+"""google.rpc.Code names, with the HTTP status each is sent with."""
+
+TYPE_STATUS = {
+    "invalid_request_error": "INVALID_ARGUMENT",
+    "authentication_error": "UNAUTHENTICATED",
+    "permission_error": "PERMISSION_DENIED",
+    "not_found_error": "NOT_FOUND",
+    "rate_limit_error": "RESOURCE_EXHAUSTED",
+    "server_error": "INTERNAL",
+    "api_error": "INTERNAL",
+    "overloaded_error": "UNAVAILABLE",
+    "timeout_error": "DEADLINE_EXCEEDED",
+}
+"""The other APIs' error types, as Google's status."""
+
+ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
+"""The `@type` of the detail that carries an error's reason."""
+
+
+def status_and_reason(type: str, code: str | None = None) -> tuple[str, str | None]:
+    """How Google's error object names an error of this neutral `type` and `code`: its `status`, and the ErrorInfo
+    `reason` beside it, if any.
+
+    A `code` that is a google.rpc.Code (`UNAVAILABLE`) is the status; another (`API_KEY_INVALID`) is the reason,
+    and the status is then the type's (`INTERNAL` for a type Google has no word for). The encoder writes errors
+    by this, and `Gemini.error_status` and `Gemini.error_name` say what it wrote.
+    """
+    if code is not None and code in STATUS_HTTP:
+        return code, None
+    return TYPE_STATUS.get(type, "INTERNAL"), code or None
+
+
+def as_object(text: str) -> dict[str, Any] | None:
+    """JSON text as the object Gemini carries function arguments in ({} for none); None if it is no object."""
+    if not text.strip():
+        return {}
+    try:
+        value = _json.parse(text, max_depth=None)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def candidate_of(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The first candidate (another one, with `candidateCount` > 1, is another answer: not this one)."""
+    candidates = obj.get("candidates")
+    if not isinstance(candidates, list):
+        return None
+    first = [c for c in candidates if isinstance(c, dict) and c.get("index", 0) == 0]
+    return first[0] if first else None
+
+
+def blocked(obj: dict[str, Any]) -> bool:
+    """A prompt the API refused to answer: no candidates, and `promptFeedback.blockReason`."""
+    feedback = obj.get("promptFeedback")
+    return "candidates" not in obj and isinstance(feedback, dict) and bool(feedback.get("blockReason"))
+
 
 # Neutral finish reasons in Gemini's words; a function call finishes with STOP.
 _FINISH = {"stop": "STOP", "tool_calls": "STOP", "length": "MAX_TOKENS", "content_filter": "SAFETY"}
@@ -41,7 +115,7 @@ _FILTERED = frozenset(
     {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY", "IMAGE_PROHIBITED_CONTENT"}
 )
 # A status reads back as the first of the other APIs' error types that has it.
-_STATUS_TYPE = {status: kind for kind, status in reversed(_TYPE_STATUS.items())}
+_STATUS_TYPE = {status: kind for kind, status in reversed(TYPE_STATUS.items())}
 
 
 def _frame(obj: dict[str, Any]) -> bytes:
@@ -125,24 +199,24 @@ def _error_json(error: Error) -> dict[str, Any]:
     """Google's error object: its status and any ErrorInfo `reason` (where the API gives its own,
     `API_KEY_INVALID`) as `status_and_reason` names them."""
     status, reason = status_and_reason(error.type, error.code)
-    inner: dict[str, Any] = {"code": _STATUS_HTTP[status], "message": error.message, "status": status}
+    inner: dict[str, Any] = {"code": STATUS_HTTP[status], "message": error.message, "status": status}
     if reason:
-        inner["details"] = [{"@type": _ERROR_INFO, "reason": reason, "domain": "generativelanguage.googleapis.com"}]
+        inner["details"] = [{"@type": ERROR_INFO, "reason": reason, "domain": "generativelanguage.googleapis.com"}]
     return {"error": inner}
 
 
 def _error_from(inner: dict[str, Any]) -> Error:
     status = str(inner.get("status") or "")
-    code = whole(inner.get("code")) or _STATUS_HTTP.get(status, 500)
+    code = whole(inner.get("code")) or STATUS_HTTP.get(status, 500)
     kind = _STATUS_TYPE.get(status) or ("server_error" if code >= 500 else "invalid_request_error")
     reasons = [
         str(d["reason"])
         for d in inner.get("details") or []
-        if isinstance(d, dict) and d.get("@type") == _ERROR_INFO and d.get("reason")
+        if isinstance(d, dict) and d.get("@type") == ERROR_INFO and d.get("reason")
     ]
     if reasons:
         return Error(str(inner.get("message", "")), kind, reasons[0])
-    return Error(str(inner.get("message", "")), kind, status if status and status != _TYPE_STATUS.get(kind) else None)
+    return Error(str(inner.get("message", "")), kind, status if status and status != TYPE_STATUS.get(kind) else None)
 
 
 def _reason(word: str, calls: int) -> str:
@@ -172,7 +246,10 @@ class _Call:
 
 
 class GeminiEncoder(Encoder):
-    def __init__(self, dialect: Dialect) -> None:
+    """gemini's encoder: a whole `GenerateContentResponse` per chunk, function calls whole, the finish with the
+    usage last."""
+
+    def __init__(self, dialect: Generation) -> None:
         super().__init__(dialect)
         self.start = Start()
         self.server_calls = ServerCalls()
@@ -215,7 +292,7 @@ class GeminiEncoder(Encoder):
     def call(self, call: _Call) -> None:
         """A function call, whole; one whose arguments are no JSON object (cut short) is never sent:
         the API sends a call whole or not at all."""
-        args = _object(call.arguments)
+        args = as_object(call.arguments)
         if args is None:
             return
         function: dict[str, Any] = {"name": call.name, "args": args}
@@ -246,8 +323,8 @@ def _decode(objects: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, Event]
             started = True
         if isinstance(obj.get("usageMetadata"), dict):
             usage = obj["usageMetadata"]
-        candidate = _candidate(obj)
-        reason = "content_filter" if _blocked(obj) else None
+        candidate = candidate_of(obj)
+        reason = "content_filter" if blocked(obj) else None
         if candidate is not None:
             content = candidate.get("content")
             parts = content.get("parts") if isinstance(content, dict) else None
@@ -294,7 +371,7 @@ def response_json(events: Sequence[Event]) -> dict[str, Any]:
     if answer.text or answer.refusal:
         parts.append({"text": answer.text + answer.refusal})
     for call in answer.client_calls():
-        args = _object(call.arguments)
+        args = as_object(call.arguments)
         if args is not None:
             parts.append({"functionCall": {"name": call.name, "args": args, **({"id": call.id} if call.id else {})}})
     finish = _FINISH.get(answer.finish or "stop", "OTHER")
@@ -303,6 +380,6 @@ def response_json(events: Sequence[Event]) -> dict[str, Any]:
 
 def decode_json(body: Any) -> list[Event]:
     """`Gemini.decode_json`."""
-    if not isinstance(body, dict) or not ("candidates" in body or _blocked(body)):
+    if not isinstance(body, dict) or not ("candidates" in body or blocked(body)):
         return []
     return [event for _, event in _decode([(0, body)])]

@@ -1,28 +1,64 @@
-"""What the OpenAI-family dialects share and replay asks of them: terminal frames, whether a request wants
-usage, and the chunk-stream framing. Their neutral events' encoding and decoding (usage, errors, logprob
-entries) is in `_openai_codec`, imported where they encode or decode.
+"""What the OpenAI-family dialects (`openai-chat`, `openai-completions`, `openai-responses`) share.
+
+Their terminal frames, whether a request wants usage, the chunk-stream
+framing and its checks; how they encode and decode usage, errors, logprob
+entries and server-run tool calls; their non-streaming answer; and their
+model list (`GET /v1/models`), in `OpenAIFamily`, the base of the three.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from .. import _json
-from ..sse import ServerSentEvent
-from .base import Checker, Violation, json_objects
+from ..sse import ServerSentEvent, encode_event
+from .answer import Answer
+from .events import Error, Start, TokenLogprob, Usage
+from .generation import Generation
+from .protocol import Checker, Violation, json_objects, to_json
 
 __all__ = [
+    "DONE",
     "ChunkFraming",
+    "OpenAIFamily",
     "answer_choices",
+    "answer_json",
     "as_recorded",
+    "error_event_frames",
+    "error_from",
     "has_usage",
     "is_openai_terminal",
     "only_choice",
     "seconds",
+    "start_from",
+    "token_entries",
+    "tokens_from",
+    "usage_from",
+    "usage_json",
     "wants_usage",
 ]
+
+DONE = b"data: [DONE]\n\n"
+"""The terminal frame of the OpenAI-style streams."""
+
+
+class OpenAIFamily(Generation):
+    """What the OpenAI APIs share beyond the generation contract: their model list, `GET /v1/models`."""
+
+    models_path: ClassVar[str | None] = "/v1/models"
+
+    def models_json(self, names: Sequence[str]) -> dict[str, Any]:
+        return {"object": "list", "data": [self.model_json(name) for name in names]}
+
+    def model_json(self, name: str) -> dict[str, Any]:
+        return {
+            "id": name,
+            "object": "model",
+            "created": 0,
+            "owned_by": name.partition("/")[0] if "/" in name else "sse-tape",
+        }
 
 
 def seconds(value: Any) -> int:
@@ -185,3 +221,86 @@ class ChunkFraming:
             self.c.add(None, "no chunk with a finish_reason")
         if self.done_at is None:
             self.c.add(None, "no terminal frame (data: [DONE])")
+
+
+def usage_json(usage: Usage) -> dict[str, Any]:
+    """OpenAI's usage object (chat and completions)."""
+    out: dict[str, Any] = {
+        "prompt_tokens": usage.input_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": usage.input_tokens + usage.output_tokens,
+    }
+    if usage.cached_tokens is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": usage.cached_tokens}
+    if usage.reasoning_tokens is not None:
+        out["completion_tokens_details"] = {"reasoning_tokens": usage.reasoning_tokens}
+    return out
+
+
+def usage_from(obj: Any) -> Usage | None:
+    """A Usage from OpenAI's usage object, if it is one."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("prompt_tokens"), int):
+        return None
+    prompt_details = obj.get("prompt_tokens_details") or {}
+    completion_details = obj.get("completion_tokens_details") or {}
+    completion = obj.get("completion_tokens")
+    return Usage(
+        input_tokens=obj["prompt_tokens"],
+        output_tokens=completion if isinstance(completion, int) else 0,
+        reasoning_tokens=completion_details.get("reasoning_tokens"),
+        cached_tokens=prompt_details.get("cached_tokens"),
+    )
+
+
+def start_from(chunk: dict[str, Any]) -> Start:
+    """The Start that the first chunk of an OpenAI-style stream implies: its id, model and creation time."""
+    return Start(str(chunk.get("id", "")), str(chunk.get("model", "")), seconds(chunk.get("created")))
+
+
+def error_from(obj: dict[str, Any]) -> Error:
+    """An Error from an `{"error": {...}}` event."""
+    inner = obj.get("error")
+    if not isinstance(inner, dict):
+        return Error(str(obj))
+    return Error(str(inner.get("message", "")), str(inner.get("type") or "server_error"), inner.get("code"))
+
+
+def error_event_frames(error: Error) -> list[bytes]:
+    """How OpenAI-style chunk streams end on an error: `event: error` with the error, then `[DONE]`."""
+    body = {"error": {"message": error.message, "type": error.type, "code": error.code}}
+    return [encode_event(to_json(body), event="error"), DONE]
+
+
+def answer_json(answer: Answer, kind: str, choice: dict[str, Any], *, default_id: str) -> dict[str, Any]:
+    """A non-streaming OpenAI-style answer (`chat.completion`, `text_completion`): one choice, and the usage."""
+    start = answer.start
+    body = {"id": start.id or default_id, "object": kind, "created": start.created, "model": start.model}
+    body["choices"] = [choice]
+    if answer.usage is not None:
+        body["usage"] = usage_json(answer.usage)
+    return body
+
+
+def token_entries(logprobs: tuple[TokenLogprob, ...]) -> list[dict[str, Any]]:
+    """OpenAI's per-token logprob entries (chat and the Responses API): token, logprob, bytes, top_logprobs."""
+    return [
+        {
+            "token": lp.token,
+            "logprob": lp.logprob,
+            "bytes": list(lp.token.encode()),
+            "top_logprobs": [{"token": t, "logprob": p, "bytes": list(t.encode())} for t, p in lp.top],
+        }
+        for lp in logprobs
+    ]
+
+
+def tokens_from(entries: Any) -> tuple[TokenLogprob, ...]:
+    """TokenLogprobs from OpenAI's per-token logprob entries."""
+    return tuple(
+        TokenLogprob(
+            str(e.get("token", "")),
+            float(e.get("logprob", 0.0)),
+            tuple((str(t.get("token", "")), float(t.get("logprob", 0.0))) for t in e.get("top_logprobs") or []),
+        )
+        for e in entries or []
+    )

@@ -1,77 +1,32 @@
-"""`anthropic-messages`: Anthropic's POST /v1/messages with `"stream": true`.
-
-Named events whose data repeats the name in `type`: `message_start`, with
-the message's envelope (id, model, usage so far, no content); then each
-content block in turn, indexed from 0: `content_block_start` with the block
-(`text`, `thinking`, `tool_use`, ...), its `content_block_delta`s
-(`text_delta`; `thinking_delta`s then one `signature_delta`;
-`input_json_delta`s, pieces of a tool call's JSON input) and
-`content_block_stop`; a `ping` after the first block opens (and any number
-more); `message_delta` with the `stop_reason` and the usage; last
-`message_stop`. A failure mid-stream is an `error` event
-(`{"type": "error", "error": {"type": "overloaded_error", ...}}`) and
-nothing follows it. An error before the stream is the same object as a JSON
-body (429 `rate_limit_error`, 529 `overloaded_error`, ...). Without
-`"stream": true` the answer is the `Message` that the events build.
-
-A refusal of the API's streaming classifiers is a stop, not a text: its
-`stop_reason` is `refusal`, with `stop_details.explanation`. The neutral
-events' refusal text is that explanation, so it reaches the wire with the
-`message_delta`.
-"""
+"""`AnthropicMessages`, the `anthropic-messages` dialect: its protocol and generation contracts, and the rules `check` applies."""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .. import _json
-from ..cassette import Headers, Request
-from ..sse import ServerSentEvent
-from .base import (
-    Checker,
-    Dialect,
-    Prompt,
-    Violation,
-    json_objects,
-    made_id,
-    sampled,
-    sampling,
-    to_json,
-    whole,
+from ... import _json
+from ...cassette import Headers, Interaction, Request
+from ...sse import ServerSentEvent
+from ..encoder import Encoder
+from ..events import Event, Start
+from ..generation import Generation, Prompt, made_id, sampled, sampling, whole
+from ..protocol import Checker, Violation, json_objects, opening, to_json
+from .codec import (
+    ERROR_TYPES,
+    FINISHES,
+    MessagesEncoder,
+    decode_indexed,
+    decode_json,
+    error_json,
+    message_of,
+    response_json,
 )
-
-if TYPE_CHECKING:  # the neutral events, and how this API frames them, are imported where it encodes or decodes
-    from .encoder import Encoder
-    from .events import Event, Start
 
 __all__ = ["AnthropicMessages"]
 
-# The API's finish reasons in neutral ones.
-_FINISHES = {
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "pause_turn": "stop",
-    "max_tokens": "length",
-    "model_context_window_exceeded": "length",
-    "tool_use": "tool_calls",
-    "refusal": "content_filter",
-}
-
-# The error types the API sends, in an error body or an `error` event, and the status that goes with each.
-_ERROR_TYPES = (
-    "invalid_request_error",
-    "authentication_error",
-    "billing_error",
-    "permission_error",
-    "not_found_error",
-    "request_too_large",
-    "rate_limit_error",
-    "api_error",
-    "timeout_error",
-    "overloaded_error",
-)
+# The status that goes with each of the API's error types.
 _STATUS_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -94,23 +49,21 @@ _DELTAS = {
     "server_tool_use": ("input_json_delta",),
 }
 
+
 # How many tokens a request must say it allows when the prompt does not say (the API needs the field).
 _DEFAULT_MAX_TOKENS = 4096
 
 
-def _error_json(message: str, kind: str, code: str | None) -> dict[str, Any]:
-    # `details` is there only to hold a code: the SDK reads `details.error_code`, and the API's errors
-    # without one are `{"type", "message"}` alone.
-    details = {"details": {"error_code": code}} if code is not None else {}
-    return {"type": "error", "error": {**details, "type": kind, "message": message}}
-
-
-class AnthropicMessages(Dialect):
+class AnthropicMessages(Generation):
     """Anthropic's Messages API streaming."""
 
     name = "anthropic-messages"
     answer = "a message object with content"
     path = "/v1/messages"
+    id_prefix = "msg_"
+
+    def recognises(self, interaction: Interaction) -> bool:
+        return any(isinstance(obj, dict) and obj.get("type") == "message_start" for _, obj in opening(interaction))
 
     def response_headers(self, start: Start) -> Headers:
         return (("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache"))
@@ -124,27 +77,19 @@ class AnthropicMessages(Dialect):
         return bool(objects) and objects[0].get("type") in ("message_delta", "message_stop", "error")
 
     def encoder(self, answer: Any = None) -> Encoder:
-        from .anthropic_messages_codec import MessagesEncoder
-
         return MessagesEncoder(self, answer)
 
     def decode_indexed(self, events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]:
-        from .anthropic_messages_codec import decode_indexed
-
         return decode_indexed(events)
 
     def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
-        from .anthropic_messages_codec import response_json
-
         return response_json(self, events)
 
     def stream_json(self, events: Sequence[ServerSentEvent]) -> dict[str, Any]:
         # The events build the Message as the SDK builds it: the envelope, blocks and usage as they were sent.
-        return _message(events) or super().stream_json(events)
+        return message_of(events) or super().stream_json(events)
 
     def decode_json(self, body: Any) -> list[Event]:
-        from .anthropic_messages_codec import decode_json
-
         return decode_json(body)
 
     def error_status(self, type: str, code: str | None = None) -> int:
@@ -158,9 +103,9 @@ class AnthropicMessages(Dialect):
 
         `code` goes in `error.details.error_code`, where the SDK looks for it.
         """
-        kind = type if type in _ERROR_TYPES else _STATUS_TYPES.get(status)
+        kind = type if type in ERROR_TYPES else _STATUS_TYPES.get(status)
         kind = kind or ("invalid_request_error" if status < 500 else "api_error")
-        body = to_json(_error_json(message, kind, code)).encode()
+        body = to_json(error_json(message, kind, code)).encode()
         return status, (("content-type", "application/json"),), body
 
     def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
@@ -232,7 +177,7 @@ class AnthropicMessages(Dialect):
                     c.add(i, "message_stop before any message_delta")
         if ended is None:
             c.add(None, "no terminal event (message_stop or error)")
-        return c.violations + self._check_calls(events, request)
+        return c.violations + self.check_calls(events, request)
 
     @staticmethod
     def _check_stop(c: Checker, i: int, obj: dict[str, Any], block: tuple[int, str] | None, tool_blocks: int) -> None:
@@ -240,8 +185,8 @@ class AnthropicMessages(Dialect):
             c.add(i, f"message_delta while block {block[0]} is open")
         delta = obj.get("delta")
         reason = delta.get("stop_reason") if isinstance(delta, dict) else None
-        if not isinstance(reason, str) or reason not in _FINISHES:
-            c.add(i, f"stop_reason {reason!r} is not one of {', '.join(_FINISHES)}")
+        if not isinstance(reason, str) or reason not in FINISHES:
+            c.add(i, f"stop_reason {reason!r} is not one of {', '.join(FINISHES)}")
         elif reason == "tool_use" and not tool_blocks:
             c.add(i, "stop_reason is 'tool_use' but no tool_use block was streamed")
         usage = obj.get("usage")
@@ -310,46 +255,6 @@ class AnthropicMessages(Dialect):
             body["stop_sequences"] = prompt.stop
         body["stream"] = True
         return body
-
-
-def _message(events: Sequence[ServerSentEvent]) -> dict[str, Any] | None:
-    """The Message a stream builds, as the SDK accumulates it; None if it never starts one."""
-    message: dict[str, Any] | None = None
-    blocks: dict[int, dict[str, Any]] = {}
-    inputs: dict[int, str] = {}
-    for _, _, obj in json_objects(events):
-        kind, index = obj.get("type"), whole(obj.get("index"))
-        delta: dict[str, Any] = obj["delta"] if isinstance(obj.get("delta"), dict) else {}
-        if kind == "message_start" and isinstance(obj.get("message"), dict):
-            message = dict(obj["message"])
-        elif message is None:
-            continue
-        elif kind == "content_block_start" and isinstance(index, int) and isinstance(obj.get("content_block"), dict):
-            blocks[index] = dict(obj["content_block"])
-        elif kind == "content_block_delta" and index in blocks:
-            block, step = blocks[index], delta.get("type")
-            if step == "text_delta":
-                block["text"] = str(block.get("text", "")) + str(delta.get("text", ""))
-            elif step == "thinking_delta":
-                block["thinking"] = str(block.get("thinking", "")) + str(delta.get("thinking", ""))
-            elif step == "signature_delta":
-                block["signature"] = delta.get("signature", "")
-            elif step == "input_json_delta":
-                inputs[index] = inputs.get(index, "") + str(delta.get("partial_json", ""))
-        elif kind == "message_delta":
-            message |= {k: v for k, v in delta.items() if k in ("stop_reason", "stop_sequence", "stop_details")}
-            usage = obj.get("usage")
-            if isinstance(usage, dict):
-                recorded = message.get("usage")
-                message["usage"] = {**(recorded if isinstance(recorded, dict) else {}), **usage}
-    if message is None:
-        return None
-    for index, text in inputs.items():
-        try:
-            blocks[index]["input"] = _json.parse(text, max_depth=None) if text else {}
-        except ValueError:
-            blocks[index]["input"] = {}  # arguments cut short: the SDK raises, an answer holds none
-    return {**message, "content": [blocks[k] for k in sorted(blocks)]}
 
 
 def _chat_messages(message: dict[str, Any]) -> list[dict[str, Any]]:
