@@ -49,7 +49,7 @@ from .cassette import End, Request
 from .dialects import Generation, for_path, generation
 from .matching import asks_for_stream
 from .plan import Plan
-from .responder import Attached, Exchange, inject
+from .server.responder import Attached, Exchange, inject
 
 __all__ = ["Background", "BackgroundResponse", "json_plan"]
 

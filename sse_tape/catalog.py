@@ -22,7 +22,7 @@ from .cassette import Chunk, Response
 from .dialects import DIALECTS, Generation
 from .incidents import Answered
 from .plan import Plan
-from .responder import Attached, Exchange, Host
+from .server.responder import Attached, Exchange, Host
 
 __all__ = ["Catalog", "models_of"]
 

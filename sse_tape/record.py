@@ -38,7 +38,6 @@ from aiohttp import web
 from yarl import URL
 
 from ._exceptions import CassetteError, UpstreamError
-from ._http import drop_connection, end_live, end_to_end, sleep_until, stream_live
 from .cassette import (
     Cassette,
     Chunk,
@@ -61,9 +60,10 @@ from .journal import Entry
 from .matching import CUT_SHORT, is_streamed
 from .plan import Plan, event_ends
 from .redaction import Redaction
-from .responder import Exchange, Host
+from .server.responder import Exchange, Host
 from .sse import SSEDecoder
 from .upstream import AiohttpUpstream, Upstream, leaves_base, parse_upstream
+from .wire import drop_connection, end_live, end_to_end, sleep_until, stream_live
 
 __all__ = [
     "Capture",

@@ -22,8 +22,8 @@ import aiohttp
 from yarl import URL
 
 from ._exceptions import ConfigError, UpstreamError
-from ._http import end_to_end
 from .cassette import End, Headers, Request
+from .wire import end_to_end
 
 if TYPE_CHECKING:
     from .redaction import Redaction

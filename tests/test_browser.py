@@ -17,8 +17,8 @@ from aiohttp import web
 from click.testing import CliRunner
 
 from sse_tape import Cassette, Chunk, Interaction, Request, Response, bundled_cassettes, serve
-from sse_tape._http import run_in_thread
 from sse_tape.cli import cli
+from sse_tape.server import run_in_thread
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium)")

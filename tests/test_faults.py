@@ -816,9 +816,9 @@ def test_the_faults_command_describes_every_fault_and_profile() -> None:
     ],
 )
 def test_the_control_endpoint_answers_loopback_clients_only(remote: str | None, allowed: bool) -> None:
-    from sse_tape.server import _is_loopback
+    from sse_tape.server.app import is_loopback
 
-    assert _is_loopback(remote) is allowed
+    assert is_loopback(remote) is allowed
 
 
 def test_stream_faults_leave_a_response_that_is_not_a_stream_alone(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 from upstream import Upstream, chat_chunk
 
 from sse_tape import Cassette, bundled_cassettes
-from sse_tape._http import run_in_thread
+from sse_tape.server import run_in_thread
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -21,7 +21,7 @@ from httpx_sse import connect_sse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import sse_tape.server
+import sse_tape.server.replay
 from sse_tape import (
     Cassette,
     Chunk,
@@ -526,7 +526,7 @@ async def test_requests_that_come_together_for_a_first_play_share_its_preparatio
 ) -> None:
     # The real preparation runs, held until every request has arrived: each would otherwise prepare its own.
     preparations = []
-    prepare = sse_tape.server._prepared
+    prepare = sse_tape.server.replay._prepared
 
     def counted(*args: object, **kwargs: bool) -> object:
         preparations.append(args)
@@ -535,7 +535,7 @@ async def test_requests_that_come_together_for_a_first_play_share_its_preparatio
             time.sleep(0.005)
         return prepare(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(sse_tape.server, "_prepared", counted)
+    monkeypatch.setattr(sse_tape.server.replay, "_prepared", counted)
     events = [f"data: {i} {'x' * 200}\n\n".encode() for i in range(100)]  # long enough to be prepared in a thread
     async with aserve(_paced(events, 0.0)) as server, httpx.AsyncClient(base_url=server.url) as client:
         answers = await asyncio.gather(*(client.post("/stream", content=b"{}") for _ in range(20)))

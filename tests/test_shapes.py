@@ -13,8 +13,8 @@ from clients import openai_client
 from upstream import Upstream
 
 from sse_tape import Cassette, Chunk, Interaction, Request, Response, ServeOptions, recording, serve
-from sse_tape._http import run_in_thread
 from sse_tape.journal import Matched
+from sse_tape.server import run_in_thread
 from sse_tape.shape import asked, reshape
 
 HELLO = "Hi there! How can I help you today?"

@@ -37,7 +37,7 @@ CALL_PASSED = pytest.StashKey[bool]()
 @pytest.fixture
 def sse_tape(request: pytest.FixtureRequest, _sse_tape_variant: Variant) -> Iterator[SSETape]:
     """A mock server for this test on a free loopback port, serving what its `sse_tape` marker names."""
-    from .._http import run_in_thread
+    from ..server.threaded import run_in_thread
 
     tape = open_tape(request, "function", threaded=True)
     with run_in_thread(tape.server), per_test(request, tape, "sse_tape"):
@@ -60,7 +60,7 @@ def sse_tape_session(request: pytest.FixtureRequest) -> Iterator[SSETape]:
 
 
 def _shared(request: pytest.FixtureRequest, scope: str) -> Iterator[SSETape]:
-    from .._http import run_in_thread
+    from ..server.threaded import run_in_thread
 
     tape = open_tape(request, scope, threaded=True)
     with run_in_thread(tape.server):

@@ -34,14 +34,14 @@ from aiohttp import web
 
 from .. import _json
 from .._exceptions import ModelError
-from .._http import end_live, sleep_until, stream_live
 from ..cassette import Chunk, End
 from ..faults import Fault, FaultedStream, Stage
 from ..incidents import FaultInjected
 from ..journal import Entry
 from ..plan import Plan, event_ends
 from ..record import Capture, Recorder
-from ..responder import Attached, Exchange
+from ..server.responder import Attached, Exchange
+from ..wire import end_live, sleep_until, stream_live
 from .engine import Engine
 from .pipeline import Settings, Synthesis
 

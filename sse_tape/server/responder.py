@@ -16,18 +16,18 @@ from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 
-from ._http import Progress
-from .cassette import End, Request
-from .dialects import Generation as Dialect
-from .faults import Fault, Injector, Stage, apply
-from .journal import Journal, ReplayState
-from .matching import Matcher
-from .options import ServeOptions
-from .plan import Plan, Write
+from ..cassette import End, Request
+from ..dialects import Generation as Dialect
+from ..faults import Fault, Injector, Stage, apply
+from ..journal import Journal, ReplayState
+from ..matching import Matcher
+from ..options import ServeOptions
+from ..plan import Plan, Write
+from ..wire import Progress
 
 if TYPE_CHECKING:
-    from .record import Recorder
-    from .redaction import Redaction
+    from ..record import Recorder
+    from ..redaction import Redaction
 
 __all__ = ["Attached", "Exchange", "Host", "Responder", "inject"]
 
@@ -167,7 +167,7 @@ def inject(
     for fault, _ in applied:
         host.state.note_injected(fault.spec)
     left = [(f, "an answer that is not a stream: left alone") for f in faults if f not in acting]
-    from .incidents import FaultInjected  # here, not above: a server with no fault to inject never needs it
+    from ..incidents import FaultInjected  # here, not above: a server with no fault to inject never needs it
 
     for fault, what in [*applied, *left]:
         host.journal.add(

@@ -1,84 +1,56 @@
-"""The server: each request is answered by an ordered chain of responders.
+"""The server: an aiohttp application whose requests go to an ordered chain of responders.
 
-`MockServer` is an aiohttp application. A request goes to its responders in
-turn until one answers: `Background` (the Responses API's background
-responses replay kept, polled, resumed and cancelled); `Replay` (the
-recording the matcher picks, at the server's pace, with its faults, keeping
-background responses); behind it, what the miss policy puts there
-(an upstream the request is forwarded to, recording what passes); last, the
-`Catalog` of the recordings' models, for clients that list them first.
-A request no responder answers gets the API's JSON error naming the closest
-recordings. Every step goes into the server's `journal`; every counter replay
-depends on lives in its `state`.
-
-`aserve` runs a server in the current event loop, `serve` in a background
-thread for synchronous code.
-"""
+`MockServer` answers each request with the first responder of its chain that does: `Background` (the
+Responses API's background responses replay kept, polled, resumed and cancelled); `Replay` (the
+recording the matcher picks, at the server's pace, with its faults); behind it, what the miss policy
+puts there (an upstream the request is forwarded to, recording what passes, or a model); last, the
+`Catalog` of the recordings' models. A request no responder answers gets the API's JSON error naming
+the closest recordings. Every step goes into the server's `journal`; every counter replay depends on
+lives in its `state`. The control endpoints (`/__sse_tape__/`) answer loopback clients only."""
 
 from __future__ import annotations
 
 import asyncio
 import bisect
-import contextlib
-import functools
-import gc
 import ipaddress
 import logging
 import os
 import resource
-from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from . import _json
-from ._exceptions import CassetteNotFoundError, ConfigError, NoMatchError
-from ._http import ConnectionGuard, coalesced, run_in_thread, write_plan
-from .background import Background, BackgroundResponse, json_plan
-from .cassette import (
+from .. import _json
+from .._exceptions import ConfigError
+from ..background import Background
+from ..cassette import (
     Cassette,
     End,
-    Interaction,
-    Recording,
     Request,
-    Response,
-    bundled_cassettes,
-    check_cassette_path,
-    find_cassettes,
 )
-from .catalog import Catalog
-from .dialects import Generation as Dialect
-from .dialects import dialect_for, for_path
-from .faults import MAX_HEADER_FAULTS, Fault, Injector, parse_fault, parse_faults
-from .journal import Ended, Journal, Matched, Received, ReplayState
-from .matching import CUT_SHORT, Matcher, last_event_id
-from .options import MissPolicy, RecordMode, ServeOptions
-from .pacing import Pacing
-from .plan import Plan, Write, event_ends
-from .responder import Attached, Exchange, Host, Responder, inject
-from .shape import Recorded, Shape, collapse, reshape
+from ..catalog import Catalog
+from ..dialects import Generation as Dialect
+from ..dialects import dialect_for, for_path
+from ..faults import MAX_HEADER_FAULTS, Fault, Injector, parse_faults
+from ..journal import Ended, Journal, Received, ReplayState
+from ..matching import Matcher
+from ..options import MissPolicy, ServeOptions
+from ..plan import Plan, Write
+from ..wire import write_plan
+from .connections import ConnectionGuard
+from .responder import Exchange, Responder
 
 if TYPE_CHECKING:  # recording and forwarding are imported when used: serving alone starts sooner
-    from .record import Recorder
-    from .redaction import Redaction
-    from .upstream import Upstream
+    from ..record import Recorder
+    from ..redaction import Redaction
+    from ..upstream import Upstream
+from .replay import Replay
 
-__all__ = [
-    "Exchange",
-    "Limits",
-    "MockServer",
-    "Replay",
-    "Responder",
-    "aserve",
-    "collect_for_serving",
-    "load_cassettes",
-    "serve",
-]
+__all__ = ["CONTROL_PREFIX", "FAULT_HEADER", "Limits", "MockServer", "is_loopback"]
 
-#: The request header that asks for faults in this request alone.
 FAULT_HEADER = "X-SSE-Tape-Fault"
 _FAULT_HEADER_LOWER = FAULT_HEADER.lower()
 #: Where the control endpoints live.
@@ -86,236 +58,6 @@ CONTROL_PREFIX = "/__sse_tape__/"
 _CORS_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
 
 CassetteSource = Cassette | str | os.PathLike[str]
-
-
-def load_cassettes(sources: Iterable[CassetteSource] = ()) -> list[Cassette]:
-    """Cassettes from a mix of `Cassette` objects, files and folders; none given means the bundled ones."""
-    sources = list(sources)
-    if not sources:
-        return [Cassette.load(p) for p in bundled_cassettes()]
-    cassettes = [s for s in sources if isinstance(s, Cassette)]
-    paths = find_cassettes(s for s in sources if not isinstance(s, Cassette))
-    return cassettes + [Cassette.load(p) for p in paths]
-
-
-def collect_for_serving() -> None:
-    """Set the garbage collector for a process that does nothing but serve, once its cassettes are loaded.
-
-    What is loaded by then lives as long as the server: frozen, no collection
-    walks it again (a full one of a big cassette held every stream back for
-    tens of milliseconds). The young generation is collected after 10,000
-    new objects rather than 700: at 1,000 paced streams the default made a
-    full collection of every open connection's objects (30 ms, every stream
-    waiting) every few seconds, and a middle one every few hundred ms.
-    Not for a process that is also the user's (the pytest plugin, `serve()`).
-    """
-    gc.freeze()
-    gc.set_threshold(10_000, *gc.get_threshold()[1:])
-
-
-@dataclass(frozen=True, slots=True)
-class _Known:
-    """What replay reads of a recording on every request, found at its first."""
-
-    name: str
-    """How the journal names it."""
-    recorded: Recorded
-    """The shapes its answer can take."""
-    dialect: Dialect
-    """What frames its faults when the request's path names no API: the recording's own, else OpenAI's."""
-    last_id: str | None
-    """The `Last-Event-ID` it was recorded with."""
-
-    @classmethod
-    def of(cls, recording: Recording) -> _Known:
-        interaction = recording.interaction
-        dialect = dialect_for(interaction.request.path, interaction)
-        return cls(str(recording), Recorded.of(interaction), dialect, last_event_id(interaction.request))
-
-
-@dataclass(frozen=True, slots=True)
-class _Prepared:
-    """A recording's response as it is sent: in the shape the request asked for, and where its events end."""
-
-    response: Response
-    event_ends: list[int]
-    converted: str | None
-    stands_for: Response | None = None
-    """For a stream answered as one JSON document: that stream, whose pace and faults the answer follows."""
-    plan: Plan | None = None
-    """Its plan at the server's pace when every replay gets the same one (no jitter): sent as it is where
-    nothing changes it, else a copy."""
-    writes: list[Write] | None = None
-    """What goes on the wire for `plan` unchanged (see `coalesced`)."""
-
-
-#: A recording of at most this many bytes is prepared for its first play on the event loop, not in a thread.
-_PREPARED_IN_PLACE = 8192
-
-
-def _prepared(interaction: Interaction, shape: Shape, pace: Pacing, *, faulted: bool) -> _Prepared:
-    response, converted = reshape(interaction, shape)
-    stands_for = interaction.response if shape.stream is False and converted is not None else None
-    plan = writes = None
-    if pace.repeats:
-        plan = pace.plan(stands_for if stands_for is not None else response)
-        if faulted:  # its events decoded now, off the event loop, for the faults that work between them
-            plan.blocks  # noqa: B018
-        writes = coalesced(plan)
-    return _Prepared(response, event_ends(response.body), converted, stands_for, plan, writes)
-
-
-class Replay(Attached):
-    """Answers from the recordings the server's matcher holds, at the server's pace, with its faults.
-
-    A request that asks for no stream, answered by a streamed recording, gets
-    the API's JSON answer built from it, and the other way round (see
-    `shape`). The JSON answer goes out when the stream would have ended at
-    the server's pace, and the stream's faults make it what that faulted
-    stream adds up to (an error in it, a 500; a disconnect, no answer).
-    A request for a background response (the Responses API's
-    `"background": true`) that a recorded stream answers is kept in the
-    replay state (see `background`); if it asked for no stream, it is
-    answered at once with the response, queued.
-
-    With the `recorded_faults` option, a recording that notes the faults its
-    client got (`Interaction.injected`) gets them again, besides the
-    server's and the request's own (one of the same text acts once), unless
-    a reconnection resumes it: the replay is what that client got.
-
-    A reconnection (`Last-Event-ID`) answered by a recording of the same
-    reconnection gets it as recorded; answered by one made without the
-    header, it gets that stream from after the event it names.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        # Per recording, and per recording and shape asked for: worked out at its first replay (a shape off the
-        # event loop).
-        self._known: dict[Recording, _Known] = {}
-        self._prepared: dict[tuple[Recording, Shape], _Prepared] = {}
-        self._preparing: dict[tuple[Recording, Shape], asyncio.Task[_Prepared]] = {}
-        """First plays being prepared: requests that come meanwhile wait for the same preparation."""
-        self._recorded_faults: dict[Recording, list[Fault]] = {}
-
-    async def start(self, host: Host) -> None:
-        await super().start(host)
-        if host.options.recorded_faults:  # a bad fault in a cassette stops the server now, with one line
-            for recording in host.matcher.recordings:
-                self._faults_of(recording)
-
-    async def close(self) -> None:
-        preparing = list(self._preparing.values())
-        for task in preparing:
-            task.cancel()  # its thread finishes on its own; no request waits for it any more
-        await asyncio.gather(*preparing, return_exceptions=True)
-
-    async def respond(self, exchange: Exchange) -> web.StreamResponse | None:
-        server = self.host
-        request = exchange.request
-        try:
-            recording = server.matcher.find(request)
-        except NoMatchError as exc:
-            exchange.miss = f"{exchange.miss}; {exc}" if exchange.miss else str(exc)
-            return None
-        known = self._known.get(recording)
-        if known is None:
-            known = self._known[recording] = _Known.of(recording)
-        prepared = await self._prepare(recording, known, request)
-        if prepared.plan is not None:
-            # Sent as it is, unless a fault or a resumption may change it.
-            faultless = not (server.injector.faults or exchange.faults or server.options.recorded_faults)
-            stream = prepared.plan if faultless and last_event_id(request) is None else prepared.plan.copy()
-        else:  # a schedule of this replay's own: jitter, seeded by the recording and how often it played
-            key = f"{known.name}:{server.state.plays[recording] - 1}"
-            paced = prepared.stands_for if prepared.stands_for is not None else prepared.response
-            stream = server.options.pace.plan(paced, key=key)
-        background = BackgroundResponse.of(request, stream, exchange.started)
-        resumed, cut = None, False
-        if prepared.stands_for is None and (last_id := last_event_id(request)) is not None:
-            if known.last_id == last_id:  # a recording of this very reconnection
-                resumed = f"as recorded after event id {last_id!r}"
-            else:  # the stream goes on after the event it names (an id it never set: all of it)
-                cut = stream.resume_after(last_id)
-                resumed = f"after event id {last_id!r}" if cut else f"from the start: no event id {last_id!r}"
-        # A recording's own faults act again (not on a resumption: they were the first connection's).
-        again = self._faults_of(recording) if server.options.recorded_faults and not cut else []
-        server.journal.add(
-            Matched(
-                request=exchange.number,
-                method=request.method,
-                path=request.path,
-                recording=known.name,
-                status=prepared.response.status,
-                converted=prepared.converted if background is None or background.streamed else None,
-                resumed=resumed,
-                background=background.id if background is not None else None,
-            )
-        )
-        dialect = exchange.api or known.dialect
-        if background is not None:
-            server.state.background[background.id] = background
-            if not background.streamed:  # created, and answered at once: it runs on without the client
-                plan = json_plan(background.created())
-                inject(server, exchange, plan, dialect=dialect, recording=known.name, stream=False)
-                return await server.send(exchange, plan)
-        injected = inject(server, exchange, stream, dialect=dialect, recording=known.name, also=again)
-        if prepared.stands_for is not None:
-            if injected:
-                plan = await asyncio.to_thread(collapse, stream, recording.interaction, dialect)
-            else:
-                plan = Plan.of(prepared.response, [stream.end_at] * len(prepared.response.chunks), stream.end_at)
-            exchange.event_ends = []
-        else:
-            plan = stream
-            exchange.event_ends = [b.end for b in plan.events] if injected or resumed else prepared.event_ends
-        return await server.send(exchange, plan, prepared.writes if plan is prepared.plan else None)
-
-    def _faults_of(self, recording: Recording) -> list[Fault]:
-        """The faults a recording notes its client got, to act on every replay of it (not by chance, nor a
-        number of times); raises `ConfigError` naming the recording for one that is not a fault."""
-        faults = self._recorded_faults.get(recording)
-        if faults is None:
-            faults = []
-            for note in recording.interaction.injected:
-                try:
-                    fault = parse_fault(note.fault)
-                except ConfigError as exc:
-                    raise ConfigError(f"{recording}: injected {exc}") from None
-                if fault.spec not in (f.spec for f in faults):
-                    faults.append(replace(fault, p=1.0, times=None, path=None))
-            self._recorded_faults[recording] = faults
-        return faults
-
-    async def _prepare(self, recording: Recording, known: _Known, request: Request) -> _Prepared:
-        """The recording's response in the shape the request asks for (see `shape`)."""
-        shape = known.recorded.asked(request) if self.host.matcher.reshape else Shape(None)
-        key = (recording, shape)
-        prepared = self._prepared.get(key)
-        if prepared is not None:
-            return prepared
-        task = self._preparing.get(key)
-        if task is None:
-            # A long recording takes a while to convert: the streams in flight go on meanwhile. Its events are
-            # decoded for the server's own faults; a request's own faults decode its copy's (25 µs an event,
-            # which the first play of a long recording would otherwise wait for, fault or none). A short one is
-            # prepared here: a fraction of a millisecond, less than a thread's hand-off (the first of which
-            # starts the loop's default executor, 2 ms of CPU time).
-            options = self.host.options
-            faulted = bool(self.host.injector.faults) or options.recorded_faults
-            prepare = functools.partial(_prepared, recording.interaction, shape, options.pace, faulted=faulted)
-            if sum(len(chunk.data) for chunk in recording.interaction.response.chunks) <= _PREPARED_IN_PLACE:
-                prepared = self._prepared[key] = prepare()
-                return prepared
-            task = self._preparing[key] = asyncio.create_task(asyncio.to_thread(prepare))
-            task.add_done_callback(functools.partial(self._ready, key))
-        # Shielded: a client that goes away leaves the preparation to those still waiting, and to later plays.
-        return await asyncio.shield(task)
-
-    def _ready(self, key: tuple[Recording, Shape], task: asyncio.Task[_Prepared]) -> None:
-        del self._preparing[key]
-        if not task.cancelled() and task.exception() is None:  # one that failed is tried again by the next play
-            self._prepared[key] = task.result()
 
 
 def _default_max_connections() -> int:
@@ -434,7 +176,7 @@ class MockServer:
         """What is kept out of what the server says of a request: its recorder's (so that a secret the user
         keeps in the cassette, with `--keep-header` say, is said too), else the defaults."""
         if self._redaction is None:
-            from .redaction import Redaction  # only a query or a miss needs it: serving starts without
+            from ..redaction import Redaction  # only a query or a miss needs it: serving starts without
 
             self._redaction = Redaction()
         return self._redaction
@@ -656,7 +398,7 @@ class MockServer:
         return web.Response(status=status, body=body, headers={**dict(headers), **self.cors(exchange.http)})
 
     def _miss(self, exchange: Exchange) -> web.Response:
-        from .incidents import Miss, Missed
+        from ..incidents import Miss, Missed
 
         request = exchange.request
         reason = exchange.miss or self.matcher.explain_miss(request)
@@ -713,11 +455,11 @@ class MockServer:
 
     def _controls(self, http: web.Request) -> bool:
         """Whether this client may set faults: one on this machine, or anyone when remote control is allowed."""
-        return self.allow_remote_control or _is_loopback(http.remote)
+        return self.allow_remote_control or is_loopback(http.remote)
 
     async def _control_faults(self, http: web.Request) -> web.Response:
         """GET what is set and what was injected, POST new faults, DELETE them all."""
-        from .incidents import FaultInjected
+        from ..incidents import FaultInjected
 
         if http.method == "POST":
             try:
@@ -759,127 +501,6 @@ class MockServer:
         if origin:
             headers["Vary"] = "Origin"
         return headers
-
-
-def recording_server(
-    cassette: str | os.PathLike[str],
-    upstream: str | None,
-    *,
-    mode: RecordMode | str = RecordMode.NEW_EPISODES,
-    redaction: Redaction | None = None,
-    idle_timeout: float = 300.0,
-    options: ServeOptions | None = None,
-    host: str = "127.0.0.1",
-    port: int = 0,
-    log: Callable[[str], None] | None = None,
-    limits: Limits | None = None,
-    allow_remote_control: bool = False,
-    model: Responder | None = None,
-    also: Iterable[Cassette] = (),
-) -> MockServer:
-    """A server that records into `cassette` what it forwards to `upstream`, and replays by `mode`.
-
-    `upstream` is a base URL such as `http://127.0.0.1:8000` or
-    `https://api.example.com/v1`; a request for `/chat/completions` goes to
-    the upstream's base URL plus that path. `options` say how replays are
-    matched and paced; the mode says whether recordings repeat: each replays
-    once under `new_episodes` (as VCR.py does), and they repeat under the others.
-    With `model` (a responder such as `synth.Synthesizer`) in place of the
-    upstream, the model answers what replay does not, and that is recorded.
-    The cassettes `also` are replayed besides, as they are: nothing is recorded into them.
-    """
-    from .record import Recorder
-    from .upstream import AiohttpUpstream
-
-    path = check_cassette_path(cassette)
-    if (upstream is None) == (model is None):
-        raise ConfigError("record from an upstream or a model: give one of them")
-    forwarded = None
-    if upstream is not None:
-        forwarded = AiohttpUpstream(upstream, idle_timeout=idle_timeout, redaction=redaction)
-    try:
-        mode = RecordMode(mode)
-    except ValueError:
-        raise ConfigError(f"record mode {mode!r}: choose from {', '.join(RecordMode)}") from None
-    # Read it now: a cassette that cannot be read must stop us before we record over it. It holds
-    # what killed sessions left in their spools too: it exists if either does.
-    try:
-        existing: Cassette | None = Cassette.load(path)
-    except CassetteNotFoundError:
-        existing = None
-    replay_only = mode is RecordMode.NONE or (mode is RecordMode.ONCE and existing is not None)
-    if replay_only and existing is not None and log is not None:
-        _say_cut_short(existing, mode, log)
-    chosen = replace(
-        options or ServeOptions(),
-        on_miss=MissPolicy.ERROR if replay_only else MissPolicy.SYNTH if model is not None else MissPolicy.RECORD,
-        allow_repeats=mode is not RecordMode.NEW_EPISODES,
-    )
-    return MockServer(
-        [*also, *([existing] if existing is not None and mode is not RecordMode.ALL else [])],
-        options=chosen,
-        host=host,
-        port=port,
-        log=log,
-        upstream=forwarded,
-        model=model,
-        # What new_episodes records replays from the next request on; once and all record every request.
-        recorder=Recorder(existing or Cassette(path=path), redaction, playable=mode is RecordMode.NEW_EPISODES),
-        replay=mode is not RecordMode.ALL,
-        limits=limits,
-        allow_remote_control=allow_remote_control,
-    )
-
-
-def _say_cut_short(cassette: Cassette, mode: RecordMode, log: Callable[[str], None]) -> None:
-    """A replay-only record mode replays a stream cut short as it was recorded: say so, and how to fetch it."""
-    ends = Counter(str(i.response.end) for i in cassette.interactions if i.response.end in CUT_SHORT)
-    if ends:
-        count = sum(ends.values())
-        how = ", ".join(f"{n} {end}" for end, n in sorted(ends.items()))
-        them = "them" if count != 1 else "it"
-        log(
-            f"{cassette.name} holds {count} stream{'s'[: count != 1]} cut short when recorded ({how}): "
-            f"record mode {mode} replays {them} as recorded; record mode new_episodes fetches {them} again"
-        )
-
-
-@contextlib.asynccontextmanager
-async def arecording(
-    cassette: str | os.PathLike[str], upstream: str | None, **keywords: Any
-) -> AsyncIterator[MockServer]:
-    """Run a recording server while the block runs; its keywords are `recording_server`'s."""
-    async with recording_server(cassette, upstream, **keywords) as server:
-        yield server
-
-
-@contextlib.contextmanager
-def recording(cassette: str | os.PathLike[str], upstream: str | None, **keywords: Any) -> Iterator[MockServer]:
-    """Like `arecording`, for synchronous code: the server runs in a background thread."""
-    with run_in_thread(recording_server(cassette, upstream, **keywords)) as server:
-        yield server
-
-
-def _behind_replay(
-    policy: MissPolicy, upstream: str | Upstream | None, recorder: Recorder | None, model: Responder | None
-) -> list[Responder]:
-    """The responders the miss policy puts behind replay."""
-    if policy is MissPolicy.ERROR:
-        return []
-    if policy is MissPolicy.SYNTH:
-        if model is None:
-            raise ConfigError("on miss synth: give the model that answers misses (--model)")
-        return [model]
-    if upstream is None:
-        raise ConfigError(f"on miss {policy}: give the upstream to send misses to")
-    if policy is MissPolicy.RECORD and recorder is None:
-        raise ConfigError("on miss record: give the recorder that keeps what is forwarded")
-    from .record import Forwarder
-    from .upstream import AiohttpUpstream
-
-    if isinstance(upstream, str):
-        upstream = AiohttpUpstream(upstream, redaction=recorder.redaction if recorder is not None else None)
-    return [Forwarder(upstream, recorder)]
 
 
 def _own_origin(http: web.Request) -> str:
@@ -942,61 +563,31 @@ class _LoopErrors:
         loop.default_exception_handler(context)
 
 
-def _is_loopback(remote: str | None) -> bool:
+def is_loopback(remote: str | None) -> bool:
+    """Whether a client's address is on this machine."""
     try:
         return remote is not None and ipaddress.ip_address(remote).is_loopback
     except ValueError:
         return False
 
 
-def _server(
-    cassettes: Iterable[CassetteSource],
-    host: str,
-    port: int,
-    log: Callable[[str], None] | None,
-    upstream: str | None,
-    options: ServeOptions | None,
-    words: dict[str, Any],
-) -> MockServer:
-    """The server `serve` and `aserve` run: options given, or built from the words."""
-    if options is not None and words:
-        raise TypeError(f"give options or keywords, not both (got {', '.join(words)})")
-    chosen = options if options is not None else ServeOptions.build(**words)
-    return MockServer(load_cassettes(cassettes), options=chosen, host=host, port=port, log=log, upstream=upstream)
+def _behind_replay(
+    policy: MissPolicy, upstream: str | Upstream | None, recorder: Recorder | None, model: Responder | None
+) -> list[Responder]:
+    """The responders the miss policy puts behind replay."""
+    if policy is MissPolicy.ERROR:
+        return []
+    if policy is MissPolicy.SYNTH:
+        if model is None:
+            raise ConfigError("on miss synth: give the model that answers misses (--model)")
+        return [model]
+    if upstream is None:
+        raise ConfigError(f"on miss {policy}: give the upstream to send misses to")
+    if policy is MissPolicy.RECORD and recorder is None:
+        raise ConfigError("on miss record: give the recorder that keeps what is forwarded")
+    from ..record import Forwarder
+    from ..upstream import AiohttpUpstream
 
-
-@contextlib.asynccontextmanager
-async def aserve(
-    *cassettes: CassetteSource,
-    host: str = "127.0.0.1",
-    port: int = 0,
-    log: Callable[[str], None] | None = None,
-    upstream: str | None = None,
-    options: ServeOptions | None = None,
-    **words: Any,
-) -> AsyncIterator[MockServer]:
-    """Serve cassettes (objects, files or folders; none: the bundled ones) while the block runs.
-
-    `words` are `ServeOptions.build`'s keywords (or give `options`); with
-    `on_miss="forward"`, misses go to `upstream`::
-
-        async with aserve("recordings/", pace="instant", faults=["error:5"]) as server:
-            client = AsyncOpenAI(base_url=server.url + "/v1", api_key="test")
-    """
-    async with _server(cassettes, host, port, log, upstream, options, words) as server:
-        yield server
-
-
-@contextlib.contextmanager
-def serve(
-    *cassettes: CassetteSource,
-    host: str = "127.0.0.1",
-    port: int = 0,
-    log: Callable[[str], None] | None = None,
-    upstream: str | None = None,
-    options: ServeOptions | None = None,
-    **words: Any,
-) -> Iterator[MockServer]:
-    """Like `aserve`, for synchronous code: the server runs in a background thread."""
-    with run_in_thread(_server(cassettes, host, port, log, upstream, options, words)) as server:
-        yield server
+    if isinstance(upstream, str):
+        upstream = AiohttpUpstream(upstream, redaction=recorder.redaction if recorder is not None else None)
+    return [Forwarder(upstream, recorder)]

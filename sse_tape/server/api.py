@@ -1,0 +1,211 @@
+"""How a server is made and run: from cassettes and options (`serve`, `aserve`), recording into a cassette
+(`recording_server`, `recording`, `arecording`), with what the miss policy puts behind replay.
+
+`aserve` runs a server in the current event loop, `serve` in a background thread for synchronous code."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from .._exceptions import CassetteNotFoundError, ConfigError
+from ..cassette import (
+    Cassette,
+    bundled_cassettes,
+    check_cassette_path,
+    find_cassettes,
+)
+from ..matching import CUT_SHORT
+from ..options import MissPolicy, RecordMode, ServeOptions
+from .responder import Responder
+from .threaded import run_in_thread
+
+if TYPE_CHECKING:  # recording and forwarding are imported when used: serving alone starts sooner
+    from ..redaction import Redaction
+from .app import Limits, MockServer
+
+__all__ = ["arecording", "aserve", "collect_for_serving", "load_cassettes", "recording", "recording_server", "serve"]
+
+CassetteSource = Cassette | str | os.PathLike[str]
+
+
+def load_cassettes(sources: Iterable[CassetteSource] = ()) -> list[Cassette]:
+    """Cassettes from a mix of `Cassette` objects, files and folders; none given means the bundled ones."""
+    sources = list(sources)
+    if not sources:
+        return [Cassette.load(p) for p in bundled_cassettes()]
+    cassettes = [s for s in sources if isinstance(s, Cassette)]
+    paths = find_cassettes(s for s in sources if not isinstance(s, Cassette))
+    return cassettes + [Cassette.load(p) for p in paths]
+
+
+def collect_for_serving() -> None:
+    """Set the garbage collector for a process that does nothing but serve, once its cassettes are loaded.
+
+    What is loaded by then lives as long as the server: frozen, no collection
+    walks it again (a full one of a big cassette held every stream back for
+    tens of milliseconds). The young generation is collected after 10,000
+    new objects rather than 700: at 1,000 paced streams the default made a
+    full collection of every open connection's objects (30 ms, every stream
+    waiting) every few seconds, and a middle one every few hundred ms.
+    Not for a process that is also the user's (the pytest plugin, `serve()`).
+    """
+    gc.freeze()
+    gc.set_threshold(10_000, *gc.get_threshold()[1:])
+
+
+def recording_server(
+    cassette: str | os.PathLike[str],
+    upstream: str | None,
+    *,
+    mode: RecordMode | str = RecordMode.NEW_EPISODES,
+    redaction: Redaction | None = None,
+    idle_timeout: float = 300.0,
+    options: ServeOptions | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    log: Callable[[str], None] | None = None,
+    limits: Limits | None = None,
+    allow_remote_control: bool = False,
+    model: Responder | None = None,
+    also: Iterable[Cassette] = (),
+) -> MockServer:
+    """A server that records into `cassette` what it forwards to `upstream`, and replays by `mode`.
+
+    `upstream` is a base URL such as `http://127.0.0.1:8000` or
+    `https://api.example.com/v1`; a request for `/chat/completions` goes to
+    the upstream's base URL plus that path. `options` say how replays are
+    matched and paced; the mode says whether recordings repeat: each replays
+    once under `new_episodes` (as VCR.py does), and they repeat under the others.
+    With `model` (a responder such as `synth.Synthesizer`) in place of the
+    upstream, the model answers what replay does not, and that is recorded.
+    The cassettes `also` are replayed besides, as they are: nothing is recorded into them.
+    """
+    from ..record import Recorder
+    from ..upstream import AiohttpUpstream
+
+    path = check_cassette_path(cassette)
+    if (upstream is None) == (model is None):
+        raise ConfigError("record from an upstream or a model: give one of them")
+    forwarded = None
+    if upstream is not None:
+        forwarded = AiohttpUpstream(upstream, idle_timeout=idle_timeout, redaction=redaction)
+    try:
+        mode = RecordMode(mode)
+    except ValueError:
+        raise ConfigError(f"record mode {mode!r}: choose from {', '.join(RecordMode)}") from None
+    # Read it now: a cassette that cannot be read must stop us before we record over it. It holds
+    # what killed sessions left in their spools too: it exists if either does.
+    try:
+        existing: Cassette | None = Cassette.load(path)
+    except CassetteNotFoundError:
+        existing = None
+    replay_only = mode is RecordMode.NONE or (mode is RecordMode.ONCE and existing is not None)
+    if replay_only and existing is not None and log is not None:
+        _say_cut_short(existing, mode, log)
+    chosen = replace(
+        options or ServeOptions(),
+        on_miss=MissPolicy.ERROR if replay_only else MissPolicy.SYNTH if model is not None else MissPolicy.RECORD,
+        allow_repeats=mode is not RecordMode.NEW_EPISODES,
+    )
+    return MockServer(
+        [*also, *([existing] if existing is not None and mode is not RecordMode.ALL else [])],
+        options=chosen,
+        host=host,
+        port=port,
+        log=log,
+        upstream=forwarded,
+        model=model,
+        # What new_episodes records replays from the next request on; once and all record every request.
+        recorder=Recorder(existing or Cassette(path=path), redaction, playable=mode is RecordMode.NEW_EPISODES),
+        replay=mode is not RecordMode.ALL,
+        limits=limits,
+        allow_remote_control=allow_remote_control,
+    )
+
+
+def _say_cut_short(cassette: Cassette, mode: RecordMode, log: Callable[[str], None]) -> None:
+    """A replay-only record mode replays a stream cut short as it was recorded: say so, and how to fetch it."""
+    ends = Counter(str(i.response.end) for i in cassette.interactions if i.response.end in CUT_SHORT)
+    if ends:
+        count = sum(ends.values())
+        how = ", ".join(f"{n} {end}" for end, n in sorted(ends.items()))
+        them = "them" if count != 1 else "it"
+        log(
+            f"{cassette.name} holds {count} stream{'s'[: count != 1]} cut short when recorded ({how}): "
+            f"record mode {mode} replays {them} as recorded; record mode new_episodes fetches {them} again"
+        )
+
+
+@contextlib.asynccontextmanager
+async def arecording(
+    cassette: str | os.PathLike[str], upstream: str | None, **keywords: Any
+) -> AsyncIterator[MockServer]:
+    """Run a recording server while the block runs; its keywords are `recording_server`'s."""
+    async with recording_server(cassette, upstream, **keywords) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def recording(cassette: str | os.PathLike[str], upstream: str | None, **keywords: Any) -> Iterator[MockServer]:
+    """Like `arecording`, for synchronous code: the server runs in a background thread."""
+    with run_in_thread(recording_server(cassette, upstream, **keywords)) as server:
+        yield server
+
+
+def _server(
+    cassettes: Iterable[CassetteSource],
+    host: str,
+    port: int,
+    log: Callable[[str], None] | None,
+    upstream: str | None,
+    options: ServeOptions | None,
+    words: dict[str, Any],
+) -> MockServer:
+    """The server `serve` and `aserve` run: options given, or built from the words."""
+    if options is not None and words:
+        raise TypeError(f"give options or keywords, not both (got {', '.join(words)})")
+    chosen = options if options is not None else ServeOptions.build(**words)
+    return MockServer(load_cassettes(cassettes), options=chosen, host=host, port=port, log=log, upstream=upstream)
+
+
+@contextlib.asynccontextmanager
+async def aserve(
+    *cassettes: CassetteSource,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    log: Callable[[str], None] | None = None,
+    upstream: str | None = None,
+    options: ServeOptions | None = None,
+    **words: Any,
+) -> AsyncIterator[MockServer]:
+    """Serve cassettes (objects, files or folders; none: the bundled ones) while the block runs.
+
+    `words` are `ServeOptions.build`'s keywords (or give `options`); with
+    `on_miss="forward"`, misses go to `upstream`::
+
+        async with aserve("recordings/", pace="instant", faults=["error:5"]) as server:
+            client = AsyncOpenAI(base_url=server.url + "/v1", api_key="test")
+    """
+    async with _server(cassettes, host, port, log, upstream, options, words) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def serve(
+    *cassettes: CassetteSource,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    log: Callable[[str], None] | None = None,
+    upstream: str | None = None,
+    options: ServeOptions | None = None,
+    **words: Any,
+) -> Iterator[MockServer]:
+    """Like `aserve`, for synchronous code: the server runs in a background thread."""
+    with run_in_thread(_server(cassettes, host, port, log, upstream, options, words)) as server:
+        yield server
