@@ -804,6 +804,7 @@ def test_any_request_gets_an_answer_never_a_500(
     assert status_line.split()[1] != b"500", status_line
 
 
+@pytest.mark.slow
 def test_a_short_soak_leaves_nothing_behind() -> None:
     # bench/soak.py, briefly: streams of every kind, then descriptors, connections, streams and tasks back where
     # they were and RSS within bounds; the long run is `just soak`.
@@ -831,6 +832,7 @@ def _running_with(marker: str) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_a_short_peers_benchmark_checks_every_answer_and_leaves_no_process(tmp_path: Path) -> None:
     # bench/peers_bench.py, briefly and without aimock: every server answers every stream in full, the
     # replayed bytes are the recorded ones, and every server it started is gone when it ends. Its
