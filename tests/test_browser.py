@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 from click.testing import CliRunner
+from threads import in_a_thread
 
 from sse_tape import Cassette, Chunk, Interaction, Request, Response, bundled_cassettes, serve
-from sse_tape._http import run_in_thread
 from sse_tape.cli import cli
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -192,7 +192,7 @@ def visit(pages: PageServer, profile: Path) -> None:
 
 def test_a_page_from_another_origin_reads_a_chat_stream_with_fetch(tmp_path: Path) -> None:
     # At the recorded pace: the page reads a real stream, chunk by chunk, from another origin.
-    with serve() as server, run_in_thread(PageServer(PAGE.replace("URL", server.url))) as pages:
+    with serve() as server, in_a_thread(PageServer(PAGE.replace("URL", server.url))) as pages:
         assert not pages.url.startswith(server.url)  # localhost, not 127.0.0.1, and another port
         visit(pages, tmp_path / "profile")
     assert pages.result == {"rendered": '<p id="out">Hi there! How can I help you today?</p>', "chunks": 12}
@@ -246,7 +246,7 @@ def test_an_eventsource_reconnects_after_a_drop_and_resumes_where_it_was(tmp_pat
     # reconnects with Last-Event-ID, and gets the rest.
     with (
         serve(feed, pace="instant", faults=["disconnect:after=2,times=1"]) as server,
-        run_in_thread(PageServer(EVENTSOURCE.replace("URL", server.url))) as pages,
+        in_a_thread(PageServer(EVENTSOURCE.replace("URL", server.url))) as pages,
     ):
         visit(pages, tmp_path / "profile")
         resumed = [e.resumed for e in server.journal if e.kind == "matched"]

@@ -10,10 +10,10 @@ import httpx
 import openai
 import pytest
 from clients import openai_client
+from threads import in_a_thread
 from upstream import Upstream
 
 from sse_tape import Cassette, Chunk, Interaction, Request, Response, ServeOptions, recording, serve
-from sse_tape._http import run_in_thread
 from sse_tape.journal import Matched
 from sse_tape.shape import asked, reshape
 
@@ -294,7 +294,7 @@ def test_a_stream_from_an_api_that_always_streams_is_not_reshaped() -> None:
 def test_a_usage_chunk_goes_only_to_a_request_that_asks_for_usage(tmp_path: Path) -> None:
     cassette = tmp_path / "usage.toml"
     body = {"model": "up", "messages": [{"role": "user", "content": "Say hi"}], "stream": True}
-    with run_in_thread(Upstream()) as upstream, recording(cassette, upstream.url) as recorder:
+    with in_a_thread(Upstream()) as upstream, recording(cassette, upstream.url) as recorder:
         recorded = httpx.post(
             recorder.url + "/v1/chat/completions?gap=0", json={**body, "stream_options": {"include_usage": True}}
         ).content
