@@ -8,6 +8,10 @@ install:
 test *args:
     python -m pytest -n auto {{args}}
 
+# Run the slow tests the suite leaves out: brief runs of the peers benchmark and the soak.
+test-slow *args:
+    python -m pytest -n auto -m slow {{args}}
+
 # Lint, check formatting and types.
 lint:
     ruff check .

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -23,6 +24,28 @@ settings.register_profile("fuzz", max_examples=int(os.environ.get("SSE_TAPE_FUZZ
 # No deadline per example: on a busy shared machine an example can take seconds, and that is no failure.
 settings.register_profile("sse-tape", deadline=None)
 settings.load_profile("sse-tape")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave the `slow` tests out unless `-m` names the marker or the command line names the test.
+
+    Done here, not with `-m "not slow"` in addopts: a user's own `-m` (say `-m "not model"`) would replace
+    that one and bring the slow tests back; this way it combines with whatever `-m` says.
+    """
+    if re.search(r"\bslow\b", config.option.markexpr or ""):
+        return
+    named = [arg.split("::", 1)[1] for arg in config.args if "::" in arg]
+
+    def wanted(item: pytest.Item) -> bool:
+        if item.get_closest_marker("slow") is None:
+            return True
+        tail = item.nodeid.split("::", 1)[-1]
+        return any(tail == name or tail.startswith((name + "[", name + "::")) for name in named)
+
+    kept = [item for item in items if wanted(item)]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if not wanted(item)])
+        items[:] = kept
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -11,8 +11,8 @@ def post(path: str, body: object, query: str = "") -> Request:
     return Request("POST", path, query=query, body=json.dumps(body).encode())
 
 
-def recording(path: str, body: object, tag: str) -> Interaction:
-    return Interaction(post(path, body), Response(chunks=(Chunk(0.0, tag.encode()),)))
+def recording(path: str, body: object, tag: str, query: str = "") -> Interaction:
+    return Interaction(post(path, body, query), Response(chunks=(Chunk(0.0, tag.encode()),)))
 
 
 def tag(matcher: Matcher, request: Request) -> str:
@@ -62,16 +62,19 @@ def test_method_and_path_matching_prefers_the_most_alike_body(cassette: Cassette
 
 
 def test_query_is_ignored_unless_asked_for() -> None:
-    cassette = Cassette([Interaction(post("/q", {}, query="a=1&b=2"), Response())])
-    assert Matcher([cassette]).find(post("/q", {}, query="zzz"))
-    assert Matcher([cassette], match_on=["method", "path", "query"]).find(post("/q", {}, query="b=2&a=1"))
+    cassette = Cassette([recording("/q", {}, "ab", query="a=1&b=2")])
+    assert tag(Matcher([cassette]), post("/q", {}, query="zzz")) == "ab"
+    queried = Cassette([recording("/q", {}, "a3", query="a=3"), recording("/q", {}, "ab", query="a=1&b=2")])
+    assert tag(Matcher([queried], match_on=["method", "path", "query"]), post("/q", {}, query="b=2&a=1")) == "ab"
     with pytest.raises(NoMatchError, match="query is 'a=2', recorded 'a=1&b=2'"):
         Matcher([cassette], match_on=["path", "query"]).find(post("/q", {}, query="a=2"))
 
 
 def test_non_json_bodies_compare_as_bytes() -> None:
-    cassette = Cassette([Interaction(Request("POST", "/raw", body=b"a=1"), Response())])
-    assert Matcher([cassette]).find(Request("POST", "/raw", body=b"a=1"))
+    raw = [Interaction(Request("POST", "/raw", body=body), Response()) for body in (b"a=3", b"a=1")]
+    cassette = Cassette(raw)
+    found = Matcher([cassette]).find(Request("POST", "/raw", body=b"a=1"))
+    assert (found.index, found.interaction) == (2, raw[1])
     with pytest.raises(NoMatchError):
         Matcher([cassette]).find(Request("POST", "/raw", body=b"a=2"))
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -44,15 +44,6 @@ def chat(client: openai.OpenAI, request: dict[str, Any], spec: str) -> Any:
         return stream.get_final_completion().choices[0]
 
 
-def test_chat_tool_arguments_that_are_not_json(client: openai.OpenAI, bundled: dict[str, Cassette]) -> None:
-    choice = chat(client, body(bundled, "openai-chat", 1), "bad-args")
-    arguments = choice.message.tool_calls[0].function.arguments
-    assert arguments == '{"city":"Tokyo",}'
-    with pytest.raises(json.JSONDecodeError):
-        json.loads(arguments)
-    assert choice.finish_reason == "tool_calls"
-
-
 def test_chat_tool_arguments_that_break_the_schema(client: openai.OpenAI, bundled: dict[str, Cassette]) -> None:
     choice = chat(client, body(bundled, "openai-chat", 1), "bad-args:schema")
     call = choice.message.tool_calls[0]
@@ -68,13 +59,6 @@ def test_chat_an_answer_with_no_call_turns_into_a_call_with_broken_arguments(
     assert [c.function.name for c in choice.message.tool_calls] == ["get_weather"]
     with pytest.raises(json.JSONDecodeError):
         json.loads(choice.message.tool_calls[0].function.arguments)
-
-
-def test_chat_a_call_to_a_tool_the_request_did_not_offer(client: openai.OpenAI, bundled: dict[str, Cassette]) -> None:
-    request = body(bundled, "openai-chat", 1)
-    choice = chat(client, request, "unknown-tool:drop_database")
-    assert choice.message.tool_calls[0].function.name == "drop_database"
-    assert "drop_database" not in {t["function"]["name"] for t in request["tools"]}
 
 
 def test_chat_two_tool_calls_with_the_same_id(client: openai.OpenAI, bundled: dict[str, Cassette]) -> None:
@@ -152,13 +136,6 @@ def respond(client: openai.OpenAI, request: dict[str, Any], spec: str) -> Any:
         return stream.get_final_response()
 
 
-def test_responses_tool_arguments_that_are_not_json(client: openai.OpenAI, bundled: dict[str, Cassette]) -> None:
-    response = respond(client, body(bundled, "openai-responses", 1), "bad-args")
-    (call,) = [item for item in response.output if item.type == "function_call"]
-    with pytest.raises(json.JSONDecodeError):
-        json.loads(call.arguments)
-
-
 def test_responses_two_calls_with_one_call_id(client: openai.OpenAI, bundled: dict[str, Cassette]) -> None:
     request = body(bundled, "openai-responses", 1)
     # The SDK's stream helper tells function calls apart by call_id: two with one id stop it.
@@ -169,11 +146,6 @@ def test_responses_two_calls_with_one_call_id(client: openai.OpenAI, bundled: di
     assert [item.type for item in done] == ["function_call", "function_call"]
     assert done[0].call_id == done[1].call_id
     assert done[0].id != done[1].id  # two items, as the API would send them
-
-
-def test_responses_a_call_to_a_tool_not_offered(client: openai.OpenAI, bundled: dict[str, Cassette]) -> None:
-    response = respond(client, body(bundled, "openai-responses", 1), "unknown-tool:rm_rf")
-    assert [item.name for item in response.output if item.type == "function_call"] == ["rm_rf"]
 
 
 def test_responses_a_refusal(client: openai.OpenAI, bundled: dict[str, Cassette]) -> None:
@@ -212,6 +184,49 @@ def test_responses_empty_and_reasoning_only(client: openai.OpenAI, bundled: dict
     thinking = respond(client, body(bundled, "openai-responses", 0), "reasoning-only:Hmm.")
     assert thinking.output_text == ""
     assert [item.type for item in thinking.output] == ["reasoning"]
+
+
+# --- the same misbehaviour in both APIs, through each one's stream helper ---------------------------------
+
+
+def chat_calls(client: openai.OpenAI, request: dict[str, Any], spec: str) -> tuple[list[tuple[str, str]], str]:
+    """The tool calls a chat stream assembles, (name, arguments) each, and how its choice finished."""
+    choice = chat(client, request, spec)
+    return [(c.function.name, c.function.arguments) for c in choice.message.tool_calls or []], choice.finish_reason
+
+
+def responses_calls(client: openai.OpenAI, request: dict[str, Any], spec: str) -> tuple[list[tuple[str, str]], str]:
+    """The function calls a Responses stream assembles, (name, arguments) each, and the response's status."""
+    response = respond(client, request, spec)
+    return [(item.name, item.arguments) for item in response.output if item.type == "function_call"], response.status
+
+
+BOTH_APIS = pytest.mark.parametrize(
+    ("cassette", "calls", "done"),
+    [("openai-chat", chat_calls, "tool_calls"), ("openai-responses", responses_calls, "completed")],
+    ids=["chat", "responses"],
+)
+Calls = Callable[[openai.OpenAI, dict[str, Any], str], tuple[list[tuple[str, str]], str]]
+
+
+@BOTH_APIS
+def test_tool_arguments_that_are_not_json(
+    client: openai.OpenAI, bundled: dict[str, Cassette], cassette: str, calls: Calls, done: str
+) -> None:
+    made, finished = calls(client, body(bundled, cassette, 1), "bad-args")
+    assert (made, finished) == ([("get_weather", '{"city":"Tokyo",}')], done)
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(made[0][1])
+
+
+@BOTH_APIS
+def test_a_call_to_a_tool_the_request_did_not_offer(
+    client: openai.OpenAI, bundled: dict[str, Cassette], cassette: str, calls: Calls, done: str
+) -> None:
+    request = body(bundled, cassette, 1)
+    made, finished = calls(client, request, "unknown-tool:drop_database")
+    assert (made, finished) == ([("drop_database", '{"city":"Tokyo"}')], done)
+    assert "drop_database" not in json.dumps(request["tools"])
 
 
 # --- every misbehaviour, every bundled stream: framed as its API frames it, judged by `check` -----------

@@ -10,8 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from clients import openai_client
 from httpx_sse import aconnect_sse
 from processes import start
 from upstream import Upstream, chat_chunk
+from waits import auntil, until
 
 from sse_tape import (
     Cassette,
@@ -149,8 +149,8 @@ async def test_stall_past_the_idle_timeout_is_recorded_as_a_timeout(upstream: Up
     assert recorded.response.body == chat_chunk(0)
     assert recorded.response.duration is not None
     assert recorded.response.duration >= 0.3
-    await asyncio.sleep(0.05)
-    assert upstream.disconnects == 1  # the proxy gave up on the upstream too
+    await auntil(lambda: upstream.disconnects, "the upstream's disconnect")  # the proxy gave up on the upstream too
+    assert upstream.disconnects == 1
 
 
 async def test_429_with_retry_after_is_recorded_and_replayed_to_the_sdk(upstream: Upstream, tmp_path: Path) -> None:
@@ -187,10 +187,7 @@ async def test_client_hang_up_cancels_the_upstream_and_is_recorded(upstream: Ups
             url = proxy.url + "/v1/chat/completions?events=100&gap=0.05"
             async with client.stream("POST", url, content=b"{}") as response:
                 await response.aiter_raw().__anext__()
-        for _ in range(100):
-            if upstream.disconnects:
-                break
-            await asyncio.sleep(0.02)
+        await auntil(lambda: upstream.disconnects, "the upstream's disconnect")
         assert upstream.disconnects == 1
         assert proxy.active_streams == 0
     [recorded] = Cassette.load(cassette).interactions
@@ -367,7 +364,7 @@ def test_record_modes_with_an_existing_cassette(
     cassette = tmp_path / "c.toml"
     _seed(cassette, threaded_upstream)
     threaded_upstream.hits = 0
-    with run_in_thread(recording_server(cassette, threaded_upstream.url, mode=mode)) as proxy:
+    with recording(cassette, threaded_upstream.url, mode=mode) as proxy:
         got = [httpx.post(proxy.url + "/v1/chat/completions?events=1", content=b"{}").status_code for _ in range(3)]
         miss = httpx.post(proxy.url + "/v1/chat/completions?events=2", content=b'{"other": 1}')
     assert got == statuses
@@ -379,7 +376,7 @@ def test_record_modes_with_an_existing_cassette(
 
 def test_once_records_everything_when_the_cassette_is_new(threaded_upstream: Upstream, tmp_path: Path) -> None:
     cassette = tmp_path / "new.toml"
-    with run_in_thread(recording_server(cassette, threaded_upstream.url, mode="once")) as proxy:
+    with recording(cassette, threaded_upstream.url, mode="once") as proxy:
         for _ in range(2):
             httpx.post(proxy.url + "/v1/chat/completions?events=1", content=b"{}")
     assert threaded_upstream.hits == 2
@@ -871,9 +868,9 @@ def test_a_full_disk_is_said_once_and_what_was_saved_stays_readable(tmp_path: Pa
     code = """
 import json, httpx
 from sse_tape import Cassette
-from sse_tape.server import run_in_thread
 from sse_tape.record import SaveFailed
 from sse_tape import recording
+from sse_tape.server import run_in_thread
 from upstream import Upstream
 with run_in_thread(Upstream()) as up:
     with recording("c.toml", up.url) as proxy:
@@ -959,16 +956,12 @@ def _cut_short(recorder: Recorder, cut: str) -> bytes:
 
 def _until_journal_says(recorder: Recorder, end: str, times: int = 1) -> None:
     """Wait until the recorder's journal says `times` streams ended so."""
-    deadline = time.monotonic() + 30
-    while (
-        sum(
-            e["type"] == "ended" and e["end"] == end
-            for e in httpx.get(recorder.url + "/__sse_tape__/journal").json()["entries"]
-        )
-        < times
-    ):
-        assert time.monotonic() < deadline, f"the recorder never noted a stream that ended {end}"
-        time.sleep(0.02)
+
+    def noted() -> bool:
+        entries = httpx.get(recorder.url + "/__sse_tape__/journal").json()["entries"]
+        return sum(e["type"] == "ended" and e["end"] == end for e in entries) >= times
+
+    until(noted, f"the recorder's note of {times} stream(s) that ended {end}")
 
 
 @pytest.mark.parametrize(
@@ -1209,9 +1202,8 @@ def test_replay_only_record_modes_replay_a_stream_cut_short_as_it_was_recorded_a
     Cassette([Interaction(request, cut)], cassette).save()
     lines: list[str] = []
     options = ServeOptions.build(pace="instant")
-    server = recording_server(cassette, threaded_upstream.url, mode=mode, log=lines.append, options=options)
     with (
-        run_in_thread(server) as proxy,
+        recording(cassette, threaded_upstream.url, mode=mode, log=lines.append, options=options) as proxy,
         httpx.Client() as client,
         client.stream("POST", proxy.url + "/v1/chat/completions", content=b"{}") as response,
     ):
@@ -1336,13 +1328,6 @@ def test_a_recorder_fetches_each_shape_from_the_upstream(llama_server: str, tmp_
 UPSTREAM_BODY = b"".join(chat_chunk(n) for n in range(5)) + b"data: [DONE]\n\n"
 
 
-async def until(condition: Callable[[], object]) -> None:
-    """Wait until `condition()` holds, 30 s at most (a safety net): for what the servers keep, which signals nothing."""
-    async with asyncio.timeout(30):
-        while not condition():  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
-
-
 async def read_into(got: bytearray, client: httpx.AsyncClient, method: str, url: str, **kwargs: Any) -> None:
     """Read a response's raw body into `got`, as far as it comes."""
     async with client.stream(method, url, **kwargs) as response:
@@ -1370,7 +1355,7 @@ async def test_the_sdk_meets_an_error_injected_into_a_forwarded_stream_which_is_
         with pytest.raises(openai.APIError, match="the upstream went away"):
             await chat_words(client, words)
         await client.close()
-        await until(lambda: proxy.journal.counts["recorded"])
+        await auntil(lambda: proxy.journal.counts["recorded"])
     assert words == [" w0", " w1"]
     [interaction] = Cassette.load(cassette).interactions
     assert interaction.response.body == UPSTREAM_BODY  # all five words and [DONE], as the upstream sent them
@@ -1390,7 +1375,7 @@ async def test_a_disconnect_cuts_the_clients_copy_and_the_upstream_is_read_to_it
         headers = {"X-SSE-Tape-Fault": f"disconnect:after=2,mode={mode}"}  # a request's own fault acts too
         with pytest.raises(error):
             await read_into(got, client, "POST", proxy.url + "/v1/chat/completions", content=b"{}", headers=headers)
-        await until(lambda: proxy.journal.counts["recorded"])
+        await auntil(lambda: proxy.journal.counts["recorded"])
     assert bytes(got) == chat_chunk(0) + chat_chunk(1)
     [interaction] = Cassette.load(cassette).interactions
     assert interaction.response.body == UPSTREAM_BODY
@@ -1416,9 +1401,9 @@ async def test_faults_that_hold_the_clients_copy_back_hold_nothing_back_from_the
             pieces = response.aiter_raw()
             while len(got) < len(chat_chunk(0)):
                 got += await pieces.__anext__()
-            await until(lambda: upstream.last_write is not None)
+            await auntil(lambda: upstream.last_write is not None)
         # The client leaves an hour before the stall would let it have the rest.
-        await until(lambda: proxy.journal.counts["recorded"])
+        await auntil(lambda: proxy.journal.counts["recorded"])
     assert bytes(got) == chat_chunk(0)
     [interaction] = Cassette.load(cassette).interactions
     assert interaction.response.body == UPSTREAM_BODY
@@ -1440,7 +1425,7 @@ async def test_a_status_fault_answers_in_the_upstreams_place_and_nothing_is_reco
         assert upstream.hits == 0
         await chat_words(client, words)
         await client.close()
-        await until(lambda: proxy.journal.counts["recorded"])
+        await auntil(lambda: proxy.journal.counts["recorded"])
     assert limited.value.response.headers["retry-after"] == "3"
     assert words == [f" w{n}" for n in range(5)]
     assert upstream.hits == 1
@@ -1458,7 +1443,7 @@ async def test_an_answer_that_is_not_a_stream_passes_as_it_came_and_a_whole_stre
     async with arecording(cassette, upstream.url, options=options) as proxy, httpx.AsyncClient() as client:
         limited = await client.post(proxy.url + "/limited", content=b"{}")
         _, body = await read_all(client, "POST", proxy.url + "/v1/chat/completions?gap=0", content=b'{"n": 2}')
-        await until(lambda: proxy.journal.counts["recorded"] == 2)
+        await auntil(lambda: proxy.journal.counts["recorded"] == 2)
     assert limited.status_code == 429
     assert limited.json()["error"]["message"] == "Rate limit reached"
     first, second = Cassette.load(cassette).interactions
@@ -1484,7 +1469,7 @@ async def test_an_upstream_reset_under_faults_is_passed_on_and_recorded(upstream
         async with httpx.AsyncClient() as client:
             with pytest.raises(httpx.ReadError):
                 await read_into(got, client, "GET", proxy.url + "/reset")
-        await until(lambda: proxy.journal.counts["recorded"])
+        await auntil(lambda: proxy.journal.counts["recorded"])
     assert bytes(got) == (chat_chunk(0) + chat_chunk(1)).replace(b"\n", b"\r\n")
     [interaction] = Cassette.load(cassette).interactions
     assert interaction.response.end is End.UPSTREAM_RESET
@@ -1500,7 +1485,7 @@ async def test_a_client_that_leaves_a_faulted_stream_leaves_the_upstream_to_the_
     async with arecording(tmp_path / "c.toml", upstream.url, options=options) as proxy:
         async with httpx.AsyncClient() as client, client.stream("POST", proxy.url + url, content=b"{}") as response:
             await response.aiter_raw().__anext__()
-        await until(lambda: proxy.journal.counts["recorded"])
+        await auntil(lambda: proxy.journal.counts["recorded"])
     [interaction] = Cassette.load(tmp_path / "c.toml").interactions
     assert interaction.response.end is End.COMPLETE
     assert interaction.response.body.endswith(b"data: [DONE]\n\n")
@@ -1509,7 +1494,7 @@ async def test_a_client_that_leaves_a_faulted_stream_leaves_the_upstream_to_the_
     async with forwarding as forwarder:
         async with httpx.AsyncClient() as client, client.stream("POST", forwarder.url + url, content=b"{}") as response:
             await response.aiter_raw().__anext__()
-        await until(lambda: upstream.disconnects)
+        await auntil(lambda: upstream.disconnects)
 
 
 async def test_an_endless_stream_is_read_on_for_the_recording_only_so_long(upstream: Upstream, tmp_path: Path) -> None:
@@ -1519,8 +1504,8 @@ async def test_an_endless_stream_is_read_on_for_the_recording_only_so_long(upstr
         forwarder.read_on = 0.2
         async with httpx.AsyncClient() as client, client.stream("GET", proxy.url + "/stall") as response:
             await response.aiter_raw().__anext__()
-        await until(lambda: proxy.journal.counts["recorded"])
-        await until(lambda: upstream.disconnects)
+        await auntil(lambda: proxy.journal.counts["recorded"])
+        await auntil(lambda: upstream.disconnects)
     [interaction] = Cassette.load(tmp_path / "c.toml").interactions
     assert interaction.response.end is End.INTERRUPTED
     assert interaction.response.body == chat_chunk(0)
@@ -1534,7 +1519,7 @@ async def test_a_faulted_recording_replays_what_the_upstream_sent_or_with_record
     options = ServeOptions.build(faults=["drop:at=1", "error:at=3,message=cut", "latency:delay=1ms,times=1"])
     async with arecording(cassette, upstream.url, options=options) as proxy, httpx.AsyncClient() as client:
         _, live = await read_all(client, "POST", proxy.url + url, content=b"{}")
-        await until(lambda: proxy.journal.counts["recorded"])
+        await auntil(lambda: proxy.journal.counts["recorded"])
     assert [e.data for e in SSEDecoder().feed(live)][:2] == [json.dumps(json.loads(chat_chunk(n)[6:])) for n in (0, 2)]
     async with aserve(cassette, pace="instant") as server, httpx.AsyncClient() as client:
         assert await read_all(client, "POST", server.url + url, content=b"{}") == (200, UPSTREAM_BODY)
@@ -1617,7 +1602,7 @@ async def test_a_reconnection_is_recorded_as_its_own_interaction_and_replayed_by
     async with arecording(cassette, upstream.url, options=options) as proxy:
         # Cut off after two events, the client reconnects after the second, and the upstream resumes there.
         assert await follow_feed(proxy.url + "/feed") == [["1", "2"], ["3", "4", "5"]]
-        await until(lambda: proxy.journal.counts["recorded"] == 2)
+        await auntil(lambda: proxy.journal.counts["recorded"] == 2)
     assert [h.get("Last-Event-ID") for h in upstream.seen_headers] == [None, "2"]
     interactions = Cassette.load(cassette).interactions
     [whole] = [i for i in interactions if i.request.header("Last-Event-ID") is None]

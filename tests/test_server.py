@@ -9,8 +9,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import IO
 
 import httpx
 import openai
@@ -20,14 +22,15 @@ from clients import openai_client
 from httpx_sse import connect_sse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from waits import auntil, until
 
-import sse_tape.server.replay
 from sse_tape import (
     Cassette,
     Chunk,
     End,
     Interaction,
     MockServer,
+    Pacing,
     Request,
     Response,
     ServeOptions,
@@ -37,7 +40,8 @@ from sse_tape import (
 )
 from sse_tape.dialects import DIALECTS
 from sse_tape.dialects.events import TextDelta
-from sse_tape.journal import Ended
+from sse_tape.journal import Ended, Matched
+from sse_tape.plan import Plan
 from sse_tape.server import Limits, load_cassettes
 
 
@@ -398,6 +402,7 @@ async def test_a_stream_that_never_ended_is_replayed_as_broken(end: End, error: 
 
 async def test_client_disconnect_stops_the_stream_at_once(bundled: dict[str, Cassette]) -> None:
     heartbeat = bundled["router-chat"].interactions[2]  # 15 s of silence after the role frame
+    role, after = heartbeat.response.chunks[:2]
     baseline = len(asyncio.all_tasks())
     async with aserve(Cassette([heartbeat]), match_on=["path"]) as server:
         url = server.url + heartbeat.request.path
@@ -407,12 +412,10 @@ async def test_client_disconnect_stops_the_stream_at_once(bundled: dict[str, Cas
             assert first.startswith(b"data: ")
             assert server.active_streams == 1
         # The client is gone while the server sleeps towards the next chunk.
-        for _ in range(100):
-            if server.active_streams == 0 and len(asyncio.all_tasks()) == baseline:
-                break
-            await asyncio.sleep(0.02)
-        assert server.active_streams == 0
-        assert len(asyncio.all_tasks()) == baseline
+        [ended] = await auntil(lambda: [e for e in server.journal if isinstance(e, Ended)], "the stream's end")
+        await auntil(lambda: server.active_streams == 0 and len(asyncio.all_tasks()) == baseline, "its task's end")
+    assert (ended.end, ended.bytes) == (End.CLIENT_GONE, len(role.data))
+    assert ended.seconds < after.t  # by the server's own clock: at once, not when the next chunk was due
 
 
 def _paced(events: list[bytes], gap: float, headers: tuple[tuple[str, str], ...] = ()) -> Cassette:
@@ -500,48 +503,68 @@ async def test_a_stream_due_all_at_once_goes_out_with_its_headers_in_one_write(m
 async def test_a_paced_stream_keeps_its_times_from_the_request_s_arrival_however_long_its_body_takes() -> None:
     # The recorder counts a chunk's time from the request's head, and so does the replay: time spent waiting
     # for the body (or matching, or preparing a first play) is not added in front of the first event.
-    response = Response(200, (("content-type", "text/event-stream"),), (Chunk(0.7, b"data: one\n\n"),))
-    async with aserve(Cassette([Interaction(Request("POST", "/stream", body=b"{}"), response)])) as server:
+    # One request's body comes a second after its head, its one event due 1.2 s after the head; another
+    # request comes whole with that body, its event due 0.7 s after it. Counted from the head, the first
+    # stream ends half a second before the other; counted from its body, half a second after. The server's
+    # journal says in which order they ended, by its own clock, however fast the machine is.
+    def recorded(body: bytes, at: float, data: bytes) -> Interaction:
+        response = Response(200, (("content-type", "text/event-stream"),), (Chunk(at, data),))
+        return Interaction(Request("POST", "/stream", body=body), response)
+
+    late, whole = b'{"late": true}', b'{"whole": true}'
+    cassette = Cassette([recorded(late, 1.2, b"data: late\n\n"), recorded(whole, 0.7, b"data: whole\n\n")])
+    head = b"POST /stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n"
+    async with aserve(cassette, match_on="method,path,body") as server:
         loop = asyncio.get_running_loop()
 
-        def scenario() -> tuple[float, bytes]:
-            with socket.create_connection(("127.0.0.1", server.port)) as sock:
-                sock.sendall(b"POST /stream HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\n")
+        def read_until(sock: socket.socket, data: bytes) -> bytes:
+            answer = b""
+            while data not in answer:
+                answer += sock.recv(65536)
+            return answer
+
+        def scenario() -> tuple[float, bytes, bytes]:
+            with (
+                socket.create_connection(("127.0.0.1", server.port)) as slow,
+                socket.create_connection(("127.0.0.1", server.port)) as other,
+            ):
+                slow.sendall(head % len(late))
                 sent = time.perf_counter()
-                time.sleep(0.5)
-                sock.sendall(b"{}")
-                answer = b""
-                while b"data: one" not in answer:
-                    answer += sock.recv(65536)
-                return time.perf_counter() - sent, answer
+                time.sleep(1)  # the body comes a second after the head
+                other.sendall(head % len(whole) + whole)
+                slow.sendall(late)
+                answer = read_until(slow, b"data: late")
+                first_event = time.perf_counter() - sent
+                return first_event, answer, read_until(other, b"data: whole")
 
-        first_event, answer = await loop.run_in_executor(None, scenario)
+        first_event, answer, other = await loop.run_in_executor(None, scenario)
+        matched = {e.request: e.recording for e in server.journal if isinstance(e, Matched)}
+        ended = [matched[e.request] for e in server.journal if isinstance(e, Ended)]
     assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
-    # Counted from the body's arrival, the event could come no sooner than 0.5 + 0.7 s after the head.
-    assert 0.7 <= first_event < 1.2
+    assert other.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert first_event >= 1.2  # a floor: the event comes no sooner than recorded
+    assert ended == ["<memory> #1 (POST /stream)", "<memory> #2 (POST /stream)"]  # the late body's stream first
 
 
-async def test_requests_that_come_together_for_a_first_play_share_its_preparation(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # The real preparation runs, held until every request has arrived: each would otherwise prepare its own.
-    preparations = []
-    prepare = sse_tape.server.replay._prepared
+async def test_requests_that_come_together_for_a_first_play_share_its_preparation() -> None:
+    # A first play is prepared (its plan asked of the pace, among the rest) in a thread, held here until every
+    # request has arrived: each would otherwise prepare its own, and ask for a plan of its own.
+    plans = []
 
-    def counted(*args: object, **kwargs: bool) -> object:
-        preparations.append(args)
-        deadline = time.monotonic() + 10
-        while server.state.requests < 20 and time.monotonic() < deadline:
-            time.sleep(0.005)
-        return prepare(*args, **kwargs)  # type: ignore[arg-type]
+    class Counted(Pacing):
+        """The recorded pace, counting the plans asked of it."""
 
-    monkeypatch.setattr(sse_tape.server.replay, "_prepared", counted)
+        def plan(self, response: Response, *, key: str = "") -> Plan:
+            plans.append(key)
+            until(lambda: server.state.requests == 20, "every request")
+            return super().plan(response, key=key)
+
     events = [f"data: {i} {'x' * 200}\n\n".encode() for i in range(100)]  # long enough to be prepared in a thread
-    async with aserve(_paced(events, 0.0)) as server, httpx.AsyncClient(base_url=server.url) as client:
+    async with aserve(_paced(events, 0.0), pace=Counted()) as server, httpx.AsyncClient(base_url=server.url) as client:
         answers = await asyncio.gather(*(client.post("/stream", content=b"{}") for _ in range(20)))
         assert server.state.requests == 20
     assert [a.content for a in answers] == [b"".join(events)] * 20
-    assert len(preparations) == 1
+    assert len(plans) == 1
 
 
 async def test_a_client_that_does_not_read_holds_a_paced_stream_back() -> None:
@@ -558,22 +581,23 @@ async def test_a_client_that_does_not_read_holds_a_paced_stream_back() -> None:
         await loop.sock_sendall(sock, b"POST /stream HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
         # The recording is made ready for its first play in a thread, which a busy machine may take seconds
         # over: the stream's clock starts with its first bytes, seen here without reading them.
-        for _ in range(3000):
-            try:
-                if sock.recv(1, socket.MSG_PEEK):
-                    break
-            except BlockingIOError:
-                await asyncio.sleep(0.02)
+        await auntil(lambda: _waiting(sock), "the stream's first bytes")
+        # A floor, not a wait for anything: by now every event is due, and a server that queued them all
+        # rather than wait for the client would have.
         await asyncio.sleep(1)
         assert server.active_streams == 1
         sock.close()
-        for _ in range(250):
-            ended = [e for e in server.journal if isinstance(e, Ended)]
-            if ended:
-                break
-            await asyncio.sleep(0.02)
-    assert ended[0].end is End.CLIENT_GONE
-    assert 0 < ended[0].bytes < sum(map(len, events)) / 2
+        [ended] = await auntil(lambda: [e for e in server.journal if isinstance(e, Ended)], "the stream's end")
+    assert ended.end is End.CLIENT_GONE
+    assert 0 < ended.bytes < sum(map(len, events)) / 2
+
+
+def _waiting(sock: socket.socket) -> bool:
+    """Whether bytes wait to be read on a non-blocking socket (left there)."""
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK))
+    except BlockingIOError:
+        return False
 
 
 async def test_many_concurrent_streams_each_get_the_whole_recording(bundled: dict[str, Cassette]) -> None:
@@ -804,6 +828,7 @@ def test_any_request_gets_an_answer_never_a_500(
     assert status_line.split()[1] != b"500", status_line
 
 
+@pytest.mark.slow
 def test_a_short_soak_leaves_nothing_behind() -> None:
     # bench/soak.py, briefly: streams of every kind, then descriptors, connections, streams and tasks back where
     # they were and RSS within bounds; the long run is `just soak`.
@@ -831,6 +856,7 @@ def _running_with(marker: str) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_a_short_peers_benchmark_checks_every_answer_and_leaves_no_process(tmp_path: Path) -> None:
     # bench/peers_bench.py, briefly and without aimock: every server answers every stream in full, the
     # replayed bytes are the recorded ones, and every server it started is gone when it ends. Its
@@ -868,26 +894,48 @@ def test_running_out_of_descriptors_is_said_once_and_service_resumes() -> None:
     limit = "import resource; resource.setrlimit(resource.RLIMIT_NOFILE, (40, 40))"
     args = ["serve", "--port", "0", "--max-connections", "1000", "--keep-alive", "30s"]
     server, url = processes.start(args, setup=limit)
+    assert server.stdout is not None
+    assert server.stderr is not None
+    err, reading = _read_on(server.stderr)
+    _, draining = _read_on(server.stdout)  # so that the server never waits to write its log
+
+    def answered() -> bool:  # once the descriptors are free again, requests are answered
+        try:
+            return httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=5).status_code == 200
+        except httpx.TransportError:
+            return False
+
     try:
         port = int(url.rsplit(":", 1)[1])
         held = [socket.create_connection(("127.0.0.1", port)) for _ in range(60)]
-        time.sleep(3)  # three rounds of asyncio's retries
+        until(lambda: any("cannot accept connections" in line for line in err), "the line that says so")
+        time.sleep(2)  # a floor, not a wait for anything: asyncio retries twice meanwhile, and said each once
         for sock in held:
             sock.close()
-        for _ in range(100):  # once the descriptors are free again, requests are answered
-            try:
-                if httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
-        else:
-            pytest.fail("the server did not answer again")
+        until(answered, "an answer")
     finally:
         server.send_signal(signal.SIGINT)
-        _, err = server.communicate(timeout=30)
-    said = [line for line in err.splitlines() if "cannot accept connections" in line]
-    assert len(said) == 1, err[-2000:]
-    assert "Traceback" not in err
+        server.wait(timeout=30)
+        for reader, stream in ((reading, server.stderr), (draining, server.stdout)):
+            reader.join(timeout=30)  # to the end of what it wrote
+            stream.close()
+    said = [line for line in err if "cannot accept connections" in line]
+    assert len(said) == 1, "".join(err)[-2000:]
+    assert "Traceback" not in "".join(err)
+
+
+def _read_on(stream: IO[str]) -> tuple[list[str], threading.Thread]:
+    """The lines of `stream`, read as they come by a thread of their own, which ends with the stream: a
+    process's output, which a test waits on while the process runs."""
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in stream:
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return lines, reader
 
 
 def _feed(events: int) -> Cassette:

@@ -12,7 +12,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from clients import anthropic_client, gemini_client
 from google.genai import types
 from openai.types.responses.response import IncompleteDetails
 from processes import start
+from waits import until
 
 from sse_tape import Cassette, serve
 from sse_tape.dialects import DIALECTS, for_path
@@ -369,11 +369,11 @@ def test_a_client_that_hangs_up_stops_generation_and_the_next_request_is_answere
     with httpx.Client(base_url=live, timeout=30) as http:
         with http.stream("POST", "/v1/chat/completions", json=body) as response:
             next(response.iter_bytes())  # a few tokens, then gone
+            number = max(e["request"] for e in http.get("/__sse_tape__/journal").json()["entries"])  # this one's
         answer = api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
         assert answer.choices[0].message.content
-        journal = http.get("/__sse_tape__/journal").json()["entries"]
-    synthesized = [e for e in journal if e["type"] == "synthesized"]
-    cut = next(e for e in synthesized if e["path"] == "/v1/chat/completions" and e["end"] == "cancelled")
+    cut = synthesized(live, number)
+    assert (cut["path"], cut["end"]) == ("/v1/chat/completions", "cancelled")
     assert cut["output_tokens"] < 1500
     assert cut["waited"] >= 0
 
@@ -405,13 +405,12 @@ def synthesized(url: str, number: int) -> dict[str, Any]:
     """The journal's `synthesized` entry for a request: noted once the model is done with it, which for a
     cancelled answer may be a moment after the client saw its end."""
     with httpx.Client(base_url=url, timeout=30) as http:
-        for _ in range(500):
+
+        def noted() -> list[dict[str, Any]]:
             entries = http.get("/__sse_tape__/journal").json()["entries"]
-            found = [e for e in entries if e["type"] == "synthesized" and e["request"] == number]
-            if found:
-                return found[0]
-            time.sleep(0.02)
-    raise AssertionError(f"request {number} was never noted as synthesized")
+            return [e for e in entries if e["type"] == "synthesized" and e["request"] == number]
+
+        return until(noted, f"request {number}'s note that it was synthesized")[0]
 
 
 def datas(body: bytes) -> list[str]:

@@ -15,8 +15,6 @@ import processes
 import pytest
 from clients import openai_client
 
-from sse_tape._exceptions import cannot_listen
-
 ROOT = Path(__file__).parent.parent
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "Hello!"}], "stream": True}
@@ -135,8 +133,16 @@ def test_workers_on_a_busy_port_are_one_line_and_exit_2() -> None:
 
 
 def test_an_unknown_host_is_said_in_the_resolvers_words() -> None:
-    # What binding to a name no resolver knows raises (resolving it here would ask this machine's DNS).
-    unknown = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-    assert str(cannot_listen("no-such-host.invalid", 8080, unknown)) == (
-        "cannot listen on no-such-host.invalid:8080: Name or service not known"
+    # The resolver answers for a name it does not know as glibc's does, without asking this machine's DNS.
+    unknown = (
+        "import socket\n"
+        "def unknown(*args, **kwargs): raise socket.gaierror(socket.EAI_NONAME, 'Name or service not known')\n"
+        "socket.getaddrinfo = unknown\n"
+    )
+    args = ["serve", "--host", "no-such-host.invalid", "--port", "8080"]
+    code = f"{unknown}import sys; sys.argv[1:] = {args!r}\nfrom sse_tape.cli import main; main()"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stderr) == (
+        2,
+        "Error: cannot listen on no-such-host.invalid:8080: Name or service not known\n",
     )
