@@ -27,11 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
 from typing import Any, BinaryIO, ClassVar
 
 from aiohttp import web
@@ -42,7 +40,6 @@ from .cassette import (
     Cassette,
     Chunk,
     End,
-    Headers,
     Injection,
     Interaction,
     Recording,
@@ -53,17 +50,12 @@ from .cassette import (
     storable_headers,
 )
 from .cassette.spools import SpoolWriter
-from .dialects import Protocol
-from .faults import Fault, FaultedStream, Stage
-from .incidents import FaultInjected
 from .journal import Entry
-from .matching import CUT_SHORT, is_streamed
-from .plan import Plan, event_ends
+from .matching import CUT_SHORT
 from .redaction import Redaction
+from .server.live import Capture, Feed, answer_live
 from .server.responder import Exchange, Host
-from .sse import SSEDecoder
 from .upstream import AiohttpUpstream, Upstream, leaves_base, parse_upstream
-from .wire import drop_connection, end_live, end_to_end, sleep_until, stream_live
 
 __all__ = [
     "Capture",
@@ -143,37 +135,6 @@ class SaveFailed(Entry):
         return f"could not save an interaction to {self.cassette}: {self.reason}"
 
 
-@dataclass(slots=True)
-class Capture:
-    """A response being recorded while it streams; what it holds so far survives any interruption.
-
-    A responder that makes answers (a model) fills one as it streams and hands it to `Recorder.begin`,
-    `received` and `keep`, as the forwarder does.
-    """
-
-    request: Request
-    recorded_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
-    status: int | None = None
-    headers: Headers = ()
-    chunks: list[Chunk] = field(default_factory=list)
-    end: End = End.INTERRUPTED
-    duration: float = 0.0
-    spool: int | None = None
-    """The stream's number in the recorder's spool, once it is spooled."""
-    injected: list[Injection] = field(default_factory=list)
-    """The faults that acted on the client's copy of the stream."""
-
-    def interaction(self) -> Interaction | None:
-        """The interaction so far; None if no response head ever came."""
-        if self.status is None:
-            return None
-        ended_late = self.end is not End.COMPLETE
-        response = Response(
-            self.status, self.headers, tuple(self.chunks), self.end, self.duration if ended_late else None
-        )
-        return Interaction(self.request, response, self.recorded_at, tuple(self.injected))
-
-
 async def _relay(
     upstream: Upstream,
     capture: Capture,
@@ -195,9 +156,7 @@ async def _relay(
             capture.status, capture.headers = reply.status, reply.headers
             await on_head(capture)
             async for data in reply:
-                chunk = Chunk(round(loop.time() - start, 6), data)
-                capture.chunks.append(chunk)
-                await on_chunk(chunk)
+                await on_chunk(Chunk(round(loop.time() - start, 6), data))
             capture.end = reply.end
     finally:
         capture.duration = round(loop.time() - start, 6)
@@ -446,32 +405,15 @@ class Recorder:
         return line + (f" ({', '.join(parts)})" if parts else "")
 
 
-@dataclass(slots=True)
-class _Client:
-    gone: bool = False
-
-
 class Forwarder:
     """A responder that forwards each request to an upstream and streams its answer back untouched.
 
-    With a `Recorder`, what passes is recorded. A client that hangs up stops
-    the upstream request at once, unless it left after the answer's terminal
-    frame (the openai SDK closes its socket at `[DONE]`, before the upstream's
-    own end): then the upstream is read to its end, `drain_timeout` seconds
-    at most, so that the recording says it ended complete.
-
-    The server's faults, and those a request asks for, act on the stream the
-    client gets as it passes, event by event (a piece of an event waits for
-    the rest of it). Its recording is what the upstream sent, read to its
-    end whatever the faults do to the client's copy, or the client does,
-    with a note of each fault that acted. One that answers in
-    the stream's place (a status, no answer, no body) answers at once: the
-    request goes nowhere and nothing is recorded. An answer that is not an
-    event stream takes only `ttfb`; under a fault that needs the whole stream
-    (`50%`, `split`) the client gets it once the upstream's answer has ended. The journal
-    says what each did. The upstream is read on after the client's copy is
-    over for `read_on` seconds at most: an endless feed is recorded as far
-    as that, `interrupted`.
+    With a `Recorder`, what passes is recorded. The upstream is one more source of the live pipeline
+    (`server.live`), which says what a client that hangs up, and the faults, do to the upstream request
+    and to what is recorded: the upstream is read on after its client's copy is over `drain_timeout`
+    seconds at most when the client left after the answer's terminal frame (the openai SDK closes its
+    socket at `[DONE]`, before the upstream's own end), `read_on` seconds at most when faults acted on
+    that copy, so that the recording has the whole answer.
     """
 
     def __init__(
@@ -521,101 +463,44 @@ class Forwarder:
                 f"{exchange.request.path}: a path may not climb out of the upstream's base path",
                 "bad_path",
             )
-        faults, rng = server.injector.choose(exchange.request, exchange.faults)
-        if faults and rng is not None:
-            return await self._respond_faulted(exchange, faults, rng)
-        capture = Capture(exchange.request)
-        client = _Client()
-        # Shielded from the handler: when the client goes, this decides whether the upstream is cut or drained.
-        stream = asyncio.ensure_future(self._forward(exchange, capture, client))
-        self._streams.add(stream)
-        stream.add_done_callback(self._streams.discard)
-        stream.add_done_callback(self._draining.discard)
-        try:
-            return await asyncio.shield(stream)
-        except asyncio.CancelledError:
-            # The client went, or the server is stopping. A client that had its answer gets the
-            # upstream read on for the recording; otherwise the upstream request stops now.
-            if not client.gone:
-                client.gone = True
-                if self._drains(capture, exchange):
-                    self._drain(stream, exchange)
-                elif stream.cancel():
-                    # The stream notes its own end once over: only then does it know the events it sent.
-                    exchange.ends_later = True
-            raise
+        return await answer_live(
+            server,
+            exchange,
+            self,
+            Capture(exchange.request),
+            recorder=self.recorder,
+            failed=lambda exchange, why: server.error(exchange, 502, why, "bad_gateway"),
+            cors=False,
+            read_on=self.read_on,
+            drain_timeout=self.drain_timeout,
+            streams=self._streams,
+            draining=self._draining,
+            closing=lambda: server.closing,
+        )
 
-    def _drains(self, capture: Capture, exchange: Exchange) -> bool:
-        """Whether to read on after the client left: to record a stream it read to its terminal frame."""
-        return self.recorder is not None and _answered(capture, exchange.dialect)
+    def unsent(self, recording: bool) -> str:
+        """A fault answered in the upstream's place."""
+        return "not forwarded, nothing recorded" if recording else "not forwarded"
 
-    def _drain(self, stream: asyncio.Future[web.StreamResponse], exchange: Exchange) -> None:
-        """Read on for the recording, `drain_timeout` seconds at most; the stream then notes its own end."""
-        exchange.ends_later = True
-        self._draining.add(stream)
-        deadline = asyncio.get_running_loop().call_later(self.drain_timeout, stream.cancel)
-        stream.add_done_callback(lambda _: deadline.cancel())
-
-    async def _forward(self, exchange: Exchange, capture: Capture, client: _Client) -> web.StreamResponse:
-        server = self._server
-        assert server is not None
-        recorder = self.recorder
-        out = web.StreamResponse()
+    async def make(self, exchange: Exchange, feed: Feed) -> None:
+        """Send the request upstream and hand its answer to `feed` as it comes."""
+        capture = feed.capture
+        assert isinstance(capture, Capture)
 
         async def on_head(capture: Capture) -> None:
             self._head_came(exchange, capture)
-            exchange.status = capture.status or 502
-            out.set_status(exchange.status)
-            for name, value in end_to_end(capture.headers):
-                out.headers.add(name, value)
-            await out.prepare(exchange.http)
+            feed.begin(capture.status or 502, capture.headers)
 
         async def on_chunk(chunk: Chunk) -> None:
-            if recorder is not None:
-                recorder.received(capture, chunk)  # on disk before the client has it
-            if client.gone:
-                return  # reading the upstream to its end for the recording
-            try:
-                await out.write(chunk.data)
-            except (ConnectionResetError, ConnectionAbortedError):
-                client.gone = True
-                if not self._drains(capture, exchange):
-                    raise
-                current = asyncio.current_task()
-                assert current is not None
-                self._drain(current, exchange)
-                return
-            exchange.progress.bytes += len(chunk.data)
+            feed.chunk(chunk)
 
         try:
             await _relay(self.upstream, capture, on_head=on_head, on_chunk=on_chunk)
         except UpstreamError as exc:
-            return server.error(exchange, 502, self._upstream_failed(exchange, exc), "bad_gateway")
-        except (ConnectionResetError, ConnectionAbortedError):
-            capture.end = End.CLIENT_GONE
-        except asyncio.CancelledError:
-            capture.end = End.INTERRUPTED if server.closing else End.CLIENT_GONE
-            raise
-        finally:
-            if capture.status is not None:
-                exchange.end = capture.end
-                body = b"".join(chunk.data for chunk in capture.chunks)
-                exchange.event_ends = event_ends(body)
-                if recorder is not None:
-                    recorder.keep(capture, exchange.number)
-            if exchange.ends_later:
-                server.ended(exchange)
-        if client.gone:
-            return out
-        if capture.end is End.COMPLETE:
-            await out.write_eof()
-        elif capture.end is not End.CLIENT_GONE:
-            # The upstream broke off or went silent: so does the response the client gets.
-            drop_connection(exchange.http, reset=capture.end is End.UPSTREAM_RESET)
-        return out
+            feed.fail(self._upstream_failed(exchange, exc))
 
     def _head_came(self, exchange: Exchange, capture: Capture) -> None:
-        """The upstream's response head came: journal it, and start recording."""
+        """The upstream's response head came: journal it."""
         assert self._server is not None
         request = exchange.request
         self._server.journal.add(
@@ -627,8 +512,6 @@ class Forwarder:
                 status=capture.status or 502,
             )
         )
-        if self.recorder is not None:
-            self.recorder.begin(capture)
 
     def _upstream_failed(self, exchange: Exchange, exc: UpstreamError) -> str:
         """Journal that the upstream sent no response; returns why, as the journal and the client are told."""
@@ -647,167 +530,6 @@ class Forwarder:
         query = request.query
         url = self.upstream.url(replace(request, query=self._server.shown_query(query)) if query else request)
         return self._server.redaction.url(url) if "@" in url else url  # `user:password@` in the base URL
-
-    # --- faults on forwarded streams ---------------------------------------------------------------
-
-    async def _respond_faulted(self, exchange: Exchange, faults: list[Fault], rng: random.Random) -> web.StreamResponse:
-        """Forward the request, and send its client the answer as `faults` make it; record the answer as it came."""
-        server = self._server
-        assert server is not None
-        head = Plan(200, [], [])
-        faulted = FaultedStream(faults, head=head, dialect=exchange.dialect, rng=rng, request=exchange.request)
-        if head.replaced:  # a status, no answer or no body, in the upstream's place
-            unsent = "not forwarded" if self.recorder is None else "not forwarded, nothing recorded"
-            self._noted(exchange, None, [(f, f"{what}; {unsent}") for f, what in faulted.take_notes()])
-            return await server.send(exchange, head)
-        capture = Capture(exchange.request)
-        self._noted(exchange, capture, faulted.take_notes())
-        head_came: asyncio.Future[UpstreamError | None] = asyncio.get_running_loop().create_future()
-        pieces: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue()
-        ends = 2  # the upstream's answer and the client's copy: the recording is kept when both are over
-
-        def over() -> None:
-            nonlocal ends
-            ends -= 1
-            if not ends and self.recorder is not None and capture.status is not None:
-                self.recorder.keep(capture, exchange.number)
-
-        # Read apart from the client's copy, so that what the faults hold back is recorded when it came.
-        relay = asyncio.ensure_future(self._read_for(exchange, capture, head_came, pieces, over))
-        self._streams.add(relay)
-        relay.add_done_callback(self._streams.discard)
-        relay.add_done_callback(self._draining.discard)
-        stream_faults = [f for f in faults if f.stage is not Stage.BEFORE]
-        try:
-            return await self._send_faulted(exchange, capture, faulted, stream_faults, head_came, pieces)
-        finally:
-            over()
-            if self.recorder is None:
-                relay.cancel()  # nothing to record: the upstream stops with the client's copy
-            elif not relay.done():  # read to its end for the recording, `read_on` seconds at most
-                self._draining.add(relay)
-                deadline = asyncio.get_running_loop().call_later(self.read_on, relay.cancel)
-                relay.add_done_callback(lambda _: deadline.cancel())
-
-    async def _read_for(
-        self,
-        exchange: Exchange,
-        capture: Capture,
-        head: asyncio.Future[UpstreamError | None],
-        pieces: asyncio.Queue[tuple[float, bytes] | None],
-        over: Callable[[], None],
-    ) -> None:
-        """Read the upstream's answer into `capture` as it comes, handing its head and each piece on."""
-        server = self._server
-        assert server is not None
-        loop = asyncio.get_running_loop()
-
-        async def on_head(capture: Capture) -> None:
-            self._head_came(exchange, capture)
-            head.set_result(None)
-
-        async def on_chunk(chunk: Chunk) -> None:
-            if self.recorder is not None:
-                self.recorder.received(capture, chunk)
-            pieces.put_nowait((loop.time() - exchange.started, chunk.data))
-
-        try:
-            await _relay(self.upstream, capture, on_head=on_head, on_chunk=on_chunk)
-        except UpstreamError as exc:
-            head.set_result(UpstreamError(self._upstream_failed(exchange, exc)))
-        except asyncio.CancelledError:  # the server stops, or the recorder has read on long enough
-            capture.end = End.INTERRUPTED
-            raise
-        finally:
-            if not head.done():
-                head.set_result(UpstreamError("the upstream request was stopped before its answer came"))
-            pieces.put_nowait(None)
-            over()
-
-    async def _send_faulted(
-        self,
-        exchange: Exchange,
-        capture: Capture,
-        faulted: FaultedStream,
-        stream_faults: list[Fault],
-        head_came: asyncio.Future[UpstreamError | None],
-        pieces: asyncio.Queue[tuple[float, bytes] | None],
-    ) -> web.StreamResponse:
-        """Send the client the upstream's answer as the faults make it."""
-        server = self._server
-        assert server is not None
-        failed = await head_came
-        if failed is not None:
-            return server.error(exchange, 502, str(failed), "bad_gateway")
-        assert capture.status is not None
-        exchange.status = capture.status
-        streamed = is_streamed(Interaction(capture.request, Response(capture.status, capture.headers)))
-        out = web.StreamResponse(status=capture.status)
-        # The faults change the body's length: a stream goes chunked.
-        for name, value in end_to_end(capture.headers, also_drop=("content-length",) if streamed else ()):
-            out.headers.add(name, value)
-        if not streamed:
-            self._noted(exchange, capture, [(f, "not an event stream: forwarded as it is") for f in stream_faults])
-        headers_at = faulted.run.head.headers_at
-        if headers_at is not None:
-            await sleep_until(exchange.started + headers_at)
-        sent = bytearray()
-        started, progress = exchange.started, exchange.progress
-        try:
-            await out.prepare(exchange.http)
-            if streamed:
-
-                def noted(notes: list[tuple[Fault, str]]) -> None:
-                    self._noted(exchange, capture, notes)
-
-                await stream_live(
-                    out,
-                    faulted,
-                    pieces,
-                    started=started,
-                    progress=progress,
-                    sent=sent,
-                    noted=noted,
-                    source_end=lambda: capture.end,
-                )
-                exchange.end = await end_live(
-                    exchange.http, out, faulted, capture.end, started=started, progress=progress
-                )
-            else:
-                while (piece := await pieces.get()) is not None:
-                    await out.write(piece[1])
-                    progress.bytes += len(piece[1])
-                if capture.end is End.COMPLETE:
-                    await out.write_eof()
-                else:
-                    drop_connection(exchange.http, reset=capture.end is End.UPSTREAM_RESET)
-                exchange.end = capture.end
-        except (ConnectionResetError, ConnectionAbortedError):
-            exchange.end = End.CLIENT_GONE
-        finally:  # a stream cut off by the server's stop too says how many events it sent
-            exchange.event_ends = event_ends(bytes(sent))
-        return out
-
-    def _noted(self, exchange: Exchange, capture: Capture | None, notes: list[tuple[Fault, str]]) -> None:
-        """Journal what each fault did to the client's copy and, when it is recorded, note it there."""
-        assert self._server is not None
-        request = exchange.request
-        for fault, what in notes:
-            self._server.state.note_injected(fault.spec)
-            self._server.journal.add(
-                FaultInjected(
-                    request=exchange.number, method=request.method, path=request.path, fault=fault.spec, what=what
-                )
-            )
-            if capture is not None and self.recorder is not None:
-                self.recorder.injected(capture, Injection(fault.spec, what))
-
-
-def _answered(capture: Capture, dialect: Protocol) -> bool:
-    """Whether the client had the answer's terminal frame: the last whole event it got ends the answer."""
-    decoder = SSEDecoder()
-    events = [event for chunk in capture.chunks for event in decoder.feed(chunk.data)]
-    return bool(events) and dialect.is_terminal(events[-1])
 
 
 async def record_once(
@@ -841,6 +563,7 @@ async def record_once(
         pass
 
     async def on_chunk(chunk: Chunk) -> None:
+        capture.chunks.append(chunk)
         if out is not None:
             out.write(chunk.data)
             out.flush()

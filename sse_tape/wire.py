@@ -8,7 +8,7 @@ import functools
 import socket
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from aiohttp import HttpVersion11, web
@@ -21,14 +21,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HOP_BY_HOP",
+    "Live",
     "Progress",
     "drop_connection",
-    "end_live",
     "end_to_end",
     "has_header",
+    "send",
     "sleep_until",
-    "stream_live",
-    "write_plan",
 ]
 
 _Fields = tuple[tuple[str, str], ...]
@@ -74,7 +73,79 @@ class Progress:
     bytes: int = 0
 
 
-async def write_plan(
+@dataclass(slots=True)
+class Live:
+    """A body still being made (an upstream's answer, a model's), to send as it comes.
+
+    `pieces` brings each piece as `(t, bytes)`, `t` in seconds from the request's arrival, and None once
+    the source is done; `faulted` are the faults that act on it (None: it passes as it comes);
+    `source_end` says how the source ended, once it is done; `noted` gets what the faults do as they
+    decide it; `finished` is called once the body is out, before its end. After sending, `sent` holds every byte sent and `done` whether the source came to its end
+    (False: a fault, or the client, ended the answer first, and the source may stop).
+    """
+
+    pieces: asyncio.Queue[Write | None]
+    faulted: FaultedStream | None
+    source_end: Callable[[], End]
+    noted: Callable[[list[tuple[Fault, str]]], None]
+    sent: bytearray = field(default_factory=bytearray)
+    done: bool = False
+    finished: Callable[[], None] = lambda: None
+    """Called once the whole body is out and the faults are through with it, before its end goes out (a
+    recorder keeps the recording then: the client has its end only once it is on the disk)."""
+
+
+async def send(
+    http: web.Request,
+    plan: Plan,
+    progress: Progress,
+    headers: Mapping[str, str] | None = None,
+    *,
+    started: float,
+    writes: list[Write] | None = None,
+    live: Live | None = None,
+) -> tuple[web.StreamResponse, End]:
+    """Send a response, the one way every response goes to the wire: the plan's status and headers (plus
+    `headers`), when `plan.headers_at` says; then the body: the plan's writes, each at its offset from the
+    request's arrival at `started` (on the loop's clock), or, with `live`, a body still being made, each
+    piece when it comes (and its faults say); then the end the plan, the faults or the source ask for.
+    `writes` is what `coalesced(plan)` gave, for a plan sent again and again unchanged.
+
+    Returns the response and how it ended, or `End.CLIENT_GONE` when the client hung up between writes.
+    A client that hangs up during a wait cancels the handler, and the cancellation propagates.
+    """
+    if plan.hang:
+        await asyncio.Event().wait()  # until the client goes or the server stops
+    if live is None:
+        return await _send_plan(http, plan, progress, headers, started=started, writes=writes)
+    added = tuple(headers.items()) if headers else ()
+    fields = (*end_to_end(plan.headers, also_drop=[name for name, _ in added]), *added)
+    out = web.StreamResponse(status=plan.status, headers=fields)
+    try:
+        if plan.headers_at is not None:
+            await sleep_until(started + plan.headers_at)
+        await out.prepare(http)
+        if live.faulted is None:
+            while (piece := await live.pieces.get()) is not None:
+                live.sent += piece[1]
+                await out.write(piece[1])
+                progress.bytes += len(piece[1])
+            live.done = True
+            live.finished()
+            end = live.source_end()
+            if end is End.COMPLETE:
+                await out.write_eof()
+            else:  # the source broke off or went silent: so does the answer
+                drop_connection(http, reset=end is End.UPSTREAM_RESET)
+            return out, end
+        live.done = await _stream_live(out, live, started=started, progress=progress)
+        live.finished()
+        return out, await _end_live(http, out, live, started=started, progress=progress)
+    except (ConnectionResetError, ConnectionAbortedError):
+        return out, End.CLIENT_GONE
+
+
+async def _send_plan(
     http: web.Request,
     plan: Plan,
     progress: Progress,
@@ -83,16 +154,7 @@ async def write_plan(
     started: float,
     writes: list[Write] | None = None,
 ) -> tuple[web.StreamResponse, End]:
-    """Send a plan: headers (plus `headers`), each write at its offset from the request's arrival at
-    `started` (on the loop's clock), then the end it asks for. `writes` is what `coalesced(plan)` gave, for
-    a plan sent again and again unchanged.
-
-    Returns the response and how it ended: the plan's end, or `End.CLIENT_GONE`
-    when the client hung up between writes. A client that hangs up during a
-    wait cancels the handler, and the cancellation propagates.
-    """
-    if plan.hang:
-        await asyncio.Event().wait()  # until the client goes or the server stops
+    """Send a plan known whole in advance (see `send`)."""
     loop = asyncio.get_running_loop()
     fields, recorded_length = _head(tuple(plan.headers), tuple(headers.items()) if headers else ())
     # A recorded length, or one a fault set, is sent again for the body as it is now.
@@ -307,34 +369,21 @@ async def _write(http: web.Request, out: web.StreamResponse, data: bytes, progre
     progress.bytes += len(data)
 
 
-async def stream_live(
-    out: web.StreamResponse,
-    faulted: FaultedStream,
-    pieces: asyncio.Queue[tuple[float, bytes] | None],
-    *,
-    started: float,
-    progress: Progress,
-    sent: bytearray,
-    noted: Callable[[list[tuple[Fault, str]]], None],
-    source_end: Callable[[], End] = lambda: End.COMPLETE,
-) -> bool:
-    """Send a stream still being made as its faults make it: each piece from `pieces` (`(t, bytes)`, `t`
-    seconds from the request's arrival at `started`, on the loop's clock; None when the source is done),
-    every write when it is due, heartbeats through silences, until the source is done or a fault ends the
-    stream.
-
-    What is sent is added to `sent`; what the faults do goes to `noted` as they decide it. Returns whether
-    the source came to its end (False: a fault ended the stream first, and the source may stop).
-    """
+async def _stream_live(out: web.StreamResponse, live: Live, *, started: float, progress: Progress) -> bool:
+    """Send a body still being made as its faults make it: every write when it is due, heartbeats through
+    silences, until the source is done or a fault ends the stream. Returns whether the source came to its
+    end."""
+    faulted = live.faulted
+    assert faulted is not None
     loop = asyncio.get_running_loop()
     beats = Heartbeats(faulted.run.head)
     done = False
 
-    async def send(writes: Iterable[Write]) -> None:
+    async def write(writes: Iterable[Write]) -> None:
         for t, data in writes:
             for due, chunk in [*beats.due_before(t), (t, data)]:
                 await sleep_until(started + due)
-                sent.extend(chunk)
+                live.sent.extend(chunk)
                 await out.write(chunk)
                 progress.bytes += len(chunk)
 
@@ -343,29 +392,31 @@ async def stream_live(
         deadline = min((t for t in (beat, until) if t is not None), default=None)
         try:
             wait = None if deadline is None else max(started + deadline - loop.time(), 0.0)
-            piece = await asyncio.wait_for(pieces.get(), wait)
+            piece = await asyncio.wait_for(live.pieces.get(), wait)
         except TimeoutError:  # a heartbeat is due, or a disconnect's time came, while the source was quiet
             if beat is not None and beat == deadline:
-                await send(beats.due_before(beat + 1e-9))
+                await write(beats.due_before(beat + 1e-9))
                 continue
             writes = faulted.expire()
         else:
             done = piece is None
-            writes = faulted.close(loop.time() - started, source_end()) if piece is None else faulted.feed([piece])
-        noted(faulted.take_notes())  # now, not once the writes are out: a stall may hold them for an hour
-        await send(writes)
-    noted(faulted.take_notes())
+            writes = faulted.close(loop.time() - started, live.source_end()) if piece is None else faulted.feed([piece])
+        live.noted(faulted.take_notes())  # now, not once the writes are out: a stall may hold them for an hour
+        await write(writes)
+    live.noted(faulted.take_notes())
     return done
 
 
-async def end_live(
-    http: web.Request, out: web.StreamResponse, faulted: FaultedStream, end: End, *, started: float, progress: Progress
+async def _end_live(
+    http: web.Request, out: web.StreamResponse, live: Live, *, started: float, progress: Progress
 ) -> End:
-    """End a stream `stream_live` sent: as its faults ended it, else as `end` (how its source ended) says:
-    the body's end when its faults are through with it (heartbeats until then), or a dropped connection
-    (after any random bytes or unframed bytes a fault sends). Returns how it ended."""
+    """End a body `_stream_live` sent: as its faults ended it, else as its source ended: the body's end when
+    its faults are through with it (heartbeats until then), or a dropped connection (after any random or
+    unframed bytes a fault sends). Returns how it ended."""
+    faulted = live.faulted
+    assert faulted is not None
     head = faulted.run.head
-    end = faulted.end or end
+    end = faulted.end or live.source_end()
     for due, beat in Heartbeats(head).due_before(faulted.end_at):
         await sleep_until(started + due)
         await out.write(beat)

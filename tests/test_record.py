@@ -1448,8 +1448,8 @@ async def test_an_answer_that_is_not_a_stream_passes_as_it_came_and_a_whole_stre
     assert limited.json()["error"]["message"] == "Rate limit reached"
     first, second = Cassette.load(cassette).interactions
     assert [(n.fault, n.what) for n in first.injected] == [
-        ("error:at=0", "not an event stream: forwarded as it is"),
-        ("split:50%", "not an event stream: forwarded as it is"),
+        ("error:at=0", "an answer that is not a stream: left alone"),
+        ("split:50%", "an answer that is not a stream: left alone"),
     ]
     assert [(e.event, e.data) for e in SSEDecoder().feed(body)][1:] == [  # the role frame, then the error
         ("error", '{"error":{"message":"injected by sse-tape","type":"server_error","code":null}}'),

@@ -651,7 +651,7 @@ def test_the_anthropic_sdk_reads_a_synthesized_cassette_as_it_was_made(tiny_mode
 
 def test_record_keeps_what_the_model_answers_and_replays_it(tiny_model_path: Path, tmp_path: Path) -> None:
     cassette = tmp_path / "made.toml"
-    args = ["record", "--model", str(tiny_model_path), "-c", str(cassette), "--port", "0", "--fault", "empty"]
+    args = ["record", "--model", str(tiny_model_path), "-c", str(cassette), "--port", "0", "--fault", "error:1"]
     process, url = start(args)
     try:
         with client(url) as api:
@@ -661,10 +661,13 @@ def test_record_keeps_what_the_model_answers_and_replays_it(tiny_model_path: Pat
     finally:
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=30)
-    # The fault is for replays: the model's answer is recorded, and sent, as it is.
-    assert "sse-tape: faults apply to replays: what the model answers is recorded, and sent, as it is\n" in err
+    # As for a forwarded answer: the recording is what the model said, with a note of each fault on the
+    # client's copy (an error mid-stream leaves an answer that is no stream alone).
     assert first.choices[0].message.content
     (interaction,) = Cassette.load(cassette).interactions
+    assert [(n.fault, n.what) for n in interaction.injected] == [
+        ("error:1", "an answer that is not a stream: left alone")
+    ]
     assert json.loads(interaction.response.body)["choices"][0]["message"]["content"] == first.choices[0].message.content
     replay, url = start(["serve", str(cassette), "--port", "0", "--pace", "instant"])
     try:

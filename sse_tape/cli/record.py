@@ -151,10 +151,7 @@ def record(
         from .serving import say_what_stays_whole, serve_until_stopped, server_arguments
 
         model_answers = synthesizer(model, model_words, options.seed, 16) if model is not None else None
-        if model_answers is not None and options.faults:
-            log("faults apply to replays: what the model answers is recorded, and sent, as it is")
-        else:
-            say_what_stays_whole(options, "forwarded streams")
+        say_what_stays_whole(options, "the model's answers" if model is not None else "forwarded streams")
         try:
             server = recording_server(
                 cassette,

@@ -38,8 +38,8 @@ from ..faults import MAX_HEADER_FAULTS, Fault, Injector, parse_faults
 from ..journal import Ended, Journal, Received, ReplayState
 from ..matching import Matcher
 from ..options import MissPolicy, ServeOptions
-from ..plan import Plan, Write
-from ..wire import write_plan
+from ..plan import Plan, Write, event_ends
+from ..wire import Live, send
 from .connections import ConnectionGuard
 from .responder import Exchange, Responder
 
@@ -377,14 +377,28 @@ class MockServer:
             )
         )
 
-    async def send(self, exchange: Exchange, plan: Plan, writes: list[Write] | None = None) -> web.StreamResponse:
-        """Write a plan as the answer to `exchange`, noting its status, its progress and how it ended;
-        `writes`, what `coalesced(plan)` gave, for a plan sent unchanged again and again."""
+    async def send(
+        self,
+        exchange: Exchange,
+        plan: Plan,
+        writes: list[Write] | None = None,
+        *,
+        live: Live | None = None,
+        cors: bool = True,
+    ) -> web.StreamResponse:
+        """Write the answer to `exchange` (see `wire.send`: a plan, or with `live` a body still being made),
+        noting its status, its progress, the events it sent and how it ended; `writes`, what
+        `coalesced(plan)` gave, for a plan sent unchanged again and again. With `cors`, the headers a web
+        page's fetch needs to read it go with it."""
         exchange.status = plan.status
-        cors = self.cors(exchange.http)
-        response, exchange.end = await write_plan(
-            exchange.http, plan, exchange.progress, cors, started=exchange.started, writes=writes
-        )
+        added = self.cors(exchange.http) if cors else None
+        try:
+            response, exchange.end = await send(
+                exchange.http, plan, exchange.progress, added, started=exchange.started, writes=writes, live=live
+            )
+        finally:  # a stream cut off by the server's stop, or its client, too says how many events it sent
+            if live is not None:
+                exchange.event_ends = event_ends(bytes(live.sent))
         return response
 
     def error(self, exchange: Exchange, status: int, message: str, code: str) -> web.Response:

@@ -16,20 +16,21 @@ from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 
+from .. import dialects
 from ..cassette import End, Request
-from ..dialects import Generation as Dialect
 from ..faults import Fault, Injector, Stage, apply
+from ..incidents import FaultInjected
 from ..journal import Journal, ReplayState
 from ..matching import Matcher
 from ..options import ServeOptions
 from ..plan import Plan, Write
-from ..wire import Progress
+from ..wire import Live, Progress
 
 if TYPE_CHECKING:
     from ..record import Recorder
     from ..redaction import Redaction
 
-__all__ = ["Attached", "Exchange", "Host", "Responder", "inject"]
+__all__ = ["Attached", "Exchange", "Host", "Responder", "inject", "note_faults"]
 
 
 @dataclass(slots=True)
@@ -42,11 +43,11 @@ class Exchange:
     """The request's number, counted from 1 since the server started (or was reset)."""
     faults: list[Fault]
     """Faults the request asked for in its `X-SSE-Tape-Fault` header."""
-    dialect: Dialect
+    dialect: dialects.Protocol
     """The API of the request's path, which frames its errors."""
     started: float
     """When it arrived, on the event loop's clock: what a plan's times count from."""
-    api: Dialect | None = None
+    api: dialects.Generation | None = None
     """The API the request's path names (`dialects.for_path`), looked up once for every responder; None for
     a path that names none (whose errors `dialect` frames as OpenAI's)."""
     miss: str | None = None
@@ -57,8 +58,8 @@ class Exchange:
     event_ends: Sequence[int] = ()
     """Where each event of the body sent ends, to count the events that went out."""
     ends_later: bool = False
-    """Its answer goes on after the client left (a forwarded stream read to its end): the responder
-    notes its end, not the server."""
+    """Its answer is over when its source is, after the client left (a forwarded stream read to its end for
+    the client that had its answer): the responder notes its end, not the server."""
 
 
 class Host(Protocol):
@@ -90,9 +91,17 @@ class Host(Protocol):
         """A query string as the journal shows it: its secrets redacted."""
         ...
 
-    async def send(self, exchange: Exchange, plan: Plan, writes: list[Write] | None = None) -> web.StreamResponse:
-        """Write a plan as the exchange's answer (`writes`: what `coalesced(plan)` gave, for a plan sent unchanged
-        again and again)."""
+    async def send(
+        self,
+        exchange: Exchange,
+        plan: Plan,
+        writes: list[Write] | None = None,
+        *,
+        live: Live | None = None,
+        cors: bool = True,
+    ) -> web.StreamResponse:
+        """Write the exchange's answer: a plan (`writes`: what `coalesced(plan)` gave, for a plan sent
+        unchanged again and again), or with `live` a body still being made (see `wire.send`)."""
         ...
 
     def ended(self, exchange: Exchange) -> None:
@@ -140,7 +149,7 @@ def inject(
     exchange: Exchange,
     plan: Plan,
     *,
-    dialect: Dialect,
+    dialect: dialects.Protocol,
     recording: str | None = None,
     stream: bool = True,
     also: Sequence[Fault] = (),
@@ -162,14 +171,27 @@ def inject(
         return False
     rng = rng or random.Random(f"{host.injector.seed}:{recording}:{exchange.number}")
     acting = faults if stream else [f for f in faults if f.stage is Stage.BEFORE]
-    request = exchange.request
-    applied = apply(acting, plan, dialect=dialect, rng=rng, request=request)
-    for fault, _ in applied:
-        host.state.note_injected(fault.spec)
+    applied = apply(acting, plan, dialect=dialect, rng=rng, request=exchange.request)
+    note_faults(host, exchange, applied, recording=recording)
     left = [(f, "an answer that is not a stream: left alone") for f in faults if f not in acting]
-    from ..incidents import FaultInjected  # here, not above: a server with no fault to inject never needs it
+    note_faults(host, exchange, left, recording=recording, acted=False)
+    return bool(applied)
 
-    for fault, what in [*applied, *left]:
+
+def note_faults(
+    host: Host,
+    exchange: Exchange,
+    notes: Sequence[tuple[Fault, str]],
+    *,
+    recording: str | None = None,
+    acted: bool = True,
+) -> None:
+    """Journal what each fault did to this exchange's answer (`recording`: the recording it replays, if
+    one does), and count it injected unless it did not act (`acted`: false for faults left out)."""
+    request = exchange.request
+    for fault, what in notes:
+        if acted:
+            host.state.note_injected(fault.spec)
         host.journal.add(
             FaultInjected(
                 request=exchange.number,
@@ -180,4 +202,3 @@ def inject(
                 recording=recording,
             )
         )
-    return bool(applied)

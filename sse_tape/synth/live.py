@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any, ClassVar
 
 from aiohttp import web
@@ -35,13 +33,10 @@ from aiohttp import web
 from .. import _json
 from .._exceptions import ModelError
 from ..cassette import Chunk, End
-from ..faults import Fault, FaultedStream, Stage
-from ..incidents import FaultInjected
 from ..journal import Entry
-from ..plan import Plan, event_ends
-from ..record import Capture, Recorder
+from ..record import Recorder
+from ..server.live import Capture, Feed, answer_live
 from ..server.responder import Attached, Exchange
-from ..wire import end_live, sleep_until, stream_live
 from .engine import Engine
 from .pipeline import Settings, Synthesis
 
@@ -76,23 +71,6 @@ class Synthesized(Entry):
         )
 
 
-class _Ends(Sequence[int]):
-    """Where each event of a body still being sent ends, found only when the server asks (once, at its end)."""
-
-    def __init__(self, body: bytearray) -> None:
-        self.body = body
-
-    @cached_property
-    def _ends(self) -> list[int]:
-        return event_ends(bytes(self.body))
-
-    def __len__(self) -> int:
-        return len(self._ends)
-
-    def __getitem__(self, index: Any) -> Any:
-        return self._ends[index]
-
-
 class Synthesizer(Attached):
     """Answers generation requests with `engine`, `settings` filling in what a request leaves out.
 
@@ -100,7 +78,9 @@ class Synthesizer(Attached):
     are busy; the next one gets a 503 with `Retry-After: retry_after`.
     """
 
-    def __init__(self, engine: Engine, settings: Settings, *, max_queue: int = 16, retry_after: int = 1) -> None:
+    def __init__(
+        self, engine: Engine, settings: Settings, *, max_queue: int = 16, retry_after: int = 1, read_on: float = 300.0
+    ) -> None:
         super().__init__()
         self.engine = engine
         self.settings = settings
@@ -109,6 +89,8 @@ class Synthesizer(Attached):
         self.in_flight = 0
         """Requests the model is answering or that wait for it."""
         self.recorder: Recorder | None = None
+        self.read_on = read_on
+        self._answers: set[asyncio.Future[Any]] = set()
 
     async def start(self, host: Any) -> None:
         await super().start(host)
@@ -117,6 +99,10 @@ class Synthesizer(Attached):
             await self.recorder.start(host)
 
     async def close(self) -> None:
+        for answer in self._answers:
+            answer.cancel()
+        if self._answers:
+            await asyncio.gather(*self._answers, return_exceptions=True)
         if self.recorder is not None:
             await self.recorder.close()
 
@@ -158,147 +144,26 @@ class Synthesizer(Attached):
             )
         except ModelError as exc:
             return host.error(exchange, exc.status, str(exc), "model_error")
-        faulted, plan = self._faults(exchange, synthesis)
-        if plan.replaced:  # a status, no answer, or no body: the model has nothing to say
-            return await host.send(exchange, plan)
-        self.in_flight += 1
-        capture = Capture(request) if self.recorder is not None else None
+        answer = _Answer(self, synthesis, pieces)
+        self.in_flight += 1  # from now: the answer's source takes it over once it runs
         try:
-            self.engine.submit(synthesis.job)
-            if synthesis.stream:
-                return await self._stream(exchange, synthesis, pieces, capture, faulted, plan.headers_at)
-            answer = await self._whole(exchange, synthesis, pieces, capture)
-            if plan.headers_at is not None:
-                await sleep_until(exchange.started + plan.headers_at)
-            return answer
-        except BaseException:
-            synthesis.cancel()  # the client left, or the server stops: the model moves on at once
-            if capture is not None:
-                capture.end = End.INTERRUPTED if host.closing else End.CLIENT_GONE
-            raise
-        finally:
-            self.in_flight -= 1
-            if capture is not None and capture.status is not None and self.recorder is not None:
-                capture.duration = round(time.perf_counter() - synthesis.started, 6)
-                self.recorder.keep(capture, exchange.number)
-
-    def _faults(self, exchange: Exchange, synthesis: Synthesis) -> tuple[FaultedStream | None, Plan]:
-        """The faults for this answer, and the head of what goes before it (all of it, if one replaces it)."""
-        head = Plan(synthesis.status, list(synthesis.headers), [])
-        if self.recorder is not None:
-            return None, head
-        faults, rng = self.host.injector.choose(exchange.request, exchange.faults)
-        if not faults or rng is None:
-            return None, head
-        if not synthesis.stream:
-            kept = [f for f in faults if f.stage is Stage.BEFORE]
-            self._noted(exchange, [(f, "an answer that is not a stream: left alone") for f in faults if f not in kept])
-            faults = kept
-        faulted = FaultedStream(
-            faults, head=head, dialect=synthesis.dialect, rng=rng, request=exchange.request, start=synthesis.start
-        )
-        self._noted(exchange, faulted.take_notes())
-        return faulted, head
-
-    async def _stream(
-        self,
-        exchange: Exchange,
-        synthesis: Synthesis,
-        pieces: asyncio.Queue[tuple[float, bytes] | None],
-        capture: Capture | None,
-        faulted: FaultedStream | None,
-        headers_at: float | None,
-    ) -> web.StreamResponse:
-        out = web.StreamResponse(status=synthesis.status)
-        for name, value in synthesis.headers:
-            out.headers.add(name, value)
-        out.headers.update(self.host.cors(exchange.http))
-        exchange.status = synthesis.status
-        self._begin(capture, synthesis)
-        if headers_at is not None:
-            await sleep_until(exchange.started + headers_at)
-        await out.prepare(exchange.http)
-        sent = bytearray()
-        exchange.event_ends = _Ends(sent)
-        if faulted is not None:
-            return await self._faulted(exchange, synthesis, pieces, faulted, out, sent)
-        while True:
-            piece = await pieces.get()
-            if piece is None:
-                break
-            t, data = piece
-            sent += data
-            self._kept(capture, t, data)  # on disk before the client has it
-            await out.write(data)
-            exchange.progress.bytes += len(data)
-        await out.write_eof()
-        if capture is not None:
-            capture.end = End.COMPLETE
-        return out
-
-    async def _faulted(
-        self,
-        exchange: Exchange,
-        synthesis: Synthesis,
-        pieces: asyncio.Queue[tuple[float, bytes] | None],
-        faulted: FaultedStream,
-        out: web.StreamResponse,
-        sent: bytearray,
-    ) -> web.StreamResponse:
-        """Send the stream as its faults make it, each write when it is due, and end it as they say."""
-
-        def noted(notes: list[tuple[Fault, str]]) -> None:
-            self._noted(exchange, notes)
-
-        started, progress = exchange.started, exchange.progress
-        done = await stream_live(out, faulted, pieces, started=started, progress=progress, sent=sent, noted=noted)
-        if not done:
-            synthesis.cancel()  # a fault has ended the stream: nobody reads what the model writes now
-        exchange.end = await end_live(exchange.http, out, faulted, End.COMPLETE, started=started, progress=progress)
-        return out
-
-    async def _whole(
-        self,
-        exchange: Exchange,
-        synthesis: Synthesis,
-        pieces: asyncio.Queue[tuple[float, bytes] | None],
-        capture: Capture | None,
-    ) -> web.Response:
-        parts: list[tuple[float, bytes]] = []
-        while (piece := await pieces.get()) is not None:
-            parts.append(piece)
-        body = b"".join(data for _, data in parts)
-        exchange.status = synthesis.status
-        exchange.progress.bytes = len(body)
-        self._begin(capture, synthesis)
-        self._kept(capture, parts[-1][0] if parts else 0.0, body)
-        if capture is not None:
-            capture.end = End.COMPLETE
-        headers = {**dict(synthesis.headers), **self.host.cors(exchange.http)}
-        return web.Response(status=synthesis.status, body=body, headers=headers)
-
-    def _begin(self, capture: Capture | None, synthesis: Synthesis) -> None:
-        if capture is not None and self.recorder is not None:
-            capture.status, capture.headers = synthesis.status, synthesis.headers
-            self.recorder.begin(capture)
-
-    def _kept(self, capture: Capture | None, t: float, data: bytes) -> None:
-        """Record a piece of the answer, when recording."""
-        if capture is not None and self.recorder is not None:
-            chunk = Chunk(t, data)
-            capture.chunks.append(chunk)
-            self.recorder.received(capture, chunk)
-
-    def _noted(self, exchange: Exchange, notes: Sequence[tuple[Fault, str]]) -> None:
-        """Journal what each fault did to this answer."""
-        request = exchange.request
-        for fault, what in notes:
-            self.host.state.note_injected(fault.spec)
-            self.host.journal.add(
-                FaultInjected(
-                    request=exchange.number, method=request.method, path=request.path, fault=fault.spec, what=what
-                )
+            return await answer_live(
+                host,
+                exchange,
+                answer,
+                Capture(request),
+                recorder=self.recorder,
+                failed=lambda exchange, why: host.error(exchange, 500, why, "model_error"),
+                cors=True,
+                read_on=self.read_on,
+                drain_timeout=self.read_on,
+                streams=self._answers,
+                draining=self._answers,
+                closing=lambda: host.closing,
             )
+        finally:
+            if not answer.ran:
+                self.in_flight -= 1
 
     def _note(self, exchange: Exchange, synthesis: Synthesis) -> None:
         stats = synthesis.stats
@@ -318,3 +183,44 @@ class Synthesizer(Attached):
                 end=stats.finish or stats.end or "cancelled",
             )
         )
+
+
+class _Answer:
+    """One answer of the model, as a source of the live pipeline."""
+
+    def __init__(
+        self, synthesizer: Synthesizer, synthesis: Synthesis, pieces: asyncio.Queue[tuple[float, bytes] | None]
+    ) -> None:
+        self.synthesizer = synthesizer
+        self.synthesis = synthesis
+        self.pieces = pieces
+        self.ran = False
+
+    def unsent(self, recording: bool) -> str:
+        """A fault answered in the model's place: it never ran."""
+        return ""
+
+    async def make(self, exchange: Exchange, feed: Feed) -> None:
+        """Run the model and hand its answer to `feed` as it writes it: a stream frame by frame, a JSON answer
+        whole once it is done."""
+        self.ran = True
+        synthesis, capture = self.synthesis, feed.capture
+        try:
+            self.synthesizer.engine.submit(synthesis.job)
+            if synthesis.stream:
+                feed.begin(synthesis.status, synthesis.headers)
+                while (piece := await self.pieces.get()) is not None:
+                    feed.chunk(Chunk(*piece))
+            else:
+                parts = []
+                while (piece := await self.pieces.get()) is not None:
+                    parts.append(piece)
+                body = b"".join(data for _, data in parts)
+                feed.begin(synthesis.status, (*synthesis.headers, ("content-length", str(len(body)))))
+                feed.chunk(Chunk(parts[-1][0] if parts else 0.0, body))
+            capture.end = End.COMPLETE
+        finally:
+            self.synthesizer.in_flight -= 1
+            capture.duration = round(time.perf_counter() - synthesis.started, 6)
+            if not synthesis.done.is_set():
+                synthesis.cancel()  # nobody reads what the model writes now: it moves on at once
