@@ -660,7 +660,7 @@ def test_record_keeps_what_the_model_answers_and_replays_it(tiny_model_path: Pat
             )
     finally:
         process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=30)
+        process.communicate(timeout=30)
     # As for a forwarded answer: the recording is what the model said, with a note of each fault on the
     # client's copy (an error mid-stream leaves an answer that is no stream alone).
     assert first.choices[0].message.content
