@@ -196,12 +196,14 @@ class Background(Attached):
         query = exchange.http.query
         stream = query.get("stream", "false")
         if stream not in ("true", "false"):
-            return self.host.error(exchange, 400, f"stream {stream!r}: give true or false", "invalid_value")
+            return await self.host.error(exchange, 400, f"stream {stream!r}: give true or false", "invalid_value")
         given = query.get("starting_after")
         try:
             after = int(given) if given is not None else None
         except ValueError:
-            return self.host.error(exchange, 400, f"starting_after {given!r} is not a whole number", "invalid_value")
+            return await self.host.error(
+                exchange, 400, f"starting_after {given!r} is not a whole number", "invalid_value"
+            )
         if stream == "false":
             response = kept.at(now)
             return await self._json(

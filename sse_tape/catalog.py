@@ -62,7 +62,9 @@ class Catalog(Attached):
         elif list_path + "/" in path:
             wanted = unquote(path.split(list_path + "/", 1)[1])
             if wanted not in models:
-                return server.error(exchange, 404, f"no model {wanted!r} here: {', '.join(models)}", "model_not_found")
+                return await server.error(
+                    exchange, 404, f"no model {wanted!r} here: {', '.join(models)}", "model_not_found"
+                )
             body, what = api.model_json(wanted), f"the model {wanted}"
         else:
             return None

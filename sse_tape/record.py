@@ -457,7 +457,7 @@ class Forwarder:
         server = self._server
         assert server is not None, "start() the responder first"
         if leaves_base(exchange.request.path):
-            return server.error(
+            return await server.error(
                 exchange,
                 400,
                 f"{exchange.request.path}: a path may not climb out of the upstream's base path",

@@ -336,7 +336,7 @@ class MockServer:
             except TimeoutError:
                 if http.transport is not None:
                     http.transport.close()  # whatever of the body is still coming is not read
-                return self.error(exchange, 408, "the request body did not arrive in time", "request_timeout")
+                return await self.error(exchange, 408, "the request body did not arrive in time", "request_timeout")
             exchange.request = Request(request.method, request.path, request.query, request.headers, body)
             # Kept as it arrived, in a request of its own: the body that answering parses (and keeps, see
             # `Request.json`) goes with the answer, not into the last 10,000 requests kept here.
@@ -344,15 +344,15 @@ class MockServer:
             try:
                 exchange.faults = self._header_faults(http) if faults_asked else []
             except ConfigError as exc:
-                return self.error(exchange, 400, f"{FAULT_HEADER}: {exc}", "bad_fault")
+                return await self.error(exchange, 400, f"{FAULT_HEADER}: {exc}", "bad_fault")
             if exchange.faults and not self._controls(http):
                 message = f"{FAULT_HEADER} is obeyed for loopback clients only (see --allow-remote-control)"
-                return self.error(exchange, 403, message, "forbidden")
+                return await self.error(exchange, 403, message, "forbidden")
             for responder in self.responders:
                 answer = await responder.respond(exchange)
                 if answer is not None:
                     return answer
-            return self._miss(exchange)
+            return await self._miss(exchange)
         except asyncio.CancelledError:
             exchange.end = End.INTERRUPTED if self.closing else End.CLIENT_GONE
             raise
@@ -401,17 +401,18 @@ class MockServer:
                 exchange.event_ends = event_ends(bytes(live.sent))
         return response
 
-    def error(self, exchange: Exchange, status: int, message: str, code: str) -> web.Response:
-        """A JSON error shaped as the API of the request's path shapes them (OpenAI's by default).
-
-        The official SDKs raise it with its message.
-        """
+    async def error(
+        self, exchange: Exchange, status: int, message: str, code: str, *, retry_after: int | None = None
+    ) -> web.StreamResponse:
+        """Answer with a JSON error shaped as the API of the request's path shapes them (OpenAI's by
+        default), with `Retry-After` if given. The official SDKs raise it with its message."""
         _, headers, body = exchange.dialect.http_error(status, f"sse-tape: {message}", code=code)
-        exchange.status = status
-        exchange.progress.bytes = len(body)
-        return web.Response(status=status, body=body, headers={**dict(headers), **self.cors(exchange.http)})
+        fields = [*headers, ("content-length", str(len(body)))]
+        if retry_after is not None:
+            fields.append(("retry-after", str(retry_after)))
+        return await self.send(exchange, Plan(status, fields, [(0.0, body)]))
 
-    def _miss(self, exchange: Exchange) -> web.Response:
+    async def _miss(self, exchange: Exchange) -> web.StreamResponse:
         from ..incidents import Miss, Missed
 
         request = exchange.request
@@ -421,7 +422,7 @@ class MockServer:
         self.journal.add(
             Missed(request=exchange.number, method=request.method, path=request.path, status=status, reason=reason)
         )
-        return self.error(exchange, status, reason, "no_match")
+        return await self.error(exchange, status, reason, "no_match")
 
     def _header_faults(self, http: web.Request) -> list[Fault]:
         """Faults asked for by this request alone, in `X-SSE-Tape-Fault` (several separated by `;`)."""

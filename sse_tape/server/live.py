@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -160,7 +160,7 @@ async def answer_live(
     capture: Capture,
     *,
     recorder: _Recorder | None,
-    failed: Callable[[Exchange, str], web.StreamResponse],
+    failed: Callable[[Exchange, str], Awaitable[web.StreamResponse]],
     cors: bool,
     read_on: float,
     drain_timeout: float,
@@ -225,7 +225,7 @@ async def answer_live(
     try:
         why = await asyncio.shield(feed.head)
         if why is not None:
-            return failed(exchange, why)
+            return await failed(exchange, why)
         assert capture.status is not None
         exchange.status = capture.status
         streamed = is_streamed(Interaction(capture.request, Response(capture.status, capture.headers)))

@@ -74,8 +74,10 @@ class Host(Protocol):
     recorder: Recorder | None
     """What keeps the answers the responders make or forward, when the server records."""
 
-    def error(self, exchange: Exchange, status: int, message: str, code: str) -> web.Response:
-        """The API's JSON error for this exchange."""
+    async def error(
+        self, exchange: Exchange, status: int, message: str, code: str, *, retry_after: int | None = None
+    ) -> web.StreamResponse:
+        """Answer the exchange with the API's JSON error."""
         ...
 
     def cors(self, http: web.Request) -> dict[str, str]:

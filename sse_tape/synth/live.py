@@ -115,13 +115,10 @@ class Synthesizer(Attached):
         try:
             body = _json.parse(request.body)
         except ValueError:
-            return host.error(exchange, 400, "the request body is not JSON", "invalid_json")
+            return await host.error(exchange, 400, "the request body is not JSON", "invalid_json")
         if self.in_flight >= self.engine.parallel + self.max_queue:
-            response = host.error(
-                exchange, 503, f"{self.max_queue} requests already wait for the model; try again", "overloaded"
-            )
-            response.headers["Retry-After"] = str(self.retry_after)
-            return response
+            waiting = f"{self.max_queue} requests already wait for the model; try again"
+            return await host.error(exchange, 503, waiting, "overloaded", retry_after=self.retry_after)
         loop = asyncio.get_running_loop()
         pieces: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue()  # None: the model is done
 
@@ -143,7 +140,7 @@ class Synthesizer(Attached):
                 self.engine, dialect, body, self.settings, sink, started=arrived, on_done=done, path=request.path
             )
         except ModelError as exc:
-            return host.error(exchange, exc.status, str(exc), "model_error")
+            return await host.error(exchange, exc.status, str(exc), "model_error")
         answer = _Answer(self, synthesis, pieces)
         self.in_flight += 1  # from now: the answer's source takes it over once it runs
         try:
