@@ -1,11 +1,12 @@
 """The plan: what goes on the wire for one response, and when.
 
 Pacing turns a recorded response into a `Plan` (status, headers, writes at
-offsets from the request's arrival, and how the response ends); faults
-rewrite it; the server's writer sends it. A plan knows where its SSE events
-lie in the body: the blocks are found the first time something asks for
-them, then kept right as the plan is cut, spliced and stretched, so faults
-that work between events never split the body again.
+offsets from the request's arrival, and how the response ends); the faults
+run over its writes (`faults.stream.apply`); `wire.send` sends it. A plan
+also carries what goes beside its body (heartbeats, noise, bytes outside the
+HTTP framing), made as they are sent. It knows where its SSE events lie in
+the body: the blocks are found the first time something asks for them, then
+kept right as the plan is cut and spliced (a resumption, a misbehaving answer).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import math
 import random
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .cassette import End, Response
@@ -248,10 +249,6 @@ class Plan:
             return events[0].start if events else 0
         return events[count - 1].end if count <= len(events) else sum(len(data) for _, data in self.writes)
 
-    def boundary(self, offset: int) -> int:
-        """The end of the last whole block at or before `offset`: where something fits between events."""
-        return max((b.end for b in self.blocks if b.end <= offset), default=0)
-
     def time_at(self, offset: int) -> float:
         """When the byte at `offset` is due (the last write's time, past the end)."""
         n = self._split(offset)
@@ -306,15 +303,6 @@ class Plan:
         del self.writes[self._split(offset) :]
         self._splice(offset, size, b"")
 
-    def replace(self, start: int, end: int, data: bytes) -> None:
-        """Put `data` in place of bytes `start`..`end`, sent when byte `start` was due."""
-        if not 0 <= start <= end:
-            raise ValueError(f"bytes {start}..{end} are not a span")
-        t = self.time_at(start)
-        first, last = self._split(start), self._split(end)
-        self.writes[first:last] = [(t, data)] if data else []
-        self._splice(start, end, data)
-
     def insert(self, offset: int, writes: Sequence[Write]) -> None:
         """Put `writes` (at their own times) before the byte at `offset`."""
         n = self._split(offset)
@@ -326,23 +314,6 @@ class Plan:
         size = self._size()
         self.writes.append((t, data))
         self._splice(size, size, data)
-
-    def delay_from(self, offset: int, seconds: float, heartbeat: tuple[float, bytes] | None = None) -> float:
-        """Hold back everything from byte `offset` by `seconds`; returns when the silence begins.
-
-        With `heartbeat` (every so many seconds, this comment), the silence is
-        kept alive; heartbeats of later silences move with them.
-        """
-        t = self.time_at(offset)
-        n = self._split(offset)
-        self.writes[n:] = [(at + seconds, data) for at, data in self.writes[n:]]
-        self.end_at += seconds
-        self.beats = [
-            replace(b, start=b.start + seconds, until=b.until + seconds) if b.start >= t else b for b in self.beats
-        ]
-        if heartbeat is not None:
-            self.beats.append(Beats(t, heartbeat[0], t + seconds, heartbeat[1]))
-        return t
 
     def rewrite(self, writes: list[Write]) -> None:
         """New writes with other bytes (other line ends, say): the blocks are found again when asked for."""

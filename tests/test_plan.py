@@ -47,24 +47,15 @@ def test_event_positions_name_the_end_of_that_event(bundled: dict[str, Cassette]
     assert plan.offset(Position.parse("9999")) == len(plan.body)
 
 
-# Each change a fault can make, as (name, function of a plan and two drawn numbers).
+# Each change a plan goes through (a resumption cuts and inserts; a misbehaving answer cuts and appends), as
+# (name, function of a plan and two drawn numbers).
 CHANGES = {
     "cut": lambda plan, a, b: plan.cut(a % (len(plan.body) + 1)),
-    "replace a block": lambda plan, a, b: _replace_block(plan, a, b),
-    "replace bytes": lambda plan, a, b: plan.replace(
-        *sorted((a % (len(plan.body) + 1), b % (len(plan.body) + 1))), b"x\n\n"
-    ),
+    "cut before": lambda plan, a, b: plan.cut_before(a % (len(plan.body) + 1)),
     "insert": lambda plan, a, b: plan.insert(a % (len(plan.body) + 1), [(0.0, b": beat\n\n"), (0.1, b"data: 1\n\n")]),
-    "delay": lambda plan, a, b: plan.delay_from(plan.boundary(a % (len(plan.body) + 1)), 1.0, (0.3, b": hb\n\n")),
     "append": lambda plan, a, b: plan.append(9.0, b"data: [DONE]\n\n" if a % 2 else b"data: cut sh"),
     "rewrite": lambda plan, a, b: plan.rewrite([(t, d.replace(b"\n", b"\r\n")) for t, d in plan.writes]),
 }
-
-
-def _replace_block(plan: Plan, a: int, b: int) -> None:
-    if plan.blocks:
-        block = plan.blocks[a % len(plan.blocks)]
-        plan.replace(block.start, block.end, plan.body[block.start : block.end] * (b % 3))
 
 
 @settings(max_examples=300)
