@@ -11,14 +11,13 @@ request gets a 503 in its dialect's error shape with `Retry-After`. A
 client that hangs up cancels its generation at once, so the next request
 does not wait for tokens nobody reads.
 
-The server's faults, and those a request asks for, apply to the stream as
-the model writes it (see `faults.stream`); a fault that answers in the
-stream's place (a status, no answer) keeps the model from running at all,
-and one that ends the stream early (an error, a disconnect) stops it. A
-request that asks for no stream takes only the faults that act before the
-answer. With a recorder (`record --on-miss synth`), each answer is recorded
-as it streams, like a forwarded one, and no fault applies: a cassette keeps
-what the model said, and faults are for its replays.
+Each answer is a source of the live pipeline (`server.live`), as a forwarded
+one is: the server's faults, and those a request asks for, apply to the
+client's copy as the model writes it; a fault that answers in the stream's
+place (a status, no answer) keeps the model from running at all, and one
+that ends the stream early (an error, a disconnect) stops it, unless a
+recorder (`record --model`, the `synth` miss policy) reads it on for the
+cassette, which keeps what the model said.
 """
 
 from __future__ import annotations
