@@ -31,7 +31,6 @@ from ._exceptions import ConfigError
 from .cassette import End, Recording, Request
 
 if TYPE_CHECKING:
-    from .background import BackgroundResponse
     from .incidents import Miss
 
 __all__ = [
@@ -88,15 +87,15 @@ class Matched(Entry):
     """Where a reconnection (a request with `Last-Event-ID`) resumed the stream: `after event id '5'`,
     `from the start: ...` for an id the stream never set, or `as recorded after event id '5'` for a recording
     of that very reconnection; None for a request that is no reconnection."""
-    background: str | None = None
-    """The id the answer is kept by as a background response (the Responses API's `background: true`), to be
-    retrieved, resumed and cancelled; None for any other answer."""
+    kept: str | None = None
+    """What a protocol's responder kept of the answer (`Call.keep`), in its words: `in the background as
+    resp_1` (the Responses API's background mode); None for an answer none kept."""
 
     def line(self) -> str:
         converted = f" {self.converted}" if self.converted else ""
         resumed = f", resumed {self.resumed}" if self.resumed else ""
-        background = f", in the background as {self.background}" if self.background else ""
-        return f"{self.method} {self.path} -> {self.status} {self.recording}{converted}{resumed}{background}"
+        kept = f", {self.kept}" if self.kept else ""
+        return f"{self.method} {self.path} -> {self.status} {self.recording}{converted}{resumed}{kept}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -197,9 +196,8 @@ class ReplayState:
     - `requests`: how many requests arrived;
     - `received`: the last `keep` requests that arrived, bodies and all, in order;
     - `answered`: the last `keep` recordings that answered, in order (one each time it answers);
-    - `background`: the background responses replay answered (the Responses API's `background: true`), by
-      id, to be retrieved, resumed and cancelled; a later one with the same id (the same recording played
-      again) takes the place of the earlier.
+    - `protocols`: what the responders the protocols bring keep between requests (the Responses API's
+      background responses), each under a key of its own.
     """
 
     def __init__(self, *, keep: int = 10_000) -> None:
@@ -215,7 +213,7 @@ class ReplayState:
         self.requests = 0
         self.received: deque[Request] = deque(maxlen=keep)
         self.answered: deque[Recording] = deque(maxlen=keep)
-        self.background: dict[str, BackgroundResponse] = {}
+        self.protocols: dict[str, dict[str, Any]] = {}
 
     def track(self, recordings: Iterable[Recording]) -> None:
         """Add recordings that can be played."""
@@ -249,8 +247,8 @@ class ReplayState:
         return [r for r in self.recordings if not self.plays[r]]
 
     def reset(self) -> None:
-        """Start over: every recording unplayed, every count at zero, no misses, nothing received, no
-        background response."""
+        """Start over: every recording unplayed, every count at zero, no misses, nothing received, nothing
+        kept by a protocol's responder."""
         self.plays.clear()
         self.turns.clear()
         self.server_fault_turns.clear()
@@ -260,4 +258,4 @@ class ReplayState:
         self.requests = 0
         self.received.clear()
         self.answered.clear()
-        self.background.clear()
+        self.protocols.clear()

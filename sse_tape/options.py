@@ -15,8 +15,8 @@ from enum import StrEnum
 from pathlib import Path
 
 from ._exceptions import ConfigError
-from .cassette import MatchOn
 from .faults import Fault, load_profile, parse_fault
+from .matching import MATCHERS
 from .pacing import Pacing
 
 __all__ = ["MissPolicy", "RecordMode", "ServeOptions", "parse_match"]
@@ -59,23 +59,19 @@ class MissPolicy(StrEnum):
     """Answer it with a local model (`--model`); when recording, record the answer like a forwarded one."""
 
 
-def parse_match(words: str | Iterable[MatchOn | str], name: str = "match_on") -> tuple[MatchOn, ...]:
-    """What must agree, from `method,path` or a list of parts; raises `ConfigError` naming the option `name`."""
-    items = [w.strip() for w in words.split(",")] if isinstance(words, str) else [str(w) for w in words]
-    parts = [w for w in items if w]
-    bad = [w for w in parts if w not in MatchOn.__members__.values()]
-    if bad or not parts:
-        shown = words if isinstance(words, str) else ",".join(items)
-        raise ConfigError(f"{name} {shown!r}: choose from {', '.join(MatchOn)}")
-    return tuple(dict.fromkeys(MatchOn(w) for w in parts))
+def parse_match(words: str | Iterable[str], name: str = "match_on") -> tuple[str, ...]:
+    """The matchers named by `method,path` or a list of names (`MatchOn`'s and those the protocols bring);
+    raises `ConfigError` naming the option `name` and the known matchers."""
+    return MATCHERS.names(words, name)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServeOptions:
     """How a server answers: matching, pacing, misses, repeats and faults. Build one with `build`."""
 
-    match_on: tuple[MatchOn, ...] | None = None
-    """What a request must share with a recording; None: what each cassette says, else method, path and body."""
+    match_on: tuple[str, ...] | None = None
+    """The matchers a request must satisfy to get a recording, by name; None: what each cassette says, else
+    method, path and body."""
     ignore_body_fields: tuple[str, ...] | None = None
     """Dotted paths into JSON bodies left out of the comparison (`user`, `messages.*.name`); None: what each
     cassette says, else none."""
@@ -101,7 +97,7 @@ class ServeOptions:
     def build(
         cls,
         *,
-        match_on: str | Iterable[MatchOn | str] | None = None,
+        match_on: str | Iterable[str] | None = None,
         ignore_body_fields: Iterable[str] | None = None,
         pace: str | Pacing = "recorded",
         jitter: str | None = None,
@@ -116,7 +112,7 @@ class ServeOptions:
     ) -> ServeOptions:
         """Options from the words a user writes; raises `ConfigError` naming a bad one.
 
-        `match_on` is `"method,path"` or a list of parts, and with
+        `match_on` is `"method,path"` or a list of matcher names, and with
         `ignore_body_fields` overrides what the cassettes say; `pace` is a pace
         word (`recorded`, `x2`, `instant`, `20ms`, `tps:40`) or a `Pacing`;
         `jitter` is `5ms` or `10%`; `faults` are specs (`error:5`) or `Fault`s;

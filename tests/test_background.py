@@ -13,7 +13,8 @@ import pytest
 from clients import openai_client
 
 from sse_tape import Cassette, Chunk, Interaction, MockServer, Pacing, Request, Response, SSEDecoder, serve
-from sse_tape.background import BackgroundResponse
+from sse_tape.dialects import DIALECTS, Generation
+from sse_tape.dialects.openai_responses.background import BackgroundResponse
 
 GREETING: dict[str, Any] = {"model": "claude-sonnet-4-20250514", "input": "Hello!"}
 ANSWER = "Hello! How can I help you today?"
@@ -82,7 +83,7 @@ def test_a_background_request_for_no_stream_is_queued_then_polled_to_its_recorde
     assert retrieved.status == "completed"
     assert retrieved.output_text == ANSWER
     assert retrieved.to_dict() == recorded_events(greeting)[-1]["response"]
-    assert [e.background for e in server.journal if e.kind == "matched"] == [created.id]
+    assert [e.kept for e in server.journal if e.kind == "matched"] == [f"in the background as {created.id}"]
 
 
 def test_a_response_in_progress_is_cancelled_and_a_second_cancel_answers_the_same(greeting: Interaction) -> None:
@@ -169,7 +170,7 @@ def test_a_recorded_json_answer_and_the_retrievals_after_it_replay_as_recorded(g
         client = openai_client(server.url + "/v1")
         made = client.responses.create(**GREETING, background=True)
         polls = [client.responses.retrieve(made.id).status, client.responses.retrieve(made.id).status]
-        assert server.state.background == {}  # no stream to keep: nothing but the recordings answers
+        assert server.state.protocols == {"openai-responses:0": {}}  # no stream to keep: only recordings answer
         assert [e.kind for e in server.journal if e.kind in ("matched", "answered")] == ["matched"] * 3
     assert (made.status, polls) == ("queued", ["queued", "completed"])
 
@@ -211,7 +212,9 @@ def test_the_json_answers_take_the_faults_before_a_stream(greeting: Interaction)
 def test_a_resumed_stream_sends_what_is_due_at_once_and_the_rest_when_due(greeting: Interaction, pace: str) -> None:
     paced = Pacing.parse(pace).plan(greeting.response)
     request = replace(greeting.request, body=json.dumps({**GREETING, "background": True, "stream": True}).encode())
-    kept = BackgroundResponse.of(request, paced, arrived=100.0)
+    responses = DIALECTS["openai-responses"]
+    assert isinstance(responses, Generation)
+    kept = BackgroundResponse.of(request, paced, arrived=100.0, dialect=responses)
     assert kept is not None
     plan = kept.stream(100.75, after=4)  # three quarters of a second after the request arrived
     events = SSEDecoder().feed(plan.body)

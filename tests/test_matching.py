@@ -1,10 +1,32 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
-from sse_tape import Cassette, Chunk, ConfigError, Interaction, Matcher, MatchOn, NoMatchError, Request, Response
+from sse_tape import (
+    Cassette,
+    Chunk,
+    ConfigError,
+    Interaction,
+    Matcher,
+    MatchOn,
+    NoMatchError,
+    Request,
+    Response,
+    ServeOptions,
+)
+from sse_tape.dialects import DIALECTS, Protocol
+from sse_tape.dialects.events import Error, Event
+from sse_tape.dialects.protocol import RequestMatcher
+from sse_tape.matching import MATCHERS, Matchers
+from sse_tape.matching.matchers import BUILT_IN, body, method, path, query
+from sse_tape.sse import ServerSentEvent
 
 
 def post(path: str, body: object, query: str = "") -> Request:
@@ -105,13 +127,78 @@ def test_miss_with_nothing_loaded() -> None:
         Matcher([]).find(post("/x", {}))
 
 
-def test_unknown_match_part_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="choose from method, path, query, body"):
+def test_unknown_matcher_is_a_config_error_naming_the_known_ones() -> None:
+    with pytest.raises(ConfigError) as info:
         Matcher([], match_on=["method", "headers"])
+    assert str(info.value) == "match_on 'method,headers': choose from method, path, query, body"
+    with pytest.raises(ConfigError, match=r"^match_on 'colour': choose from method, path, query, body$"):
+        ServeOptions.build(match_on="colour")
 
 
 def test_match_on_accepts_enum_members() -> None:
     assert Matcher([], match_on=[MatchOn.PATH]).match_on == (MatchOn.PATH,)
+
+
+def test_a_cassette_naming_an_unknown_matcher_loads_and_is_refused_when_matched(tmp_path: Path) -> None:
+    # Which matchers there are is matching's to say (the protocols bring theirs), when the cassette is
+    # matched: a cassette that names one of a plug-in not installed here still loads, converts and shows.
+    Cassette([recording(CHAT, HELLO, "hello")], match_on=("method", "headers")).save(tmp_path / "bad.toml")
+    assert 'match = ["method", "headers"]' in (tmp_path / "bad.toml").read_text()
+    cassette = Cassette.load(tmp_path / "bad.toml")
+    assert cassette.match_on == ("method", "headers")
+    message = "bad.toml: match 'method,headers': choose from method, path, query, body"
+    with pytest.raises(ConfigError) as info:
+        Matcher([cassette])
+    assert str(info.value) == message
+    Matcher([cassette], match_on=["path"])  # the server's matchers take the place of the cassette's
+    result = subprocess.run(
+        [sys.executable, "-m", "sse_tape", "serve", str(tmp_path / "bad.toml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (result.returncode, result.stderr) == (2, f"Error: {message}\n")
+
+
+def test_a_matcher_is_a_function_that_says_how_two_requests_differ() -> None:
+    asked, recorded = (
+        post("/a", {"q": 1, "n": [1, 2]}, query="x=1&y=2"),
+        post("/b", {"q": 2, "n": [1, 2]}, query="y=2&x=1"),
+    )
+    assert method(asked, recorded) is None
+    assert path(asked, recorded) == "path is '/a', recorded '/b'"
+    assert query(asked, recorded) is None  # the same parameters, in another order
+    assert body(asked, recorded) == "body.q is 1, recorded 2"
+    assert method(Request("get", "/a"), Request("GET", "/a")) is None
+    assert list(BUILT_IN) == list(MatchOn) == ["method", "path", "query", "body"]
+
+
+def test_the_registry_names_the_built_in_matchers_then_those_the_protocols_bring() -> None:
+    assert [name for name in MATCHERS][:4] == ["method", "path", "query", "body"]
+    assert MATCHERS["body"] is body
+    with pytest.raises(KeyError):
+        MATCHERS["colour"]
+
+
+def test_a_protocol_may_not_take_the_name_of_a_built_in_matcher() -> None:
+    class Taker(Protocol):
+        name = "taker"
+        path = "/taker"
+        matchers: ClassVar[Mapping[str, RequestMatcher]] = {"path": body}
+
+        def is_terminal(self, event: ServerSentEvent) -> bool:
+            return False
+
+        def error_frames(
+            self, error: Error, before: Sequence[Event] = (), sent: Sequence[ServerSentEvent] = ()
+        ) -> list[bytes]:
+            return []
+
+    registry = Matchers(BUILT_IN, {"taker": Taker()})
+    with pytest.raises(ConfigError, match="the matcher 'path' of the dialect taker is one of sse-tape's"):
+        list(registry)
+    assert registry["method"] is method  # built-in names never ask the protocols
+    assert set(DIALECTS)  # the registry reads the dialects it is given, not only the built-in ones
 
 
 def test_without_repeats_each_recording_answers_once_even_across_groups() -> None:

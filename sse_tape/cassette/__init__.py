@@ -13,8 +13,8 @@ The package by concept:
   `spools` recorders write beside it.
 - `discovery`: finding cassette files, the bundled examples, and checking a path.
 
-A cassette may carry settings for whoever replays it: a free-text `description`, `match` (the parts of a
-request that must agree with a recording, as in `match = ["method", "path"]`) and `ignore_body_fields`.
+A cassette may carry settings for whoever replays it: a free-text `description`, `match` (the matchers a
+request must satisfy to get a recording, by name, as in `match = ["method", "path"]`: see `matching`) and `ignore_body_fields`.
 Options given to a server override them.
 """
 
@@ -28,7 +28,6 @@ from .model import (
     Headers,
     Injection,
     Interaction,
-    MatchOn,
     Recording,
     Request,
     Response,
@@ -46,7 +45,6 @@ __all__ = [
     "Headers",
     "Injection",
     "Interaction",
-    "MatchOn",
     "Recording",
     "Request",
     "Response",

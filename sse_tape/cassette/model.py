@@ -22,7 +22,6 @@ __all__ = [
     "Headers",
     "Injection",
     "Interaction",
-    "MatchOn",
     "Recording",
     "Request",
     "Response",
@@ -49,15 +48,6 @@ class End(StrEnum):
     """The client hung up before the response ended."""
     INTERRUPTED = "interrupted"
     """The recorder itself was stopped while the response was in flight."""
-
-
-class MatchOn(StrEnum):
-    """A part of the request that must agree with the recording."""
-
-    METHOD = "method"
-    PATH = "path"
-    QUERY = "query"
-    BODY = "body"
 
 
 @dataclass(frozen=True, slots=True)

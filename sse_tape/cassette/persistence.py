@@ -31,7 +31,7 @@ from .._exceptions import CassetteError, CassetteFormatError, CassetteNotFoundEr
 from . import toml
 from .discovery import check_cassette_path
 from .document import head_to_doc, interaction_to_doc, interactions_from_doc, settings_from_doc
-from .model import Chunk, End, Injection, Interaction, MatchOn, Request, Response
+from .model import Chunk, End, Injection, Interaction, Request, Response
 from .serializers import appended, decode, encode, encoding_of
 from .spools import SpooledStream, read_spool, spool_id, spools_of
 from .upgrades import upgrade
@@ -50,8 +50,9 @@ class Cassette:
     path: Path | None = None
     description: str | None = None
     """What the cassette holds, for people."""
-    match_on: tuple[MatchOn, ...] | None = None
-    """What a request must share with a recording here (`match` in the file); None: the server's default."""
+    match_on: tuple[str, ...] | None = None
+    """The matchers a request must satisfy to get a recording here, by name (`match` in the file); None: the
+    server's default. Which names there are is for `matching` to say, when the cassette is matched."""
     ignore_body_fields: tuple[str, ...] | None = None
     """Dotted paths into JSON bodies left out when comparing them; None: the server's default."""
     _stamp: _Stamp | None = field(default=None, init=False, repr=False, compare=False)

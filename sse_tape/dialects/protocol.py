@@ -9,6 +9,15 @@ Replay, faults and `check` ask a protocol these things; none of them names
 one. An LLM API promises more (`generation.Generation`): this contract is
 what a notification feed, MCP or any other SSE API can meet.
 
+A protocol also brings what replay needs of it beyond recordings: its
+matchers (`Protocol.matchers`, named in a cassette's `match`) and the
+responders of its features that keep state (`Protocol.responders`: the
+Responses API's background mode). Such a responder meets the small contract
+here (`ProtocolResponder`, lent each request as a `Call`), not the server's:
+the server's own contract names its faults, options and matcher, which all
+read this registry, so a dialect that imported it would close a cycle
+(registry, dialect, server contract, faults, registry).
+
 The registry (`dialects.registry`) finds each protocol by name: the
 built-in ones and those other installed packages declare in the entry-point
 group `sse_tape.dialects`.
@@ -17,18 +26,25 @@ group `sse_tape.dialects`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import _json
 from ..cassette import End, Headers, Interaction, Request, Response
+from ..plan import Plan
 from ..sse import ServerSentEvent, SSEDecoder, encode_event
 from .events import Error, Event
 
+if TYPE_CHECKING:  # what a responder's answer is; a protocol that brings none never needs aiohttp
+    from aiohttp import web
+
 __all__ = [
+    "Call",
     "Checker",
+    "Kept",
     "Protocol",
+    "ProtocolResponder",
     "RequestMatcher",
     "Violation",
     "check_error_response",
@@ -126,9 +142,8 @@ class Protocol(ABC):
     A subclass names itself (`name`) and its path, and says which events end
     a stream and how an error is framed in one; the rest has defaults. It is
     made with no arguments, once, by the registry. What a protocol brings to
-    replay hangs here too: its matchers (`matchers`) and, once responders
-    leave the server, the responders of its stateful features (the Responses
-    API's background mode, which `asks_for_background` tells of today).
+    replay hangs here too: its matchers (`matchers`) and the responders of
+    its stateful features (`responders`).
     """
 
     name: ClassVar[str]
@@ -140,7 +155,8 @@ class Protocol(ABC):
     heartbeat: ClassVar[tuple[float, bytes] | None] = None
     """How this server keeps an idle stream open: after so many silent seconds, this comment."""
     matchers: ClassVar[Mapping[str, RequestMatcher]] = {}
-    """The matchers this protocol brings, by name, for a cassette's `match` to name (none yet)."""
+    """The matchers this protocol brings, under names it chooses (`jsonrpc-params`), for a cassette's `match`,
+    `--match-on` and the marker to name beside the built-in ones (see `matching.registry`); none by default."""
 
     def serves_path(self, path: str) -> bool:
         """Whether a request for `path` (with any prefix before it, a router's `/proj/x`) is this API's.
@@ -189,10 +205,10 @@ class Protocol(ABC):
         for a JSON answer name the same call (Gemini's `:streamGenerateContent` and `:generateContent`)."""
         return path
 
-    def asks_for_background(self, request: Request) -> bool:
-        """Whether `request` asks this API to run it apart from its connection, to be retrieved, resumed and
-        cancelled later (the Responses API's `"background": true`); False by default."""
-        return False
+    def responders(self) -> Sequence[ProtocolResponder]:
+        """The responders of this protocol's features that keep state, made anew for each server, which puts
+        them in its chain in front of replay; none by default."""
+        return ()
 
     def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
         """Every way `events` break this API's streaming contract; `request` enables rules that depend on it.
@@ -209,6 +225,68 @@ class Protocol(ABC):
         except ValueError:
             return [Violation(None, f"the answer is not JSON: {body[:40]!r}")]
         return []
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """What a protocol's responder made of the answer replay found for a request (see `Call.keep`)."""
+
+    note: str
+    """What the journal says of it, after the recording that matched (`in the background as resp_1`)."""
+    answer: Plan | None = None
+    """The answer that goes out in place of replay's, one JSON document (the faults before a stream act on
+    it); None: replay's goes out."""
+
+
+class Call(ABC):
+    """One request, as the server lends it to a protocol's responder: what was asked, and how to answer.
+
+    What the responder keeps between requests goes in `state`, the server's
+    to reset; the faults, the journal and the wire stay the server's, reached
+    through the methods here.
+    """
+
+    request: Request
+    number: int
+    """The request's number, counted from 1 since the server started (or was reset)."""
+    arrived: float
+    """When it arrived, on the event loop's clock: what a plan's times count from."""
+    query: Mapping[str, str]
+    """Its query's parameters (the first value of each)."""
+    state: MutableMapping[str, Any]
+    """What this responder keeps between requests, in the server's replay state: a reset empties it."""
+
+    @abstractmethod
+    def keep(self, hook: Callable[[Plan], Kept | None]) -> None:
+        """Leave the request to replay, which hands `hook` the plan it makes of the recording that matched (at
+        the server's pace, before faults): `hook` may keep it, and answer in its place (see `Kept`)."""
+
+    @abstractmethod
+    def pass_on(self, reason: str) -> None:
+        """Say why this responder did not answer, for the miss's explanation if nothing else does."""
+
+    @abstractmethod
+    async def send(self, plan: Plan, *, stream: bool, dialect: Protocol | None) -> web.StreamResponse:
+        """Answer with `plan`: an event stream (`stream`: its events are counted, and every fault acts) or one
+        JSON document (only the faults before a stream act). The faults chosen for this request act first,
+        framed by `dialect`; none act when it is None."""
+
+    @abstractmethod
+    async def error(self, status: int, message: str, code: str, *, dialect: Protocol) -> web.StreamResponse:
+        """Answer with sse-tape's JSON error (`sse-tape: message`), framed as `dialect` frames its errors."""
+
+    @abstractmethod
+    def note(self, status: int, what: str) -> None:
+        """Say in the journal what the answer was (`background response resp_1, cancelled`)."""
+
+
+class ProtocolResponder(ABC):
+    """A responder a protocol brings (`Protocol.responders`): answers the requests of a feature that keeps
+    state (retrieving, resuming and cancelling background responses), or leaves them to the next responder."""
+
+    @abstractmethod
+    async def respond(self, call: Call) -> web.StreamResponse | None:
+        """Answer the request (see `Call`), or return None to leave it to the responders behind."""
 
 
 def check_error_response(response: Response) -> list[Violation]:

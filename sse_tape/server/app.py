@@ -1,8 +1,8 @@
 """The server: an aiohttp application whose requests go to an ordered chain of responders.
 
-`MockServer` answers each request with the first responder of its chain that does: `Background` (the
-Responses API's background responses replay kept, polled, resumed and cancelled); `Replay` (the
-recording the matcher picks, at the server's pace, with its faults); behind it, what the miss policy
+`MockServer` answers each request with the first responder of its chain that does: those the protocols
+bring (`Protocol.responders`, such as the Responses API's background mode), each `Lent` the request;
+`Replay` (the recording the matcher picks, at the server's pace, with its faults); behind it, what the miss policy
 puts there (an upstream the request is forwarded to, recording what passes, or a model); last, the
 `Catalog` of the recordings' models. A request no responder answers gets the API's JSON error naming
 the closest recordings. Every step goes into the server's `journal`; every counter replay depends on
@@ -25,15 +25,14 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from .. import _json
 from .._exceptions import ConfigError
-from ..background import Background
 from ..cassette import (
     Cassette,
     End,
     Request,
 )
 from ..catalog import Catalog
+from ..dialects import DIALECTS, dialect_for, for_path
 from ..dialects import Generation as Dialect
-from ..dialects import dialect_for, for_path
 from ..faults import MAX_HEADER_FAULTS, Fault, Injector, parse_faults
 from ..journal import Ended, Journal, Received, ReplayState
 from ..matching import Matcher
@@ -41,6 +40,7 @@ from ..options import MissPolicy, ServeOptions
 from ..plan import Plan, Write, event_ends
 from ..wire import Live, send
 from .connections import ConnectionGuard
+from .protocols import Lent
 from .responder import Exchange, Responder
 
 if TYPE_CHECKING:  # recording and forwarding are imported when used: serving alone starts sooner
@@ -152,7 +152,7 @@ class MockServer:
         self.recorder = recorder if recording else None
         """What keeps the answers forwarded (the `record` policy) or synthesized (`synth`) on a miss."""
         behind = _behind_replay(self.options.on_miss, upstream, self.recorder, model)
-        replaying: list[Responder] = [Background(), Replay()] if replay else []
+        replaying: list[Responder] = [*_protocols_responders(), Replay()] if replay else []
         self.responders: list[Responder] = [*replaying, *behind, Catalog(models)]
         """The chain each request goes through, in order."""
         self.active_streams = 0
@@ -321,7 +321,7 @@ class MockServer:
             request,
             number,
             [],
-            api or dialect_for(request.path),
+            found or dialect_for(request.path),
             api=api,
             started=asyncio.get_running_loop().time(),
         )
@@ -584,6 +584,16 @@ def is_loopback(remote: str | None) -> bool:
         return remote is not None and ipaddress.ip_address(remote).is_loopback
     except ValueError:
         return False
+
+
+def _protocols_responders() -> list[Responder]:
+    """The responders each protocol brings (`Protocol.responders`), made anew for this server, in the
+    dialects' order, each keeping what it keeps under a key of its own."""
+    return [
+        Lent(responder, f"{dialect.name}:{n}")
+        for dialect in DIALECTS.values()
+        for n, responder in enumerate(dialect.responders())
+    ]
 
 
 def _behind_replay(

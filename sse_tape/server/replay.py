@@ -11,15 +11,13 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from .._exceptions import ConfigError, NoMatchError
-from ..background import BackgroundResponse, json_plan
 from ..cassette import (
     Interaction,
     Recording,
     Request,
     Response,
 )
-from ..dialects import Generation as Dialect
-from ..dialects import dialect_for
+from ..dialects import Protocol, detect, dialect_for, generation
 from ..faults import Fault, parse_fault
 from ..journal import Matched
 from ..matching import last_event_id
@@ -43,7 +41,7 @@ class _Known:
     """How the journal names it."""
     recorded: Recorded
     """The shapes its answer can take."""
-    dialect: Dialect
+    dialect: Protocol
     """What frames its faults when the request's path names no API: the recording's own, else OpenAI's."""
     last_id: str | None
     """The `Last-Event-ID` it was recorded with."""
@@ -51,7 +49,7 @@ class _Known:
     @classmethod
     def of(cls, recording: Recording) -> _Known:
         interaction = recording.interaction
-        dialect = dialect_for(interaction.request.path, interaction)
+        dialect = detect(interaction) or dialect_for(interaction.request.path)
         return cls(str(recording), Recorded.of(interaction), dialect, last_event_id(interaction.request))
 
 
@@ -95,10 +93,9 @@ class Replay(Attached):
     `shape`). The JSON answer goes out when the stream would have ended at
     the server's pace, and the stream's faults make it what that faulted
     stream adds up to (an error in it, a 500; a disconnect, no answer).
-    A request for a background response (the Responses API's
-    `"background": true`) that a recorded stream answers is kept in the
-    replay state (see `background`); if it asked for no stream, it is
-    answered at once with the response, queued.
+    A protocol's responder in front of it may ask for what it plays
+    (`Call.keep`: the Responses API's background mode keeps the stream), and
+    answer in its place.
 
     With the `recorded_faults` option, a recording that notes the faults its
     client got (`Interaction.injected`) gets them again, besides the
@@ -152,7 +149,7 @@ class Replay(Attached):
             key = f"{known.name}:{server.state.plays[recording] - 1}"
             paced = prepared.stands_for if prepared.stands_for is not None else prepared.response
             stream = server.options.pace.plan(paced, key=key)
-        background = BackgroundResponse.of(request, stream, exchange.started)
+        kept = exchange.keep(stream) if exchange.keep is not None else None
         resumed, cut = None, False
         if prepared.stands_for is None and (last_id := last_event_id(request)) is not None:
             if known.last_id == last_id:  # a recording of this very reconnection
@@ -169,22 +166,20 @@ class Replay(Attached):
                 path=request.path,
                 recording=known.name,
                 status=prepared.response.status,
-                converted=prepared.converted if background is None or background.streamed else None,
+                converted=prepared.converted if kept is None or kept.answer is None else None,
                 resumed=resumed,
-                background=background.id if background is not None else None,
+                kept=kept.note if kept is not None else None,
             )
         )
         dialect = exchange.api or known.dialect
-        if background is not None:
-            server.state.background[background.id] = background
-            if not background.streamed:  # created, and answered at once: it runs on without the client
-                plan = json_plan(background.created())
-                inject(server, exchange, plan, dialect=dialect, recording=known.name, stream=False)
-                return await server.send(exchange, plan)
+        if kept is not None and kept.answer is not None:  # answered in replay's place: one JSON document
+            inject(server, exchange, kept.answer, dialect=dialect, recording=known.name, stream=False)
+            return await server.send(exchange, kept.answer)
         injected = inject(server, exchange, stream, dialect=dialect, recording=known.name, also=again)
         if prepared.stands_for is not None:
             if injected:
-                plan = await asyncio.to_thread(collapse, stream, recording.interaction, dialect)
+                api = generation(dialect, "an answer converted to JSON")  # only an LLM API's is converted
+                plan = await asyncio.to_thread(collapse, stream, recording.interaction, api)
             else:
                 plan = Plan.of(prepared.response, [stream.end_at] * len(prepared.response.chunks), stream.end_at)
             exchange.event_ends = []

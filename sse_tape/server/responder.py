@@ -5,12 +5,15 @@ upstream, and more) until one answers. A responder sees the request as an
 `Exchange` and the server as a `Host`: its journal, its matcher and replay
 state, its options, and how it writes errors and plans. Responders live in
 modules of their own (`record.Forwarder`) that import this, never the server.
+The responders a protocol brings meet a smaller contract, which a dialect can
+import (`dialects.protocol.ProtocolResponder`); `protocols.Lent` puts them
+in the chain.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -18,6 +21,7 @@ from aiohttp import web
 
 from .. import dialects
 from ..cassette import End, Request
+from ..dialects.protocol import Kept
 from ..faults import Fault, Injector, Stage, apply
 from ..incidents import FaultInjected
 from ..journal import Journal, ReplayState
@@ -44,7 +48,7 @@ class Exchange:
     faults: list[Fault]
     """Faults the request asked for in its `X-SSE-Tape-Fault` header."""
     dialect: dialects.Protocol
-    """The API of the request's path, which frames its errors."""
+    """The protocol of the request's path, which frames its errors (OpenAI's for a path that names none)."""
     started: float
     """When it arrived, on the event loop's clock: what a plan's times count from."""
     api: dialects.Generation | None = None
@@ -57,6 +61,8 @@ class Exchange:
     progress: Progress = field(default_factory=Progress)
     event_ends: Sequence[int] = ()
     """Where each event of the body sent ends, to count the events that went out."""
+    keep: Callable[[Plan], Kept | None] | None = None
+    """What a protocol's responder in front of replay asked to be handed of replay's answer (`Call.keep`)."""
     ends_later: bool = False
     """Its answer is over when its source is, after the client left (a forwarded stream read to its end for
     the client that had its answer): the responder notes its end, not the server."""

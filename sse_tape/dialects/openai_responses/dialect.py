@@ -13,7 +13,8 @@ from ..encoder import Encoder
 from ..events import Error, Event, Start
 from ..generation import Prompt, chat_messages, sampled, sampling, whole
 from ..openai_common import OpenAIFamily
-from ..protocol import Checker, Violation, json_objects, opening
+from ..protocol import Checker, ProtocolResponder, Violation, json_objects, opening
+from .background import Background
 from .codec import ResponsesEncoder, decode_indexed, decode_json, response_json
 
 __all__ = ["OpenAIResponses"]
@@ -37,12 +38,9 @@ class OpenAIResponses(OpenAIFamily):
     def recognises(self, interaction: Interaction) -> bool:
         return any(_type(obj).startswith("response.") for _, obj in opening(interaction))
 
-    def asks_for_background(self, request: Request) -> bool:
-        """A request that sets `"background": true` (https://platform.openai.com/docs/guides/background)."""
-        if request.method.upper() != "POST" or b'"background"' not in request.body:
-            return False  # most requests: no need to read their body
-        body = request.json()
-        return isinstance(body, dict) and body.get("background") is True
+    def responders(self) -> Sequence[ProtocolResponder]:
+        """Background mode's (see `background`)."""
+        return (Background(self),)
 
     def is_terminal(self, event: ServerSentEvent) -> bool:
         if event.data == "[DONE]":

@@ -8,12 +8,14 @@ with the response, `queued`; a stream may drop and be picked up again with
 says how the response stands, and `POST /v1/responses/{id}/cancel` stops it
 (https://platform.openai.com/docs/guides/background).
 
-When a recorded Responses stream answers such a request, replay keeps a
-`BackgroundResponse`: that stream at the server's pace, counted from the
-request's arrival, and what became of it since. It lives in the server's
-`ReplayState`, so `reset` forgets it. `Background`, the responder in front of
-replay, answers the requests for it as the recorded timing has the response
-at that moment:
+When a recorded Responses stream answers such a request, `Background`, the
+responder this dialect brings (see `Protocol.responders`), keeps what replay
+plays (`Call.keep`) as a `BackgroundResponse`: that stream at the server's
+pace, counted from the request's arrival, and what became of it since; a
+request for no stream is answered at once with the response, queued. It lives
+in the server's replay state, so `reset` forgets it. Standing in front of
+replay, `Background` answers the requests for it as the recorded timing has
+the response at that moment:
 
 - `GET …/responses/{id}`: `queued` until the stream's first event is due,
   then the `Response` its last lifecycle event due carries (`response.created`,
@@ -36,26 +38,35 @@ faults before the stream.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from aiohttp import web
+from ... import _json
+from ...cassette import End, Request
+from ...plan import Plan
+from ..generation import Generation
+from ..protocol import Call, Kept, ProtocolResponder
 
-from . import _json
-from .cassette import End, Request
-from .dialects import Generation, for_path, generation
-from .matching import asks_for_stream
-from .plan import Plan
-from .server.responder import Attached, Exchange, inject
+if TYPE_CHECKING:  # what an answer is: the server's, which imports aiohttp
+    from aiohttp import web
 
-__all__ = ["Background", "BackgroundResponse", "json_plan"]
+__all__ = ["Background", "BackgroundResponse", "asks_for_background", "json_plan"]
 
 # A response, and cancelling it: …/responses/{id} and …/responses/{id}/cancel, under any prefix.
 _RESOURCE = re.compile(r"/responses/(?P<id>[^/]+)(?P<cancel>/cancel)?/?$")
 _UNFINISHED = ("queued", "in_progress")
+
+
+def asks_for_background(request: Request) -> bool:
+    """Whether a request sets `"background": true` (https://platform.openai.com/docs/guides/background)."""
+    if request.method.upper() != "POST" or b'"background"' not in request.body:
+        return False  # most requests: no need to read their body
+    body = request.json()
+    return isinstance(body, dict) and body.get("background") is True
 
 
 def json_plan(body: Any) -> Plan:
@@ -92,11 +103,11 @@ class BackgroundResponse:
         self._cancelled: tuple[float, dict[str, Any]] | None = None  # when (from `arrived`), and the response then
 
     @classmethod
-    def of(cls, request: Request, plan: Plan, arrived: float) -> BackgroundResponse | None:
-        """The background response `request` asks for, answered with `plan` (a copy is kept) from `arrived` on;
-        None when it asks for none, or the plan is no successful Responses stream that names its response."""
-        dialect = for_path(request.path)
-        if dialect is None or not dialect.asks_for_background(request) or not 200 <= plan.status < 300:
+    def of(cls, request: Request, plan: Plan, arrived: float, dialect: Generation) -> BackgroundResponse | None:
+        """The background response `request` (to `dialect`, the Responses API) asks for, answered with `plan`
+        (a copy is kept) from `arrived` on; None when it asks for none, or the plan is no successful Responses
+        stream that names its response."""
+        if not asks_for_background(request) or not 200 <= plan.status < 300:
             return None
         kept = Plan(plan.status, list(plan.headers), list(plan.writes), plan.end, plan.end_at)
         blocks = kept.events
@@ -115,15 +126,9 @@ class BackgroundResponse:
         first = next((e.response for e in events if e.response is not None), None)
         if first is None or not isinstance(first.get("id"), str) or not first["id"]:
             return None
-        streamed = asks_for_stream(request) is True
-        return cls(
-            first["id"],
-            kept,
-            events,
-            arrived=arrived,
-            streamed=streamed,
-            dialect=generation(dialect, "background mode"),
-        )
+        body = request.json()  # a JSON object: it asks for background
+        streamed = isinstance(body, dict) and dialect.wants_stream(body, request.path)
+        return cls(first["id"], kept, events, arrived=arrived, streamed=streamed, dialect=dialect)
 
     def created(self) -> dict[str, Any]:
         """The response as the request that creates it is answered: `queued`, with no output yet."""
@@ -165,14 +170,22 @@ class BackgroundResponse:
         return plan
 
 
-class Background(Attached):
-    """Answers the requests for the background responses replay keeps: retrieve, resume, cancel (see the module).
+class Background(ProtocolResponder):
+    """Keeps the background responses replay answers, and answers the requests for them: retrieve, resume,
+    cancel (see the module).
 
     It stands in front of replay, so that these requests are not matched against the recordings.
     """
 
-    async def respond(self, exchange: Exchange) -> web.StreamResponse | None:
-        request = exchange.request
+    def __init__(self, dialect: Generation) -> None:
+        self.dialect = dialect
+        """The Responses API, whose requests it keeps and whose words it answers in."""
+
+    async def respond(self, call: Call) -> web.StreamResponse | None:
+        request = call.request
+        if asks_for_background(request) and self.dialect.serves_path(request.path):
+            call.keep(functools.partial(self._keep, call))
+            return None
         found = _RESOURCE.search(request.path)
         if found is None:
             return None
@@ -180,67 +193,61 @@ class Background(Attached):
         if request.method.upper() != ("POST" if cancel else "GET"):
             return None
         response_id = unquote(found["id"])
-        kept = self.host.state.background.get(response_id)
+        kept: BackgroundResponse | None = call.state.get(response_id)
         if kept is None:
-            exchange.miss = f"no background response {response_id!r} in this session"
+            call.pass_on(f"no background response {response_id!r} in this session")
             return None  # a recording of this request may answer it
-        exchange.dialect = kept.dialect
-        now = exchange.started
+        now = call.arrived
         if cancel:
             cancelled = kept.cancel(now)
             if cancelled is None:
                 status = str(kept.at(now).get("status"))
                 article = "an" if status[:1] in tuple("aeiou") else "a"
-                return await self._refuse(exchange, kept, f"Cannot cancel {article} {status} response.")
-            return await self._json(exchange, kept, cancelled, f"background response {kept.id}, cancelled")
-        query = exchange.http.query
-        stream = query.get("stream", "false")
+                return await self._refuse(call, kept, f"Cannot cancel {article} {status} response.")
+            return await self._json(call, kept, cancelled, f"background response {kept.id}, cancelled")
+        stream = call.query.get("stream", "false")
         if stream not in ("true", "false"):
-            return await self.host.error(exchange, 400, f"stream {stream!r}: give true or false", "invalid_value")
-        given = query.get("starting_after")
+            return await call.error(
+                400, f"stream {stream!r}: give true or false", "invalid_value", dialect=kept.dialect
+            )
+        given = call.query.get("starting_after")
         try:
             after = int(given) if given is not None else None
         except ValueError:
-            return await self.host.error(
-                exchange, 400, f"starting_after {given!r} is not a whole number", "invalid_value"
-            )
+            message = f"starting_after {given!r} is not a whole number"
+            return await call.error(400, message, "invalid_value", dialect=kept.dialect)
         if stream == "false":
             response = kept.at(now)
-            return await self._json(
-                exchange, kept, response, f"background response {kept.id}, {response.get('status')}"
-            )
+            return await self._json(call, kept, response, f"background response {kept.id}, {response.get('status')}")
         if not kept.streamed:
             return await self._refuse(
-                exchange, kept, "This response cannot be streamed because it was not created with stream=true."
+                call, kept, "This response cannot be streamed because it was not created with stream=true."
             )
         plan = kept.stream(now, after)
         events = "its events" if after is None else f"its events after {after}"
-        self._answered(exchange, plan.status, f"background response {kept.id}, {events}")
-        inject(self.host, exchange, plan, dialect=kept.dialect)
-        exchange.event_ends = [b.end for b in plan.events]
-        return await self.host.send(exchange, plan)
+        call.note(plan.status, f"background response {kept.id}, {events}")
+        return await call.send(plan, stream=True, dialect=kept.dialect)
 
-    async def _json(
-        self, exchange: Exchange, kept: BackgroundResponse, body: dict[str, Any], what: str
-    ) -> web.StreamResponse:
+    def _keep(self, call: Call, plan: Plan) -> Kept | None:
+        """Keep what replay plays for a request that asks for background, if it is a Responses stream; a
+        request for no stream is answered at once with the response, queued."""
+        kept = BackgroundResponse.of(call.request, plan, call.arrived, self.dialect)
+        if kept is None:
+            return None
+        call.state[kept.id] = kept  # a later one with the same id (the recording played again) takes its place
+        answer = None if kept.streamed else json_plan(kept.created())
+        return Kept(f"in the background as {kept.id}", answer)
+
+    async def _json(self, call: Call, kept: BackgroundResponse, body: dict[str, Any], what: str) -> web.StreamResponse:
         plan = json_plan(body)
-        self._answered(exchange, plan.status, what)
-        inject(self.host, exchange, plan, dialect=kept.dialect, stream=False)
-        return await self.host.send(exchange, plan)
+        call.note(plan.status, what)
+        return await call.send(plan, stream=False, dialect=kept.dialect)
 
-    async def _refuse(self, exchange: Exchange, kept: BackgroundResponse, message: str) -> web.StreamResponse:
+    async def _refuse(self, call: Call, kept: BackgroundResponse, message: str) -> web.StreamResponse:
         """The API's own 400, in its words (not one of sse-tape's errors)."""
         status, headers, body = kept.dialect.http_error(400, message)
-        self._answered(exchange, status, message)
-        return await self.host.send(exchange, Plan(status, list(headers), [(0.0, body)]))
-
-    def _answered(self, exchange: Exchange, status: int, what: str) -> None:
-        from .incidents import Answered  # here, not above: only background responses need it
-
-        request = exchange.request
-        self.host.journal.add(
-            Answered(request=exchange.number, method=request.method, path=request.path, status=status, what=what)
-        )
+        call.note(status, message)
+        return await call.send(Plan(status, list(headers), [(0.0, body)]), stream=False, dialect=None)
 
 
 def _object(data: str) -> dict[str, Any]:

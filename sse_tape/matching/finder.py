@@ -1,10 +1,13 @@
-"""Which recorded interaction answers a request, and why none did.
+"""`Matcher`: which recorded interaction answers a request, and why none did.
 
-By default a request must agree with a recording on method, path and body,
-the JSON body compared as data (key order and whitespace do not matter),
-minus any ignored fields. A cassette may say otherwise for its own
-recordings (`match`, `ignore_body_fields`), and the server's options
-override both. In the APIs sse-tape speaks, `stream` and `stream_options`
+A request must agree with a recording on each matcher its rule names (see
+`matchers` and `registry`): by default method, path and body, the JSON body
+compared as data (key order and whitespace do not matter), minus any ignored
+fields. A cassette may say otherwise for its own recordings (`match`,
+`ignore_body_fields`), and the server's options override both. Matchers are
+handed both requests as they are compared: the ignored fields, and what only
+chooses the answer's shape (below), taken out of their bodies once for each
+recording and once for each request. In the APIs sse-tape speaks, `stream` and `stream_options`
 are the shape of answer asked for, not a difference (and so is Gemini's
 `:streamGenerateContent` beside `:generateContent` in the path): a streamed
 recording answers a request that asks for no stream, and the other way round
@@ -28,6 +31,10 @@ of every cut-off recording of that request (`cut_short` finds them). A
 stream the upstream itself cut (`upstream-reset`, `timeout`) is the
 upstream's answer, and replays.
 
+A miss names the closest recordings (those that fewest matchers disagree
+with, then with the fewest body differences, then with the most alike path)
+and what each matcher that disagrees says, the request's secrets redacted.
+
 Among the recordings that agree, the one whose body is most alike wins (see
 `_likeness`), so with `match_on=("method", "path")` a request with `tools`
 gets the tool-call recording and a conversation that ends with a tool's
@@ -38,23 +45,26 @@ recorded order, starting over when all have been played.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 from typing import Any
-from urllib.parse import parse_qsl
 
-from . import _json
-from ._exceptions import ConfigError, NoMatchError
-from ._paths import locate
-from .cassette import REDACTED, Cassette, End, Interaction, MatchOn, Recording, Request
-from .dialects import Protocol as Dialect
-from .dialects import for_path
-from .journal import ReplayState
+from .. import _json
+from .._exceptions import NoMatchError
+from .._paths import locate
+from ..cassette import Cassette, End, Interaction, Recording, Request
+from ..dialects import Protocol as Dialect
+from ..dialects import for_path
+from ..dialects.protocol import RequestMatcher
+from ..journal import ReplayState
+from .matchers import BUILT_IN, MatchOn, body_differences
+from .registry import MATCHERS
 
-__all__ = ["CUT_SHORT", "DEFAULT_MATCH_ON", "MatchOn", "Matcher", "asks_for_stream", "is_streamed", "last_event_id"]
+__all__ = ["CUT_SHORT", "DEFAULT_MATCH_ON", "Matcher", "asks_for_stream", "is_streamed", "last_event_id"]
 
-DEFAULT_MATCH_ON: tuple[MatchOn, ...] = (MatchOn.METHOD, MatchOn.PATH, MatchOn.BODY)
+DEFAULT_MATCH_ON: tuple[str, ...] = (MatchOn.METHOD, MatchOn.PATH, MatchOn.BODY)
+"""The matchers of a cassette that names none, served with no `match_on`."""
 
 #: The ends of a stream cut short on the recording side, not by the upstream: a recorder fetches it again.
 CUT_SHORT = frozenset({End.INTERRUPTED, End.CLIENT_GONE})
@@ -62,7 +72,6 @@ CUT_SHORT = frozenset({End.INTERRUPTED, End.CLIENT_GONE})
 # Body fields that choose the answer's shape (a stream or one JSON document), never compared.
 _SHAPE_FIELDS = ("stream", "stream_options")
 
-_MISSING: Any = object()
 _NOT_YET: Any = object()  # a part of a request not worked out yet
 
 
@@ -90,21 +99,23 @@ def is_streamed(interaction: Interaction) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class _Rule:
-    """How one cassette's recordings are matched."""
+    """How one cassette's recordings are matched: the matchers, by name, and the ignored body fields."""
 
-    match_on: tuple[MatchOn, ...]
+    names: tuple[str, ...]
+    matchers: tuple[RequestMatcher, ...]
     ignore: tuple[tuple[str, ...], ...]
 
 
 class Matcher:
     """Finds the recorded interaction that answers a request.
 
-    `match_on` and `ignore_body_fields`, when given, apply to every
-    recording; when None, each cassette's own settings do, else the
+    `match_on` (names of matchers: `MatchOn`'s and those the protocols
+    bring, see `registry`) and `ignore_body_fields`, when given, apply to
+    every recording; when None, each cassette's own settings do, else the
     defaults. Ignored fields are dotted paths into the JSON body (`user`,
     `metadata.trace_id`, `messages.*.name`), removed on both sides before
-    bodies are compared. With `allow_repeats` off, each recording answers
-    once and a request beyond them is a miss (vcrpy's
+    the matchers compare them. With `allow_repeats` off, each recording
+    answers once and a request beyond them is a miss (vcrpy's
     `allow_playback_repeats`); on, they start over. With `reshape` (see
     below), a request in an API sse-tape speaks matches recordings whatever
     shape of answer it asks for. With `refetch` (a recorder's), a recording
@@ -112,15 +123,16 @@ class Matcher:
     request is a miss, for the upstream to answer whole. What has played is
     kept in `state`, which a server shares with the rest of its replay. A
     miss's explanation shows the request as `redact` makes it (a server's: its
-    secrets redacted, as a cassette would hold it); it is still compared as it
-    came.
+    secrets redacted, as a cassette would hold it), and the recordings alike;
+    it is still compared as it came. An unknown matcher name, given here or
+    in a cassette's `match`, raises `ConfigError` naming the known ones.
     """
 
     def __init__(
         self,
         cassettes: Iterable[Cassette],
         *,
-        match_on: Iterable[MatchOn | str] | None = None,
+        match_on: Iterable[str] | None = None,
         ignore_body_fields: Iterable[str] | None = None,
         allow_repeats: bool = True,
         reshape: bool = True,
@@ -141,35 +153,41 @@ class Matcher:
         """Whether a recording cut short on the recording side (`CUT_SHORT`) is left unanswered, so that a
         recorder fetches it from its upstream again; off, it replays as it was recorded."""
         self.state = state or ReplayState()
-        try:
-            self.match_on = None if match_on is None else tuple(dict.fromkeys(MatchOn(m) for m in match_on))
-        except ValueError as exc:
-            raise ConfigError(f"{exc}: choose from {', '.join(MatchOn)}") from None
+        named = None if match_on is None else list(match_on)
+        self.match_on: tuple[str, ...] | None = MATCHERS.names(named, "match_on") if named else None
+        """The matchers every recording is matched by, by name; None: what each cassette says."""
         self.ignore_body_fields = None if ignore_body_fields is None else tuple(ignore_body_fields)
         self.recordings: list[Recording] = []
         self._apis: dict[str, Dialect | None] = {}  # the API each recorded path names: requests for them need no lookup
         self._rules: list[_Rule] = []
-        self._bodies: list[Any] = []
+        self._made: dict[tuple[tuple[str, ...], tuple[str, ...]], _Rule] = {}  # rules by names and fields
+        self._compared: list[Request] = []  # each one's request as the matchers compare it
         self._shapes: list[bool | None] = []  # whether each successful answer streams; None: an error answer
         self._last_ids: list[str | None] = []  # the Last-Event-ID each was recorded with
-        self._shapeless: list[str] = []  # each one's path without what only chooses the answer's shape
         self._cut: list[bool] = []  # whether each was cut short on the recording side
         for cassette in cassettes:
-            rule = self._rule(cassette.match_on, cassette.ignore_body_fields)
+            rule = self._rule(cassette)
             for n, interaction in enumerate(cassette.interactions, 1):
                 self._track(Recording(interaction, cassette.name, n), rule)
 
     def add(self, interaction: Interaction, cassette: Cassette, index: int) -> Recording:
         """Make a new interaction (one just recorded into `cassette`) playable from the next request on."""
         recording = Recording(interaction, cassette.name, index)
-        self._track(recording, self._rule(cassette.match_on, cassette.ignore_body_fields))
+        self._track(recording, self._rule(cassette))
         return recording
 
-    def _rule(self, match_on: tuple[MatchOn, ...] | None, ignore: tuple[str, ...] | None) -> _Rule:
-        """How a cassette with these settings is matched: the server's options first, then its own."""
-        parts = self.match_on or match_on or DEFAULT_MATCH_ON
-        fields = self.ignore_body_fields if self.ignore_body_fields is not None else ignore or ()
-        return _Rule(parts, tuple(tuple(f.split(".")) for f in fields))
+    def _rule(self, cassette: Cassette) -> _Rule:
+        """How a cassette's recordings are matched: the server's options first, then its own settings."""
+        names = self.match_on
+        if names is None and cassette.match_on:
+            names = MATCHERS.names(cassette.match_on, f"{cassette.name}: match")
+        names = names or DEFAULT_MATCH_ON
+        fields = self.ignore_body_fields if self.ignore_body_fields is not None else cassette.ignore_body_fields or ()
+        rule = self._made.get((names, fields))
+        if rule is None:
+            matchers = tuple(MATCHERS[name] for name in names)
+            rule = self._made[names, fields] = _Rule(names, matchers, tuple(tuple(f.split(".")) for f in fields))
+        return rule
 
     def _track(self, recording: Recording, rule: _Rule) -> None:
         request = recording.interaction.request
@@ -177,11 +195,10 @@ class Matcher:
             self._apis[request.path] = for_path(request.path)
         self.recordings.append(recording)
         self._rules.append(rule)
-        self._bodies.append(_comparable_body(request, rule.ignore, self.reshape, self._apis[request.path]))
+        self._compared.append(_as_compared(request, rule.ignore, self.reshape, self._apis[request.path]))
         response = recording.interaction.response
         self._shapes.append(is_streamed(recording.interaction) if 200 <= response.status < 300 else None)
         self._last_ids.append(last_event_id(recording.interaction.request))
-        self._shapeless.append(_shapeless(request.path, self._apis[request.path]))
         self._cut.append(response.end in CUT_SHORT)
         self.state.track([recording])
 
@@ -191,9 +208,7 @@ class Matcher:
         last_id = last_event_id(request)
         # A recorder fetches what it cut short again.
         agreeing = [
-            n
-            for n in range(len(self.recordings))
-            if not (self.refetch and self._cut[n]) and self._agrees(request, asked, n)
+            n for n in range(len(self.recordings)) if not (self.refetch and self._cut[n]) and self._agrees(asked, n)
         ]
         same = [n for n in agreeing if self._last_ids[n] == last_id]
         if not same and last_id is not None and self.resume:
@@ -231,7 +246,7 @@ class Matcher:
             for n in range(len(self.recordings))
             if self._cut[n]
             and self._last_ids[n] == last_id
-            and all(self._same(part, request, asked, n) for part in MatchOn)
+            and all(same(asked.compared(self._rules[n]), self._compared[n]) is None for same in BUILT_IN.values())
         ]
 
     def _scores(self, asked: _Asked, agreeing: list[int]) -> dict[int, tuple[int, bool]]:
@@ -243,7 +258,7 @@ class Matcher:
         in_shape = {n for n in agreeing if self._shapes[n] is not None and self._shapes[n] == stream}
         return {
             n: (
-                _likeness(asked.body(self._rules[n]), self._bodies[n]),
+                _likeness(asked.compared(self._rules[n]).json(), self._compared[n].json()),
                 not in_shape or n in in_shape or self._shapes[n] is None,
             )
             for n in agreeing
@@ -255,8 +270,6 @@ class Matcher:
 
     def explain_miss(self, request: Request, *, limit: int = 3) -> str:
         """A message naming the closest recordings and how each differs from `request`."""
-        from difflib import SequenceMatcher  # only a miss compares paths: serving starts without difflib
-
         head = f"no recorded interaction matches {request.method} {request.path}"
         if not self.recordings:
             return head + " (no interactions are loaded)"
@@ -265,61 +278,52 @@ class Matcher:
         ranked = []
         for n, rec in enumerate(self.recordings):
             parts, body_diffs = self._differences(request, asked, shown, n)
-            # Fewer disagreeing parts first, then fewer body differences, then the most alike
+            # Fewer disagreeing matchers first, then fewer body differences, then the most alike
             # path (a typo'd path names its neighbour), then recorded order.
             path_likeness = SequenceMatcher(None, request.path, rec.interaction.request.path).ratio()
-            ranked.append(((len(parts), len(body_diffs), -path_likeness, n), rec, parts))
+            ranked.append(((len(parts), body_diffs, -path_likeness, n), rec, parts))
         ranked.sort(key=lambda row: row[0])
         closest = [f"{rec}: {'; '.join(parts)}" for _, rec, parts in ranked[:limit]]
         return f"{head}; closest: " + " | ".join(closest)
 
-    def _agrees(self, request: Request, asked: _Asked, n: int) -> bool:
-        return all(self._same(part, request, asked, n) for part in self._rules[n].match_on)
+    def _agrees(self, asked: _Asked, n: int) -> bool:
+        rule = self._rules[n]
+        here, there = asked.compared(rule), self._compared[n]
+        return all(matcher(here, there) is None for matcher in rule.matchers)
 
-    def _same(self, part: MatchOn, request: Request, asked: _Asked, n: int) -> bool:
-        recorded = self.recordings[n].interaction.request
-        if part is MatchOn.METHOD:
-            return request.method.upper() == recorded.method.upper()
-        if part is MatchOn.PATH:
-            return request.path == recorded.path or (self.reshape and asked.shapeless() == self._shapeless[n])
-        if part is MatchOn.QUERY:
-            return _query_agrees(request.query, recorded.query)
-        return _json_agrees(asked.body(self._rules[n]), self._bodies[n])
-
-    def _differences(self, request: Request, asked: _Asked, shown: _Asked, n: int) -> tuple[list[str], list[str]]:
-        """How request and recording n disagree: one line per part, and the body's differences, with the
-        request's values as `shown` has them."""
-        recorded = self.recordings[n].interaction.request
+    def _differences(self, request: Request, asked: _Asked, shown: _Asked, n: int) -> tuple[list[str], int]:
+        """How request and recording n disagree: what each disagreeing matcher says, shown on both sides as
+        `redact` has them, and how many differences their bodies have when the body matcher is one of them."""
+        rule = self._rules[n]
+        here, there = asked.compared(rule), self._compared[n]
         parts: list[str] = []
-        body_diffs: list[str] = []
-        here, there = last_event_id(request), self._last_ids[n]
-        if here != there and not (there is None and self.resume):
-            parts.append(f"Last-Event-ID is {_show_id(here)}, recorded {_show_id(there)}")
-        for part in self._rules[n].match_on:
-            if self._same(part, request, asked, n):
+        body_diffs = 0
+        now, then = last_event_id(request), self._last_ids[n]
+        if now != then and not (then is None and self.resume):
+            parts.append(f"Last-Event-ID is {_show_id(now)}, recorded {_show_id(then)}")
+        seen: Request | None = None
+        for name, matcher in zip(rule.names, rule.matchers, strict=True):
+            if matcher(here, there) is None:
                 continue
-            if part is MatchOn.BODY:
-                rule = self._rules[n]
-                body_diffs = _json_diff(asked.body(rule), self._bodies[n], "body", shown.body(rule))
-                more = f" and {len(body_diffs) - 3} more" if len(body_diffs) > 3 else ""
-                parts.append(", ".join(body_diffs[:3]) + more)
-            else:
-                here, there = getattr(shown.request, part.value), getattr(recorded, part.value)
-                parts.append(f"{part.value} is {here!r}, recorded {there!r}")
+            if seen is None:
+                seen = self.redact(there) if self.redact is not None else there
+            said = matcher(shown.compared(rule), seen)
+            parts.append(said if said is not None else f"{name} differs in secrets only")
+            if name == MatchOn.BODY:
+                body_diffs = len(body_differences(here, there))
         return parts, body_diffs
 
 
 class _Asked:
     """A request as one `find` (or `explain_miss`) reads it, each part worked out once, when first needed:
-    the API its path names, whether it asks for a stream, and its body as each rule compares it (rules
+    the API its path names, whether it asks for a stream, and the request as each rule compares it (rules
     differ in the fields they ignore)."""
 
     def __init__(self, request: Request, matcher: Matcher) -> None:
         self.request = request
         self.matcher = matcher
         self._api: Dialect | None = _NOT_YET
-        self._shapeless: str | None = None
-        self._bodies: dict[tuple[tuple[str, ...], ...], Any] = {}
+        self._compared: dict[tuple[tuple[str, ...], ...], Request] = {}
 
     def api(self) -> Dialect | None:
         """The API of the request's path: known for every recorded path, looked up for any other."""
@@ -328,45 +332,43 @@ class _Asked:
             self._api = known[path] if path in known else for_path(path)
         return self._api
 
-    def shapeless(self) -> str:
-        """The request's path without what only chooses the answer's shape."""
-        if self._shapeless is None:
-            self._shapeless = _shapeless(self.request.path, self.api())
-        return self._shapeless
-
     def stream(self) -> bool | None:
         """Whether it asks for a stream (see `asks_for_stream`)."""
         return _asks_for_stream(self.request, self.api())
 
-    def body(self, rule: _Rule) -> Any:
-        """The body as `rule` compares it."""
-        if rule.ignore not in self._bodies:
-            self._bodies[rule.ignore] = _comparable_body(self.request, rule.ignore, self.matcher.reshape, self.api())
-        return self._bodies[rule.ignore]
+    def compared(self, rule: _Rule) -> Request:
+        """The request as `rule` compares it."""
+        found = self._compared.get(rule.ignore)
+        if found is None:
+            found = self._compared[rule.ignore] = _as_compared(
+                self.request, rule.ignore, self.matcher.reshape, self.api()
+            )
+        return found
 
 
-def _comparable_body(request: Request, ignore: tuple[tuple[str, ...], ...], reshape: bool, api: Dialect | None) -> Any:
-    """The body as it is compared: JSON as data, without the ignored fields, nor (with `reshape`, in an `api`
-    sse-tape speaks) those that choose the answer's shape."""
-    if not request.body:
-        return None
-    if request.json() is None:
-        return request.body  # not JSON: compared as bytes
-    # The request keeps its parsed body as it is: fields are cut from a copy, parsed anew when ignored
-    # fields may lie anywhere inside it (faster than a deep copy), else a copy of the top level.
-    parsed = _json.parse(request.body) if ignore else request.json()
-    if reshape and isinstance(parsed, dict) and api is not None:
-        parsed = {name: value for name, value in parsed.items() if name not in _SHAPE_FIELDS}
-    for path in ignore:
-        for container, key in reversed(locate(parsed, path)):
-            del container[key]
-    return parsed
-
-
-def _shapeless(path: str, api: Dialect | None) -> str:
-    """The path with what only chooses the answer's shape taken out, in an `api` sse-tape speaks (the one
-    `for_path` finds for it)."""
-    return api.shapeless_path(path) if api is not None else path
+def _as_compared(request: Request, ignore: tuple[tuple[str, ...], ...], reshape: bool, api: Dialect | None) -> Request:
+    """The request as the matchers compare it: its JSON body without the ignored fields, nor (with `reshape`,
+    in an `api` sse-tape speaks) those that choose the answer's shape, and its path without what chooses it
+    (`Protocol.shapeless_path`). The request itself when that changes nothing."""
+    shaping = reshape and api is not None
+    path = api.shapeless_path(request.path) if shaping and api is not None else request.path
+    body = request.body
+    parsed = request.json() if body else None
+    cut = shaping and isinstance(parsed, dict) and any(name in parsed for name in _SHAPE_FIELDS)
+    if parsed is not None and (ignore or cut):
+        # The request keeps its parsed body as it is: fields are cut from a copy, parsed anew when ignored
+        # fields may lie anywhere inside it (faster than a deep copy), else a copy of the top level.
+        copy = _json.parse(body) if ignore else dict(parsed)
+        if shaping and isinstance(copy, dict):
+            for name in _SHAPE_FIELDS:
+                copy.pop(name, None)
+        for where in ignore:
+            for container, key in reversed(locate(copy, where)):
+                del container[key]
+        body = _json.dumps(copy).encode()
+    if path == request.path and body is request.body:
+        return request
+    return Request(request.method, path, request.query, request.headers, body)
 
 
 def _likeness(a: Any, b: Any) -> int:
@@ -416,53 +418,3 @@ def last_event_id(request: Request) -> str | None:
 
 def _show_id(last_id: str | None) -> str:
     return "absent" if last_id is None else repr(last_id)
-
-
-def _query_agrees(here: str, recorded: str) -> bool:
-    """Same parameters in any order; a recorded value that was redacted stands for any value."""
-    if here == recorded:
-        return True
-    ours = sorted(parse_qsl(here, keep_blank_values=True))
-    theirs = sorted(parse_qsl(recorded, keep_blank_values=True))
-    return len(ours) == len(theirs) and all(
-        a == b and (x == y or y == REDACTED) for (a, x), (b, y) in zip(ours, theirs, strict=True)
-    )
-
-
-def _json_agrees(here: Any, recorded: Any) -> bool:
-    """Equal as data, where a recorded value that was redacted stands for any value."""
-    if here == recorded or recorded == REDACTED:
-        return True
-    if isinstance(here, dict) and isinstance(recorded, dict):
-        return here.keys() == recorded.keys() and all(_json_agrees(here[k], recorded[k]) for k in here)
-    if isinstance(here, list) and isinstance(recorded, list):
-        return len(here) == len(recorded) and all(map(_json_agrees, here, recorded))
-    return False
-
-
-def _show(value: Any) -> str:
-    if value is _MISSING:
-        return "absent"
-    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, bytes) else repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _json_diff(a: Any, b: Any, where: str, shown: Any) -> list[str]:
-    """Where two JSON values differ, as `path: here X, recorded Y` strings; X as `shown` (`a` with its secrets
-    redacted, the same shape) has it."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        out: list[str] = []
-        for key in [*a, *(k for k in b if k not in a)]:
-            av, bv = a.get(key, _MISSING), b.get(key, _MISSING)
-            if av != bv:
-                sv = shown.get(key, _MISSING) if isinstance(shown, dict) else av
-                out.extend(_json_diff(av, bv, f"{where}.{key}", sv))
-        return out
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        seen = shown if isinstance(shown, list) and len(shown) == len(a) else a
-        return [
-            d for i, (x, y, z) in enumerate(zip(a, b, seen, strict=True)) for d in _json_diff(x, y, f"{where}[{i}]", z)
-        ]
-    if a == b or b == REDACTED:
-        return []
-    return [f"{where} is {_show(shown)}, recorded {_show(b)}"]

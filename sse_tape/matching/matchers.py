@@ -1,0 +1,139 @@
+"""The built-in matchers: each a function `(request, recorded)` that says how the two differ, or None.
+
+As in vcrpy (`vcr/matchers.py`), a matcher compares one part of two
+requests and returns a short text saying how they differ (what a miss's
+explanation shows), or None when they agree. `MatchOn` names the built-in
+ones; protocols bring more (`Protocol.matchers`), and `registry` finds them
+all by name.
+
+A matcher is handed the requests as they are compared (see `finder`): their
+JSON bodies without the ignored fields and, when replay converts between
+shapes of answer, without the fields (and path) that only choose one. A
+recorded value that was redacted (`REDACTED`) stands for any value.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from typing import Any
+from urllib.parse import parse_qsl
+
+from ..cassette import REDACTED, Request
+from ..dialects.protocol import RequestMatcher
+
+__all__ = ["BUILT_IN", "MatchOn", "body", "body_differences", "method", "path", "query"]
+
+_MISSING: Any = object()
+
+
+class MatchOn(StrEnum):
+    """The names of the built-in matchers (a cassette's `match`, `--match-on`, the marker's `match_on`)."""
+
+    METHOD = "method"
+    PATH = "path"
+    QUERY = "query"
+    BODY = "body"
+
+
+def method(request: Request, recorded: Request) -> str | None:
+    """The HTTP method, in any case."""
+    if request.method.upper() == recorded.method.upper():
+        return None
+    return f"method is {request.method!r}, recorded {recorded.method!r}"
+
+
+def path(request: Request, recorded: Request) -> str | None:
+    """The path, exactly."""
+    if request.path == recorded.path:
+        return None
+    return f"path is {request.path!r}, recorded {recorded.path!r}"
+
+
+def query(request: Request, recorded: Request) -> str | None:
+    """The query's parameters, in any order."""
+    if _query_agrees(request.query, recorded.query):
+        return None
+    return f"query is {request.query!r}, recorded {recorded.query!r}"
+
+
+def body(request: Request, recorded: Request) -> str | None:
+    """The body: JSON compared as data (key order and whitespace do not matter), anything else as bytes.
+
+    The text names the first three differences by their JSON path (`body.messages[0].content is "Hi",
+    recorded "Hello!"`) and counts the rest.
+    """
+    here, there = _comparable(request), _comparable(recorded)
+    if here == there or _json_agrees(here, there):
+        return None
+    found = _json_diff(here, there, "body")
+    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+    return ", ".join(found[:3]) + more if found else "body differs"
+
+
+def body_differences(request: Request, recorded: Request) -> list[str]:
+    """Every difference between two bodies, as `body`'s text names them (none when they agree)."""
+    here, there = _comparable(request), _comparable(recorded)
+    return [] if _json_agrees(here, there) else _json_diff(here, there, "body")
+
+
+BUILT_IN: dict[str, RequestMatcher] = {
+    MatchOn.METHOD: method,
+    MatchOn.PATH: path,
+    MatchOn.QUERY: query,
+    MatchOn.BODY: body,
+}
+"""The built-in matchers by name, in the order `MatchOn` lists them."""
+
+
+def _comparable(request: Request) -> Any:
+    """A body as `body` compares it: None when empty, its JSON value, or else its bytes."""
+    if not request.body:
+        return None
+    parsed = request.json()
+    return request.body if parsed is None else parsed
+
+
+def _query_agrees(here: str, recorded: str) -> bool:
+    """Same parameters in any order; a recorded value that was redacted stands for any value."""
+    if here == recorded:
+        return True
+    ours = sorted(parse_qsl(here, keep_blank_values=True))
+    theirs = sorted(parse_qsl(recorded, keep_blank_values=True))
+    return len(ours) == len(theirs) and all(
+        a == b and (x == y or y == REDACTED) for (a, x), (b, y) in zip(ours, theirs, strict=True)
+    )
+
+
+def _json_agrees(here: Any, recorded: Any) -> bool:
+    """Equal as data, where a recorded value that was redacted stands for any value."""
+    if here == recorded or recorded == REDACTED:
+        return True
+    if isinstance(here, dict) and isinstance(recorded, dict):
+        return here.keys() == recorded.keys() and all(_json_agrees(here[k], recorded[k]) for k in here)
+    if isinstance(here, list) and isinstance(recorded, list):
+        return len(here) == len(recorded) and all(map(_json_agrees, here, recorded))
+    return False
+
+
+def _show(value: Any) -> str:
+    if value is _MISSING:
+        return "absent"
+    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, bytes) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _json_diff(a: Any, b: Any, where: str) -> list[str]:
+    """Where two JSON values differ, as `path: here X, recorded Y` strings."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[str] = []
+        for key in [*a, *(k for k in b if k not in a)]:
+            av, bv = a.get(key, _MISSING), b.get(key, _MISSING)
+            if av != bv:
+                out.extend(_json_diff(av, bv, f"{where}.{key}"))
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in _json_diff(x, y, f"{where}[{i}]")]
+    if a == b or b == REDACTED:
+        return []
+    return [f"{where} is {_show(a)}, recorded {_show(b)}"]

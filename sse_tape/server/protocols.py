@@ -1,0 +1,75 @@
+"""The responders the protocols bring, in the server's chain: each lent every request as a `Call`.
+
+A protocol's responder (`dialects.protocol.ProtocolResponder`) sees a request
+through the small contract its dialect can import; `Lent` stands it in the
+chain and makes that contract of the server's own (`Exchange`, `Host`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, MutableMapping
+from typing import Any
+
+from aiohttp import web
+
+from ..dialects import Protocol
+from ..dialects.protocol import Call, Kept, ProtocolResponder
+from ..incidents import Answered
+from ..plan import Plan
+from .responder import Attached, Exchange, Host, inject
+
+__all__ = ["Lent"]
+
+
+class Lent(Attached):
+    """A protocol's responder in the server's chain, lent each request as a `Call`; what it keeps lives in the
+    server's replay state under `key`."""
+
+    def __init__(self, responder: ProtocolResponder, key: str) -> None:
+        super().__init__()
+        self.responder = responder
+        self.key = key
+
+    async def respond(self, exchange: Exchange) -> web.StreamResponse | None:
+        host = self.host
+        state = host.state.protocols.get(self.key)
+        if state is None:
+            state = host.state.protocols[self.key] = {}
+        return await self.responder.respond(_Call(host, exchange, state))
+
+
+class _Call(Call):
+    """A `Call` over the server's exchange."""
+
+    def __init__(self, host: Host, exchange: Exchange, state: MutableMapping[str, Any]) -> None:
+        self._host = host
+        self._exchange = exchange
+        self.request = exchange.request
+        self.number = exchange.number
+        self.arrived = exchange.started
+        self.query = exchange.http.query
+        self.state = state
+
+    def keep(self, hook: Callable[[Plan], Kept | None]) -> None:
+        self._exchange.keep = hook
+
+    def pass_on(self, reason: str) -> None:
+        self._exchange.miss = reason
+
+    async def send(self, plan: Plan, *, stream: bool, dialect: Protocol | None) -> web.StreamResponse:
+        exchange = self._exchange
+        if dialect is not None:
+            inject(self._host, exchange, plan, dialect=dialect, stream=stream)
+        if stream:
+            exchange.event_ends = [b.end for b in plan.events]
+        return await self._host.send(exchange, plan)
+
+    async def error(self, status: int, message: str, code: str, *, dialect: Protocol) -> web.StreamResponse:
+        self._exchange.dialect = dialect
+        return await self._host.error(self._exchange, status, message, code)
+
+    def note(self, status: int, what: str) -> None:
+        request = self.request
+        self._host.journal.add(
+            Answered(request=self.number, method=request.method, path=request.path, status=status, what=what)
+        )
