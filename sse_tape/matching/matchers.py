@@ -15,6 +15,7 @@ recorded value that was redacted (`REDACTED`) stands for any value.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 from urllib.parse import parse_qsl
@@ -22,7 +23,7 @@ from urllib.parse import parse_qsl
 from ..cassette import REDACTED, Request
 from ..dialects.protocol import RequestMatcher
 
-__all__ = ["BUILT_IN", "MatchOn", "body", "body_differences", "method", "path", "query"]
+__all__ = ["AGREES", "BUILT_IN", "MatchOn", "body", "body_differences", "method", "path", "query"]
 
 _MISSING: Any = object()
 
@@ -38,21 +39,21 @@ class MatchOn(StrEnum):
 
 def method(request: Request, recorded: Request) -> str | None:
     """The HTTP method, in any case."""
-    if request.method.upper() == recorded.method.upper():
+    if _same_method(request, recorded):
         return None
     return f"method is {request.method!r}, recorded {recorded.method!r}"
 
 
 def path(request: Request, recorded: Request) -> str | None:
     """The path, exactly."""
-    if request.path == recorded.path:
+    if _same_path(request, recorded):
         return None
     return f"path is {request.path!r}, recorded {recorded.path!r}"
 
 
 def query(request: Request, recorded: Request) -> str | None:
     """The query's parameters, in any order."""
-    if _query_agrees(request.query, recorded.query):
+    if _same_query(request, recorded):
         return None
     return f"query is {request.query!r}, recorded {recorded.query!r}"
 
@@ -63,10 +64,9 @@ def body(request: Request, recorded: Request) -> str | None:
     The text names the first three differences by their JSON path (`body.messages[0].content is "Hi",
     recorded "Hello!"`) and counts the rest.
     """
-    here, there = _comparable(request), _comparable(recorded)
-    if here == there or _json_agrees(here, there):
+    if _same_body(request, recorded):
         return None
-    found = _json_diff(here, there, "body")
+    found = _json_diff(_comparable(request), _comparable(recorded), "body")
     more = f" and {len(found) - 3} more" if len(found) > 3 else ""
     return ", ".join(found[:3]) + more if found else "body differs"
 
@@ -77,6 +77,23 @@ def body_differences(request: Request, recorded: Request) -> list[str]:
     return [] if _json_agrees(here, there) else _json_diff(here, there, "body")
 
 
+def _same_method(request: Request, recorded: Request) -> bool:
+    return request.method.upper() == recorded.method.upper()
+
+
+def _same_path(request: Request, recorded: Request) -> bool:
+    return request.path == recorded.path
+
+
+def _same_query(request: Request, recorded: Request) -> bool:
+    return _query_agrees(request.query, recorded.query)
+
+
+def _same_body(request: Request, recorded: Request) -> bool:
+    here, there = _comparable(request), _comparable(recorded)
+    return here == there or _json_agrees(here, there)
+
+
 BUILT_IN: dict[str, RequestMatcher] = {
     MatchOn.METHOD: method,
     MatchOn.PATH: path,
@@ -84,6 +101,15 @@ BUILT_IN: dict[str, RequestMatcher] = {
     MatchOn.BODY: body,
 }
 """The built-in matchers by name, in the order `MatchOn` lists them."""
+
+AGREES: dict[RequestMatcher, Callable[[Request, Request], bool]] = {
+    method: _same_method,
+    path: _same_path,
+    query: _same_query,
+    body: _same_body,
+}
+"""How each built-in matcher decides, without making the text that only a miss shows: what `Matcher.find`
+asks, for every recording, of every request."""
 
 
 def _comparable(request: Request) -> Any:
