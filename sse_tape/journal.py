@@ -88,7 +88,7 @@ class Matched(Entry):
     `from the start: ...` for an id the stream never set, or `as recorded after event id '5'` for a recording
     of that very reconnection; None for a request that is no reconnection."""
     kept: str | None = None
-    """What a protocol's responder kept of the answer (`Call.keep`), in its words: `in the background as
+    """What a protocol's responder kept of the answer (`Incoming.keep`), in its words: `in the background as
     resp_1` (the Responses API's background mode); None for an answer none kept."""
 
     def line(self) -> str:

@@ -9,14 +9,25 @@ its dialect: the built-in `openai-chat`, `openai-completions`,
 any that other installed packages add through the entry-point group
 `sse_tape.dialects` (see `registry`). `for_path` tells which one a path
 speaks, `detect` which one an interaction speaks; `Answer` puts a stream's
-events together.
+events together. A protocol brings its own matchers (`RequestMatcher`) and
+the responders of its features that keep state (`ProtocolResponder`, lent
+each request as `Incoming`).
 """
 
 from __future__ import annotations
 
 from .answer import Answer, Call
 from .generation import Generation, Prompt
-from .protocol import Protocol, Violation, check_error_response, check_framing
+from .protocol import (
+    Incoming,
+    Kept,
+    Protocol,
+    ProtocolResponder,
+    RequestMatcher,
+    Violation,
+    check_error_response,
+    check_framing,
+)
 from .registry import DIALECTS, ENTRY_POINTS, detect, dialect_for, for_path, generation, get
 
 __all__ = [
@@ -25,8 +36,12 @@ __all__ = [
     "Answer",
     "Call",
     "Generation",
+    "Incoming",
+    "Kept",
     "Prompt",
     "Protocol",
+    "ProtocolResponder",
+    "RequestMatcher",
     "Violation",
     "check_error_response",
     "check_framing",

@@ -13,7 +13,7 @@ A protocol also brings what replay needs of it beyond recordings: its
 matchers (`Protocol.matchers`, named in a cassette's `match`) and the
 responders of its features that keep state (`Protocol.responders`: the
 Responses API's background mode). Such a responder meets the small contract
-here (`ProtocolResponder`, lent each request as a `Call`), not the server's:
+here (`ProtocolResponder`, lent each request as `Incoming`), not the server's:
 the server's own contract names its faults, options and matcher, which all
 read this registry, so a dialect that imported it would close a cycle
 (registry, dialect, server contract, faults, registry).
@@ -40,8 +40,8 @@ if TYPE_CHECKING:  # what a responder's answer is; a protocol that brings none n
     from aiohttp import web
 
 __all__ = [
-    "Call",
     "Checker",
+    "Incoming",
     "Kept",
     "Protocol",
     "ProtocolResponder",
@@ -229,7 +229,7 @@ class Protocol(ABC):
 
 @dataclass(frozen=True, slots=True)
 class Kept:
-    """What a protocol's responder made of the answer replay found for a request (see `Call.keep`)."""
+    """What a protocol's responder made of the answer replay found for a request (see `Incoming.keep`)."""
 
     note: str
     """What the journal says of it, after the recording that matched (`in the background as resp_1`)."""
@@ -238,7 +238,7 @@ class Kept:
     it); None: replay's goes out."""
 
 
-class Call(ABC):
+class Incoming(ABC):
     """One request, as the server lends it to a protocol's responder: what was asked, and how to answer.
 
     What the responder keeps between requests goes in `state`, the server's
@@ -247,6 +247,7 @@ class Call(ABC):
     """
 
     request: Request
+    """What was asked, body and all."""
     number: int
     """The request's number, counted from 1 since the server started (or was reset)."""
     arrived: float
@@ -285,8 +286,8 @@ class ProtocolResponder(ABC):
     state (retrieving, resuming and cancelling background responses), or leaves them to the next responder."""
 
     @abstractmethod
-    async def respond(self, call: Call) -> web.StreamResponse | None:
-        """Answer the request (see `Call`), or return None to leave it to the responders behind."""
+    async def respond(self, incoming: Incoming) -> web.StreamResponse | None:
+        """Answer the request (see `Incoming`), or return None to leave it to the responders behind."""
 
 
 def check_error_response(response: Response) -> list[Violation]:

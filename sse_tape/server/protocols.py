@@ -1,4 +1,4 @@
-"""The responders the protocols bring, in the server's chain: each lent every request as a `Call`.
+"""The responders the protocols bring, in the server's chain: each lent every request as `Incoming`.
 
 A protocol's responder (`dialects.protocol.ProtocolResponder`) sees a request
 through the small contract its dialect can import; `Lent` stands it in the
@@ -13,7 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from ..dialects import Protocol
-from ..dialects.protocol import Call, Kept, ProtocolResponder
+from ..dialects.protocol import Incoming, Kept, ProtocolResponder
 from ..incidents import Answered
 from ..plan import Plan
 from .responder import Attached, Exchange, Host, inject
@@ -22,7 +22,7 @@ __all__ = ["Lent"]
 
 
 class Lent(Attached):
-    """A protocol's responder in the server's chain, lent each request as a `Call`; what it keeps lives in the
+    """A protocol's responder in the server's chain, lent each request as `Incoming`; what it keeps lives in the
     server's replay state under `key`."""
 
     def __init__(self, responder: ProtocolResponder, key: str) -> None:
@@ -35,11 +35,11 @@ class Lent(Attached):
         state = host.state.protocols.get(self.key)
         if state is None:
             state = host.state.protocols[self.key] = {}
-        return await self.responder.respond(_Call(host, exchange, state))
+        return await self.responder.respond(_Incoming(host, exchange, state))
 
 
-class _Call(Call):
-    """A `Call` over the server's exchange."""
+class _Incoming(Incoming):
+    """A `Incoming` over the server's exchange."""
 
     def __init__(self, host: Host, exchange: Exchange, state: MutableMapping[str, Any]) -> None:
         self._host = host

@@ -94,7 +94,7 @@ class Replay(Attached):
     the server's pace, and the stream's faults make it what that faulted
     stream adds up to (an error in it, a 500; a disconnect, no answer).
     A protocol's responder in front of it may ask for what it plays
-    (`Call.keep`: the Responses API's background mode keeps the stream), and
+    (`Incoming.keep`: the Responses API's background mode keeps the stream), and
     answer in its place.
 
     With the `recorded_faults` option, a recording that notes the faults its

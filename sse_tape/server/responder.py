@@ -62,7 +62,7 @@ class Exchange:
     event_ends: Sequence[int] = ()
     """Where each event of the body sent ends, to count the events that went out."""
     keep: Callable[[Plan], Kept | None] | None = None
-    """What a protocol's responder in front of replay asked to be handed of replay's answer (`Call.keep`)."""
+    """What a protocol's responder in front of replay asked to be handed of replay's answer (`Incoming.keep`)."""
     ends_later: bool = False
     """Its answer is over when its source is, after the client left (a forwarded stream read to its end for
     the client that had its answer): the responder notes its end, not the server."""

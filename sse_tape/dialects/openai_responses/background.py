@@ -10,7 +10,7 @@ says how the response stands, and `POST /v1/responses/{id}/cancel` stops it
 
 When a recorded Responses stream answers such a request, `Background`, the
 responder this dialect brings (see `Protocol.responders`), keeps what replay
-plays (`Call.keep`) as a `BackgroundResponse`: that stream at the server's
+plays (`Incoming.keep`) as a `BackgroundResponse`: that stream at the server's
 pace, counted from the request's arrival, and what became of it since; a
 request for no stream is answered at once with the response, queued. It lives
 in the server's replay state, so `reset` forgets it. Standing in front of
@@ -49,7 +49,7 @@ from ... import _json
 from ...cassette import End, Request
 from ...plan import Plan
 from ..generation import Generation
-from ..protocol import Call, Kept, ProtocolResponder
+from ..protocol import Incoming, Kept, ProtocolResponder
 
 if TYPE_CHECKING:  # what an answer is: the server's, which imports aiohttp
     from aiohttp import web
@@ -181,10 +181,10 @@ class Background(ProtocolResponder):
         self.dialect = dialect
         """The Responses API, whose requests it keeps and whose words it answers in."""
 
-    async def respond(self, call: Call) -> web.StreamResponse | None:
-        request = call.request
+    async def respond(self, incoming: Incoming) -> web.StreamResponse | None:
+        request = incoming.request
         if asks_for_background(request) and self.dialect.serves_path(request.path):
-            call.keep(functools.partial(self._keep, call))
+            incoming.keep(functools.partial(self._keep, incoming))
             return None
         found = _RESOURCE.search(request.path)
         if found is None:
@@ -193,61 +193,65 @@ class Background(ProtocolResponder):
         if request.method.upper() != ("POST" if cancel else "GET"):
             return None
         response_id = unquote(found["id"])
-        kept: BackgroundResponse | None = call.state.get(response_id)
+        kept: BackgroundResponse | None = incoming.state.get(response_id)
         if kept is None:
-            call.pass_on(f"no background response {response_id!r} in this session")
+            incoming.pass_on(f"no background response {response_id!r} in this session")
             return None  # a recording of this request may answer it
-        now = call.arrived
+        now = incoming.arrived
         if cancel:
             cancelled = kept.cancel(now)
             if cancelled is None:
                 status = str(kept.at(now).get("status"))
                 article = "an" if status[:1] in tuple("aeiou") else "a"
-                return await self._refuse(call, kept, f"Cannot cancel {article} {status} response.")
-            return await self._json(call, kept, cancelled, f"background response {kept.id}, cancelled")
-        stream = call.query.get("stream", "false")
+                return await self._refuse(incoming, kept, f"Cannot cancel {article} {status} response.")
+            return await self._json(incoming, kept, cancelled, f"background response {kept.id}, cancelled")
+        stream = incoming.query.get("stream", "false")
         if stream not in ("true", "false"):
-            return await call.error(
+            return await incoming.error(
                 400, f"stream {stream!r}: give true or false", "invalid_value", dialect=kept.dialect
             )
-        given = call.query.get("starting_after")
+        given = incoming.query.get("starting_after")
         try:
             after = int(given) if given is not None else None
         except ValueError:
             message = f"starting_after {given!r} is not a whole number"
-            return await call.error(400, message, "invalid_value", dialect=kept.dialect)
+            return await incoming.error(400, message, "invalid_value", dialect=kept.dialect)
         if stream == "false":
             response = kept.at(now)
-            return await self._json(call, kept, response, f"background response {kept.id}, {response.get('status')}")
+            return await self._json(
+                incoming, kept, response, f"background response {kept.id}, {response.get('status')}"
+            )
         if not kept.streamed:
             return await self._refuse(
-                call, kept, "This response cannot be streamed because it was not created with stream=true."
+                incoming, kept, "This response cannot be streamed because it was not created with stream=true."
             )
         plan = kept.stream(now, after)
         events = "its events" if after is None else f"its events after {after}"
-        call.note(plan.status, f"background response {kept.id}, {events}")
-        return await call.send(plan, stream=True, dialect=kept.dialect)
+        incoming.note(plan.status, f"background response {kept.id}, {events}")
+        return await incoming.send(plan, stream=True, dialect=kept.dialect)
 
-    def _keep(self, call: Call, plan: Plan) -> Kept | None:
+    def _keep(self, incoming: Incoming, plan: Plan) -> Kept | None:
         """Keep what replay plays for a request that asks for background, if it is a Responses stream; a
         request for no stream is answered at once with the response, queued."""
-        kept = BackgroundResponse.of(call.request, plan, call.arrived, self.dialect)
+        kept = BackgroundResponse.of(incoming.request, plan, incoming.arrived, self.dialect)
         if kept is None:
             return None
-        call.state[kept.id] = kept  # a later one with the same id (the recording played again) takes its place
+        incoming.state[kept.id] = kept  # a later one with the same id (the recording played again) takes its place
         answer = None if kept.streamed else json_plan(kept.created())
         return Kept(f"in the background as {kept.id}", answer)
 
-    async def _json(self, call: Call, kept: BackgroundResponse, body: dict[str, Any], what: str) -> web.StreamResponse:
+    async def _json(
+        self, incoming: Incoming, kept: BackgroundResponse, body: dict[str, Any], what: str
+    ) -> web.StreamResponse:
         plan = json_plan(body)
-        call.note(plan.status, what)
-        return await call.send(plan, stream=False, dialect=kept.dialect)
+        incoming.note(plan.status, what)
+        return await incoming.send(plan, stream=False, dialect=kept.dialect)
 
-    async def _refuse(self, call: Call, kept: BackgroundResponse, message: str) -> web.StreamResponse:
+    async def _refuse(self, incoming: Incoming, kept: BackgroundResponse, message: str) -> web.StreamResponse:
         """The API's own 400, in its words (not one of sse-tape's errors)."""
         status, headers, body = kept.dialect.http_error(400, message)
-        call.note(status, message)
-        return await call.send(Plan(status, list(headers), [(0.0, body)]), stream=False, dialect=None)
+        incoming.note(status, message)
+        return await incoming.send(Plan(status, list(headers), [(0.0, body)]), stream=False, dialect=None)
 
 
 def _object(data: str) -> dict[str, Any]:
