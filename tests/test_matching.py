@@ -315,3 +315,13 @@ def test_a_reconnection_gets_its_own_recording_or_one_to_resume_and_a_first_conn
         "closest: <memory> #1 (GET /feed): Last-Event-ID is '4', recorded '2' "
         "| <memory> #2 (GET /feed): Last-Event-ID is '4', recorded absent"
     )
+
+
+def test_a_path_that_only_chooses_the_shape_matches_and_a_miss_shows_the_paths_as_they_came() -> None:
+    # Matchers compare Gemini's `:streamGenerateContent` as `:generateContent`; what a miss says is the real path.
+    streamed = "/v1beta/models/g:streamGenerateContent"
+    cassette = Cassette([recording(streamed, {"contents": []}, "g")])
+    assert tag(Matcher([cassette]), post("/v1beta/models/g:generateContent", {"contents": []})) == "g"
+    with pytest.raises(NoMatchError) as info:
+        Matcher([cassette]).find(post("/v1beta/models/h:streamGenerateContent", {"contents": []}))
+    assert str(info.value).endswith(f"path is '/v1beta/models/h:streamGenerateContent', recorded '{streamed}'")

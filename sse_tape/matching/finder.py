@@ -46,7 +46,7 @@ recorded order, starting over when all have been played.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from difflib import SequenceMatcher
 from typing import Any
 
@@ -317,13 +317,18 @@ class Matcher:
         now, then = last_event_id(request), self._last_ids[n]
         if now != then and not (then is None and self.resume):
             parts.append(f"Last-Event-ID is {_show_id(now)}, recorded {_show_id(then)}")
-        seen: Request | None = None
+        # What the texts show: both sides redacted alike, with the paths they came with (not shapeless).
+        said_of: tuple[Request, Request] | None = None
         for name, matcher, agrees in zip(rule.names, rule.matchers, rule.agrees, strict=True):
             if agrees(here, there):
                 continue
-            if seen is None:
-                seen = self.redact(there) if self.redact is not None else there
-            said = matcher(shown.compared(rule), seen)
+            if said_of is None:
+                recorded = self.redact(there) if self.redact is not None else there
+                said_of = (
+                    replace(shown.compared(rule), path=request.path),
+                    replace(recorded, path=self.recordings[n].interaction.request.path),
+                )
+            said = matcher(*said_of)
             parts.append(said if said is not None else f"{name} differs in secrets only")
             if name == MatchOn.BODY:
                 body_diffs = len(body_differences(here, there))
