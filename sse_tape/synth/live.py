@@ -158,8 +158,9 @@ class Synthesizer(Attached):
                 closing=lambda: host.closing,
             )
         finally:
-            if not answer.ran:
-                self.in_flight -= 1
+            if not answer.ran or self.recorder is None:
+                # The model is free for the next request now (its answer stops at once: nothing reads it on).
+                answer.release()
 
     def _note(self, exchange: Exchange, synthesis: Synthesis) -> None:
         stats = synthesis.stats
@@ -191,6 +192,13 @@ class _Answer:
         self.synthesis = synthesis
         self.pieces = pieces
         self.ran = False
+        self._released = False
+
+    def release(self) -> None:
+        """Count the answer out of the model's queue (once)."""
+        if not self._released:
+            self._released = True
+            self.synthesizer.in_flight -= 1
 
     def unsent(self, recording: bool) -> str:
         """A fault answered in the model's place: it never ran."""
@@ -216,7 +224,7 @@ class _Answer:
                 feed.chunk(Chunk(parts[-1][0] if parts else 0.0, body))
             capture.end = End.COMPLETE
         finally:
-            self.synthesizer.in_flight -= 1
+            self.release()
             capture.duration = round(time.perf_counter() - synthesis.started, 6)
             if not synthesis.done.is_set():
                 synthesis.cancel()  # nobody reads what the model writes now: it moves on at once
