@@ -47,6 +47,7 @@ from aiohttp import web
 from . import _json
 from .cassette import End, Request
 from .dialects import Generation, for_path, generation
+from .journal import Answered
 from .matching import asks_for_stream
 from .plan import Plan
 from .server.responder import Attached, Exchange, inject
@@ -235,8 +236,6 @@ class Background(Attached):
         return await self.host.send(exchange, Plan(status, list(headers), [(0.0, body)]))
 
     def _answered(self, exchange: Exchange, status: int, what: str) -> None:
-        from .incidents import Answered  # here, not above: only background responses need it
-
         request = exchange.request
         self.host.journal.add(
             Answered(request=exchange.number, method=request.method, path=request.path, status=status, what=what)

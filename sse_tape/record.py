@@ -29,8 +29,8 @@ import asyncio
 import os
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, replace
-from typing import Any, BinaryIO, ClassVar
+from dataclasses import replace
+from typing import Any, BinaryIO
 
 from aiohttp import web
 from yarl import URL
@@ -50,7 +50,7 @@ from .cassette import (
     storable_headers,
 )
 from .cassette.spools import SpoolWriter
-from .journal import Entry
+from .journal import Forwarded, Recorded, SaveFailed, UpstreamFailed
 from .matching import CUT_SHORT
 from .redaction import Redaction
 from .server.live import Capture, Feed, answer_live
@@ -59,80 +59,11 @@ from .upstream import AiohttpUpstream, Upstream, leaves_base, parse_upstream
 
 __all__ = [
     "Capture",
-    "Forwarded",
     "Forwarder",
-    "Recorded",
     "Recorder",
-    "SaveFailed",
-    "UpstreamFailed",
     "describe",
     "record_once",
 ]
-
-# The journal entries only forwarding and recording make live here, not in `journal`: a server that only
-# replays never defines them (each frozen dataclass is about a millisecond of CPU time to define).
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Forwarded(Entry):
-    """The request went to the upstream, and its response head came back."""
-
-    kind: ClassVar[str] = "forwarded"
-    method: str
-    path: str
-    url: str
-    status: int
-
-    def line(self) -> str:
-        return f"{self.method} {self.path} -> {self.status} from {self.url}"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class UpstreamFailed(Entry):
-    """The upstream sent no response: the client got a 502."""
-
-    kind: ClassVar[str] = "upstream-failed"
-    method: str
-    path: str
-    reason: str
-
-    def line(self) -> str:
-        return f"{self.method} {self.path} -> 502 {self.reason}"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Recorded(Entry):
-    """The interaction is on the disk, in the recorder's spool: the cassette's interaction number `index`
-    once the recorder stops and writes it there (or a load reads the spool a killed recorder left)."""
-
-    kind: ClassVar[str] = "recorded"
-    method: str
-    path: str
-    cassette: str
-    index: int
-    end: End
-    replaced: tuple[End, ...] = ()
-    """How each recording it took the place of ended (streams of the same request cut short, recorded again
-    whole); none: it is new."""
-
-    def line(self) -> str:
-        how = str(self.end)
-        if self.replaced:
-            ones = "one" if len(self.replaced) == 1 else str(len(self.replaced))
-            how += f", in place of {ones} that ended {', '.join(dict.fromkeys(self.replaced))}"
-        return f"{self.method} {self.path} recorded in the spool of {self.cassette} as #{self.index} ({how})"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SaveFailed(Entry):
-    """The interaction could not be saved."""
-
-    kind: ClassVar[str] = "save-failed"
-    cassette: str
-    reason: str
-
-    def line(self) -> str:
-        return f"could not save an interaction to {self.cassette}: {self.reason}"
 
 
 async def _relay(

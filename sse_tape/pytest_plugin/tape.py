@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .._exceptions import SSETapeError
+from ..journal import Entry, Journal, Miss, Missed
 from .cassettes import did_you_mean, record_target, scope_cassettes
 from .marker import Marked, read_marker
 from .options import SETTINGS, Settings, no_upstream, profile_faults
@@ -24,8 +25,6 @@ from .xdist import stop_run
 
 if TYPE_CHECKING:
     from ..cassette import Recording, Request
-    from ..incidents import Miss
-    from ..journal import Entry, Journal
     from ..server import MockServer
 
 __all__ = [
@@ -306,8 +305,6 @@ class SSETape:
 def _step(entry: Entry) -> str | None:
     """A journal entry's line in a failure's report: a miss's without its reason, which the report's miss line
     has already given (closest recordings, differences: many lines' worth)."""
-    from ..incidents import Missed
-
     if isinstance(entry, Missed):
         return f"{entry.method} {entry.path} -> {entry.status}: request {entry.request} matched no recording (above)"
     return entry.line()

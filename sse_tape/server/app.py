@@ -35,7 +35,7 @@ from ..catalog import Catalog
 from ..dialects import Generation as Dialect
 from ..dialects import dialect_for, for_path
 from ..faults import MAX_HEADER_FAULTS, Fault, Injector, parse_faults
-from ..journal import Ended, Journal, Received, ReplayState
+from ..journal import Ended, FaultInjected, Journal, Miss, Missed, Received, ReplayState
 from ..matching import Matcher
 from ..options import MissPolicy, ServeOptions
 from ..plan import Plan, Write, event_ends
@@ -413,8 +413,6 @@ class MockServer:
         return await self.send(exchange, Plan(status, fields, [(0.0, body)]))
 
     async def _miss(self, exchange: Exchange) -> web.StreamResponse:
-        from ..incidents import Miss, Missed
-
         request = exchange.request
         reason = exchange.miss or self.matcher.explain_miss(request)
         status = self.options.miss_status
@@ -474,8 +472,6 @@ class MockServer:
 
     async def _control_faults(self, http: web.Request) -> web.Response:
         """GET what is set and what was injected, POST new faults, DELETE them all."""
-        from ..incidents import FaultInjected
-
         if http.method == "POST":
             try:
                 body = _json.parse(await http.read())

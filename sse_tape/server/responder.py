@@ -19,8 +19,7 @@ from aiohttp import web
 from .. import dialects
 from ..cassette import End, Request
 from ..faults import Fault, Injector, Stage, apply
-from ..incidents import FaultInjected
-from ..journal import Journal, ReplayState
+from ..journal import FaultInjected, Journal, ReplayState
 from ..matching import Matcher
 from ..options import ServeOptions
 from ..plan import Plan, Write

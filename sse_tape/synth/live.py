@@ -24,50 +24,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from aiohttp import web
 
 from .. import _json
 from .._exceptions import ModelError
 from ..cassette import Chunk, End
-from ..journal import Entry
+from ..journal import Synthesized
 from ..record import Recorder
 from ..server.live import Capture, Feed, answer_live
 from ..server.responder import Attached, Exchange
 from .engine import Engine
 from .pipeline import Settings, Synthesis
 
-__all__ = ["Synthesized", "Synthesizer"]
-
-
-# The journal entry only synthesis makes lives here, not in `journal`: a server that only replays never defines it.
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Synthesized(Entry):
-    """A local model answered the request: its wait in the model's queue, its tokens and their speed."""
-
-    kind: ClassVar[str] = "synthesized"
-    method: str
-    path: str
-    model: str
-    status: int
-    waited: float
-    """Seconds from the request's arrival until the model took it up."""
-    prompt_tokens: int
-    output_tokens: int
-    first_token: float | None
-    """Seconds from the request's arrival to the first output token."""
-    tokens_per_second: float | None
-    end: str
-    """`stop`, `length`, `tool_calls`, `cancelled` (the client left) or `error`."""
-
-    def line(self) -> str:
-        speed = f", {self.tokens_per_second:g} tokens/s" if self.tokens_per_second else ""
-        return (
-            f"{self.method} {self.path} -> {self.status} from {self.model}: waited {self.waited:.2f} s, "
-            f"{self.prompt_tokens} + {self.output_tokens} tokens{speed}, {self.end}"
-        )
+__all__ = ["Synthesizer"]
 
 
 class Synthesizer(Attached):
