@@ -41,6 +41,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -255,8 +256,6 @@ class Matcher:
 
     def explain_miss(self, request: Request, *, limit: int = 3) -> str:
         """A message naming the closest recordings and how each differs from `request`."""
-        from difflib import SequenceMatcher  # only a miss compares paths: serving starts without difflib
-
         head = f"no recorded interaction matches {request.method} {request.path}"
         if not self.recordings:
             return head + " (no interactions are loaded)"

@@ -57,13 +57,26 @@ PACKAGE = "sse_tape"
 ROOT = Path(__file__).resolve().parent.parent
 
 OPTIONAL: Mapping[str, str] = {
-    "llama_cpp": "llama-cpp-python, the `synth` extra: a model is loaded only when synthesis is asked for",
-    "redis": "the shared store's client, an optional extra for replicas that answer as one",
+    "llama_cpp": "llama-cpp-python, the `synth` extra: installed only where synthesis is wanted",
 }
-"""Outside packages a function may import: optional dependencies, by top-level name, with why each is lazy."""
+"""Outside packages a function may import: optional dependencies (an extra), by top-level name, with why."""
 
-SUBSYSTEMS: Mapping[str, str] = {}
-"""Parts of `sse_tape` a function may import, by module (and everything under it), with why each is lazy."""
+SUBSYSTEMS: Mapping[str, str] = {
+    "sse_tape.cli": "the command line: `main` imports it with the collector at rest and Ctrl-C already heard",
+    "sse_tape.server": "the server (aiohttp and all that answers): a command imports it once its words are "
+    "understood (`--help`, `--version` and a mistyped option import none of it), the pytest plugin when a "
+    "test first uses a tape (pytest loads the plugin in every session of every project it is installed in)",
+    "sse_tape.cli.serving": "the command line's side of a running server (listening, stopping): it imports the server",
+    "sse_tape.workers": "`serve --workers`: the server in forked worker processes",
+    "sse_tape.record": "forwarding to an upstream and `record_once`: only a server whose misses go upstream, "
+    "`record` and `check --live` need it",
+    "sse_tape.synth": "synthesis: a local model through llama-cpp-python, the `synth` extra",
+    "sse_tape.pytest_plugin.async_fixture": "the async fixture: made only where pytest-asyncio, an optional "
+    "dependency, runs the session",
+}
+"""Parts of `sse_tape` a function may import, by module (and everything under it), with why each is lazy:
+whole subsystems, never a module imported late to save milliseconds (the cold start is measured by
+`bench/peers_bench.py --only cold`, not kept by laziness)."""
 
 
 @dataclass(frozen=True, slots=True)
