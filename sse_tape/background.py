@@ -182,7 +182,7 @@ class Background(Attached):
             return None
         response_id = unquote(found["id"])
         kept = self.host.state.background.get(response_id)
-        if kept is None:
+        if not isinstance(kept, BackgroundResponse):
             exchange.miss = f"no background response {response_id!r} in this session"
             return None  # a recording of this request may answer it
         exchange.dialect = kept.dialect

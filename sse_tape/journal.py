@@ -22,14 +22,11 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, ClassVar
+from typing import IO, Any, ClassVar
 
 from . import _json
 from ._exceptions import ConfigError
 from .cassette import End, Recording, Request
-
-if TYPE_CHECKING:
-    from .background import BackgroundResponse
 
 __all__ = [
     "Answered",
@@ -356,7 +353,8 @@ class ReplayState:
     - `answered`: the last `keep` recordings that answered, in order (one each time it answers);
     - `background`: the background responses replay answered (the Responses API's `background: true`), by
       id, to be retrieved, resumed and cancelled; a later one with the same id (the same recording played
-      again) takes the place of the earlier.
+      again) takes the place of the earlier. The state keeps them without knowing what they are: they are
+      `background`'s.
     """
 
     def __init__(self, *, keep: int = 10_000) -> None:
@@ -372,7 +370,7 @@ class ReplayState:
         self.requests = 0
         self.received: deque[Request] = deque(maxlen=keep)
         self.answered: deque[Recording] = deque(maxlen=keep)
-        self.background: dict[str, BackgroundResponse] = {}
+        self.background: dict[str, object] = {}
 
     def track(self, recordings: Iterable[Recording]) -> None:
         """Add recordings that can be played."""
