@@ -50,7 +50,7 @@ from .dialects import Generation, for_path, generation
 from .journal import Answered
 from .matching import asks_for_stream
 from .plan import Plan
-from .server.responder import Attached, Exchange, inject
+from .responder import Attached, Exchange, inject
 
 __all__ = ["Background", "BackgroundResponse", "json_plan"]
 

@@ -22,7 +22,7 @@ from .cassette import Chunk, Response
 from .dialects import DIALECTS, Generation
 from .journal import Answered
 from .plan import Plan
-from .server.responder import Attached, Exchange, Host
+from .responder import Attached, Exchange, Host
 
 __all__ = ["Catalog", "models_of"]
 

@@ -11,7 +11,7 @@ import os
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._exceptions import CassetteNotFoundError, ConfigError
 from ..cassette import (
@@ -22,12 +22,12 @@ from ..cassette import (
 )
 from ..matching import CUT_SHORT
 from ..options import MissPolicy, RecordMode, ServeOptions
-from .responder import Responder
-from .threaded import run_in_thread
-
-if TYPE_CHECKING:  # recording and forwarding are imported when used: serving alone starts sooner
-    from ..redaction import Redaction
+from ..recorder import Recorder
+from ..redaction import Redaction
+from ..responder import Responder
+from ..upstream import AiohttpUpstream
 from .app import Limits, MockServer
+from .threaded import run_in_thread
 
 __all__ = ["arecording", "aserve", "collect_for_serving", "load_cassettes", "recording", "recording_server", "serve"]
 
@@ -86,9 +86,6 @@ def recording_server(
     upstream, the model answers what replay does not, and that is recorded.
     The cassettes `also` are replayed besides, as they are: nothing is recorded into them.
     """
-    from ..record import Recorder
-    from ..upstream import AiohttpUpstream
-
     path = check_cassette_path(cassette)
     if (upstream is None) == (model is None):
         raise ConfigError("record from an upstream or a model: give one of them")

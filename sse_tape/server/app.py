@@ -18,7 +18,7 @@ import os
 import resource
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -39,14 +39,12 @@ from ..journal import Ended, FaultInjected, Journal, Miss, Missed, Received, Rep
 from ..matching import Matcher
 from ..options import MissPolicy, ServeOptions
 from ..plan import Plan, Write, event_ends
+from ..recorder import Recorder
+from ..redaction import Redaction
+from ..responder import Exchange, Responder
+from ..upstream import AiohttpUpstream, Upstream
 from ..wire import Live, send
 from .connections import ConnectionGuard
-from .responder import Exchange, Responder
-
-if TYPE_CHECKING:  # recording and forwarding are imported when used: serving alone starts sooner
-    from ..record import Recorder
-    from ..redaction import Redaction
-    from ..upstream import Upstream
 from .replay import Replay
 
 __all__ = ["CONTROL_PREFIX", "FAULT_HEADER", "Limits", "MockServer", "is_loopback"]
@@ -176,8 +174,6 @@ class MockServer:
         """What is kept out of what the server says of a request: its recorder's (so that a secret the user
         keeps in the cassette, with `--keep-header` say, is said too), else the defaults."""
         if self._redaction is None:
-            from ..redaction import Redaction  # only a query or a miss needs it: serving starts without
-
             self._redaction = Redaction()
         return self._redaction
 
@@ -596,8 +592,7 @@ def _behind_replay(
         raise ConfigError(f"on miss {policy}: give the upstream to send misses to")
     if policy is MissPolicy.RECORD and recorder is None:
         raise ConfigError("on miss record: give the recorder that keeps what is forwarded")
-    from ..record import Forwarder
-    from ..upstream import AiohttpUpstream
+    from ..record import Forwarder  # forwarding: a subsystem of its own, imported by a server that forwards
 
     if isinstance(upstream, str):
         upstream = AiohttpUpstream(upstream, redaction=recorder.redaction if recorder is not None else None)

@@ -25,9 +25,9 @@ from ..journal import Matched
 from ..matching import last_event_id
 from ..pacing import Pacing
 from ..plan import Plan, Write, event_ends
+from ..responder import Attached, Exchange, Host, inject
 from ..shape import Recorded, Shape, collapse, reshape
 from ..wire import coalesced
-from .responder import Attached, Exchange, Host, inject
 
 if TYPE_CHECKING:  # recording and forwarding are imported when used: serving alone starts sooner
     pass

@@ -32,9 +32,9 @@ from .. import _json
 from .._exceptions import ModelError
 from ..cassette import Chunk, End
 from ..journal import Synthesized
-from ..record import Recorder
-from ..server.live import Capture, Feed, answer_live
-from ..server.responder import Attached, Exchange
+from ..live import Feed, answer_live
+from ..recorder import Capture, Recorder
+from ..responder import Attached, Exchange
 from .engine import Engine
 from .pipeline import Settings, Synthesis
 
