@@ -63,9 +63,8 @@ OPTIONAL: Mapping[str, str] = {
 
 SUBSYSTEMS: Mapping[str, str] = {
     "sse_tape.cli": "the command line: `main` imports it with the collector at rest and Ctrl-C already heard",
-    "sse_tape.server": "the server (aiohttp and all that answers): a command imports it once its words are "
-    "understood (`--help`, `--version` and a mistyped option import none of it), the pytest plugin when a "
-    "test first uses a tape (pytest loads the plugin in every session of every project it is installed in)",
+    "sse_tape.server": "the server (aiohttp, all that answers): a command imports it once its words are understood, "
+    "the pytest plugin when a test first uses a tape, not in every pytest session of every project",
     "sse_tape.cli.serving": "the command line's side of a running server (listening, stopping): it imports the server",
     "sse_tape.workers": "`serve --workers`: the server in forked worker processes",
     "sse_tape.record": "forwarding to an upstream and `record_once`: only a server whose misses go upstream, "
@@ -145,9 +144,9 @@ class Report:
 
 def why_lazy(target: str) -> str | None:
     """Why a function may import `target`, or None when it should be imported at the top of its module."""
-    for name, why in SUBSYSTEMS.items():
-        if target == name or target.startswith(name + "."):
-            return why
+    within = [name for name in SUBSYSTEMS if target == name or target.startswith(name + ".")]
+    if within:
+        return SUBSYSTEMS[max(within, key=len)]  # the narrowest: `sse_tape.cli.serving`, not `sse_tape.cli`
     return OPTIONAL.get(target.partition(".")[0])
 
 
