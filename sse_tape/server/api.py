@@ -48,11 +48,11 @@ def collect_for_serving() -> None:
     """Set the garbage collector for a process that does nothing but serve, once its cassettes are loaded.
 
     What is loaded by then lives as long as the server: frozen, no collection
-    walks it again (a full one of a big cassette held every stream back for
-    tens of milliseconds). The young generation is collected after 10,000
-    new objects rather than 700: at 1,000 paced streams the default made a
-    full collection of every open connection's objects (30 ms, every stream
-    waiting) every few seconds, and a middle one every few hundred ms.
+    walks it again (a full one of a big cassette held every stream back). The
+    young generation is collected after 10,000 new objects rather than 700:
+    at a thousand paced streams the default made full collections of every
+    open connection's objects, every stream waiting, and middle ones far more
+    often (figures in docs/benchmarks-history.md).
     Not for a process that is also the user's (the pytest plugin, `serve()`).
     """
     gc.freeze()
