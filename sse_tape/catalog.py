@@ -20,9 +20,9 @@ from aiohttp import web
 from . import _json
 from .cassette import Chunk, Response
 from .dialects import DIALECTS, Generation
-from .incidents import Answered
+from .journal import Answered
 from .plan import Plan
-from .server.responder import Attached, Exchange, Host
+from .responder import Attached, Exchange, Host
 
 __all__ = ["Catalog", "models_of"]
 

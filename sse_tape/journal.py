@@ -1,16 +1,14 @@
 """What happened to each request, and the replay state that decides what happens next.
 
-Every step of answering a request is a typed journal entry: it was
-received; a recording matched it, or nothing did and why; a fault was
-injected and what it did; it was forwarded upstream and recorded; its
-stream ended, how, after how many bytes and events and how long. The log
-lines, the `--report` file (JSON lines), the control endpoint
-(`GET /__sse_tape__/journal`) and the pytest plugin are all views of one
-`Journal`. Here are the entries of every replayed request; those of a miss,
-an injected fault or another responder's answer are in `incidents`, those of
-forwarding and recording in `record`, of synthesis in `synth.live`: a server
-whose requests all replay defines none of them (each frozen dataclass is
-about a millisecond of CPU time to define).
+Every step of answering a request is a typed journal entry, and every kind of
+entry is here: it was received; a recording matched it, or nothing did and
+why; a fault was injected and what it did; another responder answered it (the
+model list, a background response); it was forwarded upstream, or the
+upstream failed; its answer was recorded, or could not be saved; a model
+synthesized it; its stream ended, how, after how many bytes and events and
+how long. The log lines, the `--report` file (JSON lines), the control
+endpoint (`GET /__sse_tape__/journal`) and the pytest plugin are all views of
+one `Journal`.
 
 `ReplayState` owns every counter replay depends on (how often each recording
 has played, the turns of equally good matches, what each fault has seen),
@@ -24,22 +22,28 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, ClassVar
+from typing import IO, Any, ClassVar
 
 from . import _json
 from ._exceptions import ConfigError
 from .cassette import End, Recording, Request
 
-if TYPE_CHECKING:
-    from .incidents import Miss
-
 __all__ = [
+    "Answered",
     "Ended",
     "Entry",
+    "FaultInjected",
+    "Forwarded",
     "Journal",
     "Matched",
+    "Miss",
+    "Missed",
     "Received",
+    "Recorded",
     "ReplayState",
+    "SaveFailed",
+    "Synthesized",
+    "UpstreamFailed",
 ]
 
 
@@ -116,6 +120,147 @@ class Ended(Entry):
         return f"{self.method} {self.path} ended: {self.status}, {events}, {self.bytes} bytes, {self.seconds:.2f} s, {self.end}"
 
 
+# Beyond replay: a miss, an injected fault, another responder's answer.
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Answered(Entry):
+    """A responder other than replay and forwarding answered the request (the model list, say): `what` it said."""
+
+    kind: ClassVar[str] = "answered"
+    method: str
+    path: str
+    status: int
+    what: str
+
+    def line(self) -> str:
+        return f"{self.method} {self.path} -> {self.status} {self.what}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Missed(Entry):
+    """Nothing answered the request; `reason` names the closest recordings and how each differs."""
+
+    kind: ClassVar[str] = "missed"
+    method: str
+    path: str
+    status: int
+    reason: str
+
+    def line(self) -> str:
+        return f"{self.method} {self.path} -> {self.status} {self.reason}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FaultInjected(Entry):
+    """A fault changed the response: which one, and what it did."""
+
+    kind: ClassVar[str] = "fault"
+    method: str
+    path: str
+    fault: str
+    what: str
+    recording: str | None = None
+
+    def line(self) -> str:
+        return f"fault {self.fault}: {self.what} -> {self.method} {self.path} (request {self.request})"
+
+
+# Forwarding to an upstream, and recording.
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Forwarded(Entry):
+    """The request went to the upstream, and its response head came back."""
+
+    kind: ClassVar[str] = "forwarded"
+    method: str
+    path: str
+    url: str
+    status: int
+
+    def line(self) -> str:
+        return f"{self.method} {self.path} -> {self.status} from {self.url}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpstreamFailed(Entry):
+    """The upstream sent no response: the client got a 502."""
+
+    kind: ClassVar[str] = "upstream-failed"
+    method: str
+    path: str
+    reason: str
+
+    def line(self) -> str:
+        return f"{self.method} {self.path} -> 502 {self.reason}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recorded(Entry):
+    """The interaction is on the disk, in the recorder's spool: the cassette's interaction number `index`
+    once the recorder stops and writes it there (or a load reads the spool a killed recorder left)."""
+
+    kind: ClassVar[str] = "recorded"
+    method: str
+    path: str
+    cassette: str
+    index: int
+    end: End
+    replaced: tuple[End, ...] = ()
+    """How each recording it took the place of ended (streams of the same request cut short, recorded again
+    whole); none: it is new."""
+
+    def line(self) -> str:
+        how = str(self.end)
+        if self.replaced:
+            ones = "one" if len(self.replaced) == 1 else str(len(self.replaced))
+            how += f", in place of {ones} that ended {', '.join(dict.fromkeys(self.replaced))}"
+        return f"{self.method} {self.path} recorded in the spool of {self.cassette} as #{self.index} ({how})"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SaveFailed(Entry):
+    """The interaction could not be saved."""
+
+    kind: ClassVar[str] = "save-failed"
+    cassette: str
+    reason: str
+
+    def line(self) -> str:
+        return f"could not save an interaction to {self.cassette}: {self.reason}"
+
+
+# Synthesis.
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Synthesized(Entry):
+    """A local model answered the request: its wait in the model's queue, its tokens and their speed."""
+
+    kind: ClassVar[str] = "synthesized"
+    method: str
+    path: str
+    model: str
+    status: int
+    waited: float
+    """Seconds from the request's arrival until the model took it up."""
+    prompt_tokens: int
+    output_tokens: int
+    first_token: float | None
+    """Seconds from the request's arrival to the first output token."""
+    tokens_per_second: float | None
+    end: str
+    """`stop`, `length`, `tool_calls`, `cancelled` (the client left) or `error`."""
+
+    def line(self) -> str:
+        speed = f", {self.tokens_per_second:g} tokens/s" if self.tokens_per_second else ""
+        return (
+            f"{self.method} {self.path} -> {self.status} from {self.model}: waited {self.waited:.2f} s, "
+            f"{self.prompt_tokens} + {self.output_tokens} tokens{speed}, {self.end}"
+        )
+
+
 class Journal:
     """Every entry of a server's requests, newest last.
 
@@ -178,6 +323,16 @@ class Journal:
         if self._report is not None:
             self._report.close()
             self._report = None
+
+
+@dataclass(frozen=True, slots=True)
+class Miss:
+    """A request nothing answered, and why."""
+
+    request: int
+    method: str
+    path: str
+    reason: str
 
 
 class ReplayState:

@@ -17,13 +17,10 @@ import random
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from .cassette import End, Response
+from .position import Position, PositionUnit
 from .sse import ServerSentEvent, SSEDecoder
-
-if TYPE_CHECKING:  # where a fault acts: imported by the faults that take a position, not by replay
-    from .position import Position
 
 __all__ = [
     "Beats",
@@ -232,8 +229,6 @@ class Plan:
 
     def offset(self, where: Position) -> int:
         """The byte offset a position names: after that many events, at that byte, or where the stream is then."""
-        from .position import PositionUnit
-
         if where.unit is PositionUnit.BYTES:
             return min(int(where.value), sum(len(data) for _, data in self.writes))
         if where.unit is PositionUnit.SECONDS:

@@ -1,8 +1,4 @@
-"""Where in a stream a fault acts: after so many events, at a fraction of them, at a byte, or at a time.
-
-Apart from `plan`, and imported by the faults that take a position when they are read, so that a server
-with no such fault never defines it.
-"""
+"""Where in a stream a fault acts: after so many events, at a fraction of them, at a byte, or at a time."""
 
 from __future__ import annotations
 

@@ -26,17 +26,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from . import _json
 from .cassette import Chunk, End, Headers, Interaction, Request, Response
 from .dialects import Generation as Dialect
 from .dialects import detect, for_path
+from .dialects.events import Error, Event, ReasoningDelta, RefusalDelta, Start, TextDelta, ToolCallDelta, Usage
 from .matching import asks_for_stream, is_streamed
 from .plan import Plan, blocks_of
-
-if TYPE_CHECKING:  # the neutral events are imported where a recording is converted: replay needs none
-    from .dialects.events import Event
 
 __all__ = [
     "Recorded",
@@ -139,8 +136,6 @@ def spread(events: Iterable[Event]) -> list[Event]:
     Text whose tokens' log probabilities are known is cut at its tokens, each
     piece with its own.
     """
-    from .dialects.events import ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta
-
     out: list[Event] = []
     for event in events:
         if isinstance(event, TextDelta) and event.logprobs is not None:
@@ -169,8 +164,6 @@ def as_json(interaction: Interaction, dialect: Dialect) -> Response:
     reset, the client left) gives no body and ends as it did. Raises
     ValueError for a stream that holds no answer the dialect reads.
     """
-    from .dialects.events import Error
-
     response = interaction.response
     t = response.end_time
     if response.end is not End.COMPLETE:
@@ -213,8 +206,6 @@ def as_stream(interaction: Interaction, dialect: Dialect, *, usage: bool = True)
     One event per token-sized piece, evenly over the time the answer took,
     the last when it arrived; without `usage`, no usage is reported.
     """
-    from .dialects.events import Start, Usage
-
     response = interaction.response
     try:
         answer = _json.parse(response.body, max_depth=None)
@@ -242,7 +233,6 @@ def without_usage(response: Response, dialect: Dialect) -> Response | None:
     blocks = [b for b in blocks_of(response.body) if b.event is not None]
     if not any(b.event is not None and dialect.carries_usage(b.event) for b in blocks):
         return None  # nothing to cut, told without decoding the stream
-    from .dialects.events import Usage
 
     decoded = dialect.decode_indexed([b.event for b in blocks if b.event is not None])
     carries: dict[int, set[bool]] = {}

@@ -6,7 +6,8 @@ that completed it; the answer its dialect's decoder puts together (text,
 reasoning, refusal, tool calls, finish, usage, error); and the timing (first
 byte, first token, duration, tokens per second, the gaps between events and
 the stalls). `lines` prints it for `sse-tape show`; `html_page` draws every
-interaction as a timeline on one self-contained page for `show --html`.
+interaction as a timeline on one self-contained page for `show --html`;
+`describe` says it in one line, as `record` and `synth` print what they kept.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .dialects.events import ReasoningDelta, RefusalDelta, TextDelta, ToolCallDe
 from .plan import blocks_of
 from .sse import ServerSentEvent
 
-__all__ = ["STALL", "Mark", "Timing", "View", "html_page", "lines", "view"]
+__all__ = ["STALL", "Mark", "Timing", "View", "describe", "html_page", "lines", "view"]
 
 STALL = 1.0
 """A gap between two events at least this long, in seconds, is a stall."""
@@ -92,6 +93,13 @@ class View:
     """The error an error response carries."""
     timing: Timing
     notes: list[str] = field(default_factory=list)
+
+
+def describe(interaction: Interaction) -> str:
+    """One line about a recorded interaction: request, status, events, duration, how it ended."""
+    req, resp = interaction.request, interaction.response
+    events = len(resp.events())
+    return f"{req.method} {req.path} -> {resp.status}, {events} event{'s'[: events != 1]}, {resp.end_time:.2f} s, {resp.end}"
 
 
 def view(number: int, interaction: Interaction) -> View:

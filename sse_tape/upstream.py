@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Protocol, Self
+from typing import Protocol, Self
 from urllib.parse import unquote, urlsplit
 
 import aiohttp
@@ -23,10 +23,8 @@ from yarl import URL
 
 from ._exceptions import ConfigError, UpstreamError
 from .cassette import End, Headers, Request
+from .redaction import Redaction
 from .wire import end_to_end
-
-if TYPE_CHECKING:
-    from .redaction import Redaction
 
 __all__ = ["AiohttpUpstream", "Reply", "Upstream", "leaves_base", "parse_upstream"]
 
@@ -65,7 +63,6 @@ def _redaction(redaction: Redaction | None = None) -> Redaction:
     """`redaction`, or the default one: what a message about an upstream keeps out of the URLs it shows."""
     if redaction is not None:
         return redaction
-    from .redaction import Redaction  # only a message needs it: forwarding starts without
 
     return Redaction()
 

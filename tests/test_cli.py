@@ -854,7 +854,7 @@ _SHOWN = str(BUNDLED["openai-chat"])
         ),
         pytest.param(
             ["record", "--upstream", "http://127.0.0.1:9", "-c", "{tmp}/c.toml", "--port", "0"],
-            _calling("sse_tape.record.Recorder", "start"),
+            _calling("sse_tape.recorder.Recorder", "start"),
             id="record, starting the recorder",
         ),
         pytest.param(["show", _SHOWN], _importing("click"), id="show, importing click"),

@@ -58,7 +58,7 @@ from sse_tape.faults import (
     parse_faults,
     register,
 )
-from sse_tape.incidents import FaultInjected
+from sse_tape.journal import FaultInjected
 from sse_tape.options import ServeOptions
 from sse_tape.plan import Plan
 from sse_tape.position import Position

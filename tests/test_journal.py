@@ -11,8 +11,7 @@ from clients import openai_client
 
 from sse_tape import Cassette, ReplayState, Request, serve
 from sse_tape.faults import Injector, parse_fault
-from sse_tape.incidents import FaultInjected, Missed
-from sse_tape.journal import Ended, Matched, Received
+from sse_tape.journal import Ended, FaultInjected, Matched, Missed, Received
 
 CHAT = {"model": "local-model", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16, "stream": True}
 

@@ -14,7 +14,7 @@ from clients import openai_client
 from sse_tape import Cassette, MockServer
 from sse_tape.dialects import dialect_for
 from sse_tape.faults import FAULTS, Stage
-from sse_tape.incidents import FaultInjected
+from sse_tape.journal import FaultInjected
 from sse_tape.sse import SSEDecoder
 
 MISBEHAVIOURS = sorted(name for name, kind in FAULTS.items() if kind.stage is Stage.ANSWER)

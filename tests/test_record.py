@@ -45,8 +45,7 @@ from sse_tape import (
     serve,
 )
 from sse_tape.cassette import Injection
-from sse_tape.incidents import FaultInjected
-from sse_tape.journal import Ended, Matched, Received
+from sse_tape.journal import Ended, FaultInjected, Matched, Received
 from sse_tape.record import Forwarder
 from sse_tape.redaction import REDACTED, Redaction, find_secrets
 from sse_tape.server import run_in_thread
@@ -868,7 +867,7 @@ def test_a_full_disk_is_said_once_and_what_was_saved_stays_readable(tmp_path: Pa
     code = """
 import json, httpx
 from sse_tape import Cassette
-from sse_tape.record import SaveFailed
+from sse_tape.journal import SaveFailed
 from sse_tape import recording
 from sse_tape.server import run_in_thread
 from upstream import Upstream

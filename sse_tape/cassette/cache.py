@@ -28,10 +28,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgpack
+
 from . import toml
 from .toml import TextTables, interaction_chunks
 
-# msgpack is imported where it is used: serving small TOML cassettes needs none of it.
 __all__ = ["MAX_BYTES", "MIN_SIZE", "folder", "get", "key", "parsed", "prune", "put"]
 
 #: Files smaller than this are parsed every time: parsing them is quick, not worth an entry.
@@ -61,8 +62,6 @@ def parsed(raw: bytes) -> Any:
 def _compact(doc: Any) -> Any:
     """The document with each interaction's chunks packed as the columns of a `TextTables` where they can
     be; a new document where it differs, sharing the rest: the one given is not changed."""
-    import msgpack
-
     changed = {}
     for response, chunks in interaction_chunks(doc):
         columns = chunks if type(chunks) is TextTables else TextTables.of(chunks) if type(chunks) is list else None
@@ -83,8 +82,6 @@ def _compact(doc: Any) -> Any:
 def _columns(doc: Any) -> Any:
     """The document an entry holds, each interaction's packed chunks (a binary, which `_compact` made)
     turned into their `TextTables` (in place)."""
-    import msgpack
-
     for response, chunks in interaction_chunks(doc):
         if type(chunks) is bytes:
             # What `_compact` packed (the entry's digest says so): floats and bytes, checked no further.
@@ -117,8 +114,6 @@ def key(raw: bytes) -> str:
 def get(name: str) -> Any | None:
     """The document the entry `name` holds, if the cache has it whole; else None. Interactions' chunks
     may be `TextTables` (see `toml.expand`)."""
-    import msgpack
-
     where = folder()
     if where is None:
         return None
@@ -141,8 +136,6 @@ def get(name: str) -> Any | None:
 def put(name: str, doc: Any) -> None:
     """Keep a parsed document as the entry `name`. One that MessagePack cannot hold as it is (a date, a
     time, an integer past 64 bits) is not kept: it is parsed each time."""
-    import msgpack
-
     where = folder()
     if where is None:
         return

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgpack
+
 from .._exceptions import CassetteFormatError
 
-# msgpack is imported where it is used: serving small TOML cassettes needs none of it.
 __all__ = ["decode", "encode"]
 
 
 def encode(doc: Any) -> bytes:
     """The MessagePack bytes of a cassette document."""
-    import msgpack
-
     packed: bytes = msgpack.packb(doc, use_bin_type=True)
     return packed
 
@@ -24,8 +23,6 @@ def decode(raw: bytes) -> Any:
     Raises `CassetteFormatError` (whose message names no file: the caller adds it) for bytes that are not
     one whole MessagePack document.
     """
-    import msgpack
-
     try:
         return msgpack.unpackb(raw, raw=False, strict_map_key=True)
     except msgpack.ExtraData:

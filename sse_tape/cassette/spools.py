@@ -31,14 +31,16 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgpack
+
 from .._exceptions import CassetteError, CassetteFormatError
 
-# msgpack and secrets are imported where they are used: serving small TOML cassettes needs neither.
 __all__ = ["SpoolWriter", "SpooledStream", "cassette_of", "read_spool", "spool_id", "spools_of"]
 
 _MAGIC = "sse-tape-spool"
@@ -88,8 +90,6 @@ def _held(path: Path) -> bool:
 
 
 def _began(path: Path) -> float:
-    import msgpack
-
     try:
         with path.open("rb") as f:
             header = next(iter(msgpack.Unpacker(f, raw=False, max_buffer_size=1 << 16)), None)
@@ -111,8 +111,6 @@ class SpoolWriter:
     """
 
     def __init__(self, cassette: Path) -> None:
-        import secrets  # here, not above: only a recorder writes a spool
-
         self.id = f"{os.getpid()}-{secrets.token_hex(3)}"
         self.path = cassette.with_name(f"{cassette.name}.{self.id}.spool")
         self.failed: str | None = None
@@ -170,8 +168,6 @@ class SpoolWriter:
             self._fd = -1
 
     def _write(self, record: Any) -> None:
-        import msgpack
-
         if self.failed is not None:
             raise CassetteError(self.failed)
         data = msgpack.packb(record, use_bin_type=True)
@@ -209,8 +205,6 @@ class SpooledStream:
 def read_spool(path: Path) -> list[SpooledStream]:
     """The streams a spool holds that have a response head: those that ended, in the order they ended,
     then (when no running recorder holds it) those cut off, in the order they began."""
-    import msgpack
-
     try:
         raw = path.read_bytes()
     except FileNotFoundError:

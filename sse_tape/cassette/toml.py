@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from itertools import groupby, repeat
 from typing import Any, cast
 
+import tomli_w
+
 from .._exceptions import CassetteFormatError
 
 __all__ = ["TextTables", "encode", "expand", "interaction_chunks", "loads", "parse", "read_heads"]
@@ -202,7 +204,6 @@ def _value(value: Any) -> str:
         return _string(value)
     if isinstance(value, list) and all(isinstance(v, str) and "\n" not in v for v in value):
         return "[" + ", ".join(map(_string, value)) + "]"  # a short list of words, on one line
-    import tomli_w  # only when writing: serving never needs it
 
     return tomli_w.dumps({"v": value}).removeprefix("v = ").rstrip("\n")
 

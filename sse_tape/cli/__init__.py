@@ -3,9 +3,9 @@
 Each command is a module of its own (`serve`, `record`, `show`, `check`, `convert`, `faults`, `synth`),
 with what several share beside them (`option_lists`, `loading`, `serving`, `model`, `one_shot`,
 `terminal`); what `check` and `convert` work out is the library's (`sse_tape.checking`,
-`sse_tape.conversion`). A command imports what it drives (the server, the recorder, synthesis, the
-checks, the translation, what shows a stream) when it runs, once its words are understood: `sse-tape
---help`, `--version` and a mistyped option import none of them, and `serve` none of the others'.
+`sse_tape.conversion`). A command imports the subsystems it drives (the server, forwarding, synthesis)
+when it runs, once its words are understood: `sse-tape --help`, `--version` and a mistyped option import
+none of them, and `serve` none of the others'.
 """
 
 from __future__ import annotations

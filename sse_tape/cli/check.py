@@ -13,8 +13,10 @@ import click
 
 from .._exceptions import ConfigError
 from ..cassette import Interaction
+from ..checking import ContractCheck, SecretFound, check_interactions, secrets_in
 from ..dialects import DIALECTS
 from ..dialects import get as get_dialect
+from ..redaction import Redaction
 from .loading import load_each
 from .one_shot import one_shot_request
 
@@ -74,11 +76,9 @@ def check(
             raise ConfigError("--secrets checks cassettes, not --live streams")
         _check_secrets(cassettes, as_json)
         return
-    from ..checking import ContractCheck, check_interactions  # every dialect's rules, when a check runs
 
     if live is not None:
         from ..record import record_once  # the recorder: only a live check records
-        from ..redaction import Redaction
 
         request_method, headers, body = one_shot_request(method, data, header)
         interaction = asyncio.run(record_once(live, None, method=request_method, headers=headers, body=body))
@@ -123,8 +123,6 @@ def check(
 def _check_secrets(paths: tuple[Path, ...], as_json: bool) -> None:
     """`check --secrets`: every secret in the cassettes, one line each; exit 1 when there is any, 2 when a
     cassette cannot be read."""
-    from ..checking import SecretFound, secrets_in
-
     results: list[SecretFound] = []
     for source, cassette in load_each(paths, "check"):
         if isinstance(cassette, str):  # why it cannot be read

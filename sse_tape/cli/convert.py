@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from .. import conversion
 from .._exceptions import ConfigError
 from ..dialects import DIALECTS
 
@@ -52,7 +53,6 @@ def convert(source: Path, target: Path, to_dialect: str | None, from_dialect: st
             "--dialect goes with --to-dialect: it names the dialect the streams are translated from, "
             "and a change of encoding alone reads no stream"
         )
-    from .. import conversion  # every dialect's decoder and encoder, when a conversion runs
 
     written = conversion.convert(source, target, into=to_dialect, origin=from_dialect, lossy=lossy)
     click.echo(f"wrote {target} ({len(written)} interaction{'s'[: len(written) != 1]})")

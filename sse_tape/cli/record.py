@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
@@ -13,13 +13,12 @@ from .._exceptions import ConfigError, SSETapeError
 from .._units import parse_duration
 from ..cassette import Cassette, check_cassette_path
 from ..options import MissPolicy, RecordMode
+from ..redaction import Redaction
+from ..show import describe
 from .model import synthesizer
 from .one_shot import one_shot_request
 from .option_lists import fault_options, model_options, server_options, take_model_words, take_serving_options
 from .terminal import log
-
-if TYPE_CHECKING:
-    from ..redaction import Redaction
 
 __all__ = ["record"]
 
@@ -126,8 +125,6 @@ def record(
     before anything is written. `sse-tape check --secrets` finds any that
     got into a cassette.
     """
-    from ..redaction import Redaction  # what recording needs: imported when a recording runs
-
     redaction = Redaction.build(
         headers=words.pop("redact_header"),
         keep_headers=words.pop("keep_header"),
@@ -190,7 +187,7 @@ def _record_one_shot(
     redaction: Redaction,
     idle_timeout: float,
 ) -> None:
-    from ..record import describe, record_once  # the recorder: a subsystem of its own
+    from ..record import record_once  # the recorder: a subsystem of its own
 
     method, headers, body = one_shot_request(method, data, header)
     check_cassette_path(cassette)

@@ -9,6 +9,7 @@ import click
 
 from .._exceptions import SSETapeError
 from ..cassette import Cassette
+from ..show import html_page, lines, view
 from .loading import load_each
 
 __all__ = ["show"]
@@ -34,8 +35,6 @@ def show(paths: tuple[Path, ...], events: bool, html_file: Path | None) -> None:
     that cannot be read is one error line, and the others are shown all the
     same; the exit status is then 2.
     """
-    from ..show import html_page, lines, view  # every dialect's decoder, when a show runs
-
     loaded = load_each(paths, "show")
     readable = [(Path(source), c) for source, c in loaded if isinstance(c, Cassette)]
     if html_file is not None:

@@ -11,6 +11,7 @@ from .._exceptions import ConfigError
 from ..cassette import Cassette, append_interactions, check_cassette_path
 from ..dialects import DIALECTS, generation
 from ..dialects import get as get_dialect
+from ..show import describe
 from .model import open_model
 from .one_shot import read_data
 from .option_lists import model_options
@@ -62,8 +63,6 @@ def synth(
     The first answer also tells the model's load (LM Studio's model_load
     events). Needs sse-tape[synth].
     """
-    from ..record import describe  # the recorder: a subsystem of its own
-
     if info:
         _synth_info(model, words)
         return

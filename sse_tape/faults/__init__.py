@@ -11,7 +11,8 @@ gives the same faults at the same positions.
 
 Each fault is one `FaultKind` (`model`): its name, the stage it acts in,
 its keys with their types and defaults, and the one act it does to a stream
-(`stream`), whether that stream is replayed, forwarded or made by a model.
+(an `Act`), whether that stream is replayed, forwarded or made by a model;
+`stream` runs the acts.
 The kinds live by stage (`before`, `answer`, `events`, `timing`, `wire`,
 `end`); `registry` holds them by name and reads a fault from its text;
 `injector` chooses the faults of each request; `profiles` names sets of them.
@@ -21,10 +22,10 @@ from __future__ import annotations
 
 from .events import corrupted, error_frames
 from .injector import Injector
-from .model import MAX_HEADER_FAULTS, Fault, FaultKind, Key, Stage
+from .model import MAX_HEADER_FAULTS, Act, Fault, FaultKind, Key, Run, Stage
 from .profiles import PROFILES, load_profile
 from .registry import FAULTS, parse_fault, parse_faults, register
-from .stream import Act, FaultedStream, Run, apply
+from .stream import FaultedStream, apply
 
 __all__ = [
     "FAULTS",

@@ -13,8 +13,7 @@ from ..dialects import Generation
 from ..plan import Plan, Write
 from . import misbehaviour
 from .misbehaviour import Misbehaviour, Stream
-from .model import Fault, FaultKind, Key, Stage, choice, position, text
-from .stream import Act, Run
+from .model import Act, Fault, FaultKind, Key, Run, Stage, choice, position, text
 
 __all__ = ["ANSWER"]
 

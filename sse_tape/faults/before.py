@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from ..cassette import End
 from ..plan import Write
-from .model import Fault, FaultKind, Key, Stage, duration, status_code, text, whole_number
-from .stream import Act, Run
+from .model import Act, Fault, FaultKind, Key, Run, Stage, duration, status_code, text, whole_number
 
 __all__ = ["BEFORE"]
 

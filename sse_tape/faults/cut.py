@@ -5,8 +5,8 @@ from __future__ import annotations
 from ..plan import Write
 from ..position import Position, PositionUnit
 from ..sse import ServerSentEvent
-from .model import Fault
-from .stream import Act, Blocks, Run, before_position
+from .model import Act, Fault, Run
+from .stream import Blocks, before_position
 
 __all__ = ["AtAPlace"]
 

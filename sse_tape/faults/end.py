@@ -5,8 +5,7 @@ from __future__ import annotations
 from ..cassette import End
 from ..plan import Write
 from .cut import AtAPlace
-from .model import Fault, FaultKind, Key, Stage, choice, duration, position
-from .stream import Act, Run
+from .model import Act, Fault, FaultKind, Key, Run, Stage, choice, duration, position
 
 __all__ = ["END"]
 

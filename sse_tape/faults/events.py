@@ -10,8 +10,8 @@ from ..dialects import Generation, Protocol
 from ..dialects.events import Error, Start
 from ..plan import Write
 from ..sse import ServerSentEvent
-from .model import Fault, FaultKind, Key, Stage, choice, event_or_mark, position, text
-from .stream import Act, Blocks, Run, before_position
+from .model import Act, Fault, FaultKind, Key, Run, Stage, choice, event_or_mark, position, text
+from .stream import Blocks, before_position
 
 __all__ = ["EVENTS", "corrupted", "error_frames"]
 

@@ -34,77 +34,17 @@ feeds it as its source writes (`FaultedStream.feed`, then `close`).
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from ..cassette import End, Request
 from ..dialects import Protocol
-from ..plan import Beats, Plan, Write, blocks_of, event_ends, whole_blocks
+from ..plan import Plan, Write, blocks_of, event_ends, whole_blocks
 from ..position import Position, PositionUnit
 from ..sse import ServerSentEvent
-from .model import Fault, Stage
+from .model import Act, Fault, Run, Stage
 
-__all__ = ["Act", "Blocks", "FaultedStream", "Run", "apply", "before_position"]
-
-
-@dataclass(slots=True)
-class Run:
-    """What the stages of one stream share: what frames their bytes, their random choices, the head they
-    may change, and how the stream ends.
-
-    `start` opens a stream in which an error comes before any event (a live model's, which has none yet).
-    """
-
-    dialect: Protocol
-    rng: random.Random
-    head: Plan
-    """The response's status, headers and what is sent beside the body (heartbeats, noise, unframed bytes)."""
-    request: Request | None = None
-    start: object | None = None
-    end: End | None = None
-    """How a fault ended the stream; None while it goes on."""
-    source_end: End = End.COMPLETE
-    """How the stream's source ended (known once it has)."""
-    until: float | None = None
-    """When a disconnect at a time drops the connection, even in a silence; None: no such fault."""
-    beat_rewrites: list[Callable[[bytes], bytes]] = field(default_factory=list)
-    """What the wire faults do to the bytes of heartbeats (`eol`), applied as a stall makes them."""
-    notes: list[tuple[Fault, str]] = field(default_factory=list)
-
-    def note(self, fault: Fault, what: str) -> None:
-        """Say what a fault did (or why it did nothing), for the journal."""
-        self.notes.append((fault, what))
-
-    def heartbeats(self, start: float, every: float, until: float, data: bytes) -> None:
-        """Heartbeat comments through a silence from `start` to `until`, as the wire faults write them."""
-        for rewrite in self.beat_rewrites:
-            data = rewrite(data)
-        self.head.beats.append(Beats(start, every, until, data))
-
-
-class Act:
-    """What one fault does to one stream: fed the stream's writes as they come, it gives back the writes
-    that go on, and at the end what it still holds and when the stream now ends.
-
-    The default passes everything through. `Run.end` set by an act ends the stream there.
-    """
-
-    def __init__(self, fault: Fault, run: Run) -> None:
-        self.fault = fault
-        self.run = run
-
-    def feed(self, writes: list[Write]) -> list[Write]:
-        """The writes that go on for these."""
-        return writes
-
-    def close(self, end_at: float) -> tuple[list[Write], float]:
-        """The stream has ended (at `end_at`, when its response would end): what is left to write, and when
-        the response ends now."""
-        return [], end_at
-
-    def note(self, what: str) -> None:
-        """Say what this fault did."""
-        self.run.note(self.fault, what)
+__all__ = ["Blocks", "FaultedStream", "apply", "before_position"]
 
 
 class Blocks:

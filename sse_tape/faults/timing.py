@@ -6,8 +6,8 @@ from dataclasses import replace
 
 from ..plan import Write
 from ..sse import ServerSentEvent, encode_comment
-from .model import Fault, FaultKind, Key, Stage, duration, position, whole_number
-from .stream import Act, Blocks, Run, before_position
+from .model import Act, Fault, FaultKind, Key, Run, Stage, duration, position, whole_number
+from .stream import Blocks, before_position
 
 __all__ = ["TIMING"]
 

@@ -8,8 +8,7 @@ import re
 from ..cassette import End
 from ..plan import Noise, Plan, Write
 from .cut import AtAPlace
-from .model import Fault, FaultKind, Key, Stage, choice, duration, position, whole_number
-from .stream import Act, Run
+from .model import Act, Fault, FaultKind, Key, Run, Stage, choice, duration, position, whole_number
 
 __all__ = ["WIRE"]
 

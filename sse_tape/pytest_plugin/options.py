@@ -8,14 +8,12 @@ import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
 from .._exceptions import ConfigError
-
-if TYPE_CHECKING:
-    from ..faults import Fault
+from ..faults import Fault, load_profile, parse_fault
+from ..redaction import Redaction
 
 __all__ = [
     "GAUNTLET",
@@ -121,8 +119,6 @@ def read_settings(config: pytest.Config) -> Settings:
     record = option.sse_tape_record or "none"
     upstream = option.sse_tape_upstream or config.getini("sse_tape_upstream") or None
     if upstream is not None and not upstream.startswith(("http://", "https://")):
-        from ..redaction import Redaction
-
         shown = Redaction().url(upstream)  # a key in its query is not printed
         raise pytest.UsageError(f"sse-tape upstream {shown!r}: give a base URL, such as http://127.0.0.1:8000")
     base = config.inipath.parent if config.inipath is not None else config.rootpath
@@ -171,8 +167,6 @@ def _pyproject_cassette_dir(root: Path) -> str | None:
 
 def check_faults(config: pytest.Config, settings: Settings) -> None:
     """Read every fault the command line names now: a bad one stops the run before any test."""
-    from ..faults import parse_fault
-
     try:
         for spec in [*settings.faults, *(settings.gauntlet.values() if settings.run_gauntlet else ())]:
             parse_fault(spec)
@@ -184,8 +178,6 @@ def check_faults(config: pytest.Config, settings: Settings) -> None:
 def profile_faults(config: pytest.Config, names: Sequence[str]) -> list[Fault]:
     """The faults of the profiles `names`, the project's read from the rootdir's `sse-tape.toml` or
     `pyproject.toml` (as `cassette_dir` is), wherever pytest runs from."""
-    from ..faults import load_profile
-
     return [fault for name in names for fault in load_profile(name, config.rootpath)]
 
 

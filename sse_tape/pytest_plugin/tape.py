@@ -15,6 +15,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .._exceptions import SSETapeError
+from ..faults import parse_faults
+from ..journal import Entry, Journal, Miss, Missed
+from ..options import MissPolicy, ServeOptions
 from .cassettes import did_you_mean, record_target, scope_cassettes
 from .marker import Marked, read_marker
 from .options import SETTINGS, Settings, no_upstream, profile_faults
@@ -24,8 +27,6 @@ from .xdist import stop_run
 
 if TYPE_CHECKING:
     from ..cassette import Recording, Request
-    from ..incidents import Miss
-    from ..journal import Entry, Journal
     from ..server import MockServer
 
 __all__ = [
@@ -165,8 +166,6 @@ class SSETape:
 
     def add_faults(self, *specs: str) -> None:
         """Put these faults (`"error:5"`, `"status:429"`) on every request from now on, in this test."""
-        from ..faults import parse_faults
-
         faults = parse_faults(specs)
         self.server.injector.add(faults)
         self._asked_now += [f.spec for f in faults if _certain(f.p, f.times)]
@@ -220,8 +219,6 @@ class SSETape:
         its name: the same for the same test in every run with that seed, and not the same draw for
         every test (which would give a `p=0.3` fault to all of them or to none).
         """
-        from ..faults import parse_faults
-
         self._settle()  # a stream the last test left open ends in its journal, not this one's
         state = self.server.state
         self._ever_played.update(r for r in state.recordings if state.plays[r])
@@ -306,8 +303,6 @@ class SSETape:
 def _step(entry: Entry) -> str | None:
     """A journal entry's line in a failure's report: a miss's without its reason, which the report's miss line
     has already given (closest recordings, differences: many lines' worth)."""
-    from ..incidents import Missed
-
     if isinstance(entry, Missed):
         return f"{entry.method} {entry.path} -> {entry.status}: request {entry.request} matched no recording (above)"
     return entry.line()
@@ -359,7 +354,6 @@ def open_tape(request: pytest.FixtureRequest, scope: str, *, threaded: bool) -> 
 
 def _server(config: pytest.Config, settings: Settings, marked: Marked, node: Any, scope: str) -> MockServer:
     """The server for a test, a module or the session: replaying its cassettes, or recording into one."""
-    from ..options import MissPolicy, ServeOptions
     from ..server import MockServer, load_cassettes, recording_server
 
     def load(chosen: list[Path]) -> list[Any]:

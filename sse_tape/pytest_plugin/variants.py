@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from .._exceptions import SSETapeError
+from ..cassette import Cassette, find_cassettes
+from ..matching import is_streamed
 from .cassettes import scope_cassettes
 from .marker import read_marker
 from .options import SETTINGS
@@ -98,9 +100,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def _stream_sizes(paths: list[Path]) -> list[int]:
     """The size of each streamed answer the cassettes hold."""
-    from ..cassette import Cassette, find_cassettes
-    from ..matching import is_streamed
-
     try:
         files = find_cassettes(p for p in paths if p.exists())
         return [len(i.response.body) for f in files for i in Cassette.load(f).interactions if is_streamed(i)]

@@ -11,7 +11,7 @@ import os
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._exceptions import CassetteNotFoundError, ConfigError
 from ..cassette import (
@@ -22,12 +22,12 @@ from ..cassette import (
 )
 from ..matching import CUT_SHORT
 from ..options import MissPolicy, RecordMode, ServeOptions
-from .responder import Responder
-from .threaded import run_in_thread
-
-if TYPE_CHECKING:  # recording and forwarding are imported when used: serving alone starts sooner
-    from ..redaction import Redaction
+from ..recorder import Recorder
+from ..redaction import Redaction
+from ..responder import Responder
+from ..upstream import AiohttpUpstream
 from .app import Limits, MockServer
+from .threaded import run_in_thread
 
 __all__ = ["arecording", "aserve", "collect_for_serving", "load_cassettes", "recording", "recording_server", "serve"]
 
@@ -48,11 +48,11 @@ def collect_for_serving() -> None:
     """Set the garbage collector for a process that does nothing but serve, once its cassettes are loaded.
 
     What is loaded by then lives as long as the server: frozen, no collection
-    walks it again (a full one of a big cassette held every stream back for
-    tens of milliseconds). The young generation is collected after 10,000
-    new objects rather than 700: at 1,000 paced streams the default made a
-    full collection of every open connection's objects (30 ms, every stream
-    waiting) every few seconds, and a middle one every few hundred ms.
+    walks it again (a full one of a big cassette held every stream back). The
+    young generation is collected after 10,000 new objects rather than 700:
+    at a thousand paced streams the default made full collections of every
+    open connection's objects, every stream waiting, and middle ones far more
+    often (figures in docs/benchmarks-history.md).
     Not for a process that is also the user's (the pytest plugin, `serve()`).
     """
     gc.freeze()
@@ -86,9 +86,6 @@ def recording_server(
     upstream, the model answers what replay does not, and that is recorded.
     The cassettes `also` are replayed besides, as they are: nothing is recorded into them.
     """
-    from ..record import Recorder
-    from ..upstream import AiohttpUpstream
-
     path = check_cassette_path(cassette)
     if (upstream is None) == (model is None):
         raise ConfigError("record from an upstream or a model: give one of them")

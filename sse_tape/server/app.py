@@ -18,7 +18,7 @@ import os
 import resource
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -34,19 +34,17 @@ from ..catalog import Catalog
 from ..dialects import DIALECTS, dialect_for, for_path
 from ..dialects import Generation as Dialect
 from ..faults import MAX_HEADER_FAULTS, Fault, Injector, parse_faults
-from ..journal import Ended, Journal, Received, ReplayState
+from ..journal import Ended, FaultInjected, Journal, Miss, Missed, Received, ReplayState
 from ..matching import Matcher
 from ..options import MissPolicy, ServeOptions
 from ..plan import Plan, Write, event_ends
+from ..recorder import Recorder
+from ..redaction import Redaction
+from ..responder import Exchange, Responder
+from ..upstream import AiohttpUpstream, Upstream
 from ..wire import Live, send
 from .connections import ConnectionGuard
 from .protocols import Lent
-from .responder import Exchange, Responder
-
-if TYPE_CHECKING:  # recording and forwarding are imported when used: serving alone starts sooner
-    from ..record import Recorder
-    from ..redaction import Redaction
-    from ..upstream import Upstream
 from .replay import Replay
 
 __all__ = ["CONTROL_PREFIX", "FAULT_HEADER", "Limits", "MockServer", "is_loopback"]
@@ -176,8 +174,6 @@ class MockServer:
         """What is kept out of what the server says of a request: its recorder's (so that a secret the user
         keeps in the cassette, with `--keep-header` say, is said too), else the defaults."""
         if self._redaction is None:
-            from ..redaction import Redaction  # only a query or a miss needs it: serving starts without
-
             self._redaction = Redaction()
         return self._redaction
 
@@ -413,8 +409,6 @@ class MockServer:
         return await self.send(exchange, Plan(status, fields, [(0.0, body)]))
 
     async def _miss(self, exchange: Exchange) -> web.StreamResponse:
-        from ..incidents import Miss, Missed
-
         request = exchange.request
         reason = exchange.miss or self.matcher.explain_miss(request)
         status = self.options.miss_status
@@ -474,8 +468,6 @@ class MockServer:
 
     async def _control_faults(self, http: web.Request) -> web.Response:
         """GET what is set and what was injected, POST new faults, DELETE them all."""
-        from ..incidents import FaultInjected
-
         if http.method == "POST":
             try:
                 body = _json.parse(await http.read())
@@ -610,8 +602,7 @@ def _behind_replay(
         raise ConfigError(f"on miss {policy}: give the upstream to send misses to")
     if policy is MissPolicy.RECORD and recorder is None:
         raise ConfigError("on miss record: give the recorder that keeps what is forwarded")
-    from ..record import Forwarder
-    from ..upstream import AiohttpUpstream
+    from ..record import Forwarder  # forwarding: a subsystem of its own, imported by a server that forwards
 
     if isinstance(upstream, str):
         upstream = AiohttpUpstream(upstream, redaction=recorder.redaction if recorder is not None else None)

@@ -14,9 +14,9 @@ from aiohttp import web
 
 from ..dialects import Protocol
 from ..dialects.protocol import Incoming, Kept, ProtocolResponder
-from ..incidents import Answered
+from ..journal import Answered
 from ..plan import Plan
-from .responder import Attached, Exchange, Host, inject
+from ..responder import Attached, Exchange, Host, inject
 
 __all__ = ["Lent"]
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import functools
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -23,12 +22,9 @@ from ..journal import Matched
 from ..matching import last_event_id
 from ..pacing import Pacing
 from ..plan import Plan, Write, event_ends
+from ..responder import Attached, Exchange, Host, inject
 from ..shape import Recorded, Shape, collapse, reshape
 from ..wire import coalesced
-from .responder import Attached, Exchange, Host, inject
-
-if TYPE_CHECKING:  # recording and forwarding are imported when used: serving alone starts sooner
-    pass
 
 __all__ = ["Replay"]
 
@@ -214,10 +210,10 @@ class Replay(Attached):
         task = self._preparing.get(key)
         if task is None:
             # A long recording takes a while to convert: the streams in flight go on meanwhile. Its events are
-            # decoded for the server's own faults; a request's own faults decode its copy's (25 µs an event,
-            # which the first play of a long recording would otherwise wait for, fault or none). A short one is
-            # prepared here: a fraction of a millisecond, less than a thread's hand-off (the first of which
-            # starts the loop's default executor, 2 ms of CPU time).
+            # decoded for the server's own faults; a request's own faults decode its copy's (decoding costs
+            # time for every event, which the first play of a long recording would otherwise wait for, fault
+            # or none). A short one is prepared here: quicker than a thread's hand-off, the first of which
+            # starts the loop's default executor (figures in docs/benchmarks-history.md).
             options = self.host.options
             faulted = bool(self.host.injector.faults) or options.recorded_faults
             prepare = functools.partial(_prepared, recording.interaction, shape, options.pace, faulted=faulted)

@@ -11,7 +11,7 @@ request gets a 503 in its dialect's error shape with `Retry-After`. A
 client that hangs up cancels its generation at once, so the next request
 does not wait for tokens nobody reads.
 
-Each answer is a source of the live pipeline (`server.live`), as a forwarded
+Each answer is a source of the live pipeline (`live`), as a forwarded
 one is: the server's faults, and those a request asks for, apply to the
 client's copy as the model writes it; a fault that answers in the stream's
 place (a status, no answer) keeps the model from running at all, and one
@@ -24,50 +24,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from aiohttp import web
 
 from .. import _json
 from .._exceptions import ModelError
 from ..cassette import Chunk, End
-from ..journal import Entry
-from ..record import Recorder
-from ..server.live import Capture, Feed, answer_live
-from ..server.responder import Attached, Exchange
+from ..journal import Synthesized
+from ..live import Feed, answer_live
+from ..recorder import Capture, Recorder
+from ..responder import Attached, Exchange
 from .engine import Engine
 from .pipeline import Settings, Synthesis
 
-__all__ = ["Synthesized", "Synthesizer"]
-
-
-# The journal entry only synthesis makes lives here, not in `journal`: a server that only replays never defines it.
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Synthesized(Entry):
-    """A local model answered the request: its wait in the model's queue, its tokens and their speed."""
-
-    kind: ClassVar[str] = "synthesized"
-    method: str
-    path: str
-    model: str
-    status: int
-    waited: float
-    """Seconds from the request's arrival until the model took it up."""
-    prompt_tokens: int
-    output_tokens: int
-    first_token: float | None
-    """Seconds from the request's arrival to the first output token."""
-    tokens_per_second: float | None
-    end: str
-    """`stop`, `length`, `tool_calls`, `cancelled` (the client left) or `error`."""
-
-    def line(self) -> str:
-        speed = f", {self.tokens_per_second:g} tokens/s" if self.tokens_per_second else ""
-        return (
-            f"{self.method} {self.path} -> {self.status} from {self.model}: waited {self.waited:.2f} s, "
-            f"{self.prompt_tokens} + {self.output_tokens} tokens{speed}, {self.end}"
-        )
+__all__ = ["Synthesizer"]
 
 
 class Synthesizer(Attached):

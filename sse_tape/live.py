@@ -30,61 +30,21 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiohttp import web
 
-from ..cassette import Chunk, End, Headers, Injection, Interaction, Request, Response
-from ..faults import Fault, FaultedStream, Stage
-from ..matching import is_streamed
-from ..plan import Plan
-from ..sse import SSEDecoder
-from ..wire import Live, end_to_end
+from .cassette import Chunk, End, Headers, Injection, Interaction, Response
+from .faults import Fault, FaultedStream, Stage
+from .matching import is_streamed
+from .plan import Plan
+from .recorder import Capture, Recorder
 from .responder import Exchange, Host, note_faults
+from .sse import SSEDecoder
+from .wire import Live, end_to_end
 
-__all__ = ["Capture", "Feed", "Source", "answer_live"]
-
-
-class _Recorder(Protocol):
-    """What the pipeline asks of a recorder (`record.Recorder`)."""
-
-    def begin(self, capture: Capture) -> None: ...
-    def received(self, capture: Capture, chunk: Chunk) -> None: ...
-    def injected(self, capture: Capture, note: Injection) -> None: ...
-    def keep(self, capture: Capture, number: int) -> None: ...
-
-
-@dataclass(slots=True)
-class Capture:
-    """A response being recorded while it streams; what it holds so far survives any interruption.
-
-    A responder that makes answers (a model) fills one as it streams and hands it to `Recorder.begin`,
-    `received` and `keep`, as the forwarder does.
-    """
-
-    request: Request
-    recorded_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
-    status: int | None = None
-    headers: Headers = ()
-    chunks: list[Chunk] = field(default_factory=list)
-    end: End = End.INTERRUPTED
-    duration: float = 0.0
-    spool: int | None = None
-    """The stream's number in the recorder's spool, once it is spooled."""
-    injected: list[Injection] = field(default_factory=list)
-    """The faults that acted on the client's copy of the stream."""
-
-    def interaction(self) -> Interaction | None:
-        """The interaction so far; None if no response head ever came."""
-        if self.status is None:
-            return None
-        ended_late = self.end is not End.COMPLETE
-        response = Response(
-            self.status, self.headers, tuple(self.chunks), self.end, self.duration if ended_late else None
-        )
-        return Interaction(self.request, response, self.recorded_at, tuple(self.injected))
+__all__ = ["Feed", "Source", "answer_live"]
 
 
 class Feed:
@@ -94,7 +54,7 @@ class Feed:
     ends the feed, with `capture.end` as the source set it); or `fail` when there will be no answer.
     """
 
-    def __init__(self, capture: Capture, recorder: _Recorder | None, started: float) -> None:
+    def __init__(self, capture: Capture, recorder: Recorder | None, started: float) -> None:
         self.capture = capture
         self.recorder = recorder
         self.started = started
@@ -159,7 +119,7 @@ async def answer_live(
     source: Source,
     capture: Capture,
     *,
-    recorder: _Recorder | None,
+    recorder: Recorder | None,
     failed: Callable[[Exchange, str], Awaitable[web.StreamResponse]],
     cors: bool,
     read_on: float,

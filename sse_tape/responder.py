@@ -4,10 +4,11 @@ A request goes through a chain of responders (replay, forwarding to an
 upstream, and more) until one answers. A responder sees the request as an
 `Exchange` and the server as a `Host`: its journal, its matcher and replay
 state, its options, and how it writes errors and plans. Responders live in
-modules of their own (`record.Forwarder`) that import this, never the server.
-The responders a protocol brings meet a smaller contract, which a dialect can
-import (`dialects.protocol.ProtocolResponder`); `protocols.Lent` puts them
-in the chain.
+modules of their own (`record.Forwarder`) that import this, never the server;
+so it lies outside the `server` package, whose `__init__` imports the app,
+and the app the responders. The responders a protocol brings meet a smaller
+contract, which a dialect can import (`dialects.protocol.ProtocolResponder`);
+`server.protocols.Lent` puts them in the chain.
 """
 
 from __future__ import annotations
@@ -15,24 +16,21 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from aiohttp import web
 
-from .. import dialects
-from ..cassette import End, Request
-from ..dialects.protocol import Kept
-from ..faults import Fault, Injector, Stage, apply
-from ..incidents import FaultInjected
-from ..journal import Journal, ReplayState
-from ..matching import Matcher
-from ..options import ServeOptions
-from ..plan import Plan, Write
-from ..wire import Live, Progress
-
-if TYPE_CHECKING:
-    from ..record import Recorder
-    from ..redaction import Redaction
+from . import dialects
+from .cassette import End, Request
+from .dialects.protocol import Kept
+from .faults import Fault, Injector, Stage, apply
+from .journal import FaultInjected, Journal, ReplayState
+from .matching import Matcher
+from .options import ServeOptions
+from .plan import Plan, Write
+from .recorder import Recorder
+from .redaction import Redaction
+from .wire import Live, Progress
 
 __all__ = ["Attached", "Exchange", "Host", "Responder", "inject", "note_faults"]
 

@@ -1,0 +1,329 @@
+"""Recording: what a responder streams (an upstream's answer, a model's) kept in a cassette, losing none of it.
+
+The live pipeline (`live`) fills a `Capture` as an answer streams and hands
+it to the server's `Recorder` (`begin`, `received`, `injected`, `keep`). The
+`Recorder` writes each chunk to the session's spool before the client gets
+it, adds each interaction to the running matcher as soon as it ends (so an
+identical request later in the session replays it), and writes the
+session's interactions into the cassette file only when the server stops:
+appended, or, when a whole answer took the place of a stream cut short,
+with the file written anew. Until then the spool alone holds them, and no
+other reader of the cassette sees them. A crash loses nothing the spool
+holds: the next load of the cassette reads it; a stop saves the streams in
+flight as far as they got.
+
+It lies below the responders and the live pipeline, which name it: of the
+server it knows only what `Session` says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Protocol
+
+from ._exceptions import CassetteError
+from .cassette import (
+    Cassette,
+    Chunk,
+    End,
+    Headers,
+    Injection,
+    Interaction,
+    Recording,
+    Request,
+    Response,
+    check_cassette_path,
+    storable_headers,
+)
+from .cassette.spools import SpoolWriter
+from .journal import Journal, Recorded, SaveFailed
+from .matching import CUT_SHORT, Matcher
+from .redaction import Redaction
+
+__all__ = ["Capture", "Recorder", "Session"]
+
+
+class Session(Protocol):
+    """What a recorder uses of the server it records for (a `responder.Host` is one)."""
+
+    @property
+    def journal(self) -> Journal:
+        """Where it says what it recorded, and what it could not save."""
+        ...
+
+    @property
+    def matcher(self) -> Matcher:
+        """What each answer it records joins, so that the same request later in the session replays it."""
+        ...
+
+
+@dataclass(slots=True)
+class Capture:
+    """A response being recorded while it streams; what it holds so far survives any interruption.
+
+    A responder that makes answers (a model) fills one as it streams and hands it to `Recorder.begin`,
+    `received` and `keep`, as the forwarder does.
+    """
+
+    request: Request
+    recorded_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    status: int | None = None
+    headers: Headers = ()
+    chunks: list[Chunk] = field(default_factory=list)
+    end: End = End.INTERRUPTED
+    duration: float = 0.0
+    spool: int | None = None
+    """The stream's number in the recorder's spool, once it is spooled."""
+    injected: list[Injection] = field(default_factory=list)
+    """The faults that acted on the client's copy of the stream."""
+
+    def interaction(self) -> Interaction | None:
+        """The interaction so far; None if no response head ever came."""
+        if self.status is None:
+            return None
+        ended_late = self.end is not End.COMPLETE
+        response = Response(
+            self.status, self.headers, tuple(self.chunks), self.end, self.duration if ended_late else None
+        )
+        return Interaction(self.request, response, self.recorded_at, tuple(self.injected))
+
+
+class Recorder:
+    """Records what a responder streams into a cassette, secrets redacted, and loses none of it.
+
+    Each stream goes to a spool beside the cassette as it arrives, before the
+    client gets it (see `cassette.spools`): a killed recorder leaves every byte a client
+    saw on disk. An interaction is on the disk before it is reported
+    recorded. When the session ends, what was recorded is appended to the
+    cassette, at a cost that does not grow with the cassette (unless it
+    takes the place of a recording cut short: then the file is written
+    anew), and the spool is removed. With `playable`, what is recorded joins the server's matcher
+    at once, so an identical request later in the session replays it; and a
+    whole answer takes the place of every recording of the same request that
+    was cut short on the recording side (see `matching.CUT_SHORT`), in this
+    session or before: the first one's place, the others removed, so that no
+    replay gets a copy cut short of a request the upstream answered whole
+    (a retry cut short again, a request made twice, leaves several). The
+    cut-off recordings stay in the cassette until the whole one is written
+    there; the spool notes which ones the whole answer replaces (their
+    fingerprints), so that the load after a kill puts it there too.
+    """
+
+    def __init__(
+        self, cassette: Cassette | str | os.PathLike[str], redaction: Redaction | None = None, *, playable: bool = True
+    ) -> None:
+        if not isinstance(cassette, Cassette):
+            cassette = Cassette(path=check_cassette_path(cassette))
+        if cassette.path is None:
+            raise CassetteError("the recorder needs a cassette with a path")
+        self.cassette = cassette
+        """The cassette appended to when the session ends."""
+        self.path = cassette.path
+        self.redaction = redaction or Redaction()
+        self.playable = playable
+        self.ends: Counter[End] = Counter()
+        """The interactions recorded, by how each ended."""
+        self.recorded: list[Interaction] = []
+        """What this session recorded, in the order the streams ended (but for those in `replacing`)."""
+        self.replacing: list[tuple[tuple[Interaction, ...], Interaction]] = []
+        """Recordings of one request the cassette held that were cut short, each group with the whole answer
+        that takes the first one's place."""
+        self.replaced = 0
+        """Whole answers that took the place of recordings cut short, in the cassette or this session."""
+        self.displaced = 0
+        """The recordings cut short whose place they took, or that went with those (of the same request)."""
+        self.failures = 0
+        """Writes that failed (a reset of the server does not clear them)."""
+        self.in_flight = 0
+        """Streams being recorded now: their response head came, and they are not over."""
+        self._server: Session | None = None
+        self._spool: SpoolWriter | None = None
+        self._streams = 0
+        self._syncing: set[asyncio.Future[None]] = set()
+        # The numbers of the cassette's recordings cut short that go with no answer in their place.
+        self._removed: list[int] = []
+
+    async def start(self, server: Session) -> None:
+        """Open the spool: a folder that cannot be written is an error now, before anything is recorded."""
+        self._server = server
+        self._spool = SpoolWriter(self.path)
+
+    async def close(self) -> None:
+        """Append what was recorded to the cassette, then remove the spool (kept if the append fails)."""
+        if self._syncing:
+            await asyncio.gather(*self._syncing, return_exceptions=True)
+        spool, self._spool = self._spool, None
+        if spool is None:
+            return
+        try:
+            # The spool is removed inside the cassette's lock, while this still holds the spool's own:
+            # no reader ever sees the interactions in both.
+            await asyncio.to_thread(self.cassette.append, self.recorded, spool=spool.path, replacing=self.replacing)
+        except CassetteError as exc:
+            kept = "holds what was written before that" if spool.failed else "keeps the recordings"
+            self._failed(None, f"{exc}; {spool.path} {kept}")
+        finally:
+            spool.close(remove=False)
+
+    def begin(self, capture: Capture) -> None:
+        """A stream's response head came: spool its request and head."""
+        self._streams += 1
+        self.in_flight += 1
+        capture.spool = self._streams
+        request = self._storable(capture.request)
+        headers = self.redaction.response(Response(capture.status or 0, capture.headers)).headers
+
+        def write(spool: SpoolWriter, n: int) -> None:
+            r = request
+            spool.start(n, capture.recorded_at, r.method, r.path, r.query, list(r.headers), r.body)
+            spool.head(n, capture.status or 0, list(headers))
+            for note in capture.injected:
+                spool.fault(n, note.fault, note.what)
+
+        self._spooled(write, capture)
+
+    def received(self, capture: Capture, chunk: Chunk) -> None:
+        """A piece of a stream's body came: spool it."""
+        self._spooled(lambda spool, n: spool.chunk(n, chunk.t, chunk.data), capture)
+
+    def injected(self, capture: Capture, note: Injection) -> None:
+        """A fault acted on what the stream's client got: note it (the recording keeps what the upstream sent)."""
+        capture.injected.append(note)
+        self._spooled(lambda spool, n: spool.fault(n, note.fault, note.what), capture)
+
+    def keep(self, capture: Capture, number: int) -> None:
+        """The stream of request `number` is over: record it as far as it got."""
+        server = self._server
+        assert server is not None, "start() the recorder first"
+        interaction = capture.interaction()
+        if interaction is None:
+            return  # no response head, nothing to record
+        self.in_flight -= 1
+        end = interaction.response.end
+        cuts = self._cut_short(capture.request) if self.playable and end is End.COMPLETE else []
+        if cuts:
+            # In the spool before the stream's end: a killed session's whole answer takes their place too. The
+            # first comes last, where a reader that knows of one such record per stream (an older one) takes it.
+            fingerprints = [cut.interaction.fingerprint() for cut in reversed(cuts)]
+
+            def replaces(spool: SpoolWriter, n: int) -> None:
+                for fingerprint in fingerprints:
+                    spool.replaces(n, fingerprint)
+
+            self._spooled(replaces, capture)
+        self._spooled(lambda spool, n: spool.end(n, str(end), capture.duration), capture)
+        request, response = self._storable(interaction.request), self.redaction.response(interaction.response)
+        interaction = replace(interaction, request=request, response=response)
+        self.ends[interaction.response.end] += 1
+        if cuts:
+            index = self._replace(cuts, interaction)
+        else:
+            self.recorded.append(interaction)
+            index = len(self.cassette) - len(self._removed) + len(self.recorded)
+        if self.playable and (end is End.COMPLETE or end in CUT_SHORT):
+            # Only a whole answer replays: the matcher leaves one cut short unanswered, for the upstream to
+            # answer a retry whole (and that answer to take its place).
+            server.matcher.add(interaction, self.cassette, index)
+        replaced = tuple(cut.interaction.response.end for cut in cuts)
+        syncing = asyncio.ensure_future(self._report(interaction, number, index, replaced))
+        self._syncing.add(syncing)
+        syncing.add_done_callback(self._syncing.discard)
+
+    def _cut_short(self, request: Request) -> list[Recording]:
+        """The recordings of `request` cut short, in this cassette then this session, that no whole answer
+        has taken the place of yet."""
+        assert self._server is not None
+        found = self._server.matcher.cut_short(request)
+        if not found:
+            return []
+        taken = {id(old) for olds, _ in self.replacing for old in olds}
+        ours = {id(i) for i in (*self.cassette.interactions, *self.recorded) if id(i) not in taken}
+        return [r for r in found if id(r.interaction) in ours]
+
+    def _replace(self, cuts: list[Recording], interaction: Interaction) -> int:
+        """Put `interaction` in the place of the first of `cuts` (recordings of its request cut short, the
+        cassette's first), and take the others out; returns its number in the cassette."""
+        self.replaced += 1
+        self.displaced += len(cuts)
+        olds = {id(cut.interaction) for cut in cuts}
+        ours = [n for n, recorded in enumerate(self.recorded) if id(recorded) in olds]
+        for n in ours:  # recorded in this session: no longer what was recorded
+            self.ends[self.recorded[n].response.end] -= 1
+        held = [cut for cut in cuts if not any(cut.interaction is self.recorded[n] for n in ours)]
+        if held:  # the cassette's: the whole answer goes there when the cassette is written
+            for n in reversed(ours):
+                del self.recorded[n]
+            self.replacing.append((tuple(cut.interaction for cut in held), interaction))
+            self._removed += [cut.index for cut in held[1:]]
+            return held[0].index - sum(removed < held[0].index for removed in self._removed)
+        first, *rest = ours
+        self.recorded[first] = interaction
+        for n in reversed(rest):
+            del self.recorded[n]
+        return len(self.cassette) - len(self._removed) + first + 1
+
+    async def _report(self, interaction: Interaction, number: int, index: int, replaced: tuple[End, ...]) -> None:
+        """Note the interaction recorded once it is on the disk."""
+        assert self._server is not None
+        if self._spool is not None and self._spool.failed is None:
+            try:
+                await asyncio.to_thread(self._spool.sync)
+            except OSError as exc:
+                self._failed(number, f"{self._spool.path}: cannot write: {exc.strerror or exc}")
+        request = interaction.request
+        self._server.journal.add(
+            Recorded(
+                request=number,
+                method=request.method,
+                path=request.path,
+                cassette=str(self.path),
+                index=index,
+                end=interaction.response.end,
+                replaced=replaced,
+            )
+        )
+
+    def _storable(self, request: Request) -> Request:
+        """The request as it is recorded: secrets redacted, headers as text."""
+        return self.redaction.request(replace(request, headers=storable_headers(request.headers)))
+
+    def _spooled(self, write: Callable[[SpoolWriter, int], object], capture: Capture) -> None:
+        spool = self._spool
+        if spool is None or spool.failed is not None or capture.spool is None:
+            return
+        try:
+            write(spool, capture.spool)
+        except CassetteError as exc:  # a full disk, say: said once; the session goes on in memory
+            self._failed(None, f"{exc}; what it holds stays readable, and what comes next is kept in memory")
+
+    def _failed(self, number: int | None, reason: str) -> None:
+        assert self._server is not None
+        self.failures += 1
+        self._server.journal.add(SaveFailed(request=number or 0, cassette=str(self.path), reason=reason))
+
+    def summary(self) -> str:
+        """One line: what was recorded, replayed and missed, and where."""
+        assert self._server is not None
+        counts = self._server.journal.counts
+        recorded = sum(self.ends.values())
+        parts = [f"{n} {end}" for end, n in self.ends.items() if end is not End.COMPLETE and n]
+        if self.replaced:
+            ones = "one" if self.displaced == 1 else "ones" if self.displaced == self.replaced else str(self.displaced)
+            parts.append(f"{self.replaced} in place of {ones} cut short before")
+        parts += [
+            f"{counts[kind]} {what}"
+            for kind, what in (
+                ("matched", "replayed"),
+                ("missed", "missed"),
+                ("upstream-failed", "upstream errors"),
+                ("save-failed", "save failures"),
+            )
+            if counts[kind]
+        ]
+        line = f"recorded {recorded} interaction{'s'[: recorded != 1]} to {self.path}"
+        return line + (f" ({', '.join(parts)})" if parts else "")
