@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
@@ -95,10 +95,6 @@ def parse_match(words: str | Iterable[str], name: str = "match_on") -> tuple[str
 
 #: HTTP error statuses: what a miss may be answered with.
 _ERROR_STATUSES: Final = (400, 599)
-
-
-def _duration(value: float | str) -> float:
-    return float(value) if isinstance(value, int | float) else parse_duration(value)
 
 
 def _error_status(status: int) -> int:
@@ -239,6 +235,11 @@ class Option:
         """`value` as `parse` reads it (`None` stays `None`: not given)."""
         return value if self.parse is None or value is None else self.parse(value)
 
+    @property
+    def value(self) -> Any:
+        """Its default, read: what Python has when nothing is given (`10s`: 10.0)."""
+        return self.read(self.default)
+
     def flag(self, command: str) -> Flag | None:
         """How `command` takes this option, if it does."""
         return next((f for f in self.flags if command in f.commands), None)
@@ -373,7 +374,7 @@ _TABLE = (
         name="idle_timeout",
         group=Group.SOURCE,
         default="300s",
-        parse=_duration,
+        parse=parse_duration,
         flags=(Flag(names=("--idle-timeout",), commands=(_RECORD,)),),
         help="Give up on an upstream that sends nothing for this long; the stream is recorded as a timeout.",
     ),
@@ -403,6 +404,7 @@ _TABLE = (
         name="pace",
         group=Group.ANSWER,
         default="recorded",
+        parse=Pacing.parse,
         flags=(Flag(names=("--pace",), commands=_SERVING),),
         marker=True,
         marker_default="instant",
@@ -514,7 +516,7 @@ _TABLE = (
         name="request_timeout",
         group=Group.LISTEN,
         default="10s",
-        parse=_duration,
+        parse=parse_duration,
         flags=(Flag(names=("--request-timeout",), commands=_SERVING),),
         help="Close a connection whose request head, or body, takes longer than this to arrive.",
     ),
@@ -522,7 +524,7 @@ _TABLE = (
         name="keep_alive",
         group=Group.LISTEN,
         default="60s",
-        parse=_duration,
+        parse=parse_duration,
         flags=(Flag(names=("--keep-alive",), commands=_SERVING),),
         help="Close a connection idle this long between requests.",
     ),
@@ -767,10 +769,6 @@ _TABLE = (
 OPTIONS: Final[dict[str, Option]] = {option.name: option for option in _TABLE}
 
 
-def _default_pace() -> Pacing:
-    return Pacing.parse(OPTIONS["pace"].default)
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServeOptions:
     """How a server answers: matching, pacing, misses, repeats and faults. Build one with `build`.
@@ -779,18 +777,18 @@ class ServeOptions:
     `ignore_body_fields` are None where the cassettes say.
     """
 
-    match_on: tuple[str, ...] | None = OPTIONS["match_on"].default
-    ignore_body_fields: tuple[str, ...] | None = OPTIONS["ignore_body_fields"].default
-    pace: Pacing = field(default_factory=_default_pace)
+    match_on: tuple[str, ...] | None = OPTIONS["match_on"].value
+    ignore_body_fields: tuple[str, ...] | None = OPTIONS["ignore_body_fields"].value
+    pace: Pacing = OPTIONS["pace"].value
     """When each recorded chunk goes out: the pace, its jitter and their seed."""
-    miss_status: int = OPTIONS["miss_status"].default
-    on_miss: MissPolicy = OPTIONS["on_miss"].default
-    allow_repeats: bool = OPTIONS["allow_repeats"].default
-    faults: tuple[Fault, ...] = OPTIONS["faults"].default
+    miss_status: int = OPTIONS["miss_status"].value
+    on_miss: MissPolicy = OPTIONS["on_miss"].value
+    allow_repeats: bool = OPTIONS["allow_repeats"].value
+    faults: tuple[Fault, ...] = OPTIONS["faults"].value
     """Faults for every request (the profiles' first), besides those a request asks for in its header."""
-    seed: int = OPTIONS["seed"].default
-    recorded_faults: bool = OPTIONS["recorded_faults"].default
-    report: Path | None = OPTIONS["report"].default
+    seed: int = OPTIONS["seed"].value
+    recorded_faults: bool = OPTIONS["recorded_faults"].value
+    report: Path | None = OPTIONS["report"].value
 
     @classmethod
     def build(

@@ -32,7 +32,7 @@ from sse_tape import (
 from sse_tape.faults import parse_fault
 from sse_tape.options import OPTIONS, Group
 from sse_tape.pytest_plugin.marker import MARKER, PER_TEST, Marked
-from sse_tape.server import MockServer, Replay, build_server
+from sse_tape.server import Limits, MockServer, Replay, build_server
 
 
 def test_words_and_objects_build_the_same_options() -> None:
@@ -163,9 +163,9 @@ def test_serve_options_build_takes_the_tables_answer_options_with_their_defaults
     built = ServeOptions.build()
     assert built == ServeOptions()
     for field in fields(ServeOptions):
-        option = OPTIONS[field.name]
-        expected = Pacing.parse(option.default) if field.name == "pace" else option.read(option.default)
-        assert getattr(built, field.name) == expected, field.name
+        assert getattr(built, field.name) == OPTIONS[field.name].value, field.name
+    assert built.pace == Pacing.parse("recorded")
+    assert Limits() == Limits(request_timeout=10.0, keep_alive=60.0, max_connections=Limits().max_connections)
 
 
 def test_one_record_mode_enum_for_the_cli_and_the_plugin(plugin_only: pytest.Pytester) -> None:

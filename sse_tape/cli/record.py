@@ -82,7 +82,9 @@ def record(
         from ..server import build_server
         from .serving import say_what_stays_whole, serve_until_stopped, server_arguments
 
-        model_answers = synthesizer(model, model_words, options.seed, 16) if model is not None else None
+        model_answers = (
+            synthesizer(model, model_words, options.seed, OPTIONS["max_queue"].default) if model is not None else None
+        )
         say_what_stays_whole(options, "the model's answers" if model is not None else "forwarded streams")
         try:
             server = build_server(

@@ -79,8 +79,8 @@ def build_server(
     record_into: str | os.PathLike[str] | None = None,
     mode: RecordMode | str = OPTIONS["record_mode"].default,
     redaction: Redaction | None = None,
-    idle_timeout: float | str = OPTIONS["idle_timeout"].default,
-    host: str = "127.0.0.1",
+    idle_timeout: float = OPTIONS["idle_timeout"].value,
+    host: str = OPTIONS["host"].default,
     port: int = 0,
     log: Callable[[str], None] | None = None,
     limits: Limits | None = None,
@@ -99,8 +99,8 @@ def build_server(
     replayed by record `mode`: each recording replays once under
     `new_episodes` (as VCR.py does), and they repeat under the others; the
     cassettes given are replayed besides, as they are. `redaction` says what
-    is kept out of the cassette, and `idle_timeout` (seconds, or a duration
-    such as `5m`) how long an upstream may send nothing.
+    is kept out of the cassette, and `idle_timeout` how many seconds an
+    upstream may send nothing.
 
     A miss policy without what it needs, or an upstream or model it would
     leave unused, is a `ConfigError` (see `options.check_sources`).
@@ -112,9 +112,7 @@ def build_server(
     check_sources(policy, upstream=upstream is not None, model=model is not None, recording=record_into is not None)
     chosen_mode: RecordMode = OPTIONS["record_mode"].read(mode)
     if isinstance(upstream, str):
-        upstream = AiohttpUpstream(
-            upstream, idle_timeout=OPTIONS["idle_timeout"].read(idle_timeout), redaction=redaction
-        )
+        upstream = AiohttpUpstream(upstream, idle_timeout=idle_timeout, redaction=redaction)
     where: dict[str, Any] = {
         "host": host,
         "port": port,

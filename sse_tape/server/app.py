@@ -36,7 +36,7 @@ from ..dialects import Generation as Dialect
 from ..faults import MAX_HEADER_FAULTS, Fault, Injector, parse_faults
 from ..journal import Ended, FaultInjected, Journal, Miss, Missed, Received, ReplayState
 from ..matching import Matcher
-from ..options import MissPolicy, ServeOptions, check_sources
+from ..options import OPTIONS, MissPolicy, ServeOptions, check_sources
 from ..plan import Plan, Write, event_ends
 from ..recorder import Recorder
 from ..redaction import Redaction
@@ -77,8 +77,8 @@ class Limits:
     gets a 503 and is closed.
     """
 
-    request_timeout: float = 10.0
-    keep_alive: float = 60.0
+    request_timeout: float = OPTIONS["request_timeout"].value
+    keep_alive: float = OPTIONS["keep_alive"].value
     max_connections: int = field(default_factory=_default_max_connections)
 
 
