@@ -10,14 +10,13 @@ from typing import Any
 import click
 
 from .._exceptions import ConfigError, SSETapeError
-from .._units import parse_duration
 from ..cassette import Cassette, check_cassette_path
-from ..options import MissPolicy, RecordMode
+from ..options import OPTIONS, Group, MissPolicy, check_sources
 from ..redaction import Redaction
 from ..show import describe
 from .model import synthesizer
 from .one_shot import one_shot_request
-from .option_lists import fault_options, model_options, server_options, take_model_words, take_serving_options
+from .option_lists import command_options, take_group, take_serving_options
 from .terminal import log
 
 __all__ = ["record"]
@@ -25,78 +24,14 @@ __all__ = ["record"]
 
 @click.command()
 @click.argument("url", required=False)
-@click.option(
-    "-c",
-    "--cassette",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="Cassette to append to (.toml or .msgpack); created if missing.",
-)
-@click.option(
-    "--upstream",
-    metavar="URL",
-    help="Proxy mode: the server to forward to, as a base URL (http://127.0.0.1:8000, https://host/v1).",
-)
-@click.option(
-    "--record-mode",
-    type=click.Choice([m.value for m in RecordMode]),
-    default=RecordMode.NEW_EPISODES.value,
-    show_default=True,
-    help="Proxy mode: once (record if the cassette is new, else replay only), new_episodes (replay what "
-    "matches, record the rest), none (replay only), all (always record).",
-)
-@click.option(
-    "--idle-timeout",
-    default="300s",
-    show_default=True,
-    help="Give up on an upstream that sends nothing for this long; the stream is recorded as a timeout.",
-)
-@click.option("--redact-header", multiple=True, metavar="NAME", help="Also redact this header. Repeatable.")
-@click.option(
-    "--keep-header",
-    multiple=True,
-    metavar="NAME",
-    help="Record this header as is, even if it looks secret. Repeatable.",
-)
-@click.option(
-    "--redact-json-field",
-    multiple=True,
-    metavar="FIELD",
-    help="Redact this JSON request body field, as a dotted path (user, metadata.email). Repeatable.",
-)
-@click.option(
-    "--keep-json-field",
-    multiple=True,
-    metavar="NAME",
-    help="Record JSON request body fields of this name as they are, even if they look secret. Repeatable.",
-)
-@click.option("-X", "--method", help="One-shot mode: the request method [default: POST with --data, else GET].")
-@click.option("-d", "--data", help="One-shot mode: the request body; @FILE reads a file, @- standard input.")
-@click.option(
-    "-H", "--header", multiple=True, metavar="'NAME: VALUE'", help="One-shot mode: a request header. Repeatable."
-)
-@click.option(
-    "--on-miss",
-    type=click.Choice([MissPolicy.RECORD.value, MissPolicy.SYNTH.value]),
-    help="Proxy mode: who answers what is recorded: record (the --upstream) or synth (the --model). "
-    "[default: synth with --model, else record]",
-)
-@click.option(
-    "--model",
-    metavar="MODEL",
-    help="Record what a local model answers, in place of an upstream (a .gguf file or a model package).",
-)
-@model_options
-@server_options
-@fault_options
+@command_options("record")
 def record(
     url: str | None,
     cassette: Path,
+    record_mode: str,
     upstream: str | None,
-    on_miss: str | None,
     model: str | None,
-    faults: tuple[str, ...],
-    profiles: tuple[str, ...],
+    idle_timeout: str,
     **words: Any,
 ) -> None:
     """Record SSE sessions, with the timing of every chunk, into a cassette.
@@ -131,33 +66,36 @@ def record(
         json_fields=words.pop("redact_json_field"),
         keep_json_fields=words.pop("keep_json_field"),
     )
-    idle_timeout = parse_duration(words.pop("idle_timeout"))
+    timeout = OPTIONS["idle_timeout"].read(idle_timeout)
     one_shot = (words.pop("method"), words.pop("data"), words.pop("header"))
-    mode = RecordMode(words.pop("record_mode"))
-    model_words = take_model_words(words)
-    if (on_miss == MissPolicy.SYNTH.value) != (model is not None) and on_miss is not None:
-        raise ConfigError("--on-miss synth and --model go together")
+    mode = OPTIONS["record_mode"].read(record_mode)
+    model_words = take_group(words, Group.MODEL)
     if [url, upstream, model].count(None) != 2:
         raise ConfigError("give a URL (one-shot mode), --upstream URL (proxy mode) or --model MODEL (synthesis)")
+    policy = words["on_miss"] or (MissPolicy.SYNTH if model is not None else MissPolicy.RECORD)
+    check_sources(OPTIONS["on_miss"].read(policy), upstream=model is None, model=model is not None, recording=True)
     if upstream is not None or model is not None:
         if any(one_shot):
             raise ConfigError("-X, -d and -H are for one-shot mode; in proxy mode the client sends the requests")
-        options, listening = take_serving_options(words, faults=faults, profiles=profiles)
+        options, listening = take_serving_options(words, on_miss=policy)
         # The server, once the words are understood: a mistyped option is said without it.
-        from ..server import recording_server
+        from ..server import build_server
         from .serving import say_what_stays_whole, serve_until_stopped, server_arguments
 
-        model_answers = synthesizer(model, model_words, options.seed, 16) if model is not None else None
+        model_answers = (
+            synthesizer(model, model_words, options.seed, OPTIONS["max_queue"].default) if model is not None else None
+        )
         say_what_stays_whole(options, "the model's answers" if model is not None else "forwarded streams")
         try:
-            server = recording_server(
-                cassette,
-                upstream,
+            server = build_server(
+                [],
+                options,
+                upstream=upstream,
+                model=model_answers,
+                record_into=cassette,
                 mode=mode,
                 redaction=redaction,
-                idle_timeout=idle_timeout,
-                options=options,
-                model=model_answers,
+                idle_timeout=timeout,
                 **server_arguments(listening),
             )
             source = redaction.url(upstream.rstrip("/")) if upstream is not None else f"what {model} answers"
@@ -171,10 +109,10 @@ def record(
         if server.recorder is not None and server.recorder.failures:
             raise SSETapeError(f"{server.recorder.failures} writes to {cassette} or its spool failed: see above")
     else:
-        if faults or profiles:
+        if words["faults"] or words["profiles"]:
             raise ConfigError("--fault and --profile are for proxy mode: one-shot mode prints what the upstream sends")
         assert url is not None
-        _record_one_shot(url, cassette, *one_shot, redaction=redaction, idle_timeout=idle_timeout)
+        _record_one_shot(url, cassette, *one_shot, redaction=redaction, idle_timeout=timeout)
 
 
 def _record_one_shot(

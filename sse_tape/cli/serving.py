@@ -24,7 +24,7 @@ __all__ = ["say_what_stays_whole", "serve_until_stopped", "serve_until_stopped_q
 
 
 def server_arguments(listening: Listening) -> dict[str, Any]:
-    """The keyword arguments of `MockServer` and `recording_server` that say where and how it listens."""
+    """The keyword arguments of `build_server` that say where and how it listens."""
     max_connections = {"max_connections": listening.max_connections} if listening.max_connections is not None else {}
     return {
         "host": listening.host,

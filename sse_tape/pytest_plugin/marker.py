@@ -1,4 +1,5 @@
-"""The `sse_tape` marker: what it says (`Marked`), read from a test, its class and its module."""
+"""The `sse_tape` marker: what it says (`Marked`, its keywords those of the table of options), read from a test,
+its class and its module."""
 
 from __future__ import annotations
 
@@ -8,53 +9,53 @@ from typing import Any
 
 import pytest
 
+from ..options import OPTIONS
 from .options import SETTINGS
 
 __all__ = ["MARKER", "PER_TEST", "Marked", "own_words", "read_marker"]
 
+_KEYWORDS = [option for option in OPTIONS.values() if option.marker]
+
 #: The marker's line in `pytest --markers`.
 MARKER = (
-    "sse_tape(*cassettes, pace='instant', jitter=None, match_on=None, ignore_body_fields=None, faults=(), "
-    "profiles=(), recorded_faults=False, miss_status=404, model=None, env=False, allow_unused=None, split=None, "
-    "survives=()): "
-    "what the sse_tape fixtures serve and how; see sse_tape.pytest_plugin.Marked."
+    "sse_tape(*cassettes, "
+    + ", ".join(f"{option.name}={option.in_marker!r}" for option in _KEYWORDS)
+    + "): what the sse_tape fixtures serve and how; see sse_tape.pytest_plugin.Marked."
 )
 
 #: What a test's own marker may say to a server its module or session shares: the rest is the scope's.
-PER_TEST = frozenset({"faults", "profiles", "env", "allow_unused", "split", "survives"})
+PER_TEST = frozenset(option.name for option in _KEYWORDS if option.per_test)
+
+
+def _default(name: str) -> Any:
+    return OPTIONS[name].in_marker
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Marked:
-    """What `@pytest.mark.sse_tape(...)` says; each word as `ServeOptions.build` reads it, unless said here.
+    """What `@pytest.mark.sse_tape(...)` says: cassette names, then the options of `sse_tape.options.OPTIONS`
+    that are marker keywords, each meaning what its `help` there says (and read as `ServeOptions.build` reads
+    it, where it is one of its keywords).
 
-    Markers on the class and module add what the test's own leaves out.
+    `cassettes` are cassette names (`chat`: `chat.toml`), files or folders, in the cassette folder; none: the
+    test's own. Tests replay at `pace="instant"` unless they say otherwise; `allow_unused=None` is the ini's
+    `sse_tape_allow_unused`. Markers on the class and module add what the test's own leaves out.
     """
 
     cassettes: tuple[str, ...] = ()
-    """Cassette names (`chat`: `chat.toml`), files or folders, in the cassette folder; none: the test's own."""
-    pace: str = "instant"
-    """`instant` by default in tests; `recorded`, `x2`, `20ms`, `tps:40` as for `serve`."""
-    jitter: str | None = None
-    match_on: str | Sequence[str] | None = None
-    ignore_body_fields: Sequence[str] | None = None
-    faults: Sequence[str] = ()
-    profiles: Sequence[str] = ()
-    recorded_faults: bool = False
-    """Put back the faults each recording notes its client got when it was recorded (with faults)."""
-    miss_status: int = 404
-    model: str | None = None
-    """A local model (a .gguf file or a model package) answers what no recording does."""
-    env: bool = False
-    """Set `OPENAI_BASE_URL`, `ANTHROPIC_BASE_URL` and their API keys (dummies) for the test, so code that makes
-    its own client reaches the mock."""
-    allow_unused: bool | None = None
-    """Let recordings go unplayed, and faults asked for go uninjected; None: the ini's `sse_tape_allow_unused`."""
-    split: str | int | None = None
-    """`"every"`: run the test once per byte offset of the longest stream, each stream sent as two writes
-    cut there; N: at N offsets spread evenly."""
-    survives: Sequence[str] = ()
-    """The gauntlet's faults (by name, or `"all"`) the test promises to survive: only those fail the run."""
+    model: str | None = _default("model")
+    match_on: str | Sequence[str] | None = _default("match_on")
+    ignore_body_fields: Sequence[str] | None = _default("ignore_body_fields")
+    pace: str = _default("pace")
+    jitter: str | None = _default("jitter")
+    miss_status: int = _default("miss_status")
+    faults: Sequence[str] = _default("faults")
+    profiles: Sequence[str] = _default("profiles")
+    recorded_faults: bool = _default("recorded_faults")
+    env: bool = _default("env")
+    allow_unused: bool | None = _default("allow_unused")
+    split: str | int | None = _default("split")
+    survives: Sequence[str] = _default("survives")
 
 
 def _bind(*cassettes: str, **words: Any) -> Marked:

@@ -1,4 +1,5 @@
-"""The plugin's command-line options and ini settings, read once per session into `Settings`."""
+"""The plugin's command-line options and ini settings, made from the table of options (`sse_tape.options`) and
+read once per session into `Settings`."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from .._exceptions import ConfigError
 from ..faults import Fault, load_profile, parse_fault
+from ..options import OPTIONS, RecordMode
 from ..redaction import Redaction
 
 __all__ = [
@@ -41,61 +44,54 @@ GAUNTLET: dict[str, str] = {
 }
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
-_RECORD_MODES = ("none", "once", "new_episodes", "all", "rewrite")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """The `--sse-tape-*` options and the `sse_tape_*` ini settings."""
+    """The `--sse-tape-*` options and the `sse_tape_*` ini settings, as the table of options says."""
     group = parser.getgroup("sse-tape", "sse-tape: recorded SSE streams as a live endpoint")
-    group.addoption(
-        "--sse-tape-record",
-        choices=_RECORD_MODES,
-        default=None,
-        help="Record from the upstream: once (cassettes that do not exist yet), new_episodes (requests no "
-        "recording answers), all (every request, added to the cassette), rewrite (each test's cassette made "
-        "anew), none (replay only; the default).",
-    )
-    group.addoption("--sse-tape-upstream", metavar="URL", help="The server to record from (or ini sse_tape_upstream).")
-    group.addoption(
-        "--sse-tape-model",
-        metavar="MODEL",
-        help="A local model (.gguf or model package) answers what no recording does.",
-    )
-    group.addoption(
-        "--sse-tape-fault",
-        action="append",
-        default=[],
-        metavar="SPEC",
-        help="A fault on every sse_tape test, such as 'error:5' or 'disconnect:50%%,mode=reset' (repeatable).",
-    )
-    group.addoption(
-        "--sse-tape-profile", action="append", default=[], metavar="NAME", help="A fault profile on every test."
-    )
-    group.addoption("--sse-tape-seed", type=int, metavar="N", help="Seed of every random choice (default: random).")
-    group.addoption(
-        "--sse-tape-gauntlet",
-        action="store_true",
-        help="Run each sse_tape test once more under each fault of the gauntlet, and report what it survived.",
-    )
-    group.addoption(
-        "--sse-tape-gauntlet-report", metavar="FILE", help="Run the gauntlet, and write its results there as JSON."
-    )
-    parser.addini(
-        "sse_tape_cassette_dir",
-        "Folder of the sse_tape cassettes, relative to the ini file (default: cassettes/ beside each test file).",
-    )
-    parser.addini("sse_tape_upstream", "The server --sse-tape-record records from.")
-    parser.addini("sse_tape_allow_unused", "Let recordings go unplayed without failing the test.", type="bool")
-    parser.addini(
-        "sse_tape_gauntlet", "The gauntlet's faults, one 'name = spec' a line (default: the standard set).", "linelist"
-    )
+    for option in OPTIONS.values():
+        if (flag := option.pytest) is None:
+            continue
+        shown = flag.shown_default or (str(flag.default) if flag.default not in (None, False) else None)
+        words: dict[str, Any] = {
+            "help": (flag.help or option.help) + (f" [default: {shown}]" if shown is not None else ""),
+            "default": [] if option.multiple else flag.default,
+        }
+        if option.kind is bool:
+            words["action"] = "store_true"
+        else:
+            words["metavar"] = option.metavar
+            if option.multiple:
+                words["action"] = "append"
+            if option.choices is not None:
+                words["choices"] = [str(c) for c in option.choices]
+            if option.kind is int:
+                words["type"] = int
+        group.addoption(flag.name, **words)
+    for option in OPTIONS.values():
+        if (ini := option.ini) is not None:
+            parser.addini(ini.name, ini.help or option.help, type=ini.type)  # type: ignore[arg-type]
+
+
+def _flag(config: pytest.Config, name: str) -> Any:
+    """What the plugin's command-line flag for option `name` says."""
+    flag = OPTIONS[name].pytest
+    assert flag is not None
+    return config.getoption(flag.name)
+
+
+def _ini(config: pytest.Config, name: str) -> Any:
+    """What the ini setting for option `name` says."""
+    ini = OPTIONS[name].ini
+    assert ini is not None
+    return config.getini(ini.name)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     """What the command line and the ini file say, read once per session."""
 
-    record: str
+    record: RecordMode
     upstream: str | None
     model: str | None
     faults: tuple[str, ...]
@@ -115,27 +111,26 @@ SETTINGS = pytest.StashKey[Settings]()
 
 def read_settings(config: pytest.Config) -> Settings:
     """The session's settings, from its command line and ini file; raises `pytest.UsageError` naming a mistake."""
-    option = config.option
-    record = option.sse_tape_record or "none"
-    upstream = option.sse_tape_upstream or config.getini("sse_tape_upstream") or None
+    record = RecordMode(_flag(config, "record_mode"))
+    upstream = _flag(config, "upstream") or _ini(config, "upstream") or None
     if upstream is not None and not upstream.startswith(("http://", "https://")):
         shown = Redaction().url(upstream)  # a key in its query is not printed
         raise pytest.UsageError(f"sse-tape upstream {shown!r}: give a base URL, such as http://127.0.0.1:8000")
     base = config.inipath.parent if config.inipath is not None else config.rootpath
-    folder = config.getini("sse_tape_cassette_dir") or _pyproject_cassette_dir(config.rootpath)
+    folder = _ini(config, "cassette_dir") or _pyproject_cassette_dir(config.rootpath)
     gauntlet = dict(GAUNTLET)
-    if lines := config.getini("sse_tape_gauntlet"):
+    if lines := _ini(config, "gauntlet"):
         gauntlet = {}
         for line in lines:
             name, eq, spec = (part.strip() for part in line.partition("="))
             if not eq or not _NAME.fullmatch(name) or not spec:
                 raise pytest.UsageError(f"sse_tape_gauntlet: write each line as 'name = fault spec', not {line!r}")
             gauntlet[name] = spec
-    report = option.sse_tape_gauntlet_report
-    run_gauntlet = bool(option.sse_tape_gauntlet or report)
-    if run_gauntlet and record != "none":
+    report = _flag(config, "gauntlet_report")
+    run_gauntlet = bool(_flag(config, "run_gauntlet") or report)
+    if run_gauntlet and record is not RecordMode.NONE:
         raise pytest.UsageError("--sse-tape-gauntlet replays what is recorded: record first, then run the gauntlet")
-    seed = option.sse_tape_seed
+    seed = _flag(config, "seed")
     if seed is None:  # pytest-xdist's workers take the controller's (xdist.pytest_configure_node)
         seed = getattr(config, "workerinput", {}).get("sse_tape_seed")
     if seed is None:
@@ -143,15 +138,15 @@ def read_settings(config: pytest.Config) -> Settings:
     return Settings(
         record=record,
         upstream=upstream,
-        model=option.sse_tape_model,
-        faults=tuple(option.sse_tape_fault),
-        profiles=tuple(option.sse_tape_profile),
+        model=_flag(config, "model"),
+        faults=tuple(_flag(config, "faults")),
+        profiles=tuple(_flag(config, "profiles")),
         seed=seed,
         gauntlet=gauntlet,
         run_gauntlet=run_gauntlet,
         gauntlet_report=Path(report) if report else None,
         cassette_dir=base / folder if folder else None,
-        allow_unused=bool(config.getini("sse_tape_allow_unused")),
+        allow_unused=bool(_ini(config, "allow_unused")),
     )
 
 
@@ -181,7 +176,7 @@ def profile_faults(config: pytest.Config, names: Sequence[str]) -> list[Fault]:
     return [fault for name in names for fault in load_profile(name, config.rootpath)]
 
 
-def no_upstream(record: str, marker: str | None) -> str:
+def no_upstream(record: RecordMode, marker: str | None) -> str:
     """Why `--sse-tape-record=record` cannot record; `marker`: whose `model=` would answer, if a marker can."""
     model = "--sse-tape-model MODEL" + (f", or model= in {marker}" if marker is not None else "")
     return (

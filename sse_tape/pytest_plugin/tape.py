@@ -17,7 +17,7 @@ import pytest
 from .._exceptions import SSETapeError
 from ..faults import parse_faults
 from ..journal import Entry, Journal, Miss, Missed
-from ..options import MissPolicy, ServeOptions
+from ..options import MissPolicy, RecordMode, ServeOptions
 from .cassettes import did_you_mean, record_target, scope_cassettes
 from .marker import Marked, read_marker
 from .options import SETTINGS, Settings, no_upstream, profile_faults
@@ -50,7 +50,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     model, neither from the command line nor from a marker of the tests chosen (rather than fail each test
     with the same line)."""
     settings = config.stash[SETTINGS]
-    if settings.record == "none" or settings.upstream is not None or settings.model is not None:
+    if settings.record is RecordMode.NONE or settings.upstream is not None or settings.model is not None:
         return
     if any(_model_answers(item) for item in items):
         return  # those tests record what their model answers; the others fail saying so (`_server`)
@@ -354,7 +354,7 @@ def open_tape(request: pytest.FixtureRequest, scope: str, *, threaded: bool) -> 
 
 def _server(config: pytest.Config, settings: Settings, marked: Marked, node: Any, scope: str) -> MockServer:
     """The server for a test, a module or the session: replaying its cassettes, or recording into one."""
-    from ..server import MockServer, load_cassettes, recording_server
+    from ..server import build_server, load_cassettes
 
     def load(chosen: list[Path]) -> list[Any]:
         """The cassettes among `chosen` that exist (`load_cassettes` of none would be the bundled ones)."""
@@ -366,6 +366,9 @@ def _server(config: pytest.Config, settings: Settings, marked: Marked, node: Any
     target = record_target(config, node, scope, paths, name)
     model = marked.model or settings.model
     synthesizer = _synthesizer(config, model, settings.seed) if model else None
+    recording = settings.record is not RecordMode.NONE
+    # Recording, from the upstream when there is one, else from the model.
+    answers = synthesizer if not recording or settings.upstream is None else None
     options = ServeOptions.build(
         match_on=marked.match_on,
         ignore_body_fields=marked.ignore_body_fields,
@@ -373,27 +376,25 @@ def _server(config: pytest.Config, settings: Settings, marked: Marked, node: Any
         jitter=marked.jitter,
         seed=settings.seed,
         miss_status=marked.miss_status,
-        on_miss=MissPolicy.SYNTH if synthesizer is not None else MissPolicy.ERROR,
+        on_miss=MissPolicy.SYNTH if answers is not None else MissPolicy.ERROR,
         # The marker's first, then the command line's: of two that answer in the stream's place, the test's own wins.
         faults=[*profile_faults(config, [*marked.profiles, *settings.profiles]), *marked.faults, *settings.faults],
         recorded_faults=marked.recorded_faults,
     )
-    if settings.record != "none":
+    if recording:
         if settings.upstream is None and synthesizer is None:
             marker = {"function": "the test's marker", "module": "the module's marker"}.get(scope)
             raise pytest.UsageError(no_upstream(settings.record, marker))
-        also = load([p for p in paths if p != target])
         mode = settings.record
-        if mode == "rewrite":
+        if mode is RecordMode.REWRITE:
             rewritten = config.stash[REWRITTEN]
-            if target not in rewritten:  # the first test that records into it makes it anew; the others add
-                rewritten.add(target)
-                target.unlink(missing_ok=True)
-            mode = "new_episodes"
+            if target in rewritten:  # the first test that records into it makes it anew; the others add
+                mode = RecordMode.NEW_EPISODES
+            rewritten.add(target)
         target.parent.mkdir(parents=True, exist_ok=True)
-        # From the upstream when there is one, else from the model.
-        model_answers = synthesizer if settings.upstream is None else None
-        return recording_server(target, settings.upstream, mode=mode, options=options, model=model_answers, also=also)
+        also = load([p for p in paths if p != target])
+        upstream = settings.upstream if answers is None else None
+        return build_server(also, options, upstream=upstream, model=answers, record_into=target, mode=mode)
     missing = [p for p in paths if not p.exists()]
     if missing and synthesizer is None:
         raise pytest.UsageError(
@@ -402,9 +403,8 @@ def _server(config: pytest.Config, settings: Settings, marked: Marked, node: Any
         )
     if target not in paths and target.exists() and not any(target.is_relative_to(p) for p in paths):
         paths.append(target)  # what a test that names only folders recorded into its own cassette replays too
-    cassettes = load(paths)
     models = [synthesizer.engine.id] if synthesizer is not None else []
-    return MockServer(cassettes, options=options, model=synthesizer, models=models)
+    return build_server(load(paths), options, model=synthesizer, models=models)
 
 
 def _record_hint(config: pytest.Config, settings: Settings, marked: Marked, node: Any, scope: str) -> str:
@@ -430,7 +430,3 @@ def _synthesizer(config: pytest.Config, model: str, seed: int) -> Any:
     if model not in engines:
         engines[model], _ = open_model(model)
     return Synthesizer(engines[model], SynthSettings(seed=seed))
-
-
-# What a test's own marker may say to a server its module or session shares: the rest is the scope's.
-_PER_TEST = frozenset({"faults", "profiles", "env", "allow_unused", "split", "survives"})

@@ -1,17 +1,26 @@
 """The server: each request is answered by an ordered chain of responders (see `app`).
 
 `app` holds the aiohttp application (`MockServer`); `replay` the responder that answers from recordings;
-`api` how a server is made and run (`serve`, `aserve`, the recording servers); `connections` the bounds
-kept on connections; `threaded` running a server in a thread for synchronous code. What a responder is and
-what it is handed (`sse_tape.responder`), and the live pipeline the forwarder and the model answer
-through (`sse_tape.live`), lie beside this package, below it: the responders outside it (`background`,
+`api` how a server is made (`build_server`) and run (`serve`, `aserve`, the recording servers); `connections`
+the bounds kept on connections; `threaded` running a server in a thread for synchronous code. What a
+responder is and what it is handed (`sse_tape.responder`), and the live pipeline the forwarder and the model
+answer through (`sse_tape.live`), lie beside this package, below it: the responders outside it (`background`,
 `catalog`, `record`, `synth`) import them without importing the server, whose app imports the responders.
 """
 
 from __future__ import annotations
 
 from ..responder import Exchange, Responder
-from .api import arecording, aserve, collect_for_serving, load_cassettes, recording, recording_server, serve
+from .api import (
+    arecording,
+    aserve,
+    build_server,
+    collect_for_serving,
+    load_cassettes,
+    recording,
+    recording_server,
+    serve,
+)
 from .app import CONTROL_PREFIX, FAULT_HEADER, Limits, MockServer
 from .replay import Replay
 from .threaded import run_in_thread
@@ -26,6 +35,7 @@ __all__ = [
     "Responder",
     "arecording",
     "aserve",
+    "build_server",
     "collect_for_serving",
     "load_cassettes",
     "recording",

@@ -1,5 +1,6 @@
-"""How a server is made and run: from cassettes and options (`serve`, `aserve`), recording into a cassette
-(`recording_server`, `recording`, `arecording`), with what the miss policy puts behind replay.
+"""How a server is made and run: `build_server`, the one function that makes one from cassettes and options
+(with what the miss policy puts behind replay, recording into a cassette or not), and what runs it: `serve`,
+`aserve`, and the recording servers (`recording_server`, `recording`, `arecording`).
 
 `aserve` runs a server in the current event loop, `serve` in a background thread for synchronous code."""
 
@@ -13,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from .._exceptions import CassetteNotFoundError, ConfigError
+from .._exceptions import CassetteNotFoundError
 from ..cassette import (
     Cassette,
     bundled_cassettes,
@@ -21,15 +22,24 @@ from ..cassette import (
     find_cassettes,
 )
 from ..matching import CUT_SHORT
-from ..options import MissPolicy, RecordMode, ServeOptions
+from ..options import OPTIONS, MissPolicy, RecordMode, ServeOptions, check_sources
 from ..recorder import Recorder
 from ..redaction import Redaction
 from ..responder import Responder
-from ..upstream import AiohttpUpstream
+from ..upstream import AiohttpUpstream, Upstream
 from .app import Limits, MockServer
 from .threaded import run_in_thread
 
-__all__ = ["arecording", "aserve", "collect_for_serving", "load_cassettes", "recording", "recording_server", "serve"]
+__all__ = [
+    "arecording",
+    "aserve",
+    "build_server",
+    "collect_for_serving",
+    "load_cassettes",
+    "recording",
+    "recording_server",
+    "serve",
+]
 
 CassetteSource = Cassette | str | os.PathLike[str]
 
@@ -59,71 +69,104 @@ def collect_for_serving() -> None:
     gc.set_threshold(10_000, *gc.get_threshold()[1:])
 
 
-def recording_server(
-    cassette: str | os.PathLike[str],
-    upstream: str | None,
-    *,
-    mode: RecordMode | str = RecordMode.NEW_EPISODES,
-    redaction: Redaction | None = None,
-    idle_timeout: float = 300.0,
+def build_server(
+    cassettes: Iterable[Cassette] = (),
     options: ServeOptions | None = None,
-    host: str = "127.0.0.1",
+    *,
+    upstream: str | Upstream | None = None,
+    model: Responder | None = None,
+    models: Iterable[str] = (),
+    record_into: str | os.PathLike[str] | None = None,
+    mode: RecordMode | str = OPTIONS["record_mode"].default,
+    redaction: Redaction | None = None,
+    idle_timeout: float = OPTIONS["idle_timeout"].value,
+    host: str = OPTIONS["host"].default,
     port: int = 0,
     log: Callable[[str], None] | None = None,
     limits: Limits | None = None,
     allow_remote_control: bool = False,
-    model: Responder | None = None,
-    also: Iterable[Cassette] = (),
 ) -> MockServer:
-    """A server that records into `cassette` what it forwards to `upstream`, and replays by `mode`.
+    """A server answering from `cassettes` as `options` say, with what the miss policy puts behind replay:
+    the one function `sse-tape serve` and `record`, `serve`, `aserve`, the recording servers and the pytest
+    plugin build their servers with.
 
-    `upstream` is a base URL such as `http://127.0.0.1:8000` or
-    `https://api.example.com/v1`; a request for `/chat/completions` goes to
-    the upstream's base URL plus that path. `options` say how replays are
-    matched and paced; the mode says whether recordings repeat: each replays
-    once under `new_episodes` (as VCR.py does), and they repeat under the others.
-    With `model` (a responder such as `synth.Synthesizer`) in place of the
-    upstream, the model answers what replay does not, and that is recorded.
-    The cassettes `also` are replayed besides, as they are: nothing is recorded into them.
+    Behind replay, `options.on_miss` puts an `upstream` (a base URL such as
+    `http://127.0.0.1:8000` or `https://api.example.com/v1`, or an `Upstream`)
+    that misses are forwarded to (`forward`), or a `model` responder (such as
+    `synth.Synthesizer`) that answers them (`synth`); `models` are listed at
+    `/v1/models` besides those the recordings name. With `record_into`, what
+    the upstream (or the model) answers is recorded into that cassette, and
+    replayed by record `mode`: each recording replays once under
+    `new_episodes` (as VCR.py does), and they repeat under the others; the
+    cassettes given are replayed besides, as they are. `redaction` says what
+    is kept out of the cassette, and `idle_timeout` how many seconds an
+    upstream may send nothing.
+
+    A miss policy without what it needs, or an upstream or model it would
+    leave unused, is a `ConfigError` (see `options.check_sources`).
     """
-    path = check_cassette_path(cassette)
-    if (upstream is None) == (model is None):
-        raise ConfigError("record from an upstream or a model: give one of them")
-    forwarded = None
-    if upstream is not None:
-        forwarded = AiohttpUpstream(upstream, idle_timeout=idle_timeout, redaction=redaction)
-    try:
-        mode = RecordMode(mode)
-    except ValueError:
-        raise ConfigError(f"record mode {mode!r}: choose from {', '.join(RecordMode)}") from None
+    chosen = options or ServeOptions()
+    policy = chosen.on_miss
+    if record_into is not None and policy not in (MissPolicy.RECORD, MissPolicy.SYNTH):
+        policy = MissPolicy.SYNTH if model is not None else MissPolicy.RECORD
+    check_sources(policy, upstream=upstream is not None, model=model is not None, recording=record_into is not None)
+    chosen_mode: RecordMode = OPTIONS["record_mode"].read(mode)
+    if isinstance(upstream, str):
+        upstream = AiohttpUpstream(upstream, idle_timeout=idle_timeout, redaction=redaction)
+    where: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "log": log,
+        "limits": limits,
+        "allow_remote_control": allow_remote_control,
+    }
+    if record_into is None:
+        return MockServer(cassettes, options=chosen, upstream=upstream, model=model, models=models, **where)
+    path = check_cassette_path(record_into)
+    if chosen_mode is RecordMode.REWRITE:
+        path.unlink(missing_ok=True)
+        chosen_mode = RecordMode.NEW_EPISODES
     # Read it now: a cassette that cannot be read must stop us before we record over it. It holds
     # what killed sessions left in their spools too: it exists if either does.
     try:
         existing: Cassette | None = Cassette.load(path)
     except CassetteNotFoundError:
         existing = None
-    replay_only = mode is RecordMode.NONE or (mode is RecordMode.ONCE and existing is not None)
+    replay_only = chosen_mode is RecordMode.NONE or (chosen_mode is RecordMode.ONCE and existing is not None)
     if replay_only and existing is not None and log is not None:
-        _say_cut_short(existing, mode, log)
+        _say_cut_short(existing, chosen_mode, log)
     chosen = replace(
-        options or ServeOptions(),
-        on_miss=MissPolicy.ERROR if replay_only else MissPolicy.SYNTH if model is not None else MissPolicy.RECORD,
-        allow_repeats=mode is not RecordMode.NEW_EPISODES,
+        chosen,
+        on_miss=MissPolicy.ERROR if replay_only else policy,
+        allow_repeats=chosen_mode is not RecordMode.NEW_EPISODES,
     )
     return MockServer(
-        [*also, *([existing] if existing is not None and mode is not RecordMode.ALL else [])],
+        [*cassettes, *([existing] if existing is not None and chosen_mode is not RecordMode.ALL else [])],
         options=chosen,
-        host=host,
-        port=port,
-        log=log,
-        upstream=forwarded,
+        upstream=upstream,
         model=model,
+        models=models,
         # What new_episodes records replays from the next request on; once and all record every request.
-        recorder=Recorder(existing or Cassette(path=path), redaction, playable=mode is RecordMode.NEW_EPISODES),
-        replay=mode is not RecordMode.ALL,
-        limits=limits,
-        allow_remote_control=allow_remote_control,
+        recorder=Recorder(existing or Cassette(path=path), redaction, playable=chosen_mode is RecordMode.NEW_EPISODES),
+        replay=chosen_mode is not RecordMode.ALL,
+        **where,
     )
+
+
+def recording_server(
+    cassette: str | os.PathLike[str],
+    upstream: str | None,
+    *,
+    mode: RecordMode | str = OPTIONS["record_mode"].default,
+    options: ServeOptions | None = None,
+    model: Responder | None = None,
+    also: Iterable[Cassette] = (),
+    **keywords: Any,
+) -> MockServer:
+    """A server that records into `cassette` what it forwards to `upstream` (or what `model` answers, in its
+    place), and replays by `mode`; the cassettes `also` are replayed besides, as they are. The other keywords
+    are `build_server`'s (`redaction`, `idle_timeout`, `host`, `port`, `log`, `limits`, ...)."""
+    return build_server(also, options, upstream=upstream, model=model, record_into=cassette, mode=mode, **keywords)
 
 
 def _say_cut_short(cassette: Cassette, mode: RecordMode, log: Callable[[str], None]) -> None:
@@ -168,7 +211,7 @@ def _server(
     if options is not None and words:
         raise TypeError(f"give options or keywords, not both (got {', '.join(words)})")
     chosen = options if options is not None else ServeOptions.build(**words)
-    return MockServer(load_cassettes(cassettes), options=chosen, host=host, port=port, log=log, upstream=upstream)
+    return build_server(load_cassettes(cassettes), chosen, upstream=upstream, host=host, port=port, log=log)
 
 
 @contextlib.asynccontextmanager

@@ -36,7 +36,7 @@ from ..dialects import Generation as Dialect
 from ..faults import MAX_HEADER_FAULTS, Fault, Injector, parse_faults
 from ..journal import Ended, FaultInjected, Journal, Miss, Missed, Received, ReplayState
 from ..matching import Matcher
-from ..options import MissPolicy, ServeOptions
+from ..options import OPTIONS, MissPolicy, ServeOptions, check_sources
 from ..plan import Plan, Write, event_ends
 from ..recorder import Recorder
 from ..redaction import Redaction
@@ -77,8 +77,8 @@ class Limits:
     gets a 503 and is closed.
     """
 
-    request_timeout: float = 10.0
-    keep_alive: float = 60.0
+    request_timeout: float = OPTIONS["request_timeout"].value
+    keep_alive: float = OPTIONS["keep_alive"].value
     max_connections: int = field(default_factory=_default_max_connections)
 
 
@@ -592,16 +592,15 @@ def _behind_replay(
     policy: MissPolicy, upstream: str | Upstream | None, recorder: Recorder | None, model: Responder | None
 ) -> list[Responder]:
     """The responders the miss policy puts behind replay."""
+    check_sources(
+        policy, upstream=upstream is not None, model=model is not None, recording=recorder is not None, unused=False
+    )
     if policy is MissPolicy.ERROR:
         return []
     if policy is MissPolicy.SYNTH:
-        if model is None:
-            raise ConfigError("on miss synth: give the model that answers misses (--model)")
+        assert model is not None
         return [model]
-    if upstream is None:
-        raise ConfigError(f"on miss {policy}: give the upstream to send misses to")
-    if policy is MissPolicy.RECORD and recorder is None:
-        raise ConfigError("on miss record: give the recorder that keeps what is forwarded")
+    assert upstream is not None
     from ..record import Forwarder  # forwarding: a subsystem of its own, imported by a server that forwards
 
     if isinstance(upstream, str):
