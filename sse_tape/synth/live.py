@@ -130,7 +130,8 @@ class Synthesizer(Attached):
             )
         finally:
             if not answer.ran or self.recorder is None:
-                # The model is free for the next request now (its answer stops at once: nothing reads it on).
+                # In flight while its client's copy lasts; then the model is free for the next request (its
+                # answer stops at once: nothing reads it on).
                 answer.release()
 
     def _note(self, exchange: Exchange, synthesis: Synthesis) -> None:
@@ -195,7 +196,8 @@ class _Answer:
                 feed.chunk(Chunk(parts[-1][0] if parts else 0.0, body))
             capture.end = End.COMPLETE
         finally:
-            self.release()
+            if self.synthesizer.recorder is not None:  # read on for the cassette: in flight until the model is done
+                self.release()
             capture.duration = round(time.perf_counter() - synthesis.started, 6)
             if not synthesis.done.is_set():
                 synthesis.cancel()  # nobody reads what the model writes now: it moves on at once
