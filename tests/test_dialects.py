@@ -29,6 +29,9 @@ from sse_tape.translation import translate
 
 DONE = "data: [DONE]\n\n"
 
+Case = tuple[list[str], list[str]]
+"""A stream's frames, and the violations `check` finds in it, each with its exact message."""
+
 
 def events_of(*frames: str | bytes) -> list[ServerSentEvent]:
     decoder = SSEDecoder()
@@ -65,89 +68,83 @@ def call(index: int, args: str, **first: Any) -> dict[str, Any]:
 CALL_START = call(0, "", id="call_1", type="function", function={"name": "f"})
 
 
-@pytest.mark.parametrize(
-    ("frames", "expected"),
-    [
-        ([ROLE, HI, STOP, DONE], []),
-        ([ROLE, "data: {oops\n\n", STOP, DONE], ["event 2: data is not JSON: '{oops'"]),
-        (
-            [
-                ROLE,
-                frame({"id": "c1", "object": "chat.completion", "choices": [{"delta": {"content": "x"}}]}),
-                STOP,
-                DONE,
-            ],
-            ["event 2: object is 'chat.completion', not 'chat.completion.chunk'"],
-        ),
-        ([ROLE, chunk({"content": "x"}, id="c2"), STOP, DONE], ["event 2: id changes from 'c1' to 'c2'"]),
-        (
-            [ROLE, frame({"id": "c1", "object": "chat.completion.chunk"}), STOP, DONE],
-            ["event 2: choices is missing or not a list"],
-        ),
-        (
-            [ROLE, frame({"id": "c1", "object": "chat.completion.chunk", "choices": []}), STOP, DONE],
-            ["event 2: chunk with no choices and no usage"],
-        ),
-        ([HI, STOP, DONE], ["event 1: content delta before the role frame"]),
-        ([ROLE, ROLE, HI, STOP, DONE], ["event 2: role frame repeated"]),
-        ([chunk({"role": "user"}), HI, STOP, DONE], ["event 1: role is 'user', not 'assistant'"]),
-        ([ROLE, STOP, HI, DONE], ["event 3: delta after the finish_reason chunk"]),
-        (
-            [ROLE, chunk(call(0, "{}", function={"name": "f"})), chunk(finish="tool_calls"), DONE],
-            ["event 2: tool call 0 starts without id, type 'function'"],
-        ),
-        (
-            [
-                ROLE,
-                chunk(CALL_START),
-                chunk(call(0, "{}", id="call_1", function={"name": "f"})),
-                chunk(finish="tool_calls"),
-                DONE,
-            ],
-            ["event 3: tool call 0 repeats its id or name after its first delta"],
-        ),
-        (
-            [ROLE, chunk({"tool_calls": [{"function": {"arguments": "{}"}}]}), STOP, DONE],
-            ["event 2: tool call delta without an index"],
-        ),
-        (
-            [ROLE, HI, chunk(finish="done"), DONE],
-            ["event 3: finish_reason 'done' is not one of stop, length, tool_calls, content_filter"],
-        ),
-        ([ROLE, HI, STOP, STOP, DONE], ["event 4: finish_reason repeated"]),
-        (
-            [ROLE, HI, chunk(finish="tool_calls"), DONE],
-            ["event 3: finish_reason is 'tool_calls' but no tool call was streamed"],
-        ),
-        (
-            [ROLE, chunk(CALL_START), chunk(call(0, "{}")), STOP, DONE],
-            ["event 4: tool calls were streamed but finish_reason is 'stop'"],
-        ),
-        (
-            [ROLE, chunk(CALL_START), chunk(call(0, '{"city":')), chunk(finish="tool_calls"), DONE],
-            ["tool call 0 arguments are not valid JSON: '{\"city\":'"],
-        ),
-        ([ROLE, HI, DONE], ["no chunk with a finish_reason"]),
-        ([ROLE, HI, STOP], ["no terminal frame (data: [DONE])"]),
-        ([ROLE, HI, STOP, DONE, HI], ["event 5: event after [DONE]"]),
-        ([ROLE, HI, frame({"error": "boom"}, "error"), DONE], ["event 3: error event without error.message"]),
-        ([ROLE, HI, frame({"error": {"message": "boom"}}, "error"), DONE], []),
-        ([ROLE, frame({"x": 1}, "ping"), HI, STOP, DONE], ["event 2: unexpected event type 'ping'"]),
-        (
-            [
-                ROLE,
-                HI,
-                STOP,
-                frame({"id": "c1", "object": "chat.completion.chunk", "choices": [], "usage": {"total": 3}}),
-                DONE,
-            ],
-            ["event 4: usage has no prompt_tokens"],
-        ),
-    ],
-    ids=lambda v: v[0][:40] if isinstance(v, list) and v and isinstance(v[0], str) else None,
-)
-def test_openai_chat_rules(frames: list[str], expected: list[str]) -> None:
-    assert violations("openai-chat", *frames) == expected
+CHAT_RULES: list[Case] = [
+    ([ROLE, HI, STOP, DONE], []),
+    ([ROLE, "data: {oops\n\n", STOP, DONE], ["event 2: data is not JSON: '{oops'"]),
+    (
+        [
+            ROLE,
+            frame({"id": "c1", "object": "chat.completion", "choices": [{"delta": {"content": "x"}}]}),
+            STOP,
+            DONE,
+        ],
+        ["event 2: object is 'chat.completion', not 'chat.completion.chunk'"],
+    ),
+    ([ROLE, chunk({"content": "x"}, id="c2"), STOP, DONE], ["event 2: id changes from 'c1' to 'c2'"]),
+    (
+        [ROLE, frame({"id": "c1", "object": "chat.completion.chunk"}), STOP, DONE],
+        ["event 2: choices is missing or not a list"],
+    ),
+    (
+        [ROLE, frame({"id": "c1", "object": "chat.completion.chunk", "choices": []}), STOP, DONE],
+        ["event 2: chunk with no choices and no usage"],
+    ),
+    ([HI, STOP, DONE], ["event 1: content delta before the role frame"]),
+    ([ROLE, ROLE, HI, STOP, DONE], ["event 2: role frame repeated"]),
+    ([chunk({"role": "user"}), HI, STOP, DONE], ["event 1: role is 'user', not 'assistant'"]),
+    ([ROLE, STOP, HI, DONE], ["event 3: delta after the finish_reason chunk"]),
+    (
+        [ROLE, chunk(call(0, "{}", function={"name": "f"})), chunk(finish="tool_calls"), DONE],
+        ["event 2: tool call 0 starts without id, type 'function'"],
+    ),
+    (
+        [
+            ROLE,
+            chunk(CALL_START),
+            chunk(call(0, "{}", id="call_1", function={"name": "f"})),
+            chunk(finish="tool_calls"),
+            DONE,
+        ],
+        ["event 3: tool call 0 repeats its id or name after its first delta"],
+    ),
+    (
+        [ROLE, chunk({"tool_calls": [{"function": {"arguments": "{}"}}]}), STOP, DONE],
+        ["event 2: tool call delta without an index"],
+    ),
+    (
+        [ROLE, HI, chunk(finish="done"), DONE],
+        ["event 3: finish_reason 'done' is not one of stop, length, tool_calls, content_filter"],
+    ),
+    ([ROLE, HI, STOP, STOP, DONE], ["event 4: finish_reason repeated"]),
+    (
+        [ROLE, HI, chunk(finish="tool_calls"), DONE],
+        ["event 3: finish_reason is 'tool_calls' but no tool call was streamed"],
+    ),
+    (
+        [ROLE, chunk(CALL_START), chunk(call(0, "{}")), STOP, DONE],
+        ["event 4: tool calls were streamed but finish_reason is 'stop'"],
+    ),
+    (
+        [ROLE, chunk(CALL_START), chunk(call(0, '{"city":')), chunk(finish="tool_calls"), DONE],
+        ["tool call 0 arguments are not valid JSON: '{\"city\":'"],
+    ),
+    ([ROLE, HI, DONE], ["no chunk with a finish_reason"]),
+    ([ROLE, HI, STOP], ["no terminal frame (data: [DONE])"]),
+    ([ROLE, HI, STOP, DONE, HI], ["event 5: event after [DONE]"]),
+    ([ROLE, HI, frame({"error": "boom"}, "error"), DONE], ["event 3: error event without error.message"]),
+    ([ROLE, HI, frame({"error": {"message": "boom"}}, "error"), DONE], []),
+    ([ROLE, frame({"x": 1}, "ping"), HI, STOP, DONE], ["event 2: unexpected event type 'ping'"]),
+    (
+        [
+            ROLE,
+            HI,
+            STOP,
+            frame({"id": "c1", "object": "chat.completion.chunk", "choices": [], "usage": {"total": 3}}),
+            DONE,
+        ],
+        ["event 4: usage has no prompt_tokens"],
+    ),
+]
 
 
 def test_openai_chat_include_usage_needs_a_usage_chunk() -> None:
@@ -173,45 +170,40 @@ def text_chunk(text: str, finish: str | None = None, logprobs: Any = None, **top
 ONCE, END = text_chunk(" once"), text_chunk("", "stop")
 
 
-@pytest.mark.parametrize(
-    ("frames", "expected"),
-    [
-        ([ONCE, END, DONE], []),
-        ([ONCE, "data: nope\n\n", END, DONE], ["event 2: data is not JSON: 'nope'"]),
-        (
-            [ONCE, text_chunk(" x", object="chat.completion.chunk"), END, DONE],
-            ["event 2: object is 'chat.completion.chunk', not 'text_completion'"],
-        ),
-        ([ONCE, text_chunk(" x", id="k2"), END, DONE], ["event 2: id changes from 'k1' to 'k2'"]),
-        (
-            [ONCE, frame({"id": "k1", "object": "text_completion", "choices": []}), END, DONE],
-            ["event 2: choices is missing or empty"],
-        ),
-        (
-            [ONCE, frame({"id": "k1", "object": "text_completion", "choices": [{"index": 0}]}), END, DONE],
-            ["event 2: choice has no text"],
-        ),
-        ([ONCE, END, ONCE, DONE], ["event 3: text after the finish_reason chunk"]),
-        (
-            [
-                text_chunk(" a", logprobs={"tokens": [" a", " b"], "token_logprobs": [-1.0], "text_offset": [0, 2]}),
-                END,
-                DONE,
-            ],
-            ["event 1: logprobs lists differ in length: tokens 2, token_logprobs 1, text_offset 2"],
-        ),
-        (
-            [ONCE, text_chunk("", "tool_calls"), DONE],
-            ["event 2: finish_reason 'tool_calls' is not one of stop, length, content_filter"],
-        ),
-        ([ONCE, END, END, DONE], ["event 3: finish_reason repeated"]),
-        ([ONCE, DONE], ["no chunk with a finish_reason"]),
-        ([ONCE, END], ["no terminal frame (data: [DONE])"]),
-        ([ONCE, END, DONE, ONCE], ["event 4: event after [DONE]"]),
-    ],
-)
-def test_openai_completions_rules(frames: list[str], expected: list[str]) -> None:
-    assert violations("openai-completions", *frames) == expected
+COMPLETIONS_RULES: list[Case] = [
+    ([ONCE, END, DONE], []),
+    ([ONCE, "data: nope\n\n", END, DONE], ["event 2: data is not JSON: 'nope'"]),
+    (
+        [ONCE, text_chunk(" x", object="chat.completion.chunk"), END, DONE],
+        ["event 2: object is 'chat.completion.chunk', not 'text_completion'"],
+    ),
+    ([ONCE, text_chunk(" x", id="k2"), END, DONE], ["event 2: id changes from 'k1' to 'k2'"]),
+    (
+        [ONCE, frame({"id": "k1", "object": "text_completion", "choices": []}), END, DONE],
+        ["event 2: choices is missing or empty"],
+    ),
+    (
+        [ONCE, frame({"id": "k1", "object": "text_completion", "choices": [{"index": 0}]}), END, DONE],
+        ["event 2: choice has no text"],
+    ),
+    ([ONCE, END, ONCE, DONE], ["event 3: text after the finish_reason chunk"]),
+    (
+        [
+            text_chunk(" a", logprobs={"tokens": [" a", " b"], "token_logprobs": [-1.0], "text_offset": [0, 2]}),
+            END,
+            DONE,
+        ],
+        ["event 1: logprobs lists differ in length: tokens 2, token_logprobs 1, text_offset 2"],
+    ),
+    (
+        [ONCE, text_chunk("", "tool_calls"), DONE],
+        ["event 2: finish_reason 'tool_calls' is not one of stop, length, content_filter"],
+    ),
+    ([ONCE, END, END, DONE], ["event 3: finish_reason repeated"]),
+    ([ONCE, DONE], ["no chunk with a finish_reason"]),
+    ([ONCE, END], ["no terminal frame (data: [DONE])"]),
+    ([ONCE, END, DONE, ONCE], ["event 4: event after [DONE]"]),
+]
 
 
 # --- openai-responses --------------------------------------------------------------------------
@@ -241,50 +233,43 @@ def responses_stream(*, text: str = "Hi", **broken: Any) -> list[str]:
     return frames + broken.get("tail", [DONE])
 
 
-@pytest.mark.parametrize(
-    ("frames", "expected"),
-    [
-        (responses_stream(), []),
-        (responses_stream(tail=[]), []),  # OpenAI's own API sends no [DONE]
-        (
-            responses_stream(names={4: "response.output_text.deltas"}),
-            ["event 5: event name 'response.output_text.deltas' but type 'response.output_text.delta'"],
+RESPONSES_RULES: list[Case] = [
+    (responses_stream(), []),
+    (responses_stream(tail=[]), []),  # OpenAI's own API sends no [DONE]
+    (
+        responses_stream(names={4: "response.output_text.deltas"}),
+        ["event 5: event name 'response.output_text.deltas' but type 'response.output_text.delta'"],
+    ),
+    (responses_stream(bump=5), ["event 6: sequence_number jumps from 4 to 6"]),
+    (
+        responses_stream(replace={6: {"type": "response.output_text.done", "item_id": "m1", "text": "Hi"}}, bump=99),
+        [],
+    ),
+    (responses_stream(drop=[0, 1]), ["event 1: first event is response.output_item.added, not response.created"]),
+    (responses_stream(text="Hello"), ["event 7: response.output_text.done text differs from its deltas"]),
+    (responses_stream(drop=[8]), ["event 9: response.completed before response.output_item.done for m1"]),
+    (
+        responses_stream(tail=[frame({"type": "response.in_progress", "sequence_number": 10}), DONE]),
+        ["event 11: response.in_progress after response.completed"],
+    ),
+    (
+        responses_stream(drop=[9], tail=[DONE]),
+        [
+            "event 10: [DONE] before the terminal event",
+            "no terminal event (response.completed, response.incomplete or response.failed)",
+        ],
+    ),
+    (
+        responses_stream(
+            replace={4: {"type": "response.output_text.delta", "item_id": "m9", "sequence_number": 4, "delta": "H"}}
         ),
-        (responses_stream(bump=5), ["event 6: sequence_number jumps from 4 to 6"]),
-        (
-            responses_stream(
-                replace={6: {"type": "response.output_text.done", "item_id": "m1", "text": "Hi"}}, bump=99
-            ),
-            [],
-        ),
-        (responses_stream(drop=[0, 1]), ["event 1: first event is response.output_item.added, not response.created"]),
-        (responses_stream(text="Hello"), ["event 7: response.output_text.done text differs from its deltas"]),
-        (responses_stream(drop=[8]), ["event 9: response.completed before response.output_item.done for m1"]),
-        (
-            responses_stream(tail=[frame({"type": "response.in_progress", "sequence_number": 10}), DONE]),
-            ["event 11: response.in_progress after response.completed"],
-        ),
-        (
-            responses_stream(drop=[9], tail=[DONE]),
-            [
-                "event 10: [DONE] before the terminal event",
-                "no terminal event (response.completed, response.incomplete or response.failed)",
-            ],
-        ),
-        (
-            responses_stream(
-                replace={4: {"type": "response.output_text.delta", "item_id": "m9", "sequence_number": 4, "delta": "H"}}
-            ),
-            [
-                "event 5: response.output_text.delta for unknown item m9",
-                "event 7: response.output_text.done text differs from its deltas",
-            ],
-        ),
-        (responses_stream(replace={3: {"item_id": "m1"}}), ["event 4: data has no type"]),
-    ],
-)
-def test_openai_responses_rules(frames: list[str], expected: list[str]) -> None:
-    assert violations("openai-responses", *frames) == expected
+        [
+            "event 5: response.output_text.delta for unknown item m9",
+            "event 7: response.output_text.done text differs from its deltas",
+        ],
+    ),
+    (responses_stream(replace={3: {"item_id": "m1"}}), ["event 4: data has no type"]),
+]
 
 
 def test_openai_responses_delta_after_its_item_is_done() -> None:
@@ -320,87 +305,438 @@ START = {"type": "chat.start", "model_instance_id": "m"}
 MESSAGE = ("message.start", "message.delta", "message.end")
 
 
+LMSTUDIO_RULES: list[Case] = [
+    (lms(START, *MESSAGE, chat_end()), []),
+    (lms(START, "reasoning.start", "reasoning.delta", "reasoning.end", *MESSAGE, chat_end("x")), []),
+    (lms(START, {"type": "chat.middle"}, *MESSAGE, chat_end()), ["event 2: unknown event type 'chat.middle'"]),
+    (
+        lms(START, *MESSAGE, chat_end(), names={1: "message.begin"}),
+        ["event 2: event name 'message.begin' but type 'message.start'"],
+    ),
+    (lms(*MESSAGE, chat_end()), ["event 1: first event is message.start, not chat.start"]),
+    (
+        lms(START, *MESSAGE, {"type": "tool_call.arguments", "tool": "f", "arguments": {}}, chat_end()),
+        ["event 5: tool_call.arguments after message.end"],
+    ),
+    (
+        lms(
+            START,
+            "message.start",
+            "reasoning.start",
+            "reasoning.delta",
+            "reasoning.end",
+            "message.delta",
+            "message.end",
+            chat_end("x"),
+        ),
+        ["event 3: reasoning.start after message.start"],
+    ),
+    (
+        lms(
+            START,
+            "message.start",
+            {"type": "tool_call.start", "tool": "f"},
+            "message.delta",
+            "message.end",
+            chat_end(),
+        ),
+        ["event 3: tool_call.start after message.start"],
+    ),
+    (lms(START, "reasoning.delta", *MESSAGE, chat_end("x")), ["event 2: reasoning.delta after chat.start"]),
+    (
+        lms(START, {"type": "prompt_processing.progress", "progress": 1.5}, *MESSAGE, chat_end()),
+        ["event 2: prompt_processing.progress progress 1.5 is not between 0 and 1"],
+    ),
+    (
+        lms(
+            START,
+            {"type": "model_load.progress", "progress": 0.7},
+            {"type": "model_load.progress", "progress": 0.2},
+            *MESSAGE,
+            chat_end(),
+        ),
+        ["event 3: model_load.progress goes back from 0.7 to 0.2"],
+    ),
+    (lms(START, "message.start", "message.delta", chat_end()), ["event 4: chat.end before message.end"]),
+    (
+        lms(START, *MESSAGE, chat_end(message="y")),
+        ["event 5: chat.end message differs from the streamed message.delta content"],
+    ),
+    (lms(START, *MESSAGE, {"type": "chat.end", "result": {}}), ["event 5: chat.end has no result.output"]),
+    (lms(START, *MESSAGE), ["no terminal frame (chat.end)"]),
+    (
+        lms(START, *MESSAGE, {"type": "error", "error": {"type": "unknown", "message": "boom"}}),
+        ["no terminal frame (chat.end) after the error"],
+    ),
+    (
+        lms(START, *MESSAGE, {"type": "error", "error": "boom"}, chat_end()),
+        ["event 5: error event without error.message"],
+    ),
+    (
+        lms(START, *MESSAGE, chat_end(), *MESSAGE),
+        [
+            "event 6: message.start after chat.end",
+            "event 7: message.delta after chat.end",
+            "event 8: message.end after chat.end",
+        ],
+    ),
+]
+
+
+# --- gemini ---------------------------------------------------------------------------------------
+
+
+GEMINI_PATH = "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+GEMINI_MODEL = "gemini-2.5-flash"
+
+
+def gemini_data(obj: Any) -> str:
+    return f"data: {json.dumps(obj)}\r\n\r\n"
+
+
+def gemini_chunk(*parts: Any, finish: str | None = None, usage: Any = None, **top: Any) -> str:
+    candidate: dict[str, Any] = {"content": {"parts": list(parts), "role": "model"}, "index": 0}
+    if finish is not None:
+        candidate["finishReason"] = finish
+    extra = {"usageMetadata": usage} if usage is not None else {}
+    return gemini_data({"candidates": [candidate], **extra, "modelVersion": GEMINI_MODEL, "responseId": "r1", **top})
+
+
+GEMINI_HI = gemini_chunk({"text": "Hi"})
+GEMINI_STOP = gemini_chunk({"text": "!"}, finish="STOP")
+GEMINI_CALL = {"functionCall": {"name": "get_weather", "args": {"city": "Tokyo"}}}
+GEMINI_SAME_ID = {"functionCall": {"id": "c1", "name": "get_weather", "args": {}}}
+
+
+def gemini_usage(prompt: int, candidates: int, total: int, **more: int) -> dict[str, int]:
+    return {"promptTokenCount": prompt, "candidatesTokenCount": candidates, "totalTokenCount": total, **more}
+
+
+GEMINI_RULES: list[Case] = [
+    ([GEMINI_HI, GEMINI_STOP], []),
+    ([GEMINI_HI, gemini_chunk(GEMINI_CALL, finish="STOP")], []),
+    ([GEMINI_HI, gemini_data({"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}})], []),
+    (
+        [gemini_data({"promptFeedback": {"blockReason": "SAFETY"}, "modelVersion": GEMINI_MODEL, "responseId": "r1"})],
+        [],
+    ),
+    (["event: message\n" + GEMINI_HI, "event: x\n" + GEMINI_STOP], ["event 2: unexpected event type 'x'"]),
+    ([GEMINI_HI, "data: nope\r\n\r\n", GEMINI_STOP], ["event 2: data is not JSON: 'nope'"]),
+    ([GEMINI_HI, "data: [1]\r\n\r\n", GEMINI_STOP], ["event 2: chunk is not a JSON object"]),
+    (
+        [GEMINI_HI, gemini_data({"error": {"message": "boom"}})],
+        ["event 2: error chunk without error.code, error.status"],
+    ),
+    (
+        [GEMINI_HI, gemini_data({"error": {"code": 500, "message": "boom", "status": "BROKEN"}})],
+        ["event 2: error.status 'BROKEN' is not a google.rpc.Code"],
+    ),
+    (
+        [GEMINI_HI, gemini_data({"error": {"code": 500, "message": "boom", "status": "INTERNAL"}}), GEMINI_STOP],
+        ["event 3: chunk after the error"],
+    ),
+    ([GEMINI_HI, GEMINI_STOP, GEMINI_HI], ["event 3: chunk after the finishReason chunk"]),
+    (
+        [GEMINI_HI, gemini_chunk({"text": "!"}, finish="STOP", responseId="r2")],
+        ["event 2: responseId changes from 'r1' to 'r2'"],
+    ),
+    (
+        [GEMINI_HI, gemini_chunk({"text": "!"}, finish="STOP", modelVersion="other")],
+        ["event 2: modelVersion changes from 'gemini-2.5-flash' to 'other'"],
+    ),
+    ([GEMINI_HI, gemini_chunk({"text": "!"}, finish="STOP", usage=[3])], ["event 2: usageMetadata is not an object"]),
+    (
+        [GEMINI_HI, gemini_chunk({"text": "!"}, finish="STOP", usage=gemini_usage(2, 9, 35, thoughtsTokenCount=20))],
+        ["event 2: usageMetadata.totalTokenCount is 35, not the sum of its counts (31)"],
+    ),
+    (
+        [
+            gemini_chunk({"text": "Hi"}, usage=gemini_usage(2, 9, 11)),
+            gemini_chunk({"text": "!"}, finish="STOP", usage=gemini_usage(2, 4, 6)),
+        ],
+        ["event 2: usageMetadata.candidatesTokenCount goes down from 9 to 4"],
+    ),
+    (
+        [GEMINI_HI, gemini_data({"modelVersion": GEMINI_MODEL, "responseId": "r1"}), GEMINI_STOP],
+        ["event 2: chunk has no candidates"],
+    ),
+    ([GEMINI_HI, gemini_data({"candidates": ["x"]}), GEMINI_STOP], ["event 2: candidate is not an object"]),
+    (
+        [
+            gemini_data(
+                {"candidates": [{"content": {"parts": [{"text": "Hi"}], "role": "user"}, "finishReason": "STOP"}]}
+            )
+        ],
+        ["event 1: content role is 'user', not 'model'"],
+    ),
+    (
+        [
+            gemini_data(
+                {"candidates": [{"content": {"parts": {"text": "Hi"}, "role": "model"}, "finishReason": "STOP"}]}
+            )
+        ],
+        ["event 1: content.parts is not a list"],
+    ),
+    (
+        [GEMINI_HI, gemini_chunk({"thoughtSignature": "c2ln"}), GEMINI_STOP],
+        ["event 2: part 0 carries nothing (text, functionCall, ...)"],
+    ),
+    ([gemini_chunk({"thought": True}), GEMINI_STOP], ["event 1: part 0 is a thought without text"]),
+    (
+        [GEMINI_HI, gemini_chunk({"text": "!", "thoughtSignature": "not base64!"}, finish="STOP")],
+        ["event 2: part 0 thoughtSignature is not base64"],
+    ),
+    (
+        [GEMINI_HI, gemini_chunk({"functionCall": {"args": {}}}, finish="STOP")],
+        ["event 2: part 0: functionCall without a name"],
+    ),
+    (
+        [GEMINI_HI, gemini_chunk({"functionCall": {"name": "f", "args": "{}"}}, finish="STOP")],
+        ["event 2: part 0: functionCall f args is not an object"],
+    ),
+    ([GEMINI_HI, gemini_chunk({"text": "!"}, finish="DONE")], ["event 2: unknown finishReason 'DONE'"]),
+    (
+        [gemini_data({"candidates": [{"finishReason": "STOP", "index": 0}, {"finishReason": "STOP", "index": 1}]})],
+        [],  # two candidates may each finish in one chunk (candidateCount 2)
+    ),
+    ([GEMINI_HI], ["no chunk with a finishReason"]),
+    (
+        [GEMINI_HI, GEMINI_STOP, GEMINI_STOP],
+        ["event 3: chunk after the finishReason chunk", "event 3: finishReason repeated"],
+    ),
+    (
+        [gemini_chunk(GEMINI_SAME_ID), gemini_chunk(GEMINI_SAME_ID, finish="STOP")],
+        ["tool calls 0 and 1 have the same id 'c1'"],
+    ),
+]
+
+
+# --- anthropic-messages ---------------------------------------------------------------------------
+
+
+def ev(obj: dict[str, Any], event: str | None = None) -> str:
+    return f"event: {event or obj['type']}\ndata: {json.dumps(obj)}\n\n"
+
+
+def block(index: int, kind: str = "text", **fields: Any) -> str:
+    empty = {"text": {"text": ""}, "thinking": {"thinking": "", "signature": ""}}.get(kind, {})
+    return ev({"type": "content_block_start", "index": index, "content_block": {"type": kind, **empty, **fields}})
+
+
+def delta(index: int, kind: str = "text_delta", **fields: Any) -> str:
+    return ev({"type": "content_block_delta", "index": index, "delta": {"type": kind, **fields}})
+
+
+def stop(index: int) -> str:
+    return ev({"type": "content_block_stop", "index": index})
+
+
+def message_delta(reason: str = "end_turn", usage: Any = None) -> str:
+    usage = {"output_tokens": 2} if usage is None else usage
+    return ev({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": None}, "usage": usage})
+
+
+def anthropic_call(index: int, call_id: str, arguments: str) -> list[str]:
+    return [
+        block(index, "tool_use", id=call_id, name="get_weather", input={}),
+        delta(index, "input_json_delta", partial_json=arguments),
+        stop(index),
+    ]
+
+
+ENVELOPE = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [], "stop_reason": None}
+ANTHROPIC_START = ev(
+    {"type": "message_start", "message": {**ENVELOPE, "usage": {"input_tokens": 3, "output_tokens": 1}}}
+)
+PING = 'event: ping\ndata: {"type": "ping"}\n\n'
+ANTHROPIC_HI = delta(0, text="Hi")
+ANTHROPIC_END = message_delta()
+MESSAGE_STOP = ev({"type": "message_stop"})
+OVERLOADED = ev({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+CLEAN = [ANTHROPIC_START, block(0), PING, ANTHROPIC_HI, stop(0), ANTHROPIC_END, MESSAGE_STOP]
+TOOL_USE = [
+    ANTHROPIC_START,
+    *anthropic_call(0, "toolu_1", '{"city": "Tokyo"}'),
+    message_delta("tool_use"),
+    MESSAGE_STOP,
+]
+
+
+ANTHROPIC_RULES: list[Case] = [
+    (CLEAN, []),
+    (TOOL_USE, []),
+    ([PING, *CLEAN], []),  # pings come anywhere
+    (
+        [
+            ANTHROPIC_START,
+            block(0),
+            ANTHROPIC_HI,
+            stop(0),
+            ev({"type": "content_block_citation"}),
+            ANTHROPIC_END,
+            MESSAGE_STOP,
+        ],
+        [],
+    ),  # new types
+    ([ANTHROPIC_START, block(0), ANTHROPIC_HI, OVERLOADED], []),  # an error ends the stream as it stands
+    (
+        [ANTHROPIC_START, "event: message\ndata: {oops\n\n", ANTHROPIC_END, MESSAGE_STOP],
+        ["event 2: data is not JSON: '{oops'"],
+    ),
+    (
+        [ANTHROPIC_START, ev({"index": 0}, "content_block_stop"), ANTHROPIC_END, MESSAGE_STOP],
+        ["event 2: data has no type"],
+    ),
+    (
+        [
+            ANTHROPIC_START,
+            block(0),
+            f"data: {json.dumps({'type': 'content_block_delta', 'index': 0, 'delta': {'type': 'text_delta', 'text': 'Hi'}})}\n\n",
+            stop(0),
+            ANTHROPIC_END,
+            MESSAGE_STOP,
+        ],
+        ["event 3: event name 'message' but type 'content_block_delta'"],
+    ),
+    (CLEAN[1:], ["event 1: first event is content_block_start, not message_start"]),
+    ([ANTHROPIC_START, *CLEAN], ["event 2: message_start repeated"]),
+    ([ev({"type": "message_start"}), ANTHROPIC_END, MESSAGE_STOP], ["event 1: message_start without a message"]),
+    (
+        [ANTHROPIC_START, ev({"type": "content_block_start", "index": 0}), ANTHROPIC_END, MESSAGE_STOP],
+        ["event 2: content_block_start without an index and a content_block with a type"],
+    ),
+    (
+        [ANTHROPIC_START, block(0), block(1), stop(1), ANTHROPIC_END, MESSAGE_STOP],
+        ["event 3: content_block_start of block 1 while block 0 is open"],
+    ),
+    (
+        [ANTHROPIC_START, block(1), stop(1), ANTHROPIC_END, MESSAGE_STOP],
+        ["event 2: content_block_start index is 1, not 0"],
+    ),
+    (
+        [ANTHROPIC_START, block(0), stop(0), ANTHROPIC_HI, ANTHROPIC_END, MESSAGE_STOP],
+        ["event 4: content_block_delta for block 0, which is not open"],
+    ),
+    (
+        [ANTHROPIC_START, block(0), delta(0, "thinking_delta", thinking="Hmm"), stop(0), ANTHROPIC_END, MESSAGE_STOP],
+        ["event 3: thinking_delta in a text block"],
+    ),
+    (
+        [
+            ANTHROPIC_START,
+            block(0, "thinking"),
+            delta(0, "input_json_delta", partial_json="{}"),
+            stop(0),
+            ANTHROPIC_END,
+            MESSAGE_STOP,
+        ],
+        ["event 3: input_json_delta in a thinking block"],
+    ),
+    (
+        [ANTHROPIC_START, block(0), ANTHROPIC_HI, stop(0), stop(0), ANTHROPIC_END, MESSAGE_STOP],
+        ["event 5: content_block_stop for block 0, which is not open"],
+    ),
+    (
+        [ANTHROPIC_START, block(0), ANTHROPIC_HI, stop(0), ANTHROPIC_END, block(1), stop(1), MESSAGE_STOP],
+        ["event 6: content_block_start after message_delta", "event 7: content_block_stop after message_delta"],
+    ),
+    (
+        [ANTHROPIC_START, block(0), ANTHROPIC_HI, ANTHROPIC_END, MESSAGE_STOP],
+        ["event 4: message_delta while block 0 is open"],
+    ),
+    (
+        [ANTHROPIC_START, block(0), ANTHROPIC_HI, stop(0), message_delta("done"), MESSAGE_STOP],
+        [
+            "event 5: stop_reason 'done' is not one of end_turn, stop_sequence, pause_turn, max_tokens, "
+            "model_context_window_exceeded, tool_use, refusal"
+        ],
+    ),
+    (
+        [ANTHROPIC_START, block(0), ANTHROPIC_HI, stop(0), message_delta("tool_use"), MESSAGE_STOP],
+        ["event 5: stop_reason is 'tool_use' but no tool_use block was streamed"],
+    ),
+    (
+        [ANTHROPIC_START, block(0), ANTHROPIC_HI, stop(0), message_delta(usage={"input_tokens": 3}), MESSAGE_STOP],
+        ["event 5: message_delta has no usage.output_tokens"],
+    ),
+    (
+        [ANTHROPIC_START, block(0), ANTHROPIC_HI, stop(0), MESSAGE_STOP],
+        ["event 5: message_stop before any message_delta"],
+    ),
+    ([*CLEAN, PING], ["event 8: ping after message_stop"]),
+    (CLEAN[:-1], ["no terminal event (message_stop or error)"]),
+    ([ANTHROPIC_START, block(0), ANTHROPIC_HI, OVERLOADED, MESSAGE_STOP], ["event 5: message_stop after error"]),
+    ([ANTHROPIC_START, ev({"type": "error", "error": "Overloaded"})], ["event 2: error event without error.message"]),
+    (
+        [ANTHROPIC_START, *anthropic_call(0, "toolu_1", '{"city":'), message_delta("tool_use"), MESSAGE_STOP],
+        ["tool call 0 arguments are not valid JSON: '{\"city\":'"],
+    ),
+    (
+        [
+            ANTHROPIC_START,
+            *anthropic_call(0, "toolu_1", "{}"),
+            *anthropic_call(1, "toolu_1", "{}"),
+            message_delta("tool_use"),
+            MESSAGE_STOP,
+        ],
+        ["tool calls 0 and 1 have the same id 'toolu_1'"],
+    ),
+]
+
+
+# --- every dialect's rules --------------------------------------------------------------------------------
+
+
+def rules(dialect: str, cases: list[Case]) -> list[Any]:
+    """A dialect's cases, each named after the dialect and the first violation it finds (`ok`: none)."""
+    return [
+        pytest.param(dialect, frames, expected, None, id=f"{dialect}-{named(expected)}") for frames, expected in cases
+    ]
+
+
+def named(expected: list[str]) -> str:
+    return expected[0].split(": ", 1)[1] if expected and expected[0].startswith("event ") else (expected or ["ok"])[0]
+
+
+def offering(path: str, body: dict[str, Any], query: str = "") -> Request:
+    return Request("POST", path, query, body=json.dumps(body).encode())
+
+
+NOT_OFFERED = ["tool call 0 calls 'get_weather', which the request did not offer"]
+
+
 @pytest.mark.parametrize(
-    ("frames", "expected"),
+    ("dialect", "frames", "expected", "asked"),
     [
-        (lms(START, *MESSAGE, chat_end()), []),
-        (lms(START, "reasoning.start", "reasoning.delta", "reasoning.end", *MESSAGE, chat_end("x")), []),
-        (lms(START, {"type": "chat.middle"}, *MESSAGE, chat_end()), ["event 2: unknown event type 'chat.middle'"]),
-        (
-            lms(START, *MESSAGE, chat_end(), names={1: "message.begin"}),
-            ["event 2: event name 'message.begin' but type 'message.start'"],
-        ),
-        (lms(*MESSAGE, chat_end()), ["event 1: first event is message.start, not chat.start"]),
-        (
-            lms(START, *MESSAGE, {"type": "tool_call.arguments", "tool": "f", "arguments": {}}, chat_end()),
-            ["event 5: tool_call.arguments after message.end"],
-        ),
-        (
-            lms(
-                START,
-                "message.start",
-                "reasoning.start",
-                "reasoning.delta",
-                "reasoning.end",
-                "message.delta",
-                "message.end",
-                chat_end("x"),
+        *rules("openai-chat", CHAT_RULES),
+        *rules("openai-completions", COMPLETIONS_RULES),
+        *rules("openai-responses", RESPONSES_RULES),
+        *rules("lmstudio-chat", LMSTUDIO_RULES),
+        *rules("gemini", GEMINI_RULES),
+        *rules("anthropic-messages", ANTHROPIC_RULES),
+        pytest.param(
+            "gemini",
+            [gemini_chunk(GEMINI_CALL, finish="STOP")],
+            NOT_OFFERED,
+            offering(
+                GEMINI_PATH, {"contents": [], "tools": [{"functionDeclarations": [{"name": "get_time"}]}]}, "alt=sse"
             ),
-            ["event 3: reasoning.start after message.start"],
+            id="gemini-a tool the request did not offer",
         ),
-        (
-            lms(
-                START,
-                "message.start",
-                {"type": "tool_call.start", "tool": "f"},
-                "message.delta",
-                "message.end",
-                chat_end(),
+        pytest.param(
+            "anthropic-messages",
+            TOOL_USE,
+            NOT_OFFERED,
+            offering(
+                "/v1/messages",
+                {"model": "m", "max_tokens": 9, "messages": [], "tools": [{"name": "search", "input_schema": {}}]},
             ),
-            ["event 3: tool_call.start after message.start"],
-        ),
-        (lms(START, "reasoning.delta", *MESSAGE, chat_end("x")), ["event 2: reasoning.delta after chat.start"]),
-        (
-            lms(START, {"type": "prompt_processing.progress", "progress": 1.5}, *MESSAGE, chat_end()),
-            ["event 2: prompt_processing.progress progress 1.5 is not between 0 and 1"],
-        ),
-        (
-            lms(
-                START,
-                {"type": "model_load.progress", "progress": 0.7},
-                {"type": "model_load.progress", "progress": 0.2},
-                *MESSAGE,
-                chat_end(),
-            ),
-            ["event 3: model_load.progress goes back from 0.7 to 0.2"],
-        ),
-        (lms(START, "message.start", "message.delta", chat_end()), ["event 4: chat.end before message.end"]),
-        (
-            lms(START, *MESSAGE, chat_end(message="y")),
-            ["event 5: chat.end message differs from the streamed message.delta content"],
-        ),
-        (lms(START, *MESSAGE, {"type": "chat.end", "result": {}}), ["event 5: chat.end has no result.output"]),
-        (lms(START, *MESSAGE), ["no terminal frame (chat.end)"]),
-        (
-            lms(START, *MESSAGE, {"type": "error", "error": {"type": "unknown", "message": "boom"}}),
-            ["no terminal frame (chat.end) after the error"],
-        ),
-        (
-            lms(START, *MESSAGE, {"type": "error", "error": "boom"}, chat_end()),
-            ["event 5: error event without error.message"],
-        ),
-        (
-            lms(START, *MESSAGE, chat_end(), *MESSAGE),
-            [
-                "event 6: message.start after chat.end",
-                "event 7: message.delta after chat.end",
-                "event 8: message.end after chat.end",
-            ],
+            id="anthropic-messages-a tool the request did not offer",
         ),
     ],
 )
-def test_lmstudio_chat_rules(frames: list[str], expected: list[str]) -> None:
-    assert violations("lmstudio-chat", *frames) == expected
+def test_rules(dialect: str, frames: list[str], expected: list[str], asked: Request | None) -> None:
+    assert violations(dialect, *frames, request=asked) == expected
 
 
 # --- framing errors ------------------------------------------------------------------------------

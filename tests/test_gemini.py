@@ -19,8 +19,6 @@ from sse_tape import (
     Interaction,
     Request,
     Response,
-    ServerSentEvent,
-    SSEDecoder,
     bundled_cassettes,
     serve,
 )
@@ -44,127 +42,10 @@ MODEL = "gemini-2.5-flash"
 GREETING = "Hello! How can I help you today?"
 
 
-def events_of(*frames: str | bytes) -> list[ServerSentEvent]:
-    decoder = SSEDecoder()
-    return [e for f in frames for e in decoder.feed(f.encode() if isinstance(f, str) else f)]
-
-
-def data(obj: Any) -> str:
-    return f"data: {json.dumps(obj)}\r\n\r\n"
-
-
-def chunk(*parts: Any, finish: str | None = None, usage: Any = None, **top: Any) -> str:
-    candidate: dict[str, Any] = {"content": {"parts": list(parts), "role": "model"}, "index": 0}
-    if finish is not None:
-        candidate["finishReason"] = finish
-    extra = {"usageMetadata": usage} if usage is not None else {}
-    return data({"candidates": [candidate], **extra, "modelVersion": MODEL, "responseId": "r1", **top})
-
-
-def violations(*frames: str, request: Request | None = None) -> list[str]:
-    return [str(v) for v in GEMINI.check(events_of(*frames), request)]
-
-
-HI = chunk({"text": "Hi"})
-STOP = chunk({"text": "!"}, finish="STOP")
 CALL = {"functionCall": {"name": "get_weather", "args": {"city": "Tokyo"}}}
 
 
-def usage(prompt: int, candidates: int, total: int, **more: int) -> dict[str, int]:
-    return {"promptTokenCount": prompt, "candidatesTokenCount": candidates, "totalTokenCount": total, **more}
-
-
-# --- check -----------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("frames", "expected"),
-    [
-        ([HI, STOP], []),
-        ([HI, chunk(CALL, finish="STOP")], []),
-        ([HI, data({"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}})], []),
-        ([data({"promptFeedback": {"blockReason": "SAFETY"}, "modelVersion": MODEL, "responseId": "r1"})], []),
-        (["event: message\n" + HI, "event: x\n" + STOP], ["event 2: unexpected event type 'x'"]),
-        ([HI, "data: nope\r\n\r\n", STOP], ["event 2: data is not JSON: 'nope'"]),
-        ([HI, "data: [1]\r\n\r\n", STOP], ["event 2: chunk is not a JSON object"]),
-        ([HI, data({"error": {"message": "boom"}})], ["event 2: error chunk without error.code, error.status"]),
-        (
-            [HI, data({"error": {"code": 500, "message": "boom", "status": "BROKEN"}})],
-            ["event 2: error.status 'BROKEN' is not a google.rpc.Code"],
-        ),
-        (
-            [HI, data({"error": {"code": 500, "message": "boom", "status": "INTERNAL"}}), STOP],
-            ["event 3: chunk after the error"],
-        ),
-        ([HI, STOP, HI], ["event 3: chunk after the finishReason chunk"]),
-        ([HI, chunk({"text": "!"}, finish="STOP", responseId="r2")], ["event 2: responseId changes from 'r1' to 'r2'"]),
-        (
-            [HI, chunk({"text": "!"}, finish="STOP", modelVersion="other")],
-            ["event 2: modelVersion changes from 'gemini-2.5-flash' to 'other'"],
-        ),
-        ([HI, chunk({"text": "!"}, finish="STOP", usage=[3])], ["event 2: usageMetadata is not an object"]),
-        (
-            [HI, chunk({"text": "!"}, finish="STOP", usage=usage(2, 9, 35, thoughtsTokenCount=20))],
-            ["event 2: usageMetadata.totalTokenCount is 35, not the sum of its counts (31)"],
-        ),
-        (
-            [chunk({"text": "Hi"}, usage=usage(2, 9, 11)), chunk({"text": "!"}, finish="STOP", usage=usage(2, 4, 6))],
-            ["event 2: usageMetadata.candidatesTokenCount goes down from 9 to 4"],
-        ),
-        ([HI, data({"modelVersion": MODEL, "responseId": "r1"}), STOP], ["event 2: chunk has no candidates"]),
-        ([HI, data({"candidates": ["x"]}), STOP], ["event 2: candidate is not an object"]),
-        (
-            [data({"candidates": [{"content": {"parts": [{"text": "Hi"}], "role": "user"}, "finishReason": "STOP"}]})],
-            ["event 1: content role is 'user', not 'model'"],
-        ),
-        (
-            [data({"candidates": [{"content": {"parts": {"text": "Hi"}, "role": "model"}, "finishReason": "STOP"}]})],
-            ["event 1: content.parts is not a list"],
-        ),
-        (
-            [HI, chunk({"thoughtSignature": "c2ln"}), STOP],
-            ["event 2: part 0 carries nothing (text, functionCall, ...)"],
-        ),
-        ([chunk({"thought": True}), STOP], ["event 1: part 0 is a thought without text"]),
-        (
-            [HI, chunk({"text": "!", "thoughtSignature": "not base64!"}, finish="STOP")],
-            ["event 2: part 0 thoughtSignature is not base64"],
-        ),
-        (
-            [HI, chunk({"functionCall": {"args": {}}}, finish="STOP")],
-            ["event 2: part 0: functionCall without a name"],
-        ),
-        (
-            [HI, chunk({"functionCall": {"name": "f", "args": "{}"}}, finish="STOP")],
-            ["event 2: part 0: functionCall f args is not an object"],
-        ),
-        ([HI, chunk({"text": "!"}, finish="DONE")], ["event 2: unknown finishReason 'DONE'"]),
-        (
-            [data({"candidates": [{"finishReason": "STOP", "index": 0}, {"finishReason": "STOP", "index": 1}]})],
-            [],  # two candidates may each finish in one chunk (candidateCount 2)
-        ),
-        ([HI], ["no chunk with a finishReason"]),
-    ],
-)
-def test_gemini_rules(frames: list[str], expected: list[str]) -> None:
-    assert violations(*frames) == expected
-
-
-def test_a_finish_reason_repeated_in_a_later_chunk() -> None:
-    assert violations(HI, STOP, STOP) == [
-        "event 3: chunk after the finishReason chunk",
-        "event 3: finishReason repeated",
-    ]
-
-
-def test_function_calls_with_one_id_or_to_a_tool_not_offered() -> None:
-    call = {"functionCall": {"id": "c1", "name": "get_weather", "args": {}}}
-    assert violations(chunk(call), chunk(call, finish="STOP")) == ["tool calls 0 and 1 have the same id 'c1'"]
-    offered = {"contents": [], "tools": [{"functionDeclarations": [{"name": "get_time"}]}]}
-    request = Request("POST", PATH, "alt=sse", body=json.dumps(offered).encode())
-    assert violations(chunk(CALL, finish="STOP"), request=request) == [
-        "tool call 0 calls 'get_weather', which the request did not offer"
-    ]
+# --- check (each rule with its message: test_dialects.py's test_rules) ------------------------------------
 
 
 def test_the_bundled_cassette_keeps_the_contract(bundled: dict[str, Cassette]) -> None:
