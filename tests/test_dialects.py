@@ -784,31 +784,85 @@ def test_lmstudio_error_frames_end_the_chat_with_what_was_generated() -> None:
     assert end.json()["result"]["output"] == [{"type": "message", "content": "Hi"}]
 
 
+def http_error(
+    dialect: str,
+    status: int,
+    expected: dict[str, Any] | str,
+    *,
+    type: str | None = None,
+    json_type: str = "application/json",
+) -> Any:
+    """A case of `test_http_errors`: `expected` is the JSON body, or (a str) the body's exact text."""
+    about = f"-{type}" if type else ""
+    return pytest.param(dialect, status, type, json_type, expected, id=f"{dialect}-{status}{about}")
+
+
+def google(status: int, word: str) -> str:
+    """Google's error body for `slow down`, pretty-printed as the API sends it."""
+    return f'{{\n  "error": {{\n    "code": {status},\n    "message": "slow down",\n    "status": "{word}"\n  }}\n}}\n'
+
+
+def anthropic(kind: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": kind, "message": "slow down"}}
+
+
 @pytest.mark.parametrize(
-    ("name", "status", "expected"),
+    ("dialect", "status", "type", "content_type", "expected"),
     [
-        (  # OpenAI's own rate-limit body, which clients look for
+        http_error(  # OpenAI's own rate-limit body, which clients look for
             "openai-chat",
             429,
             {"error": {"message": "slow down", "type": "requests", "param": None, "code": "rate_limit_exceeded"}},
         ),
-        (
+        http_error(
             "openai-chat",
             400,
             {"error": {"message": "slow down", "type": "invalid_request_error", "param": None, "code": None}},
         ),
-        (
+        http_error(
             "openai-responses",
             503,
             {"error": {"message": "slow down", "type": "server_error", "param": None, "code": None}},
         ),
-        ("lmstudio-chat", 404, {"error": {"type": "invalid_request", "message": "slow down"}}),
-        ("lmstudio-chat", 500, {"error": {"type": "internal_error", "message": "slow down"}}),
+        http_error("lmstudio-chat", 404, {"error": {"type": "invalid_request", "message": "slow down"}}),
+        http_error("lmstudio-chat", 500, {"error": {"type": "internal_error", "message": "slow down"}}),
+        *(
+            http_error("gemini", status, google(status, word), json_type="application/json; charset=UTF-8")
+            for status, word in [
+                (429, "RESOURCE_EXHAUSTED"),
+                (503, "UNAVAILABLE"),
+                (404, "NOT_FOUND"),
+                (400, "INVALID_ARGUMENT"),
+                (418, "UNKNOWN"),
+            ]
+        ),
+        *(
+            http_error("anthropic-messages", status, anthropic(kind))
+            for status, kind in [
+                (400, "invalid_request_error"),
+                (401, "authentication_error"),
+                (403, "permission_error"),
+                (404, "not_found_error"),
+                (413, "request_too_large"),
+                (418, "invalid_request_error"),
+                (429, "rate_limit_error"),
+                (500, "api_error"),
+                (503, "api_error"),
+                (504, "timeout_error"),
+                (529, "overloaded_error"),
+            ]
+        ),
+        # A stream that failed overloaded, answered as JSON, keeps its type; another API's type is the API's own.
+        http_error("anthropic-messages", 500, anthropic("overloaded_error"), type="overloaded_error"),
+        http_error("anthropic-messages", 500, anthropic("api_error"), type="server_error"),
     ],
 )
-def test_http_errors(name: str, status: int, expected: dict[str, Any]) -> None:
-    got_status, headers, body = DIALECTS[name].http_error(status, "slow down")
-    assert (got_status, dict(headers), json.loads(body)) == (status, {"content-type": "application/json"}, expected)
+def test_http_errors(
+    dialect: str, status: int, type: str | None, content_type: str, expected: dict[str, Any] | str
+) -> None:
+    got_status, headers, body = DIALECTS[dialect].http_error(status, "slow down", type=type)
+    assert (got_status, dict(headers)) == (status, {"content-type": content_type})
+    assert (body.decode() if isinstance(expected, str) else json.loads(body)) == expected
 
 
 # --- detection and translation ----------------------------------------------------------------------
@@ -823,25 +877,21 @@ def test_http_errors(name: str, status: int, expected: dict[str, Any]) -> None:
         ("/v1/completions", "openai-completions"),
         ("/v1/responses", "openai-responses"),
         ("/api/v1/chat", "lmstudio-chat"),
+        ("/v1/messages", "anthropic-messages"),
+        ("/anthropic/v1/messages", "anthropic-messages"),
+        ("/v1/messages/", "anthropic-messages"),
     ],
 )
 def test_dialect_by_path(path: str, name: str) -> None:
-    found = for_path(path)
-    assert found is not None
-    assert found.name == name
+    assert for_path(path) is DIALECTS[name]
 
 
-def test_dialect_by_content_when_the_path_does_not_tell(bundled: dict[str, Cassette]) -> None:
-    for name, expected in [
-        ("lmstudio-chat", "lmstudio-chat"),
-        ("openai-responses", "openai-responses"),
-        ("openai-completions", "openai-completions"),
-    ]:
-        interaction = bundled[name].interactions[0]
-        moved = Interaction(Request("POST", "/somewhere"), interaction.response)
-        found = detect(moved)
-        assert found is not None
-        assert found.name == expected
+@pytest.mark.parametrize(
+    "name", ["lmstudio-chat", "openai-responses", "openai-completions", "gemini", "anthropic-messages"]
+)
+def test_dialect_by_content_when_the_path_does_not_tell(bundled: dict[str, Cassette], name: str) -> None:
+    moved = Interaction(Request("POST", "/somewhere"), bundled[name].interactions[0].response)
+    assert detect(moved) is DIALECTS[name]
 
 
 @pytest.mark.parametrize("target", sorted(DIALECTS))
@@ -978,14 +1028,62 @@ def test_sdk_raises_the_injected_chat_error_mid_stream() -> None:
                 pass
 
 
-def test_a_miss_on_lmstudios_path_answers_in_lmstudios_error_shape() -> None:
+@pytest.mark.parametrize(
+    ("path", "body", "content_type", "expected"),
+    [
+        pytest.param(
+            "/v1/chat/completions",
+            {"model": "m", "messages": []},
+            "application/json",
+            {"error": {"type": "invalid_request_error", "param": None, "code": "no_match"}},
+            id="openai-chat",
+        ),
+        pytest.param(
+            "/api/v1/chat",
+            {"model": "m", "input": "hi"},
+            "application/json",
+            {"error": {"type": "invalid_request", "code": "no_match"}},
+            id="lmstudio-chat",
+        ),
+        pytest.param(
+            f"/v1beta/models/{GEMINI_MODEL}:generateContent",
+            {"contents": [{"parts": [{"text": "hi"}], "role": "user"}]},
+            "application/json; charset=UTF-8",
+            {
+                "error": {
+                    "code": 404,
+                    "status": "NOT_FOUND",
+                    "details": [
+                        {
+                            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                            "reason": "no_match",
+                            "domain": "sse-tape",
+                        }
+                    ],
+                }
+            },
+            id="gemini",
+        ),
+        pytest.param(
+            "/v1/messages",
+            {"model": "m", "max_tokens": 9, "messages": []},
+            "application/json",
+            {"type": "error", "error": {"type": "not_found_error", "details": {"error_code": "no_match"}}},
+            id="anthropic-messages",
+        ),
+    ],
+)
+def test_a_miss_answers_in_the_apis_error_shape(
+    path: str, body: dict[str, Any], content_type: str, expected: dict[str, Any]
+) -> None:
     with serve(Cassette()) as server:
-        got = httpx.post(server.url + "/api/v1/chat", json={"model": "m", "input": "hi"})
-    assert got.status_code == 404
-    error = got.json()["error"]
-    assert error["type"] == "invalid_request"
-    assert error["code"] == "no_match"
-    assert error["message"].startswith("sse-tape: no recorded interaction matches POST /api/v1/chat")
+        got = httpx.post(server.url + path, json=body)
+    assert (got.status_code, got.headers["content-type"]) == (404, content_type)
+    answer = got.json()
+    assert answer["error"].pop("message").startswith(f"sse-tape: no recorded interaction matches POST {path}")
+    assert (
+        answer == expected
+    )  # and the rest of the body is the API's own error, with the miss's code where it keeps one
 
 
 def test_tool_call_ids_and_server_run_calls_in_translation() -> None:

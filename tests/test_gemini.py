@@ -112,36 +112,6 @@ def test_a_call_is_sent_whole_when_it_ends_and_never_when_cut_short() -> None:
     assert [json.loads(f[6:])["candidates"][0]["finishReason"] for f in cut] == ["MAX_TOKENS"]
 
 
-@pytest.mark.parametrize(
-    ("status", "word"),
-    [
-        (429, "RESOURCE_EXHAUSTED"),
-        (503, "UNAVAILABLE"),
-        (404, "NOT_FOUND"),
-        (400, "INVALID_ARGUMENT"),
-        (418, "UNKNOWN"),
-    ],
-)
-def test_http_errors_are_googles_pretty_printed(status: int, word: str) -> None:
-    got_status, headers, body = GEMINI.http_error(status, "slow down")
-    assert (got_status, dict(headers)) == (status, {"content-type": "application/json; charset=UTF-8"})
-    assert body.decode() == (
-        f'{{\n  "error": {{\n    "code": {status},\n    "message": "slow down",\n    "status": "{word}"\n  }}\n}}\n'
-    )
-
-
-def test_a_miss_answers_in_googles_error_shape() -> None:
-    with (
-        serve(Cassette(), pace="instant") as server,
-        gemini_client(server.url) as client,
-        pytest.raises(errors.ClientError) as raised,
-    ):
-        client.models.generate_content(model=MODEL, contents="hi")
-    assert (raised.value.code, raised.value.status) == (404, "NOT_FOUND")
-    assert (raised.value.message or "").startswith("sse-tape: no recorded interaction matches POST /v1beta/models/")
-    assert raised.value.details["error"]["details"][0]["reason"] == "no_match"
-
-
 # --- paths and requests ------------------------------------------------------------------------------------
 
 
@@ -164,11 +134,6 @@ def test_the_path_names_the_dialect_the_model_and_the_stream(path: str, stream: 
     assert for_path(path) is GEMINI
     assert GEMINI.wants_stream({"contents": []}, path) is stream
     assert GEMINI.request_prompt({"contents": []}, path).model == model
-
-
-def test_detected_by_its_chunks_when_the_path_does_not_tell(bundled: dict[str, Cassette]) -> None:
-    moved = Interaction(Request("POST", "/somewhere"), bundled["gemini"].interactions[0].response)
-    assert detect(moved) is GEMINI
 
 
 def test_a_request_as_a_prompt_and_back() -> None:
