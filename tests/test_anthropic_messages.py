@@ -581,17 +581,3 @@ def test_the_sdk_asking_for_a_translated_greeting_gets_it_whatever_its_max_token
         )
     assert [block.type for block in message.content] == ["text"]
     assert message.content[0].text == "Hi there! How can I help you today?"
-
-
-def test_a_plain_call_answered_by_a_stream_that_failed_overloaded_is_the_sdks_overloaded_error(
-    client: anthropic.Anthropic,
-) -> None:
-    # The bundled claude-opus-4-7 stream fails with overloaded_error; asked for no stream, the API answers 529.
-    # Any request for that model gets it, even one whose max_tokens is the greeting's (1024), not its own.
-    with pytest.raises(anthropic.OverloadedError) as raised:
-        client.messages.create(model="claude-opus-4-7", max_tokens=1024, messages=[{"role": "user", "content": "Hi"}])
-    assert raised.value.status_code == 529
-    assert raised.value.body == {
-        "type": "error",
-        "error": {"type": "overloaded_error", "message": "Overloaded"},
-    }

@@ -16,6 +16,7 @@ from sse_tape import (
     Cassette,
     Chunk,
     Interaction,
+    MockServer,
     Request,
     Response,
     ServerSentEvent,
@@ -1084,6 +1085,52 @@ def test_a_miss_answers_in_the_apis_error_shape(
     assert (
         answer == expected
     )  # and the rest of the body is the API's own error, with the miss's code where it keeps one
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "content_type", "expected"),
+    [
+        # The bundled haiku fails mid-stream with 503 UNAVAILABLE; asked for no stream, the API answers 503 too.
+        pytest.param(
+            f"/v1beta/models/{GEMINI_MODEL}:generateContent",
+            {
+                "contents": [{"parts": [{"text": "A haiku"}], "role": "user"}],
+                "generationConfig": {"temperature": 1.2},
+                "safetySettings": [{"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "threshold": "BLOCK_ONLY_HIGH"}],
+            },
+            503,
+            "application/json; charset=UTF-8",
+            {
+                "error": {
+                    "code": 503,
+                    "message": "The model is overloaded. Please try again later.",
+                    "status": "UNAVAILABLE",
+                }
+            },
+            id="gemini",
+        ),
+        # The bundled claude-opus-4-7 stream fails with overloaded_error; asked for no stream, the API answers 529.
+        # Any request for that model gets it, even one whose max_tokens is the greeting's (1024), not its own.
+        pytest.param(
+            "/v1/messages",
+            {"model": "claude-opus-4-7", "max_tokens": 1024, "messages": [{"role": "user", "content": "Hi"}]},
+            529,
+            "application/json",
+            {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+            id="anthropic-messages",
+        ),
+    ],
+)
+def test_a_plain_call_answered_by_a_stream_that_failed_gets_the_error_the_stream_failed_with(
+    instant_server: MockServer,
+    path: str,
+    body: dict[str, Any],
+    status: int,
+    content_type: str,
+    expected: dict[str, Any],
+) -> None:
+    got = httpx.post(instant_server.url + path, json=body)
+    assert (got.status_code, got.headers["content-type"], got.json()) == (status, content_type, expected)
 
 
 def test_tool_call_ids_and_server_run_calls_in_translation() -> None:

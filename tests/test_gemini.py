@@ -463,17 +463,3 @@ def test_show_says_what_each_gemini_request_asked() -> None:
         "   asked (user): Is there an even prime greater than 2? Think carefully.",
         "   asked (user): Write a haiku about the sea.",
     ]
-
-
-def test_a_plain_call_answered_by_a_stream_that_failed_gets_the_status_the_stream_failed_with(
-    bundled: dict[str, Cassette],
-) -> None:
-    # The bundled haiku fails mid-stream with 503 UNAVAILABLE; asked for no stream, the API answers 503 too.
-    with (
-        serve(bundled["gemini"], pace="instant") as server,
-        gemini_client(server.url) as client,
-        pytest.raises(errors.ServerError) as raised,
-    ):
-        client.models.generate_content(model=MODEL, contents="A haiku", config=FAILING)
-    assert (raised.value.code, raised.value.status) == (503, "UNAVAILABLE")
-    assert raised.value.message == "The model is overloaded. Please try again later."
