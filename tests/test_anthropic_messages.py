@@ -1,4 +1,7 @@
-"""anthropic-messages: every check rule with its exact message, its framing, and Anthropic's SDK as the client.
+"""anthropic-messages: its framing, its requests, and Anthropic's SDK as the client.
+
+Its check rules, detection and error bodies are cases of test_dialects.py's
+tests over every dialect.
 
 The SDK (`anthropic`) is the oracle: it reads the bundled cassette, streams
 translated from every other dialect and the faults injected into them, as it
@@ -56,6 +59,9 @@ MESSAGES = DIALECTS["anthropic-messages"]
 def events_of(*frames: str | bytes) -> list[ServerSentEvent]:
     decoder = SSEDecoder()
     return [e for f in frames for e in decoder.feed(f.encode() if isinstance(f, str) else f)]
+
+
+# --- check (each rule with its message: test_dialects.py's test_rules) ------------------------------------
 
 
 _FIELDS = ("type", "index", "delta", "content_block", "message", "usage", "stop_reason", "text", "partial_json")

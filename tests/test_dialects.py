@@ -1,4 +1,5 @@
-"""Dialects: every check rule with the exact message, error framing, detection, translation."""
+"""Dialects: every check rule of every dialect with its exact message, error framing and error bodies, detection,
+translation; each scenario written once, over the dialects it concerns."""
 
 from __future__ import annotations
 
@@ -740,7 +741,7 @@ def test_rules(dialect: str, frames: list[str], expected: list[str], asked: Requ
     assert violations(dialect, *frames, request=asked) == expected
 
 
-# --- framing errors ------------------------------------------------------------------------------
+# --- errors, in each API's own words ---------------------------------------------------------------
 
 
 BEFORE = [Start("id1", "m", 1), TextDelta("Hi")]
@@ -864,6 +865,110 @@ def test_http_errors(
     got_status, headers, body = DIALECTS[dialect].http_error(status, "slow down", type=type)
     assert (got_status, dict(headers)) == (status, {"content-type": content_type})
     assert (body.decode() if isinstance(expected, str) else json.loads(body)) == expected
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "content_type", "expected"),
+    [
+        pytest.param(
+            "/v1/chat/completions",
+            {"model": "m", "messages": []},
+            "application/json",
+            {"error": {"type": "invalid_request_error", "param": None, "code": "no_match"}},
+            id="openai-chat",
+        ),
+        pytest.param(
+            "/api/v1/chat",
+            {"model": "m", "input": "hi"},
+            "application/json",
+            {"error": {"type": "invalid_request", "code": "no_match"}},
+            id="lmstudio-chat",
+        ),
+        pytest.param(
+            f"/v1beta/models/{GEMINI_MODEL}:generateContent",
+            {"contents": [{"parts": [{"text": "hi"}], "role": "user"}]},
+            "application/json; charset=UTF-8",
+            {
+                "error": {
+                    "code": 404,
+                    "status": "NOT_FOUND",
+                    "details": [
+                        {
+                            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                            "reason": "no_match",
+                            "domain": "sse-tape",
+                        }
+                    ],
+                }
+            },
+            id="gemini",
+        ),
+        pytest.param(
+            "/v1/messages",
+            {"model": "m", "max_tokens": 9, "messages": []},
+            "application/json",
+            {"type": "error", "error": {"type": "not_found_error", "details": {"error_code": "no_match"}}},
+            id="anthropic-messages",
+        ),
+    ],
+)
+def test_a_miss_answers_in_the_apis_error_shape(
+    path: str, body: dict[str, Any], content_type: str, expected: dict[str, Any]
+) -> None:
+    with serve(Cassette()) as server:
+        got = httpx.post(server.url + path, json=body)
+    assert (got.status_code, got.headers["content-type"]) == (404, content_type)
+    answer = got.json()
+    assert answer["error"].pop("message").startswith(f"sse-tape: no recorded interaction matches POST {path}")
+    assert (
+        answer == expected
+    )  # and the rest of the body is the API's own error, with the miss's code where it keeps one
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "content_type", "expected"),
+    [
+        # The bundled haiku fails mid-stream with 503 UNAVAILABLE; asked for no stream, the API answers 503 too.
+        pytest.param(
+            f"/v1beta/models/{GEMINI_MODEL}:generateContent",
+            {
+                "contents": [{"parts": [{"text": "A haiku"}], "role": "user"}],
+                "generationConfig": {"temperature": 1.2},
+                "safetySettings": [{"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "threshold": "BLOCK_ONLY_HIGH"}],
+            },
+            503,
+            "application/json; charset=UTF-8",
+            {
+                "error": {
+                    "code": 503,
+                    "message": "The model is overloaded. Please try again later.",
+                    "status": "UNAVAILABLE",
+                }
+            },
+            id="gemini",
+        ),
+        # The bundled claude-opus-4-7 stream fails with overloaded_error; asked for no stream, the API answers 529.
+        # Any request for that model gets it, even one whose max_tokens is the greeting's (1024), not its own.
+        pytest.param(
+            "/v1/messages",
+            {"model": "claude-opus-4-7", "max_tokens": 1024, "messages": [{"role": "user", "content": "Hi"}]},
+            529,
+            "application/json",
+            {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+            id="anthropic-messages",
+        ),
+    ],
+)
+def test_a_plain_call_answered_by_a_stream_that_failed_gets_the_error_the_stream_failed_with(
+    instant_server: MockServer,
+    path: str,
+    body: dict[str, Any],
+    status: int,
+    content_type: str,
+    expected: dict[str, Any],
+) -> None:
+    got = httpx.post(instant_server.url + path, json=body)
+    assert (got.status_code, got.headers["content-type"], got.json()) == (status, content_type, expected)
 
 
 # --- detection and translation ----------------------------------------------------------------------
@@ -1027,110 +1132,6 @@ def test_sdk_raises_the_injected_chat_error_mid_stream() -> None:
         with pytest.raises(openai.APIError, match="The model crashed"):
             for _ in stream:
                 pass
-
-
-@pytest.mark.parametrize(
-    ("path", "body", "content_type", "expected"),
-    [
-        pytest.param(
-            "/v1/chat/completions",
-            {"model": "m", "messages": []},
-            "application/json",
-            {"error": {"type": "invalid_request_error", "param": None, "code": "no_match"}},
-            id="openai-chat",
-        ),
-        pytest.param(
-            "/api/v1/chat",
-            {"model": "m", "input": "hi"},
-            "application/json",
-            {"error": {"type": "invalid_request", "code": "no_match"}},
-            id="lmstudio-chat",
-        ),
-        pytest.param(
-            f"/v1beta/models/{GEMINI_MODEL}:generateContent",
-            {"contents": [{"parts": [{"text": "hi"}], "role": "user"}]},
-            "application/json; charset=UTF-8",
-            {
-                "error": {
-                    "code": 404,
-                    "status": "NOT_FOUND",
-                    "details": [
-                        {
-                            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                            "reason": "no_match",
-                            "domain": "sse-tape",
-                        }
-                    ],
-                }
-            },
-            id="gemini",
-        ),
-        pytest.param(
-            "/v1/messages",
-            {"model": "m", "max_tokens": 9, "messages": []},
-            "application/json",
-            {"type": "error", "error": {"type": "not_found_error", "details": {"error_code": "no_match"}}},
-            id="anthropic-messages",
-        ),
-    ],
-)
-def test_a_miss_answers_in_the_apis_error_shape(
-    path: str, body: dict[str, Any], content_type: str, expected: dict[str, Any]
-) -> None:
-    with serve(Cassette()) as server:
-        got = httpx.post(server.url + path, json=body)
-    assert (got.status_code, got.headers["content-type"]) == (404, content_type)
-    answer = got.json()
-    assert answer["error"].pop("message").startswith(f"sse-tape: no recorded interaction matches POST {path}")
-    assert (
-        answer == expected
-    )  # and the rest of the body is the API's own error, with the miss's code where it keeps one
-
-
-@pytest.mark.parametrize(
-    ("path", "body", "status", "content_type", "expected"),
-    [
-        # The bundled haiku fails mid-stream with 503 UNAVAILABLE; asked for no stream, the API answers 503 too.
-        pytest.param(
-            f"/v1beta/models/{GEMINI_MODEL}:generateContent",
-            {
-                "contents": [{"parts": [{"text": "A haiku"}], "role": "user"}],
-                "generationConfig": {"temperature": 1.2},
-                "safetySettings": [{"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "threshold": "BLOCK_ONLY_HIGH"}],
-            },
-            503,
-            "application/json; charset=UTF-8",
-            {
-                "error": {
-                    "code": 503,
-                    "message": "The model is overloaded. Please try again later.",
-                    "status": "UNAVAILABLE",
-                }
-            },
-            id="gemini",
-        ),
-        # The bundled claude-opus-4-7 stream fails with overloaded_error; asked for no stream, the API answers 529.
-        # Any request for that model gets it, even one whose max_tokens is the greeting's (1024), not its own.
-        pytest.param(
-            "/v1/messages",
-            {"model": "claude-opus-4-7", "max_tokens": 1024, "messages": [{"role": "user", "content": "Hi"}]},
-            529,
-            "application/json",
-            {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
-            id="anthropic-messages",
-        ),
-    ],
-)
-def test_a_plain_call_answered_by_a_stream_that_failed_gets_the_error_the_stream_failed_with(
-    instant_server: MockServer,
-    path: str,
-    body: dict[str, Any],
-    status: int,
-    content_type: str,
-    expected: dict[str, Any],
-) -> None:
-    got = httpx.post(instant_server.url + path, json=body)
-    assert (got.status_code, got.headers["content-type"], got.json()) == (status, content_type, expected)
 
 
 def test_tool_call_ids_and_server_run_calls_in_translation() -> None:

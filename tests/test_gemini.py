@@ -1,5 +1,6 @@
-"""The gemini dialect: each check rule with its exact message, its framing, its paths and requests, and the
-official google-genai SDK reading what sse-tape serves in it (bundled, translated, faulted, retried)."""
+"""The gemini dialect: its framing, its paths and requests, and the official google-genai SDK reading what
+sse-tape serves in it (bundled, translated, faulted, retried). Its check rules, detection and error bodies are
+cases of test_dialects.py's tests over every dialect."""
 
 from __future__ import annotations
 
