@@ -697,7 +697,10 @@ def rules(dialect: str, cases: list[Case]) -> list[Any]:
 
 
 def named(expected: list[str]) -> str:
-    return expected[0].split(": ", 1)[1] if expected and expected[0].startswith("event ") else (expected or ["ok"])[0]
+    """What a case finds, for its id: the first violation without its event number, or `ok`."""
+    if not expected:
+        return "ok"
+    return expected[0].split(": ", 1)[1] if expected[0].startswith("event ") else expected[0]
 
 
 def offering(path: str, body: dict[str, Any], query: str = "") -> Request:
