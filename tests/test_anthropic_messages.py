@@ -587,3 +587,11 @@ def test_the_sdk_asking_for_a_translated_greeting_gets_it_whatever_its_max_token
         )
     assert [block.type for block in message.content] == ["text"]
     assert message.content[0].text == "Hi there! How can I help you today?"
+
+
+def test_the_sdk_raises_overloaded_for_a_plain_call_a_failed_stream_answers(client: anthropic.Anthropic) -> None:
+    # The bytes are checked in test_dialects; here the anthropic SDK reads them as it reads Anthropic's.
+    with pytest.raises(anthropic.OverloadedError) as raised:
+        client.messages.create(model="claude-opus-4-7", max_tokens=1024, messages=[{"role": "user", "content": "Hi"}])
+    assert raised.value.status_code == 529
+    assert raised.value.body == {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
