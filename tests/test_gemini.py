@@ -470,9 +470,12 @@ def test_the_sdk_raises_its_own_errors_for_a_miss_and_for_a_stream_that_failed(b
     # The bytes are checked in test_dialects; here google-genai reads them as it reads Google's.
     with serve(Cassette()) as server, gemini_client(server.url) as client, pytest.raises(errors.ClientError) as missed:
         client.models.generate_content(model=MODEL, contents="hi")
-    with serve(bundled["gemini"], pace="instant") as server, gemini_client(server.url) as client:
-        with pytest.raises(errors.ServerError) as failed:  # the haiku's stream failed: a plain call gets 503
-            client.models.generate_content(model=MODEL, contents="A haiku", config=FAILING)
+    with (  # the haiku's stream failed: a plain call gets 503
+        serve(bundled["gemini"], pace="instant") as server,
+        gemini_client(server.url) as client,
+        pytest.raises(errors.ServerError) as failed,
+    ):
+        client.models.generate_content(model=MODEL, contents="A haiku", config=FAILING)
     assert (missed.value.code, missed.value.status) == (404, "NOT_FOUND")
     assert missed.value.details["error"]["details"][0]["reason"] == "no_match"
     assert (failed.value.code, failed.value.status) == (503, "UNAVAILABLE")
