@@ -30,14 +30,15 @@ if TYPE_CHECKING:  # what the names below are, for type checkers; at run time ea
         append_interactions,
         bundled_cassettes,
     )
-    from .journal import Journal, ReplayState
+    from .journal import Journal
     from .matching import Matcher, MatchOn
     from .options import MissPolicy, RecordMode, ServeOptions
     from .pacing import PaceMode, Pacing
     from .record import record_once
     from .redaction import REDACTED, Redaction
-    from .server import MockServer, arecording, aserve, recording, recording_server, serve
+    from .server import Control, MockServer, arecording, aserve, recording, recording_server, serve
     from .sse import ServerSentEvent, SSEDecoder, encode_comment, encode_event
+    from .state import MemoryStore, ReplayStore
 
 # Where each public name lives: `import sse_tape` (and pytest, loading the plugin) imports none of the
 # server, the recorder or aiohttp until something is used.
@@ -46,14 +47,15 @@ _HOMES = {
         "FORMAT_VERSION", "Cassette", "Chunk", "End", "Interaction", "Recording", "Request", "Response",
         "append_interactions", "bundled_cassettes",
     ),
-    ".journal": ("Journal", "ReplayState"),
+    ".journal": ("Journal",),
     ".matching": ("Matcher", "MatchOn"),
     ".options": ("MissPolicy", "RecordMode", "ServeOptions"),
     ".pacing": ("PaceMode", "Pacing"),
     ".record": ("record_once",),
     ".redaction": ("REDACTED", "Redaction"),
-    ".server": ("MockServer", "arecording", "aserve", "recording", "recording_server", "serve"),
+    ".server": ("Control", "MockServer", "arecording", "aserve", "recording", "recording_server", "serve"),
     ".sse": ("ServerSentEvent", "SSEDecoder", "encode_comment", "encode_event"),
+    ".state": ("MemoryStore", "ReplayStore"),
 }  # fmt: skip
 _LAZY = {name: module for module, names in _HOMES.items() for name in names}
 
@@ -66,11 +68,13 @@ __all__ = [
     "CassetteNotFoundError",
     "Chunk",
     "ConfigError",
+    "Control",
     "End",
     "Interaction",
     "Journal",
     "MatchOn",
     "Matcher",
+    "MemoryStore",
     "MissPolicy",
     "MockServer",
     "NoMatchError",
@@ -79,7 +83,7 @@ __all__ = [
     "RecordMode",
     "Recording",
     "Redaction",
-    "ReplayState",
+    "ReplayStore",
     "Request",
     "Response",
     "SSEDecoder",

@@ -30,7 +30,7 @@ __all__ = ["Catalog", "models_of"]
 def models_of(host: Host) -> list[str]:
     """The models the recordings' requests name, in the order they first appear."""
     names: dict[str, None] = {}
-    for recording in host.state.recordings:
+    for recording in host.matcher.recordings:
         body = recording.interaction.request.json()
         model = body.get("model") if isinstance(body, dict) else None
         if isinstance(model, str) and model:

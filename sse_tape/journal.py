@@ -1,4 +1,4 @@
-"""What happened to each request, and the replay state that decides what happens next.
+"""What happened to each request.
 
 Every step of answering a request is a typed journal entry, and every kind of
 entry is here: it was received; a recording matched it, or nothing did and
@@ -8,25 +8,21 @@ upstream failed; its answer was recorded, or could not be saved; a model
 synthesized it; its stream ended, how, after how many bytes and events and
 how long. The log lines, the `--report` file (JSON lines), the control
 endpoint (`GET /__sse_tape__/journal`) and the pytest plugin are all views of
-one `Journal`.
-
-`ReplayState` owns every counter replay depends on (how often each recording
-has played, the turns of equally good matches, what each fault has seen),
-keeps the misses, answers which recordings never played, and can be reset.
+one `Journal`. What replay counts between requests is in `state`.
 """
 
 from __future__ import annotations
 
 import time
-from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
 from . import _json
 from ._exceptions import ConfigError
-from .cassette import End, Recording, Request
+from .cassette import End
 
 __all__ = [
     "Answered",
@@ -40,7 +36,6 @@ __all__ = [
     "Missed",
     "Received",
     "Recorded",
-    "ReplayState",
     "SaveFailed",
     "Synthesized",
     "UpstreamFailed",
@@ -333,84 +328,3 @@ class Miss:
     method: str
     path: str
     reason: str
-
-
-class ReplayState:
-    """Every counter replay depends on, in one place that can be queried and reset.
-
-    - `plays`: how many times each recording has answered;
-    - `turns`: for each group of equally good matches, how many requests it has answered (so
-      repeated identical requests get the group's recordings in order);
-    - `server_fault_turns`, `header_fault_turns`: how many requests each fault has seen (for
-      `times=` and `p=`), a server's fault by its place in the list, a request's by its text;
-    - `injected`: how many times each fault, by its text, was applied;
-
-    What requests' headers bring is kept for the last `keep` distinct faults, so that no
-    stream of requests can grow it without bound.
-    - `misses`: the requests nothing answered, each with its explanation;
-    - `requests`: how many requests arrived;
-    - `received`: the last `keep` requests that arrived, bodies and all, in order;
-    - `answered`: the last `keep` recordings that answered, in order (one each time it answers);
-    - `protocols`: what the responders the protocols bring keep between requests (the Responses API's
-      background responses), each under a key of its own.
-    """
-
-    def __init__(self, *, keep: int = 10_000) -> None:
-        self.keep = keep
-        self.recordings: list[Recording] = []
-        """Every recording replay can play, in the order they were loaded or recorded."""
-        self.plays: Counter[Recording] = Counter()
-        self.turns: dict[tuple[int, ...], int] = {}
-        self.server_fault_turns: dict[int, int] = {}
-        self.header_fault_turns: OrderedDict[str, int] = OrderedDict()
-        self.injected: Counter[str] = Counter()
-        self.misses: list[Miss] = []
-        self.requests = 0
-        self.received: deque[Request] = deque(maxlen=keep)
-        self.answered: deque[Recording] = deque(maxlen=keep)
-        self.protocols: dict[str, dict[str, Any]] = {}
-
-    def track(self, recordings: Iterable[Recording]) -> None:
-        """Add recordings that can be played."""
-        self.recordings.extend(recordings)
-
-    def played(self, recording: Recording) -> int:
-        """Note that `recording` answers a request; returns how many times it had answered before."""
-        turn = self.plays[recording]
-        self.plays[recording] = turn + 1
-        self.answered.append(recording)
-        return turn
-
-    def header_fault_turn(self, spec: str) -> int:
-        """How many requests a fault asked for in headers has seen before this one, counting this one."""
-        turns = self.header_fault_turns
-        n = turns.get(spec, 0)
-        turns[spec] = n + 1
-        turns.move_to_end(spec)
-        if len(turns) > self.keep:
-            turns.popitem(last=False)  # the fault seen longest ago starts over, if it comes again
-        return n
-
-    def note_injected(self, spec: str) -> None:
-        """Count one more application of a fault."""
-        self.injected[spec] += 1
-        if len(self.injected) > self.keep:
-            del self.injected[next(iter(self.injected))]
-
-    def unplayed(self) -> list[Recording]:
-        """The recordings that never answered a request, in order."""
-        return [r for r in self.recordings if not self.plays[r]]
-
-    def reset(self) -> None:
-        """Start over: every recording unplayed, every count at zero, no misses, nothing received, nothing
-        kept by a protocol's responder."""
-        self.plays.clear()
-        self.turns.clear()
-        self.server_fault_turns.clear()
-        self.header_fault_turns.clear()
-        self.injected.clear()
-        self.misses.clear()
-        self.requests = 0
-        self.received.clear()
-        self.answered.clear()
-        self.protocols.clear()

@@ -61,6 +61,10 @@ class Session(Protocol):
         """What each answer it records joins, so that the same request later in the session replays it."""
         ...
 
+    def settled(self) -> None:
+        """A stream it was recording is over: the server may be idle now."""
+        ...
+
 
 @dataclass(slots=True)
 class Capture:
@@ -204,6 +208,7 @@ class Recorder:
         if interaction is None:
             return  # no response head, nothing to record
         self.in_flight -= 1
+        server.settled()  # whoever waits for the server to be idle resumes once this is done
         end = interaction.response.end
         cuts = self._cut_short(capture.request) if self.playable and end is End.COMPLETE else []
         if cuts:

@@ -24,12 +24,13 @@ from . import dialects
 from .cassette import End, Request
 from .dialects.protocol import Kept
 from .faults import Fault, Injector, Stage, apply
-from .journal import FaultInjected, Journal, ReplayState
+from .journal import FaultInjected, Journal
 from .matching import Matcher
 from .options import ServeOptions
 from .plan import Plan, Write
 from .recorder import Recorder
 from .redaction import Redaction
+from .state import ReplayStore
 from .wire import Live, Progress
 
 __all__ = ["Attached", "Exchange", "Host", "Responder", "inject", "note_faults"]
@@ -71,12 +72,24 @@ class Host(Protocol):
 
     options: ServeOptions
     journal: Journal
-    state: ReplayState
     matcher: Matcher
-    injector: Injector
     closing: bool
     recorder: Recorder | None
     """What keeps the answers the responders make or forward, when the server records."""
+
+    @property
+    def state(self) -> ReplayStore:
+        """What replay counts and keeps between requests."""
+        ...
+
+    @property
+    def injector(self) -> Injector:
+        """What chooses the faults of each request."""
+        ...
+
+    def settled(self) -> None:
+        """Something in flight is over (a stream a responder recorded): the server may be idle now."""
+        ...
 
     async def error(
         self, exchange: Exchange, status: int, message: str, code: str, *, retry_after: int | None = None

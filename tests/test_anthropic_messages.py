@@ -384,7 +384,8 @@ def test_the_sdk_retries_a_429_and_an_overload_as_its_policy_says(
     assert raised.value.type == ("rate_limit_error" if status == 429 else "overloaded_error")  # type: ignore[attr-defined]
     with serve(pace="instant", faults=[spec]) as running, anthropic_client(running.url, max_retries=2) as retrying:
         answer = retrying.messages.create(**asked(bundled, 0))
-        assert (running.state.requests, running.state.injected) == (2, {spec: 1})
+        now = running.control.snapshot()
+        assert (now.requests, now.injected) == (2, {spec: 1})
     assert answer.content[0].text == "Hello! How can I help you today?"  # type: ignore[union-attr]
 
 
@@ -393,7 +394,7 @@ def test_the_sdk_does_not_retry_a_bad_request() -> None:
     with serve(pace="instant", faults=[spec]) as running, anthropic_client(running.url, max_retries=2) as client:
         with pytest.raises(anthropic.BadRequestError, match="max_tokens: Field required"):
             client.messages.create(model="m", max_tokens=9, messages=[{"role": "user", "content": "hi"}])
-        assert running.state.requests == 1
+        assert running.control.snapshot().requests == 1
 
 
 def test_tool_arguments_that_are_not_json_stop_the_sdks_stream(

@@ -152,7 +152,8 @@ def test_an_unknown_id_is_a_404_in_openais_shape(greeting: Interaction) -> None:
         with pytest.raises(openai.NotFoundError) as cancel:
             client.responses.cancel("resp_nope")
         assert cancel.value.body["type"] == "invalid_request_error"  # type: ignore[index]
-        assert [m.path for m in server.state.misses] == ["/v1/responses/resp_nope", "/v1/responses/resp_nope/cancel"]
+        misses = server.control.snapshot().misses
+        assert [m.path for m in misses] == ["/v1/responses/resp_nope", "/v1/responses/resp_nope/cancel"]
 
 
 def test_a_recorded_json_answer_and_the_retrievals_after_it_replay_as_recorded(greeting: Interaction) -> None:
@@ -170,7 +171,7 @@ def test_a_recorded_json_answer_and_the_retrievals_after_it_replay_as_recorded(g
         client = openai_client(server.url + "/v1")
         made = client.responses.create(**GREETING, background=True)
         polls = [client.responses.retrieve(made.id).status, client.responses.retrieve(made.id).status]
-        assert server.state.protocols == {"openai-responses:0": {}}  # no stream to keep: only recordings answer
+        assert server.control.snapshot().kept == {"openai-responses:0": ()}  # no stream to keep: only recordings answer
         assert [e.kind for e in server.journal if e.kind in ("matched", "answered")] == ["matched"] * 3
     assert (made.status, polls) == ("queued", ["queued", "completed"])
 

@@ -10,7 +10,6 @@ import random
 import re
 import subprocess
 import sys
-import time
 import tracemalloc
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from httpx_sse import connect_sse
 from hypothesis import given
 from hypothesis import strategies as st
 from upstream import Upstream, chat_chunk
+from waits import SAFETY_NET, auntil
 
 from sse_tape import (
     Cassette,
@@ -227,7 +227,7 @@ def test_a_bad_fault_header_is_a_400_naming_it(server: MockServer) -> None:
 def test_429_once_is_retried_by_the_sdk_which_then_succeeds() -> None:
     with serve(pace="instant", faults=["status:code=429,retry_after=1,times=1"]) as running:
         assert chat(running, "", retries=2) == TEXT
-        assert running.state.injected == {"status:code=429,retry_after=1,times=1": 1}
+        assert running.control.snapshot().injected == {"status:code=429,retry_after=1,times=1": 1}
 
 
 def test_status_uses_the_dialects_error_shape_and_retry_after(server: MockServer) -> None:
@@ -286,12 +286,10 @@ async def test_hang_answers_nothing_and_leaks_nothing_when_the_client_gives_up()
                 await client.post(
                     running.url + "/v1/chat/completions", json=CHAT_BODY, headers={"X-SSE-Tape-Fault": "hang"}
                 )
-        for _ in range(100):
-            if running.active_streams == 0 and len(asyncio.all_tasks()) == baseline:
-                break
-            await asyncio.sleep(0.02)
-        assert running.active_streams == 0
-        assert len(asyncio.all_tasks()) == baseline
+        async with asyncio.timeout(SAFETY_NET):
+            await running.control.idle()
+        assert running.control.snapshot().streams == 0
+        await auntil(lambda: len(asyncio.all_tasks()) == baseline, "the hanging answer's task to end")
 
 
 # --- during the stream ------------------------------------------------------------------------------
@@ -497,12 +495,8 @@ def test_slow_close_holds_the_end_of_the_body_after_its_last_byte(server: MockSe
     ) as r:
         lines = r.iter_lines()
         assert "data: [DONE]" in iter(lines)  # every byte of the stream has come...
-        assert server.active_streams == 1  # ...and its response has not ended
-    for _ in range(500):  # the client left: the server stops waiting
-        if server.active_streams == 0:
-            break
-        time.sleep(0.01)
-    assert server.active_streams == 0
+        assert server.control.snapshot().streams == 1  # ...and its response has not ended
+    assert server.control.wait_idle(SAFETY_NET)  # the client left: the server stops waiting
     assert injections(server)[-1].what == "the body's end (the last chunk) 600 s after its last byte"
     assert chat(server, "slow-close:600s") == TEXT  # the sync SDK stops at [DONE] and closes
 
@@ -704,15 +698,12 @@ async def test_every_fault_against_every_bundled_interaction_crashes_nothing_and
 
         specs = [*MATRIX.values(), *MORE]
         statuses = await asyncio.gather(*(one(f, i) for f in specs for i in interactions))
-        for _ in range(100):
-            if running.active_streams == 0 and len(asyncio.all_tasks()) == baseline:
-                break
-            await asyncio.sleep(0.02)
-        assert running.active_streams == 0
-        assert len(asyncio.all_tasks()) == baseline
+        async with asyncio.timeout(SAFETY_NET):
+            await running.control.idle()
+        await auntil(lambda: len(asyncio.all_tasks()) == baseline, "every answer's task to end")
         assert 500 not in statuses  # no fault made the server itself fail
         assert {200, 429, 503} <= set(statuses)  # the answers were read: a status fault's too
-        assert running.state.requests == len(specs) * len(interactions)
+        assert running.control.snapshot().requests == len(specs) * len(interactions)
     assert len(os.listdir("/proc/self/fd")) == open_files  # every socket, of both sides, is closed
 
 

@@ -342,7 +342,7 @@ def test_the_sdk_streams_every_interaction_of_the_bundled_cassette(bundled: dict
 def test_the_sdk_gets_a_recorded_stream_as_one_answer_from_generate_content(bundled: dict[str, Cassette]) -> None:
     with serve(bundled["gemini"], pace="instant") as server, gemini_client(server.url) as client:
         answer = client.models.generate_content(model=MODEL, contents="Hello!")
-        requests = [(r.path, r.query) for r in server.state.received]
+        requests = [(r.path, r.query) for r in server.control.snapshot().received]
     assert requests == [("/v1beta/models/gemini-2.5-flash:generateContent", "")]
     assert answer.text == GREETING
     assert answer.response_id == "qGkzadPvL4u7nvgP1b3ZuAs"
@@ -415,12 +415,12 @@ def test_the_sdk_retries_a_429_or_503_when_its_retry_policy_says_so(
     retry = types.HttpRetryOptions(attempts=3, initial_delay=0, max_delay=0, jitter=0)
     with serve(greeting, pace="instant", faults=fault) as server, gemini_client(server.url, retry=retry) as client:
         retried = read(client.models.generate_content_stream(model=MODEL, contents="Hello!"))
-        assert server.state.requests == 2
+        assert server.control.snapshot().requests == 2
     # Without a retry policy (the SDK's default) it raises at once, with the status and its word.
     with serve(greeting, pace="instant", faults=fault) as server, gemini_client(server.url) as client:
         with pytest.raises(errors.APIError) as raised:
             list(client.models.generate_content_stream(model=MODEL, contents="Hello!"))
-        assert server.state.requests == 1
+        assert server.control.snapshot().requests == 1
     assert retried.text == GREETING
     assert (raised.value.code, raised.value.status) == (status, word)
     assert isinstance(raised.value, errors.ClientError if status < 500 else errors.ServerError)
@@ -432,7 +432,7 @@ def test_the_sdk_does_not_retry_a_status_its_policy_does_not_name(bundled: dict[
     with serve(greeting, pace="instant", faults=["status:code=400,times=1"]) as server:
         with gemini_client(server.url, retry=retry) as client, pytest.raises(errors.ClientError) as raised:
             list(client.models.generate_content_stream(model=MODEL, contents="Hello!"))
-        assert server.state.requests == 1
+        assert server.control.snapshot().requests == 1
     assert (raised.value.code, raised.value.status) == (400, "INVALID_ARGUMENT")
 
 

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from clients import openai_client
 
-from sse_tape import Cassette, ReplayState, Request, serve
+from sse_tape import Cassette, MemoryStore, Request, serve
 from sse_tape.faults import Injector, parse_fault
 from sse_tape.journal import Ended, FaultInjected, Matched, Missed, Received
 
@@ -48,23 +48,25 @@ def test_reset_makes_a_played_recording_playable_again(bundled: dict[str, Casset
     chat = bundled["openai-chat"]
     with serve(chat, pace="instant", allow_repeats=False, match_on="method,path") as server:
         client = openai_client(server.url + "/v1")
-        assert [str(r) for r in server.state.unplayed()] == [
+        control = server.control
+        assert [str(r) for r in control.snapshot().unplayed] == [
             "openai-chat.toml #1 (POST /v1/chat/completions)",
             "openai-chat.toml #2 (POST /v1/chat/completions)",
             "openai-chat.toml #3 (POST /v1/chat/completions)",
         ]
         for _ in range(3):
             list(client.chat.completions.create(**CHAT))
-        assert server.state.unplayed() == []
+        assert control.snapshot().unplayed == ()
         assert httpx.post(server.url + "/v1/chat/completions", json=CHAT).status_code == 404
-        [miss] = server.state.misses
+        [miss] = control.snapshot().misses
         assert (miss.request, miss.path) == (4, "/v1/chat/completions")
         assert "have been played already" in miss.reason
-        server.reset()
-        assert (server.state.misses, server.state.requests, len(server.journal)) == ([], 0, 0)
-        assert len(server.state.unplayed()) == 3
+        control.reset()
+        now = control.snapshot()
+        assert (now.misses, now.requests, len(control.journal)) == ((), 0, 0)
+        assert len(now.unplayed) == 3
         assert "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(**CHAT)) != ""
-        assert server.state.requests == 1
+        assert control.snapshot().requests == 1
 
 
 def test_serve_logs_each_stream_when_it_starts_and_when_it_ends() -> None:
@@ -107,12 +109,13 @@ def test_a_bad_journal_limit_is_a_400(limit: str) -> None:
 
 
 def test_what_request_headers_bring_is_kept_for_a_bounded_number_of_faults() -> None:
-    state = ReplayState(keep=100)
+    state = MemoryStore(keep=100)
     injector = Injector([], seed=0, state=state)
     request = Request("POST", "/v1/chat/completions")
     for n in range(1000):
         chosen, _ = injector.choose(request, [parse_fault(f"empty:times={n + 1}")])
         for fault in chosen:
             state.note_injected(fault.spec)
-    assert len(state.header_fault_turns) == len(state.injected) == 100
-    assert list(state.header_fault_turns)[-1] == "empty:times=1000"  # the newest are kept
+    now = state.snapshot()
+    assert len(now.counts) == len(now.injected) == 100
+    assert list(now.counts)[-1] == "empty:times=1000"  # the newest are kept

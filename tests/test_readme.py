@@ -60,9 +60,9 @@ def test_the_library_snippet_runs_as_it_is() -> None:
     out = run_python(block("library")).splitlines()
     assert out[0] == HELLO
     assert out[1].startswith(
-        "[Recording(cassette='anthropic-messages.toml', index=1), Recording(cassette='anthropic-messages.toml', index=2), "
+        "(Recording(cassette='anthropic-messages.toml', index=1), Recording(cassette='anthropic-messages.toml', index=2), "
     )
-    assert out[2] == "[]"
+    assert out[2] == "()"
     assert out[3] == "Hi there! How"  # five events (the role frame and four pieces of text), then the error
     assert out[4].startswith("the stream failed as asked: ")
 

@@ -22,7 +22,7 @@ from clients import openai_client
 from httpx_sse import connect_sse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from waits import auntil, until
+from waits import SAFETY_NET, auntil, until
 
 from sse_tape import (
     Cassette,
@@ -410,10 +410,12 @@ async def test_client_disconnect_stops_the_stream_at_once(bundled: dict[str, Cas
         async with httpx.AsyncClient() as client, client.stream("POST", url, json=stream) as response:
             first = await response.aiter_raw().__anext__()
             assert first.startswith(b"data: ")
-            assert server.active_streams == 1
+            assert server.control.snapshot().streams == 1
         # The client is gone while the server sleeps towards the next chunk.
-        [ended] = await auntil(lambda: [e for e in server.journal if isinstance(e, Ended)], "the stream's end")
-        await auntil(lambda: server.active_streams == 0 and len(asyncio.all_tasks()) == baseline, "its task's end")
+        async with asyncio.timeout(SAFETY_NET):
+            await server.control.idle()
+        [ended] = [e for e in server.control.journal if isinstance(e, Ended)]
+        await auntil(lambda: len(asyncio.all_tasks()) == baseline, "its task's end")
     assert (ended.end, ended.bytes) == (End.CLIENT_GONE, len(role.data))
     assert ended.seconds < after.t  # by the server's own clock: at once, not when the next chunk was due
 
@@ -556,13 +558,13 @@ async def test_requests_that_come_together_for_a_first_play_share_its_preparatio
 
         def plan(self, response: Response, *, key: str = "") -> Plan:
             plans.append(key)
-            until(lambda: server.state.requests == 20, "every request")
+            until(lambda: server.control.snapshot().requests == 20, "every request")
             return super().plan(response, key=key)
 
     events = [f"data: {i} {'x' * 200}\n\n".encode() for i in range(100)]  # long enough to be prepared in a thread
     async with aserve(_paced(events, 0.0), pace=Counted()) as server, httpx.AsyncClient(base_url=server.url) as client:
         answers = await asyncio.gather(*(client.post("/stream", content=b"{}") for _ in range(20)))
-        assert server.state.requests == 20
+        assert server.control.snapshot().requests == 20
     assert [a.content for a in answers] == [b"".join(events)] * 20
     assert len(plans) == 1
 
@@ -585,9 +587,11 @@ async def test_a_client_that_does_not_read_holds_a_paced_stream_back() -> None:
         # A floor, not a wait for anything: by now every event is due, and a server that queued them all
         # rather than wait for the client would have.
         await asyncio.sleep(1)
-        assert server.active_streams == 1
+        assert server.control.snapshot().streams == 1
         sock.close()
-        [ended] = await auntil(lambda: [e for e in server.journal if isinstance(e, Ended)], "the stream's end")
+        async with asyncio.timeout(SAFETY_NET):
+            await server.control.idle()
+        [ended] = [e for e in server.control.journal if isinstance(e, Ended)]
     assert ended.end is End.CLIENT_GONE
     assert 0 < ended.bytes < sum(map(len, events)) / 2
 
@@ -612,7 +616,8 @@ async def test_many_concurrent_streams_each_get_the_whole_recording(bundled: dic
 
             bodies = await asyncio.gather(*(one() for _ in range(200)))
         assert set(bodies) == {interaction.response.body}
-        assert server.active_streams == 0
+        async with asyncio.timeout(SAFETY_NET):  # every stream ends
+            await server.control.idle()
 
 
 def test_serve_frees_the_port_when_the_block_ends() -> None:

@@ -6,7 +6,7 @@ import random
 from collections.abc import Iterable, Sequence
 
 from ..cassette import Request
-from ..journal import ReplayState
+from ..state import ReplayStore
 from .model import Fault
 
 __all__ = ["Injector"]
@@ -16,20 +16,21 @@ class Injector:
     """Decides, per request, which faults apply: by path, by `times`, and by seeded chance.
 
     `times` and chance count the requests each fault has seen, in the replay
-    state: a fault set on the server by its place in the list, a fault asked
+    store: a fault set on the server by its place in the list, a fault asked
     for in a request header by its text. Setting new faults starts the
     server's counts over.
     """
 
-    def __init__(self, faults: Iterable[Fault], seed: int, state: ReplayState) -> None:
+    def __init__(self, faults: Iterable[Fault], seed: int, state: ReplayStore) -> None:
         self.seed = seed
+        """What every random choice of the faults is drawn from."""
         self.state = state
         self.faults: list[Fault] = list(faults)
 
     def set(self, faults: Iterable[Fault]) -> None:
         """Replace the server's faults, and start their counts over."""
         self.faults = list(faults)
-        self.state.server_fault_turns.clear()
+        self.state.restart_counts()
 
     def add(self, faults: Iterable[Fault]) -> None:
         """Add faults after the server's, leaving the counts of those already set as they are."""
@@ -44,14 +45,11 @@ class Injector:
         chosen: list[Fault] = []
         labels: list[str] = []
         state = self.state
+        placed = len(self.faults)
         for n, fault in enumerate([*self.faults, *extra]):
             if not fault.applies_to(request):
                 continue
-            if n < len(self.faults):
-                turn = state.server_fault_turns.get(n, 0)
-                state.server_fault_turns[n] = turn + 1
-            else:
-                turn = state.header_fault_turn(fault.spec)
+            turn = state.count(n if n < placed else fault.spec)
             if fault.times is not None and turn >= fault.times:
                 continue
             if fault.p < 1 and random.Random(f"{self.seed}:{fault.spec}:{turn}").random() >= fault.p:

@@ -45,6 +45,7 @@ recorded order, starting over when all have been played.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from difflib import SequenceMatcher
@@ -57,7 +58,7 @@ from ..cassette import Cassette, End, Interaction, Recording, Request
 from ..dialects import Protocol as Dialect
 from ..dialects import for_path
 from ..dialects.protocol import RequestMatcher
-from ..journal import ReplayState
+from ..state import MemoryStore, ReplayStore, recording_id
 from .matchers import AGREES, BUILT_IN, MatchOn, body_differences
 from .registry import MATCHERS
 
@@ -138,7 +139,8 @@ class Matcher:
     shape of answer it asks for. With `refetch` (a recorder's), a recording
     cut short on the recording side (see `CUT_SHORT`) answers nothing: the
     request is a miss, for the upstream to answer whole. What has played is
-    kept in `state`, which a server shares with the rest of its replay. A
+    kept in `state` (see `state`), which a server shares with the rest of its
+    replay, by each recording's id (`recording_id`; `id_of`). A
     miss's explanation shows the request as `redact` makes it (a server's: its
     secrets redacted, as a cassette would hold it), and the recordings alike;
     it is still compared as it came. An unknown matcher name, given here or
@@ -155,7 +157,7 @@ class Matcher:
         reshape: bool = True,
         resume: bool = True,
         refetch: bool = False,
-        state: ReplayState | None = None,
+        state: ReplayStore | None = None,
         redact: Callable[[Request], Request] | None = None,
     ) -> None:
         self.allow_repeats = allow_repeats
@@ -169,12 +171,19 @@ class Matcher:
         self.refetch = refetch
         """Whether a recording cut short on the recording side (`CUT_SHORT`) is left unanswered, so that a
         recorder fetches it from its upstream again; off, it replays as it was recorded."""
-        self.state = state or ReplayState()
+        self.state: ReplayStore = state or MemoryStore()
         named = None if match_on is None else list(match_on)
         self.match_on: tuple[str, ...] | None = MATCHERS.names(named, "match_on") if named else None
         """The matchers every recording is matched by, by name; None: what each cassette says."""
         self.ignore_body_fields = None if ignore_body_fields is None else tuple(ignore_body_fields)
         self.recordings: list[Recording] = []
+        """Every recording it can answer with, in the order they were loaded or added."""
+        self._ids: list[str | None] = []  # each one's id in the store, worked out when first needed
+        self._by_id: dict[str, Recording] = {}  # those worked out
+        self._twins: list[int] = []  # how many recordings before each had its cassette's name and place
+        self._places: Counter[tuple[str, int]] = Counter()
+        self._numbers: dict[Recording, int] = {}  # where each one is in `recordings`
+        self._groups: dict[tuple[int, ...], str] = {}  # the store's key of each group of equally good ones
         self._apis: dict[str, Dialect | None] = {}  # the API each recorded path names: requests for them need no lookup
         self._rules: list[_Rule] = []
         self._made: dict[tuple[tuple[str, ...], tuple[str, ...]], _Rule] = {}  # rules by names and fields
@@ -209,6 +218,11 @@ class Matcher:
         request = recording.interaction.request
         if request.path not in self._apis:
             self._apis[request.path] = for_path(request.path)
+        place = (recording.cassette, recording.index)
+        self._twins.append(self._places[place])
+        self._places[place] += 1
+        self._numbers[recording] = len(self.recordings)
+        self._ids.append(None)
         self.recordings.append(recording)
         self._rules.append(rule)
         self._compared.append(_as_compared(request, rule.ignore, self.reshape, self._apis[request.path]))
@@ -216,7 +230,33 @@ class Matcher:
         self._shapes.append(is_streamed(recording.interaction) if 200 <= response.status < 300 else None)
         self._last_ids.append(last_event_id(recording.interaction.request))
         self._cut.append(response.end in CUT_SHORT)
-        self.state.track([recording])
+
+    def id_of(self, recording: Recording) -> str:
+        """The id the store knows one of the matcher's recordings by (see `recording_id`; of cassettes of one
+        name, in two folders, the second's recordings get `~2` after it, the third's `~3`, in the order they
+        were loaded)."""
+        return self._id(self._numbers[recording])
+
+    def recording(self, recording_id: str) -> Recording | None:
+        """The recording the store knows by this id, if the matcher has it."""
+        found = self._by_id.get(recording_id)
+        if found is None and len(self._by_id) < len(self.recordings):
+            for n in range(len(self.recordings)):  # one this process has not played (a shared store's)
+                self._id(n)
+            found = self._by_id.get(recording_id)
+        return found
+
+    def plays(self, recording: Recording) -> int:
+        """How many times one of the matcher's recordings has answered."""
+        return self.state.plays(self.id_of(recording))
+
+    def _id(self, n: int) -> str:
+        rid = self._ids[n]
+        if rid is None:  # a digest of its request: worked out at its first play, not for every one loaded
+            twins = self._twins[n]
+            rid = self._ids[n] = recording_id(self.recordings[n]) + (f"~{twins + 1}" if twins else "")
+            self._by_id[rid] = self.recordings[n]
+        return rid
 
     def find(self, request: Request) -> Recording:
         """The recording that answers `request`, noted as played; raises `NoMatchError` naming the closest ones."""
@@ -235,9 +275,8 @@ class Matcher:
         scores = self._scores(asked, agreeing) if len(agreeing) > 1 else dict.fromkeys(agreeing, (0, True))
         if not self.allow_repeats:
             # The most alike recording that has not answered yet.
-            plays = self.state.plays
             ranked = sorted(agreeing, key=lambda n: (scores[n], -n), reverse=True)
-            fresh = [n for n in ranked if not plays[self.recordings[n]]]
+            fresh = [n for n in ranked if not self.state.plays(self._id(n))]
             if not fresh:
                 count = len(agreeing)
                 raise NoMatchError(
@@ -247,9 +286,12 @@ class Matcher:
             return self._play(fresh[0])
         best = max(scores.values())
         group = tuple(n for n in agreeing if scores[n] == best)
-        turn = self.state.turns.get(group, 0)
-        self.state.turns[group] = turn + 1
-        return self._play(group[turn % len(group)])
+        if len(group) == 1:
+            return self._play(group[0])  # its turn cannot choose another
+        key = self._groups.get(group)
+        if key is None:
+            key = self._groups[group] = " ".join(self._id(n) for n in group)
+        return self._play(group[self.state.next_turn(key) % len(group)])
 
     def cut_short(self, request: Request) -> list[Recording]:
         """The recordings cut short on the recording side (see `CUT_SHORT`) of the very same request: the same
@@ -281,7 +323,7 @@ class Matcher:
         }
 
     def _play(self, n: int) -> Recording:
-        self.state.played(self.recordings[n])
+        self.state.played(self._id(n))
         return self.recordings[n]
 
     def explain_miss(self, request: Request, *, limit: int = 3) -> str:

@@ -3,7 +3,6 @@ names or recording into them, as the session's settings say."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 import zlib
@@ -85,6 +84,9 @@ class SSETape:
     answers in flight to end first (up to `IDLE_WAIT` seconds). With the server
     in the test's own event loop (`async_sse_tape`) they cannot wait: `await
     async_sse_tape.idle()` first.
+
+    It drives its server through the server's `control` alone, from whichever
+    thread the test runs in.
     """
 
     IDLE_WAIT = 5.0
@@ -110,7 +112,7 @@ class SSETape:
         self.threaded = threaded
         """Whether its server runs in a thread of its own, not in the test's event loop (`async_sse_tape`'s)."""
         self._record_hint = record_hint  # how to record a miss: the line after the misses in a failure
-        self._scope_faults = list(server.injector.faults)
+        self._scope_faults = list(server.control.snapshot().faults)
         self._asked = list(asked)  # the faults the scope's marker asked for: each must act at least once
         self._asked_now: list[str] = []  # and those the test asked for
         self._ever_played: set[Recording] = set()
@@ -139,68 +141,64 @@ class SSETape:
     def requests(self) -> list[Request]:
         """What the client sent in this test, in order, bodies and all."""
         self._settle()
-        return list(self.server.state.received)
+        return list(self.server.control.snapshot().received)
 
     @property
     def played(self) -> list[Recording]:
         """The recordings that answered in this test, in order."""
         self._settle()
-        return list(self.server.state.answered)
+        return list(self.server.control.snapshot().played)
 
     @property
     def journal(self) -> Journal:
         """Every step of answering each request of this test."""
         self._settle()
-        return self.server.journal
+        return self.server.control.journal
 
     @property
     def misses(self) -> list[Miss]:
         """The requests no recording answered in this test, each with why."""
         self._settle()
-        return list(self.server.state.misses)
+        return list(self.server.control.snapshot().misses)
 
     def unplayed(self) -> list[Recording]:
         """The recordings that have not answered a request in this test."""
         self._settle()
-        return self.server.state.unplayed()
+        return list(self.server.control.snapshot().unplayed)
 
     def add_faults(self, *specs: str) -> None:
         """Put these faults (`"error:5"`, `"status:429"`) on every request from now on, in this test."""
         faults = parse_faults(specs)
-        self.server.injector.add(faults)
+        self.server.control.add_faults(faults)
         self._asked_now += [f.spec for f in faults if _certain(f.p, f.times)]
 
     def clear_faults(self) -> None:
         """No faults from now on, in this test (not even the command line's); none is missed at its end."""
-        self.server.injector.set([])
-        injected = self.server.state.injected
-        self._asked = [spec for spec in self._asked if injected[spec] or self._ever_injected[spec]]
-        self._asked_now = [spec for spec in self._asked_now if injected[spec]]
+        self.server.control.set_faults([])
+        injected = self.server.control.snapshot().injected
+        self._asked = [spec for spec in self._asked if injected.get(spec) or self._ever_injected[spec]]
+        self._asked_now = [spec for spec in self._asked_now if injected.get(spec)]
 
     def wait_idle(self, timeout: float = IDLE_WAIT) -> bool:
-        """Wait until no answer is in flight (from another thread than the server's); whether it came."""
-        deadline = time.monotonic() + timeout
-        while self.server.active_streams:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.001)
-        return True
+        """Wait until no answer is in flight and nothing is left to record (from another thread than the
+        server's); whether that came within `timeout` seconds."""
+        return self.server.control.wait_idle(timeout)
 
     async def idle(self) -> None:
-        """Wait until no answer is in flight, from the server's own event loop (`asyncio.timeout` bounds it)."""
-        while self.server.active_streams:  # noqa: ASYNC110 - a count the server keeps; it signals nothing
-            await asyncio.sleep(0.001)
+        """Wait until no answer is in flight and nothing is left to record, from an event loop (`asyncio.timeout`
+        bounds it)."""
+        await self.server.control.idle()
 
     def wait_recorded(self) -> None:
         """Wait until what the requests brought is recorded (from another thread than the server's): the
         recorder reads an upstream on after a fault cut its client's copy short, for the cassette."""
-        while self.server.recorder is not None and self.server.recorder.in_flight:
-            time.sleep(0.005)
+        if self.recording:
+            self.server.control.wait_idle()
 
     async def recorded(self) -> None:
-        """`wait_recorded`, from the server's own event loop."""
-        while self.server.recorder is not None and self.server.recorder.in_flight:  # noqa: ASYNC110
-            await asyncio.sleep(0.005)
+        """`wait_recorded`, from an event loop."""
+        if self.recording:
+            await self.server.control.idle()
 
     def _settle(self) -> None:
         if self.threaded:
@@ -220,15 +218,17 @@ class SSETape:
         every test (which would give a `p=0.3` fault to all of them or to none).
         """
         self._settle()  # a stream the last test left open ends in its journal, not this one's
-        state = self.server.state
-        self._ever_played.update(r for r in state.recordings if state.plays[r])
-        self._ever_injected.update(state.injected)
-        self._outside += state.misses[self._told :]
-        self.server.reset()
+        control = self.server.control
+        before = control.snapshot()
+        unplayed = set(before.unplayed)
+        self._ever_played.update(r for r in before.recordings if r not in unplayed)
+        self._ever_injected.update(before.injected)
+        self._outside += before.misses[self._told :]
+        control.reset()
         self._told = 0
         chosen = parse_faults(faults)
-        self.server.injector.set([*self._scope_faults, *chosen])
-        self.server.injector.seed = zlib.crc32(f"{self.seed}:{test}".encode())
+        control.set_faults([*self._scope_faults, *chosen])
+        control.set_seed(zlib.crc32(f"{self.seed}:{test}".encode()))
         self._asked_now = [f.spec for f in chosen if f.spec in asked and _certain(f.p, f.times)]
         self._test_allows = allow_unused
         self._test, self._began = test, time.time()
@@ -236,7 +236,7 @@ class SSETape:
     def end(self) -> None:
         """End the test that began last: the misses so far are its own; any later one is the scope's."""
         self._settle()
-        self._told = len(self.server.state.misses)
+        self._told = len(self.server.control.snapshot().misses)
 
     def test_problems(self) -> list[str]:
         """What went wrong in this test's requests: misses, and faults it asked for that never acted."""
@@ -247,14 +247,14 @@ class SSETape:
         allowed = self.allow_unused if self._test_allows is None else self._test_allows or self.recording
         if allowed:
             return problems
-        injected = self.server.state.injected
-        return problems + [f"fault {spec!r} was never injected" for spec in self._asked_now if not injected[spec]]
+        injected = self.server.control.snapshot().injected
+        return problems + [f"fault {spec!r} was never injected" for spec in self._asked_now if not injected.get(spec)]
 
     def scope_problems(self, *, whole: bool = True) -> list[str]:
         """What the whole scope left undone: requests outside any test that missed, recordings never played,
         and faults asked for that never acted; the last two only if the scope's tests all ran here (`whole`)."""
         self._settle()
-        outside = [*self._outside, *self.server.state.misses[self._told :]]
+        outside = [*self._outside, *self.server.control.snapshot().misses[self._told :]]
         problems = self._missed(
             [
                 f"request {m.request} ({m.method} {m.path}), outside any test, matched no recording: {m.reason}"
@@ -268,15 +268,16 @@ class SSETape:
     def use(self) -> ScopeUse:
         """What the tests have played and injected so far, and what they had to."""
         self._settle()
-        state = self.server.state
-        played = self._ever_played | {r for r in state.recordings if state.plays[r]}
+        now = self.server.control.snapshot()
+        unplayed = set(now.unplayed)
+        played = self._ever_played | {r for r in now.recordings if r not in unplayed}
         # By position too: two cassettes of one name in two folders have recordings of one label.
-        keys = {r: f"{n} {r}" for n, r in enumerate(state.recordings)}
+        keys = {r: f"{n} {r}" for n, r in enumerate(now.recordings)}
         return ScopeUse(
-            recordings={keys[r]: str(r) for r in state.recordings},
+            recordings={keys[r]: str(r) for r in now.recordings},
             played={keys[r] for r in played if r in keys},
             asked=list(self._asked),
-            injected=self._ever_injected + state.injected,
+            injected=self._ever_injected + Counter(now.injected),
             allow_hint=self._allow_hint,
             last_test=self._test,
             last_began=self._began,
@@ -284,13 +285,13 @@ class SSETape:
 
     def describe(self) -> str:
         """The seed, the faults and the last steps, for a failed test's report."""
-        state = self.server.state
-        faults = ", ".join(f.spec for f in self.server.injector.faults) or "none"
+        now = self.server.control.snapshot()
+        faults = ", ".join(f.spec for f in now.faults) or "none"
         lines = [f"seed {self.seed} (--sse-tape-seed={self.seed} repeats it); faults: {faults}"]
-        if state.injected:
-            lines.append("injected: " + ", ".join(f"{spec} x{n}" for spec, n in state.injected.items()))
-        lines += self._missed([f"miss: request {m.request} ({m.method} {m.path}): {m.reason}" for m in state.misses])
-        steps = [line for entry in self.server.journal.last(20) if (line := _step(entry)) is not None]
+        if now.injected:
+            lines.append("injected: " + ", ".join(f"{spec} x{n}" for spec, n in now.injected.items()))
+        lines += self._missed([f"miss: request {m.request} ({m.method} {m.path}): {m.reason}" for m in now.misses])
+        steps = [line for entry in self.server.control.journal.last(20) if (line := _step(entry)) is not None]
         if steps:
             lines += ["last steps:", *(f"  {line}" for line in steps)]
         return "\n".join(lines)
@@ -337,7 +338,7 @@ def open_tape(request: pytest.FixtureRequest, scope: str, *, threaded: bool) -> 
         server = _server(config, settings, marked, request.node, scope)
         # A server that records forwards what it misses; one that replays only can tell how to record it.
         hint = _record_hint(config, settings, marked, request.node, scope) if server.recorder is None else None
-    asked = [f.spec for f in server.injector.faults if f.spec in marked.faults and _certain(f.p, f.times)]
+    asked = [f.spec for f in server.control.snapshot().faults if f.spec in marked.faults and _certain(f.p, f.times)]
     allow_unused = settings.allow_unused if marked.allow_unused is None else marked.allow_unused
     # What a recording session records has not played: only a replay can leave recordings unplayed.
     recording = server.recorder is not None

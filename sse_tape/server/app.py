@@ -6,7 +6,8 @@ bring (`Protocol.responders`, such as the Responses API's background mode), each
 puts there (an upstream the request is forwarded to, recording what passes, or a model); last, the
 `Catalog` of the recordings' models. A request no responder answers gets the API's JSON error naming
 the closest recordings. Every step goes into the server's `journal`; every counter replay depends on
-lives in its `state`. The control endpoints (`/__sse_tape__/`) answer loopback clients only."""
+lives in its replay state (see `state`). Its `control` is the way in from outside: the control endpoints
+(`/__sse_tape__/`, which answer loopback clients only) use it, as the pytest plugin and library users do."""
 
 from __future__ import annotations
 
@@ -34,16 +35,18 @@ from ..catalog import Catalog
 from ..dialects import DIALECTS, dialect_for, for_path
 from ..dialects import Generation as Dialect
 from ..faults import MAX_HEADER_FAULTS, Fault, Injector, parse_faults
-from ..journal import Ended, FaultInjected, Journal, Miss, Missed, Received, ReplayState
+from ..journal import Ended, FaultInjected, Journal, Miss, Missed, Received
 from ..matching import Matcher
 from ..options import OPTIONS, MissPolicy, ServeOptions, check_sources
 from ..plan import Plan, Write, event_ends
 from ..recorder import Recorder
 from ..redaction import Redaction
 from ..responder import Exchange, Responder
+from ..state import MemoryStore, ReplayStore
 from ..upstream import AiohttpUpstream, Upstream
 from ..wire import Live, send
 from .connections import ConnectionGuard
+from .control import Control
 from .protocols import Lent
 from .replay import Replay
 
@@ -97,7 +100,12 @@ class MockServer:
     clients from holding connections. The fault header and the control
     endpoints answer loopback clients only, unless `allow_remote_control`.
     With `reuse_port`, other processes may listen on the same port, and the
-    system shares the connections out among them.
+    system shares the connections out among them. What replay counts and
+    keeps between requests is in `state` (a `MemoryStore` unless given).
+
+    From outside the server (another thread, a test, the pytest plugin), use
+    its `control`: reset, faults, the seed, a snapshot, and waiting until it
+    is idle.
     """
 
     def __init__(
@@ -116,6 +124,7 @@ class MockServer:
         limits: Limits | None = None,
         allow_remote_control: bool = False,
         reuse_port: bool = False,
+        state: ReplayStore | None = None,
     ) -> None:
         self.options = options or ServeOptions()
         self.reuse_port = reuse_port
@@ -124,8 +133,7 @@ class MockServer:
         self.port = port
         self.limits = limits or Limits()
         self.allow_remote_control = allow_remote_control
-        self.state = ReplayState()
-        """Every counter replay depends on; `reset()` starts them over."""
+        self._state: ReplayStore = state or MemoryStore()
         self._redaction = recorder.redaction if recorder is not None else None
         self._shown_queries: dict[str, str] = {}
         # A recorder fetches each shape of answer, each reconnection, and each stream it cut short before,
@@ -139,10 +147,10 @@ class MockServer:
             reshape=replays_only,
             resume=replays_only,
             refetch=not replays_only,
-            state=self.state,
+            state=self._state,
             redact=self._redacted,
         )
-        self.injector = Injector(self.options.faults, self.options.seed, self.state)
+        self._injector = Injector(self.options.faults, self.options.seed, self._state)
         self.journal = Journal(log=log, report=self.options.report)
         self._log = log
         """What happened to each request, newest last."""
@@ -153,8 +161,16 @@ class MockServer:
         replaying: list[Responder] = [*_protocols_responders(), Replay()] if replay else []
         self.responders: list[Responder] = [*replaying, *behind, Catalog(models)]
         """The chain each request goes through, in order."""
-        self.active_streams = 0
-        """Requests being answered right now."""
+        self._answering = 0  # requests being answered right now
+        self.control = Control(
+            state=self._state,
+            matcher=self.matcher,
+            injector=self._injector,
+            journal=self.journal,
+            streams=lambda: self._answering,
+            recorder=self.recorder,
+        )
+        """The way in from outside: reset, faults, the seed, a snapshot, and waiting until the server is idle."""
         self.closing = False
         """Set while the server stops: streams cut now were interrupted, not abandoned by their clients."""
         self._runner: web.AppRunner | None = None
@@ -162,6 +178,22 @@ class MockServer:
         self._listener: asyncio.Server | None = None
         self._guard: ConnectionGuard | None = None
         self._loop_errors: _LoopErrors | None = None
+
+    @property
+    def state(self) -> ReplayStore:
+        """What replay counts and keeps between requests, for the server's own parts (its responders), on its
+        event loop; from outside, `control.snapshot()`."""
+        return self._state
+
+    @property
+    def injector(self) -> Injector:
+        """What chooses the faults of each request, for the server's own parts (its responders); from outside,
+        `control.set_faults()` and `control.snapshot().faults`."""
+        return self._injector
+
+    def settled(self) -> None:
+        """Something in flight is over (a stream a responder recorded): the server may be idle now."""
+        self.control.settle()
 
     @property
     def url(self) -> str:
@@ -193,18 +225,13 @@ class MockServer:
         """What the server holds right now: connections, streams being answered, tasks, journal entries."""
         return {
             "connections": len(self._guard.open) if self._guard is not None else 0,
-            "active_streams": self.active_streams,
+            "active_streams": self._answering,
             "tasks": len(asyncio.all_tasks()),
-            "requests": self.state.requests,
+            "requests": self._state.snapshot().requests,
             "journal_entries": len(self.journal),
             "refused_connections": self._guard.refused if self._guard is not None else 0,
             "pid": os.getpid(),
         }
-
-    def reset(self) -> None:
-        """Start replay over: every recording unplayed, every count at zero, the journal empty."""
-        self.state.reset()
-        self.journal.clear()
 
     async def start(self) -> None:
         """Bind and start serving; with port 0 the chosen port is in `port` afterwards."""
@@ -242,6 +269,7 @@ class MockServer:
         self.port = self._listener.sockets[0].getsockname()[1]
         self._runner = runner
         self._loop_errors = _LoopErrors.install(loop, self._log)
+        self.control.attach(loop)
 
     async def close(self) -> None:
         """Stop listening, end the streams in flight, and let the responders finish (saving what they recorded)."""
@@ -266,6 +294,7 @@ class MockServer:
             await self._close_responders()
             if self._loop_errors is not None:
                 self._loop_errors.uninstall()
+            self.control.detach()
         self.journal.close()
 
     async def _close_responders(self) -> None:
@@ -305,8 +334,7 @@ class MockServer:
             headers = tuple((k, v) for k, v in headers if k.lower() != _FAULT_HEADER_LOWER)
         url = http.rel_url
         request = Request(http.method, url.raw_path, url.raw_query_string, headers)
-        self.state.requests += 1
-        number = self.state.requests
+        number = self._state.next_request()
         query = request.query
         shown = self.shown_query(query) if query else query
         self.journal.add(Received(request=number, method=request.method, path=request.path, query=shown))
@@ -321,7 +349,7 @@ class MockServer:
             api=api,
             started=asyncio.get_running_loop().time(),
         )
-        self.active_streams += 1
+        self._answering += 1
         try:
             try:
                 # Most bodies come with the head: one that is still on its way has a deadline.
@@ -336,7 +364,7 @@ class MockServer:
             exchange.request = Request(request.method, request.path, request.query, request.headers, body)
             # Kept as it arrived, in a request of its own: the body that answering parses (and keeps, see
             # `Request.json`) goes with the answer, not into the last 10,000 requests kept here.
-            self.state.received.append(Request(request.method, request.path, request.query, request.headers, body))
+            self._state.add_received(Request(request.method, request.path, request.query, request.headers, body))
             try:
                 exchange.faults = self._header_faults(http) if faults_asked else []
             except ConfigError as exc:
@@ -353,9 +381,10 @@ class MockServer:
             exchange.end = End.INTERRUPTED if self.closing else End.CLIENT_GONE
             raise
         finally:
-            self.active_streams -= 1
+            self._answering -= 1
             if not exchange.ends_later:
                 self.ended(exchange)
+            self.control.settle()  # after its end is in the journal: whoever waits for idle reads it there
 
     def ended(self, exchange: Exchange) -> None:
         """Note in the journal how an exchange's answer ended: after how many bytes and events, and how long."""
@@ -412,7 +441,7 @@ class MockServer:
         request = exchange.request
         reason = exchange.miss or self.matcher.explain_miss(request)
         status = self.options.miss_status
-        self.state.misses.append(Miss(exchange.number, request.method, request.path, reason))
+        self._state.add_miss(Miss(exchange.number, request.method, request.path, reason))
         self.journal.add(
             Missed(request=exchange.number, method=request.method, path=request.path, status=status, reason=reason)
         )
@@ -449,10 +478,10 @@ class MockServer:
                 limit = int(http.query.get("limit", "100"))
             except ValueError:
                 return web.json_response({"error": "limit must be a whole number"}, status=400)
-            entries = self.journal.last(max(limit, 0))
+            entries = self.control.journal.last(max(limit, 0))
             return web.json_response({"entries": [e.to_json() for e in entries]})
         if endpoint == "reset" and http.method == "POST":
-            self.reset()
+            self.control.reset()
             return web.json_response({"reset": True})
         if endpoint == "stats" and http.method == "GET":
             return web.json_response(self.stats())
@@ -474,19 +503,20 @@ class MockServer:
                 specs = body.get("faults") if isinstance(body, dict) else None
                 if not isinstance(specs, list) or not all(isinstance(s, str) for s in specs):
                     raise ValueError("faults must be a list of fault specifications")
-                self.injector.set(parse_faults(specs))
+                self.control.set_faults(specs)
             except ValueError as exc:  # ConfigError too: a bad spec
                 return web.json_response({"error": f'give {{"faults": ["spec", ...]}}: {exc}'}, status=400)
         elif http.method == "DELETE":
-            self.injector.set([])
+            self.control.set_faults([])
         elif http.method != "GET":
             return web.json_response({"error": "use GET, POST or DELETE"}, status=405)
-        injections = [e.to_json() for e in self.journal if isinstance(e, FaultInjected)]
+        injections = [e.to_json() for e in self.control.journal if isinstance(e, FaultInjected)]
+        now = self.control.snapshot()
         return web.json_response(
             {
-                "faults": [f.spec for f in self.injector.faults],
-                "requests": self.state.requests,
-                "injected": dict(self.state.injected),
+                "faults": [f.spec for f in now.faults],
+                "requests": now.requests,
+                "injected": dict(now.injected),
                 "injections": injections[-100:],
             }
         )

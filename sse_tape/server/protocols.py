@@ -32,10 +32,7 @@ class Lent(Attached):
 
     async def respond(self, exchange: Exchange) -> web.StreamResponse | None:
         host = self.host
-        state = host.state.protocols.get(self.key)
-        if state is None:
-            state = host.state.protocols[self.key] = {}
-        return await self.responder.respond(_Incoming(host, exchange, state))
+        return await self.responder.respond(_Incoming(host, exchange, host.state.kept(self.key)))
 
 
 class _Incoming(Incoming):

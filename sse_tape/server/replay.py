@@ -142,7 +142,7 @@ class Replay(Attached):
             faultless = not (server.injector.faults or exchange.faults or server.options.recorded_faults)
             stream = prepared.plan if faultless and last_event_id(request) is None else prepared.plan.copy()
         else:  # a schedule of this replay's own: jitter, seeded by the recording and how often it played
-            key = f"{known.name}:{server.state.plays[recording] - 1}"
+            key = f"{known.name}:{server.matcher.plays(recording) - 1}"
             paced = prepared.stands_for if prepared.stands_for is not None else prepared.response
             stream = server.options.pace.plan(paced, key=key)
         kept = exchange.keep(stream) if exchange.keep is not None else None

@@ -1,0 +1,228 @@
+"""The replay state: what replay counts and keeps between requests, behind a store.
+
+Replay depends on a few counters and lists: the number of each request, the
+turns of equally good matches (so that repeated identical requests get their
+recordings in order), how often each recording has played, how many requests
+each fault has seen (for `times=` and `p=`), how often each was applied, the
+misses, the requests received, and what the responders the protocols bring
+keep between requests (the Responses API's background responses). They sit
+behind `ReplayStore`, a handful of operations keyed by
+stable values (a recording by its `recording_id`, a fault by its place or its
+text), never by an object of this process: so `MemoryStore`, the default,
+can give way to a store shared by several processes without touching replay.
+
+Only the server's own parts (the matcher, the injector, the responders)
+call a store, on the server's event loop; everything else goes through the
+server's `control` (`sse_tape.server.control.Control`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter, OrderedDict, deque
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .cassette import Recording, Request
+from .journal import Miss
+
+__all__ = ["FaultKey", "MemoryStore", "ReplayStore", "State", "recording_id"]
+
+#: What a fault's counts are kept by: a fault set on the server by its place in the server's list (an `int`),
+#: one a request asks for in its header by its text (a `str`).
+FaultKey = int | str
+
+
+def recording_id(recording: Recording) -> str:
+    """The id a store knows a recording by: its cassette's name, its place there, and a digest of its request
+    (method, path, query and body), such as `openai-chat.toml#2:5f1c0e9a7b3d`.
+
+    It is the same in every process that loads the same cassette, and whenever it is loaded again.
+    """
+    request = recording.interaction.request
+    digest = hashlib.sha256()
+    for part in (request.method.encode(), request.path.encode(), request.query.encode(), request.body):
+        digest.update(len(part).to_bytes(8, "big"))  # each with its length: no two requests give the same bytes
+        digest.update(part)
+    return f"{recording.cassette}#{recording.index}:{digest.hexdigest()[:12]}"
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """What a store holds at one moment (`ReplayStore.snapshot`)."""
+
+    requests: int
+    """How many requests arrived."""
+    received: tuple[Request, ...]
+    """The last requests that arrived, bodies and all, in order."""
+    answered: tuple[str, ...]
+    """The ids of the recordings that answered, in order (one each time one answers)."""
+    plays: Mapping[str, int]
+    """How many times each recording answered, by id; one that never did is not there."""
+    misses: tuple[Miss, ...]
+    """The requests nothing answered, each with why."""
+    injected: Mapping[str, int]
+    """How many times each fault, by its text, was applied."""
+    counts: Mapping[FaultKey, int]
+    """How many requests each fault has seen (see `FaultKey`)."""
+    kept: Mapping[str, tuple[str, ...]]
+    """What the protocols' responders keep, by the key of each (see `ReplayStore.kept`): the keys of what it
+    keeps (the ids of the background responses)."""
+
+
+class ReplayStore(Protocol):
+    """What replay counts and keeps between requests (see the module): the operations replay needs.
+
+    A store is called on the server's event loop only, one operation at a time; each operation counts and
+    answers at once, so that one shared by several servers can make it atomic.
+    """
+
+    def next_request(self) -> int:
+        """Count a request that arrived; returns its number, from 1 since the start or the last reset."""
+        ...
+
+    def add_received(self, request: Request) -> None:
+        """Keep a request as it arrived, body and all."""
+        ...
+
+    def next_turn(self, key: str) -> int:
+        """How many requests the group of equally good recordings named `key` has answered before this one,
+        counting this one."""
+        ...
+
+    def played(self, recording_id: str) -> int:
+        """Note that a recording answers a request; returns how many times it had answered before."""
+        ...
+
+    def plays(self, recording_id: str) -> int:
+        """How many times a recording has answered."""
+        ...
+
+    def count(self, fault_key: FaultKey) -> int:
+        """How many requests a fault has seen before this one, counting this one."""
+        ...
+
+    def restart_counts(self) -> None:
+        """Start the counts of the faults set on the server (the `int` keys) over, as new faults are set."""
+        ...
+
+    def note_injected(self, spec: str) -> None:
+        """Count one more application of a fault, by its text."""
+        ...
+
+    def add_miss(self, miss: Miss) -> None:
+        """Keep a request nothing answered, with why."""
+        ...
+
+    def kept(self, key: str) -> MutableMapping[str, Any]:
+        """What a protocol's responder keeps between requests (the Responses API's background responses, by
+        id), under its `key`: a mapping the store holds, which a reset empties."""
+        ...
+
+    def snapshot(self) -> State:
+        """What the store holds now."""
+        ...
+
+    def reset(self) -> None:
+        """Start over: every count at zero, nothing received, no misses, nothing kept by a protocol's
+        responder."""
+        ...
+
+
+class MemoryStore:
+    """A `ReplayStore` in this process's memory: the default.
+
+    What grows with traffic is bounded by `keep`: the last `keep` requests received and recordings answered,
+    and the counts of the last `keep` distinct faults asked for in request headers and applied (one seen
+    longest ago starts over if it comes again), so that no stream of requests can grow it without bound.
+    """
+
+    def __init__(self, *, keep: int = 10_000) -> None:
+        self.keep = keep
+        self._requests = 0
+        self._received: deque[Request] = deque(maxlen=keep)
+        self._answered: deque[str] = deque(maxlen=keep)
+        self._plays: Counter[str] = Counter()
+        self._turns: dict[str, int] = {}
+        self._placed: dict[int, int] = {}  # the server's faults, by place
+        self._asked: OrderedDict[str, int] = OrderedDict()  # faults asked for in headers, by text, newest last
+        self._injected: Counter[str] = Counter()
+        self._misses: list[Miss] = []
+        self._kept: dict[str, dict[str, Any]] = {}
+
+    def next_request(self) -> int:
+        self._requests += 1
+        return self._requests
+
+    def add_received(self, request: Request) -> None:
+        self._received.append(request)
+
+    def next_turn(self, key: str) -> int:
+        turn = self._turns.get(key, 0)
+        self._turns[key] = turn + 1
+        return turn
+
+    def played(self, recording_id: str) -> int:
+        turn = self._plays[recording_id]
+        self._plays[recording_id] = turn + 1
+        self._answered.append(recording_id)
+        return turn
+
+    def plays(self, recording_id: str) -> int:
+        return self._plays[recording_id]
+
+    def count(self, fault_key: FaultKey) -> int:
+        if isinstance(fault_key, int):
+            n = self._placed.get(fault_key, 0)
+            self._placed[fault_key] = n + 1
+            return n
+        asked = self._asked
+        n = asked.get(fault_key, 0)
+        asked[fault_key] = n + 1
+        asked.move_to_end(fault_key)
+        if len(asked) > self.keep:
+            asked.popitem(last=False)
+        return n
+
+    def restart_counts(self) -> None:
+        self._placed.clear()
+
+    def note_injected(self, spec: str) -> None:
+        self._injected[spec] += 1
+        if len(self._injected) > self.keep:
+            del self._injected[next(iter(self._injected))]
+
+    def add_miss(self, miss: Miss) -> None:
+        self._misses.append(miss)
+
+    def kept(self, key: str) -> MutableMapping[str, Any]:
+        found = self._kept.get(key)
+        if found is None:
+            found = self._kept[key] = {}
+        return found
+
+    def snapshot(self) -> State:
+        counts: dict[FaultKey, int] = {key: n for counted in (self._placed, self._asked) for key, n in counted.items()}
+        return State(
+            requests=self._requests,
+            received=tuple(self._received),
+            answered=tuple(self._answered),
+            plays=dict(self._plays),
+            misses=tuple(self._misses),
+            injected=dict(self._injected),
+            counts=counts,
+            kept={key: tuple(values) for key, values in self._kept.items()},
+        )
+
+    def reset(self) -> None:
+        self._requests = 0
+        self._received.clear()
+        self._answered.clear()
+        self._plays.clear()
+        self._turns.clear()
+        self._placed.clear()
+        self._asked.clear()
+        self._injected.clear()
+        self._misses.clear()
+        self._kept.clear()
