@@ -4,11 +4,17 @@ from other threads than the server's, and from other event loops."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
+from collections.abc import MutableMapping
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
+import openai
 import pytest
+from clients import openai_client
 from upstream import Upstream
 from waits import SAFETY_NET
 
@@ -262,11 +268,10 @@ class KeyValues:
     def add_miss(self, miss: Miss) -> None:
         self._list("misses").append(miss)
 
-    def get_background(self, response_id: str) -> object | None:
-        return self.values.get(f"background {response_id}")
-
-    def put_background(self, response_id: str, response: object) -> None:
-        self.values[f"background {response_id}"] = response
+    def kept(self, key: str) -> MutableMapping[str, Any]:
+        found = self.values.setdefault(f"kept {key}", {})
+        assert isinstance(found, dict)
+        return found
 
     def snapshot(self) -> State:
         def under(prefix: str) -> dict[str, int]:
@@ -282,7 +287,11 @@ class KeyValues:
             misses=tuple(m for m in self._list("misses") if isinstance(m, Miss)),
             injected=under("injected "),
             counts=counts,
-            background=tuple(k.removeprefix("background ") for k in self.values if k.startswith("background ")),
+            kept={
+                k.removeprefix("kept "): tuple(self.kept(k.removeprefix("kept ")))
+                for k in self.values
+                if k.startswith("kept ")
+            },
         )
 
     def reset(self) -> None:
@@ -309,6 +318,25 @@ def test_replay_answers_alike_through_any_store(store: type[MemoryStore] | type[
         server.control.reset()  # every count starts over: the turns, and the fault's times
         assert bodies("/stream", 3) == [b"", b"", b"data: 2\n\n"]
         assert server.control.snapshot().requests == 3
+
+
+@pytest.mark.parametrize("store", [MemoryStore, KeyValues], ids=["memory", "key-values"])
+def test_a_background_response_is_kept_in_any_store_and_a_reset_forgets_it(
+    store: type[MemoryStore] | type[KeyValues], bundled: dict[str, Cassette]
+) -> None:
+    recorded = bundled["openai-responses"].interactions[0]
+    body = {**recorded.request.json(), "background": True}
+    greeting = replace(recorded, request=replace(recorded.request, body=json.dumps(body).encode()))
+    options = ServeOptions.build(pace="instant")
+    with run_in_thread(MockServer([Cassette([greeting])], options=options, state=store())) as server:
+        client = openai_client(server.url + "/v1")
+        created = client.responses.create(model=body["model"], input=body["input"], background=True)
+        assert client.responses.retrieve(created.id).status == "completed"
+        assert server.control.snapshot().kept == {"openai-responses:0": (created.id,)}
+        server.control.reset()
+        assert server.control.snapshot().kept == {}
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(created.id)
 
 
 def test_a_recordings_id_is_the_same_in_every_load_and_two_cassettes_of_one_name_differ(tmp_path: Path) -> None:
