@@ -33,8 +33,7 @@ from sse_tape import (
     bundled_cassettes,
     serve,
 )
-from sse_tape.incidents import Miss
-from sse_tape.journal import Ended
+from sse_tape.journal import Ended, Miss
 from sse_tape.server import Snapshot, run_in_thread
 from sse_tape.state import FaultKey, State
 
