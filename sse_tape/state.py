@@ -6,10 +6,10 @@ recordings in order), how often each recording has played, how many requests
 each fault has seen (for `times=` and `p=`), how often each was applied, the
 misses, the requests received, and what the responders the protocols bring
 keep between requests (the Responses API's background responses). They sit
-behind `ReplayStore`, a handful of operations keyed by
-stable values (a recording by its `recording_id`, a fault by its place or its
-text), never by an object of this process: so `MemoryStore`, the default,
-can give way to a store shared by several processes without touching replay.
+behind `ReplayStore`, a handful of operations keyed by stable values (a
+recording by its `recording_id`, a fault by its place or its text), never by
+an object of this process: so `MemoryStore`, the default, can give way to a
+store shared by several processes without touching replay.
 
 Only the server's own parts (the matcher, the injector, the responders)
 call a store, on the server's event loop; everything else goes through the
