@@ -260,9 +260,9 @@ def test_record_mode_rewrite_makes_the_cassette_anew(tmp_path: Path) -> None:
     old = Interaction(Request("POST", "/v1/old"), Response(chunks=(Chunk(0.0, b"data: x\n\n"),)))
     Cassette(interactions=[old]).save(path)
     kept = build_server(record_into=path, upstream="http://127.0.0.1:9", mode="new_episodes")
-    assert len(kept.state.recordings) == 1
+    assert len(kept.control.snapshot().recordings) == 1
     anew = build_server(record_into=path, upstream="http://127.0.0.1:9", mode=RecordMode.REWRITE)
     assert not path.exists()
-    assert anew.state.recordings == []
+    assert anew.control.snapshot().recordings == ()
     assert anew.options.on_miss is MissPolicy.RECORD
     assert anew.options.allow_repeats is False  # then as new_episodes: each recording replays once
