@@ -95,10 +95,13 @@ class Synthesizer(Attached):
         def sink(t: float, data: bytes) -> None:
             loop.call_soon_threadsafe(pieces.put_nowait, (t, data))
 
+        noted = asyncio.Event()
+
         def finished() -> None:
             # Noted once the model is done with it (a cancelled answer's tokens are counted by then), and before
             # the stream's end goes out: a client that has read the whole answer finds it in the journal.
             self._note(exchange, synthesis)
+            noted.set()
             pieces.put_nowait(None)
 
         def done() -> None:
@@ -133,6 +136,11 @@ class Synthesizer(Attached):
                 # In flight while its client's copy lasts; then the model is free for the next request (its
                 # answer stops at once: nothing reads it on).
                 answer.release()
+            if answer.ran and self.recorder is None:
+                # A client that left at the answer's terminal frame (the SDKs stop reading at `[DONE]`) may
+                # leave before the model has said it is done: the request is answered once its note is in
+                # the journal, so that whoever waits for the server to be idle finds it there.
+                await noted.wait()
 
     def _note(self, exchange: Exchange, synthesis: Synthesis) -> None:
         stats = synthesis.stats
