@@ -1038,8 +1038,8 @@ def test_the_control_endpoint_refuses_other_than_loopback() -> None:
     from aiohttp.test_utils import make_mocked_request
 
     request = make_mocked_request("GET", "/__sse_tape__/faults", transport=_Transport("10.1.2.3"))
-    assert asyncio.run(MockServer([])._control(request)).status == 403
-    assert asyncio.run(MockServer([], allow_remote_control=True)._control(request)).status == 200
+    assert asyncio.run(MockServer([]).answer(request)).status == 403
+    assert asyncio.run(MockServer([], allow_remote_control=True).answer(request)).status == 200
 
 
 def test_a_page_from_another_origin_cannot_drive_the_control_endpoints(server: MockServer) -> None:
@@ -1067,7 +1067,7 @@ def test_the_fault_header_is_obeyed_for_loopback_clients_only() -> None:
         async with server:
             headers = {"X-SSE-Tape-Fault": "status:500"}
             request = make_mocked_request("POST", "/v1/nowhere", headers=headers, transport=_Transport("10.1.2.3"))
-            response = await server._answer(request)
+            response = await server.answer(request)
             return response.status
 
     assert asyncio.run(status(MockServer([]))) == 403

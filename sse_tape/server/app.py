@@ -317,12 +317,15 @@ class MockServer:
         assert handler is not None
         self._handlers.add(handler)
         try:
-            return await self._answer(http)
+            return await self.answer(http)
         finally:
             self._handlers.discard(handler)
             self._guard.busy(http.transport, False)
 
-    async def _answer(self, http: web.Request) -> web.StreamResponse:
+    async def answer(self, http: web.Request) -> web.StreamResponse:
+        """Answer one aiohttp request as this server does (the chain, the control endpoints, the fault
+        header), less the bookkeeping of its own connections: for an aiohttp application of your own that
+        routes requests to the mock."""
         is_control = http.rel_url.path.startswith(CONTROL_PREFIX)
         if http.method == "OPTIONS" and "Access-Control-Request-Method" in http.headers:
             return self._preflight(http, control=is_control)
