@@ -428,10 +428,10 @@ def _as_compared(request: Request, ignore: tuple[tuple[str, ...], ...], reshape:
         for where in ignore:
             for container, key in reversed(locate(copy, where)):
                 del container[key]
-        body = _json.dumps(copy).encode()
-    if path == request.path and body is request.body:
+        return request.with_json(path, _json.dumps(copy).encode(), copy)
+    if path == request.path:
         return request
-    return Request(request.method, path, request.query, request.headers, body)
+    return request.with_json(path, body, parsed)
 
 
 def _likeness(a: Any, b: Any) -> int:
