@@ -410,9 +410,11 @@ class _Asked:
 
 
 def _as_compared(request: Request, ignore: tuple[tuple[str, ...], ...], reshape: bool, api: Dialect | None) -> Request:
-    """The request as the matchers compare it: its JSON body without the ignored fields, nor (with `reshape`,
-    in an `api` sse-tape speaks) those that choose the answer's shape, and its path without what chooses it
-    (`Protocol.shapeless_path`). The request itself when that changes nothing."""
+    """The request as the matchers compare it: its JSON value (`json()`) without the ignored fields, nor (with
+    `reshape`, in an `api` sse-tape speaks) those that choose the answer's shape, and its path without what
+    chooses it (`Protocol.shapeless_path`); its bytes as they came (serializing the cut value for every request
+    was most of what issue 27's reshape added to an instant replay: docs/benchmarks.md). The request itself
+    when that changes nothing."""
     shaping = reshape and api is not None
     path = api.shapeless_path(request.path) if shaping and api is not None else request.path
     body = request.body
@@ -428,7 +430,8 @@ def _as_compared(request: Request, ignore: tuple[tuple[str, ...], ...], reshape:
         for where in ignore:
             for container, key in reversed(locate(copy, where)):
                 del container[key]
-        return request.with_json(path, _json.dumps(copy).encode(), copy)
+        # Its bytes stay as they came: the matchers compare the parsed value (`json()`), which is cut.
+        return request.with_json(path, body, copy)
     if path == request.path:
         return request
     return request.with_json(path, body, parsed)

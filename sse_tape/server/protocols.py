@@ -7,7 +7,7 @@ chain and makes that contract of the server's own (`Exchange`, `Host`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 from aiohttp import web
@@ -31,21 +31,28 @@ class Lent(Attached):
         self.key = key
 
     async def respond(self, exchange: Exchange) -> web.StreamResponse | None:
-        host = self.host
-        return await self.responder.respond(_Incoming(host, exchange, host.state.kept(self.key)))
+        return await self.responder.respond(_Incoming(self.host, exchange, self.key))
 
 
 class _Incoming(Incoming):
-    """A `Incoming` over the server's exchange."""
+    """A `Incoming` over the server's exchange. Its query and state are looked up when a responder asks for
+    them: most requests are passed on without either."""
 
-    def __init__(self, host: Host, exchange: Exchange, state: MutableMapping[str, Any]) -> None:
+    def __init__(self, host: Host, exchange: Exchange, key: str) -> None:
         self._host = host
         self._exchange = exchange
+        self._key = key
         self.request = exchange.request
         self.number = exchange.number
         self.arrived = exchange.started
-        self.query = exchange.http.query
-        self.state = state
+
+    @property
+    def query(self) -> Mapping[str, str]:  # type: ignore[override]  # read where asked, not set
+        return self._exchange.http.query
+
+    @property
+    def state(self) -> MutableMapping[str, Any]:  # type: ignore[override]  # read where asked, not set
+        return self._host.state.kept(self._key)
 
     def keep(self, hook: Callable[[Plan], Kept | None]) -> None:
         self._exchange.keep = hook
