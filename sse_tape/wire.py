@@ -80,8 +80,8 @@ class Live:
     `pieces` brings each piece as `(t, bytes)`, `t` in seconds from the request's arrival, and None once
     the source is done; `faulted` are the faults that act on it (None: it passes as it comes);
     `source_end` says how the source ended, once it is done; `noted` gets what the faults do as they
-    decide it; `finished` is called once the body is out, before its end. After sending, `sent` holds every byte sent and `done` whether the source came to its end
-    (False: a fault, or the client, ended the answer first, and the source may stop).
+    decide it; `finished` is called once the body is out, before its end. After sending, `sent` holds
+    every byte sent.
     """
 
     pieces: asyncio.Queue[Write | None]
@@ -89,7 +89,6 @@ class Live:
     source_end: Callable[[], End]
     noted: Callable[[list[tuple[Fault, str]]], None]
     sent: bytearray = field(default_factory=bytearray)
-    done: bool = False
     finished: Callable[[], None] = lambda: None
     """Called once the whole body is out and the faults are through with it, before its end goes out (a
     recorder keeps the recording then: the client has its end only once it is on the disk)."""
@@ -130,7 +129,6 @@ async def send(
                 live.sent += piece[1]
                 await out.write(piece[1])
                 progress.bytes += len(piece[1])
-            live.done = True
             live.finished()
             end = live.source_end()
             if end is End.COMPLETE:
@@ -138,7 +136,7 @@ async def send(
             else:  # the source broke off or went silent: so does the answer
                 drop_connection(http, reset=end is End.UPSTREAM_RESET)
             return out, end
-        live.done = await _stream_live(out, live, started=started, progress=progress)
+        await _stream_live(out, live, started=started, progress=progress)
         live.finished()
         return out, await _end_live(http, out, live, started=started, progress=progress)
     except (ConnectionResetError, ConnectionAbortedError):
@@ -369,15 +367,13 @@ async def _write(http: web.Request, out: web.StreamResponse, data: bytes, progre
     progress.bytes += len(data)
 
 
-async def _stream_live(out: web.StreamResponse, live: Live, *, started: float, progress: Progress) -> bool:
+async def _stream_live(out: web.StreamResponse, live: Live, *, started: float, progress: Progress) -> None:
     """Send a body still being made as its faults make it: every write when it is due, heartbeats through
-    silences, until the source is done or a fault ends the stream. Returns whether the source came to its
-    end."""
+    silences, until the source is done or a fault ends the stream."""
     faulted = live.faulted
     assert faulted is not None
     loop = asyncio.get_running_loop()
     beats = Heartbeats(faulted.run.head)
-    done = False
 
     async def write(writes: Iterable[Write]) -> None:
         for t, data in writes:
@@ -399,12 +395,10 @@ async def _stream_live(out: web.StreamResponse, live: Live, *, started: float, p
                 continue
             writes = faulted.expire()
         else:
-            done = piece is None
             writes = faulted.close(loop.time() - started, live.source_end()) if piece is None else faulted.feed([piece])
         live.noted(faulted.take_notes())  # now, not once the writes are out: a stall may hold them for an hour
         await write(writes)
     live.noted(faulted.take_notes())
-    return done
 
 
 async def _end_live(
