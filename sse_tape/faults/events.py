@@ -73,9 +73,8 @@ class _AtAnEvent(Act):
             out += made
             if self.ended:  # it ended the stream: nothing after it goes
                 return out
-        if self.acted and self.blocks.partial:  # from here on everything goes as it comes
-            out.append((self.blocks.t, self.blocks.partial))
-            self.blocks.partial = b""
+        if self.acted:  # from here on everything goes as it comes
+            out += self.blocks.flush()
         return out
 
     def block(self, t: float, data: bytes, event: ServerSentEvent | None) -> list[Write] | None:

@@ -68,6 +68,12 @@ class Blocks:
                 made += self._blocks(t, data[:whole])
         return made
 
+    def flush(self) -> list[Write]:
+        """What is held of a block not finished yet, as one write (none if nothing is held): for a fault that
+        has acted, after which the stream goes on as it comes."""
+        partial, self.partial = self.partial, b""
+        return [(self.t, partial)] if partial else []
+
     def rest(self) -> list[tuple[float, bytes, ServerSentEvent | None]]:
         """What is left at the stream's end: a block it never finished, as it is."""
         partial, self.partial = self.partial, b""

@@ -40,9 +40,8 @@ class _Stall(Act):
             out.append((t + self.seconds, data) if self.acted else (t, data))
             self.events += event is not None
             self.bytes += len(data)
-        if self.acted and self.blocks.partial:
-            out.append((self.blocks.t + self.seconds, self.blocks.partial))
-            self.blocks.partial = b""
+        if self.acted:  # from here on everything goes as it comes, that much later
+            out += [(t + self.seconds, data) for t, data in self.blocks.flush()]
         return out
 
     def _silence(self, t: float) -> None:
