@@ -39,7 +39,7 @@ from .journal import Forwarded, UpstreamFailed
 from .live import Feed, answer_live
 from .recorder import Capture, Recorder
 from .redaction import Redaction
-from .responder import Exchange, Host
+from .responder import Exchange, Host, thorough
 from .upstream import AiohttpUpstream, Upstream, leaves_base, parse_upstream
 
 __all__ = ["Forwarder", "record_once"]
@@ -130,11 +130,14 @@ class Forwarder:
                 f"{exchange.request.path}: a path may not climb out of the upstream's base path",
                 "bad_path",
             )
+        capture = Capture(exchange.request)
+        if self.recorder is not None:  # a large body's secrets are found off the event loop
+            capture.stored = await thorough(self.recorder.storable, exchange.request)
         return await answer_live(
             server,
             exchange,
             self,
-            Capture(exchange.request),
+            capture,
             recorder=self.recorder,
             failed=lambda exchange, why: server.error(exchange, 502, why, "bad_gateway"),
             cors=False,
