@@ -778,19 +778,22 @@ def test_a_request_that_is_not_http_is_one_line_on_stderr() -> None:
 
 
 @pytest.mark.parametrize(
-    ("body", "status"),
+    ("body", "status", "said"),
     [
-        (b"[" * 100_000, 404),  # not a body any recording has: compared as bytes, not parsed into a crash
-        (b'{"model": "\\ud800", "messages": []}', 404),  # a lone surrogate, named in the miss explanation
+        # Refused before any parser recurses into it.
+        (b"[" * 100_000, 413, "sse-tape: the request body's JSON nested more than 64 deep"),
+        # A lone surrogate, named in the miss explanation.
+        (b'{"model": "\\ud800", "messages": []}', 404, "sse-tape: no recorded interaction matches"),
     ],
+    ids=["deep", "surrogate"],
 )
-def test_bodies_that_break_parsers_get_an_answer_not_a_500(body: bytes, status: int) -> None:
+def test_bodies_that_break_parsers_get_an_answer_not_a_500(body: bytes, status: int, said: str) -> None:
     with serve("cassettes/", match_on="method,path,body") as server:
         got = httpx.post(
             server.url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
         )
     assert got.status_code == status
-    assert got.json()["error"]["message"].startswith("sse-tape: no recorded interaction matches")
+    assert got.json()["error"]["message"].startswith(said)
 
 
 def test_listening_beyond_loopback_says_what_becomes_reachable() -> None:

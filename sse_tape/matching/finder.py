@@ -258,8 +258,10 @@ class Matcher:
             self._by_id[rid] = self.recordings[n]
         return rid
 
-    def find(self, request: Request) -> Recording:
-        """The recording that answers `request`, noted as played; raises `NoMatchError` naming the closest ones."""
+    def find(self, request: Request, *, explain: bool = True) -> Recording:
+        """The recording that answers `request`, noted as played; raises `NoMatchError` naming the closest ones
+        (with `explain` off, when none agrees, with no message: `explain_miss` says it, in a thread say, as it
+        walks the request's body and every recording's)."""
         asked = _Asked(request, self)
         last_id = last_event_id(request)
         # A recorder fetches what it cut short again.
@@ -271,7 +273,7 @@ class Matcher:
             same = [n for n in agreeing if self._last_ids[n] is None]  # to resume after that event
         agreeing = same
         if not agreeing:
-            raise NoMatchError(self.explain_miss(request))
+            raise NoMatchError(self.explain_miss(request) if explain else "")
         scores = self._scores(asked, agreeing) if len(agreeing) > 1 else dict.fromkeys(agreeing, (0, True))
         if not self.allow_repeats:
             # The most alike recording that has not answered yet.

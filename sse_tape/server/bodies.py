@@ -110,7 +110,7 @@ async def _decompressed(chunks: AsyncIterable[bytes], coding: str, limit: int) -
             if pending:
                 await asyncio.sleep(0)  # a body that grows much: others get their turn between steps
     if sent and not inflater.ended:
-        raise BodyRefused(400, f"the request body is not whole {coding} data: it ends too soon", "bad_encoding")
+        raise inflater.refused("it ends too soon")
     return b"".join(pieces)
 
 
@@ -129,13 +129,13 @@ class _Inflater:
         """At most `room` bytes of what `data` decompresses to, and what of `data` is still to decompress."""
         if not self._started or self.ended:
             if self.ended and self.coding == "deflate":
-                raise self._refused("there are bytes after its end")
+                raise self.refused("there are bytes after its end")
             self._zlib = zlib.decompressobj(self._wbits(data))
             self._started, self.ended = True, False
         try:
             piece = self._zlib.decompress(data, room)
         except zlib.error:
-            raise self._refused(f"it is not {self.coding} data") from None
+            raise self.refused(f"it is not {self.coding} data") from None
         if self._zlib.eof:
             self.ended = True
             return piece, self._zlib.unused_data  # gzip: the next member
@@ -146,7 +146,8 @@ class _Inflater:
             return -zlib.MAX_WBITS  # no zlib header: raw deflate (RFC 1951), as aiohttp reads it too
         return ENCODINGS[self.coding]
 
-    def _refused(self, why: str) -> BodyRefused:
+    def refused(self, why: str) -> BodyRefused:
+        """The 400 of a body that is not what its encoding says, and `why`."""
         return BodyRefused(400, f"the request body says Content-Encoding {self.coding}, but {why}", "bad_encoding")
 
 
