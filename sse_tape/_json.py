@@ -11,7 +11,6 @@ that what is parsed can always be written back.
 
 from __future__ import annotations
 
-import codecs
 import json
 import json.decoder
 import json.scanner
@@ -44,7 +43,9 @@ def check(data: bytes, *, max_depth: int | None = MAX_DEPTH, max_values: int | N
     """Raise `TooLarge` when the JSON text `data` nests deeper than `max_depth` or holds more than `max_values`
     keys, items and containers; text that is not JSON may pass (the parser refuses it). It works on the bytes
     with a few passes of bytes methods, not a loop of Python steps, and parses nothing."""
-    marks = data.translate(None, _NOT_MARKS)  # one pass; a body of long strings leaves little
+    # One pass, a window at a time (a thread checking a large body lets others run between windows); a body of
+    # long strings leaves little.
+    marks = b"".join(data[n : n + _WINDOW].translate(None, _NOT_MARKS) for n in range(0, len(data), _WINDOW))
     brackets = marks.count(b"[") + marks.count(b"{")
     if (max_depth is None or brackets <= max_depth) and (max_values is None or len(marks) - brackets <= max_values):
         return  # counted with what strings hold too, and still within bounds
@@ -78,17 +79,20 @@ def parse(
     *,
     max_depth: int | None = MAX_DEPTH,
     max_values: int | None = MAX_VALUES,
-    stepwise: bool = False,
+    stepwise: bool | None = None,
 ) -> Any:
     """The JSON value of `data`; raises `TooLarge` when it nests deeper than `max_depth` or holds more than
     `max_values` keys and values (see `check`), ValueError when it is not JSON.
 
-    `stepwise` reads its structure with the standard library's Python scanner rather than its C one: slower,
-    but in a thread it lets the event loop run between its steps, where the C scanner holds the interpreter
-    for the whole text."""
+    `stepwise` reads its structure with the standard library's Python scanner rather than its C one, and its
+    long strings a window at a time: slower, but in a thread it lets the event loop run between its steps,
+    where the C scanner holds the interpreter for the whole text. By default, texts longer than a few windows
+    are read so."""
+    if stepwise is None:
+        stepwise = len(data) > 4 * _WINDOW
     if isinstance(data, bytes):
         check(data, max_depth=max_depth, max_values=max_values)
-        text = _decoded(data) if stepwise else data.decode("utf-8")
+        text = data.decode("utf-8")
     else:
         text = data
         marks = text.count("[") + text.count("{")
@@ -104,13 +108,6 @@ def parse(
         return json.loads(text)
     except RecursionError:
         raise ValueError("JSON nested too deep to read") from None
-
-
-def _decoded(data: bytes, window: int = _WINDOW) -> str:
-    """`data` decoded from UTF-8 a window at a time."""
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    pieces = [decoder.decode(data[n : n + window]) for n in range(0, len(data), window)]
-    return "".join(pieces) + decoder.decode(b"", final=True)
 
 
 def _scanstring(text: str, end: int, strict: bool = True, window: int = _WINDOW) -> tuple[str, int]:

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any
 
@@ -334,7 +334,7 @@ class Matcher:
         if not self.recordings:
             return head + " (no interactions are loaded)"
         asked = _Asked(request, self)
-        shown = _Asked(self.redact(request), self) if self.redact is not None else asked
+        shown = _Asked(_same_json(self.redact(request), request), self) if self.redact is not None else asked
         ranked = []
         for n, rec in enumerate(self.recordings):
             parts, body_diffs = self._differences(request, asked, shown, n)
@@ -368,9 +368,11 @@ class Matcher:
                 continue
             if said_of is None:
                 recorded = self.redact(there) if self.redact is not None else there
+                ours = shown.compared(rule)
+                # At the paths they came with, their bodies parsed as they are already (a large one is slow).
                 said_of = (
-                    replace(shown.compared(rule), path=request.path),
-                    replace(recorded, path=self.recordings[n].interaction.request.path),
+                    ours.with_json(request.path, ours.body, ours.json()),
+                    recorded.with_json(self.recordings[n].interaction.request.path, recorded.body, recorded.json()),
                 )
             said = matcher(*said_of)
             parts.append(said if said is not None else f"{name} differs in secrets only")
@@ -437,6 +439,14 @@ def _as_compared(request: Request, ignore: tuple[tuple[str, ...], ...], reshape:
     if path == request.path:
         return request
     return request.with_json(path, body, parsed)
+
+
+def _same_json(redacted: Request, request: Request) -> Request:
+    """`redacted`, knowing its JSON value already when redacting left the body as it was (a large one is slow
+    to parse again)."""
+    if redacted.body is request.body:
+        return redacted.with_json(redacted.path, redacted.body, request.json())
+    return redacted
 
 
 def _likeness(a: Any, b: Any) -> int:
