@@ -9,7 +9,10 @@ own request took.
 Bodies: 63 MB of JSON as one string; 63 MB as 1,000 strings; 60 MB of deeply escaped text (a `\\n` every
 few characters); a gzip bomb (512 MiB of zeros, refused at the limit); 200,000 keys (refused).
 
-Run: python bench/bodies_bench.py [--rounds 3]
+With `--before`, the server is started without `--max-body` (which sse-tape before issue 28 does not have): run it
+with PYTHONPATH set to an older checkout to see what the change did.
+
+Run: python bench/bodies_bench.py [--rounds 3] [--before]
 """
 
 from __future__ import annotations
@@ -82,12 +85,16 @@ def _ms(took: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--before", action="store_true", help="start the server without --max-body")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         cassette = _cassette(Path(folder))
         command = [sys.executable, "-m", "sse_tape", "serve", str(cassette), "--pace", "instant", "-q"]
         server = subprocess.Popen(
-            [*command, "--max-body", "64MiB", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [*command, *([] if args.before else ["--max-body", "64MiB"]), "--port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         try:
             assert server.stdout is not None
