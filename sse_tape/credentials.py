@@ -5,7 +5,8 @@ Each `Shape` is a kind (`a GitHub token`) and an anchored, bounded regular
 expression, and for the shapes whose words also occur in prose (`Basic`,
 `Bearer`) a test of what was matched. `Shapes` is the table compiled into one
 expression, with the patterns a user adds (`--secret-pattern REGEX`):
-`kinds` says which shapes a text holds, `holds` whether it holds any, `scrub`
+`kinds` says which shapes a text holds, `holds` whether it holds any, `find`
+which of many texts hold which, in one reading of them all, and `scrub`
 replaces each with a marker.
 
 Every built-in expression is safe on hostile text: a token's first character
@@ -20,7 +21,8 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Callable, Iterable
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from ._exceptions import ConfigError
@@ -90,8 +92,9 @@ SHAPES: tuple[Shape, ...] = (
 )  # fmt: skip
 """The credentials sse-tape knows by their shape, whatever they are called (docs/reliability.md lists them)."""
 
-# Shorter than any shape: a text this short is not looked at.
-_SHORTEST = 12
+# Shorter than any shape (`Basic dTpw`, `u:p`): a text this short is not looked at.
+_SHORTEST = 10
+_SEPARATOR = " \x00 "
 
 
 class Shapes:
@@ -128,19 +131,35 @@ class Shapes:
 
     def kinds(self, text: str) -> list[str]:
         """The kinds of credential `text` holds, in the table's order, each once."""
-        found = {shape.kind for _, _, shape in self._matches(text)}
-        return [shape.kind for shape, _ in self._compiled if shape.kind in found]
+        return self.kinds_in_order({shape.kind for _, _, shape in self._matches(text)})
+
+    def kinds_in_order(self, kinds: Iterable[str]) -> list[str]:
+        """`kinds`, in the table's order."""
+        chosen = set(kinds)
+        return [shape.kind for shape, _ in self._compiled if shape.kind in chosen]
 
     def holds(self, text: str) -> bool:
         """Whether `text` holds any credential."""
-        if len(text) < self._shortest:
-            return False
-        return any(
-            shape.valid is None or shape.valid(match[0])
-            for shape, pattern in self._compiled
-            for match in pattern.finditer(text)
-            if match.end() > match.start()
-        )
+        return bool(self.find([text]))
+
+    def find(self, texts: Sequence[str]) -> dict[int, list[str]]:
+        """The kinds of credential each of `texts` holds (in the table's order), by its place among them; the
+        texts that hold none are left out. The texts are read together, each expression once, however many:
+        a JSON body of 200,000 strings is 16 searches, not 3,200,000."""
+        chosen = [n for n, text in enumerate(texts) if len(text) >= self._shortest]
+        if not chosen:
+            return {}
+        # Between two texts, a space and a NUL: white space ends every built-in shape's alphabet but the
+        # private key's, and NUL ends that one's.
+        joined = _SEPARATOR.join(texts[n] for n in chosen)
+        starts, at = [], 0
+        for n in chosen:
+            starts.append(at)
+            at += len(texts[n]) + len(_SEPARATOR)
+        found: dict[int, set[str]] = {}
+        for start, _, shape in self._matches(joined):
+            found.setdefault(chosen[bisect_right(starts, start) - 1], set()).add(shape.kind)
+        return {n: self.kinds_in_order(kinds) for n, kinds in found.items()}
 
     def scrub(self, text: str, marker: str) -> str:
         """`text` with each credential in it replaced by `marker`."""

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote, unquote, unquote_plus
@@ -267,10 +267,10 @@ class Redaction:
                     container[key], changed = REDACTED, True
             if isinstance(doc, str) and self.shapes.holds(doc):
                 doc, changed = REDACTED, True
-            for container, key, named in self._leaves(doc):
-                value = container[key]
-                if (named and _redactable(value)) or (isinstance(value, str) and self.shapes.holds(value)):
-                    container[key], changed = REDACTED, True
+            named, strings = self._fields(doc)
+            held = self.shapes.find([container[key] for container, key in strings])
+            for container, key in [*named, *(strings[n] for n in held)]:
+                container[key], changed = REDACTED, True
             return _dump(doc, utf8) if changed else body
         # Bytes as latin-1: one character each, so that whatever is not a credential comes back as it was.
         text = body.decode("latin-1")
@@ -278,10 +278,13 @@ class Redaction:
             return self.query(text).encode("latin-1")
         return self.shapes.scrub(text, REDACTED).encode("latin-1")
 
-    def _leaves(self, doc: Any) -> Iterator[tuple[Any, Any, bool]]:
-        """Every (container, key, named) to look at in a JSON document, at any depth, in one walk (bounded by the
-        parser): each string, and each value of a field named like a secret (`named`), which is not walked into.
-        Model output the client sends back is left out, and so are the fields the user keeps."""
+    def _fields(self, doc: Any) -> tuple[list[tuple[Any, Any]], list[tuple[Any, Any]]]:
+        """The (container, key) pairs of a JSON document to redact or look into, at any depth, in one walk
+        (bounded by the parser): the fields named like a secret that hold a value to redact (not walked into),
+        then every other string. Model output the client sends back is left out, and so are the fields the
+        user keeps."""
+        named: list[tuple[Any, Any]] = []
+        strings: list[tuple[Any, Any]] = []
         stack = [doc]
         while stack:
             node = stack.pop()
@@ -291,17 +294,19 @@ class Redaction:
                     if key in self.keep_json_fields or key == signed or str(key).lower() in _MODEL_OUTPUT:
                         continue  # the model's, not the user's: what the stream sent, sent back
                     if _secret_field(str(key), _SECRET_WORDS):
-                        yield node, key, True
+                        if _redactable(value):
+                            named.append((node, key))
                     elif isinstance(value, str):
-                        yield node, key, False
+                        strings.append((node, key))
                     elif isinstance(value, dict | list):
                         stack.append(value)
             elif isinstance(node, list):
                 for n, value in enumerate(node):
                     if isinstance(value, str):
-                        yield node, n, False
+                        strings.append((node, n))
                     elif isinstance(value, dict | list):
                         stack.append(value)
+        return named, strings
 
 
 def _parse(body: bytes) -> tuple[Any, bool] | None:
@@ -348,14 +353,11 @@ def find_secrets(interaction: Interaction, redaction: Redaction | None = None) -
     parsed = _parse(request.body) if request.body else None
     if parsed is not None:
         doc = parsed[0]
-        kinds: list[str] = shapes.kinds(doc) if isinstance(doc, str) else []
-        for container, key, named in redaction._leaves(doc):
-            value = container[key]
-            if named and _redactable(value):
-                found.append(f"request body field {key} is not redacted")
-            elif isinstance(value, str):
-                kinds += [kind for kind in shapes.kinds(value) if kind not in kinds]
-        found += [f"request body holds {kind}" for kind in kinds]
+        named, strings = redaction._fields(doc)
+        found += [f"request body field {key} is not redacted" for _, key in named]
+        held = shapes.find([doc] if isinstance(doc, str) else [container[key] for container, key in strings])
+        kinds = {kind for kinds in held.values() for kind in kinds}
+        found += [f"request body holds {kind}" for kind in shapes.kinds_in_order(kinds)]
     elif request.body:
         text = request.body.decode("latin-1")
         if (request.header("content-type") or "").split(";")[0].strip().lower() == _FORM:

@@ -1449,6 +1449,16 @@ def test_an_anthropic_thinking_blocks_signature_is_kept_as_no_secret() -> None:
     ]
 
 
+def test_a_response_body_is_the_recording_and_kept_as_it_came() -> None:
+    # What the upstream streamed is what replay must give back: a key in it stays (check --secrets finds it);
+    # the same key in a response header does not.
+    key = PLANTED["an OpenAI API key"][0]
+    response = Response(200, (("X-Echo", key),), (Chunk(0.0, f"data: {key}\n\n".encode()),))
+    redacted = Redaction().response(response)
+    assert (redacted.chunks, redacted.header("x-echo")) == (response.chunks, REDACTED)
+    assert find_secrets(Interaction(Request("GET", "/"), redacted)) == ["response body holds an OpenAI API key"]
+
+
 def test_the_bundled_cassettes_hold_no_secret() -> None:
     # The README's CI recipe, run on sse-tape's own cassettes.
     folder = str(bundled_cassettes()[0].parent)
