@@ -349,7 +349,7 @@ def find_secrets(interaction: Interaction, redaction: Redaction | None = None) -
                 found.append(f"{side} header {name} is not redacted")
             else:
                 found += [f"{side} header {name} holds {kind}" for kind in shapes.kinds(value)]
-    found += _query_secrets(redaction, request.query, "query parameter")
+    found += _query_secrets(redaction, request.query, "query parameter", "query")
     parsed = _parse(request.body) if request.body else None
     if parsed is not None:
         doc = parsed[0]
@@ -361,7 +361,7 @@ def find_secrets(interaction: Interaction, redaction: Redaction | None = None) -
     elif request.body:
         text = request.body.decode("latin-1")
         if (request.header("content-type") or "").split(";")[0].strip().lower() == _FORM:
-            found += _query_secrets(redaction, text, "request body field")
+            found += _query_secrets(redaction, text, "request body field", "request body")
         else:
             found += [f"request body holds {kind}" for kind in shapes.kinds(_ESCAPED_SPACE.sub("  ", text))]
     body = _ESCAPED_SPACE.sub("  ", response.body.decode("latin-1"))
@@ -369,13 +369,14 @@ def find_secrets(interaction: Interaction, redaction: Redaction | None = None) -
     return found
 
 
-def _query_secrets(redaction: Redaction, query: str, what: str) -> list[str]:
+def _query_secrets(redaction: Redaction, query: str, what: str, whole: str) -> list[str]:
+    """What `find_secrets` says of a query string or a form body: `what` names one of its fields, `whole` it."""
     found: list[str] = []
     for part in _QUERY_SEPARATOR.split(query) if query else ():
         name, eq, value = part.partition("=")
         shown = unquote_plus(name)
-        if not eq:
-            found += [f"{what.partition(' ')[0]} holds {kind}" for kind in redaction.shapes.kinds(shown)]
+        if not eq:  # a bare word
+            found += [f"{whole} holds {kind}" for kind in redaction.shapes.kinds(shown)]
             continue
         if value == _QUOTED_MARKER or shown.lower() in redaction.keep_headers:
             continue

@@ -1449,6 +1449,15 @@ def test_an_anthropic_thinking_blocks_signature_is_kept_as_no_secret() -> None:
     ]
 
 
+def test_a_credential_given_as_a_bare_word_of_a_query_or_a_form_is_redacted_and_found() -> None:
+    key = PLANTED["a GitHub token"][0]
+    assert Redaction().query(f"a=1&{key};b") == f"a=1&{_MARKER};b"
+    form = Request("POST", "/x", headers=(("Content-Type", f"{_FORM}; charset=utf-8"),), body=f"a=1&{key}".encode())
+    assert Redaction().request(form).body == f"a=1&{_MARKER}".encode()
+    asked = Interaction(replace(form, query=key), Response())
+    assert find_secrets(asked) == ["query holds a GitHub token", "request body holds a GitHub token"]
+
+
 def test_a_response_body_is_the_recording_and_kept_as_it_came() -> None:
     # What the upstream streamed is what replay must give back: a key in it stays (check --secrets finds it);
     # the same key in a response header does not.
