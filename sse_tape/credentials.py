@@ -3,8 +3,8 @@ share.
 
 Each `Shape` is a kind (`a GitHub token`) and an anchored, bounded regular
 expression, and for the shapes whose words also occur in prose (`Basic`,
-`Bearer`) a test of what was matched. `Shapes` is the table compiled into one
-expression, with the patterns a user adds (`--secret-pattern REGEX`):
+`Bearer`) a test of what was matched. `Shapes` is the table compiled, with the
+patterns a user adds (`--secret-pattern REGEX`):
 `kinds` says which shapes a text holds, `holds` whether it holds any, `find`
 which of many texts hold which, in one reading of them all, and `scrub`
 replaces each with a marker.
@@ -64,7 +64,7 @@ def _token(prefix: str, rest: str, alphabet: str = r"A-Za-z0-9_\-") -> str:
 
 
 SHAPES: tuple[Shape, ...] = (
-    # Where two shapes start at one place, the first one listed is the one found (the longer prefix first).
+    # Where two shapes match at one place, the longer match is the one found; of two as long, the first listed.
     Shape("a private key", r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
           r"(?:[A-Za-z0-9+/=\s:,.\\]|-(?!----)){0,20000}+(?:-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----)?"),
     Shape("an Anthropic API key", _token("sk-ant-", r"[A-Za-z0-9_\-]{20,}+")),
