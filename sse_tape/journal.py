@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
@@ -270,7 +270,10 @@ class Journal:
         keep: int = 10_000,
         log: Callable[[str], None] | None = None,
         report: str | Path | None = None,
+        shown_path: Callable[[str], str] | None = None,
     ) -> None:
+        self.shown_path = shown_path
+        """What an entry's path is shown as (its credentials redacted); None: as it is."""
         self.entries: deque[Entry] = deque(maxlen=keep)
         self.counts: Counter[str] = Counter()
         """How many entries of each kind were added (also those no longer kept)."""
@@ -284,7 +287,10 @@ class Journal:
                 raise ConfigError(f"--report {self.report_path}: cannot write: {exc.strerror or exc}") from None
 
     def add(self, entry: Entry) -> None:
-        """Record an entry, and pass it on to the log and the report."""
+        """Record an entry, its path as `shown_path` shows it, and pass it on to the log and the report."""
+        path = getattr(entry, "path", None)
+        if self.shown_path is not None and isinstance(path, str) and (shown := self.shown_path(path)) != path:
+            entry = replace(entry, path=shown)  # type: ignore[call-arg]
         self.entries.append(entry)
         self.counts[entry.kind] += 1
         if self.log is not None and (line := entry.line()) is not None:

@@ -591,6 +591,21 @@ _TABLE = (
         help="Record JSON request body fields of this name as they are, even if they look secret. Repeatable.",
     ),
     Option(
+        name="secret_pattern",
+        group=Group.RECORD,
+        multiple=True,
+        default=(),
+        metavar="REGEX",
+        flags=(Flag(names=("--secret-pattern",), commands=(_RECORD,)),),
+        pytest=PytestFlag(
+            name="--sse-tape-secret-pattern",
+            help="Also redact what this regular expression matches, wherever it is, when recording (repeatable).",
+        ),
+        ini=Ini(name="sse_tape_secret_patterns", type="linelist"),
+        help="Also redact what this regular expression (Python's) matches, wherever it is, as a credential: in "
+        "request headers, query, path, body and response headers, whatever their names. Repeatable.",
+    ),
+    Option(
         name="method",
         group=Group.RECORD,
         flags=(Flag(names=("-X", "--method"), commands=(_RECORD,)),),

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import replace
 from typing import Any, BinaryIO
 
 from aiohttp import web
@@ -192,11 +191,10 @@ class Forwarder:
         return reason
 
     def _shown_url(self, request: Request) -> str:
-        """The upstream URL of `request` as the journal shows it: the query's secrets and any user info redacted."""
+        """The upstream URL of `request` as the journal shows it: any user info, and the secrets of its path and query,
+        redacted."""
         assert self._server is not None
-        query = request.query
-        url = self.upstream.url(replace(request, query=self._server.shown_query(query)) if query else request)
-        return self._server.redaction.url(url) if "@" in url else url  # `user:password@` in the base URL
+        return self._server.redaction.url(self.upstream.url(request))
 
 
 async def record_once(

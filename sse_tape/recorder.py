@@ -85,6 +85,8 @@ class Capture:
     """The stream's number in the recorder's spool, once it is spooled."""
     injected: list[Injection] = field(default_factory=list)
     """The faults that acted on the client's copy of the stream."""
+    stored: Request | None = None
+    """The request as it is recorded (secrets redacted), once it is spooled: a body is redacted once."""
 
     def interaction(self) -> Interaction | None:
         """The interaction so far; None if no response head ever came."""
@@ -179,7 +181,7 @@ class Recorder:
         self._streams += 1
         self.in_flight += 1
         capture.spool = self._streams
-        request = self._storable(capture.request)
+        request = capture.stored = self._storable(capture.request)
         headers = self.redaction.response(Response(capture.status or 0, capture.headers)).headers
 
         def write(spool: SpoolWriter, n: int) -> None:
@@ -222,7 +224,8 @@ class Recorder:
 
             self._spooled(replaces, capture)
         self._spooled(lambda spool, n: spool.end(n, str(end), capture.duration), capture)
-        request, response = self._storable(interaction.request), self.redaction.response(interaction.response)
+        request = capture.stored or self._storable(interaction.request)
+        response = self.redaction.response(interaction.response)
         interaction = replace(interaction, request=request, response=response)
         self.ends[interaction.response.end] += 1
         if cuts:

@@ -54,17 +54,20 @@ def record(
     One-shot mode, `sse-tape record URL -d @body.json -c FILE`: send one
     request, print the stream as it arrives, and append it.
 
-    Credentials (Authorization, cookies, organization and project ids, and
-    headers, query parameters and JSON body fields named like keys, tokens,
-    secrets, passwords, signatures or sessions) are replaced by <redacted>
-    before anything is written. `sse-tape check --secrets` finds any that
-    got into a cassette.
+    Credentials (Authorization, cookies, organization and project ids;
+    headers, query parameters, form and JSON body fields named like keys,
+    tokens, secrets, passwords, signatures or sessions; and any value shaped
+    like a provider's key, a JWT, a private key or a password in a URL,
+    whatever its name, and what --secret-pattern matches) are replaced by
+    <redacted> before anything is written. `sse-tape check --secrets` finds
+    any that got into a cassette.
     """
     redaction = Redaction.build(
         headers=words.pop("redact_header"),
         keep_headers=words.pop("keep_header"),
         json_fields=words.pop("redact_json_field"),
         keep_json_fields=words.pop("keep_json_field"),
+        secret_patterns=words.pop("secret_pattern"),
     )
     timeout = OPTIONS["idle_timeout"].read(idle_timeout)
     one_shot = (words.pop("method"), words.pop("data"), words.pop("header"))

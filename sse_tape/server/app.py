@@ -136,6 +136,7 @@ class MockServer:
         self._state: ReplayStore = state or MemoryStore()
         self._redaction = recorder.redaction if recorder is not None else None
         self._shown_queries: dict[str, str] = {}
+        self._shown_paths: dict[str, str] = {}
         # A recorder fetches each shape of answer, each reconnection, and each stream it cut short before,
         # from its upstream.
         replays_only = recorder is None or self.options.on_miss not in (MissPolicy.RECORD, MissPolicy.SYNTH)
@@ -151,7 +152,7 @@ class MockServer:
             redact=self._redacted,
         )
         self._injector = Injector(self.options.faults, self.options.seed, self._state)
-        self.journal = Journal(log=log, report=self.options.report)
+        self.journal = Journal(log=log, report=self.options.report, shown_path=self.shown_path)
         self._log = log
         """What happened to each request, newest last."""
         recording = self.options.on_miss in (MissPolicy.RECORD, MissPolicy.SYNTH)
@@ -216,6 +217,15 @@ class MockServer:
             if len(self._shown_queries) >= 1024:
                 self._shown_queries.clear()
             shown = self._shown_queries[query] = self.redaction.query(query)
+        return shown
+
+    def shown_path(self, path: str) -> str:
+        """A request's path as the journal shows it: the segments that hold a credential redacted."""
+        shown = self._shown_paths.get(path)
+        if shown is None:  # as for queries: each path is worked out once
+            if len(self._shown_paths) >= 1024:
+                self._shown_paths.clear()
+            shown = self._shown_paths[path] = self.redaction.path(path)
         return shown
 
     def _redacted(self, request: Request) -> Request:
