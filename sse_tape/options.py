@@ -17,6 +17,7 @@ written. `check_sources` says, in one set of words, what a miss policy needs
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -124,6 +125,28 @@ def _body_fields(names: Iterable[str]) -> tuple[str, ...]:
         if not name or "" in name.split("."):
             raise ConfigError(f"ignored body field {name!r}: write a dotted path such as user or metadata.trace_id")
     return fields
+
+
+_HOST_NAME = re.compile(r"(?:[a-z0-9_.-]+|\[[0-9a-f:.]+\])(?::[0-9]{1,5})?", re.IGNORECASE)
+_ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://(?:[a-z0-9_.-]+|\[[0-9a-f:.]+\])(?::[0-9]{1,5})?/?", re.IGNORECASE)
+
+
+def _host_names(names: Iterable[str]) -> tuple[str, ...]:
+    chosen = tuple(names)
+    for name in chosen:
+        if not _HOST_NAME.fullmatch(name):
+            raise ConfigError(
+                f"--allow-host {name!r}: give a host name or address, with a port or not (tape.internal:8080)"
+            )
+    return chosen
+
+
+def _origins(origins: Iterable[str]) -> tuple[str, ...]:
+    chosen = tuple(origins)
+    for origin in chosen:
+        if origin not in ("*", "null") and not _ORIGIN.fullmatch(origin):
+            raise ConfigError(f"--cors-origin {origin!r}: give an origin (https://app.example:3000) or *")
+    return chosen
 
 
 def _faults(specs: Iterable[Fault | str]) -> tuple[Fault, ...]:
@@ -554,6 +577,7 @@ _TABLE = (
         multiple=True,
         default=(),
         metavar="NAME",
+        parse=_host_names,
         flags=(Flag(names=("--allow-host",), commands=_SERVING),),
         help="Obey the fault header, the /__sse_tape__/ endpoints and (proxying) forwarding for requests whose "
         "Host is NAME (NAME:PORT for one port), besides localhost, 127.0.0.1, [::1] on the server's port and the "
@@ -565,6 +589,7 @@ _TABLE = (
         multiple=True,
         default=(),
         metavar="ORIGIN",
+        parse=_origins,
         flags=(Flag(names=("--cors-origin",), commands=_SERVING),),
         help="Let web pages from ORIGIN (https://app.example:3000; * for any) use the fault header, the "
         "/__sse_tape__/ endpoints and (proxying) forwarding, with CORS headers; by default only the server's own "

@@ -18,9 +18,11 @@ from pathlib import Path
 import httpx
 import processes
 import pytest
+from click.testing import CliRunner
 from upstream import Upstream
 
 from sse_tape import serve
+from sse_tape.cli import cli
 from sse_tape.journal import FaultInjected
 from sse_tape.responder import NOTED_FAULTS
 from sse_tape.server import run_in_thread
@@ -341,3 +343,21 @@ def test_listening_on_double_colon_takes_ipv4_and_ipv6(args: list[str]) -> None:
             assert httpx.post(f"http://{host}:{port}/v1/chat/completions", json=CHAT).status_code == 200
     finally:
         stop(process)
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (["--allow-host", "http://tape.internal"], "--allow-host 'http://tape.internal': give a host name or address"),
+        (["--allow-host", "a:b"], "--allow-host 'a:b': give a host name or address"),
+        (
+            ["--cors-origin", "app.example"],
+            "--cors-origin 'app.example': give an origin (https://app.example:3000) or *",
+        ),
+    ],
+)
+def test_a_bad_allowed_host_or_origin_is_one_line(given: list[str], said: str) -> None:
+    result = CliRunner().invoke(cli, ["serve", "--port", "0", *given])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"Error: {said}")
+    assert len(result.output.splitlines()) == 1
