@@ -129,6 +129,10 @@ class Forwarder:
                 f"{exchange.request.path}: a path may not climb out of the upstream's base path",
                 "bad_path",
             )
+        if (why := server.refused(exchange.http)) is not None:
+            # A page the user has open (another site's, or one rebound to this machine) gets neither the
+            # upstream, with the credentials of its URL, nor a place in the cassette.
+            return await server.error(exchange, 403, f"not forwarded: {why}", "forbidden")
         return await answer_live(
             server,
             exchange,
@@ -136,7 +140,7 @@ class Forwarder:
             Capture(exchange.request),
             recorder=self.recorder,
             failed=lambda exchange, why: server.error(exchange, 502, why, "bad_gateway"),
-            cors=False,
+            cors=False,  # only for the pages the user named
             read_on=self.read_on,
             drain_timeout=self.drain_timeout,
             streams=self._streams,
