@@ -20,7 +20,9 @@ headers, body]`, `["head", n, status, headers]`, `["chunk", n, t, data]`,
 takes the place of recordings of the same request cut short: one for each,
 its `Interaction.fingerprint`; the first recording's comes last, where a
 reader that knows of one such record per stream, as older ones do, takes it),
-`["end", n, end, duration]`; `n` numbers the session's streams. A reader skips a kind of record it does not know. A writer
+`["end", n, end, duration]`; `n` numbers the session's streams. A `start` for a number the spool holds
+already begins that stream anew: a writer that could not write all of a stream (a full disk) writes it
+again later, whole, in one go. A reader skips a kind of record it does not know. A writer
 holds an exclusive lock on its spool, so a spool nobody holds was left by a
 session that is over. A record cut short by a crash or a full disk ends the
 stream of records; everything before it is read.
@@ -28,6 +30,8 @@ stream of records; everything before it is read.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import os
 import re
@@ -105,15 +109,16 @@ class SpoolWriter:
     The spool is created, locked and written to at once, so a folder that
     cannot be written is an error before anything is recorded. Each write
     goes to the operating system before the method returns (a killed process
-    loses none of it); `sync` also puts it on the disk. A failed write raises
-    `CassetteError`, and every later write raises it again: the spool keeps
-    what it had.
+    loses none of it); `sync` also puts it on the disk. A failed write (a full
+    disk) raises `CassetteError` and takes back what it wrote of its record, so
+    that the spool still holds whole records only and a later write, when
+    there is room again, is read after them.
     """
 
     def __init__(self, cassette: Path) -> None:
         self.id = f"{os.getpid()}-{secrets.token_hex(3)}"
         self.path = cassette.with_name(f"{cassette.name}.{self.id}.spool")
-        self.failed: str | None = None
+        self._size = 0  # the bytes of whole records it holds
         try:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o666)
         except OSError as exc:
@@ -154,10 +159,23 @@ class SpoolWriter:
         """Stream `n` is over: how, and when."""
         self._write(["end", n, end, duration])
 
+    def stream(self, n: int, stream: SpooledStream) -> None:
+        """Stream `n`, whole, in one write that lands whole or not at all: it begins anew one the spool holds
+        part of (or all of, if its sync failed)."""
+        request = [stream.recorded_at, stream.method, stream.path, stream.query, stream.request_headers, stream.body]
+        records: list[Any] = [["start", n, *request]]
+        if stream.status is not None:
+            records.append(["head", n, stream.status, [list(h) for h in stream.headers]])
+        records += [["fault", n, spec, what] for spec, what in stream.injected]
+        records += [["chunk", n, t, data] for t, data in stream.chunks]
+        records += [["replaces", n, fingerprint] for fingerprint in stream.replaces]
+        if stream.end is not None:
+            records.append(["end", n, stream.end, stream.duration or 0.0])
+        self._write(*records)
+
     def sync(self) -> None:
-        """Put everything written so far on the disk."""
-        if self.failed is None:
-            os.fsync(self._fd)
+        """Put everything written so far on the disk; raises `OSError` if it cannot."""
+        os.fsync(self._fd)
 
     def close(self, *, remove: bool) -> None:
         """Close the spool (releasing its lock); remove it first when what it holds is safe elsewhere."""
@@ -167,17 +185,25 @@ class SpoolWriter:
             os.close(self._fd)
             self._fd = -1
 
-    def _write(self, record: Any) -> None:
-        if self.failed is not None:
-            raise CassetteError(self.failed)
-        data = msgpack.packb(record, use_bin_type=True)
+    def _write(self, *records: Any) -> None:
+        data = b"".join(msgpack.packb(record, use_bin_type=True) for record in records)
         try:
-            written = os.write(self._fd, data)
-            if written != len(data):  # a full disk takes part of a write
-                raise OSError(28, os.strerror(28))
+            with memoryview(data) as view:
+                done = 0
+                while done < len(data):
+                    written = os.write(self._fd, view[done:])
+                    if not written:  # a full disk takes part of a write, then none
+                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                    done += written
         except OSError as exc:
-            self.failed = f"{self.path}: cannot write: {exc.strerror or exc}"
-            raise CassetteError(self.failed) from None
+            self._take_back()
+            raise CassetteError(f"{self.path}: cannot write: {exc.strerror or exc}") from None
+        self._size += len(data)
+
+    def _take_back(self) -> None:
+        """Cut off what a failed write left of its records (a shorter file needs no room)."""
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, self._size)
 
 
 @dataclass(slots=True)
@@ -245,6 +271,8 @@ def _apply(record: Any, streams: dict[int, SpooledStream], ended: list[int], pat
         if kind == "start":
             recorded_at, method, url_path, query, headers, body = rest
             pairs = [(str(k), str(v)) for k, v in headers]
+            if n in streams and n in ended:  # written again whole: it ends where its new end is
+                ended.remove(n)
             streams[n] = SpooledStream(str(recorded_at), str(method), str(url_path), str(query), pairs, bytes(body))
         elif kind == "head":
             status, headers = rest
