@@ -39,6 +39,7 @@ __all__ = [
     "SaveFailed",
     "Synthesized",
     "UpstreamFailed",
+    "WritingAnew",
 ]
 
 
@@ -228,6 +229,29 @@ class SaveFailed(Entry):
 
     def line(self) -> str:
         return f"could not save {self.what} to {self.cassette}: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WritingAnew(Entry):
+    """A recorder's stop writes its cassette anew (whole answers take the place of streams cut short), which
+    takes a while for a big one: said when it starts (`seconds` None) and when it is done."""
+
+    kind: ClassVar[str] = "writing-anew"
+    cassette: str
+    size: int
+    """The file's size before, in bytes."""
+    replaced: int
+    """The streams cut short that whole answers take the place of."""
+    seconds: float | None = None
+    """How long the write took, once it is done."""
+
+    def line(self) -> str:
+        if self.seconds is not None:
+            return f"wrote {self.cassette} anew in {self.seconds:.1f} s"
+        size = f"{self.size / 1e6:.0f} MB" if self.size >= 10e6 else f"{self.size / 1e6:.1f} MB"
+        whole = "a whole answer replaces" if self.replaced == 1 else "whole answers replace"
+        cut = f"{self.replaced} stream{'s'[: self.replaced != 1]} cut short"
+        return f"writing {size} cassette {self.cassette} anew ({whole} {cut}) ..."
 
 
 # Synthesis.

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -42,11 +43,14 @@ from .cassette import (
     storable_headers,
 )
 from .cassette.spools import SpooledStream, SpoolWriter
-from .journal import Journal, Recorded, SaveFailed
+from .journal import Journal, Recorded, SaveFailed, WritingAnew
 from .matching import CUT_SHORT, Matcher
 from .redaction import Redaction
 
 __all__ = ["Capture", "Recorder", "Session"]
+
+# A cassette this big or bigger takes a moment to write anew: the stop says when it starts and ends.
+_SAY_WRITING_ANEW = 1_000_000
 
 
 class Session(Protocol):
@@ -179,10 +183,14 @@ class Recorder:
         spool, self._spool = self._spool, None
         if spool is None:
             return
+        anew = self._writing_anew()
         try:
             # The spool is removed inside the cassette's lock, while this still holds the spool's own:
             # no reader ever sees the interactions in both.
             await asyncio.to_thread(self.cassette.append, self.recorded, spool=spool.path, replacing=self.replacing)
+            if anew is not None:
+                said, began = anew
+                self._journal_entry(replace(said, seconds=time.monotonic() - began, time=time.time()))
         except CassetteError as exc:
             self.lost = sum(held.ended is not None for held in self._held.values())
             self.kept_in = str(spool.path)
@@ -207,6 +215,24 @@ class Recorder:
         finally:
             self._held.clear()
             spool.close(remove=False)
+
+    def _writing_anew(self) -> tuple[WritingAnew, float] | None:
+        """Say that the stop writes a big cassette anew, which takes a while: the entry said, and when (on the
+        monotonic clock); None when it does not, or the file is small."""
+        try:
+            size = self.path.stat().st_size
+        except OSError:
+            return None
+        if not self.replacing or size < _SAY_WRITING_ANEW:
+            return None
+        replaced = sum(len(olds) for olds, _ in self.replacing)
+        said = WritingAnew(request=0, cassette=str(self.path), size=size, replaced=replaced)
+        self._journal_entry(said)
+        return said, time.monotonic()
+
+    def _journal_entry(self, entry: WritingAnew) -> None:
+        assert self._server is not None
+        self._server.journal.add(entry)
 
     @property
     def _folder(self) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import shutil
 import signal
 import socket
@@ -1039,6 +1040,27 @@ def _until_journal_says(recorder: Recorder, end: str, times: int = 1) -> None:
         return sum(e["type"] == "ended" and e["end"] == end for e in entries) >= times
 
     until(noted, f"the recorder's note of {times} stream(s) that ended {end}")
+
+
+def test_a_stop_that_writes_a_big_cassette_anew_says_so_when_it_starts_and_ends(
+    threaded_upstream: Upstream, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "big.toml"
+    chunks = tuple(Chunk(n * 0.01, chat_chunk(n)) for n in range(50))
+    old = [Interaction(Request("POST", "/v1/old", body=b"%d" % n), Response(chunks=chunks)) for n in range(200)]
+    cut = Response(chunks=chunks[:1], end=End.CLIENT_GONE, duration=0.1)
+    query = "events=3&gap=0.01"
+    Cassette([*old, Interaction(Request("POST", "/v1/chat/completions", query, body=b"{}"), cut)], cassette).save()
+    size = cassette.stat().st_size
+    assert size > 1_000_000
+    recorder = Recorder(threaded_upstream, cassette)
+    assert httpx.post(f"{recorder.url}/v1/chat/completions?{query}", content=b"{}").status_code == 200
+    lines = recorder.stop(signal.SIGINT).splitlines()
+    at = lines.index(
+        f"sse-tape: writing {size / 1e6:.1f} MB cassette {cassette} anew (a whole answer replaces 1 stream cut short) ..."
+    )
+    assert re.fullmatch(rf"sse-tape: wrote {re.escape(str(cassette))} anew in \d+\.\d s", lines[at + 1])
+    assert Cassette.load(cassette).interactions[-1].response.end is End.COMPLETE
 
 
 @pytest.mark.parametrize(

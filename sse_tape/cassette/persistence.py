@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from .._exceptions import CassetteError, CassetteFormatError, CassetteNotFoundError
-from . import toml
 from .discovery import check_cassette_path
 from .document import head_to_doc, interaction_to_doc, interactions_from_doc, settings_from_doc
 from .model import Chunk, End, Injection, Interaction, Request, Response
@@ -248,25 +247,27 @@ class Cassette:
         cut short, or after the file's), then `added`; returns the new interactions that found no place,
         written after `added`."""
         binary = suffix == ".msgpack"
-        if path.exists():
-            doc = decode(_read(path)[0], suffix)
-            doc = doc if binary else toml.expand(doc)
-        else:
-            doc = self._head()
+        # A TOML document's chunks may stay `TextTables`: they are written by column, as fast as a save.
+        doc = decode(_read(path)[0], suffix) if path.exists() else self._head()
         # What the file holds of each interaction, kept as it is (none when the file is gone since).
         filed = {id(i): d for i, d in zip(self._filed, doc.get("interactions", []), strict=False)}
         # Each interaction the file does not hold yet, with the id of the spool it comes from.
         spooled: dict[int, str | None] = {id(i): s for i, s in self._pending}
         homeless: list[Interaction] = []
+        # Where each is, found once: a stop that puts many whole answers in place costs one pass, not one each.
+        where = {id(i): n for n, i in enumerate(self.interactions)}
+        put: dict[int, Interaction] = {}
+        gone: set[int] = set()
         for olds, new in swaps:
-            places = sorted({at for old in olds if (at := _position(self.interactions, old)) is not None})
+            places = sorted({at for old in olds if (at := _position(self.interactions, where, old)) is not None})
+            places = [at for at in places if at not in gone and at not in put]
             if not places:
                 homeless.append(new)  # another writer took them out meanwhile
                 continue
-            self.interactions[places[0]] = new
-            for at in reversed(places[1:]):
-                del self.interactions[at]
+            put[places[0]] = new
+            gone.update(places[1:])
             spooled[id(new)] = sid
+        self.interactions[:] = [put.get(n, i) for n, i in enumerate(self.interactions) if n not in gone]
         spooled.update((id(i), sid) for i in [*added, *homeless])
         written = [*self.interactions, *added, *homeless]
         doc.pop("spools", None)  # what the write before removed is gone, or in `self._spools` again
@@ -359,9 +360,10 @@ def _folder_lock(path: Path, *, shared: bool = False) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
-def _position(interactions: list[Interaction], wanted: Interaction) -> int | None:
-    """Where `wanted` is in `interactions`: the same object, else (read again since) an equal one."""
-    found = next((n for n, i in enumerate(interactions) if i is wanted), None)
+def _position(interactions: list[Interaction], where: dict[int, int], wanted: Interaction) -> int | None:
+    """Where `wanted` is in `interactions` (`where`: the position of each, by id): the same object, else (read
+    again since) an equal one."""
+    found = where.get(id(wanted))
     if found is None:
         found = next((n for n, i in enumerate(interactions) if i == wanted), None)
     return found
