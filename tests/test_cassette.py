@@ -4,6 +4,8 @@ import gc
 import multiprocessing
 import os
 import re
+import signal
+import subprocess
 import sys
 import time
 import tomllib
@@ -450,6 +452,74 @@ def test_an_append_keeps_the_files_bytes_and_adds_the_new_tables(tmp_path: Path)
     assert after.startswith(before)
     assert after[len(before) :].startswith(b"\n[[interactions]]\n")
     assert Cassette.load(path).interactions == [awkward_interaction()] * 2
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".msgpack"])
+def test_an_append_writes_at_the_files_end_in_place(tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"c{suffix}"
+    cassette = Cassette([awkward_interaction()] * 20, path)  # more than a MessagePack fixarray counts
+    cassette.save()
+    before, inode = path.read_bytes(), path.stat().st_ino
+    cassette.append([awkward_interaction()])
+    after = path.read_bytes()
+    assert path.stat().st_ino == inode  # the same file, not a copy renamed over it
+    if suffix == ".msgpack":  # and the array's count, in its header's place
+        at = before.index(b"\xacinteractions") + 13
+        assert (before[at : at + 5], after[at : at + 5]) == (b"\xdd\x00\x00\x00\x14", b"\xdd\x00\x00\x00\x15")
+        before, after = before[:at] + before[at + 5 :], after[:at] + after[at + 5 :]
+    assert after.startswith(before)
+    assert Cassette.load(path).interactions == [awkward_interaction()] * 21
+    assert not list(tmp_path.glob("*.spool"))  # the spool that noted the write is gone
+
+
+def test_a_messagepack_file_whose_header_cannot_count_more_is_written_anew_once(tmp_path: Path) -> None:
+    path = tmp_path / "c.msgpack"
+    doc = {"format_version": 1, "interactions": []}
+    path.write_bytes(msgpack.packb(doc))  # as another writer makes it: a fixarray, which counts 15 at most
+    for n in range(1, 18):
+        inode = path.stat().st_ino
+        append_interactions(path, [awkward_interaction()])
+        assert (path.stat().st_ino == inode) is (n != 16)  # written anew once, with a header that counts more
+    assert Cassette.load(path).interactions == [awkward_interaction()] * 17
+
+
+_CRASH_IN_THE_MIDDLE = """
+import resource, signal, sys
+from pathlib import Path
+from sse_tape import Cassette
+from sse_tape.cassette.spools import SpoolWriter
+sys.path.insert(0, {tests!r})
+from test_cassette import _spool, awkward_interaction
+path = Path({path!r})
+cassette = Cassette.load(path)
+spool = SpoolWriter(path)
+_spool(spool, 1, awkward_interaction())
+# The file may grow by 100 bytes: the write of the new interaction gets that far, and the process is killed
+# (Python ignores SIGXFSZ; the kernel's default ends the process).
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+resource.setrlimit(resource.RLIMIT_FSIZE, (path.stat().st_size + 100, resource.RLIM_INFINITY))
+cassette.append([awkward_interaction()], spool=spool.path)
+"""
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".msgpack"])
+def test_a_crash_in_the_middle_of_an_append_leaves_the_file_as_it_was_and_loses_nothing(
+    tmp_path: Path, suffix: str
+) -> None:
+    path = tmp_path / f"c{suffix}"
+    old = replace(awkward_interaction(), recorded_at="old")
+    Cassette([old] * 3, path).save()
+    before = path.read_bytes()
+    code = _CRASH_IN_THE_MIDDLE.format(tests=str(Path(__file__).parent), path=str(path))
+    crashed = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert crashed.returncode == -signal.SIGXFSZ, crashed.stderr
+    assert path.read_bytes().startswith(before)
+    assert len(path.read_bytes()) == len(before) + 100  # a write cut short
+    # The file as it was, and the stream from the spool: nothing lost, nothing twice.
+    assert Cassette.load(path).interactions == [old] * 3 + [awkward_interaction()]
+    append_interactions(path, [old])  # the next write cuts the rest off, and takes the spool in
+    assert Cassette.load(path).interactions == [old] * 3 + [awkward_interaction(), old]
+    assert not list(tmp_path.glob("*.spool"))
 
 
 @pytest.mark.parametrize("suffix", [".toml", ".msgpack"])

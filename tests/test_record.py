@@ -916,6 +916,37 @@ async def test_a_control_character_in_an_upstreams_header_is_recorded_as_one_a_r
     assert (replayed.status_code, replayed.headers["x-a"], replayed.content) == (200, "a%01b%7Fc", b"data: x\n\n")
 
 
+@pytest.mark.parametrize("suffix", [".toml", ".msgpack"])
+def test_a_cassette_bigger_than_the_free_space_is_appended_to(tmp_path: Path, suffix: str) -> None:
+    # 1.2 MB of cassette on a 2 MB disk: no room for a second copy of it.
+    code = f"""
+import json, os, signal, httpx
+from sse_tape import Cassette, Chunk, Interaction, Request, Response
+from sse_tape.server import run_in_thread
+from processes import start
+from upstream import Upstream, chat_chunk
+chunks = tuple(Chunk(n * 0.01, chat_chunk(n) + b"x" * 100) for n in range(100))
+old = [Interaction(Request("POST", "/v1/old", body=b"%d" % n), Response(chunks=chunks)) for n in range(50)]
+Cassette(old, None).save("c{suffix}")
+size = os.path.getsize("c{suffix}")
+free = os.statvfs(".").f_bavail * os.statvfs(".").f_frsize
+with run_in_thread(Upstream()) as up:
+    proc, url = start(["record", "--upstream", up.url, "-c", "c{suffix}", "--port", "0"])
+    got = httpx.post(url + "/v1/chat/completions?events=3&gap=0", content=b"{{}}", timeout=60).content
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+kept = Cassette.load("c{suffix}").interactions
+print(json.dumps({{"rc": proc.returncode, "err": err, "size": size, "free": free, "old": kept[:-1] == old,
+                  "new": kept[-1].response.body == got, "files": sorted(os.listdir("."))}}))
+"""
+    result = _in_a_small_disk(tmp_path, "size=2m", code)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["size"] > report["free"]
+    assert report["rc"] == 0, report["err"]
+    assert (report["old"], report["new"], report["files"]) == (True, True, [f"c{suffix}"])
+
+
 @pytest.mark.parametrize("room", [False, True], ids=["still-full-at-stop", "room-again"])
 def test_a_disk_that_fills_mid_session_loses_no_stream_said_recorded(tmp_path: Path, room: bool) -> None:
     # A 2 MB disk that a file fills but for 120 KB: two or three streams of 300 events fit in the spool.

@@ -20,7 +20,8 @@ headers, body]`, `["head", n, status, headers]`, `["chunk", n, t, data]`,
 takes the place of recordings of the same request cut short: one for each,
 its `Interaction.fingerprint`; the first recording's comes last, where a
 reader that knows of one such record per stream, as older ones do, takes it),
-`["end", n, end, duration]`; `n` numbers the session's streams. A `start` for a number the spool holds
+`["end", n, end, duration]`; `n` numbers the session's streams. `["appending", 0, inode, at, before, length,
+block, patch_at, patch]` (an `AppendNote`) comes before a write at the end of the cassette's file. A `start` for a number the spool holds
 already begins that stream anew: a writer that could not write all of a stream (a full disk) writes it
 again later, whole, in one go. A reader skips a kind of record it does not know. A writer
 holds an exclusive lock on its spool, so a spool nobody holds was left by a
@@ -33,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
 import re
 import secrets
@@ -45,7 +47,17 @@ import msgpack
 
 from .._exceptions import CassetteError, CassetteFormatError
 
-__all__ = ["SpoolWriter", "SpooledStream", "cassette_of", "read_spool", "spool_id", "spools_of"]
+__all__ = [
+    "AppendNote",
+    "SpoolWriter",
+    "Spooled",
+    "SpooledStream",
+    "cassette_of",
+    "note_append",
+    "read_spool",
+    "spool_id",
+    "spools_of",
+]
 
 _MAGIC = "sse-tape-spool"
 _VERSION = 1
@@ -228,9 +240,67 @@ class SpooledStream:
     """The fingerprints of the recordings cut short that this stream, a whole answer, takes the place of."""
 
 
-def read_spool(path: Path) -> list[SpooledStream]:
+@dataclass(frozen=True, slots=True)
+class AppendNote:
+    """What a writer notes in a spool (and syncs) before it writes at the end of the cassette's file, in place:
+    a load after a crash in the middle of that write reads the file as it was before it (up to `at`), and the
+    spools, which hold what the write was adding, as they are."""
+
+    inode: int
+    """The file's inode: a file written anew since is another one."""
+    at: int
+    """The file's length before the write."""
+    before: str
+    """The SHA-256 of the file's last 4 KiB (or fewer) before `at`: that it is still the same file."""
+    length: int
+    block: str
+    """The length and SHA-256 of what the write adds at `at`."""
+    patch_at: int
+    patch: bytes
+    """What the write puts at `patch_at` once that is on the disk (a MessagePack array's new count), or
+    nothing."""
+
+    def whole(self, raw: bytes) -> bool | None:
+        """Whether the file whose bytes are `raw` holds the write whole; None when it is not the file the
+        write was to (written anew since)."""
+        if self.at > len(raw) or hashlib.sha256(raw[max(self.at - BEFORE, 0) : self.at]).hexdigest() != self.before:
+            return None
+        added = raw[self.at : self.at + self.length]
+        patched = raw[self.patch_at : self.patch_at + len(self.patch)] == self.patch
+        return len(added) == self.length and hashlib.sha256(added).hexdigest() == self.block and patched
+
+
+#: How much of a file before the place a write adds to identifies it (`AppendNote.before`).
+BEFORE = 4096
+
+
+def note_append(spool: Path, note: AppendNote) -> None:
+    """Note in `spool`, on the disk, a write about to be made at the end of its cassette's file."""
+    record = ["appending", 0, note.inode, note.at, note.before, note.length, note.block, note.patch_at, note.patch]
+    data = msgpack.packb(record, use_bin_type=True)
+    try:
+        fd = os.open(spool, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        try:
+            if os.write(fd, data) != len(data):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise CassetteError(f"{spool}: cannot write: {exc.strerror or exc}") from None
+
+
+@dataclass(slots=True)
+class Spooled:
+    """What a spool holds: its streams (see `read_spool`), and the notes of writes at the end of its cassette."""
+
+    streams: list[SpooledStream]
+    appends: list[AppendNote]
+
+
+def read_spool(path: Path) -> Spooled:
     """The streams a spool holds that have a response head: those that ended, in the order they ended,
-    then (when no running recorder holds it) those cut off, in the order they began."""
+    then (when no running recorder holds it) those cut off, in the order they began; and its append notes."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -242,7 +312,7 @@ def read_spool(path: Path) -> list[SpooledStream]:
     records = iter(unpacker)
     header = next(records, None)
     if header is None:
-        return []  # created a moment ago: its writer has not written the header yet
+        return Spooled([], [])  # created a moment ago: its writer has not written the header yet
     if not isinstance(header, dict) or header.get("format") != _MAGIC:
         raise CassetteFormatError(f"{path}: not an sse-tape spool")
     if header.get("version") != _VERSION:
@@ -252,6 +322,7 @@ def read_spool(path: Path) -> list[SpooledStream]:
         raise CassetteFormatError(f"{path}: the spool of {header.get('cassette')!r}, not of {cassette.name!r}")
     streams: dict[int, SpooledStream] = {}
     ended: list[int] = []
+    appends: list[AppendNote] = []
     while True:
         try:
             record = next(records)
@@ -259,16 +330,23 @@ def read_spool(path: Path) -> list[SpooledStream]:
             break
         except (ValueError, msgpack.UnpackException):
             break  # a record cut short or garbled by a crash: what came before it stands
-        _apply(record, streams, ended, path)
+        _apply(record, streams, ended, appends, path)
     live = _held(path)
     order = ended + ([] if live else [n for n in streams if n not in ended])
-    return [streams[n] for n in order if streams[n].status is not None]
+    return Spooled([streams[n] for n in order if streams[n].status is not None], appends)
 
 
-def _apply(record: Any, streams: dict[int, SpooledStream], ended: list[int], path: Path) -> None:
+def _apply(
+    record: Any, streams: dict[int, SpooledStream], ended: list[int], appends: list[AppendNote], path: Path
+) -> None:
     try:
         kind, n, *rest = record
-        if kind == "start":
+        if kind == "appending":
+            inode, at, before, length, block, patch_at, patch = rest
+            appends.append(
+                AppendNote(int(inode), int(at), str(before), int(length), str(block), int(patch_at), bytes(patch))
+            )
+        elif kind == "start":
             recorded_at, method, url_path, query, headers, body = rest
             pairs = [(str(k), str(v)) for k, v in headers]
             if n in streams and n in ended:  # written again whole: it ends where its new end is
