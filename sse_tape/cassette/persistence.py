@@ -1,5 +1,5 @@
-"""Cassettes kept in files: loaded, saved and appended to, atomically, under a lock on their folder, with the
-spools killed recording sessions left beside them.
+"""Cassettes kept in files: loaded, saved and appended to, under a lock on their folder, with the spools
+killed recording sessions left beside them.
 
 A recorder writes each stream to a spool beside the cassette (`session.toml.<id>.spool`, see `spools`) and
 appends it to the cassette when its session ends. A spool left by a killed session is part of its cassette:
@@ -11,7 +11,10 @@ only record of a spool whose one recording cut short another spool's whole answe
 that a spool whose removal a crash cut short is never read twice. Loads share a lock on the folder; writes
 hold it alone.
 
-Writes are atomic: a temporary file in the same folder, then a rename.
+A save, and a write anew, is atomic: a temporary file in the same folder, then a rename. An append writes
+at the end of the file in place, with no copy of it (a cassette bigger than the free space can be appended
+to), after a spool notes it (`spools.AppendNote`): a load after a crash in its middle reads the file as it
+was, and the spools, which hold what was being added.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from .spools import (
     read_spool,
     spool_id,
     spools_of,
+    take_back,
 )
 from .upgrades import upgrade
 
@@ -289,13 +293,13 @@ class Cassette:
         try:
             with path.open("r+b") as f:
                 end = self._valid if self._valid is not None else os.fstat(f.fileno()).st_size
-                patch_at, patch = 0, b""
+                patch_at, patch, unpatch = 0, b"", b""
                 if suffix == ".msgpack":
                     tail = msgpack.tail(f)
                     header = tail.header(tail.count + len(docs)) if tail is not None else None
                     if tail is None or header is None:
                         return False
-                    patch_at, patch = tail.at, header
+                    patch_at, patch, unpatch = tail.at, header, tail.header(tail.count) or b""
                     block = b"".join(map(msgpack.encode, docs))
                 else:
                     f.seek(max(end - 1, 0))
@@ -305,20 +309,21 @@ class Cassette:
                 before = f.read(end - max(end - BEFORE, 0))
                 inode = os.fstat(f.fileno()).st_ino
                 note = AppendNote(inode, end, _sha(before), len(block), _sha(block), patch_at, patch)
-                self._stamp = self._noted_write(f, note, block, spool)
+                self._stamp = self._noted_write(f, note, block, unpatch, spool)
         except OSError as exc:
             raise CassetteError(f"{path}: cannot write: {exc.strerror or exc}") from None
         return True
 
-    def _noted_write(self, f: BinaryIO, note: AppendNote, block: bytes, spool: Path | None) -> _Stamp:
-        """Note the write in a spool, then make it: taken back if it fails. Returns the file's stamp after."""
+    def _noted_write(self, f: BinaryIO, note: AppendNote, block: bytes, unpatch: bytes, spool: Path | None) -> _Stamp:
+        """Note the write in a spool, then make it: taken back if it fails (`unpatch`: what `note.patch` goes
+        in the place of). Returns the file's stamp after."""
         assert self.path is not None
         own = None
         if spool is None:
             own = SpoolWriter(self.path)
             spool = own.path
         try:
-            note_append(spool, note)
+            noted = note_append(spool, note)
             fd = f.fileno()
             os.ftruncate(fd, note.at)  # what a write cut short left, if any
             try:
@@ -328,7 +333,11 @@ class Cassette:
                     _pwrite(fd, note.patch, note.patch_at)
                     os.fsync(fd)
             except OSError:
+                if note.patch:
+                    with contextlib.suppress(OSError):
+                        _pwrite(fd, unpatch, note.patch_at)
                 os.ftruncate(fd, note.at)  # a shorter file needs no room
+                take_back(spool, noted)
                 raise
             return _stamp_of_fd(fd)
         finally:

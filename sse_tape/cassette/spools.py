@@ -57,6 +57,7 @@ __all__ = [
     "read_spool",
     "spool_id",
     "spools_of",
+    "take_back",
 ]
 
 _MAGIC = "sse-tape-spool"
@@ -274,20 +275,31 @@ class AppendNote:
 BEFORE = 4096
 
 
-def note_append(spool: Path, note: AppendNote) -> None:
-    """Note in `spool`, on the disk, a write about to be made at the end of its cassette's file."""
+def note_append(spool: Path, note: AppendNote) -> int:
+    """Note in `spool`, on the disk, a write about to be made at the end of its cassette's file; returns the
+    spool's size before, for `take_back` when the write fails."""
     record = ["appending", 0, note.inode, note.at, note.before, note.length, note.block, note.patch_at, note.patch]
     data = msgpack.packb(record, use_bin_type=True)
     try:
         fd = os.open(spool, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         try:
+            size = os.fstat(fd).st_size
             if os.write(fd, data) != len(data):
+                os.ftruncate(fd, size)
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             os.fsync(fd)
         finally:
             os.close(fd)
     except OSError as exc:
         raise CassetteError(f"{spool}: cannot write: {exc.strerror or exc}") from None
+    return size
+
+
+def take_back(spool: Path, size: int) -> None:
+    """Cut a spool back to `size`: the note of a write that failed, and was taken back, goes too (else a later
+    write at the same place would look like that one cut short)."""
+    with contextlib.suppress(OSError):
+        os.truncate(spool, size)
 
 
 @dataclass(slots=True)
