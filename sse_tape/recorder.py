@@ -247,7 +247,8 @@ class Recorder:
         if self.lost:
             streams = f"{self.lost} stream{'s'[: self.lost != 1]}"
             return (
-                f"{streams} recorded in this session were not saved ({self._why}): free space in {folder} and "
+                f"{streams} recorded in this session {'were' if self.lost != 1 else 'was'} not saved ({self._why}): "
+                f"free space in {folder} and "
                 f"record {'them' if self.lost != 1 else 'it'} again; what was saved is in {self.kept_in}, "
                 f"which loads with {self.path}"
             )
@@ -486,7 +487,8 @@ class Recorder:
             )
             if counts[kind]
         ]
-        line = f"recorded {recorded} interaction{'s'[: recorded != 1]} to {self.path}"
+        line = f"recorded {recorded} interaction{'s'[: recorded != 1]}"
+        line += f" to {self.path}" if self.kept_in is None else f", not written to {self.path}"
         return line + (f" ({', '.join(parts)})" if parts else "")
 
 

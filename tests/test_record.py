@@ -995,6 +995,7 @@ print(json.dumps({{"rc": proc.returncode, "err": err, "got": [g.decode() for g i
     assert said == list(range(1, streams[0]))
     assert streams == list(range(streams[0], 13))
     assert report["rc"] == 2
+    assert lines[-2] == f"sse-tape: recorded 12 interactions, not written to c.toml ({len(streams) + 1} save failures)"
     lost = 12 - len(said)
     assert lines[-1] == (
         f"Error: {lost} streams recorded in this session were not saved (No space left on device): free space in "
