@@ -39,6 +39,7 @@ __all__ = [
     "SaveFailed",
     "Synthesized",
     "UpstreamFailed",
+    "WritingAnew",
 ]
 
 
@@ -193,8 +194,9 @@ class UpstreamFailed(Entry):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Recorded(Entry):
-    """The interaction is on the disk, in the recorder's spool: the cassette's interaction number `index`
-    once the recorder stops and writes it there (or a load reads the spool a killed recorder left)."""
+    """The interaction is on the disk (synced), in the recorder's spool: the cassette's interaction number
+    `index` once the recorder stops and writes it there (or a load reads the spool a killed recorder left);
+    or, with `spooled` false, in the cassette itself, written at the stop after the spool could not take it."""
 
     kind: ClassVar[str] = "recorded"
     method: str
@@ -205,25 +207,51 @@ class Recorded(Entry):
     replaced: tuple[End, ...] = ()
     """How each recording it took the place of ended (streams of the same request cut short, recorded again
     whole); none: it is new."""
+    spooled: bool = True
 
     def line(self) -> str:
         how = str(self.end)
         if self.replaced:
             ones = "one" if len(self.replaced) == 1 else str(len(self.replaced))
             how += f", in place of {ones} that ended {', '.join(dict.fromkeys(self.replaced))}"
-        return f"{self.method} {self.path} recorded in the spool of {self.cassette} as #{self.index} ({how})"
+        where = f"the spool of {self.cassette}" if self.spooled else self.cassette
+        return f"{self.method} {self.path} recorded in {where} as #{self.index} ({how})"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SaveFailed(Entry):
-    """The interaction could not be saved."""
+    """What was recorded could not be saved (`what`: a stream, or the session's streams), and why."""
 
     kind: ClassVar[str] = "save-failed"
     cassette: str
     reason: str
+    what: str = "an interaction"
 
     def line(self) -> str:
-        return f"could not save an interaction to {self.cassette}: {self.reason}"
+        return f"could not save {self.what} to {self.cassette}: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WritingAnew(Entry):
+    """A recorder's stop writes its cassette anew (whole answers take the place of streams cut short), which
+    takes a while for a big one: said when it starts (`seconds` None) and when it is done."""
+
+    kind: ClassVar[str] = "writing-anew"
+    cassette: str
+    size: int
+    """The file's size before, in bytes."""
+    replaced: int
+    """The streams cut short that whole answers take the place of."""
+    seconds: float | None = None
+    """How long the write took, once it is done."""
+
+    def line(self) -> str:
+        if self.seconds is not None:
+            return f"wrote {self.cassette} anew in {self.seconds:.1f} s"
+        size = f"{self.size / 1e6:.0f} MB" if self.size >= 10e6 else f"{self.size / 1e6:.1f} MB"
+        whole = "a whole answer replaces" if self.replaced == 1 else "whole answers replace"
+        cut = f"{self.replaced} stream{'s'[: self.replaced != 1]} cut short"
+        return f"writing {size} cassette {self.cassette} anew ({whole} {cut}) ..."
 
 
 # Synthesis.

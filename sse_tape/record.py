@@ -33,6 +33,7 @@ from .cassette import (
     Request,
     append_interactions,
     check_cassette_path,
+    storable_headers,
 )
 from .journal import Forwarded, UpstreamFailed
 from .live import Feed, answer_live
@@ -244,6 +245,8 @@ async def record_once(
         # Runs on cancellation too: what arrived is saved, marked interrupted.
         interaction = capture.interaction()
         if interaction is not None and cassette is not None:
+            headers = storable_headers(interaction.response.headers)
+            interaction = replace(interaction, response=replace(interaction.response, headers=headers))
             interaction = (redaction or Redaction()).interaction(interaction)
             append_interactions(cassette, [interaction])
     assert interaction is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import shutil
 import signal
 import socket
@@ -1027,12 +1028,121 @@ print(json.dumps({"status": got.status_code, "sent": len(got.content), "failed":
     report = json.loads(result.stdout)
     assert (report["status"], report["sent"]) == (200, sum(len(chat_chunk(n)) for n in range(2000)) + 14)
     first, at_exit = report["failed"]  # the first failed write, then the append at exit
-    assert "cannot write: No space left on device; what it holds stays readable" in first
-    assert "No space left on device; " in at_exit
-    assert at_exit.endswith(".spool holds what was written before that")
+    assert "cannot write: No space left on device; it is kept in memory, and written when there is room" in first
+    assert first.endswith(f"free space in {tmp_path / 'disk'}")
+    assert at_exit.startswith("No space left on device; 1 stream not saved (the part of it that ")
     assert report["end"] == "interrupted"
     assert 0 < report["kept"] < report["sent"]
     assert report["prefix"]
+
+
+async def test_a_control_character_in_an_upstreams_header_is_recorded_as_one_a_replay_can_send(
+    tmp_path: Path,
+) -> None:
+    async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nX-A: a\x01b\x7fc\r\nContent-Length: 9\r\n\r\n"
+        writer.write(head + b"data: x\n\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(upstream, "127.0.0.1", 0)
+    cassette = tmp_path / "c.toml"
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    async with server, arecording(cassette, url) as proxy, httpx.AsyncClient() as client:
+        await client.post(proxy.url + "/v1/chat/completions", content=b"{}")
+    [recorded] = Cassette.load(cassette).interactions  # which refuses a control character in a header
+    assert ("X-A", "a%01b%7Fc") in recorded.response.headers
+    async with aserve(cassette, pace="instant") as server, httpx.AsyncClient() as client:
+        replayed = await client.post(server.url + "/v1/chat/completions", content=b"{}")
+    assert (replayed.status_code, replayed.headers["x-a"], replayed.content) == (200, "a%01b%7Fc", b"data: x\n\n")
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".msgpack"])
+def test_a_cassette_bigger_than_the_free_space_is_appended_to(tmp_path: Path, suffix: str) -> None:
+    # 1.2 MB of cassette on a 2 MB disk: no room for a second copy of it.
+    code = f"""
+import json, os, signal, httpx
+from sse_tape import Cassette, Chunk, Interaction, Request, Response
+from sse_tape.server import run_in_thread
+from processes import start
+from upstream import Upstream, chat_chunk
+chunks = tuple(Chunk(n * 0.01, chat_chunk(n) + b"x" * 100) for n in range(100))
+old = [Interaction(Request("POST", "/v1/old", body=b"%d" % n), Response(chunks=chunks)) for n in range(50)]
+Cassette(old, None).save("c{suffix}")
+size = os.path.getsize("c{suffix}")
+free = os.statvfs(".").f_bavail * os.statvfs(".").f_frsize
+with run_in_thread(Upstream()) as up:
+    proc, url = start(["record", "--upstream", up.url, "-c", "c{suffix}", "--port", "0"])
+    got = httpx.post(url + "/v1/chat/completions?events=3&gap=0", content=b"{{}}", timeout=60).content
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+kept = Cassette.load("c{suffix}").interactions
+print(json.dumps({{"rc": proc.returncode, "err": err, "size": size, "free": free, "old": kept[:-1] == old,
+                  "new": kept[-1].response.body == got, "files": sorted(os.listdir("."))}}))
+"""
+    result = _in_a_small_disk(tmp_path, "size=2m", code)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["size"] > report["free"]
+    assert report["rc"] == 0, report["err"]
+    assert (report["old"], report["new"], report["files"]) == (True, True, [f"c{suffix}"])
+
+
+@pytest.mark.parametrize("room", [False, True], ids=["still-full-at-stop", "room-again"])
+def test_a_disk_that_fills_mid_session_loses_no_stream_said_recorded(tmp_path: Path, room: bool) -> None:
+    # A 2 MB disk that a file fills but for 120 KB: two or three streams of 300 events fit in the spool.
+    code = f"""
+import json, os, signal, httpx
+from sse_tape import Cassette
+from sse_tape.server import run_in_thread
+from processes import start
+from upstream import Upstream
+with run_in_thread(Upstream()) as up:
+    proc, url = start(["record", "--upstream", up.url, "-c", "c.toml", "--port", "0"])
+    free = os.statvfs(".").f_bavail * os.statvfs(".").f_frsize
+    with open("filler", "wb") as f:
+        f.write(b"x" * (free - 120_000))
+    got = []
+    for n in range(12):
+        body = json.dumps({{"n": n}})
+        got.append(httpx.post(url + "/v1/chat/completions?events=300&gap=0", content=body, timeout=60).content)
+    if {room}:  # room again: the next write takes what the spool could not
+        os.remove("filler")
+        got.append(httpx.post(url + "/v1/chat/completions?events=3&gap=0", content=b"{{}}", timeout=60).content)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+kept = [i.response.body for i in Cassette.load("c.toml").interactions]
+print(json.dumps({{"rc": proc.returncode, "err": err, "got": [g.decode() for g in got],
+                  "kept": [k.decode() for k in kept], "spools": [p for p in os.listdir(".") if p.endswith(".spool")]}}))
+"""
+    result = _in_a_small_disk(tmp_path, "size=2m", code)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    lines = report["err"].splitlines()
+    got, kept = report["got"], report["kept"]
+    said = [int(line.split(" as #")[1].split()[0]) for line in lines if " recorded in the spool of c.toml as #" in line]
+    unsaved = [line for line in lines if line.startswith("sse-tape: could not save POST /v1/chat/completions (stream ")]
+    assert all(got[n - 1] in kept for n in said)  # each stream said recorded is there, whole
+    # Each stream the spool could not take is said once, with what to do, and not said recorded then.
+    streams = [int(line.split("(stream ")[1].split(")")[0]) for line in unsaved]
+    assert sorted(set(streams)) == streams
+    assert 2 <= streams[0] <= 10
+    assert all(line.endswith(f"free space in {tmp_path / 'disk'}") for line in unsaved)
+    if room:  # retried at the next stream: each said recorded once in the spool, then the cassette written whole
+        assert sorted(said) == list(range(1, 14))
+        assert sorted(said[-len(streams) - 1 :]) == [*streams, 13]
+        assert (report["rc"], kept, report["spools"]) == (0, got, [])
+        return
+    assert said == list(range(1, streams[0]))
+    assert streams == list(range(streams[0], 13))
+    assert report["rc"] == 2
+    assert lines[-2] == f"sse-tape: recorded 12 interactions, not written to c.toml ({len(streams) + 1} save failures)"
+    lost = 12 - len(said)
+    assert lines[-1] == (
+        f"Error: {lost} streams recorded in this session were not saved (No space left on device): free space in "
+        f"{tmp_path / 'disk'} and record them again; what was saved is in {report['spools'][0]}, which loads with c.toml"
+    )
 
 
 async def test_a_stream_cut_short_is_recorded_until_a_retry_fetches_it_whole(
@@ -1104,6 +1214,27 @@ def _until_journal_says(recorder: Recorder, end: str, times: int = 1) -> None:
         return sum(e["type"] == "ended" and e["end"] == end for e in entries) >= times
 
     until(noted, f"the recorder's note of {times} stream(s) that ended {end}")
+
+
+def test_a_stop_that_writes_a_big_cassette_anew_says_so_when_it_starts_and_ends(
+    threaded_upstream: Upstream, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "big.toml"
+    chunks = tuple(Chunk(n * 0.01, chat_chunk(n)) for n in range(50))
+    old = [Interaction(Request("POST", "/v1/old", body=b"%d" % n), Response(chunks=chunks)) for n in range(200)]
+    cut = Response(chunks=chunks[:1], end=End.CLIENT_GONE, duration=0.1)
+    query = "events=3&gap=0.01"
+    Cassette([*old, Interaction(Request("POST", "/v1/chat/completions", query, body=b"{}"), cut)], cassette).save()
+    size = cassette.stat().st_size
+    assert size > 1_000_000
+    recorder = Recorder(threaded_upstream, cassette)
+    assert httpx.post(f"{recorder.url}/v1/chat/completions?{query}", content=b"{}").status_code == 200
+    lines = recorder.stop(signal.SIGINT).splitlines()
+    at = lines.index(
+        f"sse-tape: writing {size / 1e6:.1f} MB cassette {cassette} anew (a whole answer replaces 1 stream cut short) ..."
+    )
+    assert re.fullmatch(rf"sse-tape: wrote {re.escape(str(cassette))} anew in \d+\.\d s", lines[at + 1])
+    assert Cassette.load(cassette).interactions[-1].response.end is End.COMPLETE
 
 
 @pytest.mark.parametrize(

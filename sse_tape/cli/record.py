@@ -109,8 +109,8 @@ def record(
                 model_answers.engine.close()
         if server.recorder is not None:
             log(server.recorder.summary())
-        if server.recorder is not None and server.recorder.failures:
-            raise SSETapeError(f"{server.recorder.failures} writes to {cassette} or its spool failed: see above")
+        if server.recorder is not None and (unsaved := server.recorder.unsaved()) is not None:
+            raise SSETapeError(unsaved)
     else:
         if words["faults"] or words["profiles"]:
             raise ConfigError("--fault and --profile are for proxy mode: one-shot mode prints what the upstream sends")
