@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import replace
 from typing import Any, BinaryIO
 
 from aiohttp import web
