@@ -153,12 +153,14 @@ class SecretFound:
 def secrets_in(
     interactions: Iterable[Interaction], *, source: str = "", redaction: Redaction | None = None
 ) -> list[SecretFound]:
-    """Every secret `interactions` (a `Cassette`, say) hold: headers, query parameters and JSON body fields
-    that `redaction` (by default, what `sse-tape record` redacts) names and that are not redacted, and what
-    looks like an API key, a bearer token, a JWT or an AWS key anywhere else. One result per secret, in
-    order; [] when there is none."""
+    """Every secret `interactions` (a `Cassette`, say) hold: headers, query parameters and body fields that
+    `redaction` (by default, what `sse-tape record` redacts) names and that are not redacted, and whatever
+    has the shape of a credential (`credentials.SHAPES`, and `redaction`'s own patterns) anywhere else, the
+    streamed chunks of the responses too. One result per secret, in order, its path shown as a cassette
+    would hold it; [] when there is none."""
+    redaction = redaction or Redaction()
     return [
-        SecretFound(source, n, interaction.request.method, interaction.request.path, secret=found)
+        SecretFound(source, n, interaction.request.method, redaction.path(interaction.request.path), secret=found)
         for n, interaction in enumerate(interactions, 1)
         for found in find_secrets(interaction, redaction)
     ]

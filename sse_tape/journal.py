@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
@@ -39,6 +39,7 @@ __all__ = [
     "SaveFailed",
     "Synthesized",
     "UpstreamFailed",
+    "WritingAnew",
 ]
 
 
@@ -193,8 +194,9 @@ class UpstreamFailed(Entry):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Recorded(Entry):
-    """The interaction is on the disk, in the recorder's spool: the cassette's interaction number `index`
-    once the recorder stops and writes it there (or a load reads the spool a killed recorder left)."""
+    """The interaction is on the disk (synced), in the recorder's spool: the cassette's interaction number
+    `index` once the recorder stops and writes it there (or a load reads the spool a killed recorder left);
+    or, with `spooled` false, in the cassette itself, written at the stop after the spool could not take it."""
 
     kind: ClassVar[str] = "recorded"
     method: str
@@ -205,25 +207,51 @@ class Recorded(Entry):
     replaced: tuple[End, ...] = ()
     """How each recording it took the place of ended (streams of the same request cut short, recorded again
     whole); none: it is new."""
+    spooled: bool = True
 
     def line(self) -> str:
         how = str(self.end)
         if self.replaced:
             ones = "one" if len(self.replaced) == 1 else str(len(self.replaced))
             how += f", in place of {ones} that ended {', '.join(dict.fromkeys(self.replaced))}"
-        return f"{self.method} {self.path} recorded in the spool of {self.cassette} as #{self.index} ({how})"
+        where = f"the spool of {self.cassette}" if self.spooled else self.cassette
+        return f"{self.method} {self.path} recorded in {where} as #{self.index} ({how})"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SaveFailed(Entry):
-    """The interaction could not be saved."""
+    """What was recorded could not be saved (`what`: a stream, or the session's streams), and why."""
 
     kind: ClassVar[str] = "save-failed"
     cassette: str
     reason: str
+    what: str = "an interaction"
 
     def line(self) -> str:
-        return f"could not save an interaction to {self.cassette}: {self.reason}"
+        return f"could not save {self.what} to {self.cassette}: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WritingAnew(Entry):
+    """A recorder's stop writes its cassette anew (whole answers take the place of streams cut short), which
+    takes a while for a big one: said when it starts (`seconds` None) and when it is done."""
+
+    kind: ClassVar[str] = "writing-anew"
+    cassette: str
+    size: int
+    """The file's size before, in bytes."""
+    replaced: int
+    """The streams cut short that whole answers take the place of."""
+    seconds: float | None = None
+    """How long the write took, once it is done."""
+
+    def line(self) -> str:
+        if self.seconds is not None:
+            return f"wrote {self.cassette} anew in {self.seconds:.1f} s"
+        size = f"{self.size / 1e6:.0f} MB" if self.size >= 10e6 else f"{self.size / 1e6:.1f} MB"
+        whole = "a whole answer replaces" if self.replaced == 1 else "whole answers replace"
+        cut = f"{self.replaced} stream{'s'[: self.replaced != 1]} cut short"
+        return f"writing {size} cassette {self.cassette} anew ({whole} {cut}) ..."
 
 
 # Synthesis.
@@ -270,7 +298,10 @@ class Journal:
         keep: int = 10_000,
         log: Callable[[str], None] | None = None,
         report: str | Path | None = None,
+        shown_path: Callable[[str], str] | None = None,
     ) -> None:
+        self.shown_path = shown_path
+        """What an entry's path is shown as (its credentials redacted); None: as it is."""
         self.entries: deque[Entry] = deque(maxlen=keep)
         self.counts: Counter[str] = Counter()
         """How many entries of each kind were added (also those no longer kept)."""
@@ -284,7 +315,10 @@ class Journal:
                 raise ConfigError(f"--report {self.report_path}: cannot write: {exc.strerror or exc}") from None
 
     def add(self, entry: Entry) -> None:
-        """Record an entry, and pass it on to the log and the report."""
+        """Record an entry, its path as `shown_path` shows it, and pass it on to the log and the report."""
+        path = getattr(entry, "path", None)
+        if self.shown_path is not None and isinstance(path, str) and (shown := self.shown_path(path)) != path:
+            entry = replace(entry, path=shown)  # type: ignore[call-arg]
         self.entries.append(entry)
         self.counts[entry.kind] += 1
         if self.log is not None and (line := entry.line()) is not None:

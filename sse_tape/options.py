@@ -17,6 +17,7 @@ written. `check_sources` says, in one set of words, what a miss policy needs
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -131,6 +132,28 @@ def _body_fields(names: Iterable[str]) -> tuple[str, ...]:
         if not name or "" in name.split("."):
             raise ConfigError(f"ignored body field {name!r}: write a dotted path such as user or metadata.trace_id")
     return fields
+
+
+_HOST_NAME = re.compile(r"(?:[a-z0-9_.-]+|\[[0-9a-f:.]+\])(?::[0-9]{1,5})?", re.IGNORECASE)
+_ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://(?:[a-z0-9_.-]+|\[[0-9a-f:.]+\])(?::[0-9]{1,5})?/?", re.IGNORECASE)
+
+
+def _host_names(names: Iterable[str]) -> tuple[str, ...]:
+    chosen = tuple(names)
+    for name in chosen:
+        if not _HOST_NAME.fullmatch(name):
+            raise ConfigError(
+                f"--allow-host {name!r}: give a host name or address, with a port or not (tape.internal:8080)"
+            )
+    return chosen
+
+
+def _origins(origins: Iterable[str]) -> tuple[str, ...]:
+    chosen = tuple(origins)
+    for origin in chosen:
+        if origin not in ("*", "null") and not _ORIGIN.fullmatch(origin):
+            raise ConfigError(f"--cors-origin {origin!r}: give an origin (https://app.example:3000) or *")
+    return chosen
 
 
 def _faults(specs: Iterable[Fault | str]) -> tuple[Fault, ...]:
@@ -297,12 +320,15 @@ _TABLE = (
             Flag(
                 names=("--upstream",),
                 commands=(_SERVE,),
-                help="With --on-miss forward: the server to send misses to, as a base URL.",
+                help="With --on-miss forward: the server to send misses to, as a base URL (a user:password@ in it "
+                "goes as Basic credentials on requests with no Authorization of their own).",
             ),
             Flag(
                 names=("--upstream",),
                 commands=(_RECORD,),
-                help="Proxy mode: the server to forward to, as a base URL (http://127.0.0.1:8000, https://host/v1).",
+                help="Proxy mode: the server to forward to, as a base URL (http://127.0.0.1:8000, https://host/v1). "
+                "A user:password@ in it goes as Basic credentials on requests that bring no Authorization of their "
+                "own (a client's own wins), and never on a request from a page that is not this server's own.",
             ),
         ),
         pytest=PytestFlag(name="--sse-tape-upstream", help="The server to record from (or ini sse_tape_upstream)."),
@@ -561,7 +587,31 @@ _TABLE = (
         default=False,
         flags=(Flag(names=("--allow-remote-control",), commands=_SERVING),),
         help="Obey the X-SSE-Tape-Fault header and the /__sse_tape__/ endpoints from other machines too "
-        "(by default, from this machine only).",
+        "(by default, from this machine only; their Host must still be allowed: see --allow-host).",
+    ),
+    Option(
+        name="allowed_hosts",
+        group=Group.LISTEN,
+        multiple=True,
+        default=(),
+        metavar="NAME",
+        parse=_host_names,
+        flags=(Flag(names=("--allow-host",), commands=_SERVING),),
+        help="Obey the fault header, the /__sse_tape__/ endpoints and (proxying) forwarding for requests whose "
+        "Host is NAME (NAME:PORT for one port), besides localhost, 127.0.0.1, [::1] on the server's port and the "
+        "--host address: what keeps a DNS-rebinding web page out. Repeatable.",
+    ),
+    Option(
+        name="cors_origins",
+        group=Group.LISTEN,
+        multiple=True,
+        default=(),
+        metavar="ORIGIN",
+        parse=_origins,
+        flags=(Flag(names=("--cors-origin",), commands=_SERVING),),
+        help="Let web pages from ORIGIN (https://app.example:3000; * for any) use the fault header, the "
+        "/__sse_tape__/ endpoints and (proxying) forwarding, with CORS headers; by default only the server's own "
+        "pages may (the replay API answers any page). Repeatable.",
     ),
     Option(
         name="quiet",
@@ -607,6 +657,21 @@ _TABLE = (
         metavar="NAME",
         flags=(Flag(names=("--keep-json-field",), commands=(_RECORD,)),),
         help="Record JSON request body fields of this name as they are, even if they look secret. Repeatable.",
+    ),
+    Option(
+        name="secret_pattern",
+        group=Group.RECORD,
+        multiple=True,
+        default=(),
+        metavar="REGEX",
+        flags=(Flag(names=("--secret-pattern",), commands=(_RECORD,)),),
+        pytest=PytestFlag(
+            name="--sse-tape-secret-pattern",
+            help="Also redact what this regular expression matches, wherever it is, when recording (repeatable).",
+        ),
+        ini=Ini(name="sse_tape_secret_patterns", type="linelist"),
+        help="Also redact what this regular expression (Python's) matches, wherever it is, as a credential: in "
+        "request headers, query, path, body and response headers, whatever their names. Repeatable.",
     ),
     Option(
         name="method",

@@ -34,6 +34,7 @@ from .cassette import (
     Request,
     append_interactions,
     check_cassette_path,
+    storable_headers,
 )
 from .journal import Forwarded, UpstreamFailed
 from .live import Feed, answer_live
@@ -130,6 +131,10 @@ class Forwarder:
                 f"{exchange.request.path}: a path may not climb out of the upstream's base path",
                 "bad_path",
             )
+        if (why := server.refused(exchange.http)) is not None:
+            # A page the user has open (another site's, or one rebound to this machine) gets neither the
+            # upstream, with the credentials of its URL, nor a place in the cassette.
+            return await server.error(exchange, 403, f"not forwarded: {why}", "forbidden")
         capture = Capture(exchange.request)
         if self.recorder is not None:  # a large body's secrets are found off the event loop
             capture.stored = await thorough(self.recorder.storable, exchange.request)
@@ -140,7 +145,7 @@ class Forwarder:
             capture,
             recorder=self.recorder,
             failed=lambda exchange, why: server.error(exchange, 502, why, "bad_gateway"),
-            cors=False,
+            cors=False,  # only for the pages the user named
             read_on=self.read_on,
             drain_timeout=self.drain_timeout,
             streams=self._streams,
@@ -195,11 +200,10 @@ class Forwarder:
         return reason
 
     def _shown_url(self, request: Request) -> str:
-        """The upstream URL of `request` as the journal shows it: the query's secrets and any user info redacted."""
+        """The upstream URL of `request` as the journal shows it: any user info, and the secrets of its path and query,
+        redacted."""
         assert self._server is not None
-        query = request.query
-        url = self.upstream.url(replace(request, query=self._server.shown_query(query)) if query else request)
-        return self._server.redaction.url(url) if "@" in url else url  # `user:password@` in the base URL
+        return self._server.redaction.url(self.upstream.url(request))
 
 
 async def record_once(
@@ -245,6 +249,8 @@ async def record_once(
         # Runs on cancellation too: what arrived is saved, marked interrupted.
         interaction = capture.interaction()
         if interaction is not None and cassette is not None:
+            headers = storable_headers(interaction.response.headers)
+            interaction = replace(interaction, response=replace(interaction.response, headers=headers))
             interaction = (redaction or Redaction()).interaction(interaction)
             append_interactions(cassette, [interaction])
     assert interaction is not None

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Protocol
 
 from ._exceptions import CassetteError
@@ -40,12 +42,15 @@ from .cassette import (
     check_cassette_path,
     storable_headers,
 )
-from .cassette.spools import SpoolWriter
-from .journal import Journal, Recorded, SaveFailed
+from .cassette.spools import SpooledStream, SpoolWriter
+from .journal import Journal, Recorded, SaveFailed, WritingAnew
 from .matching import CUT_SHORT, Matcher
 from .redaction import Redaction
 
 __all__ = ["Capture", "Recorder", "Session"]
+
+# A cassette this big or bigger takes a moment to write anew: the stop says when it starts and ends.
+_SAY_WRITING_ANEW = 1_000_000
 
 
 class Session(Protocol):
@@ -86,7 +91,8 @@ class Capture:
     injected: list[Injection] = field(default_factory=list)
     """The faults that acted on the client's copy of the stream."""
     stored: Request | None = None
-    """The request as it is recorded (`Recorder.storable`), when worked out ahead: a large body's, in a thread."""
+    """The request as it is recorded (`Recorder.storable`: secrets redacted), worked out once: before a forwarded
+    request is sent (a large body's in a thread), else when its stream is spooled."""
 
     def interaction(self) -> Interaction | None:
         """The interaction so far; None if no response head ever came."""
@@ -145,12 +151,19 @@ class Recorder:
         """The recordings cut short whose place they took, or that went with those (of the same request)."""
         self.failures = 0
         """Writes that failed (a reset of the server does not clear them)."""
+        self.lost = 0
+        """Streams the stop could save neither in the cassette nor in the spool: lost."""
+        self.kept_in: str | None = None
+        """Where the session's streams are when the stop could not write the cassette: its spool."""
         self.in_flight = 0
         """Streams being recorded now: their response head came, and they are not over."""
         self._server: Session | None = None
         self._spool: SpoolWriter | None = None
         self._streams = 0
         self._syncing: set[asyncio.Future[None]] = set()
+        # Streams the spool could not take (a full disk), by number: kept in memory, written whole when it can.
+        self._held: dict[int, _Held] = {}
+        self._why: str | None = None  # why the last write failed
         # The numbers of the cassette's recordings cut short that go with no answer in their place.
         self._removed: list[int] = []
 
@@ -160,29 +173,101 @@ class Recorder:
         self._spool = SpoolWriter(self.path)
 
     async def close(self) -> None:
-        """Append what was recorded to the cassette, then remove the spool (kept if the append fails)."""
+        """Append what was recorded to the cassette, then remove the spool (kept if the append fails).
+
+        Streams the spool could not take are tried there once more first; those neither the cassette nor the
+        spool can take are counted in `lost`.
+        """
+        if self._syncing:
+            await asyncio.gather(*self._syncing, return_exceptions=True)
+        self._retry()
         if self._syncing:
             await asyncio.gather(*self._syncing, return_exceptions=True)
         spool, self._spool = self._spool, None
         if spool is None:
             return
+        anew = self._writing_anew()
         try:
             # The spool is removed inside the cassette's lock, while this still holds the spool's own:
             # no reader ever sees the interactions in both.
             await asyncio.to_thread(self.cassette.append, self.recorded, spool=spool.path, replacing=self.replacing)
+            if anew is not None:
+                said, began = anew
+                self._journal_entry(replace(said, seconds=time.monotonic() - began, time=time.time()))
         except CassetteError as exc:
-            kept = "holds what was written before that" if spool.failed else "keeps the recordings"
-            self._failed(None, f"{exc}; {spool.path} {kept}")
+            self.lost = sum(held.ended is not None for held in self._held.values())
+            self.kept_in = str(spool.path)
+            kept = len(self.recorded) + len(self.replacing) - self.lost
+            reason = f"{_reason(exc)}; "
+            if self.lost:
+                reason += f"{self.lost} stream{'s'[: self.lost != 1]} not saved"
+                reason += (
+                    f"; the other {kept} are in {spool.path}"
+                    if kept
+                    else f" (the part of it that {spool.path} holds loads with the cassette)"
+                )
+            else:
+                reason += f"the session's {kept} streams are in {spool.path}"
+            if kept:
+                reason += ", which loads with the cassette until a write of it takes them in"
+            self._failed(None, reason, what="the session's streams")
+        else:
+            for held in self._held.values():  # in the cassette now, from memory
+                if held.ended is not None:
+                    self._journal(held.ended, spooled=False)
         finally:
+            self._held.clear()
             spool.close(remove=False)
+
+    def _writing_anew(self) -> tuple[WritingAnew, float] | None:
+        """Say that the stop writes a big cassette anew, which takes a while: the entry said, and when (on the
+        monotonic clock); None when it does not, or the file is small."""
+        try:
+            size = self.path.stat().st_size
+        except OSError:
+            return None
+        if not self.replacing or size < _SAY_WRITING_ANEW:
+            return None
+        replaced = sum(len(olds) for olds, _ in self.replacing)
+        said = WritingAnew(request=0, cassette=str(self.path), size=size, replaced=replaced)
+        self._journal_entry(said)
+        return said, time.monotonic()
+
+    def _journal_entry(self, entry: WritingAnew) -> None:
+        assert self._server is not None
+        self._server.journal.add(entry)
+
+    @property
+    def _folder(self) -> Path:
+        return self.path.absolute().parent
+
+    def unsaved(self) -> str | None:
+        """After `close`: one line saying what was not saved in the cassette and where the rest is; None when
+        everything was."""
+        if self.kept_in is None:
+            return None
+        folder = self._folder
+        if self.lost:
+            streams = f"{self.lost} stream{'s'[: self.lost != 1]}"
+            return (
+                f"{streams} recorded in this session {'were' if self.lost != 1 else 'was'} not saved ({self._why}): "
+                f"free space in {folder} and "
+                f"record {'them' if self.lost != 1 else 'it'} again; what was saved is in {self.kept_in}, "
+                f"which loads with {self.path}"
+            )
+        return (
+            f"{self.path} could not be written ({self._why}); the session's streams are in {self.kept_in}, which "
+            f"loads with it: free space in {folder}, and its next write takes them in"
+        )
 
     def begin(self, capture: Capture) -> None:
         """A stream's response head came: spool its request and head."""
+        self._retry()
         self._streams += 1
         self.in_flight += 1
         capture.spool = self._streams
-        request = capture.stored or self.storable(capture.request)
-        headers = self.redaction.response(Response(capture.status or 0, capture.headers)).headers
+        request = capture.stored = capture.stored or self.storable(capture.request)
+        headers = self._storable_response(Response(capture.status or 0, capture.headers)).headers
 
         def write(spool: SpoolWriter, n: int) -> None:
             r = request
@@ -213,10 +298,10 @@ class Recorder:
         server.settled()  # whoever waits for the server to be idle resumes once this is done
         end = interaction.response.end
         cuts = self._cut_short(capture.request) if self.playable and end is End.COMPLETE else []
-        if cuts:
-            # In the spool before the stream's end: a killed session's whole answer takes their place too. The
-            # first comes last, where a reader that knows of one such record per stream (an older one) takes it.
-            fingerprints = [cut.interaction.fingerprint() for cut in reversed(cuts)]
+        # In the spool before the stream's end: a killed session's whole answer takes their place too. The
+        # first comes last, where a reader that knows of one such record per stream (an older one) takes it.
+        fingerprints = [cut.interaction.fingerprint() for cut in reversed(cuts)]
+        if fingerprints:
 
             def replaces(spool: SpoolWriter, n: int) -> None:
                 for fingerprint in fingerprints:
@@ -225,7 +310,7 @@ class Recorder:
             self._spooled(replaces, capture)
         self._spooled(lambda spool, n: spool.end(n, str(end), capture.duration), capture)
         request = capture.stored or self.storable(interaction.request)
-        response = self.redaction.response(interaction.response)
+        response = self._storable_response(interaction.response)
         interaction = replace(interaction, request=request, response=response)
         self.ends[interaction.response.end] += 1
         if cuts:
@@ -237,8 +322,17 @@ class Recorder:
             # Only a whole answer replays: the matcher leaves one cut short unanswered, for the upstream to
             # answer a retry whole (and that answer to take its place).
             server.matcher.add(interaction, self.cassette, index)
-        replaced = tuple(cut.interaction.response.end for cut in cuts)
-        syncing = asyncio.ensure_future(self._report(interaction, number, index, replaced))
+        ended = _Ended(interaction, number, index, tuple(cut.interaction.response.end for cut in cuts), fingerprints)
+        held = self._held.get(capture.spool or 0)
+        if held is not None:  # said already; written whole when the spool has room
+            held.ended = ended
+            self._retry()
+        else:
+            self._report(capture, ended)
+
+    def _report(self, capture: Capture, ended: _Ended) -> None:
+        """Journal the stream recorded once the spool that holds it is synced."""
+        syncing = asyncio.ensure_future(self._synced(capture, ended))
         self._syncing.add(syncing)
         syncing.add_done_callback(self._syncing.discard)
 
@@ -275,24 +369,30 @@ class Recorder:
             del self.recorded[n]
         return len(self.cassette) - len(self._removed) + first + 1
 
-    async def _report(self, interaction: Interaction, number: int, index: int, replaced: tuple[End, ...]) -> None:
-        """Note the interaction recorded once it is on the disk."""
+    async def _synced(self, capture: Capture, ended: _Ended) -> None:
+        spool = self._spool
+        if spool is None:
+            return  # stopped meanwhile: the stop wrote it in the cassette, or said it could not
+        try:
+            await asyncio.to_thread(spool.sync)
+        except OSError as exc:  # not known to be on the disk: kept in memory, and written again
+            self._hold(capture, f"{spool.path}: cannot write: {exc.strerror or exc}").ended = ended
+            return
+        self._journal(ended, spooled=True)
+
+    def _journal(self, ended: _Ended, *, spooled: bool) -> None:
         assert self._server is not None
-        if self._spool is not None and self._spool.failed is None:
-            try:
-                await asyncio.to_thread(self._spool.sync)
-            except OSError as exc:
-                self._failed(number, f"{self._spool.path}: cannot write: {exc.strerror or exc}")
-        request = interaction.request
+        request = ended.interaction.request
         self._server.journal.add(
             Recorded(
-                request=number,
+                request=ended.number,
                 method=request.method,
                 path=request.path,
                 cassette=str(self.path),
-                index=index,
-                end=interaction.response.end,
-                replaced=replaced,
+                index=ended.index,
+                end=ended.interaction.response.end,
+                replaced=ended.replaced,
+                spooled=spooled,
             )
         )
 
@@ -305,19 +405,77 @@ class Recorder:
         stored.json()
         return stored
 
+    def _storable_response(self, response: Response) -> Response:
+        """The response as it is recorded: secrets redacted, headers as text that can be sent again."""
+        return self.redaction.response(replace(response, headers=storable_headers(response.headers)))
+
     def _spooled(self, write: Callable[[SpoolWriter, int], object], capture: Capture) -> None:
         spool = self._spool
-        if spool is None or spool.failed is not None or capture.spool is None:
-            return
+        if spool is None or capture.spool is None or capture.spool in self._held:
+            return  # a stream the spool could not take is kept in memory, and written whole later
         try:
             write(spool, capture.spool)
-        except CassetteError as exc:  # a full disk, say: said once; the session goes on in memory
-            self._failed(None, f"{exc}; what it holds stays readable, and what comes next is kept in memory")
+        except CassetteError as exc:  # a full disk, say
+            self._hold(capture, str(exc))
 
-    def _failed(self, number: int | None, reason: str) -> None:
+    def _hold(self, capture: Capture, reason: str) -> _Held:
+        """Keep a stream the spool could not take in memory, to write it whole when there is room; say so once."""
+        assert capture.spool is not None
+        held = self._held.get(capture.spool)
+        if held is None:
+            held = self._held[capture.spool] = _Held(capture)
+            request = capture.request
+            self._failed(
+                None,
+                f"{reason}; it is kept in memory, and written when there is room: free space in {self._folder}",
+                what=f"{request.method} {request.path} (stream {capture.spool})",
+            )
+        return held
+
+    def _retry(self) -> None:
+        """Write the streams the spool could not take, that are over, whole, while it takes them."""
+        spool = self._spool
+        if spool is None:
+            return
+        for n, held in list(self._held.items()):
+            if held.ended is None:
+                continue  # written whole at its end
+            try:
+                spool.stream(n, self._spooled_stream(held))
+            except CassetteError as exc:
+                self._why = _reason(exc)
+                return  # still no room
+            del self._held[n]
+            self._report(held.capture, held.ended)
+
+    def _spooled_stream(self, held: _Held) -> SpooledStream:
+        """A held stream as the spool holds one: as `begin`, `received`, `injected` and `keep` write it."""
+        assert held.ended is not None
+        capture = held.capture
+        request = self.storable(capture.request)
+        headers = self._storable_response(Response(capture.status or 0, capture.headers)).headers
+        return SpooledStream(
+            capture.recorded_at,
+            request.method,
+            request.path,
+            request.query,
+            list(request.headers),
+            request.body,
+            capture.status or 0,
+            list(headers),
+            [(chunk.t, chunk.data) for chunk in capture.chunks],
+            str(held.ended.interaction.response.end),
+            capture.duration,
+            [(note.fault, note.what) for note in capture.injected],
+            list(held.ended.fingerprints),
+        )
+
+    def _failed(self, number: int | None, reason: str, *, what: str = "an interaction") -> None:
         assert self._server is not None
         self.failures += 1
-        self._server.journal.add(SaveFailed(request=number or 0, cassette=str(self.path), reason=reason))
+        self._why = _reason(reason)
+        entry = SaveFailed(request=number or 0, cassette=str(self.path), reason=reason, what=what)
+        self._server.journal.add(entry)
 
     def summary(self) -> str:
         """One line: what was recorded, replayed and missed, and where."""
@@ -338,5 +496,33 @@ class Recorder:
             )
             if counts[kind]
         ]
-        line = f"recorded {recorded} interaction{'s'[: recorded != 1]} to {self.path}"
+        line = f"recorded {recorded} interaction{'s'[: recorded != 1]}"
+        line += f" to {self.path}" if self.kept_in is None else f", not written to {self.path}"
         return line + (f" ({', '.join(parts)})" if parts else "")
+
+
+@dataclass(slots=True)
+class _Ended:
+    """What a stream that is over is recorded as: journaled once the disk holds it."""
+
+    interaction: Interaction
+    number: int
+    """The request's number in the journal."""
+    index: int
+    """Its number in the cassette."""
+    replaced: tuple[End, ...]
+    fingerprints: list[str]
+    """Those of the recordings cut short it takes the place of."""
+
+
+@dataclass(slots=True)
+class _Held:
+    """A stream the spool could not take all of: kept in memory until it can be written whole."""
+
+    capture: Capture
+    ended: _Ended | None = None
+
+
+def _reason(said: Exception | str) -> str:
+    """Why a write failed, without the path before it nor what follows (`No space left on device`)."""
+    return str(said).split("; ", 1)[0].rsplit(": ", 1)[-1]

@@ -34,12 +34,26 @@ from .redaction import Redaction
 from .state import ReplayStore
 from .wire import Live, Progress
 
-__all__ = ["IN_PLACE", "Attached", "Exchange", "Host", "Responder", "inject", "note_faults", "thorough"]
+__all__ = [
+    "IN_PLACE",
+    "NOTED_FAULTS",
+    "Attached",
+    "Exchange",
+    "Host",
+    "Responder",
+    "inject",
+    "note_faults",
+    "thorough",
+]
 
 _T = TypeVar("_T")
 
 #: A request body of at most this many bytes is parsed, and walked, on the event loop; a larger one in a thread.
 IN_PLACE = 64 * 1024
+
+#: How many faults' notes one request's answer puts in the journal (so in the log), at most: a server may hold
+#: a thousand faults (`server.control.MAX_FAULTS`), and each request is not a thousand lines.
+NOTED_FAULTS = 64
 
 
 @dataclass(slots=True)
@@ -71,6 +85,8 @@ class Exchange:
     ends_later: bool = False
     """Its answer is over when its source is, after the client left (a forwarded stream read to its end for
     the client that had its answer): the responder notes its end, not the server."""
+    noted: int = 0
+    """How many faults' notes were given for it (`note_faults`), journaled or not."""
 
 
 class Host(Protocol):
@@ -107,6 +123,11 @@ class Host(Protocol):
         """The CORS headers an answer carries."""
         ...
 
+    def refused(self, http: web.Request) -> str | None:
+        """Why `http` may not reach what only the user's own clients may (the upstream, with the credentials of
+        its URL): a `Host` or an `Origin` that is not the server's own, nor one the user allows; None when it may."""
+        ...
+
     @property
     def redaction(self) -> Redaction:
         """What is kept out of what the server says of a request."""
@@ -126,7 +147,8 @@ class Host(Protocol):
         cors: bool = True,
     ) -> web.StreamResponse:
         """Write the exchange's answer: a plan (`writes`: what `coalesced(plan)` gave, for a plan sent
-        unchanged again and again), or with `live` a body still being made (see `wire.send`)."""
+        unchanged again and again), or with `live` a body still being made (see `wire.send`); with `cors`, the
+        headers any page's fetch needs to read it, else only those for the pages the user named."""
         ...
 
     def ended(self, exchange: Exchange) -> None:
@@ -212,11 +234,17 @@ def note_faults(
     acted: bool = True,
 ) -> None:
     """Journal what each fault did to this exchange's answer (`recording`: the recording it replays, if
-    one does), and count it injected unless it did not act (`acted`: false for faults left out)."""
+    one does), and count it injected unless it did not act (`acted`: false for faults left out). Past the first
+    `NOTED_FAULTS` of an exchange, a fault is counted but not journaled, and the first one left out says so."""
     request = exchange.request
     for fault, what in notes:
         if acted:
             host.state.note_injected(fault.spec)
+        exchange.noted += 1
+        if exchange.noted > NOTED_FAULTS + 1:
+            continue
+        if exchange.noted == NOTED_FAULTS + 1:
+            what += f"; the faults after the first {NOTED_FAULTS} of a request are counted, not journaled"
         host.journal.add(
             FaultInjected(
                 request=exchange.number,

@@ -153,7 +153,9 @@ class AiohttpUpstream:
 
     `base_url` is the upstream's base, such as `http://127.0.0.1:8000` or
     `https://api.example.com/v1`: a request for `/chat/completions` goes to
-    the base plus that path. `idle_timeout` is how long the body may go
+    the base plus that path. A `user:password@` in it is sent as Basic
+    credentials (`Authorization`) on each request that has no
+    `Authorization` of its own: a client's own wins. `idle_timeout` is how long the body may go
     silent; `connect_timeout` how long to wait for a connection. An
     `UpstreamError` shows the URL as `redaction` (the defaults when None)
     shows it: no user info, and no secret in the query (`?key=`).
@@ -179,11 +181,19 @@ class AiohttpUpstream:
     @contextlib.asynccontextmanager
     async def open(self, request: Request) -> AsyncIterator[Reply]:
         url = self.url(request)
+        target = URL(url, encoded=True)  # the path and query as the client sent them
+        headers = _upstream_headers(request)
+        if target.user is not None:
+            # The URL's `user:password@` goes as Basic credentials, unless the client sent its own: they win.
+            credentials = aiohttp.BasicAuth.from_url(target)
+            target = target.with_user(None)
+            if credentials is not None and not any(name.lower() == "authorization" for name, _ in headers):
+                headers.append(("Authorization", credentials.encode()))
         try:
             response = await self._client().request(
                 request.method,
-                URL(url, encoded=True),  # the path and query as the client sent them
-                headers=_upstream_headers(request),
+                target,
+                headers=headers,
                 data=request.body or None,
                 allow_redirects=False,
             )

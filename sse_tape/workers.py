@@ -31,6 +31,7 @@ from typing import Any
 
 from ._exceptions import SSETapeError, cannot_listen
 from .server import MockServer
+from .server.app import dual_stack_socket
 
 __all__ = ["run"]
 
@@ -49,14 +50,9 @@ def run(
     `ready()` once it listens; `listening(pids)` is called once every worker
     does. `say` gets the lines about what went wrong.
     """
-    family = socket.AF_INET6 if ":" in server.host else socket.AF_INET
-    held = socket.socket(family, socket.SOCK_STREAM)
     try:
-        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        held.bind((server.host, server.port))
+        held = _held(server.host, server.port)
     except OSError as exc:
-        held.close()
         raise cannot_listen(server.host, server.port, exc) from None
     server.port, server.reuse_port = held.getsockname()[1], True
     gc.freeze()  # what the children share stays shared: the collector never writes to those pages
@@ -83,6 +79,21 @@ def run(
         pids.append(pid)
     os.close(ready_write)
     return _watch(pids, ready_read, held, listening, say)
+
+
+def _held(host: str, port: int) -> socket.socket:
+    """The port the workers will share, bound as they bind it (`::` for IPv4 too), never listening."""
+    if (every := dual_stack_socket(host, port, reuse_port=True)) is not None:
+        return every
+    held = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        held.bind((host, port))
+    except OSError:
+        held.close()
+        raise
+    return held
 
 
 def _die_with(parent: int) -> None:

@@ -1120,7 +1120,7 @@ async def test_garbage_is_made_as_it_is_sent_not_joined_up_front() -> None:
         tracemalloc.start()
         try:
             writer.write(
-                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n"
                 b"X-SSE-Tape-Fault: garbage:at=1,size=16777216\r\n\r\n{}"
             )
             received = 0

@@ -1221,3 +1221,39 @@ def test_greeting_{n}({fixture}):
         # Once in the errors (the short summary repeats each, whole where CI is set, else cut to the width).
         patterns = [pattern.removeprefix("*") for pattern in (module[0], session)]
         assert sum(fnmatch(line, pattern) for line in result.stdout.lines for pattern in patterns) == 2
+
+
+def test_a_recording_keeps_out_the_shapes_the_command_line_and_the_ini_add(tester: pytest.Pytester) -> None:
+    # The shapes a project adds (a ticket number of its own, an internal token) are redacted as the built-in
+    # ones are, whatever the field's name; a bad one stops the run with one line.
+    tester.makeini(
+        INI + "addopts = -p sse_tape.pytest_plugin -p pytest_asyncio.plugin\n"
+        "sse_tape_secret_patterns =\n    ACME-[0-9]{6}\n"
+    )
+    tester.makepyfile(
+        test_shapes="""
+import httpx
+import pytest
+
+
+@pytest.mark.sse_tape(allow_unused=True)
+def test_asks(sse_tape):
+    body = {"model": "up", "messages": [{"role": "user", "content": "ticket ACME-424242"}], "note": "int_tok_98765"}
+    key = "sk-proj-" + "planted" * 5
+    headers = {"X-Debug": key, "X-Internal": "int_tok_98765"}
+    with httpx.stream("POST", sse_tape.url + "/v1/chat/completions?events=1", json=body, headers=headers) as got:
+        assert got.status_code == 200
+        got.read()
+"""
+    )
+    with run_in_thread(Upstream()) as upstream:
+        record = ("--sse-tape-record=once", "--sse-tape-upstream", upstream.url)
+        tester.runpytest_subprocess(*record, "--sse-tape-secret-pattern", r"int_tok_\d+").assert_outcomes(passed=1)
+        assert upstream.seen_headers[0]["X-Internal"] == "int_tok_98765"  # the upstream had it
+    text = (tester.path / "cassettes" / "test_shapes" / "test_asks.toml").read_text()
+    assert ("ACME-424242" in text, "int_tok_98765" in text, "planted" in text) == (False, False, False)
+    assert "ticket" not in text  # the string that held one is replaced whole, so that it matches on replay
+    tester.runpytest_subprocess().assert_outcomes(passed=1)  # offline: the redacted recording answers
+    refused = tester.runpytest_subprocess("--sse-tape-secret-pattern", "(")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    assert "sse-tape: --secret-pattern '(' is no regular expression: " in refused.stderr.str()

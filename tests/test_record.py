@@ -6,6 +6,7 @@ import asyncio
 import base64
 import gzip
 import json
+import re
 import shutil
 import signal
 import socket
@@ -16,12 +17,14 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import httpx
 import openai
 import pytest
 from clients import openai_client
 from httpx_sse import aconnect_sse
+from planted import NEEDLES, PLANTED, one_line
 from processes import start
 from upstream import Upstream, chat_chunk
 from waits import SAFETY_NET, auntil, until
@@ -54,6 +57,8 @@ from sse_tape.server import run_in_thread
 from sse_tape.upstream import parse_upstream
 
 CHAT_1 = "/v1/chat/completions?events=1"
+_MARKER = "%3Credacted%3E"  # the redaction marker, percent-encoded as a URL holds it
+_FORM = "application/x-www-form-urlencoded"
 
 
 @pytest.fixture
@@ -261,6 +266,144 @@ async def test_secrets_never_reach_the_cassette(upstream: Upstream, tmp_path: Pa
     assert second.response.header("set-cookie") == REDACTED
     # The upstream itself got the real credentials.
     assert upstream.seen_headers[0]["Authorization"] == "Bearer sk-proj-BEARER-SECRET-1"
+
+
+# Model output a client sends back with the conversation: never redacted, whatever it looks like.
+_SIGNATURE = "EqQBCkgIBxABGAIqQK9xq3Fz+Wn1u2Qy7bR0ZP4dLk8sQ3JmT5vN0aXeY1cGhI2oE/fUiOpL9wAsDfGhJkLz=="
+_REDACTED_THINKING = "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpPkNRj2YfWXGmKDxH4mPnQ=="
+_ENCRYPTED = "gAAAAABoISQ24Wj0Rq8dYQhY0KJv6e2_b1Vm-aN0sT3uFqWc8xL5pZ7gKdH4yRj6oX9nM2lE1tB0vC3iU8wA=="
+_THOUGHT = "CiQB0e2Kb3+Jx5ZlYqP8vN1mT4rW7sH0dF2gC6aE9kL3uI5oQ=="
+
+
+def test_every_shape_of_credential_in_every_place_stays_out_of_cassette_spool_and_log(
+    threaded_upstream: Upstream, tmp_path: Path
+) -> None:
+    # Every shape of credential (tests/planted.py), whatever its name, in each place a request or a response
+    # may hold one, and what the attack of issue 28 found written in clear: recorded by `sse-tape record`, and
+    # the raw bytes of the spool (while recording), the cassette, the log and the journal hold none of them.
+    secrets = [secret for secret, _ in PLANTED.values()]
+    named = {  # credentials that only their names give away
+        "query": {"jwt": "NAMEDQ1", "bearer": "NAMEDQ2", "pass": "NAMEDQ3"},
+        "headers": {
+            "X-Upstream-Bearer": "NAMEDH1",
+            "X-Api-Pass": "NAMEDH2",
+            "X-Access-Jwt": "NAMEDH3",
+            "X-Private": "NAMEDH4",
+            "X-Client-Cert": "NAMEDH5",
+        },
+        "body": {
+            "api_key": ["NAMEDB1"],
+            "password": {"v": "NAMEDB2"},
+            "auth": {"bearer": "NAMEDB3"},
+            "pin": "NAMEDB4",
+            "pass": "NAMEDB5",
+            "passphrase": "NAMEDB6",
+            "jwt": "NAMEDB7",
+        },
+        "form": {"password": "NAMEDF1", "pin": "NAMEDF2", "passphrase": "NAMEDF3"},
+    }
+    threaded_upstream.leaky_headers = {
+        **{f"X-Debug-{n}": one_line(secret) for n, secret in enumerate(secrets)},
+        "X-Upstream-Bearer": "NAMEDR1",
+        "X-Client-Cert": "NAMEDR2",
+    }
+    headers = {
+        **{f"X-Debug-{n}": one_line(secret) for n, secret in enumerate(secrets)},
+        **named["headers"],
+        "X-Note": "ticket ACME-424242",  # the user's own shape, --secret-pattern
+    }
+    query = "&".join(
+        [*(f"q{n}={quote(secret, safe='')}" for n, secret in enumerate(secrets)), urlencode(named["query"])]
+    )
+    path = "/leaky/" + "/".join(quote(one_line(secret), safe="") for secret in secrets) + "/end"
+    turn = [
+        {"type": "thinking", "thinking": "Tokyo, then.", "signature": _SIGNATURE},
+        {"type": "redacted_thinking", "data": _REDACTED_THINKING},
+        {"type": "text", "text": "Checking."},
+    ]
+    body = {
+        "model": "m",
+        "max_tokens": 7,
+        "messages": [
+            {"role": "assistant", "content": turn},
+            {"role": "user", "content": [{"type": "text", "text": f"why does {s} fail?"} for s in secrets]},
+        ],
+        "deep": {"a": [{"b": [secret for secret in secrets]}]},
+        "input": [{"type": "reasoning", "encrypted_content": _ENCRYPTED}],
+        "contents": [{"role": "model", "parts": [{"text": "", "thoughtSignature": _THOUGHT}]}],
+        "note": "ACME-424242",
+        **named["body"],
+    }
+    not_utf8 = (
+        b'{"note": "caf\xe9", "password": "NAMEDNU1", "text": "keys: '
+        + " ".join(one_line(s) for s in secrets).encode()
+        + b'"}'
+    )
+    form = urlencode({**named["form"], **{f"note{n}": secret for n, secret in enumerate(secrets)}})
+    cassette = tmp_path / "c.toml"
+    args = ["record", "--upstream", threaded_upstream.url, "-c", str(cassette), "--port", "0"]
+    proxy, url = start([*args, "--secret-pattern", r"ACME-[0-9]{6}"])
+    try:
+        with httpx.Client(timeout=SAFETY_NET) as client:
+            asked = [
+                client.post(f"{url}{path}?{query}", headers=headers, json=body),
+                client.post(f"{url}/leaky/bytes", headers={"content-type": "application/json"}, content=not_utf8),
+                client.post(f"{url}/leaky/form", headers={"content-type": _FORM}, content=form),
+            ]
+            assert [got.status_code for got in asked] == [200, 200, 200], asked[0].text
+            said = {"journal": client.get(url + "/__sse_tape__/journal").text}
+        # Each stream is in the spool before its client has it.
+        said |= {f"spool {p.name}": p.read_bytes() for p in tmp_path.iterdir() if p != cassette}
+        assert len(said) == 2
+    finally:
+        proxy.send_signal(signal.SIGINT)
+        out, err = proxy.communicate(timeout=SAFETY_NET)
+    assert proxy.returncode == 0, err
+    first, second, third = Cassette.load(cassette).interactions
+    said |= {"stdout": out, "stderr": err, "cassette": cassette.read_bytes()}
+    # What the cassette holds, decoded: a body that is not UTF-8 is base64 in its TOML.
+    said["recorded"] = b"\n".join(
+        f"{i.request.path}?{i.request.query} {i.request.headers} {i.response.headers}".encode()
+        + i.request.body
+        + i.response.body
+        for i in (first, second, third)
+    )
+    needles = [*NEEDLES, *(v for place in ("query", "headers", "form") for v in named[place].values())]
+    needles += ["NAMEDB", "NAMEDNU1", "NAMEDR1", "NAMEDR2", "ACME-424242"]
+    for where, text in said.items():
+        raw = text if isinstance(text, bytes) else text.encode()
+        assert [needle for needle in needles if needle.encode() in raw] == [], where
+    # The upstream had them all, as they were sent.
+    assert threaded_upstream.seen_headers[0]["X-Debug-0"] == one_line(secrets[0])
+    assert threaded_upstream.seen_headers[0]["X-Private"] == "NAMEDH4"
+    # Model output the client sends back is kept whole, and so is what is no secret.
+    kept = json.loads(first.request.body)
+    assert kept["messages"][0]["content"] == turn
+    assert kept["input"][0]["encrypted_content"] == _ENCRYPTED
+    assert kept["contents"][0]["parts"][0]["thoughtSignature"] == _THOUGHT
+    assert kept["max_tokens"] == 7
+    assert kept["api_key"] == kept["password"] == kept["auth"] == kept["deep"]["a"][0]["b"][0] == REDACTED
+    assert first.request.path == "/leaky/" + "/".join([_MARKER] * len(secrets)) + "/end"
+    assert dict(first.request.headers)["X-Note"] == REDACTED
+    assert first.response.header("x-debug-0") == first.response.header("x-client-cert") == REDACTED
+    assert b"caf\xe9" in second.request.body  # the bytes that are not UTF-8 are kept as they came
+    assert third.request.body.startswith(f"password={_MARKER}&pin={_MARKER}&passphrase={_MARKER}&note0=".encode())
+    # What was recorded holds no secret for `check --secrets`, and replays to the very same requests.
+    checked = run_cli_check(cassette)
+    assert (checked.returncode, checked.stdout) == (0, "0 secrets found\n")
+    with serve(cassette, pace="instant", match_on="method,path,query,body") as server, httpx.Client() as client:
+        again = [
+            client.post(f"{server.url}{path}?{query}", headers=headers, json=body),
+            client.post(f"{server.url}/leaky/form", headers={"content-type": _FORM}, content=form),
+        ]
+    assert [(got.status_code, got.text) for got in again] == [(200, "data: ok\n\n")] * 2
+
+
+def run_cli_check(*paths: Path, patterns: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """`sse-tape check --secrets PATHS`."""
+    extra = [word for pattern in patterns for word in ("--secret-pattern", pattern)]
+    command = [sys.executable, "-m", "sse_tape", "check", "--secrets", *extra, *map(str, paths)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=SAFETY_NET)
 
 
 async def test_secrets_reach_neither_the_log_the_journal_nor_the_report(upstream: Upstream, tmp_path: Path) -> None:
@@ -682,7 +825,6 @@ def test_a_bad_upstream_url_is_one_line_and_exit_2(tmp_path: Path, upstream: str
 
 
 _URL_KEY = "AIzaSyURLSECRET1234567890"
-_MARKER = "%3Credacted%3E"  # the redaction marker, percent-encoded as a URL holds it
 
 
 @pytest.mark.parametrize(
@@ -889,12 +1031,121 @@ print(json.dumps({"status": got.status_code, "sent": len(got.content), "failed":
     report = json.loads(result.stdout)
     assert (report["status"], report["sent"]) == (200, sum(len(chat_chunk(n)) for n in range(2000)) + 14)
     first, at_exit = report["failed"]  # the first failed write, then the append at exit
-    assert "cannot write: No space left on device; what it holds stays readable" in first
-    assert "No space left on device; " in at_exit
-    assert at_exit.endswith(".spool holds what was written before that")
+    assert "cannot write: No space left on device; it is kept in memory, and written when there is room" in first
+    assert first.endswith(f"free space in {tmp_path / 'disk'}")
+    assert at_exit.startswith("No space left on device; 1 stream not saved (the part of it that ")
     assert report["end"] == "interrupted"
     assert 0 < report["kept"] < report["sent"]
     assert report["prefix"]
+
+
+async def test_a_control_character_in_an_upstreams_header_is_recorded_as_one_a_replay_can_send(
+    tmp_path: Path,
+) -> None:
+    async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nX-A: a\x01b\x7fc\r\nContent-Length: 9\r\n\r\n"
+        writer.write(head + b"data: x\n\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(upstream, "127.0.0.1", 0)
+    cassette = tmp_path / "c.toml"
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    async with server, arecording(cassette, url) as proxy, httpx.AsyncClient() as client:
+        await client.post(proxy.url + "/v1/chat/completions", content=b"{}")
+    [recorded] = Cassette.load(cassette).interactions  # which refuses a control character in a header
+    assert ("X-A", "a%01b%7Fc") in recorded.response.headers
+    async with aserve(cassette, pace="instant") as server, httpx.AsyncClient() as client:
+        replayed = await client.post(server.url + "/v1/chat/completions", content=b"{}")
+    assert (replayed.status_code, replayed.headers["x-a"], replayed.content) == (200, "a%01b%7Fc", b"data: x\n\n")
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".msgpack"])
+def test_a_cassette_bigger_than_the_free_space_is_appended_to(tmp_path: Path, suffix: str) -> None:
+    # 1.2 MB of cassette on a 2 MB disk: no room for a second copy of it.
+    code = f"""
+import json, os, signal, httpx
+from sse_tape import Cassette, Chunk, Interaction, Request, Response
+from sse_tape.server import run_in_thread
+from processes import start
+from upstream import Upstream, chat_chunk
+chunks = tuple(Chunk(n * 0.01, chat_chunk(n) + b"x" * 100) for n in range(100))
+old = [Interaction(Request("POST", "/v1/old", body=b"%d" % n), Response(chunks=chunks)) for n in range(50)]
+Cassette(old, None).save("c{suffix}")
+size = os.path.getsize("c{suffix}")
+free = os.statvfs(".").f_bavail * os.statvfs(".").f_frsize
+with run_in_thread(Upstream()) as up:
+    proc, url = start(["record", "--upstream", up.url, "-c", "c{suffix}", "--port", "0"])
+    got = httpx.post(url + "/v1/chat/completions?events=3&gap=0", content=b"{{}}", timeout=60).content
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+kept = Cassette.load("c{suffix}").interactions
+print(json.dumps({{"rc": proc.returncode, "err": err, "size": size, "free": free, "old": kept[:-1] == old,
+                  "new": kept[-1].response.body == got, "files": sorted(os.listdir("."))}}))
+"""
+    result = _in_a_small_disk(tmp_path, "size=2m", code)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["size"] > report["free"]
+    assert report["rc"] == 0, report["err"]
+    assert (report["old"], report["new"], report["files"]) == (True, True, [f"c{suffix}"])
+
+
+@pytest.mark.parametrize("room", [False, True], ids=["still-full-at-stop", "room-again"])
+def test_a_disk_that_fills_mid_session_loses_no_stream_said_recorded(tmp_path: Path, room: bool) -> None:
+    # A 2 MB disk that a file fills but for 120 KB: two or three streams of 300 events fit in the spool.
+    code = f"""
+import json, os, signal, httpx
+from sse_tape import Cassette
+from sse_tape.server import run_in_thread
+from processes import start
+from upstream import Upstream
+with run_in_thread(Upstream()) as up:
+    proc, url = start(["record", "--upstream", up.url, "-c", "c.toml", "--port", "0"])
+    free = os.statvfs(".").f_bavail * os.statvfs(".").f_frsize
+    with open("filler", "wb") as f:
+        f.write(b"x" * (free - 120_000))
+    got = []
+    for n in range(12):
+        body = json.dumps({{"n": n}})
+        got.append(httpx.post(url + "/v1/chat/completions?events=300&gap=0", content=body, timeout=60).content)
+    if {room}:  # room again: the next write takes what the spool could not
+        os.remove("filler")
+        got.append(httpx.post(url + "/v1/chat/completions?events=3&gap=0", content=b"{{}}", timeout=60).content)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+kept = [i.response.body for i in Cassette.load("c.toml").interactions]
+print(json.dumps({{"rc": proc.returncode, "err": err, "got": [g.decode() for g in got],
+                  "kept": [k.decode() for k in kept], "spools": [p for p in os.listdir(".") if p.endswith(".spool")]}}))
+"""
+    result = _in_a_small_disk(tmp_path, "size=2m", code)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    lines = report["err"].splitlines()
+    got, kept = report["got"], report["kept"]
+    said = [int(line.split(" as #")[1].split()[0]) for line in lines if " recorded in the spool of c.toml as #" in line]
+    unsaved = [line for line in lines if line.startswith("sse-tape: could not save POST /v1/chat/completions (stream ")]
+    assert all(got[n - 1] in kept for n in said)  # each stream said recorded is there, whole
+    # Each stream the spool could not take is said once, with what to do, and not said recorded then.
+    streams = [int(line.split("(stream ")[1].split(")")[0]) for line in unsaved]
+    assert sorted(set(streams)) == streams
+    assert 2 <= streams[0] <= 10
+    assert all(line.endswith(f"free space in {tmp_path / 'disk'}") for line in unsaved)
+    if room:  # retried at the next stream: each said recorded once in the spool, then the cassette written whole
+        assert sorted(said) == list(range(1, 14))
+        assert sorted(said[-len(streams) - 1 :]) == [*streams, 13]
+        assert (report["rc"], kept, report["spools"]) == (0, got, [])
+        return
+    assert said == list(range(1, streams[0]))
+    assert streams == list(range(streams[0], 13))
+    assert report["rc"] == 2
+    assert lines[-2] == f"sse-tape: recorded 12 interactions, not written to c.toml ({len(streams) + 1} save failures)"
+    lost = 12 - len(said)
+    assert lines[-1] == (
+        f"Error: {lost} streams recorded in this session were not saved (No space left on device): free space in "
+        f"{tmp_path / 'disk'} and record them again; what was saved is in {report['spools'][0]}, which loads with c.toml"
+    )
 
 
 async def test_a_stream_cut_short_is_recorded_until_a_retry_fetches_it_whole(
@@ -966,6 +1217,27 @@ def _until_journal_says(recorder: Recorder, end: str, times: int = 1) -> None:
         return sum(e["type"] == "ended" and e["end"] == end for e in entries) >= times
 
     until(noted, f"the recorder's note of {times} stream(s) that ended {end}")
+
+
+def test_a_stop_that_writes_a_big_cassette_anew_says_so_when_it_starts_and_ends(
+    threaded_upstream: Upstream, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "big.toml"
+    chunks = tuple(Chunk(n * 0.01, chat_chunk(n)) for n in range(50))
+    old = [Interaction(Request("POST", "/v1/old", body=b"%d" % n), Response(chunks=chunks)) for n in range(200)]
+    cut = Response(chunks=chunks[:1], end=End.CLIENT_GONE, duration=0.1)
+    query = "events=3&gap=0.01"
+    Cassette([*old, Interaction(Request("POST", "/v1/chat/completions", query, body=b"{}"), cut)], cassette).save()
+    size = cassette.stat().st_size
+    assert size > 1_000_000
+    recorder = Recorder(threaded_upstream, cassette)
+    assert httpx.post(f"{recorder.url}/v1/chat/completions?{query}", content=b"{}").status_code == 200
+    lines = recorder.stop(signal.SIGINT).splitlines()
+    at = lines.index(
+        f"sse-tape: writing {size / 1e6:.1f} MB cassette {cassette} anew (a whole answer replaces 1 stream cut short) ..."
+    )
+    assert re.fullmatch(rf"sse-tape: wrote {re.escape(str(cassette))} anew in \d+\.\d s", lines[at + 1])
+    assert Cassette.load(cassette).interactions[-1].response.end is End.COMPLETE
 
 
 @pytest.mark.parametrize(
@@ -1233,19 +1505,56 @@ def test_check_secrets_finds_what_was_planted_and_exits_1(tmp_path: Path) -> Non
         Request("POST", "/v1/chat/completions", query="api_key=abc", headers=(("x-api-key", "k123"),), body=body),
         Response(chunks=(Chunk(0.0, b'data: {"t": "eyJhbGciOiJIUzI1.eyJzdWIiOiIxMjM0.SflKxwRJSMeKKF2QT4fw"}\n\n'),)),
     )
-    Cassette([leaky]).save(planted)
-    command = [sys.executable, "-m", "sse_tape", "check", "--secrets"]
-    ok = subprocess.run([*command, str(clean)], capture_output=True, text=True, timeout=60)
-    assert (ok.returncode, ok.stdout) == (0, "0 secrets found\n")
-    found = subprocess.run([*command, str(tmp_path)], capture_output=True, text=True, timeout=60)
-    assert found.returncode == 1
-    assert found.stdout.splitlines() == [
-        f"{planted} #1 POST /v1/chat/completions: request header x-api-key is not redacted",
-        f"{planted} #1 POST /v1/chat/completions: query parameter api_key is not redacted",
-        f"{planted} #1 POST /v1/chat/completions: request body holds an API key",
-        f"{planted} #1 POST /v1/chat/completions: response body holds a JWT",
-        "4 secrets found",
+    # Every shape, in a streamed chunk of an answer, as a model would say it: JSON in an SSE event.
+    streamed = [
+        Interaction(
+            Request("POST", "/v1/chat/completions"),
+            Response(chunks=(Chunk(0.0, chat_chunk(0)), Chunk(0.1, f"data: {json.dumps({'t': secret})}\n\n".encode()))),
+        )
+        for secret, _ in PLANTED.values()
     ]
+    github, google = PLANTED["a GitHub token"][0], PLANTED["a Google API key"][0]
+    places = [  # one shape in each other place, whatever its name, and credentials the names give away
+        Interaction(Request("GET", f"/v1/keys/{github}/x"), Response()),
+        Interaction(Request("GET", "/v1/x", headers=(("X-Debug", PLANTED["an OpenAI API key"][0]),)), Response()),
+        Interaction(Request("GET", "/v1/x", query=f"q={quote(PLANTED['a JWT'][0])}&jwt=abc"), Response()),
+        Interaction(
+            Request("POST", "/v1/x", headers=(("content-type", _FORM),), body=b"pin=1234&n=" + github.encode()),
+            Response(),
+        ),
+        Interaction(Request("POST", "/v1/x", body=b'{"n": "\xff", "t": "' + google.encode() + b'"}'), Response()),
+        Interaction(Request("GET", "/v1/x"), Response(headers=(("X-Request-Echo", PLANTED["a Slack token"][0]),))),
+        Interaction(Request("POST", "/v1/x", body=b'{"auth": {"bearer": "x"}, "api_key": ["y"]}'), Response()),
+        Interaction(Request("GET", "/v1/x", headers=(("X-Note", "ACME-424242"),)), Response()),
+    ]
+    Cassette([leaky, *streamed, *places]).save(planted)
+    ok = run_cli_check(clean)
+    assert (ok.returncode, ok.stdout) == (0, "0 secrets found\n")
+    found = run_cli_check(tmp_path, patterns=(r"ACME-[0-9]{6}",))
+    assert found.returncode == 1
+    chat = "POST /v1/chat/completions"
+    assert found.stdout.splitlines() == [
+        f"{planted} #1 {chat}: request header x-api-key is not redacted",
+        f"{planted} #1 {chat}: query parameter api_key is not redacted",
+        f"{planted} #1 {chat}: request body holds an OpenAI API key",
+        f"{planted} #1 {chat}: response body holds a JWT",
+        *(f"{planted} #{n} {chat}: response body holds {kind}" for n, kind in enumerate(PLANTED, 2)),
+        # The path is shown as a cassette would hold it: never the secret.
+        f"{planted} #18 GET /v1/keys/{_MARKER}/x: request path holds a GitHub token",
+        f"{planted} #19 GET /v1/x: request header X-Debug holds an OpenAI API key",
+        f"{planted} #20 GET /v1/x: query parameter q holds a JWT",
+        f"{planted} #20 GET /v1/x: query parameter jwt is not redacted",
+        f"{planted} #21 POST /v1/x: request body field pin is not redacted",
+        f"{planted} #21 POST /v1/x: request body field n holds a GitHub token",
+        f"{planted} #22 POST /v1/x: request body holds a Google API key",
+        f"{planted} #23 GET /v1/x: response header X-Request-Echo holds a Slack token",
+        f"{planted} #24 POST /v1/x: request body field auth is not redacted",
+        f"{planted} #24 POST /v1/x: request body field api_key is not redacted",
+        f"{planted} #25 GET /v1/x: request header X-Note holds a match of --secret-pattern 'ACME-[0-9]{{6}}'",
+        "31 secrets found",
+    ]
+    for needle in [*NEEDLES, "ACME-424242"]:  # one line each, never the secret
+        assert needle not in found.stdout
 
 
 def test_a_gemini_thought_signature_is_kept_as_no_secret() -> None:
@@ -1272,6 +1581,25 @@ def test_an_anthropic_thinking_blocks_signature_is_kept_as_no_secret() -> None:
     assert find_secrets(Interaction(Request("POST", "/v1/messages", body=signed), Response())) == [
         "request body field signature is not redacted"
     ]
+
+
+def test_a_credential_given_as_a_bare_word_of_a_query_or_a_form_is_redacted_and_found() -> None:
+    key = PLANTED["a GitHub token"][0]
+    assert Redaction().query(f"a=1&{key};b") == f"a=1&{_MARKER};b"
+    form = Request("POST", "/x", headers=(("Content-Type", f"{_FORM}; charset=utf-8"),), body=f"a=1&{key}".encode())
+    assert Redaction().request(form).body == f"a=1&{_MARKER}".encode()
+    asked = Interaction(replace(form, query=key), Response())
+    assert find_secrets(asked) == ["query holds a GitHub token", "request body holds a GitHub token"]
+
+
+def test_a_response_body_is_the_recording_and_kept_as_it_came() -> None:
+    # What the upstream streamed is what replay must give back: a key in it stays (check --secrets finds it);
+    # the same key in a response header does not.
+    key = PLANTED["an OpenAI API key"][0]
+    response = Response(200, (("X-Echo", key),), (Chunk(0.0, f"data: {key}\n\n".encode()),))
+    redacted = Redaction().response(response)
+    assert (redacted.chunks, redacted.header("x-echo")) == (response.chunks, REDACTED)
+    assert find_secrets(Interaction(Request("GET", "/"), redacted)) == ["response body holds an OpenAI API key"]
 
 
 def test_the_bundled_cassettes_hold_no_secret() -> None:

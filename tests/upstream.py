@@ -10,6 +10,8 @@ Routes:
 - `POST /limited`: a 429 JSON error with `Retry-After: 7`.
 - `GET /binary`: a chunk that is not UTF-8.
 - `GET /cookie`: one event, with a secret in `Set-Cookie`.
+- `ANY /leaky/...`: one event, with the response headers the test put in `leaky_headers` (credentials, to see
+  them kept out of the cassette), whatever the method, path, query and body.
 - `GET /feed?events=N&gap=S`: a notification feed as an EventSource reads it: events with ids 1 to N
   (5 by default), S seconds apart; a reconnection with `Last-Event-ID: K` gets those after K.
 """
@@ -48,6 +50,8 @@ class Upstream:
         self.last_write: float | None = None
         self.seen_headers: list[dict[str, str]] = []
         self.seen_bodies: list[bytes] = []
+        self.leaky_headers: dict[str, str] = {}
+        """What `/leaky/...` answers with, besides its content type."""
         self.hits = 0
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -61,6 +65,7 @@ class Upstream:
         app.router.add_get("/binary", self.binary)
         app.router.add_get("/cookie", self.cookie)
         app.router.add_get("/feed", self.feed)
+        app.router.add_route("*", "/leaky/{tail:[\\s\\S]*}", self.leaky)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -145,5 +150,11 @@ class Upstream:
         after = int(request.headers.get("Last-Event-ID", "0"))
         chunks = [f"id: {n}\nevent: notice\ndata: notice {n}\n\n".encode() for n in range(after + 1, events + 1)]
         response = await self._stream(request, chunks, gap)
+        await response.write_eof()
+        return response
+
+    async def leaky(self, request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = await self._stream(request, [b"data: ok\n\n"], 0, **self.leaky_headers)
         await response.write_eof()
         return response

@@ -9,8 +9,8 @@ The package by concept:
   diffable, with a parsed-TOML `cache` for big files) and MessagePack (`msgpack`: compact and quick).
 - `upgrades`: `FORMAT_VERSION`, and the chain of converters that brings an older file's document up to it;
   a file written by a newer sse-tape is refused with a request to upgrade.
-- `persistence`: `Cassette`, loaded, saved and appended to atomically under a lock on its folder, with the
-  `spools` recorders write beside it.
+- `persistence`: `Cassette`, loaded, saved atomically and appended to in place, under a lock on its folder,
+  with the `spools` recorders write beside it.
 - `discovery`: finding cassette files, the bundled examples, and checking a path.
 
 A cassette may carry settings for whoever replays it: a free-text `description`, `match` (the matchers a

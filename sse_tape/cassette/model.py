@@ -8,6 +8,7 @@ an encoding (see `document` and the serializers).
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -195,17 +196,23 @@ class Recording:
 
 
 def storable_headers(headers: Headers) -> Headers:
-    """Headers as a cassette holds them: as text. Bytes that were not UTF-8 on the wire (which aiohttp
-    hands over as surrogate escapes) are read as Latin-1, as HTTP's older rules read them."""
+    """Headers as a cassette holds them: as text that can be sent again. Bytes that were not UTF-8 on the wire
+    (which aiohttp hands over as surrogate escapes) are read as Latin-1, as HTTP's older rules read them; a
+    control character, which HTTP forbids in a header (RFC 9110 section 5.5) and no server may send (a loaded
+    cassette refuses it), is written as `%XX`."""
     return tuple((_storable(name), _storable(value)) for name, value in headers)
+
+
+# Every control character but tab: what a header may not hold, and a cassette's load refuses.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 def _storable(text: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogateescape").decode("latin-1")
-    return text
+        text = text.encode("utf-8", "surrogateescape").decode("latin-1")
+    return _CONTROL.sub(lambda m: f"%{ord(m[0]):02X}", text)
 
 
 def _parse_json(body: bytes) -> Any:

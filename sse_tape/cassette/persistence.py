@@ -1,5 +1,5 @@
-"""Cassettes kept in files: loaded, saved and appended to, atomically, under a lock on their folder, with the
-spools killed recording sessions left beside them.
+"""Cassettes kept in files: loaded, saved and appended to, under a lock on their folder, with the spools
+killed recording sessions left beside them.
 
 A recorder writes each stream to a spool beside the cassette (`session.toml.<id>.spool`, see `spools`) and
 appends it to the cassette when its session ends. A spool left by a killed session is part of its cassette:
@@ -11,29 +11,46 @@ only record of a spool whose one recording cut short another spool's whole answe
 that a spool whose removal a crash cut short is never read twice. Loads share a lock on the folder; writes
 hold it alone.
 
-Writes are atomic: a temporary file in the same folder, then a rename.
+A save, and a write anew, is atomic: a temporary file in the same folder, then a rename. An append writes
+at the end of the file in place, with no copy of it (a cassette bigger than the free space can be appended
+to), after a spool notes it (`spools.AppendNote`): a load after a crash in its middle reads the file as it
+was, and the spools, which hold what was being added.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import gc
+import hashlib
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from .._exceptions import CassetteError, CassetteFormatError, CassetteNotFoundError
-from . import toml
+from . import msgpack
 from .discovery import check_cassette_path
 from .document import head_to_doc, interaction_to_doc, interactions_from_doc, settings_from_doc
 from .model import Chunk, End, Injection, Interaction, Request, Response
-from .serializers import appended, decode, encode, encoding_of
-from .spools import SpooledStream, read_spool, spool_id, spools_of
+from .serializers import decode, encode, encoding_of
+from .spools import (
+    BEFORE,
+    AppendNote,
+    Spooled,
+    SpooledStream,
+    SpoolWriter,
+    note_append,
+    read_spool,
+    spool_id,
+    spools_of,
+    take_back,
+)
 from .upgrades import upgrade
 
 __all__ = ["Cassette", "append_interactions"]
@@ -67,6 +84,11 @@ class Cassette:
     # The interactions the file holds, in its order, as this cassette last read or wrote it: a file written
     # anew keeps the document of each that is still here as it was (with its spool note).
     _filed: list[Interaction] = field(default_factory=list, repr=False, compare=False)
+    # How much of the file is the cassette, when a write at its end was cut short (see `spools.AppendNote`):
+    # the next write cuts the rest off.
+    _valid: int | None = field(default=None, repr=False, compare=False)
+    # Whether the TOML file holds its interactions as an inline array, which tables cannot be added after.
+    _inline: bool = field(default=False, repr=False, compare=False)
 
     def __iter__(self) -> Iterator[Interaction]:
         return iter(self.interactions)
@@ -98,11 +120,24 @@ class Cassette:
     @classmethod
     def _load(cls, path: Path) -> Cassette:
         spools = spools_of(path, stale=True)
+        held: dict[Path, Spooled | CassetteError] = {}
+        for spool in spools:
+            try:
+                held[spool] = read_spool(spool)
+            except CassetteError as exc:  # an error only if the file does not hold it already
+                held[spool] = exc
         absorbed: set[str] = set()
+        valid: int | None = None
         if spools and not path.exists():
             cassette = cls(path=path)
         else:
             raw, stamp = _read(path)
+            # A write at the file's end that a crash cut short: the file is what it was before it.
+            for spooled in held.values():
+                for note in spooled.appends if isinstance(spooled, Spooled) else ():
+                    if note.inode == stamp[0] and note.whole(raw) is False:
+                        valid = min(valid if valid is not None else note.at, note.at)
+            raw = raw if valid is None else raw[:valid]
             try:
                 with _collector_paused():
                     doc = upgrade(decode(raw, encoding_of(path)))
@@ -111,12 +146,16 @@ class Cassette:
             except CassetteFormatError as exc:
                 raise CassetteFormatError(f"{path}: {exc}") from None
             cassette = cls(interactions, path, **settings)
-            cassette._stamp, cassette._filed = stamp, list(interactions)
+            cassette._stamp, cassette._filed, cassette._valid = stamp, list(interactions), valid
+            cassette._inline = path.suffix == ".toml" and _INLINE_INTERACTIONS.search(raw) is not None
         cassette._spools = spools
         for spool in spools:
             sid = spool_id(spool)
             if sid not in absorbed:  # a spool the file holds already was only not removed yet
-                for stream in read_spool(spool):
+                spooled = held[spool]
+                if isinstance(spooled, CassetteError):
+                    raise spooled
+                for stream in spooled.streams:
                     cassette._recover(_from_spool(stream), sid, stream.replaces)
         return cassette
 
@@ -171,7 +210,7 @@ class Cassette:
                 ],
             }
             self._stamp = _write(target, encode(doc, suffix))
-            self._filed = list(self.interactions)
+            self._filed, self._valid, self._inline = list(self.interactions), None, False
             if own:
                 self._absorbed()
         self._spools, self._pending = [], []
@@ -188,14 +227,19 @@ class Cassette:
         """Add interactions to the end of this cassette's file, creating it if need be.
 
         Under an exclusive lock on the folder, so that appenders in several
-        processes or threads lose nothing; atomic, so a crash leaves the old
-        or the new file. When the file is as this cassette last read or wrote
-        it, its bytes are kept and only the new interactions are encoded: an
-        append costs the same whatever the cassette's size. When another
-        writer changed it, it is read again first; a file that cannot be read
+        processes or threads lose nothing. The new interactions are written at
+        the file's end, in place: an append costs the same whatever the
+        cassette's size, and needs room for them alone, never for a copy of the
+        file. A spool notes the write first (`spool`, or one made for it; see
+        `spools.AppendNote`), so that a crash in its middle leaves a file that
+        loads as it was, with the spools, which hold what was being added; a
+        write that fails (a full disk) is taken back. When another writer
+        changed the file, it is read again first; a file that cannot be read
         is left alone and the error raised. Interactions read from spools go
         into the file first, and those spools are removed; so is `spool`, the
         spool `interactions` come from (a recorder's own), whose id they note.
+        A TOML file whose interactions are an inline array, and a MessagePack
+        file whose header cannot count them (see `msgpack`), are written anew.
 
         Each pair in `replacing` puts an interaction (from `spool` too) in the
         place of the first of some the cassette holds (streams of one request
@@ -218,7 +262,7 @@ class Cassette:
                 self.description, self.match_on = again.description, again.match_on
                 self.ignore_body_fields = again.ignore_body_fields
                 self._spools, self._pending, self._anew = again._spools, again._pending, again._anew
-                self._filed = again._filed
+                self._filed, self._valid, self._inline = again._filed, again._valid, again._inline
             elif not path.exists():
                 self._filed = []  # removed since: no document of it is left to keep
             sid = spool_id(spool) if spool is not None else None
@@ -226,14 +270,79 @@ class Cassette:
             if swaps or self._anew:
                 added += self._rewrite(path, suffix, swaps, added, sid)
             elif new:
-                raw = _read(path)[0] if path.exists() else encode(self._head(), suffix)
                 docs = [interaction_to_doc(i, binary=suffix == ".msgpack", spool=s) for i, s in new]
-                self._stamp = _write(path, appended(raw, docs, suffix))
+                if not path.exists():
+                    self._stamp = _write(path, encode({**self._head(), "interactions": docs}, suffix))
+                elif not self._add_at_end(path, suffix, docs, spool):
+                    raw = _read(path)[0][: self._valid]  # a file that cannot grow in place: written anew
+                    doc = decode(raw, suffix)
+                    doc["interactions"] = [*doc.pop("interactions", []), *docs]
+                    self._stamp, self._inline = _write(path, encode(doc, suffix)), False
                 self._filed += [i for i, _ in new]
+                self._valid = None
             self._absorbed()
             if spool is not None:
                 spool.unlink(missing_ok=True)  # inside the lock: no reader sees the file and the spool both
         self.interactions.extend(added)
+
+    def _add_at_end(self, path: Path, suffix: str, docs: list[dict[str, Any]], spool: Path | None) -> bool:
+        """Write interaction documents at the end of the file, in place, noted first in `spool` (or a spool made
+        for the note); False, having written nothing, when the file cannot grow so."""
+        if suffix == ".toml" and self._inline:
+            return False
+        try:
+            with path.open("r+b") as f:
+                end = self._valid if self._valid is not None else os.fstat(f.fileno()).st_size
+                patch_at, patch, unpatch = 0, b"", b""
+                if suffix == ".msgpack":
+                    tail = msgpack.tail(f)
+                    header = tail.header(tail.count + len(docs)) if tail is not None else None
+                    if tail is None or header is None:
+                        return False
+                    patch_at, patch, unpatch = tail.at, header, tail.header(tail.count) or b""
+                    block = b"".join(map(msgpack.encode, docs))
+                else:
+                    f.seek(max(end - 1, 0))
+                    ends_a_line = end == 0 or f.read(1) == b"\n"
+                    block = (b"" if ends_a_line else b"\n") + encode({"interactions": docs}, suffix)
+                f.seek(max(end - BEFORE, 0))
+                before = f.read(end - max(end - BEFORE, 0))
+                inode = os.fstat(f.fileno()).st_ino
+                note = AppendNote(inode, end, _sha(before), len(block), _sha(block), patch_at, patch)
+                self._stamp = self._noted_write(f, note, block, unpatch, spool)
+        except OSError as exc:
+            raise CassetteError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        return True
+
+    def _noted_write(self, f: BinaryIO, note: AppendNote, block: bytes, unpatch: bytes, spool: Path | None) -> _Stamp:
+        """Note the write in a spool, then make it: taken back if it fails (`unpatch`: what `note.patch` goes
+        in the place of). Returns the file's stamp after."""
+        assert self.path is not None
+        own = None
+        if spool is None:
+            own = SpoolWriter(self.path)
+            spool = own.path
+        try:
+            noted = note_append(spool, note)
+            fd = f.fileno()
+            os.ftruncate(fd, note.at)  # what a write cut short left, if any
+            try:
+                _pwrite(fd, block, note.at)
+                os.fsync(fd)
+                if note.patch:
+                    _pwrite(fd, note.patch, note.patch_at)
+                    os.fsync(fd)
+            except OSError:
+                if note.patch:
+                    with contextlib.suppress(OSError):
+                        _pwrite(fd, unpatch, note.patch_at)
+                os.ftruncate(fd, note.at)  # a shorter file needs no room
+                take_back(spool, noted)
+                raise
+            return _stamp_of_fd(fd)
+        finally:
+            if own is not None:
+                own.close(remove=True)
 
     def _rewrite(
         self,
@@ -248,28 +357,31 @@ class Cassette:
         cut short, or after the file's), then `added`; returns the new interactions that found no place,
         written after `added`."""
         binary = suffix == ".msgpack"
-        if path.exists():
-            doc = decode(_read(path)[0], suffix)
-            doc = doc if binary else toml.expand(doc)
-        else:
-            doc = self._head()
+        # A TOML document's chunks may stay `TextTables`: they are written by column, as fast as a save.
+        doc = decode(_read(path)[0][: self._valid], suffix) if path.exists() else self._head()
         # What the file holds of each interaction, kept as it is (none when the file is gone since).
         filed = {id(i): d for i, d in zip(self._filed, doc.get("interactions", []), strict=False)}
         # Each interaction the file does not hold yet, with the id of the spool it comes from.
         spooled: dict[int, str | None] = {id(i): s for i, s in self._pending}
         homeless: list[Interaction] = []
+        # Where each is, found once: a stop that puts many whole answers in place costs one pass, not one each.
+        where = {id(i): n for n, i in enumerate(self.interactions)}
+        put: dict[int, Interaction] = {}
+        gone: set[int] = set()
         for olds, new in swaps:
-            places = sorted({at for old in olds if (at := _position(self.interactions, old)) is not None})
+            places = sorted({at for old in olds if (at := _position(self.interactions, where, old)) is not None})
+            places = [at for at in places if at not in gone and at not in put]
             if not places:
                 homeless.append(new)  # another writer took them out meanwhile
                 continue
-            self.interactions[places[0]] = new
-            for at in reversed(places[1:]):
-                del self.interactions[at]
+            put[places[0]] = new
+            gone.update(places[1:])
             spooled[id(new)] = sid
+        self.interactions[:] = [put.get(n, i) for n, i in enumerate(self.interactions) if n not in gone]
         spooled.update((id(i), sid) for i in [*added, *homeless])
         written = [*self.interactions, *added, *homeless]
         doc.pop("spools", None)  # what the write before removed is gone, or in `self._spools` again
+        doc.pop("interactions", None)  # last, where a write at the end adds to them
         doc.update(_removing([*map(spool_id, self._spools), *([] if sid is None else [sid])]))
         doc["interactions"] = [
             filed[id(i)]
@@ -278,7 +390,7 @@ class Cassette:
             for i in written
         ]
         self._stamp = _write(path, encode(doc, suffix))
-        self._filed = written
+        self._filed, self._valid, self._inline = written, None, False
         return homeless
 
     def _head(self) -> dict[str, Any]:
@@ -301,6 +413,24 @@ def append_interactions(path: str | os.PathLike[str], interactions: Iterable[Int
     cassette = Cassette.load(path) if path.exists() else Cassette(path=path)
     cassette.append(interactions)
     return len(cassette)
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _pwrite(fd: int, data: bytes, at: int) -> None:
+    with memoryview(data) as view:
+        done = 0
+        while done < len(data):
+            written = os.pwrite(fd, view[done:], at + done)
+            if not written:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            done += written
+
+
+# A hand-written `interactions = [...]`: array-of-tables headers cannot follow it.
+_INLINE_INTERACTIONS = re.compile(rb'^[ \t]*"?interactions"?[ \t]*=', re.MULTILINE)
 
 
 def _read(path: Path) -> tuple[bytes, _Stamp]:
@@ -359,9 +489,10 @@ def _folder_lock(path: Path, *, shared: bool = False) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
-def _position(interactions: list[Interaction], wanted: Interaction) -> int | None:
-    """Where `wanted` is in `interactions`: the same object, else (read again since) an equal one."""
-    found = next((n for n, i in enumerate(interactions) if i is wanted), None)
+def _position(interactions: list[Interaction], where: dict[int, int], wanted: Interaction) -> int | None:
+    """Where `wanted` is in `interactions` (`where`: the position of each, by id): the same object, else (read
+    again since) an equal one."""
+    found = where.get(id(wanted))
     if found is None:
         found = next((n for n, i in enumerate(interactions) if i == wanted), None)
     return found

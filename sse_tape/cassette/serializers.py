@@ -5,20 +5,18 @@
   document is kept in the parsed-TOML cache (see `cache`).
 - `.msgpack` (see `msgpack`): compact and quick to load, with chunks as raw bytes.
 
-Both hold the same document (see `document`); `encode`, `decode` and `appended` take the suffix that says
-which.
+Both hold the same document (see `document`); `encode` and `decode` take the suffix that says which.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 from .._exceptions import CassetteError
 from . import cache, msgpack, toml
 
-__all__ = ["SUFFIXES", "appended", "decode", "encode", "encoding_of"]
+__all__ = ["SUFFIXES", "decode", "encode", "encoding_of"]
 
 #: The suffixes of cassette files, one for each encoding.
 SUFFIXES = (".toml", ".msgpack")
@@ -49,23 +47,3 @@ def decode(raw: bytes, suffix: str) -> Any:
     if suffix == ".msgpack":
         return msgpack.decode(raw)
     return cache.parsed(raw)
-
-
-_INLINE_INTERACTIONS = re.compile(rb'^[ \t]*"?interactions"?[ \t]*=', re.MULTILINE)
-
-
-def appended(raw: bytes, docs: list[dict[str, Any]], suffix: str) -> bytes:
-    """The bytes of a cassette file with these interaction documents added at its end."""
-    if not docs:
-        return raw
-    if suffix == ".msgpack":
-        doc = decode(raw, suffix)
-        doc["interactions"] = [*doc.get("interactions", []), *docs]
-        return encode(doc, suffix)
-    if _INLINE_INTERACTIONS.search(raw):
-        # A hand-written `interactions = [...]`: array-of-tables headers cannot follow it. Write it anew.
-        doc = toml.expand(decode(raw, suffix))
-        doc["interactions"] = [*doc.get("interactions", []), *docs]
-        return encode(doc, suffix)
-    # `[[interactions]]` tables may come at the end of any TOML document: the old bytes stay as they are.
-    return raw + (b"" if raw.endswith(b"\n") else b"\n") + toml.encode({"interactions": docs})

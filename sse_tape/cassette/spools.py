@@ -20,7 +20,10 @@ headers, body]`, `["head", n, status, headers]`, `["chunk", n, t, data]`,
 takes the place of recordings of the same request cut short: one for each,
 its `Interaction.fingerprint`; the first recording's comes last, where a
 reader that knows of one such record per stream, as older ones do, takes it),
-`["end", n, end, duration]`; `n` numbers the session's streams. A reader skips a kind of record it does not know. A writer
+`["end", n, end, duration]`; `n` numbers the session's streams. `["appending", 0, inode, at, before, length,
+block, patch_at, patch]` (an `AppendNote`) comes before a write at the end of the cassette's file. A `start` for a number the spool holds
+already begins that stream anew: a writer that could not write all of a stream (a full disk) writes it
+again later, whole, in one go. A reader skips a kind of record it does not know. A writer
 holds an exclusive lock on its spool, so a spool nobody holds was left by a
 session that is over. A record cut short by a crash or a full disk ends the
 stream of records; everything before it is read.
@@ -28,7 +31,10 @@ stream of records; everything before it is read.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
+import hashlib
 import os
 import re
 import secrets
@@ -41,7 +47,18 @@ import msgpack
 
 from .._exceptions import CassetteError, CassetteFormatError
 
-__all__ = ["SpoolWriter", "SpooledStream", "cassette_of", "read_spool", "spool_id", "spools_of"]
+__all__ = [
+    "AppendNote",
+    "SpoolWriter",
+    "Spooled",
+    "SpooledStream",
+    "cassette_of",
+    "note_append",
+    "read_spool",
+    "spool_id",
+    "spools_of",
+    "take_back",
+]
 
 _MAGIC = "sse-tape-spool"
 _VERSION = 1
@@ -105,15 +122,16 @@ class SpoolWriter:
     The spool is created, locked and written to at once, so a folder that
     cannot be written is an error before anything is recorded. Each write
     goes to the operating system before the method returns (a killed process
-    loses none of it); `sync` also puts it on the disk. A failed write raises
-    `CassetteError`, and every later write raises it again: the spool keeps
-    what it had.
+    loses none of it); `sync` also puts it on the disk. A failed write (a full
+    disk) raises `CassetteError` and takes back what it wrote of its record, so
+    that the spool still holds whole records only and a later write, when
+    there is room again, is read after them.
     """
 
     def __init__(self, cassette: Path) -> None:
         self.id = f"{os.getpid()}-{secrets.token_hex(3)}"
         self.path = cassette.with_name(f"{cassette.name}.{self.id}.spool")
-        self.failed: str | None = None
+        self._size = 0  # the bytes of whole records it holds
         try:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o666)
         except OSError as exc:
@@ -154,10 +172,23 @@ class SpoolWriter:
         """Stream `n` is over: how, and when."""
         self._write(["end", n, end, duration])
 
+    def stream(self, n: int, stream: SpooledStream) -> None:
+        """Stream `n`, whole, in one write that lands whole or not at all: it begins anew one the spool holds
+        part of (or all of, if its sync failed)."""
+        request = [stream.recorded_at, stream.method, stream.path, stream.query, stream.request_headers, stream.body]
+        records: list[Any] = [["start", n, *request]]
+        if stream.status is not None:
+            records.append(["head", n, stream.status, [list(h) for h in stream.headers]])
+        records += [["fault", n, spec, what] for spec, what in stream.injected]
+        records += [["chunk", n, t, data] for t, data in stream.chunks]
+        records += [["replaces", n, fingerprint] for fingerprint in stream.replaces]
+        if stream.end is not None:
+            records.append(["end", n, stream.end, stream.duration or 0.0])
+        self._write(*records)
+
     def sync(self) -> None:
-        """Put everything written so far on the disk."""
-        if self.failed is None:
-            os.fsync(self._fd)
+        """Put everything written so far on the disk; raises `OSError` if it cannot."""
+        os.fsync(self._fd)
 
     def close(self, *, remove: bool) -> None:
         """Close the spool (releasing its lock); remove it first when what it holds is safe elsewhere."""
@@ -167,17 +198,25 @@ class SpoolWriter:
             os.close(self._fd)
             self._fd = -1
 
-    def _write(self, record: Any) -> None:
-        if self.failed is not None:
-            raise CassetteError(self.failed)
-        data = msgpack.packb(record, use_bin_type=True)
+    def _write(self, *records: Any) -> None:
+        data = b"".join(msgpack.packb(record, use_bin_type=True) for record in records)
         try:
-            written = os.write(self._fd, data)
-            if written != len(data):  # a full disk takes part of a write
-                raise OSError(28, os.strerror(28))
+            with memoryview(data) as view:
+                done = 0
+                while done < len(data):
+                    written = os.write(self._fd, view[done:])
+                    if not written:  # a full disk takes part of a write, then none
+                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                    done += written
         except OSError as exc:
-            self.failed = f"{self.path}: cannot write: {exc.strerror or exc}"
-            raise CassetteError(self.failed) from None
+            self._take_back()
+            raise CassetteError(f"{self.path}: cannot write: {exc.strerror or exc}") from None
+        self._size += len(data)
+
+    def _take_back(self) -> None:
+        """Cut off what a failed write left of its records (a shorter file needs no room)."""
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, self._size)
 
 
 @dataclass(slots=True)
@@ -202,9 +241,78 @@ class SpooledStream:
     """The fingerprints of the recordings cut short that this stream, a whole answer, takes the place of."""
 
 
-def read_spool(path: Path) -> list[SpooledStream]:
+@dataclass(frozen=True, slots=True)
+class AppendNote:
+    """What a writer notes in a spool (and syncs) before it writes at the end of the cassette's file, in place:
+    a load after a crash in the middle of that write reads the file as it was before it (up to `at`), and the
+    spools, which hold what the write was adding, as they are."""
+
+    inode: int
+    """The file's inode: a file written anew since is another one."""
+    at: int
+    """The file's length before the write."""
+    before: str
+    """The SHA-256 of the file's last 4 KiB (or fewer) before `at`: that it is still the same file."""
+    length: int
+    block: str
+    """The length and SHA-256 of what the write adds at `at`."""
+    patch_at: int
+    patch: bytes
+    """What the write puts at `patch_at` once that is on the disk (a MessagePack array's new count), or
+    nothing."""
+
+    def whole(self, raw: bytes) -> bool | None:
+        """Whether the file whose bytes are `raw` holds the write whole; None when it is not the file the
+        write was to (written anew since)."""
+        if self.at > len(raw) or hashlib.sha256(raw[max(self.at - BEFORE, 0) : self.at]).hexdigest() != self.before:
+            return None
+        added = raw[self.at : self.at + self.length]
+        patched = raw[self.patch_at : self.patch_at + len(self.patch)] == self.patch
+        return len(added) == self.length and hashlib.sha256(added).hexdigest() == self.block and patched
+
+
+#: How much of a file before the place a write adds to identifies it (`AppendNote.before`).
+BEFORE = 4096
+
+
+def note_append(spool: Path, note: AppendNote) -> int:
+    """Note in `spool`, on the disk, a write about to be made at the end of its cassette's file; returns the
+    spool's size before, for `take_back` when the write fails."""
+    record = ["appending", 0, note.inode, note.at, note.before, note.length, note.block, note.patch_at, note.patch]
+    data = msgpack.packb(record, use_bin_type=True)
+    try:
+        fd = os.open(spool, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        try:
+            size = os.fstat(fd).st_size
+            if os.write(fd, data) != len(data):
+                os.ftruncate(fd, size)
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise CassetteError(f"{spool}: cannot write: {exc.strerror or exc}") from None
+    return size
+
+
+def take_back(spool: Path, size: int) -> None:
+    """Cut a spool back to `size`: the note of a write that failed, and was taken back, goes too (else a later
+    write at the same place would look like that one cut short)."""
+    with contextlib.suppress(OSError):
+        os.truncate(spool, size)
+
+
+@dataclass(slots=True)
+class Spooled:
+    """What a spool holds: its streams (see `read_spool`), and the notes of writes at the end of its cassette."""
+
+    streams: list[SpooledStream]
+    appends: list[AppendNote]
+
+
+def read_spool(path: Path) -> Spooled:
     """The streams a spool holds that have a response head: those that ended, in the order they ended,
-    then (when no running recorder holds it) those cut off, in the order they began."""
+    then (when no running recorder holds it) those cut off, in the order they began; and its append notes."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -216,7 +324,7 @@ def read_spool(path: Path) -> list[SpooledStream]:
     records = iter(unpacker)
     header = next(records, None)
     if header is None:
-        return []  # created a moment ago: its writer has not written the header yet
+        return Spooled([], [])  # created a moment ago: its writer has not written the header yet
     if not isinstance(header, dict) or header.get("format") != _MAGIC:
         raise CassetteFormatError(f"{path}: not an sse-tape spool")
     if header.get("version") != _VERSION:
@@ -226,6 +334,7 @@ def read_spool(path: Path) -> list[SpooledStream]:
         raise CassetteFormatError(f"{path}: the spool of {header.get('cassette')!r}, not of {cassette.name!r}")
     streams: dict[int, SpooledStream] = {}
     ended: list[int] = []
+    appends: list[AppendNote] = []
     while True:
         try:
             record = next(records)
@@ -233,18 +342,27 @@ def read_spool(path: Path) -> list[SpooledStream]:
             break
         except (ValueError, msgpack.UnpackException):
             break  # a record cut short or garbled by a crash: what came before it stands
-        _apply(record, streams, ended, path)
+        _apply(record, streams, ended, appends, path)
     live = _held(path)
     order = ended + ([] if live else [n for n in streams if n not in ended])
-    return [streams[n] for n in order if streams[n].status is not None]
+    return Spooled([streams[n] for n in order if streams[n].status is not None], appends)
 
 
-def _apply(record: Any, streams: dict[int, SpooledStream], ended: list[int], path: Path) -> None:
+def _apply(
+    record: Any, streams: dict[int, SpooledStream], ended: list[int], appends: list[AppendNote], path: Path
+) -> None:
     try:
         kind, n, *rest = record
-        if kind == "start":
+        if kind == "appending":
+            inode, at, before, length, block, patch_at, patch = rest
+            appends.append(
+                AppendNote(int(inode), int(at), str(before), int(length), str(block), int(patch_at), bytes(patch))
+            )
+        elif kind == "start":
             recorded_at, method, url_path, query, headers, body = rest
             pairs = [(str(k), str(v)) for k, v in headers]
+            if n in streams and n in ended:  # written again whole: it ends where its new end is
+                ended.remove(n)
             streams[n] = SpooledStream(str(recorded_at), str(method), str(url_path), str(query), pairs, bytes(body))
         elif kind == "head":
             status, headers = rest

@@ -42,8 +42,17 @@ __all__ = ["check"]
 @click.option(
     "--secrets",
     is_flag=True,
-    help="Instead of the contracts, look for secrets in the cassettes: API keys, bearer tokens, JWTs, AWS keys, "
-    "and credentials in headers, query parameters or body fields that were not redacted. Exit 1 if any.",
+    help="Instead of the contracts, look for secrets in the cassettes, streamed chunks too: provider API keys, "
+    "bearer tokens, JWTs, AWS keys, private keys, passwords in URLs, and credentials in headers, query parameters "
+    "or body fields that were not redacted. Exit 1 if any.",
+)
+@click.option(
+    "--secret-pattern",
+    "secret_patterns",
+    multiple=True,
+    metavar="REGEX",
+    help="With --secrets: also find what this regular expression matches, as record's --secret-pattern redacts it. "
+    "Repeatable.",
 )
 def check(
     cassettes: tuple[Path, ...],
@@ -54,6 +63,7 @@ def check(
     header: tuple[str, ...],
     as_json: bool,
     secrets: bool,
+    secret_patterns: tuple[str, ...],
 ) -> None:
     """Check streams against their API's contract.
 
@@ -71,10 +81,12 @@ def check(
     chosen = get_dialect(dialect) if dialect else None
     if (live is None) == (not cassettes):
         raise ConfigError("give cassettes to check, or --live URL")
+    if secret_patterns and not secrets:
+        raise ConfigError("--secret-pattern goes with --secrets")
     if secrets:
         if live is not None:
             raise ConfigError("--secrets checks cassettes, not --live streams")
-        _check_secrets(cassettes, as_json)
+        _check_secrets(cassettes, as_json, Redaction.build(secret_patterns=secret_patterns))
         return
 
     if live is not None:
@@ -120,7 +132,7 @@ def check(
         sys.exit(1)
 
 
-def _check_secrets(paths: tuple[Path, ...], as_json: bool) -> None:
+def _check_secrets(paths: tuple[Path, ...], as_json: bool, redaction: Redaction) -> None:
     """`check --secrets`: every secret in the cassettes, one line each; exit 1 when there is any, 2 when a
     cassette cannot be read."""
     results: list[SecretFound] = []
@@ -128,7 +140,7 @@ def _check_secrets(paths: tuple[Path, ...], as_json: bool) -> None:
         if isinstance(cassette, str):  # why it cannot be read
             results.append(SecretFound.unreadable(source, cassette))
         else:
-            results += secrets_in(cassette, source=source)
+            results += secrets_in(cassette, source=source, redaction=redaction)
     found = sum(result.error is None for result in results)
     if as_json:
         _print_json(results)

@@ -98,6 +98,8 @@ class Listening:
     max_connections: int | None
     """None: what the descriptor limit leaves room for."""
     allow_remote_control: bool
+    allowed_hosts: tuple[str, ...]
+    cors_origins: tuple[str, ...]
 
 
 def take_serving_options(words: dict[str, Any], **more: Any) -> tuple[ServeOptions, Listening]:

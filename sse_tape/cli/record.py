@@ -54,17 +54,20 @@ def record(
     One-shot mode, `sse-tape record URL -d @body.json -c FILE`: send one
     request, print the stream as it arrives, and append it.
 
-    Credentials (Authorization, cookies, organization and project ids, and
-    headers, query parameters and JSON body fields named like keys, tokens,
-    secrets, passwords, signatures or sessions) are replaced by <redacted>
-    before anything is written. `sse-tape check --secrets` finds any that
-    got into a cassette.
+    Credentials (Authorization, cookies, organization and project ids;
+    headers, query parameters, form and JSON body fields named like keys,
+    tokens, secrets, passwords, signatures or sessions; and any value shaped
+    like a provider's key, a JWT, a private key or a password in a URL,
+    whatever its name, and what --secret-pattern matches) are replaced by
+    <redacted> before anything is written. `sse-tape check --secrets` finds
+    any that got into a cassette.
     """
     redaction = Redaction.build(
         headers=words.pop("redact_header"),
         keep_headers=words.pop("keep_header"),
         json_fields=words.pop("redact_json_field"),
         keep_json_fields=words.pop("keep_json_field"),
+        secret_patterns=words.pop("secret_pattern"),
     )
     timeout = OPTIONS["idle_timeout"].read(idle_timeout)
     one_shot = (words.pop("method"), words.pop("data"), words.pop("header"))
@@ -106,8 +109,8 @@ def record(
                 model_answers.engine.close()
         if server.recorder is not None:
             log(server.recorder.summary())
-        if server.recorder is not None and server.recorder.failures:
-            raise SSETapeError(f"{server.recorder.failures} writes to {cassette} or its spool failed: see above")
+        if server.recorder is not None and (unsaved := server.recorder.unsaved()) is not None:
+            raise SSETapeError(unsaved)
     else:
         if words["faults"] or words["profiles"]:
             raise ConfigError("--fault and --profile are for proxy mode: one-shot mode prints what the upstream sends")

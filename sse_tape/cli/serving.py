@@ -32,6 +32,8 @@ def server_arguments(listening: Listening) -> dict[str, Any]:
         "log": listening.log,
         "limits": Limits(request_timeout=listening.request_timeout, keep_alive=listening.keep_alive, **max_connections),
         "allow_remote_control": listening.allow_remote_control,
+        "allowed_hosts": listening.allowed_hosts,
+        "cors_origins": listening.cors_origins,
     }
 
 
@@ -64,7 +66,7 @@ async def serve_until_stopped(server: MockServer, what: str, ready: Callable[[],
         click.echo(f"sse-tape: {what} at {server.url} (Ctrl-C stops)")
     if ready is None and not _is_loopback_host(server.host):
         control = (
-            "and so can the fault header and the control endpoints"
+            "and so can the fault header and the control endpoints, where their Host is allowed (see --allow-host)"
             if server.allow_remote_control
             else ("the fault header and the control endpoints still answer this machine only")
         )

@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, quote
 
 from ..cassette import REDACTED, Request
 from ..dialects.protocol import RequestMatcher
@@ -26,6 +26,8 @@ from ..dialects.protocol import RequestMatcher
 __all__ = ["AGREES", "BUILT_IN", "MatchOn", "body", "body_differences", "method", "path", "query"]
 
 _MISSING: Any = object()
+# The marker as a redacted path segment or form field holds it.
+_QUOTED_MARKER = quote(REDACTED, safe="")
 
 
 class MatchOn(StrEnum):
@@ -45,7 +47,7 @@ def method(request: Request, recorded: Request) -> str | None:
 
 
 def path(request: Request, recorded: Request) -> str | None:
-    """The path, exactly."""
+    """The path, exactly, where a segment recorded redacted (it held a credential) stands for any segment."""
     if _same_path(request, recorded):
         return None
     return f"path is {request.path!r}, recorded {recorded.path!r}"
@@ -73,8 +75,9 @@ def body(request: Request, recorded: Request) -> str | None:
 
 def body_differences(request: Request, recorded: Request) -> list[str]:
     """Every difference between two bodies, as `body`'s text names them (none when they agree)."""
-    here, there = _comparable(request), _comparable(recorded)
-    return [] if _json_agrees(here, there) else _json_diff(here, there, "body")
+    if _same_body(request, recorded):
+        return []
+    return _json_diff(_comparable(request), _comparable(recorded), "body")
 
 
 def _same_method(request: Request, recorded: Request) -> bool:
@@ -82,7 +85,12 @@ def _same_method(request: Request, recorded: Request) -> bool:
 
 
 def _same_path(request: Request, recorded: Request) -> bool:
-    return request.path == recorded.path
+    if request.path == recorded.path:
+        return True
+    if _QUOTED_MARKER not in recorded.path:
+        return False
+    here, there = request.path.split("/"), recorded.path.split("/")
+    return len(here) == len(there) and all(a == b or b == _QUOTED_MARKER for a, b in zip(here, there, strict=True))
 
 
 def _same_query(request: Request, recorded: Request) -> bool:
@@ -91,6 +99,9 @@ def _same_query(request: Request, recorded: Request) -> bool:
 
 def _same_body(request: Request, recorded: Request) -> bool:
     here, there = _comparable(request), _comparable(recorded)
+    if isinstance(here, bytes) and isinstance(there, bytes) and _QUOTED_MARKER.encode() in there:
+        # A form whose secret fields were redacted: compared as a query is.
+        return _query_agrees(here.decode("latin-1"), there.decode("latin-1"))
     return here == there or _json_agrees(here, there)
 
 

@@ -103,6 +103,8 @@ class Settings:
     gauntlet_report: Path | None
     cassette_dir: Path | None
     allow_unused: bool
+    redaction: Redaction
+    """What a recording keeps out: the defaults, and the shapes of `--sse-tape-secret-pattern` and the ini's."""
 
 
 #: Where a session keeps its `Settings` (`config.stash`).
@@ -130,6 +132,10 @@ def read_settings(config: pytest.Config) -> Settings:
     run_gauntlet = bool(_flag(config, "run_gauntlet") or report)
     if run_gauntlet and record is not RecordMode.NONE:
         raise pytest.UsageError("--sse-tape-gauntlet replays what is recorded: record first, then run the gauntlet")
+    try:
+        redaction = Redaction.build(secret_patterns=[*_flag(config, "secret_pattern"), *_ini(config, "secret_pattern")])
+    except ConfigError as exc:
+        raise pytest.UsageError(f"sse-tape: {exc}") from None
     seed = _flag(config, "seed")
     if seed is None:  # pytest-xdist's workers take the controller's (xdist.pytest_configure_node)
         seed = getattr(config, "workerinput", {}).get("sse_tape_seed")
@@ -147,6 +153,7 @@ def read_settings(config: pytest.Config) -> Settings:
         gauntlet_report=Path(report) if report else None,
         cassette_dir=base / folder if folder else None,
         allow_unused=bool(_ini(config, "allow_unused")),
+        redaction=redaction,
     )
 
 

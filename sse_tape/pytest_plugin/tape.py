@@ -396,7 +396,15 @@ def _server(config: pytest.Config, settings: Settings, marked: Marked, node: Any
         target.parent.mkdir(parents=True, exist_ok=True)
         also = load([p for p in paths if p != target])
         upstream = settings.upstream if answers is None else None
-        return build_server(also, options, upstream=upstream, model=answers, record_into=target, mode=mode)
+        return build_server(
+            also,
+            options,
+            upstream=upstream,
+            model=answers,
+            record_into=target,
+            mode=mode,
+            redaction=settings.redaction,
+        )
     missing = [p for p in paths if not p.exists()]
     if missing and synthesizer is None:
         raise pytest.UsageError(

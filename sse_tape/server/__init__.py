@@ -2,7 +2,8 @@
 
 `app` holds the aiohttp application (`MockServer`); `replay` the responder that answers from recordings;
 `api` how a server is made (`build_server`) and run (`serve`, `aserve`, the recording servers); `control`
-the one way in from outside a running server; `connections` the bounds kept on connections; `threaded`
+the one way in from outside a running server; `access` who may use it (the `Host` and `Origin` checks that
+keep a web page out); `connections` the bounds kept on connections; `threaded`
 running a server in a thread for synchronous code. What a responder is and what it is handed
 (`sse_tape.responder`), and the live pipeline the forwarder and the model answer through (`sse_tape.live`),
 lie beside this package, below it: the responders outside it (`background`, `catalog`, `record`, `synth`)

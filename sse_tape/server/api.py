@@ -85,6 +85,8 @@ def build_server(
     log: Callable[[str], None] | None = None,
     limits: Limits | None = None,
     allow_remote_control: bool = False,
+    allowed_hosts: Iterable[str] = (),
+    cors_origins: Iterable[str] = (),
 ) -> MockServer:
     """A server answering from `cassettes` as `options` say, with what the miss policy puts behind replay:
     the one function `sse-tape serve` and `record`, `serve`, `aserve`, the recording servers and the pytest
@@ -119,6 +121,8 @@ def build_server(
         "log": log,
         "limits": limits,
         "allow_remote_control": allow_remote_control,
+        "allowed_hosts": tuple(allowed_hosts),
+        "cors_origins": tuple(cors_origins),
     }
     if record_into is None:
         return MockServer(cassettes, options=chosen, upstream=upstream, model=model, models=models, **where)

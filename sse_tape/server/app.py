@@ -7,7 +7,7 @@ puts there (an upstream the request is forwarded to, recording what passes, or a
 `Catalog` of the recordings' models. A request no responder answers gets the API's JSON error naming
 the closest recordings. Every step goes into the server's `journal`; every counter replay depends on
 lives in its replay state (see `state`). Its `control` is the way in from outside: the control endpoints
-(`/__sse_tape__/`, which answer loopback clients only) use it, as the pytest plugin and library users do."""
+(`/__sse_tape__/`, which answer the user's own clients only: see `access`) use it, as the pytest plugin and library users do."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import ipaddress
 import logging
 import os
 import resource
+import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -45,18 +46,29 @@ from ..responder import Exchange, Responder, thorough
 from ..state import MemoryStore, ReplayStore
 from ..upstream import AiohttpUpstream, Upstream
 from ..wire import Live, send
+from .access import Access, is_loopback
 from .bodies import BodyRefused, parsed_body, read_body
 from .connections import ConnectionGuard
 from .control import Control
 from .protocols import Lent
 from .replay import Replay
 
-__all__ = ["CONTROL_PREFIX", "FAULT_HEADER", "Limits", "MockServer", "is_loopback"]
+__all__ = [
+    "CONTROL_BODY_LIMIT",
+    "CONTROL_PREFIX",
+    "FAULT_HEADER",
+    "Limits",
+    "MockServer",
+    "dual_stack_socket",
+    "is_loopback",
+]
 
 FAULT_HEADER = "X-SSE-Tape-Fault"
 _FAULT_HEADER_LOWER = FAULT_HEADER.lower()
 #: Where the control endpoints live.
 CONTROL_PREFIX = "/__sse_tape__/"
+#: The most a control request's body may hold, in bytes: one bigger gets a 413, unread.
+CONTROL_BODY_LIMIT = 1024**2
 _CORS_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
 
 CassetteSource = Cassette | str | os.PathLike[str]
@@ -99,7 +111,11 @@ class MockServer:
     endpoint) and a miss's explanation say of a request has its secrets redacted, as a cassette has them
     (see `redaction`). `limits` keep slow and idle
     clients from holding connections. The fault header and the control
-    endpoints answer loopback clients only, unless `allow_remote_control`.
+    endpoints answer loopback clients only, unless `allow_remote_control`;
+    they, and forwarding to the upstream, refuse a request whose `Host` is
+    not a loopback name or address of the server's port (nor one of
+    `allowed_hosts`) or whose `Origin` is not the server's own (nor one of
+    `cors_origins`, `*` for any): see `access`.
     With `reuse_port`, other processes may listen on the same port, and the
     system shares the connections out among them. What replay counts and
     keeps between requests is in `state` (a `MemoryStore` unless given).
@@ -124,6 +140,8 @@ class MockServer:
         replay: bool = True,
         limits: Limits | None = None,
         allow_remote_control: bool = False,
+        allowed_hosts: Iterable[str] = (),
+        cors_origins: Iterable[str] = (),
         reuse_port: bool = False,
         state: ReplayStore | None = None,
     ) -> None:
@@ -134,9 +152,17 @@ class MockServer:
         self.port = port
         self.limits = limits or Limits()
         self.allow_remote_control = allow_remote_control
+        self.access = Access(
+            allow_remote_control=allow_remote_control,
+            allowed_hosts=tuple(allowed_hosts),
+            cors_origins=tuple(cors_origins),
+            listen_host=host,
+        )
+        """Who may use the control endpoints, the fault header and the upstream."""
         self._state: ReplayStore = state or MemoryStore()
         self._redaction = recorder.redaction if recorder is not None else None
         self._shown_queries: dict[str, str] = {}
+        self._shown_paths: dict[str, str] = {}
         # A recorder fetches each shape of answer, each reconnection, and each stream it cut short before,
         # from its upstream.
         replays_only = recorder is None or self.options.on_miss not in (MissPolicy.RECORD, MissPolicy.SYNTH)
@@ -152,7 +178,7 @@ class MockServer:
             redact=self._redacted,
         )
         self._injector = Injector(self.options.faults, self.options.seed, self._state)
-        self.journal = Journal(log=log, report=self.options.report)
+        self.journal = Journal(log=log, report=self.options.report, shown_path=self.shown_path)
         self._log = log
         """What happened to each request, newest last."""
         recording = self.options.on_miss in (MissPolicy.RECORD, MissPolicy.SYNTH)
@@ -219,6 +245,15 @@ class MockServer:
             shown = self._shown_queries[query] = self.redaction.query(query)
         return shown
 
+    def shown_path(self, path: str) -> str:
+        """A request's path as the journal shows it: the segments that hold a credential redacted."""
+        shown = self._shown_paths.get(path)
+        if shown is None:  # as for queries: each path is worked out once
+            if len(self._shown_paths) >= 1024:
+                self._shown_paths.clear()
+            shown = self._shown_paths[path] = self.redaction.path(path)
+        return shown
+
     def _redacted(self, request: Request) -> Request:
         return self.redaction.request(request)
 
@@ -261,9 +296,17 @@ class MockServer:
             log=self._log,
         )
         try:
-            self._listener = await loop.create_server(
-                self._guard, self.host, self.port, reuse_address=True, reuse_port=self.reuse_port or None, backlog=1024
-            )
+            if (every := dual_stack_socket(self.host, self.port, reuse_port=self.reuse_port)) is not None:
+                self._listener = await loop.create_server(self._guard, sock=every, backlog=1024)
+            else:
+                self._listener = await loop.create_server(
+                    self._guard,
+                    self.host,
+                    self.port,
+                    reuse_address=True,
+                    reuse_port=self.reuse_port or None,
+                    backlog=1024,
+                )
         except OSError:
             await runner.cleanup()
             await self._close_responders()
@@ -385,9 +428,8 @@ class MockServer:
                 exchange.faults = self._header_faults(http) if faults_asked else []
             except ConfigError as exc:
                 return await self.error(exchange, 400, f"{FAULT_HEADER}: {exc}", "bad_fault")
-            if exchange.faults and not self._controls(http):
-                message = f"{FAULT_HEADER} is obeyed for loopback clients only (see --allow-remote-control)"
-                return await self.error(exchange, 403, message, "forbidden")
+            if exchange.faults and (why := self.refused(http, peer=True)) is not None:
+                return await self.error(exchange, 403, f"{FAULT_HEADER} refused: {why}", "forbidden")
             for responder in self.responders:
                 answer = await responder.respond(exchange)
                 if answer is not None:
@@ -430,9 +472,11 @@ class MockServer:
         """Write the answer to `exchange` (see `wire.send`: a plan, or with `live` a body still being made),
         noting its status, its progress, the events it sent and how it ended; `writes`, what
         `coalesced(plan)` gave, for a plan sent unchanged again and again. With `cors`, the headers a web
-        page's fetch needs to read it go with it."""
+        page's fetch needs to read it go with it; without, only for the pages the user named (`cors_origins`)
+        and the server's own."""
         exchange.status = plan.status
-        added = self.cors(exchange.http) if cors else None
+        http = exchange.http
+        added = self.cors(http) if cors else self.access.cors(http, self._port(http))
         try:
             response, exchange.end = await send(
                 exchange.http, plan, exchange.progress, added, started=exchange.started, writes=writes, live=live
@@ -475,22 +519,28 @@ class MockServer:
     # --- the control endpoints -----------------------------------------------------------------------
 
     async def _control(self, http: web.Request) -> web.Response:
-        """`/__sse_tape__/faults`, `/journal`, `/reset` and `/stats`."""
-        if not self._controls(http):
-            return web.json_response(
-                {"error": "the control endpoints answer loopback clients only (see --allow-remote-control)"},
-                status=403,
-            )
-        if (origin := http.headers.get("Origin")) is not None and origin != _own_origin(http):
-            # A web page the user has open must not drive the server: only pages the server itself served may.
-            return web.json_response({"error": f"the control endpoints refuse requests from {origin}"}, status=403)
+        """`/__sse_tape__/faults`, `/journal`, `/reset` and `/stats`, for the user's own clients (see `access`)."""
+        if (why := self.refused(http, peer=True)) is not None:
+            return web.json_response({"error": f"the control endpoints refused: {why}"}, status=403)
+        answer = await self._control_answer(http)
+        answer.headers.update(self.access.cors(http, self._port(http)))  # for a page the user named
+        return answer
+
+    async def _control_answer(self, http: web.Request) -> web.Response:
         if http.method == "POST" and http.content_type != "application/json":
             # A browser sends a JSON body (or a DELETE) only after asking the server (a preflight), which is
             # refused to foreign pages; a form or text/plain POST would not ask.
             return web.json_response({"error": "send the control endpoints Content-Type: application/json"}, status=415)
+        try:
+            body = await asyncio.wait_for(_read_at_most(http, CONTROL_BODY_LIMIT), self.limits.request_timeout)
+        except TimeoutError:
+            return web.json_response({"error": "the request body did not arrive in time"}, status=408)
+        if body is None:
+            most = f"{CONTROL_BODY_LIMIT:,} bytes"
+            return web.json_response({"error": f"a control request's body may hold {most} at most"}, status=413)
         endpoint = http.rel_url.path.removeprefix(CONTROL_PREFIX)
         if endpoint == "faults":
-            return await self._control_faults(http)
+            return self._control_faults(http, body)
         if endpoint == "journal" and http.method == "GET":
             try:
                 limit = int(http.query.get("limit", "100"))
@@ -509,16 +559,23 @@ class MockServer:
         )
         return web.json_response({"error": f"no such endpoint; use {known}"}, status=404)
 
-    def _controls(self, http: web.Request) -> bool:
-        """Whether this client may set faults: one on this machine, or anyone when remote control is allowed."""
-        return self.allow_remote_control or is_loopback(http.remote)
+    def refused(self, http: web.Request, *, peer: bool = False) -> str | None:
+        """Why `http` may not use what only the user's own clients may (the control endpoints, the fault header,
+        the upstream): a foreign `Host` or `Origin`, or with `peer` a client on another machine (see
+        `access`); None when it may."""
+        return self.access.refused(http, self._port(http), peer=peer)
 
-    async def _control_faults(self, http: web.Request) -> web.Response:
-        """GET what is set and what was injected, POST new faults, DELETE them all."""
+    def _port(self, http: web.Request) -> int:
+        """The port `http` came in on: the server's (or, in an application of the user's, that one's)."""
+        sockname = http.transport.get_extra_info("sockname") if http.transport is not None else None
+        return sockname[1] if isinstance(sockname, tuple) and len(sockname) >= 2 else self.port
+
+    def _control_faults(self, http: web.Request, body: bytes) -> web.Response:
+        """GET what is set and what was injected, POST new faults (`body`), DELETE them all."""
         if http.method == "POST":
             try:
-                body = _json.parse(await http.read())
-                specs = body.get("faults") if isinstance(body, dict) else None
+                given = _json.parse(body)
+                specs = given.get("faults") if isinstance(given, dict) else None
                 if not isinstance(specs, list) or not all(isinstance(s, str) for s in specs):
                     raise ValueError("faults must be a list of fault specifications")
                 self.control.set_faults(specs)
@@ -540,9 +597,14 @@ class MockServer:
         )
 
     def _preflight(self, http: web.Request, *, control: bool) -> web.Response:
-        if control and http.headers.get("Origin") != _own_origin(http):
-            return web.Response(status=403, text="the control endpoints refuse other origins\n")
-        headers = self.cors(http)
+        asked = {h.strip().lower() for h in http.headers.get("Access-Control-Request-Headers", "").split(",")}
+        if control or _FAULT_HEADER_LOWER in asked:
+            # What only the user's own clients may use: approved for their pages alone.
+            if (why := self.refused(http)) is not None:
+                return web.Response(status=403, text=f"sse-tape: refused: {why}\n")
+            headers = self.access.cors(http, self._port(http))
+        else:
+            headers = self.cors(http)
         headers["Access-Control-Allow-Methods"] = _CORS_METHODS
         headers["Access-Control-Allow-Headers"] = http.headers.get("Access-Control-Request-Headers", "*")
         headers["Access-Control-Max-Age"] = "86400"
@@ -556,10 +618,6 @@ class MockServer:
         if origin:
             headers["Vary"] = "Origin"
         return headers
-
-
-def _own_origin(http: web.Request) -> str:
-    return f"{http.scheme}://{http.host}"
 
 
 class _OneLine(logging.Handler):
@@ -618,12 +676,38 @@ class _LoopErrors:
         loop.default_exception_handler(context)
 
 
-def is_loopback(remote: str | None) -> bool:
-    """Whether a client's address is on this machine."""
+async def _read_at_most(http: web.Request, limit: int) -> bytes | None:
+    """The request's body, read no further than `limit` bytes; None when it holds more."""
+    if http.content_length is not None and http.content_length > limit:
+        return None
+    body = bytearray()
+    while piece := await http.content.read(65536):
+        body += piece
+        if len(body) > limit:
+            return None
+    return bytes(body)
+
+
+def dual_stack_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket | None:
+    """For `host` `::` (every address), a TCP socket bound to `port` that takes IPv4 connections besides IPv6
+    ones (IPV6_V6ONLY off; asyncio would listen on IPv6 alone); None for any other host. With `reuse_port`,
+    other processes may bind the same port (`serve --workers`)."""
     try:
-        return remote is not None and ipaddress.ip_address(remote).is_loopback
-    except ValueError:
-        return False
+        if ipaddress.ip_address(host.strip("[]")) != ipaddress.IPv6Address("::"):
+            return None
+    except ValueError:  # a name
+        return None
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(("::", port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def _protocols_responders() -> list[Responder]:

@@ -18,15 +18,19 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from .._exceptions import ConfigError
 from ..cassette import Recording, Request
 from ..faults import Fault, Injector, parse_fault
 from ..journal import Journal, Miss
 from ..matching import Matcher
 from ..state import ReplayStore
 
-__all__ = ["Control", "InFlight", "Snapshot"]
+__all__ = ["MAX_FAULTS", "Control", "InFlight", "Snapshot"]
 
 T = TypeVar("T")
+
+#: The most faults a server holds at once: each request goes through every one of them.
+MAX_FAULTS = 1000
 
 
 class InFlight(Protocol):
@@ -122,14 +126,21 @@ class Control:
 
     def set_faults(self, faults: Iterable[Fault | str]) -> None:
         """Replace the server's faults (`Fault`s or their texts, such as `"error:5"`), and start their `times=`
-        and `p=` counts over."""
+        and `p=` counts over. More than `MAX_FAULTS` is a `ConfigError`."""
         chosen = _parsed(faults)
         self._call(lambda: self._injector.set(chosen))
 
     def add_faults(self, faults: Iterable[Fault | str]) -> None:
-        """Add faults after the server's, leaving the counts of those already set as they are."""
+        """Add faults after the server's, leaving the counts of those already set as they are. More than
+        `MAX_FAULTS` in all is a `ConfigError`."""
+
         chosen = _parsed(faults)
-        self._call(lambda: self._injector.add(chosen))
+
+        def add() -> None:
+            _count(len(self._injector.faults) + len(chosen))
+            self._injector.add(chosen)
+
+        self._call(add)
 
     def set_seed(self, seed: int) -> None:
         """Draw the faults' random choices from `seed` from now on."""
@@ -255,7 +266,15 @@ class Control:
 
 
 def _parsed(faults: Iterable[Fault | str]) -> list[Fault]:
-    return [f if isinstance(f, Fault) else parse_fault(f) for f in faults]
+    """`faults` as `Fault`s: too many are refused before any is read."""
+    given = list(faults)
+    _count(len(given))
+    return [f if isinstance(f, Fault) else parse_fault(f) for f in given]
+
+
+def _count(faults: int) -> None:
+    if faults > MAX_FAULTS:
+        raise ConfigError(f"{faults:,} faults: a server holds {MAX_FAULTS:,} at most")
 
 
 def _running_on(loop: asyncio.AbstractEventLoop) -> bool:
