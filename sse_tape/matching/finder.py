@@ -367,13 +367,11 @@ class Matcher:
             if agrees(here, there):
                 continue
             if said_of is None:
-                recorded = self.redact(there) if self.redact is not None else there
-                ours = shown.compared(rule)
-                # At the paths they came with, their bodies parsed as they are already (a large one is slow).
-                said_of = (
-                    ours.with_json(request.path, ours.body, ours.json()),
-                    recorded.with_json(self.recordings[n].interaction.request.path, recorded.body, recorded.json()),
-                )
+                # Whole, at the paths they came with, their bodies parsed once (a large one is slow to parse).
+                original = self.recordings[n].interaction.request
+                recorded = _same_json(self.redact(original), original) if self.redact is not None else original
+                ours = shown.request
+                said_of = (ours.with_json(request.path, ours.body, ours.json()), recorded)
             said = matcher(*said_of)
             parts.append(said if said is not None else f"{name} differs in secrets only")
             if name == MatchOn.BODY:
