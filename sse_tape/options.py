@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ._exceptions import ConfigError
-from ._units import parse_duration
+from ._units import parse_duration, parse_size
 from .faults import FAULTS, PROFILES, Fault, load_profile, parse_fault
 from .matching import MATCHERS
 from .pacing import Pacing
@@ -103,6 +103,13 @@ def _error_status(status: int) -> int:
     if not low <= status <= high:
         raise ConfigError(f"miss status {status} is not an HTTP error status ({low}-{high})")
     return status
+
+
+def _body_limit(size: str | int) -> int:
+    limit = parse_size(size)
+    if limit < 1:
+        raise ConfigError(f"max body {size!r}: give a size of at least one byte, such as 32MiB")
+    return limit
 
 
 def _miss_policy(word: MissPolicy | str) -> MissPolicy:
@@ -465,6 +472,17 @@ _TABLE = (
         flags=(Flag(names=("--miss-status",), commands=_SERVING),),
         marker=True,
         help="HTTP status of the JSON error sent when no recording matches.",
+    ),
+    Option(
+        name="max_body",
+        group=Group.ANSWER,
+        default="32MiB",
+        metavar="SIZE",
+        parse=_body_limit,
+        flags=(Flag(names=("--max-body",), commands=_SERVING),),
+        marker=True,
+        help="Refuse a request body larger than this, as sent or decompressed, with a 413 in the API's error shape "
+        "(32MiB, 500KB, or bytes).",
     ),
     Option(
         name="allow_repeats",
@@ -854,6 +872,8 @@ class ServeOptions:
     seed: int = OPTIONS["seed"].value
     recorded_faults: bool = OPTIONS["recorded_faults"].value
     report: Path | None = OPTIONS["report"].value
+    max_body: int = OPTIONS["max_body"].value
+    """The largest request body answered, in bytes, as sent and decompressed."""
 
     @classmethod
     def build(
@@ -871,6 +891,7 @@ class ServeOptions:
         profiles: Iterable[str] = OPTIONS["profiles"].default,
         recorded_faults: bool = OPTIONS["recorded_faults"].default,
         report: str | os.PathLike[str] | None = OPTIONS["report"].default,
+        max_body: str | int = OPTIONS["max_body"].default,
     ) -> ServeOptions:
         """Options from the words a user writes, each read by its option's parser; raises `ConfigError` naming a
         bad one.
@@ -880,7 +901,8 @@ class ServeOptions:
         word (`recorded`, `x2`, `instant`, `20ms`, `tps:40`) or a `Pacing`;
         `jitter` is `5ms` or `10%`; `faults` are specs (`error:5`) or `Fault`s;
         `profiles` name sets of faults (they come before `faults`);
-        `recorded_faults` puts back those a recording notes its client got.
+        `recorded_faults` puts back those a recording notes its client got; `max_body` is a size (`32MiB`) or
+        a number of bytes.
         """
         if isinstance(pace, Pacing):
             if jitter is not None:
@@ -900,6 +922,7 @@ class ServeOptions:
             seed=seed,
             recorded_faults=recorded_faults,
             report=OPTIONS["report"].read(report),
+            max_body=OPTIONS["max_body"].read(max_body),
         )
 
 

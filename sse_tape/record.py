@@ -40,7 +40,7 @@ from .journal import Forwarded, UpstreamFailed
 from .live import Feed, answer_live
 from .recorder import Capture, Recorder
 from .redaction import Redaction
-from .responder import Exchange, Host
+from .responder import Exchange, Host, thorough
 from .upstream import AiohttpUpstream, Upstream, leaves_base, parse_upstream
 
 __all__ = ["Forwarder", "record_once"]
@@ -135,11 +135,14 @@ class Forwarder:
             # A page the user has open (another site's, or one rebound to this machine) gets neither the
             # upstream, with the credentials of its URL, nor a place in the cassette.
             return await server.error(exchange, 403, f"not forwarded: {why}", "forbidden")
+        capture = Capture(exchange.request)
+        if self.recorder is not None:  # a large body's secrets are found off the event loop
+            capture.stored = await thorough(self.recorder.storable, exchange.request)
         return await answer_live(
             server,
             exchange,
             self,
-            Capture(exchange.request),
+            capture,
             recorder=self.recorder,
             failed=lambda exchange, why: server.error(exchange, 502, why, "bad_gateway"),
             cors=False,  # only for the pages the user named

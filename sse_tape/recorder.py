@@ -91,7 +91,8 @@ class Capture:
     injected: list[Injection] = field(default_factory=list)
     """The faults that acted on the client's copy of the stream."""
     stored: Request | None = None
-    """The request as it is recorded (secrets redacted), once it is spooled: a body is redacted once."""
+    """The request as it is recorded (`Recorder.storable`: secrets redacted), worked out once: before a forwarded
+    request is sent (a large body's in a thread), else when its stream is spooled."""
 
     def interaction(self) -> Interaction | None:
         """The interaction so far; None if no response head ever came."""
@@ -265,7 +266,7 @@ class Recorder:
         self._streams += 1
         self.in_flight += 1
         capture.spool = self._streams
-        request = capture.stored = self._storable(capture.request)
+        request = capture.stored = capture.stored or self.storable(capture.request)
         headers = self._storable_response(Response(capture.status or 0, capture.headers)).headers
 
         def write(spool: SpoolWriter, n: int) -> None:
@@ -308,7 +309,7 @@ class Recorder:
 
             self._spooled(replaces, capture)
         self._spooled(lambda spool, n: spool.end(n, str(end), capture.duration), capture)
-        request = capture.stored or self._storable(interaction.request)
+        request = capture.stored or self.storable(interaction.request)
         response = self._storable_response(interaction.response)
         interaction = replace(interaction, request=request, response=response)
         self.ends[interaction.response.end] += 1
@@ -395,9 +396,14 @@ class Recorder:
             )
         )
 
-    def _storable(self, request: Request) -> Request:
-        """The request as it is recorded: secrets redacted, headers as text."""
-        return self.redaction.request(replace(request, headers=storable_headers(request.headers)))
+    def storable(self, request: Request) -> Request:
+        """The request as it is recorded: secrets redacted, headers as text; its body parsed already, for the
+        matcher that replays it."""
+        stored = self.redaction.request(replace(request, headers=storable_headers(request.headers)))
+        if stored.body is request.body:  # nothing redacted in it: its value is the request's (parsed once)
+            return stored.with_json(stored.path, stored.body, request.json())
+        stored.json()
+        return stored
 
     def _storable_response(self, response: Response) -> Response:
         """The response as it is recorded: secrets redacted, headers as text that can be sent again."""
@@ -446,7 +452,7 @@ class Recorder:
         """A held stream as the spool holds one: as `begin`, `received`, `injected` and `keep` write it."""
         assert held.ended is not None
         capture = held.capture
-        request = self._storable(capture.request)
+        request = self.storable(capture.request)
         headers = self._storable_response(Response(capture.status or 0, capture.headers)).headers
         return SpooledStream(
             capture.recorded_at,

@@ -13,10 +13,11 @@ contract, which a dialect can import (`dialects.protocol.ProtocolResponder`);
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from aiohttp import web
 
@@ -33,7 +34,22 @@ from .redaction import Redaction
 from .state import ReplayStore
 from .wire import Live, Progress
 
-__all__ = ["NOTED_FAULTS", "Attached", "Exchange", "Host", "Responder", "inject", "note_faults"]
+__all__ = [
+    "IN_PLACE",
+    "NOTED_FAULTS",
+    "Attached",
+    "Exchange",
+    "Host",
+    "Responder",
+    "inject",
+    "note_faults",
+    "thorough",
+]
+
+_T = TypeVar("_T")
+
+#: A request body of at most this many bytes is parsed, and walked, on the event loop; a larger one in a thread.
+IN_PLACE = 64 * 1024
 
 #: How many faults' notes one request's answer puts in the journal (so in the log), at most: a server may hold
 #: a thousand faults (`server.control.MAX_FAULTS`), and each request is not a thousand lines.
@@ -239,3 +255,11 @@ def note_faults(
                 recording=recording,
             )
         )
+
+
+async def thorough(work: Callable[[Request], _T], request: Request) -> _T:
+    """`work(request)`, for work that walks the request's body (redaction, a miss's explanation): in a
+    thread when the body is large, so that the event loop is not held for the whole walk."""
+    if len(request.body) <= IN_PLACE:
+        return work(request)
+    return await asyncio.to_thread(work, request)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gzip
 import json
 import re
 import shutil
@@ -11,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import zlib
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -54,6 +56,7 @@ from sse_tape.redaction import REDACTED, Redaction, find_secrets
 from sse_tape.server import run_in_thread
 from sse_tape.upstream import parse_upstream
 
+CHAT_1 = "/v1/chat/completions?events=1"
 _MARKER = "%3Credacted%3E"  # the redaction marker, percent-encoded as a URL holds it
 _FORM = "application/x-www-form-urlencoded"
 
@@ -1971,3 +1974,58 @@ async def test_a_recorder_sends_a_reconnection_it_has_not_recorded_to_the_upstre
         assert await read_feed(proxy.url + "/feed", "1") == (["2", "3", "4", "5"], False)  # resumed on replay
         assert [resumed for _, resumed in matched(proxy)] == ["as recorded after event id '3'", "after event id '1'"]
     assert upstream.hits == 2
+
+
+@pytest.mark.parametrize(
+    ("encoding", "pack"), [("gzip", gzip.compress), ("deflate", zlib.compress)], ids=["gzip", "deflate"]
+)
+async def test_a_compressed_request_is_forwarded_and_recorded_as_its_plain_body(
+    upstream: Upstream, tmp_path: Path, encoding: str, pack: Any
+) -> None:
+    # The proxy reads the body (under its limit) to match and record it: what it forwards is that plain body,
+    # without the Content-Encoding it no longer has; the cassette keeps it so, and a plain request replays it.
+    cassette = tmp_path / "c.toml"
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}).encode()
+    headers = {"content-type": "application/json", "content-encoding": encoding}
+    async with arecording(cassette, upstream.url) as proxy, httpx.AsyncClient() as client:
+        status, _ = await read_all(client, "POST", proxy.url + CHAT_1, content=pack(body), headers=headers)
+    assert status == 200
+    assert upstream.seen_bodies == [body]
+    assert "Content-Encoding" not in upstream.seen_headers[0]
+    recorded = Cassette.load(cassette).interactions[0].request
+    assert (recorded.body, recorded.header("content-encoding")) == (body, None)
+    async with aserve(cassette, match_on="method,path,body") as server, httpx.AsyncClient() as client:
+        assert (await read_all(client, "POST", server.url + CHAT_1, content=body))[0] == 200
+
+
+async def test_a_body_of_200_000_keys_is_refused_before_it_is_walked_or_forwarded(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "c.toml"
+    body = json.dumps({"model": "m", **{f"k{n}": n for n in range(200_000)}}).encode()
+    async with arecording(cassette, upstream.url) as proxy, httpx.AsyncClient() as client:
+        got = await client.post(proxy.url + CHAT_1, content=body, headers={"content-type": "application/json"})
+        again = await client.post(proxy.url + CHAT_1, json={"model": "m"})
+    assert got.status_code == 413
+    assert got.json()["error"] == {
+        "message": "sse-tape: the request body's JSON holds more than 100,000 keys and values",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "body_too_large",
+    }
+    assert again.status_code == 200
+    assert upstream.hits == 1  # the second request only
+    assert len(Cassette.load(cassette).interactions) == 1
+
+
+async def test_a_large_body_is_redacted_and_recorded_whole(upstream: Upstream, tmp_path: Path) -> None:
+    # Large enough that its secrets are found in a thread: the cassette holds it redacted all the same.
+    cassette = tmp_path / "c.toml"
+    body = {"model": "m", "api_key": "sk-proj-SECRET-IN-A-LARGE-BODY", **{f"k{n}": n for n in range(20_000)}}
+    async with arecording(cassette, upstream.url) as proxy, httpx.AsyncClient() as client:
+        status, _ = await read_all(client, "POST", proxy.url + CHAT_1, json=body)
+    assert status == 200
+    assert json.loads(upstream.seen_bodies[0])["api_key"] == "sk-proj-SECRET-IN-A-LARGE-BODY"
+    assert b"SECRET-IN-A-LARGE-BODY" not in cassette.read_bytes()
+    recorded = Cassette.load(cassette).interactions[0].request.json()
+    assert recorded == {**body, "api_key": REDACTED}

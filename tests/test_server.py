@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import os
 import signal
@@ -778,19 +779,22 @@ def test_a_request_that_is_not_http_is_one_line_on_stderr() -> None:
 
 
 @pytest.mark.parametrize(
-    ("body", "status"),
+    ("body", "status", "said"),
     [
-        (b"[" * 100_000, 404),  # not a body any recording has: compared as bytes, not parsed into a crash
-        (b'{"model": "\\ud800", "messages": []}', 404),  # a lone surrogate, named in the miss explanation
+        # Refused before any parser recurses into it.
+        (b"[" * 100_000, 413, "sse-tape: the request body's JSON nested more than 64 deep"),
+        # A lone surrogate, named in the miss explanation.
+        (b'{"model": "\\ud800", "messages": []}', 404, "sse-tape: no recorded interaction matches"),
     ],
+    ids=["deep", "surrogate"],
 )
-def test_bodies_that_break_parsers_get_an_answer_not_a_500(body: bytes, status: int) -> None:
+def test_bodies_that_break_parsers_get_an_answer_not_a_500(body: bytes, status: int, said: str) -> None:
     with serve("cassettes/", match_on="method,path,body") as server:
         got = httpx.post(
             server.url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
         )
     assert got.status_code == status
-    assert got.json()["error"]["message"].startswith("sse-tape: no recorded interaction matches")
+    assert got.json()["error"]["message"].startswith(said)
 
 
 def test_listening_beyond_loopback_says_what_becomes_reachable() -> None:
@@ -818,16 +822,29 @@ async def test_a_head_request_gets_no_body_and_the_connection_stays_usable() -> 
     method=st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "BREW"]),
     path=st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=60).map(lambda p: "/" + p),
     body=st.binary(max_size=200),
-    fault=st.none() | st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=40),
+    # Header bytes beyond ASCII too (sent as Latin-1: not UTF-8), as aiohttp hands them over.
+    fault=st.none()
+    | st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF, exclude_characters="\x7f"), max_size=40),
+    encoding=st.none() | st.sampled_from(["gzip", "x-gzip", "deflate", "br", "identity", "gzip, deflate"]),
+    packed=st.booleans(),
 )
 def test_any_request_gets_an_answer_never_a_500(
-    instant_server: MockServer, method: str, path: str, body: bytes, fault: str | None
+    instant_server: MockServer,
+    method: str,
+    path: str,
+    body: bytes,
+    fault: str | None,
+    encoding: str | None,
+    packed: bool,
 ) -> None:
     headers = {"X-SSE-Tape-Fault": fault} if fault is not None else {}
+    if encoding is not None:
+        headers["Content-Encoding"] = encoding
+        body = gzip.compress(body) if packed else body  # the right encoding or not, a whole one or not
     with socket.create_connection(("127.0.0.1", instant_server.port), timeout=10) as sock:
         head = f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\nConnection: close\r\n"
         head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-        sock.sendall(head.encode() + b"\r\n" + body)
+        sock.sendall(head.encode("latin-1") + b"\r\n" + body)
         status_line = sock.makefile("rb").readline()
     assert status_line.startswith((b"HTTP/1.1 ", b"HTTP/1.0 ")), status_line
     assert status_line.split()[1] != b"500", status_line

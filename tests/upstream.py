@@ -49,6 +49,7 @@ class Upstream:
         self.disconnects = 0
         self.last_write: float | None = None
         self.seen_headers: list[dict[str, str]] = []
+        self.seen_bodies: list[bytes] = []
         self.leaky_headers: dict[str, str] = {}
         """What `/leaky/...` answers with, besides its content type."""
         self.hits = 0
@@ -97,8 +98,10 @@ class Upstream:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         events, gap = int(request.query.get("events", "5")), float(request.query.get("gap", "0.05"))
+        body = await request.read()
+        self.seen_bodies.append(body)
         try:
-            options = json.loads(await request.read()).get("stream_options") or {}
+            options = json.loads(body).get("stream_options") or {}
         except (ValueError, AttributeError):
             options = {}
         usage = [usage_chunk(events)] if options.get("include_usage") else []

@@ -10,6 +10,7 @@ answers, then events, then timing, then the wire, then the end.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -56,6 +57,7 @@ class Stage(StrEnum):
 # a server wait for ever, build a body of any size or run out of memory.
 MAX_SECONDS = 3600.0
 MAX_TEXT = 1000
+_NOT_TEXT = re.compile("[\x00-\x08\x0a-\x1f\x7f\ud800-\udfff]")
 #: How long one fault's text may be.
 MAX_SPEC = 2000
 #: How many faults one request may ask for in its header.
@@ -114,9 +116,13 @@ def choice(*words: str) -> Callable[[str, str], str]:
 
 
 def text(key: str, text: str) -> str:
-    """Any text, of bounded length."""
+    """Any text, of bounded length, with no control character and nothing that is not UTF-8 (a header's bytes
+    that were not, which aiohttp hands over as surrogate escapes): it goes into answers as it is."""
     if len(text) > MAX_TEXT:
         raise ValueError(f"{key} is {len(text):,} characters long: at most {MAX_TEXT:,}")
+    if (bad := _NOT_TEXT.search(text)) is not None:
+        what = "a byte that is not UTF-8" if bad[0] >= "\ud800" else "a control character"
+        raise ValueError(f"{key} holds {what}: give it as UTF-8 text")
     return text
 
 

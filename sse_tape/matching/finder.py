@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any
 
@@ -258,8 +258,10 @@ class Matcher:
             self._by_id[rid] = self.recordings[n]
         return rid
 
-    def find(self, request: Request) -> Recording:
-        """The recording that answers `request`, noted as played; raises `NoMatchError` naming the closest ones."""
+    def find(self, request: Request, *, explain: bool = True) -> Recording:
+        """The recording that answers `request`, noted as played; raises `NoMatchError` naming the closest ones
+        (with `explain` off, when none agrees, with no message: `explain_miss` says it, in a thread say, as it
+        walks the request's body and every recording's)."""
         asked = _Asked(request, self)
         last_id = last_event_id(request)
         # A recorder fetches what it cut short again.
@@ -271,7 +273,7 @@ class Matcher:
             same = [n for n in agreeing if self._last_ids[n] is None]  # to resume after that event
         agreeing = same
         if not agreeing:
-            raise NoMatchError(self.explain_miss(request))
+            raise NoMatchError(self.explain_miss(request) if explain else "")
         scores = self._scores(asked, agreeing) if len(agreeing) > 1 else dict.fromkeys(agreeing, (0, True))
         if not self.allow_repeats:
             # The most alike recording that has not answered yet.
@@ -332,7 +334,7 @@ class Matcher:
         if not self.recordings:
             return head + " (no interactions are loaded)"
         asked = _Asked(request, self)
-        shown = _Asked(self.redact(request), self) if self.redact is not None else asked
+        shown = _Asked(_same_json(self.redact(request), request), self) if self.redact is not None else asked
         ranked = []
         for n, rec in enumerate(self.recordings):
             parts, body_diffs = self._differences(request, asked, shown, n)
@@ -365,11 +367,11 @@ class Matcher:
             if agrees(here, there):
                 continue
             if said_of is None:
-                recorded = self.redact(there) if self.redact is not None else there
-                said_of = (
-                    replace(shown.compared(rule), path=request.path),
-                    replace(recorded, path=self.recordings[n].interaction.request.path),
-                )
+                # Whole, at the paths they came with, their bodies parsed once (a large one is slow to parse).
+                original = self.recordings[n].interaction.request
+                recorded = _same_json(self.redact(original), original) if self.redact is not None else original
+                ours = shown.request
+                said_of = (ours.with_json(request.path, ours.body, ours.json()), recorded)
             said = matcher(*said_of)
             parts.append(said if said is not None else f"{name} differs in secrets only")
             if name == MatchOn.BODY:
@@ -435,6 +437,14 @@ def _as_compared(request: Request, ignore: tuple[tuple[str, ...], ...], reshape:
     if path == request.path:
         return request
     return request.with_json(path, body, parsed)
+
+
+def _same_json(redacted: Request, request: Request) -> Request:
+    """`redacted`, knowing its JSON value already when redacting left the body as it was (a large one is slow
+    to parse again)."""
+    if redacted.body is request.body:
+        return redacted.with_json(redacted.path, redacted.body, request.json())
+    return redacted
 
 
 def _likeness(a: Any, b: Any) -> int:

@@ -156,8 +156,29 @@ def _json_agrees(here: Any, recorded: Any) -> bool:
 def _show(value: Any) -> str:
     if value is _MISSING:
         return "absent"
-    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, bytes) else repr(value)
+    text = json.dumps(_shortened(value, [40]), ensure_ascii=False) if not isinstance(value, bytes) else repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _shortened(value: Any, room: list[int]) -> Any:
+    """`value` with its strings cut to 40 characters and no more than 40 items and strings in all: what `_show`
+    writes of it begins as it would of the whole, which may be a body of any size."""
+    room[0] -= 1
+    if isinstance(value, str):
+        return value[:40]
+    if isinstance(value, dict):
+        return {k[:40]: _shortened(v, room) for k, v in _first(value.items(), room)}
+    if isinstance(value, list):
+        return [_shortened(v, room) for v in _first(value, room)]
+    return value
+
+
+def _first(items: Any, room: list[int]) -> Any:
+    """The items of `items` while there is `room`."""
+    for item in items:
+        if room[0] <= 0:
+            return
+        yield item
 
 
 def _json_diff(a: Any, b: Any, where: str) -> list[str]:

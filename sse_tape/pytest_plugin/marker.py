@@ -49,6 +49,7 @@ class Marked:
     pace: str = _default("pace")
     jitter: str | None = _default("jitter")
     miss_status: int = _default("miss_status")
+    max_body: str | int = _default("max_body")
     faults: Sequence[str] = _default("faults")
     profiles: Sequence[str] = _default("profiles")
     recorded_faults: bool = _default("recorded_faults")

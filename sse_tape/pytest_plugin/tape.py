@@ -381,6 +381,7 @@ def _server(config: pytest.Config, settings: Settings, marked: Marked, node: Any
         # The marker's first, then the command line's: of two that answer in the stream's place, the test's own wins.
         faults=[*profile_faults(config, [*marked.profiles, *settings.profiles]), *marked.faults, *settings.faults],
         recorded_faults=marked.recorded_faults,
+        max_body=marked.max_body,
     )
     if recording:
         if settings.upstream is None and synthesizer is None:

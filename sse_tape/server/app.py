@@ -42,11 +42,12 @@ from ..options import OPTIONS, MissPolicy, ServeOptions, check_sources
 from ..plan import Plan, Write, event_ends
 from ..recorder import Recorder
 from ..redaction import Redaction
-from ..responder import Exchange, Responder
+from ..responder import Exchange, Responder, thorough
 from ..state import MemoryStore, ReplayStore
 from ..upstream import AiohttpUpstream, Upstream
 from ..wire import Live, send
 from .access import Access, is_loopback
+from .bodies import BodyRefused, parsed_body, read_body
 from .connections import ConnectionGuard
 from .control import Control
 from .protocols import Lent
@@ -279,6 +280,7 @@ class MockServer:
             access_log=None,
             # A client that hangs up cancels its stream at once, even in the middle of a long gap.
             handler_cancellation=True,
+            auto_decompress=False,  # request bodies are decompressed under the body limit (see `bodies`)
             shutdown_timeout=0.5,
             keepalive_timeout=self.limits.keep_alive,
             logger=_one_line_logger(self._log),  # a bad request is a line, not a traceback
@@ -368,7 +370,8 @@ class MockServer:
     async def answer(self, http: web.Request) -> web.StreamResponse:
         """Answer one aiohttp request as this server does (the chain, the control endpoints, the fault
         header), less the bookkeeping of its own connections: for an aiohttp application of your own that
-        routes requests to the mock."""
+        routes requests to the mock, whose runner must leave request bodies as sent (`auto_decompress=False`):
+        the server decompresses them itself, under its body limit."""
         is_control = http.rel_url.path.startswith(CONTROL_PREFIX)
         if http.method == "OPTIONS" and "Access-Control-Request-Method" in http.headers:
             return self._preflight(http, control=is_control)
@@ -399,15 +402,25 @@ class MockServer:
         try:
             try:
                 # Most bodies come with the head: one that is still on its way has a deadline.
+                reading = read_body(http, self.options.max_body)
                 if http.content.is_eof():
-                    body = await http.read()
+                    body, decompressed = await reading
                 else:
-                    body = await asyncio.wait_for(http.read(), self.limits.request_timeout)
+                    body, decompressed = await asyncio.wait_for(reading, self.limits.request_timeout)
             except TimeoutError:
                 if http.transport is not None:
                     http.transport.close()  # whatever of the body is still coming is not read
                 return await self.error(exchange, 408, "the request body did not arrive in time", "request_timeout")
-            exchange.request = Request(request.method, request.path, request.query, request.headers, body)
+            except BodyRefused as exc:
+                return await self.error(exchange, exc.status, str(exc), exc.code)
+            if decompressed:  # kept, matched and forwarded as the plain body it is (see `bodies`)
+                headers = tuple((k, v) for k, v in headers if k.lower() != "content-encoding")
+                request = Request(request.method, request.path, request.query, headers)
+            try:
+                parsed = await parsed_body(body)
+            except _json.TooLarge as exc:
+                return await self.error(exchange, 413, f"the request body's {exc}", "body_too_large")
+            exchange.request = request.with_json(request.path, body, parsed)
             # Kept as it arrived, in a request of its own: the body that answering parses (and keeps, see
             # `Request.json`) goes with the answer, not into the last 10,000 requests kept here.
             self._state.add_received(Request(request.method, request.path, request.query, request.headers, body))
@@ -486,7 +499,9 @@ class MockServer:
 
     async def _miss(self, exchange: Exchange) -> web.StreamResponse:
         request = exchange.request
-        reason = exchange.miss or self.matcher.explain_miss(request)
+        reason = exchange.miss
+        if reason is None:
+            reason = await thorough(self.matcher.explain_miss, request)
         status = self.options.miss_status
         self._state.add_miss(Miss(exchange.number, request.method, request.path, reason))
         self.journal.add(

@@ -22,7 +22,7 @@ from ..journal import Matched
 from ..matching import last_event_id
 from ..pacing import Pacing
 from ..plan import Plan, Write, event_ends
-from ..responder import Attached, Exchange, Host, inject
+from ..responder import IN_PLACE, Attached, Exchange, Host, inject
 from ..shape import Recorded, Shape, collapse, reshape
 from ..wire import coalesced
 
@@ -129,9 +129,11 @@ class Replay(Attached):
         server = self.host
         request = exchange.request
         try:
-            recording = server.matcher.find(request)
+            # A large body's miss is explained later, off the event loop (see `MockServer`).
+            recording = server.matcher.find(request, explain=len(request.body) <= IN_PLACE)
         except NoMatchError as exc:
-            exchange.miss = f"{exchange.miss}; {exc}" if exchange.miss else str(exc)
+            if str(exc):
+                exchange.miss = f"{exchange.miss}; {exc}" if exchange.miss else str(exc)
             return None
         known = self._known.get(recording)
         if known is None:
