@@ -213,9 +213,11 @@ class MockServer:
         """A request's query string as the journal shows it: the values of secret parameters redacted."""
         shown = self._shown_queries.get(query)
         if shown is None:  # a client sends the same few queries again and again: each is worked out once
-            if len(self._shown_queries) >= 1024:
-                self._shown_queries.clear()
-            shown = self._shown_queries[query] = self.redaction.query(query)
+            shown = self.redaction.query(query)
+            if len(query) <= 256:  # a long one is not kept: kilobytes each, a new one each time, would fill it
+                if len(self._shown_queries) >= 1024:
+                    self._shown_queries.clear()
+                self._shown_queries[query] = shown
         return shown
 
     def _redacted(self, request: Request) -> Request:
