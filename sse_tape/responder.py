@@ -13,6 +13,7 @@ contract, which a dialect can import (`dialects.protocol.ProtocolResponder`);
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -125,6 +126,11 @@ class Host(Protocol):
 
     def ended(self, exchange: Exchange) -> None:
         """Note in the journal how the exchange's answer ended."""
+        ...
+
+    def cut_off(self, transport: asyncio.BaseTransport | None) -> bool:
+        """Whether the server closed this connection because its client took nothing of its answer, rather
+        than the client hanging up."""
         ...
 
 

@@ -75,14 +75,17 @@ class Limits:
     (or of the connection opening), and its body within `request_timeout` of
     the head; a connection may sit idle between requests for `keep_alive`.
     Past either, the connection is closed (a body too slow gets a 408 first).
-    Answers themselves have no deadline. Beyond `max_connections` (by default,
-    what the process's descriptor limit leaves room for), a new connection
-    gets a 503 and is closed.
+    Answers themselves have no deadline, but a client that takes nothing of
+    its answer for `send_timeout` is cut off. Beyond `max_connections` (by
+    default, what the process's descriptor limit leaves room for), a new
+    connection takes the place of one idle or cut off from its client that
+    way, or else gets a 503 and is closed (see `connections`).
     """
 
     request_timeout: float = OPTIONS["request_timeout"].value
     keep_alive: float = OPTIONS["keep_alive"].value
     max_connections: int = field(default_factory=_default_max_connections)
+    send_timeout: float = OPTIONS["send_timeout"].value
 
 
 class MockServer:
@@ -220,6 +223,11 @@ class MockServer:
                 self._shown_queries[query] = shown
         return shown
 
+    def cut_off(self, transport: asyncio.BaseTransport | None) -> bool:
+        """Whether the server closed this connection because its client took nothing of its answer (see
+        `Limits`), rather than the client hanging up."""
+        return self._guard is not None and self._guard.cut_off(transport)
+
     def _redacted(self, request: Request) -> Request:
         return self.redaction.request(request)
 
@@ -232,6 +240,9 @@ class MockServer:
             "requests": self._state.snapshot().requests,
             "journal_entries": len(self.journal),
             "refused_connections": self._guard.refused if self._guard is not None else 0,
+            "stalled_connections": self._guard.stalled if self._guard is not None else 0,
+            "evicted_connections": self._guard.evicted if self._guard is not None else 0,
+            "idle_or_stalled_connections": self._guard.idle_or_stalled if self._guard is not None else 0,
             "pid": os.getpid(),
         }
 
@@ -258,6 +269,7 @@ class MockServer:
             request_timeout=self.limits.request_timeout,
             keep_alive=self.limits.keep_alive,
             max_connections=self.limits.max_connections,
+            send_timeout=self.limits.send_timeout,
             log=self._log,
         )
         try:
@@ -293,6 +305,8 @@ class MockServer:
             if handlers:
                 await asyncio.wait(handlers)
             await runner.cleanup()
+            if self._guard is not None:
+                self._guard.close()
             await self._close_responders()
             if self._loop_errors is not None:
                 self._loop_errors.uninstall()
