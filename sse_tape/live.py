@@ -16,9 +16,9 @@ What the faults do to what is recorded, the one policy for every source:
 - A fault that answers in the source's place (a status, no answer, no body) answers at once: the source
   never runs (the request is not forwarded; the model does not run) and nothing is recorded.
 - An answer that is not an event stream takes only the faults before it (a delay of its headers).
-- When a fault ends the client's copy early (an error, a disconnect, garbage), or its client leaves it,
-  the source is read on to its end for the recording, `read_on` seconds at most; with no recorder, it
-  stops at once.
+- When a fault ends the client's copy early (an error, a disconnect, garbage), or the server cuts its
+  client off for taking nothing of it (`--send-timeout`, see `server.connections`), the source is read on
+  to its end for the recording, `read_on` seconds at most; with no recorder, it stops at once.
 - A client of an answer no fault touched that leaves after the answer's terminal frame (an SDK closes
   its socket at `[DONE]`) has the source read on for `drain_timeout` seconds at most, so that the
   recording says it ended complete; one that leaves in the middle stops the source, and the recording
@@ -176,6 +176,7 @@ async def answer_live(
             feed.close()
             over()
 
+    transport = exchange.http.transport  # asked after the answer whether the server cut its client off
     task = reading.task = asyncio.ensure_future(make())
     streams.add(task)
     task.add_done_callback(streams.discard)
@@ -210,12 +211,15 @@ async def answer_live(
     finally:
         copy_over()
         if not task.done():
-            if recorder is not None and (acted or (live is not None and _answered(live.sent, exchange))):
-                # Read on for the recording: faults acted on the client's copy, or its client had the answer.
+            # The client's copy ended short of the source's, not by its client's choice: faults acted on it, or
+            # the server cut off a client that took nothing of it.
+            short = acted or host.cut_off(transport)
+            if recorder is not None and (short or (live is not None and _answered(live.sent, exchange))):
+                # Read on for the recording: the copy was cut short, or its client had the answer.
                 draining.add(task)
-                deadline = asyncio.get_running_loop().call_later(read_on if acted else drain_timeout, task.cancel)
+                deadline = asyncio.get_running_loop().call_later(read_on if short else drain_timeout, task.cancel)
                 task.add_done_callback(lambda _: deadline.cancel())
-                if not acted:  # the answer the client had is over when the source's is: noted then, as it ended
+                if not short:  # the answer the client had is over when the source's is: noted then, as it ended
                     exchange.ends_later = True
 
                     def ended(_: object) -> None:

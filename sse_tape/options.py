@@ -573,6 +573,15 @@ _TABLE = (
         help="Close a connection idle this long between requests.",
     ),
     Option(
+        name="send_timeout",
+        group=Group.LISTEN,
+        default="60s",
+        parse=parse_duration,
+        flags=(Flag(names=("--send-timeout",), commands=_SERVING),),
+        help="Cut off a client that takes nothing of its answer for this long (it reads nothing, and what was "
+        "sent fills its socket). What `record` forwards is still recorded whole.",
+    ),
+    Option(
         name="max_connections",
         group=Group.LISTEN,
         kind=int,

@@ -155,6 +155,11 @@ class Host(Protocol):
         """Note in the journal how the exchange's answer ended."""
         ...
 
+    def cut_off(self, transport: asyncio.BaseTransport | None) -> bool:
+        """Whether the server closed this connection because its client took nothing of its answer, rather
+        than the client hanging up."""
+        ...
+
 
 class Responder(Protocol):
     """Answers requests, or passes them on: replay, forwarding to an upstream, and more."""

@@ -55,13 +55,16 @@ class State:
     requests: int
     """How many requests arrived."""
     received: tuple[Request, ...]
-    """The last requests that arrived, bodies and all, in order."""
+    """The last requests that arrived, in order, bodies and all (a store may keep the oldest of them without
+    their bodies: `MemoryStore`)."""
     answered: tuple[str, ...]
     """The ids of the recordings that answered, in order (one each time one answers)."""
     plays: Mapping[str, int]
     """How many times each recording answered, by id; one that never did is not there."""
     misses: tuple[Miss, ...]
-    """The requests nothing answered, each with why."""
+    """The last requests nothing answered, each with why."""
+    missed: int
+    """How many requests nothing answered: `misses` are the last of them."""
     injected: Mapping[str, int]
     """How many times each fault, by its text, was applied."""
     counts: Mapping[FaultKey, int]
@@ -83,7 +86,7 @@ class ReplayStore(Protocol):
         ...
 
     def add_received(self, request: Request) -> None:
-        """Keep a request as it arrived, body and all."""
+        """Keep a request as it arrived, body and all (a store may drop the bodies of the oldest it keeps)."""
         ...
 
     def next_turn(self, key: str) -> int:
@@ -112,7 +115,7 @@ class ReplayStore(Protocol):
         ...
 
     def add_miss(self, miss: Miss) -> None:
-        """Keep a request nothing answered, with why."""
+        """Keep a request nothing answered, with why, and count it (a store may keep only the last ones)."""
         ...
 
     def kept(self, key: str) -> MutableMapping[str, Any]:
@@ -133,22 +136,31 @@ class ReplayStore(Protocol):
 class MemoryStore:
     """A `ReplayStore` in this process's memory: the default.
 
-    What grows with traffic is bounded by `keep`: the last `keep` requests received and recordings answered,
-    and the counts of the last `keep` distinct faults asked for in request headers and applied (one seen
-    longest ago starts over if it comes again), so that no stream of requests can grow it without bound.
+    What grows with traffic is bounded, so that no stream of requests can grow it without bound: by `keep`,
+    the last `keep` requests received and recordings answered, and the counts of the last `keep` distinct
+    faults asked for in request headers and applied (one seen longest ago starts over if it comes again);
+    by `keep_misses`, the last misses (the others are counted); by `keep_bytes`, the requests received: past
+    that many bytes of bodies, heads (method, path, query and headers) and all, the oldest requests kept lose
+    their bodies (`body` empty; their `Content-Length` header, if they sent one, still says how long it was),
+    and past it in heads alone, they go. The newest request is always kept whole.
     """
 
-    def __init__(self, *, keep: int = 10_000) -> None:
+    def __init__(self, *, keep: int = 10_000, keep_misses: int = 1_000, keep_bytes: int = 64 * 2**20) -> None:
         self.keep = keep
+        self.keep_misses = keep_misses
+        self.keep_bytes = keep_bytes
         self._requests = 0
-        self._received: deque[Request] = deque(maxlen=keep)
+        self._received: deque[Request] = deque()
+        self._received_bytes = 0  # what the requests in `_received` hold, heads and bodies
+        self._headless = 0  # how many of the oldest requests kept have lost their bodies
         self._answered: deque[str] = deque(maxlen=keep)
         self._plays: Counter[str] = Counter()
         self._turns: dict[str, int] = {}
         self._placed: dict[int, int] = {}  # the server's faults, by place
         self._asked: OrderedDict[str, int] = OrderedDict()  # faults asked for in headers, by text, newest last
         self._injected: Counter[str] = Counter()
-        self._misses: list[Miss] = []
+        self._misses: deque[Miss] = deque(maxlen=keep_misses)
+        self._missed = 0
         self._kept: dict[str, dict[str, Any]] = {}
 
     def next_request(self) -> int:
@@ -156,7 +168,22 @@ class MemoryStore:
         return self._requests
 
     def add_received(self, request: Request) -> None:
-        self._received.append(request)
+        received = self._received
+        received.append(request)
+        self._received_bytes += _size(request)
+        if len(received) > self.keep:
+            self._received_bytes -= _size(received.popleft())
+            self._headless = max(self._headless - 1, 0)
+        # Past the bytes kept, the oldest requests lose their bodies first, then go.
+        while self._received_bytes > self.keep_bytes and self._headless < len(received) - 1:
+            old = received[self._headless]
+            if old.body:
+                received[self._headless] = Request(old.method, old.path, old.query, old.headers)
+                self._received_bytes -= len(old.body)
+            self._headless += 1
+        while self._received_bytes > self.keep_bytes and len(received) > 1:
+            self._received_bytes -= _size(received.popleft())
+            self._headless = max(self._headless - 1, 0)
 
     def next_turn(self, key: str) -> int:
         turn = self._turns.get(key, 0)
@@ -195,6 +222,7 @@ class MemoryStore:
 
     def add_miss(self, miss: Miss) -> None:
         self._misses.append(miss)
+        self._missed += 1
 
     def kept(self, key: str) -> MutableMapping[str, Any]:
         found = self._kept.get(key)
@@ -210,6 +238,7 @@ class MemoryStore:
             answered=tuple(self._answered),
             plays=dict(self._plays),
             misses=tuple(self._misses),
+            missed=self._missed,
             injected=dict(self._injected),
             counts=counts,
             kept={key: tuple(values) for key, values in self._kept.items()},
@@ -218,6 +247,7 @@ class MemoryStore:
     def reset(self) -> None:
         self._requests = 0
         self._received.clear()
+        self._received_bytes = self._headless = 0
         self._answered.clear()
         self._plays.clear()
         self._turns.clear()
@@ -225,4 +255,11 @@ class MemoryStore:
         self._asked.clear()
         self._injected.clear()
         self._misses.clear()
+        self._missed = 0
         self._kept.clear()
+
+
+def _size(request: Request) -> int:
+    """The bytes a request kept holds: its body, and its head (method, path, query, headers) roughly."""
+    head = len(request.method) + len(request.path) + len(request.query)
+    return head + sum(len(name) + len(value) for name, value in request.headers) + len(request.body)

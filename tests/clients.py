@@ -1,6 +1,10 @@
-"""The official SDKs as the tests' clients: openai, anthropic, and google-genai for the Gemini API."""
+"""The tests' clients: the official SDKs (openai, anthropic, and google-genai for the Gemini API), and clients
+that never read what they are sent."""
 
 from __future__ import annotations
+
+import contextlib
+import socket
 
 import anthropic
 import httpx
@@ -35,3 +39,16 @@ def gemini_client(base_url: str, *, retry: types.HttpRetryOptions | None = None)
     http = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
     options = types.HttpOptions(base_url=base_url, api_version="v1beta", retry_options=retry, httpx_client=http)
     return genai.Client(api_key="test-key", http_options=options)
+
+
+def never_reading(port: int, request: bytes, count: int) -> list[socket.socket]:
+    """`count` clients that each send `request` and read nothing of the answer (their sockets, to close)."""
+    clients = []
+    for _ in range(count):
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", port))
+        with contextlib.suppress(OSError):  # turned away (a 503 and a close) before it said all of it
+            sock.sendall(request)
+        clients.append(sock)
+    return clients

@@ -1,7 +1,9 @@
-"""sse-tape in a process of its own, for the tests that need one: a limit set on it, a signal sent to it."""
+"""sse-tape in a process of its own, for the tests that need one: a limit set on it, a signal sent to it; and
+the descriptors for a thousand clients of it."""
 
 from __future__ import annotations
 
+import resource
 import subprocess
 import sys
 
@@ -13,3 +15,13 @@ def start(args: list[str], *, setup: str = "") -> tuple[subprocess.Popen[str], s
     process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stdout is not None
     return process, process.stdout.readline().split(" at ")[1].split()[0]
+
+
+def descriptors(wanted: int) -> int:
+    """Raise this process's descriptor limit (which the processes it starts inherit) to `wanted`, or as near
+    as the hard limit lets it; returns the limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        soft = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    return wanted if soft == resource.RLIM_INFINITY else soft

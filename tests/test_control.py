@@ -284,6 +284,7 @@ class KeyValues:
             answered=tuple(a for a in self._list("answered") if isinstance(a, str)),
             plays=under("plays "),
             misses=tuple(m for m in self._list("misses") if isinstance(m, Miss)),
+            missed=len(self._list("misses")),
             injected=under("injected "),
             counts=counts,
             kept={
@@ -378,3 +379,34 @@ def test_a_server_keeps_its_replay_state_in_the_store_it_is_given() -> None:
         now = server.control.snapshot()
     assert (now.requests, len(now.received)) == (3, 2)  # the store keeps the last two
     assert store.snapshot().requests == 3
+
+
+def test_the_store_keeps_the_last_misses_and_counts_the_rest_and_a_reset_forgets_them() -> None:
+    store = MemoryStore(keep_misses=3)
+    with run_in_thread(MockServer([numbered(1)], state=store)) as server:
+        for n in range(5):
+            httpx.post(server.url + f"/nowhere/{n}", content=b"{}")
+        now = server.control.snapshot()
+        assert [m.path for m in now.misses] == ["/nowhere/2", "/nowhere/3", "/nowhere/4"]
+        assert now.missed == 5
+        server.control.reset()
+        assert (server.control.snapshot().misses, server.control.snapshot().missed) == ((), 0)
+
+
+def test_past_the_bytes_it_keeps_the_store_keeps_the_oldest_requests_without_their_bodies() -> None:
+    # Each request brings 10,000 bytes of body and a head of a few hundred: past 25,000 bytes, the oldest lose
+    # their bodies (keeping the header that said how long they were), then go; the newest is kept whole,
+    # however large.
+    store = MemoryStore(keep_bytes=25_000)
+    bodies = [str(n).encode() * 10_000 for n in range(4)]
+    with run_in_thread(MockServer([numbered(1)], state=store)) as server:
+        for body in bodies:
+            httpx.post(server.url + "/stream", content=body)
+        received = server.control.snapshot().received
+        assert [r.body for r in received] == [b"", b"", *bodies[2:]]
+        assert [r.header("content-length") for r in received] == ["10000"] * 4
+        httpx.post(server.url + "/stream", content=b"x" * 100_000)
+        [newest] = server.control.snapshot().received
+        assert newest.body == b"x" * 100_000
+        server.control.reset()
+        assert server.control.snapshot().received == ()

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
@@ -325,3 +326,60 @@ def test_a_path_that_only_chooses_the_shape_matches_and_a_miss_shows_the_paths_a
     with pytest.raises(NoMatchError) as info:
         Matcher([cassette]).find(post("/v1beta/models/h:streamGenerateContent", {"contents": []}))
     assert str(info.value).endswith(f"path is '/v1beta/models/h:streamGenerateContent', recorded '{streamed}'")
+
+
+def test_a_miss_shows_the_fields_compared_not_those_ignored() -> None:
+    cassette = Cassette([recording(CHAT, {**HELLO, "user": "ann"}, "hello")])
+    asked = {**HELLO, "user": "bob", "messages": [{"role": "user", "content": "Hi"}]}
+    for redact in (None, lambda request: request):  # as a server has it (its secrets redacted) and as it came
+        with pytest.raises(NoMatchError) as info:
+            Matcher([cassette], ignore_body_fields=["user"], redact=redact).find(post(CHAT, asked))
+        assert str(info.value).endswith('body.messages[0].content is "Hi", recorded "Hello!"')  # not body.user
+
+
+def test_a_miss_with_a_long_path_shows_its_start_and_its_length() -> None:
+    long = CHAT + "/" + "a" * 8000
+    with pytest.raises(NoMatchError) as info:
+        Matcher([Cassette([recording(CHAT, HELLO, "hello")])]).find(post(long, HELLO))
+    message = str(info.value)
+    assert message.startswith(f"no recorded interaction matches POST {long[:100]}... (8,021 characters); closest: ")
+    assert f": path is {long[:100]!r}... (8,021 characters), recorded '{CHAT}';" in message
+    assert len(message) < 1000
+
+
+def test_a_miss_between_two_large_bodies_names_three_differences_and_counts_a_bounded_few_more() -> None:
+    recorded = {f"k{n}": n for n in range(100_000)}
+    asked = {f"k{n}": -n for n in range(100_000)}
+    with pytest.raises(NoMatchError) as info:
+        Matcher([Cassette([recording(CHAT, recorded, "big")])]).find(post(CHAT, asked))
+    assert str(info.value).endswith(
+        "body.k1 is -1, recorded 1, body.k2 is -2, recorded 2, body.k3 is -3, recorded 3 and at least 97 more"
+    )
+
+
+def _explaining(matcher: Matcher, request: Request) -> float:
+    """The least CPU time of a few explanations of `request`'s miss: the cost, with what else the machine does
+    left out as far as it can be."""
+    spent = []
+    for _ in range(5):
+        start = time.process_time()
+        matcher.explain_miss(request)
+        spent.append(time.process_time() - start)
+    return min(spent)
+
+
+def test_what_a_miss_costs_to_explain_does_not_grow_with_the_paths_length_or_the_cassettes_size() -> None:
+    # A bound that only the bug breaks, not a time: the same miss with a path 400 times longer, and against a
+    # cassette 80 times larger, costs about as much (before, 150 times and 80 times as much).
+    def cassette(size: int) -> Cassette:
+        return Cassette([recording(f"{CHAT}/{n}", {**HELLO, "n": n}, str(n)) for n in range(size)])
+
+    small, large = Matcher([cassette(64)]), Matcher([cassette(64 * 80)])
+    short = post(CHAT + "/x" * 10, HELLO)
+    long = post(CHAT + "/x" * 4000, HELLO)
+    for cheap, dear in (
+        (lambda: _explaining(small, short), lambda: _explaining(small, long)),
+        (lambda: _explaining(small, short), lambda: _explaining(large, short)),
+    ):
+        cheap(), dear()  # each path of the code run once before it is timed
+        assert dear() < 10 * max(cheap(), 1e-4)

@@ -165,7 +165,9 @@ def test_serve_options_build_takes_the_tables_answer_options_with_their_defaults
     for field in fields(ServeOptions):
         assert getattr(built, field.name) == OPTIONS[field.name].value, field.name
     assert built.pace == Pacing.parse("recorded")
-    assert Limits() == Limits(request_timeout=10.0, keep_alive=60.0, max_connections=Limits().max_connections)
+    assert Limits() == Limits(
+        request_timeout=10.0, keep_alive=60.0, max_connections=Limits().max_connections, send_timeout=60.0
+    )
 
 
 def test_one_record_mode_enum_for_the_cli_and_the_plugin(plugin_only: pytest.Pytester) -> None:

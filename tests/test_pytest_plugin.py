@@ -911,6 +911,42 @@ def test_plays(wider, sse_tape_module):
     assert sum("(POST /v1/embeddings)" in line for line in result.stdout.lines if not line.startswith("ERROR ")) == 1
 
 
+def test_past_the_misses_kept_a_test_says_how_many_more_and_one_outside_any_test_is_still_told(
+    tester: pytest.Pytester,
+) -> None:
+    # The server keeps its last 1,000 misses and counts the rest: the test's problems end with the count of those
+    # not kept, and a miss after the test (a wider fixture's teardown) is still told as the scope's.
+    greeting_cassette(tester.path / "cassettes" / "test_flood.toml")
+    tester.makepyfile(
+        test_flood="""
+import httpx
+import pytest
+
+@pytest.fixture(scope="module")
+def wider(sse_tape_module):
+    yield
+    assert httpx.post(f"{sse_tape_module.openai_url}/teardown", json={}).status_code == 404
+
+def test_floods(wider, sse_tape_module):
+    with httpx.Client() as client:
+        for n in range(1003):
+            assert client.post(f"{sse_tape_module.openai_url}/nowhere/{n}", json={}).status_code == 404
+"""
+    )
+    result = tester.runpytest_subprocess()
+    result.assert_outcomes(passed=1, errors=1)  # at the test's teardown, the last of the module's: both told there
+    output = result.stdout.str()
+    assert "request 1 (POST /v1/nowhere/0)" not in output
+    assert output.count("(POST /v1/nowhere/1002) matched no recording") == 1
+    result.stdout.fnmatch_lines(
+        [
+            "sse-tape: request 4 (POST /v1/nowhere/3) matched no recording: *",
+            "and 3 earlier requests matched no recording (not kept)",
+            "sse-tape (module scope): request 1004 (POST /v1/teardown), outside any test, matched no recording: *",
+        ]
+    )
+
+
 def test_a_test_using_both_shared_servers_starts_each_over_and_fails_on_a_miss_at_either(
     tester: pytest.Pytester,
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import gzip
+import itertools
 import json
 import re
 import shutil
@@ -22,10 +23,10 @@ from urllib.parse import quote, urlencode
 import httpx
 import openai
 import pytest
-from clients import openai_client
+from clients import never_reading, openai_client
 from httpx_sse import aconnect_sse
 from planted import NEEDLES, PLANTED, one_line
-from processes import start
+from processes import descriptors, start
 from upstream import Upstream, chat_chunk
 from waits import SAFETY_NET, auntil, until
 
@@ -53,7 +54,7 @@ from sse_tape.cassette import Injection
 from sse_tape.journal import Ended, FaultInjected, Matched, Received
 from sse_tape.record import Forwarder
 from sse_tape.redaction import REDACTED, Redaction, find_secrets
-from sse_tape.server import run_in_thread
+from sse_tape.server import Limits, run_in_thread
 from sse_tape.upstream import parse_upstream
 
 CHAT_1 = "/v1/chat/completions?events=1"
@@ -2029,3 +2030,67 @@ async def test_a_large_body_is_redacted_and_recorded_whole(upstream: Upstream, t
     assert b"SECRET-IN-A-LARGE-BODY" not in cassette.read_bytes()
     recorded = Cassette.load(cassette).interactions[0].request.json()
     assert recorded == {**body, "api_key": REDACTED}
+
+
+async def test_a_client_that_reads_nothing_is_cut_off_and_the_upstreams_answer_still_recorded_whole(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    # 150 events of 64 KB over 6 s, to a client that reads none of them: once the system's buffers are full (a few
+    # MB) and the client has taken nothing for the send timeout, the server cuts it off, and reads the upstream
+    # on to its end for the cassette (it was recorded client-gone, cut short where the client stopped).
+    cassette = tmp_path / "c.toml"
+    path = "/v1/chat/completions?events=150&gap=0.04&pad=65536"
+    async with arecording(cassette, upstream.url, limits=Limits(send_timeout=0.5)) as proxy:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        loop = asyncio.get_running_loop()
+        await loop.sock_connect(sock, ("127.0.0.1", proxy.port))
+        await loop.sock_sendall(
+            sock, f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{{}}".encode()
+        )
+        await auntil(lambda: proxy.stats()["stalled_connections"] == 1, "the client cut off")
+        async with asyncio.timeout(SAFETY_NET):
+            await proxy.control.idle()
+        sock.close()
+    [interaction] = Cassette.load(cassette).interactions
+    assert interaction.response.end is End.COMPLETE
+    assert interaction.response.body == b"".join(chat_chunk(n, pad=65536) for n in range(150)) + b"data: [DONE]\n\n"
+
+
+def test_clients_that_never_read_cannot_keep_a_reading_client_out_of_a_recorder(
+    threaded_upstream: Upstream, tmp_path: Path
+) -> None:
+    # A thousand clients (as many as the descriptors allow) each have a request forwarded and recorded, and read
+    # nothing of the answer, against a recorder that takes 100 connections and keeps them alive ten minutes:
+    # the first hundred keep them, idle, until a new client takes the place of one. A reading client, on a new
+    # connection each time, is answered throughout (before, turned away with 503s until the keep-alive ran out).
+    count = min(1000, descriptors(1400) - 300)
+    cassette = tmp_path / "c.toml"
+    args = ["record", "--upstream", threaded_upstream.url, "-c", str(cassette), "--port", "0", "-q"]
+    process, url = start([*args, "--max-connections", "100", "--keep-alive", "600s"])
+    port = int(url.rsplit(":", 1)[1])
+    flood: list[socket.socket] = []
+    try:
+        for n in range(count):
+            body = json.dumps({"flood": n}).encode()
+            head = (
+                f"POST /v1/chat/completions?events=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(body)}\r\n\r\n"
+            )
+            flood += never_reading(port, head.encode() + body, 1)
+        asked = itertools.count()
+
+        def answered() -> bool:
+            with httpx.Client(timeout=SAFETY_NET) as client:  # a connection of its own
+                got = client.post(url + "/v1/chat/completions?events=1", json={"reader": next(asked)})
+            return (got.status_code, got.content) == (200, chat_chunk(0) + b"data: [DONE]\n\n")
+
+        until(answered, "a first answer")
+        assert all(answered() for _ in range(20))
+    finally:
+        for sock in flood:
+            sock.close()
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=SAFETY_NET)
+    assert "Traceback" not in err
+    assert len(Cassette.load(cassette).interactions) >= 21

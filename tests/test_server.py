@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
 import os
@@ -19,7 +20,7 @@ import httpx
 import openai
 import processes
 import pytest
-from clients import openai_client
+from clients import never_reading, openai_client
 from httpx_sse import connect_sse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -597,6 +598,85 @@ async def test_a_client_that_does_not_read_holds_a_paced_stream_back() -> None:
     assert 0 < ended.bytes < sum(map(len, events)) / 2
 
 
+async def test_a_client_that_takes_nothing_of_its_answer_is_cut_off_after_the_send_timeout() -> None:
+    # 20 MB due at once to a client that reads nothing: its socket's buffer fills, and once it has taken nothing
+    # for the send timeout, the server closes the connection; the stream ends as its client's going would.
+    events = [b"data: " + b"x" * 65536 + b"\n\n"] * 300
+    limits = Limits(send_timeout=0.5)
+    async with MockServer([_paced(events, 0.0)], options=ServeOptions.build(pace="instant"), limits=limits) as server:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        loop = asyncio.get_running_loop()
+        await loop.sock_connect(sock, ("127.0.0.1", server.port))
+        await loop.sock_sendall(sock, b"POST /stream HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+        await auntil(lambda: server.stats()["stalled_connections"] == 1, "the client cut off")
+        async with asyncio.timeout(SAFETY_NET):
+            await server.control.idle()
+            got = 0
+            with contextlib.suppress(ConnectionResetError):
+                while piece := await loop.sock_recv(sock, 65536):  # what was sent before, then the close
+                    got += len(piece)
+        sock.close()
+        [ended] = [e for e in server.control.journal if isinstance(e, Ended)]
+    assert ended.end is End.CLIENT_GONE
+    assert got < sum(map(len, events)) / 2
+
+
+async def test_beyond_the_limit_a_new_connection_takes_the_place_of_an_idle_or_stalled_one() -> None:
+    # Five connections at most: two idle after their answer, three whose clients read none of a 20 MB stream.
+    # Each new one takes the place of the one that gave way longest ago; past them, a 503.
+    small = Interaction(Request("GET", "/small"), Response(200, SSE_HEAD, (Chunk(0.0, b"data: x\n\n"),)))
+    big = _paced([b"data: " + b"x" * 65536 + b"\n\n"] * 300, 0.0)
+    limits = Limits(max_connections=5)
+    options = ServeOptions.build(pace="instant", match_on="method,path")
+    async with MockServer([Cassette([small, *big.interactions])], options=options, limits=limits) as server:
+        loop = asyncio.get_running_loop()
+
+        def scenario() -> tuple[list[bytes], list[bool]]:
+            idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(2)]
+            for sock in idle:
+                sock.sendall(b"GET /small HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert _answered(sock).endswith(b"data: x\n\n\r\n0\r\n\r\n")
+            stalled = []
+            for _ in range(3):
+                sock = socket.socket()
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                sock.connect(("127.0.0.1", server.port))
+                sock.sendall(b"POST /stream HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+                stalled.append(sock)
+            until(lambda: _stat(server, loop, "idle_or_stalled_connections") == 5, "five that may give way")
+            # Five new readers, one after the other, each answered in the place of the one that gave way first
+            # (each keeps its connection, idle after its answer, and younger than the others).
+            answers, readers = [], []
+            for _ in range(5):
+                readers.append(sock := socket.create_connection(("127.0.0.1", server.port)))
+                sock.sendall(b"GET /small HTTP/1.1\r\nHost: x\r\n\r\n")
+                answers.append(_answered(sock))
+            closed = [_closed_within(sock, 30) for sock in [*idle, *stalled]]
+            for sock in readers:
+                sock.close()
+            return answers, closed
+
+        answers, closed = await loop.run_in_executor(None, scenario)
+        stats = server.stats()
+    assert all(answer.endswith(b"data: x\n\n\r\n0\r\n\r\n") for answer in answers)
+    assert closed == [True] * 5
+    assert (stats["evicted_connections"], stats["refused_connections"]) == (5, 0)
+
+
+SSE_HEAD = (("content-type", "text/event-stream"),)
+
+
+def _stat(server: MockServer, loop: asyncio.AbstractEventLoop, name: str) -> int:
+    """One of the server's `stats()`, read on its event loop from another thread."""
+
+    async def read() -> int:
+        return server.stats()[name]
+
+    return asyncio.run_coroutine_threadsafe(read(), loop).result()
+
+
 def _waiting(sock: socket.socket) -> bool:
     """Whether bytes wait to be read on a non-blocking socket (left there)."""
     try:
@@ -757,6 +837,90 @@ async def test_connections_beyond_the_limit_get_a_503_and_the_rest_are_served() 
         [refused], status = await loop.run_in_executor(None, scenario)
     assert refused.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
     assert status == 200
+
+
+def _rss(pid: int) -> int:
+    """The resident set of a process, in bytes."""
+    with open(f"/proc/{pid}/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _stopped(process: subprocess.Popen[str]) -> str:
+    """Stop a server started by `processes.start` (SIGINT), and return what it wrote on stderr."""
+    process.send_signal(signal.SIGINT)
+    return process.communicate(timeout=SAFETY_NET)[1]
+
+
+async def test_a_flood_of_misses_with_long_paths_leaves_others_answered_and_is_given_back_at_a_reset() -> None:
+    # Eight clients send misses with 8 KB paths, while another's ordinary requests are answered; then a reset gives
+    # back what the misses left (the misses kept, the requests received, the journal). The same flood comes
+    # first, so that the caches of the process (aiohttp's, yarl's) hold before what they hold after.
+    process, url = processes.start(["serve", "--port", "0", "-q", "--pace", "instant"])
+    long = "/v1/chat/completions/" + "a" * 8000
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=SAFETY_NET) as client:
+
+            async def misses(count: int, tag: str) -> None:
+                async def one(k: int) -> None:
+                    for n in range(count // 8):
+                        assert (await client.post(f"{long}/{tag}{k}-{n}", json=CHAT)).status_code == 404
+
+                await asyncio.gather(*(one(k) for k in range(8)))
+
+            await misses(2000, "warm")
+            assert (await client.post("/__sse_tape__/reset", json={})).status_code == 200
+            before = _rss(process.pid)
+            flood = asyncio.ensure_future(misses(2000, "flood"))
+            answered = 0
+            while not flood.done():
+                got = await client.post("/v1/chat/completions", json=CHAT)
+                assert (got.status_code, got.text.endswith("data: [DONE]\n\n")) == (200, True)
+                answered += 1
+            await flood
+            flooded = _rss(process.pid)
+            assert (await client.post("/__sse_tape__/reset", json={})).status_code == 200
+            after = _rss(process.pid)
+    finally:
+        _stopped(process)
+    assert answered > 0
+    assert flooded > 1.2 * before  # what the flood left: a reset had something to give back
+    assert after < 1.1 * before
+
+
+def test_clients_that_never_read_cannot_keep_a_reading_client_out(tmp_path: Path) -> None:
+    # A thousand clients (as many as the descriptors allow) ask for a 4 MB stream and read none of it, against a
+    # server that takes 100 connections: once one has stopped reading, a new client takes its place. A reading
+    # client, on a new connection each time, is answered throughout (before, turned away with 503s for good).
+    stream = [Chunk(0.0, b"data: " + b"x" * 65536 + b"\n\n")] * 64 + [Chunk(600.0, b"data: end\n\n")]
+    cassette = Cassette(
+        [
+            Interaction(Request("POST", "/stream", body=b"{}"), Response(200, SSE_HEAD, tuple(stream))),
+            Interaction(Request("GET", "/small"), Response(200, SSE_HEAD, (Chunk(0.0, b"data: x\n\n"),))),
+        ],
+        path=tmp_path / "floods.msgpack",
+    )
+    cassette.save()
+    count = min(1000, processes.descriptors(1400) - 300)
+    process, url = processes.start(["serve", str(cassette.path), "--port", "0", "-q", "--max-connections", "100"])
+    port = int(url.rsplit(":", 1)[1])
+    flood: list[socket.socket] = []
+    try:
+        flood = never_reading(port, b"POST /stream HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", count)
+
+        def answered() -> bool:
+            with httpx.Client(timeout=SAFETY_NET) as client:  # a connection of its own
+                got = client.get(url + "/small")
+            return (got.status_code, got.text) == (200, "data: x\n\n")
+
+        until(answered, "a first answer")  # once the flood's streams have stalled
+        assert all(answered() for _ in range(20))
+        stats = httpx.get(url + "/__sse_tape__/stats").json()
+    finally:
+        for sock in flood:
+            sock.close()
+        err = _stopped(process)
+    assert stats["evicted_connections"] >= 1  # the place each reader takes is its last one's, once it has one
+    assert "Traceback" not in err
 
 
 def test_a_request_that_is_not_http_is_one_line_on_stderr() -> None:

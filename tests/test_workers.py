@@ -14,6 +14,9 @@ import httpx
 import processes
 import pytest
 from clients import openai_client
+from waits import SAFETY_NET, until
+
+from sse_tape import Cassette, Chunk, Interaction, Request, Response
 
 ROOT = Path(__file__).parent.parent
 
@@ -146,3 +149,44 @@ def test_an_unknown_host_is_said_in_the_resolvers_words() -> None:
         2,
         "Error: cannot listen on no-such-host.invalid:8080: Name or service not known\n",
     )
+
+
+def descriptors_of(pids: list[int]) -> int:
+    """How many descriptors these processes hold in all."""
+    return sum(len(os.listdir(f"/proc/{pid}/fd")) for pid in pids)
+
+
+def test_workers_give_back_the_descriptors_of_clients_gone_while_their_pipelined_requests_waited(
+    tmp_path: Path,
+) -> None:
+    # A thousand clients (as many as the descriptors allow) each send 40 requests at once for a stream that
+    # waits ten minutes after its first event, read nothing, and hang up. aiohttp stops reading a client that
+    # many requests ahead, so the system told the workers nothing: they held the descriptors until each
+    # stream's next write (986 of 1,000 three seconds later). Now a worker asks, and closes them.
+    stream = (Chunk(0.0, b"data: first\n\n"), Chunk(600.0, b"data: late\n\n"))
+    head = (("content-type", "text/event-stream"),)
+    cassette = Cassette([Interaction(Request("GET", "/late"), Response(200, head, stream))], path=tmp_path / "c.toml")
+    cassette.save()
+    count = min(1000, processes.descriptors(2400) - 300)
+    process, url = processes.start(["serve", str(cassette.path), "--workers", "2", "--port", "0", "-q"])
+    clients: list[socket.socket] = []
+    try:
+        pids = workers_of(process)
+        before = descriptors_of(pids)
+        for _ in range(count):
+            sock = socket.socket()
+            sock.connect(("127.0.0.1", int(url.rsplit(":", 1)[1])))
+            sock.sendall(b"GET /late HTTP/1.1\r\nHost: x\r\n\r\n" * 40)
+            clients.append(sock)
+        for sock in clients:  # each has its first event, unread: its hanging up resets the connection
+            sock.settimeout(SAFETY_NET)
+            sock.recv(1, socket.MSG_PEEK)
+        assert descriptors_of(pids) >= before + count
+        for sock in clients:
+            sock.close()
+        until(lambda: descriptors_of(pids) <= before, "the descriptors given back")
+    finally:
+        for sock in clients:
+            sock.close()
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=SAFETY_NET)

@@ -1,10 +1,11 @@
 """A small SSE server of our own, for the upstream behaviour llama_cpp.server will not show on demand.
 
 Routes:
-- `POST /v1/chat/completions?events=N&gap=S&linger=L`: N chat chunks S seconds apart, then (when the
-  body asks with `stream_options.include_usage`) a usage chunk with no choices, as OpenAI sends it, then
-  `[DONE]`, then L seconds before the body ends, with OpenAI's organization header; it counts client
-  disconnects and notes when it wrote its last event.
+- `POST /v1/chat/completions?events=N&gap=S&linger=L&pad=P`: N chat chunks S seconds apart (each with P
+  bytes more of content, `chat_chunk(n, pad=P)`), then (when the body asks with
+  `stream_options.include_usage`) a usage chunk with no choices, as OpenAI sends it, then `[DONE]`, then L
+  seconds before the body ends, with OpenAI's organization header; it counts client disconnects and notes
+  when it wrote its last event.
 - `GET /reset`: two events, then a TCP reset.
 - `GET /stall`: one event, then silence until the client goes.
 - `POST /limited`: a 429 JSON error with `Retry-After: 7`.
@@ -32,8 +33,8 @@ SSE = {"content-type": "text/event-stream", "cache-control": "no-cache"}
 HEAD = {"id": "chatcmpl-up", "object": "chat.completion.chunk", "created": 1763790000, "model": "up"}
 
 
-def chat_chunk(n: int) -> bytes:
-    payload = {**HEAD, "choices": [{"index": 0, "delta": {"content": f" w{n}"}, "finish_reason": None}]}
+def chat_chunk(n: int, *, pad: int = 0) -> bytes:
+    payload = {**HEAD, "choices": [{"index": 0, "delta": {"content": f" w{n}" + "x" * pad}, "finish_reason": None}]}
     return f"data: {json.dumps(payload)}\n\n".encode()
 
 
@@ -100,12 +101,13 @@ class Upstream:
         events, gap = int(request.query.get("events", "5")), float(request.query.get("gap", "0.05"))
         body = await request.read()
         self.seen_bodies.append(body)
+        pad = int(request.query.get("pad", "0"))
         try:
             options = json.loads(body).get("stream_options") or {}
         except (ValueError, AttributeError):
             options = {}
         usage = [usage_chunk(events)] if options.get("include_usage") else []
-        chunks = [chat_chunk(n) for n in range(events)] + usage + [b"data: [DONE]\n\n"]
+        chunks = [chat_chunk(n, pad=pad) for n in range(events)] + usage + [b"data: [DONE]\n\n"]
         response = await self._stream(request, chunks, gap, **{"openai-organization": "org-ORG-SECRET-8"})
         await asyncio.sleep(float(request.query.get("linger", "0")))
         await response.write_eof()

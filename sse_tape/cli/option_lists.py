@@ -95,6 +95,7 @@ class Listening:
     """Where each request is logged; None with --quiet."""
     request_timeout: float
     keep_alive: float
+    send_timeout: float
     max_connections: int | None
     """None: what the descriptor limit leaves room for."""
     allow_remote_control: bool

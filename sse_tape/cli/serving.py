@@ -30,7 +30,12 @@ def server_arguments(listening: Listening) -> dict[str, Any]:
         "host": listening.host,
         "port": listening.port,
         "log": listening.log,
-        "limits": Limits(request_timeout=listening.request_timeout, keep_alive=listening.keep_alive, **max_connections),
+        "limits": Limits(
+            request_timeout=listening.request_timeout,
+            keep_alive=listening.keep_alive,
+            send_timeout=listening.send_timeout,
+            **max_connections,
+        ),
         "allow_remote_control": listening.allow_remote_control,
         "allowed_hosts": listening.allowed_hosts,
         "cors_origins": listening.cors_origins,

@@ -64,8 +64,10 @@ BUILT_IN: tuple[type[Protocol], ...] = (
 )
 """The dialects sse-tape comes with, in the order they are asked about a path or a stream."""
 
-# How many paths `for_path` remembers the dialect of: requests come for the same few.
+# How many paths `for_path` remembers the dialect of: requests come for the same few. A long one is not
+# remembered: a client that sends kilobytes of path, a new one each time, would fill it with them.
 _PATHS = 1024
+_REMEMBERED = 256  # characters of a path, at most
 
 
 class Registry(Mapping[str, Protocol]):
@@ -107,9 +109,10 @@ class Registry(Mapping[str, Protocol]):
         except KeyError:
             pass
         found = next((dialect for dialect in self._everyone().values() if dialect.serves_path(path)), None)
-        if len(self._paths) >= _PATHS:
-            self._paths.clear()
-        self._paths[path] = found
+        if len(path) <= _REMEMBERED:
+            if len(self._paths) >= _PATHS:
+                self._paths.clear()
+            self._paths[path] = found
         return found
 
     def detect(self, interaction: Interaction) -> Protocol | None:

@@ -34,6 +34,12 @@ upstream's answer, and replays.
 A miss names the closest recordings (those that fewest matchers disagree
 with, then with the fewest body differences, then with the most alike path)
 and what each matcher that disagrees says, the request's secrets redacted.
+What an explanation costs is bounded, whatever the request and the
+cassettes: it compares at most `_CANDIDATES` recordings (all of a cassette
+that small; else those of the request's path first, then one of each other
+path, then the rest, in the order loaded), the likeness of paths by their
+first `_LIKENESS` characters, and at most 100 differences of two bodies; it
+shows the first 100 characters of a long path (`matchers.shown`).
 
 Among the recordings that agree, the one whose body is most alike wins (see
 `_likeness`), so with `match_on=("method", "path")` a request with `tools`
@@ -59,7 +65,7 @@ from ..dialects import Protocol as Dialect
 from ..dialects import for_path
 from ..dialects.protocol import RequestMatcher
 from ..state import MemoryStore, ReplayStore, recording_id
-from .matchers import AGREES, BUILT_IN, MatchOn, body_differences
+from .matchers import AGREES, BUILT_IN, MatchOn, body_differences, shown
 from .registry import MATCHERS
 
 __all__ = ["CUT_SHORT", "DEFAULT_MATCH_ON", "Matcher", "asks_for_stream", "is_streamed", "last_event_id"]
@@ -77,6 +83,13 @@ _NOT_YET: Any = object()  # a part of a request not worked out yet
 
 # What the very same request agrees on: every built-in matcher.
 _EVERY_PART = tuple(AGREES[matcher] for matcher in BUILT_IN.values())
+
+#: How many recordings a miss's explanation compares with the request, at most.
+_CANDIDATES = 64
+
+#: How many characters of two paths a miss's explanation compares for likeness (`SequenceMatcher` takes time
+#: that grows with the product of their lengths).
+_LIKENESS = 64
 
 
 def asks_for_stream(request: Request) -> bool | None:
@@ -191,6 +204,7 @@ class Matcher:
         self._shapes: list[bool | None] = []  # whether each successful answer streams; None: an error answer
         self._last_ids: list[str | None] = []  # the Last-Event-ID each was recorded with
         self._cut: list[bool] = []  # whether each was cut short on the recording side
+        self._paths: dict[str, list[int]] = {}  # the recordings of each path, as compared: a miss's candidates
         for cassette in cassettes:
             rule = self._rule(cassette)
             for n, interaction in enumerate(cassette.interactions, 1):
@@ -225,7 +239,9 @@ class Matcher:
         self._ids.append(None)
         self.recordings.append(recording)
         self._rules.append(rule)
-        self._compared.append(_as_compared(request, rule.ignore, self.reshape, self._apis[request.path]))
+        compared = _as_compared(request, rule.ignore, self.reshape, self._apis[request.path])
+        self._compared.append(compared)
+        self._paths.setdefault(compared.path, []).append(len(self.recordings) - 1)
         response = recording.interaction.response
         self._shapes.append(is_streamed(recording.interaction) if 200 <= response.status < 300 else None)
         self._last_ids.append(last_event_id(recording.interaction.request))
@@ -329,29 +345,53 @@ class Matcher:
         return self.recordings[n]
 
     def explain_miss(self, request: Request, *, limit: int = 3) -> str:
-        """A message naming the closest recordings and how each differs from `request`."""
-        head = f"no recorded interaction matches {request.method} {request.path}"
+        """A message naming the closest recordings and how each differs from `request` (of those compared:
+        see the module)."""
+        head = f"no recorded interaction matches {shown(request.method)} {shown(request.path)}"
         if not self.recordings:
             return head + " (no interactions are loaded)"
         asked = _Asked(request, self)
-        shown = _Asked(_same_json(self.redact(request), request), self) if self.redact is not None else asked
+        shown_as = _Asked(_same_json(self.redact(request), request), self) if self.redact is not None else asked
+        likeness: dict[str, float] = {}  # of each recorded path compared, to the request's
         ranked = []
-        for n, rec in enumerate(self.recordings):
-            parts, body_diffs = self._differences(request, asked, shown, n)
+        for n in self._candidates(asked):
+            rec = self.recordings[n]
+            parts, body_diffs = self._differences(request, asked, shown_as, n)
             # Fewer disagreeing matchers first, then fewer body differences, then the most alike
             # path (a typo'd path names its neighbour), then recorded order.
-            path_likeness = SequenceMatcher(None, request.path, rec.interaction.request.path).ratio()
-            ranked.append(((len(parts), body_diffs, -path_likeness, n), rec, parts))
+            there = rec.interaction.request.path
+            if there not in likeness:
+                likeness[there] = SequenceMatcher(None, request.path[:_LIKENESS], there[:_LIKENESS]).ratio()
+            ranked.append(((len(parts), body_diffs, -likeness[there], n), rec, parts))
         ranked.sort(key=lambda row: row[0])
         closest = [f"{rec}: {'; '.join(parts)}" for _, rec, parts in ranked[:limit]]
         return f"{head}; closest: " + " | ".join(closest)
+
+    def _candidates(self, asked: _Asked) -> list[int]:
+        """The recordings a miss's explanation compares with a request: every one, up to `_CANDIDATES`; past
+        that, those of the request's path first, then one of each other path, then the rest, in the order they
+        were loaded, until there are `_CANDIDATES`."""
+        count = len(self.recordings)
+        if count <= _CANDIDATES:
+            return list(range(count))
+        path = asked.compared(self._rules[0]).path  # a rule chooses the fields cut, not the path
+        chosen = dict.fromkeys(self._paths.get(path, ())[:_CANDIDATES])
+        for others in self._paths.values():
+            if len(chosen) >= _CANDIDATES:
+                break
+            chosen.setdefault(others[0])
+        n = 0
+        while len(chosen) < _CANDIDATES:  # fewer paths than candidates: there are more recordings than chosen
+            chosen.setdefault(n)
+            n += 1
+        return sorted(chosen)
 
     def _agrees(self, asked: _Asked, n: int) -> bool:
         rule = self._rules[n]
         here, there = asked.compared(rule), self._compared[n]
         return all(agrees(here, there) for agrees in rule.agrees)
 
-    def _differences(self, request: Request, asked: _Asked, shown: _Asked, n: int) -> tuple[list[str], int]:
+    def _differences(self, request: Request, asked: _Asked, shown_as: _Asked, n: int) -> tuple[list[str], int]:
         """How request and recording n disagree: what each disagreeing matcher says, shown on both sides as
         `redact` has them, and how many differences their bodies have when the body matcher is one of them."""
         rule = self._rules[n]
@@ -361,17 +401,24 @@ class Matcher:
         now, then = last_event_id(request), self._last_ids[n]
         if now != then and not (then is None and self.resume):
             parts.append(f"Last-Event-ID is {_show_id(now)}, recorded {_show_id(then)}")
-        # What the texts show: both sides redacted alike, with the paths they came with (not shapeless).
+        # What the texts show: both sides redacted alike, with the paths they came with (not shapeless), and
+        # the fields the rule ignores cut from both.
         said_of: tuple[Request, Request] | None = None
         for name, matcher, agrees in zip(rule.names, rule.matchers, rule.agrees, strict=True):
             if agrees(here, there):
                 continue
             if said_of is None:
-                # Whole, at the paths they came with, their bodies parsed once (a large one is slow to parse).
                 original = self.recordings[n].interaction.request
-                recorded = _same_json(self.redact(original), original) if self.redact is not None else original
-                ours = shown.request
-                said_of = (ours.with_json(request.path, ours.body, ours.json()), recorded)
+                if self.redact is not None:
+                    redacted = _same_json(self.redact(original), original)
+                    recorded = _as_compared(redacted, rule.ignore, self.reshape, self._apis[original.path])
+                else:
+                    recorded = there
+                asked_as = shown_as.compared(rule)
+                said_of = (
+                    asked_as.with_json(request.path, asked_as.body, asked_as.json()),
+                    recorded.with_json(original.path, recorded.body, recorded.json()),
+                )
             said = matcher(*said_of)
             parts.append(said if said is not None else f"{name} differs in secrets only")
             if name == MatchOn.BODY:

@@ -14,6 +14,7 @@ recorded value that was redacted (`REDACTED`) stands for any value.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 from enum import StrEnum
@@ -23,11 +24,17 @@ from urllib.parse import parse_qsl, quote
 from ..cassette import REDACTED, Request
 from ..dialects.protocol import RequestMatcher
 
-__all__ = ["AGREES", "BUILT_IN", "MatchOn", "body", "body_differences", "method", "path", "query"]
+__all__ = ["AGREES", "BUILT_IN", "MatchOn", "body", "body_differences", "method", "path", "query", "shown"]
 
 _MISSING: Any = object()
 # The marker as a redacted path segment or form field holds it.
 _QUOTED_MARKER = quote(REDACTED, safe="")
+
+#: How much of a method, path or query a matcher's text shows: a request may send kilobytes of it.
+_SHOWN = 100
+
+#: How many of two bodies' differences are looked for, at most: enough to rank and to name the first three.
+_COUNTED = 100
 
 
 class MatchOn(StrEnum):
@@ -39,45 +46,59 @@ class MatchOn(StrEnum):
     BODY = "body"
 
 
+def shown(text: str) -> str:
+    """A method, path or query as a miss's explanation shows it: whole up to 100 characters, else its first
+    100 and how long it is."""
+    return text if len(text) <= _SHOWN else f"{text[:_SHOWN]}... ({len(text):,} characters)"
+
+
+def _quoted(text: str) -> str:
+    return repr(text) if len(text) <= _SHOWN else f"{text[:_SHOWN]!r}... ({len(text):,} characters)"
+
+
 def method(request: Request, recorded: Request) -> str | None:
     """The HTTP method, in any case."""
     if _same_method(request, recorded):
         return None
-    return f"method is {request.method!r}, recorded {recorded.method!r}"
+    return f"method is {_quoted(request.method)}, recorded {_quoted(recorded.method)}"
 
 
 def path(request: Request, recorded: Request) -> str | None:
     """The path, exactly, where a segment recorded redacted (it held a credential) stands for any segment."""
     if _same_path(request, recorded):
         return None
-    return f"path is {request.path!r}, recorded {recorded.path!r}"
+    return f"path is {_quoted(request.path)}, recorded {_quoted(recorded.path)}"
 
 
 def query(request: Request, recorded: Request) -> str | None:
     """The query's parameters, in any order."""
     if _same_query(request, recorded):
         return None
-    return f"query is {request.query!r}, recorded {recorded.query!r}"
+    return f"query is {_quoted(request.query)}, recorded {_quoted(recorded.query)}"
 
 
 def body(request: Request, recorded: Request) -> str | None:
     """The body: JSON compared as data (key order and whitespace do not matter), anything else as bytes.
 
     The text names the first three differences by their JSON path (`body.messages[0].content is "Hi",
-    recorded "Hello!"`) and counts the rest.
+    recorded "Hello!"`) and counts the rest (up to 100: past that, `at least 97 more`).
     """
     if _same_body(request, recorded):
         return None
-    found = _json_diff(_comparable(request), _comparable(recorded), "body")
-    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+    found = _json_diff(_comparable(request), _comparable(recorded), "body", [])
+    if len(found) >= _COUNTED:
+        more = f" and at least {_COUNTED - 3} more"
+    else:
+        more = f" and {len(found) - 3} more" if len(found) > 3 else ""
     return ", ".join(found[:3]) + more if found else "body differs"
 
 
 def body_differences(request: Request, recorded: Request) -> list[str]:
-    """Every difference between two bodies, as `body`'s text names them (none when they agree)."""
+    """The differences between two bodies, as `body`'s text names them (none when they agree): the first 100
+    found, at most, so that two large bodies cost no more to compare than that."""
     if _same_body(request, recorded):
         return []
-    return _json_diff(_comparable(request), _comparable(recorded), "body")
+    return _json_diff(_comparable(request), _comparable(recorded), "body", [])
 
 
 def _same_method(request: Request, recorded: Request) -> bool:
@@ -181,17 +202,27 @@ def _first(items: Any, room: list[int]) -> Any:
         yield item
 
 
-def _json_diff(a: Any, b: Any, where: str) -> list[str]:
-    """Where two JSON values differ, as `path: here X, recorded Y` strings."""
+def _json_diff(a: Any, b: Any, where: str, found: list[str]) -> list[str]:
+    """Where two JSON values differ, as `path: here X, recorded Y` strings, added to `found` until it holds
+    `_COUNTED` of them; returns `found`."""
+    if len(found) >= _COUNTED:
+        return found
     if isinstance(a, dict) and isinstance(b, dict):
-        out: list[str] = []
-        for key in [*a, *(k for k in b if k not in a)]:
+        for key in itertools.chain(a, (k for k in b if k not in a)):
             av, bv = a.get(key, _MISSING), b.get(key, _MISSING)
             if av != bv:
-                out.extend(_json_diff(av, bv, f"{where}.{key}"))
-        return out
+                _json_diff(av, bv, f"{where}.{key}", found)
+                if len(found) >= _COUNTED:
+                    break
+        return found
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in _json_diff(x, y, f"{where}[{i}]")]
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            if x != y:
+                _json_diff(x, y, f"{where}[{i}]", found)
+                if len(found) >= _COUNTED:
+                    break
+        return found
     if a == b or b == REDACTED:
-        return []
-    return [f"{where} is {_show(a)}, recorded {_show(b)}"]
+        return found
+    found.append(f"{where} is {_show(a)}, recorded {_show(b)}")
+    return found

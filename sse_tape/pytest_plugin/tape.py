@@ -139,7 +139,8 @@ class SSETape:
 
     @property
     def requests(self) -> list[Request]:
-        """What the client sent in this test, in order, bodies and all."""
+        """What the client sent in this test, in order, bodies and all: the last 10,000 requests, and of their
+        bodies the newest 64 MiB (an older request is kept without its body: see `state.MemoryStore`)."""
         self._settle()
         return list(self.server.control.snapshot().received)
 
@@ -157,7 +158,7 @@ class SSETape:
 
     @property
     def misses(self) -> list[Miss]:
-        """The requests no recording answered in this test, each with why."""
+        """The requests no recording answered in this test, each with why (the last 1,000 of them)."""
         self._settle()
         return list(self.server.control.snapshot().misses)
 
@@ -223,7 +224,7 @@ class SSETape:
         unplayed = set(before.unplayed)
         self._ever_played.update(r for r in before.recordings if r not in unplayed)
         self._ever_injected.update(before.injected)
-        self._outside += before.misses[self._told :]
+        self._outside += _misses_since(before.misses, before.missed, self._told)
         control.reset()
         self._told = 0
         chosen = parse_faults(faults)
@@ -236,13 +237,15 @@ class SSETape:
     def end(self) -> None:
         """End the test that began last: the misses so far are its own; any later one is the scope's."""
         self._settle()
-        self._told = len(self.server.control.snapshot().misses)
+        self._told = self.server.control.snapshot().missed
 
     def test_problems(self) -> list[str]:
         """What went wrong in this test's requests: misses, and faults it asked for that never acted."""
         self._settle()
+        now = self.server.control.snapshot()
         problems = self._missed(
-            [f"request {m.request} ({m.method} {m.path}) matched no recording: {m.reason}" for m in self.misses]
+            [f"request {m.request} ({m.method} {m.path}) matched no recording: {m.reason}" for m in now.misses]
+            + _untold(now.missed - len(now.misses))
         )
         allowed = self.allow_unused if self._test_allows is None else self._test_allows or self.recording
         if allowed:
@@ -254,7 +257,8 @@ class SSETape:
         """What the whole scope left undone: requests outside any test that missed, recordings never played,
         and faults asked for that never acted; the last two only if the scope's tests all ran here (`whole`)."""
         self._settle()
-        outside = [*self._outside, *self.server.control.snapshot().misses[self._told :]]
+        now = self.server.control.snapshot()
+        outside = [*self._outside, *_misses_since(now.misses, now.missed, self._told)]
         problems = self._missed(
             [
                 f"request {m.request} ({m.method} {m.path}), outside any test, matched no recording: {m.reason}"
@@ -299,6 +303,17 @@ class SSETape:
     def _missed(self, misses: list[str]) -> list[str]:
         """The lines of `misses`, and after them how to record what they asked, when there are any."""
         return [*misses, self._record_hint] if misses and self._record_hint is not None else misses
+
+
+def _misses_since(misses: Sequence[Miss], missed: int, told: int) -> list[Miss]:
+    """Of the last `misses` kept of `missed` in all, those after the first `told`."""
+    new = missed - told
+    return list(misses[max(len(misses) - new, 0) :]) if new > 0 else []
+
+
+def _untold(count: int) -> list[str]:
+    """The line that says how many earlier misses were not kept, if any were not."""
+    return [f"and {count} earlier request{'s'[: count != 1]} matched no recording (not kept)"] if count > 0 else []
 
 
 def _step(entry: Entry) -> str | None:

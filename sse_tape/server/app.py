@@ -88,14 +88,17 @@ class Limits:
     (or of the connection opening), and its body within `request_timeout` of
     the head; a connection may sit idle between requests for `keep_alive`.
     Past either, the connection is closed (a body too slow gets a 408 first).
-    Answers themselves have no deadline. Beyond `max_connections` (by default,
-    what the process's descriptor limit leaves room for), a new connection
-    gets a 503 and is closed.
+    Answers themselves have no deadline, but a client that takes nothing of
+    its answer for `send_timeout` is cut off. Beyond `max_connections` (by
+    default, what the process's descriptor limit leaves room for), a new
+    connection takes the place of one idle or cut off from its client that
+    way, or else gets a 503 and is closed (see `connections`).
     """
 
     request_timeout: float = OPTIONS["request_timeout"].value
     keep_alive: float = OPTIONS["keep_alive"].value
     max_connections: int = field(default_factory=_default_max_connections)
+    send_timeout: float = OPTIONS["send_timeout"].value
 
 
 class MockServer:
@@ -240,9 +243,11 @@ class MockServer:
         """A request's query string as the journal shows it: the values of secret parameters redacted."""
         shown = self._shown_queries.get(query)
         if shown is None:  # a client sends the same few queries again and again: each is worked out once
-            if len(self._shown_queries) >= 1024:
-                self._shown_queries.clear()
-            shown = self._shown_queries[query] = self.redaction.query(query)
+            shown = self.redaction.query(query)
+            if len(query) <= 256:  # a long one is not kept: kilobytes each, a new one each time, would fill it
+                if len(self._shown_queries) >= 1024:
+                    self._shown_queries.clear()
+                self._shown_queries[query] = shown
         return shown
 
     def shown_path(self, path: str) -> str:
@@ -253,6 +258,11 @@ class MockServer:
                 self._shown_paths.clear()
             shown = self._shown_paths[path] = self.redaction.path(path)
         return shown
+
+    def cut_off(self, transport: asyncio.BaseTransport | None) -> bool:
+        """Whether the server closed this connection because its client took nothing of its answer (see
+        `Limits`), rather than the client hanging up."""
+        return self._guard is not None and self._guard.cut_off(transport)
 
     def _redacted(self, request: Request) -> Request:
         return self.redaction.request(request)
@@ -266,6 +276,9 @@ class MockServer:
             "requests": self._state.snapshot().requests,
             "journal_entries": len(self.journal),
             "refused_connections": self._guard.refused if self._guard is not None else 0,
+            "stalled_connections": self._guard.stalled if self._guard is not None else 0,
+            "evicted_connections": self._guard.evicted if self._guard is not None else 0,
+            "idle_or_stalled_connections": self._guard.idle_or_stalled if self._guard is not None else 0,
             "pid": os.getpid(),
         }
 
@@ -293,6 +306,7 @@ class MockServer:
             request_timeout=self.limits.request_timeout,
             keep_alive=self.limits.keep_alive,
             max_connections=self.limits.max_connections,
+            send_timeout=self.limits.send_timeout,
             log=self._log,
         )
         try:
@@ -336,6 +350,8 @@ class MockServer:
             if handlers:
                 await asyncio.wait(handlers)
             await runner.cleanup()
+            if self._guard is not None:
+                self._guard.close()
             await self._close_responders()
             if self._loop_errors is not None:
                 self._loop_errors.uninstall()

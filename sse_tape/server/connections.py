@@ -1,25 +1,46 @@
-"""Connections in bounds: a deadline for every request head and for idleness, and a limit on how many are
-open at once."""
+"""Connections in bounds: a deadline for every request head, for idleness and for a client that takes nothing
+of its answer; a limit on how many are open at once, which idle and stalled connections give way to; and a
+connection whose client has hung up closed even while the server has stopped reading it."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import weakref
 from collections.abc import Callable
 
 __all__ = ["ConnectionGuard"]
 
+#: How often the connections being answered whose reading aiohttp has paused are checked for a client gone.
+_SWEEP = 1.0
+
 
 class ConnectionGuard:
-    """Keeps a server's connections in bounds: a deadline for every request head and for idleness,
-    and a limit on how many are open at once.
+    """Keeps a server's connections in bounds.
 
     Wraps the server's protocol factory. A connection must deliver a whole
     request head within `request_timeout` of its first byte (or of opening),
     and may sit idle between requests for `keep_alive`; past either it is
     closed. While a request is being answered there is no deadline: streams
-    last as long as they last. A connection beyond `max_connections` gets a
-    503 and is closed at once, so the descriptors it took are freed before
-    the process runs out of them.
+    last as long as they last, as long as the client takes what it is sent.
+    One that takes nothing of it for `send_timeout` (its socket's buffer full,
+    and not one byte of it read since) is cut off (`stalled` counts them), so
+    that a client that never reads holds nothing for longer.
+
+    Beyond `max_connections`, a new connection takes the place of the one
+    that gave way longest ago: a connection idle between requests, or one
+    whose client has stopped reading its answer (`evicted` counts them); when
+    there is none, it gets a 503 and is closed at once, so the descriptors it
+    took are freed before the process runs out of them. Clients that never
+    read cannot keep the others out.
+
+    aiohttp stops reading a connection whose client sends request after
+    request without waiting for the answers (HTTP pipelining); the system
+    then tells the server nothing when that client hangs up, until its answer
+    is written to again (which a paced stream may not do for minutes). Every
+    `_SWEEP` seconds, the connections being answered and not read are asked
+    whether their client reset them (what hanging up on an answer one has
+    not read does), and closed if so.
     """
 
     def __init__(
@@ -29,16 +50,26 @@ class ConnectionGuard:
         request_timeout: float,
         keep_alive: float,
         max_connections: int,
+        send_timeout: float,
         log: Callable[[str], None] | None = None,
     ) -> None:
         self.factory = factory
         self.request_timeout = request_timeout
         self.keep_alive = keep_alive
         self.max_connections = max_connections
+        self.send_timeout = send_timeout
         self.log = log
         self.open: dict[asyncio.BaseTransport, _Guarded] = {}
         self.refused = 0
         """Connections turned away because too many were open."""
+        self.stalled = 0
+        """Connections cut off because their client took nothing of its answer for `send_timeout`."""
+        self.evicted = 0
+        """Idle or stalled connections closed to make room for a new one."""
+        self._busy: set[_Guarded] = set()  # the connections whose request is being answered
+        self._yielding: dict[_Guarded, None] = {}  # those that may give way to a new one, longest first
+        self._cut: weakref.WeakSet[asyncio.BaseTransport] = weakref.WeakSet()  # clients cut off as stalled
+        self._sweeper: asyncio.TimerHandle | None = None
 
     def __call__(self) -> asyncio.Protocol:
         return _Guarded(self)
@@ -49,18 +80,71 @@ class ConnectionGuard:
         if guarded is not None:
             guarded.set_busy(busy)
 
+    @property
+    def idle_or_stalled(self) -> int:
+        """How many open connections a new one may take the place of: idle between requests, or whose client
+        has stopped reading its answer."""
+        return len(self._yielding)
+
+    def cut_off(self, transport: asyncio.BaseTransport | None) -> bool:
+        """Whether this connection was closed because its client took nothing of its answer (for
+        `send_timeout`, or when it gave way to a new connection): the client did not hang up."""
+        return transport is not None and transport in self._cut
+
+    def close(self) -> None:
+        """The server stops: no more sweeps."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+
+    def _admit(self) -> bool:
+        """Whether a new connection may open: there is room, or one that may give way made some."""
+        if len(self.open) < self.max_connections:
+            return True
+        if not self._yielding:
+            return False
+        oldest = next(iter(self._yielding))
+        self.evicted += 1
+        if self.log is not None and self.evicted == 1:
+            self.log(
+                f"{self.max_connections} connections open: closing idle ones, and those whose clients read "
+                "nothing, to make room for new ones"
+            )
+        oldest.cut(stalled=oldest.paused_at is not None)
+        return True
+
+    def _swept(self, guarded: _Guarded) -> None:
+        """A connection is being answered: sweep the answered ones from now on."""
+        self._busy.add(guarded)
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().call_later(_SWEEP, self._sweep)
+
+    def _sweep(self) -> None:
+        self._sweeper = None
+        for guarded in [g for g in self._busy if g.gone()]:
+            guarded.cut(stalled=False)  # as if the system had said so: the client is gone
+        if self._busy:
+            self._sweeper = asyncio.get_running_loop().call_later(_SWEEP, self._sweep)
+
+    def _note_stalled(self, transport: asyncio.BaseTransport) -> None:
+        self._cut.add(transport)
+
 
 _TOO_MANY = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: 27\r\nconnection: close\r\n\r\nsse-tape: too many clients\n"
 
 
 class _Guarded(asyncio.Protocol):
-    """One connection: the real protocol inside, and the deadline it is held to.
+    """One connection: the real protocol inside, and the deadlines it is held to.
 
-    One timer serves every deadline. It is set to fire by the deadline, and
-    by one request timeout or keep-alive (the shorter) from when it is set,
-    so that it fires in time for any later deadline too; when it fires
-    before the deadline it sets itself again. A connection answering
+    One timer serves the deadlines of heads and idleness. It is set to fire by
+    the deadline, and by one request timeout or keep-alive (the shorter) from
+    when it is set, so that it fires in time for any later deadline too; when
+    it fires before the deadline it sets itself again. A connection answering
     request after request moves its deadline on each and sets no timer.
+
+    Another timer runs while the socket's buffer is full (writing paused): at
+    each `send_timeout`, a buffer that has not shrunk since means the client
+    read nothing meanwhile.
     """
 
     def __init__(self, guard: ConnectionGuard) -> None:
@@ -71,12 +155,16 @@ class _Guarded(asyncio.Protocol):
         self.deadline: float | None = None
         """When the connection is closed, on the event loop's clock; None while a request is being answered."""
         self.idle = False
+        self.paused_at: float | None = None
+        """When writing was paused (the socket's buffer full), on the event loop's clock; None: it is not."""
+        self.unsent = 0  # what the buffer held when the stall timer was last set
+        self.stall_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         guard = self.guard
-        if len(guard.open) >= guard.max_connections:
+        if not guard._admit():
             guard.refused += 1
             if guard.log is not None and guard.refused == 1:
                 guard.log(f"{guard.max_connections} connections open: turning more away with 503 until some close")
@@ -93,6 +181,7 @@ class _Guarded(asyncio.Protocol):
             return
         if self.idle:  # the first bytes of the next request: its head has the request deadline
             self.idle = False
+            self._yield(self.paused_at is not None)
             self._close_in(self.guard.request_timeout)
         self.inner.data_received(data)
 
@@ -100,26 +189,98 @@ class _Guarded(asyncio.Protocol):
         return self.inner.eof_received() if self.inner is not None else None
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
+        for timer in (self.timer, self.stall_timer):
+            if timer is not None:
+                timer.cancel()
+        guard = self.guard
+        guard._busy.discard(self)
+        guard._yielding.pop(self, None)
         if self.inner is not None and self.transport is not None:
-            self.guard.open.pop(self.transport, None)
+            guard.open.pop(self.transport, None)
             self.inner.connection_lost(exc)
 
     def pause_writing(self) -> None:
-        if self.inner is not None:
-            self.inner.pause_writing()
+        if self.inner is None:
+            return
+        self.inner.pause_writing()
+        loop = asyncio.get_running_loop()
+        self.paused_at = loop.time()
+        self._yield(True)
+        self._watch_stall(loop)
 
     def resume_writing(self) -> None:
-        if self.inner is not None:
-            self.inner.resume_writing()
+        if self.inner is None:
+            return
+        self.paused_at = None
+        if self.stall_timer is not None:
+            self.stall_timer.cancel()
+            self.stall_timer = None
+        self._yield(self.idle)
+        self.inner.resume_writing()
 
     def set_busy(self, busy: bool) -> None:
         if busy:
             self.deadline = None  # a timer set already finds none when it fires, and lapses
+            self.guard._swept(self)
         else:
             self.idle = True
+            self.guard._busy.discard(self)
             self._close_in(self.guard.keep_alive)
+        self._yield(not busy or self.paused_at is not None)
+
+    def gone(self) -> bool:
+        """Whether the client is known to have hung up on a connection that is not being read (the system has
+        an error pending on its socket: the client reset it)."""
+        transport = self.transport
+        if transport is None or transport.is_closing() or transport.is_reading():
+            return False  # one being read hears of it at once
+        sock = transport.get_extra_info("socket")
+        try:
+            return sock is not None and sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) != 0
+        except OSError:
+            return True
+
+    def cut(self, *, stalled: bool) -> None:
+        """Close the connection now, whatever is still unsent; `stalled`: because its client takes nothing."""
+        transport = self.transport
+        if transport is None:
+            return
+        if stalled:
+            self.guard._note_stalled(transport)
+        self.guard._yielding.pop(self, None)
+        self.guard._busy.discard(self)
+        if self.inner is not None:
+            self.guard.open.pop(transport, None)  # room for another at once: the socket closes in a moment
+        transport.abort()
+
+    def _yield(self, may: bool) -> None:
+        """Whether this connection may give way to a new one (idle, or its client reads nothing)."""
+        if not may:
+            self.guard._yielding.pop(self, None)
+        elif self not in self.guard._yielding and self.inner is not None:
+            self.guard._yielding[self] = None
+
+    def _watch_stall(self, loop: asyncio.AbstractEventLoop) -> None:
+        assert self.transport is not None
+        self.unsent = self.transport.get_write_buffer_size()
+        self.stall_timer = loop.call_later(self.guard.send_timeout, self._stall_check)
+
+    def _stall_check(self) -> None:
+        self.stall_timer = None
+        transport = self.transport
+        if self.paused_at is None or transport is None or self.inner is None:
+            return
+        if transport.get_write_buffer_size() < self.unsent:  # the client read some meanwhile
+            self._watch_stall(asyncio.get_running_loop())
+            return
+        guard = self.guard
+        guard.stalled += 1
+        if guard.log is not None and guard.stalled == 1:
+            guard.log(
+                f"a client took nothing of its answer for {guard.send_timeout:g} s: cutting such clients off "
+                "(--send-timeout)"
+            )
+        self.cut(stalled=True)
 
     def _close_in(self, seconds: float) -> None:
         """Close the connection `seconds` from now, unless a request is being answered by then."""
@@ -143,5 +304,9 @@ class _Guarded(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         if loop.time() < self.deadline:
             self._set_timer(loop)  # the deadline moved on since this timer was set
+        elif self.transport.get_write_buffer_size():
+            # What the last answer left unsent waits on a client that has not read it since: closing would
+            # wait for it too, holding the descriptor.
+            self.cut(stalled=False)
         else:
             self.transport.close()  # a head that never finished, or a connection left idle

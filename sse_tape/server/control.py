@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import ctypes
+import resource
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -49,7 +51,8 @@ class Snapshot:
     requests: int
     """How many requests arrived since the start or the last reset."""
     received: tuple[Request, ...]
-    """The last requests that arrived (10,000 by default), bodies and all, in order."""
+    """The last requests that arrived (10,000 by default), bodies and all, in order: of their bodies, the
+    newest 64 MiB by default, the older ones kept without theirs (see `state.MemoryStore`)."""
     played: tuple[Recording, ...]
     """The recordings that answered, in order, one each time one answered (the last 10,000 by default)."""
     plays: Mapping[str, int]
@@ -59,7 +62,9 @@ class Snapshot:
     unplayed: tuple[Recording, ...]
     """The recordings that never answered a request, in order."""
     misses: tuple[Miss, ...]
-    """The requests nothing answered, each with why."""
+    """The last requests nothing answered (1,000 by default), each with why."""
+    missed: int
+    """How many requests nothing answered: `misses` are the last of them."""
     injected: Mapping[str, int]
     """How many times each fault, by its text, was applied."""
     faults: tuple[Fault, ...]
@@ -105,6 +110,7 @@ class Control:
         self._recorder = recorder
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: list[asyncio.Future[None]] = []  # those awaiting `idle()`, on the server's loop
+        self._resident = 0  # the process's resident set after the last reset (a first one gives back what it can)
 
     @property
     def journal(self) -> Journal:
@@ -221,6 +227,13 @@ class Control:
     def _reset(self) -> None:
         self._state.reset()
         self._journal.clear()
+        # What the state and the journal held is freed to the allocator, which keeps it for the process: after
+        # much traffic (a flood of misses, large bodies), hand it back to the system.
+        resident = _resident()
+        if resident is not None and resident - self._resident >= _GROWN:
+            _give_back_memory()
+            resident = _resident() or resident
+        self._resident = resident or 0
 
     def _snapshot(self) -> Snapshot:
         state = self._state.snapshot()
@@ -234,6 +247,7 @@ class Control:
             recordings=recordings,
             unplayed=tuple(r for r in recordings if not state.plays.get(matcher.id_of(r))),
             misses=state.misses,
+            missed=state.missed,
             injected=state.injected,
             faults=tuple(self._injector.faults),
             seed=self._injector.seed,
@@ -263,6 +277,30 @@ class Control:
         except RuntimeError:  # the loop closed meanwhile: nothing else touches the state now
             return operation()
         return done.result()
+
+
+#: A reset after the process has grown this much since the last one hands the memory freed back to the system
+#: (one after a few requests, as the pytest plugin makes before each test, does not take the time).
+_GROWN = 8 * 2**20
+
+
+def _resident() -> int | None:
+    """The bytes of memory the process holds (its resident set), where the system says (Linux)."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _give_back_memory() -> None:
+    """Hand the memory the process has freed back to the system, where the C library can (glibc's
+    `malloc_trim`; elsewhere, nothing)."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)
 
 
 def _parsed(faults: Iterable[Fault | str]) -> list[Fault]:
