@@ -164,7 +164,8 @@ class Forwarder:
 
         async def on_head(capture: Capture) -> None:
             self._head_came(exchange, capture)
-            feed.begin(capture.status or 502, capture.headers)
+            # As the cassette will hold them: a control character no server may send is passed on as `%XX`.
+            feed.begin(capture.status or 502, storable_headers(capture.headers))
 
         async def on_chunk(chunk: Chunk) -> None:
             feed.chunk(chunk)

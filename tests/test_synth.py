@@ -24,7 +24,7 @@ from clients import anthropic_client, gemini_client
 from google.genai import types
 from openai.types.responses.response import IncompleteDetails
 from processes import start
-from waits import until
+from waits import SAFETY_NET, until
 
 from sse_tape import Cassette, serve
 from sse_tape.dialects import DIALECTS, for_path
@@ -649,11 +649,18 @@ def test_the_anthropic_sdk_reads_a_synthesized_cassette_as_it_was_made(tiny_mode
     assert final.usage.output_tokens == 12
 
 
-def test_record_keeps_what_the_model_answers_and_replays_it(tiny_model_path: Path, tmp_path: Path) -> None:
+def test_record_keeps_what_the_model_answers_to_the_users_own_clients_and_replays_it(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
     cassette = tmp_path / "made.toml"
     args = ["record", "--model", str(tiny_model_path), "-c", str(cassette), "--port", "0", "--fault", "error:1"]
     process, url = start(args)
     try:
+        # A page the user has open gets no place in the cassette (another site's, or one rebound to this machine).
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6}
+        for page in ({"Origin": "https://evil.example"}, {"Host": "evil.example"}):
+            refused = httpx.post(url + "/v1/chat/completions", json=body, headers=page, timeout=SAFETY_NET)
+            assert (refused.status_code, refused.json()["error"]["code"]) == (403, "forbidden")
         with client(url) as api:
             first = api.chat.completions.create(
                 model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=6

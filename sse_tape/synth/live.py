@@ -82,6 +82,10 @@ class Synthesizer(Attached):
         if dialect is None or request.method != "POST":
             return None
         host = self.host
+        if self.recorder is not None and (why := host.refused(exchange.http)) is not None:
+            # As forwarding does: a page the user has open (another site's, or one rebound to this machine)
+            # gets no place in the user's cassette.
+            return await host.error(exchange, 403, f"not recorded: {why}", "forbidden")
         try:
             body = _json.parse(request.body)
         except ValueError:
