@@ -1,10 +1,11 @@
 """JSON as sse-tape reads it from requests, recordings and users: bounded, and always encodable.
 
 Request bodies and recorded events come from anyone. `parse` refuses text
-nested deeper than a limit, or holding more keys and values than a limit,
-before the standard parser reads it (`check`, which counts on the bytes
-themselves: a body of 100,000 `[` would otherwise end in a RecursionError,
-and one of millions of keys would keep every walk over it busy), and `dumps`
+nested deeper than a limit, or (a request's body, as the server reads it)
+holding more keys and values than a limit, before the standard parser reads
+it (`check`, which counts on the bytes themselves: a body of 100,000 `[`
+would otherwise end in a RecursionError, and one of millions of keys would
+keep every walk over it busy), and `dumps`
 escapes a lone surrogate (`"\\ud800"` is valid JSON text, but no UTF-8), so
 that what is parsed can always be written back.
 """
@@ -18,11 +19,12 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "MAX_VALUES", "TooLarge", "check", "dumps", "parse"]
+__all__ = ["MAX_DEPTH", "MAX_VALUES", "STEPWISE_FROM", "TooLarge", "check", "dumps", "parse"]
 
 #: How deeply request bodies may nest; the APIs sse-tape speaks nest a few levels.
 MAX_DEPTH = 64
-#: How many keys, items and containers a JSON text may hold; a long conversation holds some thousands.
+#: How many keys, items and containers a request's body may hold; a long conversation holds some thousands.
+#: Recorded answers are not held to it: an embeddings answer holds a number per dimension.
 MAX_VALUES = 100_000
 
 # What `check` keeps of a text's bytes: the marks of its structure, and the quotes that say what is in a string.
@@ -32,6 +34,8 @@ _BRACKETS = bytes.maketrans(b"{}", b"[]")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 # How much of a text the stepwise parser reads in one step of the C scanner, or decodes in one.
 _WINDOW = 256 * 1024
+#: From how long a text is worth reading `stepwise` in a thread (shorter ones are read in one step as quickly).
+STEPWISE_FROM = 4 * _WINDOW
 _c_scanstring: Callable[[str, int, bool], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
 
 
@@ -78,18 +82,16 @@ def parse(
     data: str | bytes,
     *,
     max_depth: int | None = MAX_DEPTH,
-    max_values: int | None = MAX_VALUES,
-    stepwise: bool | None = None,
+    max_values: int | None = None,
+    stepwise: bool = False,
 ) -> Any:
     """The JSON value of `data`; raises `TooLarge` when it nests deeper than `max_depth` or holds more than
     `max_values` keys and values (see `check`), ValueError when it is not JSON.
 
     `stepwise` reads its structure with the standard library's Python scanner rather than its C one, and its
     long strings a window at a time: slower, but in a thread it lets the event loop run between its steps,
-    where the C scanner holds the interpreter for the whole text. By default, texts longer than a few windows
-    are read so."""
-    if stepwise is None:
-        stepwise = len(data) > 4 * _WINDOW
+    where the C scanner holds the interpreter for the whole text (for texts longer than `STEPWISE_FROM`; on the
+    event loop itself, the C scanner is the quicker)."""
     if isinstance(data, bytes):
         check(data, max_depth=max_depth, max_values=max_values)
         text = data.decode("utf-8")

@@ -149,8 +149,6 @@ class Recorder:
         """Whole answers that took the place of recordings cut short, in the cassette or this session."""
         self.displaced = 0
         """The recordings cut short whose place they took, or that went with those (of the same request)."""
-        self.failures = 0
-        """Writes that failed (a reset of the server does not clear them)."""
         self.lost = 0
         """Streams the stop could save neither in the cassette nor in the spool: lost."""
         self.kept_in: str | None = None
@@ -424,7 +422,7 @@ class Recorder:
         held = self._held.get(capture.spool)
         if held is None:
             held = self._held[capture.spool] = _Held(capture)
-            request = capture.request
+            request = capture.stored or self.storable(capture.request)  # its path as the log may show it
             self._failed(
                 None,
                 f"{reason}; it is kept in memory, and written when there is room: free space in {self._folder}",
@@ -452,7 +450,7 @@ class Recorder:
         """A held stream as the spool holds one: as `begin`, `received`, `injected` and `keep` write it."""
         assert held.ended is not None
         capture = held.capture
-        request = self.storable(capture.request)
+        request = capture.stored or self.storable(capture.request)
         headers = self._storable_response(Response(capture.status or 0, capture.headers)).headers
         return SpooledStream(
             capture.recorded_at,
@@ -472,7 +470,6 @@ class Recorder:
 
     def _failed(self, number: int | None, reason: str, *, what: str = "an interaction") -> None:
         assert self._server is not None
-        self.failures += 1
         self._why = _reason(reason)
         entry = SaveFailed(request=number or 0, cassette=str(self.path), reason=reason, what=what)
         self._server.journal.add(entry)

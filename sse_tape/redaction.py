@@ -313,11 +313,12 @@ def _parse(body: bytes) -> tuple[Any, bool] | None:
     """A JSON body's value, and whether it is UTF-8; None when it is no JSON. Bytes that are not UTF-8 are read
     all the same (each stands for itself, as a lone surrogate), so that what they hide is found, and written
     back as they came."""
+    stepwise = len(body) > _json.STEPWISE_FROM  # a body this large is redacted in a thread (`thorough`)
     try:
         try:
-            return _json.parse(body.decode("utf-8")), True
+            return _json.parse(body.decode("utf-8"), stepwise=stepwise), True
         except UnicodeDecodeError:
-            return _json.parse(body.decode("utf-8", "surrogateescape")), False
+            return _json.parse(body.decode("utf-8", "surrogateescape"), stepwise=stepwise), False
     except ValueError:
         return None
 

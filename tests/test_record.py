@@ -429,11 +429,15 @@ async def test_secrets_reach_neither_the_log_the_journal_nor_the_report(upstream
             got = await client.post(url, json={"password": "BODY-SECRET-3", "messages": []})
             assert got.status_code == 404
             said["miss"] = got.json()["error"]["message"]
+            # A key in the path: the miss's explanation names the path too.
+            got = await client.post(f"{server.url}/v1/keys/sk-proj-PATHSECRET4abcdefghijklmnop/chat", json={})
+            assert got.status_code == 404
+            said["path miss"] = got.json()["error"]["message"]
             said["serve"] = (await client.get(server.url + "/__sse_tape__/journal")).text
             said["misses"] = " ".join(miss.reason for miss in server.control.snapshot().misses)
     said["log"], said["report"] = "\n".join(lines), report.read_text()
     for where, text in said.items():
-        for secret in (key, "DOWNSECRET", "QUERYSECRET", "BODY-SECRET"):
+        for secret in (key, "DOWNSECRET", "QUERYSECRET", "BODY-SECRET", "PATHSECRET"):
             assert secret not in text, where
     marker = "%3Credacted%3E"
     assert f"-> 200 from {upstream.url}/v1/chat/completions?events=1&key={marker}" in said["log"]
@@ -442,7 +446,8 @@ async def test_secrets_reach_neither_the_log_the_journal_nor_the_report(upstream
     # The miss still says how the request differs, secrets as the cassette would hold them.
     assert f"query is 'events=2&api_key={marker}', recorded 'events=1&key={marker}'" in said["misses"]
     assert 'body.password is "<redacted>", recorded absent' in said["misses"]
-    assert said["miss"].endswith(said["misses"])
+    assert said["miss"].removeprefix("sse-tape: ") in said["misses"]
+    assert f"no recorded interaction matches POST /v1/keys/{marker}/chat" in said["path miss"]
 
 
 async def test_a_secret_kept_in_the_cassette_is_said_in_the_log_too(upstream: Upstream, tmp_path: Path) -> None:

@@ -462,3 +462,27 @@ def test_a_recorder_that_only_replays_answers_a_plain_call_from_a_stream(
         got = httpx.post(recorder.url + "/v1/chat/completions", json=plain, timeout=30)
     assert got.status_code == 200, got.text
     assert got.json()["object"] == "chat.completion"
+
+
+def test_a_recorded_answer_larger_than_a_requests_limit_is_still_read_as_json(tmp_path: Path) -> None:
+    # A request's body may hold 100,000 keys and values; a recorded answer is held to no such count (an embeddings
+    # answer holds a number a dimension, a chat answer with logprobs an entry a token): this one, with 150,000
+    # numbers beside its message, still streams to a streaming call.
+    body = {"model": "m", "messages": [{"role": "user", "content": "Say hi"}]}
+    answer = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi there"}, "finish_reason": "stop"}],
+        "filler": [0] * 150_000,
+    }
+    request = Request("POST", "/v1/chat/completions", headers=(("content-type", "application/json"),))
+    interaction = Interaction(
+        request.with_json(request.path, json.dumps(body).encode(), body),
+        Response(200, (("content-type", "application/json"),), (Chunk(0.0, json.dumps(answer).encode()),)),
+    )
+    Cassette([interaction], None).save(tmp_path / "large.toml")
+    with serve(tmp_path / "large.toml", pace="instant") as server:
+        chunks = list(openai_client(server.url + "/v1").chat.completions.create(**body, stream=True))
+    assert chat_from_stream(chunks)["content"] == "Hi there"

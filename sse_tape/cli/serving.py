@@ -7,7 +7,6 @@ The command modules import this when their command runs: it brings the server (a
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import signal
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +15,7 @@ import click
 
 from .._exceptions import cannot_listen
 from ..options import ServeOptions
-from ..server import Limits, MockServer, collect_for_serving
+from ..server import Limits, MockServer, collect_for_serving, is_loopback_name
 from .option_lists import Listening
 from .terminal import log
 
@@ -69,10 +68,10 @@ async def serve_until_stopped(server: MockServer, what: str, ready: Callable[[],
         ready()
     else:
         click.echo(f"sse-tape: {what} at {server.url} (Ctrl-C stops)")
-    if ready is None and not _is_loopback_host(server.host):
+    if ready is None and not is_loopback_name(server.host):
         control = (
             "and so can the fault header and the control endpoints, where their Host is allowed (see --allow-host)"
-            if server.allow_remote_control
+            if server.access.allow_remote_control
             else ("the fault header and the control endpoints still answer this machine only")
         )
         log(f"warning: listening on {server.host}: other machines can reach every recording served; {control}")
@@ -82,10 +81,3 @@ async def serve_until_stopped(server: MockServer, what: str, ready: Callable[[],
         await server.close()
     if ready is None:
         log("stopped")
-
-
-def _is_loopback_host(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"

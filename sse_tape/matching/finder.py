@@ -347,11 +347,12 @@ class Matcher:
     def explain_miss(self, request: Request, *, limit: int = 3) -> str:
         """A message naming the closest recordings and how each differs from `request` (of those compared:
         see the module)."""
-        head = f"no recorded interaction matches {shown(request.method)} {shown(request.path)}"
-        if not self.recordings:
-            return head + " (no interactions are loaded)"
         asked = _Asked(request, self)
         shown_as = _Asked(_same_json(self.redact(request), request), self) if self.redact is not None else asked
+        # The path as it is shown: a segment that holds a credential redacted, as everywhere it is said.
+        head = f"no recorded interaction matches {shown(request.method)} {shown(shown_as.request.path)}"
+        if not self.recordings:
+            return head + " (no interactions are loaded)"
         likeness: dict[str, float] = {}  # of each recorded path compared, to the request's
         ranked = []
         for n in self._candidates(asked):
@@ -376,7 +377,8 @@ class Matcher:
             return list(range(count))
         path = asked.compared(self._rules[0]).path  # a rule chooses the fields cut, not the path
         chosen = dict.fromkeys(self._paths.get(path, ())[:_CANDIDATES])
-        for others in self._paths.values():
+        # A copy: a large request's miss is explained in a thread, while a recorder may add paths on the loop.
+        for others in list(self._paths.values()):
             if len(chosen) >= _CANDIDATES:
                 break
             chosen.setdefault(others[0])
@@ -413,11 +415,11 @@ class Matcher:
                     redacted = _same_json(self.redact(original), original)
                     recorded = _as_compared(redacted, rule.ignore, self.reshape, self._apis[original.path])
                 else:
-                    recorded = there
+                    redacted, recorded = original, there
                 asked_as = shown_as.compared(rule)
                 said_of = (
-                    asked_as.with_json(request.path, asked_as.body, asked_as.json()),
-                    recorded.with_json(original.path, recorded.body, recorded.json()),
+                    asked_as.with_json(shown_as.request.path, asked_as.body, asked_as.json()),
+                    recorded.with_json(redacted.path, recorded.body, recorded.json()),
                 )
             said = matcher(*said_of)
             parts.append(said if said is not None else f"{name} differs in secrets only")

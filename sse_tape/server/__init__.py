@@ -13,6 +13,7 @@ import them without importing the server, whose app imports the responders.
 from __future__ import annotations
 
 from ..responder import Exchange, Responder
+from .access import is_loopback_name
 from .api import (
     arecording,
     aserve,
@@ -42,6 +43,7 @@ __all__ = [
     "aserve",
     "build_server",
     "collect_for_serving",
+    "is_loopback_name",
     "load_cassettes",
     "recording",
     "recording_server",

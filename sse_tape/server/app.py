@@ -154,7 +154,6 @@ class MockServer:
         self.host = host
         self.port = port
         self.limits = limits or Limits()
-        self.allow_remote_control = allow_remote_control
         self.access = Access(
             allow_remote_control=allow_remote_control,
             allowed_hosts=tuple(allowed_hosts),
@@ -253,10 +252,12 @@ class MockServer:
     def shown_path(self, path: str) -> str:
         """A request's path as the journal shows it: the segments that hold a credential redacted."""
         shown = self._shown_paths.get(path)
-        if shown is None:  # as for queries: each path is worked out once
-            if len(self._shown_paths) >= 1024:
-                self._shown_paths.clear()
-            shown = self._shown_paths[path] = self.redaction.path(path)
+        if shown is None:  # as for queries: each path is worked out once, and a long one not kept
+            shown = self.redaction.path(path)
+            if len(path) <= 256:
+                if len(self._shown_paths) >= 1024:
+                    self._shown_paths.clear()
+                self._shown_paths[path] = shown
         return shown
 
     def cut_off(self, transport: asyncio.BaseTransport | None) -> bool:
@@ -548,12 +549,14 @@ class MockServer:
             # refused to foreign pages; a form or text/plain POST would not ask.
             return web.json_response({"error": "send the control endpoints Content-Type: application/json"}, status=415)
         try:
-            body = await asyncio.wait_for(_read_at_most(http, CONTROL_BODY_LIMIT), self.limits.request_timeout)
+            body, _ = await asyncio.wait_for(read_body(http, CONTROL_BODY_LIMIT), self.limits.request_timeout)
         except TimeoutError:
             return web.json_response({"error": "the request body did not arrive in time"}, status=408)
-        if body is None:
-            most = f"{CONTROL_BODY_LIMIT:,} bytes"
-            return web.json_response({"error": f"a control request's body may hold {most} at most"}, status=413)
+        except BodyRefused as exc:
+            if exc.status == 413:  # its own limit, not --max-body
+                most = f"{CONTROL_BODY_LIMIT:,} bytes"
+                return web.json_response({"error": f"a control request's body may hold {most} at most"}, status=413)
+            return web.json_response({"error": str(exc)}, status=exc.status)
         endpoint = http.rel_url.path.removeprefix(CONTROL_PREFIX)
         if endpoint == "faults":
             return self._control_faults(http, body)
@@ -690,18 +693,6 @@ class _LoopErrors:
                 )
             return
         loop.default_exception_handler(context)
-
-
-async def _read_at_most(http: web.Request, limit: int) -> bytes | None:
-    """The request's body, read no further than `limit` bytes; None when it holds more."""
-    if http.content_length is not None and http.content_length > limit:
-        return None
-    body = bytearray()
-    while piece := await http.content.read(65536):
-        body += piece
-        if len(body) > limit:
-            return None
-    return bytes(body)
 
 
 def dual_stack_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket | None:

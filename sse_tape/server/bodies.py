@@ -159,8 +159,8 @@ async def parsed_body(body: bytes) -> Any:
         return None
     try:
         if len(body) <= IN_PLACE:
-            return _json.parse(body)
-        return await asyncio.to_thread(_json.parse, body, stepwise=True)
+            return _json.parse(body, max_values=_json.MAX_VALUES)
+        return await asyncio.to_thread(_json.parse, body, max_values=_json.MAX_VALUES, stepwise=True)
     except _json.TooLarge:
         raise
     except ValueError:  # not JSON (nor UTF-8): compared as bytes
