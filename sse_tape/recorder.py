@@ -159,6 +159,12 @@ class Recorder:
         self._spool: SpoolWriter | None = None
         self._streams = 0
         self._syncing: set[asyncio.Future[None]] = set()
+        # One sync at a time, for every stream that ended before it began: the system says a failed write-back
+        # once, to one sync, so a later one that succeeds does not vouch for what was written before it failed.
+        self._sync_turn = asyncio.Lock()
+        self._unsynced: list[tuple[Capture, _Ended]] = []
+        self._failed_syncs = 0
+        self._eras: dict[int, int] = {}  # by stream: the failed syncs before its first byte was written
         # Streams the spool could not take (a full disk), by number: kept in memory, written whole when it can.
         self._held: dict[int, _Held] = {}
         self._why: str | None = None  # why the last write failed
@@ -264,6 +270,7 @@ class Recorder:
         self._streams += 1
         self.in_flight += 1
         capture.spool = self._streams
+        self._eras[capture.spool] = self._failed_syncs
         request = capture.stored = capture.stored or self.storable(capture.request)
         headers = self._storable_response(Response(capture.status or 0, capture.headers)).headers
 
@@ -368,15 +375,26 @@ class Recorder:
         return len(self.cassette) - len(self._removed) + first + 1
 
     async def _synced(self, capture: Capture, ended: _Ended) -> None:
-        spool = self._spool
-        if spool is None:
-            return  # stopped meanwhile: the stop wrote it in the cassette, or said it could not
-        try:
-            await asyncio.to_thread(spool.sync)
-        except OSError as exc:  # not known to be on the disk: kept in memory, and written again
-            self._hold(capture, f"{spool.path}: cannot write: {exc.strerror or exc}").ended = ended
-            return
-        self._journal(ended, spooled=True)
+        self._unsynced.append((capture, ended))
+        async with self._sync_turn:
+            spool = self._spool
+            batch, self._unsynced = self._unsynced, []
+            if spool is None or not batch:
+                return  # stopped meanwhile (the stop wrote it in the cassette, or said it could not), or synced
+            try:
+                await asyncio.to_thread(spool.sync)
+            except OSError as exc:  # not known to be on the disk: kept in memory, and written again
+                self._failed_syncs += 1
+                for capture, ended in batch:
+                    self._hold(capture, f"{spool.path}: cannot write: {exc.strerror or exc}").ended = ended
+                return
+            for capture, ended in batch:
+                assert capture.spool is not None
+                if self._eras.pop(capture.spool, None) != self._failed_syncs:
+                    # A sync failed after its first bytes were written: they may be lost, though this one succeeded.
+                    self._hold(capture, f"{spool.path}: a write-back failed while it was written").ended = ended
+                else:
+                    self._journal(ended, spooled=True)
 
     def _journal(self, ended: _Ended, *, spooled: bool) -> None:
         assert self._server is not None
@@ -444,6 +462,7 @@ class Recorder:
                 self._why = _reason(exc)
                 return  # still no room
             del self._held[n]
+            self._eras[n] = self._failed_syncs  # written whole again, from here
             self._report(held.capture, held.ended)
 
     def _spooled_stream(self, held: _Held) -> SpooledStream:
