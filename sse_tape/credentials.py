@@ -40,6 +40,9 @@ class Shape:
     """The regular expression of one such credential."""
     valid: Callable[[str], bool] | None = None
     """Whether a match is one indeed (a `Basic` word in prose is not a credential); None: every match is."""
+    hints: tuple[str, ...] = ()
+    """Texts one of which a text must hold for the expression to be run on it: for an expression that cannot
+    begin with a literal, which the regular expression engine would otherwise try at every character."""
 
 
 def _has_digit(text: str) -> bool:
@@ -70,14 +73,15 @@ SHAPES: tuple[Shape, ...] = (
     Shape("an Anthropic API key", _token("sk-ant-", r"[A-Za-z0-9_\-]{20,}+")),
     Shape("an OpenAI API key", _token("sk-", r"(?:proj-|svcacct-|admin-|or-v1-)?[A-Za-z0-9_\-]{20,}+")),
     Shape("a Stripe key", r"[sr]k_(?:live|test)_(?<![A-Za-z0-9_\-][sr]k_live_)(?<![A-Za-z0-9_\-][sr]k_test_)"
-          r"[A-Za-z0-9]{16,}+(?![A-Za-z0-9_\-])"),
+          r"[A-Za-z0-9]{16,}+(?![A-Za-z0-9_\-])", hints=("k_live_", "k_test_")),
     Shape("a Google API key", _token("AIza", r"[A-Za-z0-9_\-]{35}")),
     Shape("an AWS access key and its secret key", r"A(?:KIA|SIA)(?<![A-Za-z0-9]A[KS]IA)[A-Z0-9]{16}"
           r"[\s,;:|\"'=\\]{1,24}+[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"),
     Shape("an AWS access key", r"A(?:KIA|SIA)(?<![A-Za-z0-9]A[KS]IA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
     # A secret key is 40 characters of base64, as common as any: only beside its name is it one.
     Shape("an AWS secret key", r"(?i:(?<![A-Za-z0-9_])(?:aws_?secret(?:_?access)?_?key|secret_?access_?key))"
-          r"\\?[\"']?[ \t]{0,4}+[:=][ \t]{0,4}+\\?[\"']?[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"),
+          r"\\?[\"']?[ \t]{0,4}+[:=][ \t]{0,4}+\\?[\"']?[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])",
+          hints=("ecret", "ECRET")),
     Shape("a GitHub token", r"(?:gh[pousr]_|github_pat_)(?<![A-Za-z0-9_\-]gh[pousr]_)(?<![A-Za-z0-9_\-]github_pat_)"
           r"[A-Za-z0-9_]{30,}+(?![A-Za-z0-9_\-])"),
     Shape("a GitLab token", _token("glpat-", r"[A-Za-z0-9_\-]{20,}+")),
@@ -87,8 +91,9 @@ SHAPES: tuple[Shape, ...] = (
     Shape("a bearer token", r"Bearer(?<![A-Za-z0-9]Bearer)[ \t]{1,8}+[A-Za-z0-9._~+/=\-]{8,}+", _has_digit),
     Shape("Basic credentials", r"Basic(?<![A-Za-z0-9]Basic)[ \t]{1,8}+[A-Za-z0-9+/]{4,}+={0,2}+(?![A-Za-z0-9+/=])",
           _basic_pair),
-    # From `://` on (the scheme before it is no secret), so that the search starts at a fast literal.
-    Shape("a password in a URL", r"(?<=[A-Za-z0-9])://[^\s/?#@:\"'<>\\]{1,256}+:[^\s/?#@\"'<>\\]{1,256}+@"),
+    # From `://` on (the scheme before it is no secret), and its lookbehind after it, so that the search starts
+    # at a fast literal.
+    Shape("a password in a URL", r"://(?<=[A-Za-z0-9]://)[^\s/?#@:\"'<>\\]{1,256}+:[^\s/?#@\"'<>\\]{1,256}+@"),
 )  # fmt: skip
 """The credentials sse-tape knows by their shape, whatever they are called (docs/reliability.md lists them)."""
 
@@ -120,6 +125,7 @@ class Shapes:
         found = sorted(
             (match.start(), -match.end(), n)
             for n, (shape, pattern) in enumerate(self._compiled)
+            if not shape.hints or any(hint in text for hint in shape.hints)
             for match in pattern.finditer(text)
             if match.end() > match.start() and (shape.valid is None or shape.valid(match[0]))
         )
