@@ -3,6 +3,7 @@ that never read what they are sent."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 
@@ -52,3 +53,15 @@ def never_reading(port: int, request: bytes, count: int) -> list[socket.socket]:
             sock.sendall(request)
         clients.append(sock)
     return clients
+
+
+async def unread(port: int, request: bytes) -> socket.socket:
+    """A client that sends `request` and reads nothing of the answer, with a small receive window so that its
+    socket fills soon, from the event loop (its socket, to watch and close)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, ("127.0.0.1", port))
+    await loop.sock_sendall(sock, request)
+    return sock

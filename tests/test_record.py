@@ -23,7 +23,7 @@ from urllib.parse import quote, urlencode
 import httpx
 import openai
 import pytest
-from clients import never_reading, openai_client
+from clients import never_reading, openai_client, unread
 from httpx_sse import aconnect_sse
 from planted import NEEDLES, PLANTED, one_line
 from processes import descriptors, start
@@ -2048,13 +2048,8 @@ async def test_a_client_that_reads_nothing_is_cut_off_and_the_upstreams_answer_s
     cassette = tmp_path / "c.toml"
     path = "/v1/chat/completions?events=150&gap=0.04&pad=65536"
     async with arecording(cassette, upstream.url, limits=Limits(send_timeout=0.5)) as proxy:
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.setblocking(False)
-        loop = asyncio.get_running_loop()
-        await loop.sock_connect(sock, ("127.0.0.1", proxy.port))
-        await loop.sock_sendall(
-            sock, f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{{}}".encode()
+        sock = await unread(
+            proxy.port, f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{{}}".encode()
         )
         await auntil(lambda: proxy.stats()["stalled_connections"] == 1, "the client cut off")
         async with asyncio.timeout(SAFETY_NET):

@@ -20,7 +20,7 @@ import httpx
 import openai
 import processes
 import pytest
-from clients import never_reading, openai_client
+from clients import never_reading, openai_client, unread
 from httpx_sse import connect_sse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -577,12 +577,7 @@ async def test_a_client_that_does_not_read_holds_a_paced_stream_back() -> None:
     # write of more than 64 KiB through aiohttp waits for the client there, before the stream's pacing begins.)
     events = [b"data: start\n\n"] + [b"data: " + b"x" * 65536 + b"\n\n"] * 300
     async with aserve(_paced(events, 0.002)) as server:
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.setblocking(False)
-        loop = asyncio.get_running_loop()
-        await loop.sock_connect(sock, ("127.0.0.1", server.port))
-        await loop.sock_sendall(sock, b"POST /stream HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+        sock = await unread(server.port, b"POST /stream HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
         # The recording is made ready for its first play in a thread, which a busy machine may take seconds
         # over: the stream's clock starts with its first bytes, seen here without reading them.
         await auntil(lambda: _waiting(sock), "the stream's first bytes")
@@ -604,18 +599,15 @@ async def test_a_client_that_takes_nothing_of_its_answer_is_cut_off_after_the_se
     events = [b"data: " + b"x" * 65536 + b"\n\n"] * 300
     limits = Limits(send_timeout=0.5)
     async with MockServer([_paced(events, 0.0)], options=ServeOptions.build(pace="instant"), limits=limits) as server:
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.setblocking(False)
-        loop = asyncio.get_running_loop()
-        await loop.sock_connect(sock, ("127.0.0.1", server.port))
-        await loop.sock_sendall(sock, b"POST /stream HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+        sock = await unread(server.port, b"POST /stream HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
         await auntil(lambda: server.stats()["stalled_connections"] == 1, "the client cut off")
         async with asyncio.timeout(SAFETY_NET):
             await server.control.idle()
             got = 0
             with contextlib.suppress(ConnectionResetError):
-                while piece := await loop.sock_recv(sock, 65536):  # what was sent before, then the close
+                while piece := await asyncio.get_running_loop().sock_recv(
+                    sock, 65536
+                ):  # what was sent before, then the close
                     got += len(piece)
         sock.close()
         [ended] = [e for e in server.control.journal if isinstance(e, Ended)]
