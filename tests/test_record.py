@@ -1016,6 +1016,18 @@ def test_a_read_only_folder_is_a_clear_error_before_anything_is_forwarded(tmp_pa
     assert (result.returncode, result.stderr) == (2, "Error: c.toml: cannot write beside it: Read-only file system\n")
 
 
+def test_one_shot_record_into_a_read_only_folder_is_a_clear_error_before_the_request_is_sent(
+    tmp_path: Path, threaded_upstream: Upstream
+) -> None:
+    code = "from sse_tape.cli import main; main()"
+    url = threaded_upstream.url + "/v1/chat/completions?events=1"
+    result = _in_a_small_disk(
+        tmp_path, "size=64k,ro", f"import sys; sys.argv[1:] = ['record', {url!r}, '-d', '{{}}', '-c', 'c.toml']\n{code}"
+    )
+    assert (result.returncode, result.stderr) == (2, "Error: c.toml: cannot write beside it: Read-only file system\n")
+    assert threaded_upstream.hits == 0  # it sent nothing it could not keep
+
+
 def test_a_full_disk_is_said_once_and_what_was_saved_stays_readable(tmp_path: Path) -> None:
     code = """
 import json, httpx

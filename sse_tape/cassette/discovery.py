@@ -3,7 +3,9 @@ that a path can be one before anything is recorded into it."""
 
 from __future__ import annotations
 
+import errno
 import os
+import tempfile
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
@@ -42,7 +44,8 @@ def bundled_cassettes() -> list[Path]:
 
 
 def check_cassette_path(path: str | os.PathLike[str]) -> Path:
-    """The path, if its suffix names a cassette encoding; raises `CassetteError` otherwise.
+    """The path, if its suffix names a cassette encoding and its folder takes a file (a spool, a new cassette);
+    raises `CassetteError` otherwise.
 
     Recorders call it before they send anything, so that nothing is recorded into a file that cannot be written.
     """
@@ -50,4 +53,12 @@ def check_cassette_path(path: str | os.PathLike[str]) -> Path:
     encoding_of(path)
     if path.exists() and not path.is_file():
         raise CassetteError(f"{path}: is not a file")
+    try:  # a file made and removed at once: what the folder's mount, permissions and room allow, asked of the system
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+    except OSError as exc:
+        raise CassetteError(f"{path}: cannot write beside it: {exc.strerror or exc}") from None
+    os.close(fd)
+    os.unlink(probe)
+    if path.exists() and not os.access(path, os.W_OK):
+        raise CassetteError(f"{path}: cannot write it: {os.strerror(errno.EACCES)}")
     return path
