@@ -28,9 +28,9 @@ def test_the_journal_endpoint_lists_a_match_a_miss_and_an_injected_fault() -> No
     assert kinds == [
         (1, "received"), (1, "matched"), (1, "ended"),
         (2, "received"), (2, "missed"), (2, "ended"),
-        (3, "received"), (3, "matched"), (3, "fault"), (3, "ended"),
+        (3, "received"), (3, "fault"), (3, "matched"), (3, "ended"),
     ]  # fmt: skip
-    matched, missed, fault = entries[1], entries[4], entries[8]
+    matched, missed, fault = entries[1], entries[4], entries[7]
     assert matched["recording"] == "openai-chat.toml #1 (POST /v1/chat/completions)"
     assert missed["status"] == 404
     assert (
@@ -90,7 +90,7 @@ def test_the_report_has_every_entry_as_a_json_line(tmp_path: Path) -> None:
     kept = [entry.to_json() for entry in server.journal]
     written = [json.loads(line) for line in report.read_text().splitlines()]
     assert written == kept
-    assert [e["type"] for e in written] == ["received", "matched", "fault", "ended", "received", "matched", "ended"]
+    assert [e["type"] for e in written] == ["received", "fault", "matched", "ended", "received", "matched", "ended"]
 
 
 def test_entries_are_typed_values(tmp_path: Path) -> None:
@@ -98,7 +98,7 @@ def test_entries_are_typed_values(tmp_path: Path) -> None:
         httpx.post(server.url + "/v1/chat/completions", json=CHAT, headers={"X-SSE-Tape-Fault": "empty"})
         httpx.post(server.url + "/nowhere", json={})
     kinds = [type(e) for e in server.journal]
-    assert kinds == [Received, Matched, FaultInjected, Ended, Received, Missed, Ended]
+    assert kinds == [Received, FaultInjected, Matched, Ended, Received, Missed, Ended]
 
 
 @pytest.mark.parametrize("limit", ["x", "-"])
@@ -119,3 +119,13 @@ def test_what_request_headers_bring_is_kept_for_a_bounded_number_of_faults() -> 
     now = state.snapshot()
     assert len(now.counts) == len(now.injected) == 100
     assert list(now.counts)[-1] == "empty:times=1000"  # the newest are kept
+
+
+def test_a_status_fault_is_said_with_its_status_not_the_recordings(tmp_path: Path) -> None:
+    # The faults act before the match is said: its line names the status the client gets.
+    lines: list[str] = []
+    with serve(pace="instant", faults=["status:code=429"], log=lines.append) as server:
+        assert httpx.post(server.url + "/v1/chat/completions", json=CHAT).status_code == 429
+    [matched] = [e for e in server.journal if isinstance(e, Matched)]
+    assert matched.status == 429
+    assert not [line for line in lines if "-> 200" in line]

@@ -448,7 +448,7 @@ async def test_async(async_sse_tape):
                 got.append(chunk.choices[0].delta.content or "")
         assert "".join(got) == "Hi there"
     await async_sse_tape.idle()  # the server notes the end a moment after the client has it
-    assert [e.kind for e in async_sse_tape.journal][-2:] == ["fault", "ended"]
+    assert [e.kind for e in async_sse_tape.journal][-3:] == ["fault", "matched", "ended"]
 
 @pytest.mark.sse_tape("greeting")
 def test_the_async_one_in_a_sync_test_fails_at_once(async_sse_tape):

@@ -157,23 +157,29 @@ class Replay(Attached):
                 resumed = f"after event id {last_id!r}" if cut else f"from the start: no event id {last_id!r}"
         # A recording's own faults act again (not on a resumption: they were the first connection's).
         again = self._faults_of(recording) if server.options.recorded_faults and not cut else []
-        server.journal.add(
-            Matched(
-                request=exchange.number,
-                method=request.method,
-                path=request.path,
-                recording=known.name,
-                status=prepared.response.status,
-                converted=prepared.converted if kept is None or kept.answer is None else None,
-                resumed=resumed,
-                kept=kept.note if kept is not None else None,
+
+        def matched(status: int) -> None:
+            # After the faults, with the status they leave: a `status` fault's 429 is said, not the recording's 200.
+            server.journal.add(
+                Matched(
+                    request=exchange.number,
+                    method=request.method,
+                    path=request.path,
+                    recording=known.name,
+                    status=status,
+                    converted=prepared.converted if kept is None or kept.answer is None else None,
+                    resumed=resumed,
+                    kept=kept.note if kept is not None else None,
+                )
             )
-        )
+
         dialect = exchange.api or known.dialect
         if kept is not None and kept.answer is not None:  # answered in replay's place: one JSON document
             inject(server, exchange, kept.answer, dialect=dialect, recording=known.name, stream=False)
+            matched(kept.answer.status)
             return await server.send(exchange, kept.answer)
         injected = inject(server, exchange, stream, dialect=dialect, recording=known.name, also=again)
+        matched(stream.status if injected else prepared.response.status)
         if prepared.stands_for is not None:
             if injected:
                 api = generation(dialect, "an answer converted to JSON")  # only an LLM API's is converted
