@@ -8,12 +8,14 @@ import json
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from clients import gemini_client
 from google.genai import errors, types
+from upstream import Upstream
 
 from sse_tape import (
     Cassette,
@@ -22,6 +24,7 @@ from sse_tape import (
     Request,
     Response,
     bundled_cassettes,
+    recording,
     serve,
 )
 from sse_tape.dialects import DIALECTS, Answer, detect, for_path
@@ -36,6 +39,7 @@ from sse_tape.dialects.events import (
     ToolCallStart,
     Usage,
 )
+from sse_tape.server import run_in_thread
 from sse_tape.translation import translate
 
 GEMINI = DIALECTS["gemini"]
@@ -585,3 +589,19 @@ def test_a_miss_under_every_version_raises_the_sdks_error_with_sse_tapes_message
     assert (missed.value.code, missed.value.status) == (404, "NOT_FOUND")
     assert missed.value.message is not None
     assert missed.value.message.startswith(f"sse-tape: no recorded interaction matches POST /{version or 'v1'}/models/")
+
+
+def test_a_recorder_forwards_the_path_as_sent_and_replays_it_under_every_version(tmp_path: Path) -> None:
+    body = {"contents": [{"role": "user", "parts": [{"text": "Hello!"}]}]}
+    cassette = tmp_path / "gemini.toml"
+    with run_in_thread(Upstream()) as up, recording(cassette, up.url + "/leaky") as server:
+        first = httpx.post(f"{server.url}/v1/models/{MODEL}:streamGenerateContent?alt=sse", json=body)
+        again = [
+            httpx.post(f"{server.url}/{version}/models/{MODEL}:streamGenerateContent?alt=sse", json=body)
+            for version in ("v1beta", "v1alpha")
+        ]
+    assert [r.text for r in (first, *again)] == ["data: ok\n\n"] * 3
+    # Under new_episodes a recording answers once: v1beta's call is the one made under v1, v1alpha's goes on.
+    sent = [f"/v1/models/{MODEL}:streamGenerateContent", f"/v1alpha/models/{MODEL}:streamGenerateContent"]
+    assert up.seen_paths == [f"/leaky{path}?alt=sse" for path in sent]  # as the client sent them
+    assert [i.request.path for i in Cassette.load(cassette).interactions] == sent
