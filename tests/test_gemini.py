@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import processes
 import pytest
 from clients import gemini_client
 from google.genai import errors, types
@@ -605,3 +606,22 @@ def test_a_recorder_forwards_the_path_as_sent_and_replays_it_under_every_version
     sent = [f"/v1/models/{MODEL}:streamGenerateContent", f"/v1alpha/models/{MODEL}:streamGenerateContent"]
     assert up.seen_paths == [f"/leaky{path}?alt=sse" for path in sent]  # as the client sent them
     assert [i.request.path for i in Cassette.load(cassette).interactions] == sent
+
+
+def test_the_sdk_with_its_default_version_and_only_a_base_url_works_against_sse_tape_serve() -> None:
+    cassette = next(p for p in bundled_cassettes() if p.name == "gemini.toml")
+    process, url = processes.start(["serve", str(cassette), "--pace", "instant", "--port", "0", "-q"])
+    try:
+        with gemini_client(url, api_version=None) as client:
+            streamed = read(client.models.generate_content_stream(model=MODEL, contents="Hello!"))
+            plain = client.models.generate_content(model=MODEL, contents="Hello!")
+            listed = [m.name for m in client.models.list()]
+            with pytest.raises(errors.ClientError) as missed:
+                client.models.generate_content(model="gemini-9", contents="Hello!")
+    finally:
+        process.terminate()
+        _, err = process.communicate(timeout=30)
+    assert "Traceback" not in err
+    assert (streamed.text, plain.text, listed) == (GREETING, GREETING, [f"models/{MODEL}"])
+    assert (missed.value.code, missed.value.status) == (404, "NOT_FOUND")
+    assert (missed.value.message or "").startswith("sse-tape: no recorded interaction matches POST /v1/models/gemini-9")
