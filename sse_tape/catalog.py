@@ -2,8 +2,9 @@
 
 Clients and frameworks often ask which models there are before they ask
 anything else. `Catalog` answers a request for an API's model list (its
-dialect's `Generation.models_path`: OpenAI's `GET /v1/models`, LM Studio's
-`GET /api/v1/models`), and for one model in it (`…/models/{id}`), in that
+dialect's `Generation.models_list`: OpenAI's `GET /v1/models`, LM Studio's
+`GET /api/v1/models`, Gemini's `GET /v1beta/models`, and `/v1/models` with a
+Google API key), and for one model in it (`…/models/{id}`), in that
 API's shape, with the models the recordings' requests name, under any path
 prefix (a router's `/proj/x/v1/models` too). It stands behind replay: a
 recording of such a request answers it first.
@@ -55,6 +56,7 @@ class Catalog(Attached):
         if found is None:
             return None
         api, list_path = found
+        exchange.dialect = api  # an unknown model's 404 in the words of the list's API (`/v1/models`: Gemini's too)
         models = list(dict.fromkeys([*self.more, *models_of(server, api)]))
         what = f"{len(models)} model{'s'[: len(models) != 1]}"
         if path.endswith(list_path):
@@ -62,7 +64,6 @@ class Catalog(Attached):
         elif list_path + "/" in path:
             wanted = unquote(path.split(list_path + "/", 1)[1])
             if wanted not in models:
-                exchange.dialect = api  # the error in the words of the API whose list was asked for
                 return await server.error(
                     exchange, 404, f"no model {wanted!r} here: {', '.join(models)}", "model_not_found"
                 )

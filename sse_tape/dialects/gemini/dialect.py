@@ -86,13 +86,8 @@ class Gemini(Generation):
 
     def serves_path(self, path: str) -> bool:
         """A path that names the model and the method: `…/models/{model}:streamGenerateContent` (`PATH`), under
-        any version; and the model list of `v1beta` and `v1alpha` (`/v1/models` is OpenAI's too: see
-        `models_claimed`)."""
-        path = path.rstrip("/")
-        if PATH.search(path) is not None:
-            return True
-        found = _MODELS.search(path)
-        return found is not None and found["version"] != "v1"
+        any version. (The model list is answered by the catalog: see `models_list`.)"""
+        return PATH.search(path.rstrip("/")) is not None
 
     def same_call_path(self, path: str) -> str:
         """`path` under version `v1` whichever of `v1`, `v1beta` and `v1alpha` it names: the SDKs call the same
@@ -105,8 +100,9 @@ class Gemini(Generation):
         return _VERSION.sub("/v1", head, count=1) + path[found.start() :] if "/v1" in head else path
 
     def models_list(self, request: Request) -> str | None:
-        """`/{version}/models` when the request asks for Gemini's model list, or one model in it: under
-        `v1beta` or `v1alpha`, or under `v1` (as OpenAI's list is) from a client with a Google API key."""
+        """`/{version}/models` when the request asks for Gemini's model list, or one model in it, under `v1`,
+        `v1beta` or `v1alpha` (any prefix before it). `/v1/models` is OpenAI's too: it is Gemini's when the
+        request comes with a Google API key (`models_claimed`)."""
         found = _MODELS.search(request.path.rstrip("/"))
         return f"/{found['version']}/models" if found is not None else None
 
