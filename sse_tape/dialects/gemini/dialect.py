@@ -80,7 +80,7 @@ class Gemini(Generation):
     name = "gemini"
     answer = "a GenerateContentResponse with candidates"
     path = "/v1beta/models/{model}:streamGenerateContent"
-    models_path = "/models"
+    models_path = "/v1beta/models"  # and under v1 and v1alpha: see models_list
     query = "alt=sse"
     turns = "contents"
 
