@@ -2,8 +2,9 @@
 
 Clients and frameworks often ask which models there are before they ask
 anything else. `Catalog` answers a request for an API's model list (its
-dialect's `Generation.models_path`: OpenAI's `GET /v1/models`, LM Studio's
-`GET /api/v1/models`), and for one model in it (`…/models/{id}`), in that
+dialect's `Generation.models_list`: OpenAI's `GET /v1/models`, LM Studio's
+`GET /api/v1/models`, Gemini's `GET /v1beta/models`, and `/v1/models` with a
+Google API key), and for one model in it (`…/models/{id}`), in that
 API's shape, with the models the recordings' requests name, under any path
 prefix (a router's `/proj/x/v1/models` too). It stands behind replay: a
 recording of such a request answers it first.
@@ -18,7 +19,7 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from . import _json
-from .cassette import Chunk, Response
+from .cassette import Chunk, Request, Response
 from .dialects import DIALECTS, Generation
 from .journal import Answered
 from .plan import Plan
@@ -27,13 +28,13 @@ from .responder import Attached, Exchange, Host
 __all__ = ["Catalog", "models_of"]
 
 
-def models_of(host: Host) -> list[str]:
-    """The models the recordings' requests name, in the order they first appear."""
+def models_of(host: Host, api: Generation) -> list[str]:
+    """The models the recordings' requests name, as `api` reads them (`Generation.recorded_model`: OpenAI's
+    the body's `model`, Gemini's the path's), in the order they first appear."""
     names: dict[str, None] = {}
     for recording in host.matcher.recordings:
-        body = recording.interaction.request.json()
-        model = body.get("model") if isinstance(body, dict) else None
-        if isinstance(model, str) and model:
+        model = api.recorded_model(recording.interaction.request)
+        if model:
             names[model] = None
     return list(names)
 
@@ -51,11 +52,12 @@ class Catalog(Attached):
         path = request.path.rstrip("/")
         if request.method not in ("GET", "HEAD"):
             return None
-        api = _lister(path)
-        if api is None or api.models_path is None:
+        found = _lister(request)
+        if found is None:
             return None
-        list_path = api.models_path
-        models = list(dict.fromkeys([*self.more, *models_of(server)]))
+        api, list_path = found
+        exchange.dialect = api  # an unknown model's 404 in the words of the list's API (`/v1/models`: Gemini's too)
+        models = list(dict.fromkeys([*self.more, *models_of(server, api)]))
         what = f"{len(models)} model{'s'[: len(models) != 1]}"
         if path.endswith(list_path):
             body: dict[str, Any] = api.models_json(models)
@@ -81,8 +83,10 @@ class Catalog(Attached):
         return await server.send(exchange, Plan.of(response, [0.0], 0.0))
 
 
-def _lister(path: str) -> Generation | None:
-    """The API whose model list `path` asks for: of those whose list path it holds, the one with the longest
-    (LM Studio's `/api/v1/models` holds OpenAI's `/v1/models`)."""
-    listers = [d for d in DIALECTS.values() if isinstance(d, Generation) and d.models_path and d.models_path in path]
-    return max(listers, key=lambda d: len(d.models_path or ""), default=None)
+def _lister(request: Request) -> tuple[Generation, str] | None:
+    """The API whose model list `request` asks for, and its list path: of those that say it does
+    (`Generation.models_list`), one it says so of beyond its path (`models_claimed`: Gemini's key on
+    `/v1/models`), else the one with the longest list path (LM Studio's `/api/v1/models` holds OpenAI's
+    `/v1/models`), else the first."""
+    listers = [(d, p) for d in DIALECTS.values() if isinstance(d, Generation) and (p := d.models_list(request))]
+    return max(listers, key=lambda found: (found[0].models_claimed(request), len(found[1])), default=None)

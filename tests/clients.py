@@ -31,14 +31,16 @@ def anthropic_client(base_url: str, *, api_key: str = "sk-ant-test", max_retries
     return anthropic.Anthropic(base_url=base_url, api_key=api_key, max_retries=max_retries, http_client=http)
 
 
-def gemini_client(base_url: str, *, retry: types.HttpRetryOptions | None = None) -> genai.Client:
+def gemini_client(
+    base_url: str, *, retry: types.HttpRetryOptions | None = None, api_version: str | None = "v1beta"
+) -> genai.Client:
     """A google-genai client of the Gemini API at `base_url`, keeping no idle connection (see `openai_client`).
 
-    It asks for API version v1beta, as the bundled cassette's paths have it (the SDK's own default is v1);
-    without `retry` it never retries, as the SDK does by default.
+    It asks for API version `api_version`: v1beta, as the bundled cassette's paths have it, unless told
+    (None: the SDK's own default, v1); without `retry` it never retries, as the SDK does by default.
     """
     http = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
-    options = types.HttpOptions(base_url=base_url, api_version="v1beta", retry_options=retry, httpx_client=http)
+    options = types.HttpOptions(base_url=base_url, api_version=api_version, retry_options=retry, httpx_client=http)
     return genai.Client(api_key="test-key", http_options=options)
 
 

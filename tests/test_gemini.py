@@ -8,11 +8,15 @@ import json
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import httpx
+import processes
 import pytest
 from clients import gemini_client
 from google.genai import errors, types
+from upstream import Upstream
 
 from sse_tape import (
     Cassette,
@@ -21,6 +25,7 @@ from sse_tape import (
     Request,
     Response,
     bundled_cassettes,
+    recording,
     serve,
 )
 from sse_tape.dialects import DIALECTS, Answer, detect, for_path
@@ -35,6 +40,7 @@ from sse_tape.dialects.events import (
     ToolCallStart,
     Usage,
 )
+from sse_tape.server import run_in_thread
 from sse_tape.translation import translate
 
 GEMINI = DIALECTS["gemini"]
@@ -480,3 +486,142 @@ def test_the_sdk_raises_its_own_errors_for_a_miss_and_for_a_stream_that_failed(b
     assert missed.value.details["error"]["details"][0]["reason"] == "no_match"
     assert (failed.value.code, failed.value.status) == (503, "UNAVAILABLE")
     assert failed.value.message == "The model is overloaded. Please try again later."
+
+
+# --- every version prefix: /v1/, /v1beta/, /v1alpha/ -------------------------------------------------------
+
+# None: the SDK's own default (v1 in google-genai 1.x and later).
+VERSIONS = ["v1", "v1beta", "v1alpha", None]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_sdk_replays_recordings_made_under_v1beta_under_every_version(
+    bundled: dict[str, Cassette], version: str | None
+) -> None:
+    with serve(bundled["gemini"], pace="instant") as server, gemini_client(server.url, api_version=version) as client:
+        streamed = read(client.models.generate_content_stream(model=MODEL, contents="Hello!"))
+        tools = types.GenerateContentConfig(tools=[WEATHER], automatic_function_calling=MANUAL)
+        call = client.models.generate_content(model=MODEL, contents="Weather in Tokyo?", config=tools)
+        paths = [r.path for r in server.control.snapshot().received]
+    prefix = f"/{version or 'v1'}/models/{MODEL}"
+    assert paths == [f"{prefix}:streamGenerateContent", f"{prefix}:generateContent"]
+    assert streamed.text == GREETING
+    assert [(c.name, c.args) for c in call.function_calls or []] == [("get_weather", {"city": "Tokyo"})]
+
+
+def test_same_call_path_puts_every_version_under_v1_and_keeps_the_rest() -> None:
+    for version in ("v1", "v1beta", "v1alpha"):
+        assert (
+            GEMINI.same_call_path(f"/{version}/models/{MODEL}:generateContent") == f"/v1/models/{MODEL}:generateContent"
+        )
+        assert GEMINI.same_call_path(f"/proj/x/{version}/models/{MODEL}:generateContent") == (
+            f"/proj/x/v1/models/{MODEL}:generateContent"
+        )
+    vertex = "/v1beta1/projects/p/locations/global/publishers/google/models/gemini-2.5-pro:streamGenerateContent"
+    assert GEMINI.same_call_path(vertex) == vertex.replace("/v1beta1/", "/v1/")
+    # A model whose name holds a version is the model's name; a path Gemini does not call is as it came.
+    assert GEMINI.same_call_path("/v1beta/models/v1beta/models/m:generateContent") == (
+        "/v1/models/v1beta/models/m:generateContent"
+    )
+    assert GEMINI.same_call_path("/v1beta/files") == "/v1beta/files"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_sdk_lists_and_gets_the_gemini_recordings_models_under_every_version(
+    bundled: dict[str, Cassette], version: str | None
+) -> None:
+    everything = list(bundled.values())  # the other APIs' recordings name models too: not Gemini's
+    with serve(*everything, pace="instant") as server, gemini_client(server.url, api_version=version) as client:
+        listed = list(client.models.list())
+        one = client.models.get(model=MODEL)
+        with pytest.raises(errors.ClientError) as unknown:
+            client.models.get(model="gemini-9")
+    assert [(m.name, m.display_name) for m in listed] == [(f"models/{MODEL}", MODEL)]
+    assert one.name == f"models/{MODEL}"
+    assert one.supported_actions == ["generateContent", "streamGenerateContent"]
+    assert (unknown.value.code, unknown.value.status) == (404, "NOT_FOUND")
+    assert unknown.value.message == f"sse-tape: no model 'gemini-9' here: {MODEL}"
+
+
+def test_v1_models_without_a_google_key_is_still_openais_list(bundled: dict[str, Cassette]) -> None:
+    with serve(*bundled.values(), pace="instant") as server:
+        openai_list = httpx.get(server.url + "/v1/models").json()
+        google_list = httpx.get(server.url + "/v1/models?key=k").json()
+        missing = httpx.get(server.url + "/v1/models/gemini-9", headers={"x-goog-api-key": "k"})
+    assert openai_list["object"] == "list"
+    assert MODEL not in [m["id"] for m in openai_list["data"]]
+    assert google_list == {"models": [GEMINI.model_json(MODEL)]}
+    assert missing.status_code == 404
+    assert missing.json()["error"]["status"] == "NOT_FOUND"
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta", "v1alpha"])
+def test_errors_before_the_stream_are_googles_under_every_version(bundled: dict[str, Cassette], version: str) -> None:
+    url = f"/{version}/models/{MODEL}:streamGenerateContent?alt=sse"
+    hello = {"contents": [{"role": "user", "parts": [{"text": "Hello!"}]}]}
+    with (
+        serve(bundled["gemini"], pace="instant", max_body="10KiB") as server,
+        httpx.Client(base_url=server.url) as http,
+    ):
+        miss = http.post(url.replace(MODEL, "gemini-9"), json=hello)
+        large = http.post(url, json={"contents": [{"parts": [{"text": "x" * 20_000}]}]})
+        fault = http.post(url, json=hello, headers={"X-SSE-Tape-Fault": "status:code=429"})
+        listed = http.get(f"/{version}/models/gemini-9", headers={"x-goog-api-key": "k"})
+    for response, status, name in (
+        (miss, 404, "NOT_FOUND"),
+        (large, 413, "UNKNOWN"),
+        (fault, 429, "RESOURCE_EXHAUSTED"),
+        (listed, 404, "NOT_FOUND"),
+    ):
+        assert response.status_code == status, response.text
+        error = response.json()["error"]
+        assert (error["code"], error["status"]) == (status, name), response.text
+        assert "type" not in error  # not OpenAI's shape
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_miss_under_every_version_raises_the_sdks_error_with_sse_tapes_message(version: str | None) -> None:
+    with (
+        serve(Cassette()) as server,
+        gemini_client(server.url, api_version=version) as client,
+        pytest.raises(errors.ClientError) as missed,
+    ):
+        client.models.generate_content(model=MODEL, contents="hi")
+    assert (missed.value.code, missed.value.status) == (404, "NOT_FOUND")
+    assert missed.value.message is not None
+    assert missed.value.message.startswith(f"sse-tape: no recorded interaction matches POST /{version or 'v1'}/models/")
+
+
+def test_a_recorder_forwards_the_path_as_sent_and_replays_it_under_every_version(tmp_path: Path) -> None:
+    body = {"contents": [{"role": "user", "parts": [{"text": "Hello!"}]}]}
+    cassette = tmp_path / "gemini.toml"
+    with run_in_thread(Upstream()) as up, recording(cassette, up.url + "/leaky") as server:
+        first = httpx.post(f"{server.url}/v1/models/{MODEL}:streamGenerateContent?alt=sse", json=body)
+        again = [
+            httpx.post(f"{server.url}/{version}/models/{MODEL}:streamGenerateContent?alt=sse", json=body)
+            for version in ("v1beta", "v1alpha")
+        ]
+    assert [r.text for r in (first, *again)] == ["data: ok\n\n"] * 3
+    # Under new_episodes a recording answers once: v1beta's call is the one made under v1, v1alpha's goes on.
+    sent = [f"/v1/models/{MODEL}:streamGenerateContent", f"/v1alpha/models/{MODEL}:streamGenerateContent"]
+    assert up.seen_paths == [f"/leaky{path}?alt=sse" for path in sent]  # as the client sent them
+    assert [i.request.path for i in Cassette.load(cassette).interactions] == sent
+
+
+def test_the_sdk_with_its_default_version_and_only_a_base_url_works_against_sse_tape_serve() -> None:
+    cassette = next(p for p in bundled_cassettes() if p.name == "gemini.toml")
+    process, url = processes.start(["serve", str(cassette), "--pace", "instant", "--port", "0", "-q"])
+    try:
+        with gemini_client(url, api_version=None) as client:
+            streamed = read(client.models.generate_content_stream(model=MODEL, contents="Hello!"))
+            plain = client.models.generate_content(model=MODEL, contents="Hello!")
+            listed = [m.name for m in client.models.list()]
+            with pytest.raises(errors.ClientError) as missed:
+                client.models.generate_content(model="gemini-9", contents="Hello!")
+    finally:
+        process.terminate()
+        _, err = process.communicate(timeout=30)
+    assert "Traceback" not in err
+    assert (streamed.text, plain.text, listed) == (GREETING, GREETING, [f"models/{MODEL}"])
+    assert (missed.value.code, missed.value.status) == (404, "NOT_FOUND")
+    assert (missed.value.message or "").startswith("sse-tape: no recorded interaction matches POST /v1/models/gemini-9")

@@ -50,6 +50,7 @@ class Upstream:
         self.disconnects = 0
         self.last_write: float | None = None
         self.seen_headers: list[dict[str, str]] = []
+        self.seen_paths: list[str] = []
         self.seen_bodies: list[bytes] = []
         self.leaky_headers: dict[str, str] = {}
         """What `/leaky/...` answers with, besides its content type."""
@@ -84,6 +85,7 @@ class Upstream:
     ) -> web.StreamResponse:
         self.hits += 1
         self.seen_headers.append(dict(request.headers))
+        self.seen_paths.append(request.raw_path)
         response = web.StreamResponse(headers={**SSE, **headers})
         await response.prepare(request)
         try:

@@ -100,6 +100,23 @@ class Generation(Protocol):
     models_path: ClassVar[str | None] = None
     """The path this API lists its models at (`/v1/models`, then `/{id}` for one), if it lists them."""
 
+    def models_list(self, request: Request) -> str | None:
+        """The list path (`models_path`) that `request` asks for this API's model list, or one model in it,
+        at; None when it does not. By default `models_path` when the path holds it (under any prefix)."""
+        path = self.models_path
+        return path if path is not None and path in request.path else None
+
+    def models_claimed(self, request: Request) -> bool:
+        """Whether `request` says, beyond its path, that it is this API's (Gemini's API key header), which
+        settles a list path two APIs share (`/v1/models`); False by default."""
+        return False
+
+    def recorded_model(self, request: Request) -> str | None:
+        """The model a recorded request of this API names, for the model list: its body's `model` by default."""
+        body = request.json()
+        model = body.get("model") if isinstance(body, dict) else None
+        return model if isinstance(model, str) and model else None
+
     def models_json(self, names: Sequence[str]) -> dict[str, Any]:
         """The body of this API's model list, for these models (`models_path` says where it is asked for)."""
         return {"models": [self.model_json(name) for name in names]}

@@ -205,6 +205,12 @@ class Protocol(ABC):
         for a JSON answer name the same call (Gemini's `:streamGenerateContent` and `:generateContent`)."""
         return path
 
+    def same_call_path(self, path: str) -> str:
+        """`path` as requests are matched on it: two paths that name the same call give the same (Gemini's
+        `/v1/`, `/v1beta/` and `/v1alpha/`); `path` itself by default. A request goes upstream, and into a
+        recording, with the path it came with."""
+        return path
+
     def responders(self) -> Sequence[ProtocolResponder]:
         """The responders of this protocol's features that keep state, made anew for each server, which puts
         them in its chain in front of replay; none by default."""

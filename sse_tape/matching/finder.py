@@ -463,11 +463,13 @@ class _Asked:
 def _as_compared(request: Request, ignore: tuple[tuple[str, ...], ...], reshape: bool, api: Dialect | None) -> Request:
     """The request as the matchers compare it: its JSON value (`json()`) without the ignored fields, nor (with
     `reshape`, in an `api` sse-tape speaks) those that choose the answer's shape, and its path without what
-    chooses it (`Protocol.shapeless_path`); its bytes as they came (serializing the cut value for every request
+    chooses it (`Protocol.shapeless_path`), as the API names the same call (`Protocol.same_call_path`: Gemini's
+    versions); its bytes as they came (serializing the cut value for every request
     was most of what issue 27's reshape added to an instant replay: docs/benchmarks.md). The request itself
     when that changes nothing."""
     shaping = reshape and api is not None
-    path = api.shapeless_path(request.path) if shaping and api is not None else request.path
+    path = api.same_call_path(request.path) if api is not None else request.path
+    path = api.shapeless_path(path) if shaping and api is not None else path
     body = request.body
     parsed = request.json() if body else None
     cut = shaping and isinstance(parsed, dict) and any(name in parsed for name in _SHAPE_FIELDS)

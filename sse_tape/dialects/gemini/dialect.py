@@ -9,6 +9,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
+from urllib.parse import parse_qsl, unquote
 
 from ... import _json
 from ...cassette import Headers, Interaction, Request
@@ -36,6 +37,12 @@ _STREAM = ":streamGenerateContent"
 
 PATH = re.compile(r"/(?:models|tunedModels)/(?P<model>.+):(?P<method>streamGenerateContent|generateContent)$")
 """A path Gemini answers: the model after `/models/` (or `/tunedModels/`), then the method."""
+
+# The API versions that name the same calls: the Gemini API's `v1`, `v1beta` and `v1alpha` (and Vertex AI's
+# `v1beta1`), as the last segment before `/models/` (or before Vertex AI's `/projects/`).
+_VERSION = re.compile(r"/v1(?:alpha|beta1?)?(?=$|/projects/)")
+# The model list and one model in it, under a version (any prefix before it): `…/v1beta/models[/{model}]`.
+_MODELS = re.compile(r"/(?P<version>v1(?:alpha|beta)?)/models(?:/[^/:]+)?$")
 
 # The `finishReason`s of the API reference (google-genai 3.4's `FinishReason`).
 _FINISH_REASONS = frozenset(
@@ -73,12 +80,54 @@ class Gemini(Generation):
     name = "gemini"
     answer = "a GenerateContentResponse with candidates"
     path = "/v1beta/models/{model}:streamGenerateContent"
+    models_path = "/v1beta/models"  # and under v1 and v1alpha: see models_list
     query = "alt=sse"
     turns = "contents"
 
     def serves_path(self, path: str) -> bool:
-        """A path that names the model and the method: `…/models/{model}:streamGenerateContent` (`PATH`)."""
+        """A path that names the model and the method: `…/models/{model}:streamGenerateContent` (`PATH`), under
+        any version. (The model list is answered by the catalog: see `models_list`.)"""
         return PATH.search(path.rstrip("/")) is not None
+
+    def same_call_path(self, path: str) -> str:
+        """`path` under version `v1` whichever of `v1`, `v1beta` and `v1alpha` it names: the SDKs call the same
+        methods under each (google-genai's Python SDK under `v1` by default), so a recording made under one
+        answers a request under another."""
+        found = PATH.search(path)
+        if found is None:
+            return path
+        head = path[: found.start()]
+        return _VERSION.sub("/v1", head, count=1) + path[found.start() :] if "/v1" in head else path
+
+    def models_list(self, request: Request) -> str | None:
+        """`/{version}/models` when the request asks for Gemini's model list, or one model in it, under `v1`,
+        `v1beta` or `v1alpha` (any prefix before it). `/v1/models` is OpenAI's too: it is Gemini's when the
+        request comes with a Google API key (`models_claimed`)."""
+        found = _MODELS.search(request.path.rstrip("/"))
+        return f"/{found['version']}/models" if found is not None else None
+
+    def models_claimed(self, request: Request) -> bool:
+        """Whether the request comes with a Google API key (`x-goog-api-key`, or `key=` in the query), as
+        Gemini's clients send it and no other API's do."""
+        return request.header("x-goog-api-key") is not None or any(
+            name == "key" for name, _ in parse_qsl(request.query, keep_blank_values=True)
+        )
+
+    def recorded_model(self, request: Request) -> str | None:
+        """The model a Gemini call names in its path (`…/models/{model}:generateContent`)."""
+        found = PATH.search(request.path.rstrip("/"))
+        return unquote(found["model"]) if found is not None else None
+
+    def model_json(self, name: str) -> dict[str, Any]:
+        """A `Model` of the API's list: its resource name (`models/gemini-2.5-flash`), its display name, and
+        the methods its recordings answer."""
+        return {
+            "name": name if name.startswith(("models/", "tunedModels/")) else f"models/{name}",
+            "version": "001",
+            "displayName": name,
+            "description": f"{name}, as sse-tape's recordings answer it",
+            "supportedGenerationMethods": ["generateContent", "streamGenerateContent"],
+        }
 
     def recognises(self, interaction: Interaction) -> bool:
         return any(
