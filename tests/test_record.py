@@ -1514,6 +1514,31 @@ def test_replay_only_record_modes_replay_a_stream_cut_short_as_it_was_recorded_a
     )
 
 
+def test_new_episodes_says_at_start_which_recordings_answered_an_error_or_nothing(
+    threaded_upstream: Upstream, tmp_path: Path
+) -> None:
+    # They replay as recorded (a request got them): the start says so, and how to fetch them again.
+    cassette = tmp_path / "c.toml"
+    head = (("content-type", "application/json"),)
+    Cassette(
+        [
+            Interaction(Request("POST", "/v1/a", body=b"{}"), Response(500, head, (Chunk(0.0, b'{"error": {}}'),))),
+            Interaction(Request("POST", "/v1/b", body=b"{}"), Response(200, head, ())),
+            Interaction(Request("POST", "/v1/c", body=b"{}"), Response(200, head, (Chunk(0.0, b"{}"),))),
+        ],
+        cassette,
+    ).save()
+    lines: list[str] = []
+    with recording(cassette, threaded_upstream.url, log=lines.append) as proxy:
+        assert httpx.post(proxy.url + "/v1/a", content=b"{}").status_code == 500
+    assert threaded_upstream.hits == 0
+    assert lines[0] == (
+        "c.toml holds 2 recordings that answered an error or nothing (1 empty, 1 status 500): record mode "
+        "new_episodes replays them; remove them from the cassette, or record with record mode rewrite, to fetch "
+        "them again"
+    )
+
+
 def test_check_secrets_finds_what_was_planted_and_exits_1(tmp_path: Path) -> None:
     clean = tmp_path / "clean.toml"
     Cassette(

@@ -139,6 +139,8 @@ def build_server(
     replay_only = chosen_mode is RecordMode.NONE or (chosen_mode is RecordMode.ONCE and existing is not None)
     if replay_only and existing is not None and log is not None:
         _say_cut_short(existing, chosen_mode, log)
+    if chosen_mode is RecordMode.NEW_EPISODES and existing is not None and log is not None:
+        _say_failed(existing, log)
     chosen = replace(
         chosen,
         on_miss=MissPolicy.ERROR if replay_only else policy,
@@ -183,6 +185,25 @@ def _say_cut_short(cassette: Cassette, mode: RecordMode, log: Callable[[str], No
         log(
             f"{cassette.name} holds {count} stream{'s'[: count != 1]} cut short when recorded ({how}): "
             f"record mode {mode} replays {them} as recorded; record mode new_episodes fetches {them} again"
+        )
+
+
+def _say_failed(cassette: Cassette, log: Callable[[str], None]) -> None:
+    """Record mode new_episodes replays what a request got when recorded, an error or nothing too: say so, and
+    how to fetch those again."""
+    failed = Counter(
+        f"status {i.response.status}" if i.response.status >= 400 else "empty"
+        for i in cassette.interactions
+        if i.response.status >= 400 or not any(chunk.data for chunk in i.response.chunks)
+    )
+    if failed:
+        count = sum(failed.values())
+        how = ", ".join(f"{n} {what}" for what, n in sorted(failed.items()))
+        them = "them" if count != 1 else "it"
+        log(
+            f"{cassette.name} holds {count} recording{'s'[: count != 1]} that answered an error or nothing ({how}): "
+            f"record mode new_episodes replays {them}; remove {them} from the cassette, or record with record mode "
+            f"rewrite, to fetch {them} again"
         )
 
 
