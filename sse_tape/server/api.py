@@ -178,14 +178,13 @@ def recording_server(
 def _say_cut_short(cassette: Cassette, mode: RecordMode, log: Callable[[str], None]) -> None:
     """A replay-only record mode replays a stream cut short as it was recorded: say so, and how to fetch it."""
     ends = Counter(str(i.response.end) for i in cassette.interactions if i.response.end in CUT_SHORT)
-    if ends:
-        count = sum(ends.values())
-        how = ", ".join(f"{n} {end}" for end, n in sorted(ends.items()))
-        them = "them" if count != 1 else "it"
-        log(
-            f"{cassette.name} holds {count} stream{'s'[: count != 1]} cut short when recorded ({how}): "
-            f"record mode {mode} replays {them} as recorded; record mode new_episodes fetches {them} again"
-        )
+    _say_held(
+        cassette,
+        ends,
+        ("stream", "cut short when recorded"),
+        f"record mode {mode} replays {{them}} as recorded; record mode new_episodes fetches {{them}} again",
+        log,
+    )
 
 
 def _say_failed(cassette: Cassette, log: Callable[[str], None]) -> None:
@@ -196,14 +195,25 @@ def _say_failed(cassette: Cassette, log: Callable[[str], None]) -> None:
         for i in cassette.interactions
         if i.response.status >= 400 or not any(chunk.data for chunk in i.response.chunks)
     )
-    if failed:
-        count = sum(failed.values())
-        how = ", ".join(f"{n} {what}" for what, n in sorted(failed.items()))
-        them = "them" if count != 1 else "it"
+    advice = (
+        "record mode new_episodes replays {them}; remove {them} from the cassette, or record with record mode "
+        "rewrite, to fetch {them} again"
+    )
+    _say_held(cassette, failed, ("recording", "that answered an error or nothing"), advice, log)
+
+
+def _say_held(
+    cassette: Cassette, kinds: Counter[str], what: tuple[str, str], advice: str, log: Callable[[str], None]
+) -> None:
+    """Say how many of `what` (a noun, then what they are) the cassette holds, of each kind, and `advice` (its
+    `{them}` the right pronoun); nothing when it holds none."""
+    count = sum(kinds.values())
+    if count:
+        how = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+        noun = what[0] + "s"[: count != 1]
         log(
-            f"{cassette.name} holds {count} recording{'s'[: count != 1]} that answered an error or nothing ({how}): "
-            f"record mode new_episodes replays {them}; remove {them} from the cassette, or record with record mode "
-            f"rewrite, to fetch {them} again"
+            f"{cassette.name} holds {count} {noun} {what[1]} ({how}): "
+            + advice.format(them="them" if count != 1 else "it")
         )
 
 
