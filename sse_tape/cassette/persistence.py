@@ -20,7 +20,6 @@ was, and the spools, which hold what was being added.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import gc
 import hashlib
@@ -50,6 +49,7 @@ from .spools import (
     spool_id,
     spools_of,
     take_back,
+    write_all,
 )
 from .upgrades import upgrade
 
@@ -327,15 +327,15 @@ class Cassette:
             fd = f.fileno()
             os.ftruncate(fd, note.at)  # what a write cut short left, if any
             try:
-                _pwrite(fd, block, note.at)
+                write_all(fd, block, note.at)
                 os.fsync(fd)
                 if note.patch:
-                    _pwrite(fd, note.patch, note.patch_at)
+                    write_all(fd, note.patch, note.patch_at)
                     os.fsync(fd)
             except OSError:
                 if note.patch:
                     with contextlib.suppress(OSError):
-                        _pwrite(fd, unpatch, note.patch_at)
+                        write_all(fd, unpatch, note.patch_at)
                 os.ftruncate(fd, note.at)  # a shorter file needs no room
                 take_back(spool, noted)
                 raise
@@ -417,16 +417,6 @@ def append_interactions(path: str | os.PathLike[str], interactions: Iterable[Int
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _pwrite(fd: int, data: bytes, at: int) -> None:
-    with memoryview(data) as view:
-        done = 0
-        while done < len(data):
-            written = os.pwrite(fd, view[done:], at + done)
-            if not written:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            done += written
 
 
 # A hand-written `interactions = [...]`: array-of-tables headers cannot follow it.

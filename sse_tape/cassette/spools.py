@@ -58,6 +58,7 @@ __all__ = [
     "spool_id",
     "spools_of",
     "take_back",
+    "write_all",
 ]
 
 _MAGIC = "sse-tape-spool"
@@ -201,13 +202,7 @@ class SpoolWriter:
     def _write(self, *records: Any) -> None:
         data = b"".join(msgpack.packb(record, use_bin_type=True) for record in records)
         try:
-            with memoryview(data) as view:
-                done = 0
-                while done < len(data):
-                    written = os.write(self._fd, view[done:])
-                    if not written:  # a full disk takes part of a write, then none
-                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-                    done += written
+            write_all(self._fd, data)
         except OSError as exc:
             self._take_back()
             raise CassetteError(f"{self.path}: cannot write: {exc.strerror or exc}") from None
@@ -284,15 +279,30 @@ def note_append(spool: Path, note: AppendNote) -> int:
         fd = os.open(spool, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         try:
             size = os.fstat(fd).st_size
-            if os.write(fd, data) != len(data):
+            try:
+                write_all(fd, data)
+            except OSError:
                 os.ftruncate(fd, size)
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                raise
             os.fsync(fd)
         finally:
             os.close(fd)
     except OSError as exc:
         raise CassetteError(f"{spool}: cannot write: {exc.strerror or exc}") from None
     return size
+
+
+def write_all(fd: int, data: bytes, at: int | None = None) -> None:
+    """Write all of `data` to `fd` (at offset `at`, or where the file's position or `O_APPEND` puts it); a
+    full disk takes part of a write, then none: that is `ENOSPC`."""
+    with memoryview(data) as view:
+        done = 0
+        while done < len(data):
+            piece = view[done:]
+            written = os.write(fd, piece) if at is None else os.pwrite(fd, piece, at + done)
+            if not written:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            done += written
 
 
 def take_back(spool: Path, size: int) -> None:
