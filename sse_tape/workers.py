@@ -31,7 +31,7 @@ from typing import Any
 
 from ._exceptions import SSETapeError, cannot_listen
 from .server import MockServer
-from .server.app import dual_stack_socket
+from .server.connections import dual_stack_socket
 
 __all__ = ["run"]
 

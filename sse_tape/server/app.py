@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import ipaddress
 import logging
 import os
 import resource
-import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -48,7 +46,7 @@ from ..upstream import AiohttpUpstream, Upstream
 from ..wire import Live, send
 from .access import Access, is_loopback
 from .bodies import BodyRefused, parsed_body, read_body
-from .connections import ConnectionGuard
+from .connections import ConnectionGuard, dual_stack_socket
 from .control import Control
 from .protocols import Lent
 from .replay import Replay
@@ -59,7 +57,6 @@ __all__ = [
     "FAULT_HEADER",
     "Limits",
     "MockServer",
-    "dual_stack_socket",
     "is_loopback",
 ]
 
@@ -693,28 +690,6 @@ class _LoopErrors:
                 )
             return
         loop.default_exception_handler(context)
-
-
-def dual_stack_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket | None:
-    """For `host` `::` (every address), a TCP socket bound to `port` that takes IPv4 connections besides IPv6
-    ones (IPV6_V6ONLY off; asyncio would listen on IPv6 alone); None for any other host. With `reuse_port`,
-    other processes may bind the same port (`serve --workers`)."""
-    try:
-        if ipaddress.ip_address(host.strip("[]")) != ipaddress.IPv6Address("::"):
-            return None
-    except ValueError:  # a name
-        return None
-    sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuse_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        sock.bind(("::", port))
-    except OSError:
-        sock.close()
-        raise
-    return sock
 
 
 def _protocols_responders() -> list[Responder]:

@@ -1,15 +1,17 @@
 """Connections in bounds: a deadline for every request head, for idleness and for a client that takes nothing
 of its answer; a limit on how many are open at once, which idle and stalled connections give way to; and a
-connection whose client has hung up closed even while the server has stopped reading it."""
+connection whose client has hung up closed even while the server has stopped reading it. And the socket they
+come to when the server listens on every address (`dual_stack_socket`)."""
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 import weakref
 from collections.abc import Callable
 
-__all__ = ["ConnectionGuard"]
+__all__ = ["ConnectionGuard", "dual_stack_socket"]
 
 #: How often the connections being answered whose reading aiohttp has paused are checked for a client gone.
 _SWEEP = 1.0
@@ -310,3 +312,25 @@ class _Guarded(asyncio.Protocol):
             self.cut(stalled=False)
         else:
             self.transport.close()  # a head that never finished, or a connection left idle
+
+
+def dual_stack_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket | None:
+    """For `host` `::` (every address), a TCP socket bound to `port` that takes IPv4 connections besides IPv6
+    ones (IPV6_V6ONLY off; asyncio would listen on IPv6 alone); None for any other host. With `reuse_port`,
+    other processes may bind the same port (`serve --workers`)."""
+    try:
+        if ipaddress.ip_address(host.strip("[]")) != ipaddress.IPv6Address("::"):
+            return None
+    except ValueError:  # a name
+        return None
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(("::", port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
