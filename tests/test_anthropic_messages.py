@@ -459,6 +459,12 @@ def _translations(bundled: dict[str, Cassette]) -> Iterator[tuple[str, Interacti
                 yield f"{stem}#{n}", interaction
 
 
+def _phase_of(interaction: Interaction) -> dict[str, Any]:
+    """The messages and tools of a recorded request, for the SDK to send again."""
+    body = interaction.request.json()
+    return {key: body[key] for key in ("messages", "tools", "tool_choice") if key in body}
+
+
 def test_the_sdk_reads_every_bundled_stream_translated_into_this_api(bundled: dict[str, Cassette]) -> None:
     read = 0
     for where, interaction in _translations(bundled):
@@ -470,7 +476,8 @@ def test_the_sdk_reads_every_bundled_stream_translated_into_this_api(bundled: di
         with (
             serve(Cassette([translated]), match_on=["method", "path"], pace="instant") as server,
             anthropic_client(server.url + prefix) as sdk,
-            sdk.messages.stream(model="m", max_tokens=9, messages=[{"role": "user", "content": "?"}]) as stream,
+            # The conversation and tools of the recording's phase: a tool call answers only a request offering it.
+            sdk.messages.stream(model="m", max_tokens=9, **_phase_of(translated)) as stream,
         ):
             if answer.error is not None:
                 with pytest.raises(anthropic.APIStatusError, match=answer.error.message):
@@ -496,9 +503,12 @@ def test_the_openai_sdk_reads_the_thinking_and_the_call_translated_for_it(bundle
         serve(chat, responses, match_on=["method", "path"], pace="instant") as server,
         openai_client(server.url + "/v1") as sdk,
     ):
-        with sdk.chat.completions.stream(model="m", messages=[{"role": "user", "content": "?"}]) as stream:
+        offered = chat.interactions[0].request.json()["tools"]  # the call answers only a request offering its tool
+        asked = [{"role": "user", "content": "?"}]
+        with sdk.chat.completions.stream(model="m", messages=asked, tools=offered) as stream:
             message = stream.get_final_completion().choices[0].message
-        with sdk.responses.stream(model="m", input="?") as events:
+        tools = responses.interactions[0].request.json()["tools"]
+        with sdk.responses.stream(model="m", input="?", tools=tools) as events:
             response = events.get_final_response()
     assert getattr(message, "reasoning_content", None) == THOUGHT
     assert message.content == "I'll check the current weather in Tokyo for you."

@@ -1088,8 +1088,9 @@ def test_sdk_reads_chat_tool_calls_translated_to_responses(bundled: dict[str, Ca
     cassette = _translated(bundled, "openai-chat", 1, "openai-responses")
     with serve(cassette, match_on=["method", "path"], pace="instant") as server:
         client = openai_client(server.url + "/v1", api_key="x", max_retries=0)
-        events = list(client.responses.create(model="m", input="Weather in Tokyo?", stream=True))
-        with client.responses.stream(model="m", input="Weather in Tokyo?") as stream:
+        tools = cassette.interactions[0].request.json()["tools"]  # the call answers only a request offering its tool
+        events = list(client.responses.create(model="m", input="Weather in Tokyo?", tools=tools, stream=True))
+        with client.responses.stream(model="m", input="Weather in Tokyo?", tools=tools) as stream:
             final = stream.get_final_response()
     assert "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta") == '{"city":"Tokyo"}'
     [call] = final.output

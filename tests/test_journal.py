@@ -54,13 +54,13 @@ def test_reset_makes_a_played_recording_playable_again(bundled: dict[str, Casset
             "openai-chat.toml #2 (POST /v1/chat/completions)",
             "openai-chat.toml #3 (POST /v1/chat/completions)",
         ]
-        for _ in range(3):
-            list(client.chat.completions.create(**CHAT))
+        for interaction in chat.interactions:  # one request of each phase: a greeting, a tool call, its result
+            list(client.chat.completions.create(**interaction.request.json()))
         assert control.snapshot().unplayed == ()
         assert httpx.post(server.url + "/v1/chat/completions", json=CHAT).status_code == 404
         [miss] = control.snapshot().misses
         assert (miss.request, miss.path) == (4, "/v1/chat/completions")
-        assert "have been played already" in miss.reason
+        assert "has been played already" in miss.reason  # the one recording of its phase
         control.reset()
         now = control.snapshot()
         assert (now.misses, now.requests, len(control.journal)) == ((), 0, 0)

@@ -76,12 +76,13 @@ def test_method_and_path_matching_prefers_the_most_alike_body(cassette: Cassette
     asked_with_tools = {
         "model": "x",
         "messages": [{"role": "user", "content": "Rain in Oslo?"}],
-        "tools": [],
+        "tools": [{"type": "function", "function": {"name": "get_weather"}}],
         "stream": True,
     }
     asked_plain = {"model": "x", "messages": [{"role": "user", "content": "Hi"}], "stream": True}
     assert tag(matcher, post(CHAT, asked_with_tools)) == "tools"
     assert tag(matcher, post(CHAT, asked_plain)) == "hello"
+    assert tag(matcher, post(CHAT, {**asked_with_tools, "tools": []})) == "hello"  # an empty list offers none
 
 
 def test_query_is_ignored_unless_asked_for() -> None:

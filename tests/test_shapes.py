@@ -410,6 +410,9 @@ def test_numbers_no_api_sends_do_not_break_a_conversion() -> None:
     assert (got.status_code, got.json()["created"], got.json()["choices"][0]["message"]["content"]) == (200, 0, "Hi")
 
 
+TOOL_F: list[Any] = [{"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}}]
+
+
 def test_a_recorded_responses_answer_streams_with_its_own_ids_and_items() -> None:
     answer = {
         "id": "resp_abc",
@@ -438,11 +441,12 @@ def test_a_recorded_responses_answer_streams_with_its_own_ids_and_items() -> Non
         "usage": {"input_tokens": 5, "output_tokens": 20, "total_tokens": 25},
     }
     plain = Interaction(
-        Request("POST", "/v1/responses", body=b'{"model": "gpt-x", "input": "q"}'),
+        Request("POST", "/v1/responses", body=json.dumps({"model": "gpt-x", "input": "q", "tools": TOOL_F}).encode()),
         Response(200, (("content-type", "application/json"),), (Chunk(0.2, json.dumps(answer).encode()),)),
     )
     with serve(Cassette([plain]), pace="instant") as server:
-        events = list(openai_client(server.url + "/v1").responses.create(model="gpt-x", input="q", stream=True))
+        client = openai_client(server.url + "/v1")
+        events = list(client.responses.create(model="gpt-x", input="q", tools=TOOL_F, stream=True))
     done = [e.item.id for e in events if e.type == "response.output_item.done"]
     final = next(e.response for e in events if e.type == "response.completed")
     assert done == ["rs_abc", "msg_abc", "fc_abc"]

@@ -33,10 +33,10 @@ def _click_type(option: Option, choices: tuple[str, ...] | None) -> Any:
         return click.Path(path_type=option.kind)
     if option.bounds is not None:
         low, high = option.bounds
-        if option.parse is not None:
-            return _ShownBounds(low, high)
-        number = click.IntRange if option.kind is int else click.FloatRange
-        return number(low, high)
+        if option.parse is None and option.kind is not int:
+            return click.FloatRange(low, high)
+        whole = (None if low is None else int(low), None if high is None else int(high))
+        return _ShownBounds(*whole) if option.parse is not None else click.IntRange(*whole)
     return option.kind
 
 

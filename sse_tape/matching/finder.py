@@ -41,12 +41,19 @@ path, then the rest, in the order loaded), the likeness of paths by their
 first `_LIKENESS` characters, and at most 100 differences of two bodies; it
 shows the first 100 characters of a long path (`matchers.shown`).
 
-Among the recordings that agree, the one whose body is most alike wins (see
-`_likeness`), so with `match_on=("method", "path")` a request with `tools`
-gets the tool-call recording and a conversation that ends with a tool's
-result gets the recording that answers one; on a tie, one in the shape asked
-for. Repeated identical requests get the agreeing recordings in their
-recorded order, starting over when all have been played.
+Of the recordings that agree, in an LLM API only those of the request's
+phase can answer (see `dialects.phase`): both conversations end with a
+tool's result or neither does, both offer tools or neither does (an empty
+list offers none), and the recorded answer is one the request allows (it
+calls only tools the request offers; it calls one when `tool_choice`
+requires one, the named one when it names one, and none when it says none).
+A request no recording of its phase answers is a miss that says so. Of
+those that can, the closest phase wins (the same tool result answered, the
+same tools, the same `tool_choice`, the same conversation in any of the
+API's forms, the nearest number of turns), then the body most alike (see
+`_likeness`), then one in the shape asked for. Repeated identical requests
+get the best recordings of one phase in their recorded order, starting
+over when all have been played: repeats never take turns across phases.
 """
 
 from __future__ import annotations
@@ -63,6 +70,8 @@ from .._paths import locate
 from ..cassette import Cassette, End, Interaction, Recording, Request
 from ..dialects import Protocol as Dialect
 from ..dialects import for_path
+from ..dialects.generation import Generation
+from ..dialects.phase import Phase, calls_of, phase_of
 from ..dialects.protocol import RequestMatcher
 from ..state import MemoryStore, ReplayStore, recording_id
 from .matchers import AGREES, BUILT_IN, MatchOn, body_differences, shown
@@ -204,6 +213,8 @@ class Matcher:
         self._shapes: list[bool | None] = []  # whether each successful answer streams; None: an error answer
         self._last_ids: list[str | None] = []  # the Last-Event-ID each was recorded with
         self._cut: list[bool] = []  # whether each was cut short on the recording side
+        self._phases: list[Any] = []  # each one's request's phase (None: it has none), worked out when needed
+        self._calls: list[Any] = []  # the tools each one's answer calls (see `calls_of`), worked out when needed
         self._paths: dict[str, list[int]] = {}  # the recordings of each path, as compared: a miss's candidates
         for cassette in cassettes:
             rule = self._rule(cassette)
@@ -246,6 +257,8 @@ class Matcher:
         self._shapes.append(is_streamed(recording.interaction) if 200 <= response.status < 300 else None)
         self._last_ids.append(last_event_id(recording.interaction.request))
         self._cut.append(response.end in CUT_SHORT)
+        self._phases.append(_NOT_YET)
+        self._calls.append(_NOT_YET)
 
     def id_of(self, recording: Recording) -> str:
         """The id the store knows one of the matcher's recordings by (see `recording_id`; of cassettes of one
@@ -287,10 +300,10 @@ class Matcher:
         same = [n for n in agreeing if self._last_ids[n] == last_id]
         if not same and last_id is not None and self.resume:
             same = [n for n in agreeing if self._last_ids[n] is None]  # to resume after that event
-        agreeing = same
+        agreeing = [n for n in same if self._misfit(asked, n) is None]  # only recordings of its phase answer
         if not agreeing:
             raise NoMatchError(self.explain_miss(request) if explain else "")
-        scores = self._scores(asked, agreeing) if len(agreeing) > 1 else dict.fromkeys(agreeing, (0, True))
+        scores = self._scores(asked, agreeing) if len(agreeing) > 1 else dict.fromkeys(agreeing, ((), 0, True))
         if not self.allow_repeats:
             # The most alike recording that has not answered yet.
             ranked = sorted(agreeing, key=lambda n: (scores[n], -n), reverse=True)
@@ -303,7 +316,9 @@ class Matcher:
                 )
             return self._play(fresh[0])
         best = max(scores.values())
-        group = tuple(n for n in agreeing if scores[n] == best)
+        # Repeats take turns among the best of one phase only: the first recorded's.
+        first = next(n for n in agreeing if scores[n] == best)
+        group = tuple(n for n in agreeing if scores[n] == best and self._phase(n) == self._phase(first))
         if len(group) == 1:
             return self._play(group[0])  # its turn cannot choose another
         key = self._groups.get(group)
@@ -325,20 +340,46 @@ class Matcher:
             and all(same(asked.compared(self._rules[n]), self._compared[n]) for same in _EVERY_PART)
         ]
 
-    def _scores(self, asked: _Asked, agreeing: list[int]) -> dict[int, tuple[int, bool]]:
-        """How well each of the agreeing recordings answers: how alike its body is (see `_likeness`), then
-        whether it is in the shape asked for."""
+    def _scores(self, asked: _Asked, agreeing: list[int]) -> dict[int, tuple[tuple[Any, ...], int, bool]]:
+        """How well each of the agreeing recordings answers: how close its phase is (`Phase.closeness`), then
+        how alike its body is (see `_likeness`), then whether it is in the shape asked for."""
         # A successful answer in the shape asked for beats one that must be converted, when there is one;
         # error answers have no shape (a recorded 429 then 200 replays in order to either kind of request).
         stream = asked.stream()
         in_shape = {n for n in agreeing if self._shapes[n] is not None and self._shapes[n] == stream}
         return {
             n: (
+                self._closeness(asked, n),
                 _likeness(asked.compared(self._rules[n]).json(), self._compared[n].json()),
                 not in_shape or n in in_shape or self._shapes[n] is None,
             )
             for n in agreeing
         }
+
+    def _phase(self, n: int) -> Phase | None:
+        """The phase of recording n's request, as its rule compares it."""
+        found = self._phases[n]
+        if found is _NOT_YET:
+            api = self._apis[self.recordings[n].interaction.request.path]
+            found = self._phases[n] = phase_of(api, self._compared[n]) if isinstance(api, Generation) else None
+        return found  # type: ignore[no-any-return]
+
+    def _misfit(self, asked: _Asked, n: int) -> str | None:
+        """Why recording n cannot answer the request in its phase (see `Phase.fits`); None when it can, or when
+        either has no phase (an API that is not an LLM's, a body that is not JSON)."""
+        here, there = asked.phase(self._rules[n]), self._phase(n)
+        if here is None or there is None:
+            return None
+        calls = self._calls[n]
+        if calls is _NOT_YET:
+            api = self._apis[self.recordings[n].interaction.request.path]
+            assert isinstance(api, Generation)  # it has a phase
+            calls = self._calls[n] = calls_of(api, self.recordings[n].interaction)
+        return here.fits(there, calls)
+
+    def _closeness(self, asked: _Asked, n: int) -> tuple[Any, ...]:
+        here, there = asked.phase(self._rules[n]), self._phase(n)
+        return here.closeness(there) if here is not None and there is not None else ()
 
     def _play(self, n: int) -> Recording:
         self.state.played(self._id(n))
@@ -425,7 +466,8 @@ class Matcher:
             parts.append(said if said is not None else f"{name} differs in secrets only")
             if name == MatchOn.BODY:
                 body_diffs = len(body_differences(here, there))
-        return parts, body_diffs
+        misfit = None if parts else self._misfit(asked, n)  # the matchers' differences say why, when they differ
+        return (parts if misfit is None else [misfit]), body_diffs
 
 
 class _Asked:
@@ -438,6 +480,7 @@ class _Asked:
         self.matcher = matcher
         self._api: Dialect | None = _NOT_YET
         self._compared: dict[tuple[tuple[str, ...], ...], Request] = {}
+        self._phases: dict[tuple[tuple[str, ...], ...], Phase | None] = {}
 
     def api(self) -> Dialect | None:
         """The API of the request's path: known for every recorded path, looked up for any other."""
@@ -449,6 +492,14 @@ class _Asked:
     def stream(self) -> bool | None:
         """Whether it asks for a stream (see `asks_for_stream`)."""
         return _asks_for_stream(self.request, self.api())
+
+    def phase(self, rule: _Rule) -> Phase | None:
+        """Its phase, as `rule` compares it (see `Phase`); None when it has none."""
+        if rule.ignore not in self._phases:
+            api = self.api()
+            found = phase_of(api, self.compared(rule)) if isinstance(api, Generation) else None
+            self._phases[rule.ignore] = found
+        return self._phases[rule.ignore]
 
     def compared(self, rule: _Rule) -> Request:
         """The request as `rule` compares it."""
