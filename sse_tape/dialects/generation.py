@@ -125,6 +125,12 @@ class Generation(Protocol):
         """The entry of this API's model list for the model `name`, about which nothing more is known."""
         return {"id": name}
 
+    def continues(self, body: Any) -> str | None:
+        """The id of the response whose conversation a request body goes on with, where the server holds it
+        (the Responses API's `previous_response_id`, an Anthropic thread's `previous_message_id`); None by
+        default, and for a request that sends its whole conversation."""
+        return None
+
     def last_turn(self, body: Any) -> tuple[str, str] | None:
         """The last turn of a request body of this API, as its role and its text, for `sse-tape show`; None when
         the body has none. By default the last of `turns`, read by `turn_of`."""

@@ -19,8 +19,8 @@ in every dialect:
 
 `Phase.fits` says whether a recording can answer a request at all (the rule
 that comes before any likeness), and `Phase.closeness` how close one that
-can is (what comes first when several can). docs/matching.md states the rule
-for users.
+can is (what comes first when several can). The README states the rule for
+users (Serving cassettes).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from ..cassette import Interaction, Request
 from .answer import Answer
 from .generation import Generation, Prompt
 
-__all__ = ["Phase", "calls_of", "phase_of"]
+__all__ = ["Phase", "answer_of", "calls_of", "phase_of"]
 
 _CHOICES = ("auto", "none", "required")
 
@@ -84,9 +84,9 @@ class Phase:
         words; None when it can.
 
         `calls` are the tools the recorded answer calls (empty: it calls none); None when it is no answer
-        (an error), which fits a request that demands what its request demanded. A recording fits when
-        both conversations end with a tool's result or neither does, both offer tools or neither does, and
-        its answer is one this request allows: every tool it calls is offered, and it calls one when
+        (an error), which fits a request that demands what its request demanded. A recording fits when both
+        conversations end with a tool's result or neither does, both offer tools or neither does, and its
+        answer is one this request allows: every tool it calls is offered, and it calls one when
         `tool_choice` requires one (the named one, when named), none when `tool_choice` is none.
         """
         if (self.answering is None) != (recorded.answering is None):
@@ -122,6 +122,29 @@ class Phase:
             -abs(self.turns - recorded.turns),
         )
 
+    def after(self, previous: Phase, answer: Answer) -> Phase:
+        """The phase of a request that continues a conversation the server holds (`Generation.continues`:
+        the Responses API's `previous_response_id`, an Anthropic thread), where `previous` is the phase of the
+        request it continues and `answer` that request's answer: the conversation goes on from theirs, and
+        the tools and `tool_choice` are theirs when this request offers none (a thread keeps them)."""
+        said = (
+            "assistant",
+            answer.text,
+            tuple((call.id, call.name, _arguments(call.arguments)) for call in answer.client_calls()),
+            None,
+        )
+        tools, choice, named = (
+            (self.tools, self.choice, self.named)
+            if self.tools
+            else (
+                previous.tools,
+                previous.choice,
+                previous.named,
+            )
+        )
+        conversation = (*previous.conversation, said, *self.conversation)
+        return Phase(tools, choice, named, self.answering, previous.turns + 1 + self.turns, conversation)
+
     def shown_choice(self) -> str:
         """`tool_choice` as a miss shows it: `auto`, `none`, `required` or `get_weather`."""
         return self.named if self.named is not None else self.choice
@@ -138,23 +161,27 @@ def phase_of(dialect: Generation, request: Request) -> Phase | None:
         return None
 
 
-def calls_of(dialect: Generation, interaction: Interaction) -> frozenset[str] | None:
-    """The tools a recorded answer of `dialect`'s API calls for the client to run (empty: none); None when it
-    is no answer (an error status) or not one `dialect` reads."""
+def answer_of(dialect: Generation, interaction: Interaction) -> Answer | None:
+    """A recorded answer of `dialect`'s API, put together; None when it is no answer (an error status) or not
+    one `dialect` reads."""
     response = interaction.response
     if response.status >= 400:
         return None
     try:
         events = response.events()
         if events:
-            decoded = dialect.decode(sse for _, sse in events)
-        elif response.body:
-            decoded = dialect.decode_json(_json.parse(response.body, max_depth=None))
-        else:
-            return frozenset()
+            return Answer.of(dialect.decode(sse for _, sse in events))
+        if response.body:
+            return Answer.of(dialect.decode_json(_json.parse(response.body, max_depth=None)))
     except (TypeError, ValueError, AttributeError, KeyError, OverflowError):
         return None
-    return frozenset(call.name for call in Answer.of(decoded).client_calls())
+    return Answer()
+
+
+def calls_of(answer: Answer | None) -> frozenset[str] | None:
+    """The tools an answer calls for the client to run (empty: none), as `Phase.fits` takes them; None for no
+    answer."""
+    return None if answer is None else frozenset(call.name for call in answer.client_calls())
 
 
 def _tools(names: frozenset[str]) -> str:

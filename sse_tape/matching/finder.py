@@ -70,8 +70,9 @@ from .._paths import locate
 from ..cassette import Cassette, End, Interaction, Recording, Request
 from ..dialects import Protocol as Dialect
 from ..dialects import for_path
+from ..dialects.answer import Answer
 from ..dialects.generation import Generation
-from ..dialects.phase import Phase, calls_of, phase_of
+from ..dialects.phase import Phase, answer_of, calls_of, phase_of
 from ..dialects.protocol import RequestMatcher
 from ..state import MemoryStore, ReplayStore, recording_id
 from .matchers import AGREES, BUILT_IN, MatchOn, body_differences, shown
@@ -214,7 +215,8 @@ class Matcher:
         self._last_ids: list[str | None] = []  # the Last-Event-ID each was recorded with
         self._cut: list[bool] = []  # whether each was cut short on the recording side
         self._phases: list[Any] = []  # each one's request's phase (None: it has none), worked out when needed
-        self._calls: list[Any] = []  # the tools each one's answer calls (see `calls_of`), worked out when needed
+        self._answers: list[Any] = []  # each one's answer put together (see `answer_of`), worked out when needed
+        self._answer_ids: dict[str, int] | None = None  # which recording answered with each response id
         self._paths: dict[str, list[int]] = {}  # the recordings of each path, as compared: a miss's candidates
         for cassette in cassettes:
             rule = self._rule(cassette)
@@ -258,7 +260,9 @@ class Matcher:
         self._last_ids.append(last_event_id(recording.interaction.request))
         self._cut.append(response.end in CUT_SHORT)
         self._phases.append(_NOT_YET)
-        self._calls.append(_NOT_YET)
+        self._answers.append(_NOT_YET)
+        if self._answer_ids is not None:
+            self._note_answer_id(len(self.recordings) - 1)
 
     def id_of(self, recording: Recording) -> str:
         """The id the store knows one of the matcher's recordings by (see `recording_id`; of cassettes of one
@@ -360,8 +364,41 @@ class Matcher:
         """The phase of recording n's request, as its rule compares it."""
         found = self._phases[n]
         if found is _NOT_YET:
+            self._phases[n] = None  # while it is worked out: a chain of continuations that loops ends here
             api = self._apis[self.recordings[n].interaction.request.path]
-            found = self._phases[n] = phase_of(api, self._compared[n]) if isinstance(api, Generation) else None
+            found = self._phases[n] = self._phase_of(api, self._compared[n])
+        return found  # type: ignore[no-any-return]
+
+    def _phase_of(self, api: Dialect | None, request: Request) -> Phase | None:
+        """The phase of a request (see `Phase`), going on from the recording it continues when it names one
+        that answered (`Generation.continues`); None for an API with no phases."""
+        if not isinstance(api, Generation):
+            return None
+        phase = phase_of(api, request)
+        previous = api.continues(request.json())
+        if phase is None or previous is None:
+            return phase
+        if self._answer_ids is None:
+            self._answer_ids = {}
+            for n in range(len(self.recordings)):
+                self._note_answer_id(n)
+        found = self._answer_ids.get(previous)
+        before, answer = (self._phase(found), self._answer(found)) if found is not None else (None, None)
+        return phase.after(before, answer) if before is not None and answer is not None else phase
+
+    def _note_answer_id(self, n: int) -> None:
+        assert self._answer_ids is not None
+        answer = self._answer(n)
+        if answer is not None and answer.start.id:
+            self._answer_ids.setdefault(answer.start.id, n)
+
+    def _answer(self, n: int) -> Answer | None:
+        """Recording n's answer put together; None when it is no answer of an LLM API."""
+        found = self._answers[n]
+        if found is _NOT_YET:
+            api = self._apis[self.recordings[n].interaction.request.path]
+            interaction = self.recordings[n].interaction
+            found = self._answers[n] = answer_of(api, interaction) if isinstance(api, Generation) else None
         return found  # type: ignore[no-any-return]
 
     def _misfit(self, asked: _Asked, n: int) -> str | None:
@@ -370,12 +407,7 @@ class Matcher:
         here, there = asked.phase(self._rules[n]), self._phase(n)
         if here is None or there is None:
             return None
-        calls = self._calls[n]
-        if calls is _NOT_YET:
-            api = self._apis[self.recordings[n].interaction.request.path]
-            assert isinstance(api, Generation)  # it has a phase
-            calls = self._calls[n] = calls_of(api, self.recordings[n].interaction)
-        return here.fits(there, calls)
+        return here.fits(there, calls_of(self._answer(n)))
 
     def _closeness(self, asked: _Asked, n: int) -> tuple[Any, ...]:
         here, there = asked.phase(self._rules[n]), self._phase(n)
@@ -496,9 +528,7 @@ class _Asked:
     def phase(self, rule: _Rule) -> Phase | None:
         """Its phase, as `rule` compares it (see `Phase`); None when it has none."""
         if rule.ignore not in self._phases:
-            api = self.api()
-            found = phase_of(api, self.compared(rule)) if isinstance(api, Generation) else None
-            self._phases[rule.ignore] = found
+            self._phases[rule.ignore] = self.matcher._phase_of(self.api(), self.compared(rule))
         return self._phases[rule.ignore]
 
     def compared(self, rule: _Rule) -> Request:

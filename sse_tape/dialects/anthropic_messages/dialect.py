@@ -193,6 +193,13 @@ class AnthropicMessages(Generation):
         if not isinstance(usage, dict) or whole(usage.get("output_tokens")) is None:
             c.add(i, "message_delta has no usage.output_tokens")
 
+    def continues(self, body: Any) -> str | None:
+        thread = body.get("thread") if isinstance(body, dict) else None
+        if not isinstance(thread, dict) or thread.get("type") != "continue":
+            return None
+        previous = thread.get("previous_message_id")
+        return previous if isinstance(previous, str) and previous else None
+
     def prompt(self, body: Any) -> Prompt:
         body = body if isinstance(body, dict) else {}
         system = body.get("system")

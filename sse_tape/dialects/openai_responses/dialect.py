@@ -152,6 +152,10 @@ class OpenAIResponses(OpenAIFamily):
         if kind != "response.content_part.done":
             state["text"] = ""
 
+    def continues(self, body: Any) -> str | None:
+        previous = body.get("previous_response_id") if isinstance(body, dict) else None
+        return previous if isinstance(previous, str) and previous else None
+
     def prompt(self, body: Any) -> Prompt:
         body = body if isinstance(body, dict) else {}
         given = body.get("input", "")

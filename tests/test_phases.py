@@ -1,0 +1,317 @@
+"""Matching by the conversation's phase, in every LLM dialect, on the bundled cassettes.
+
+Each dialect sends one conversation in every phase (no tools, tools offered, a tool forced, tools of
+which none is recorded, a tool's result), with settings (`max_tokens`, temperature, metadata) equal to
+the recordings' and different, and must get a recording of the right phase every time, twice in a row:
+what a request offers and demands decides, never an incidental equal value.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from sse_tape import MockServer, serve
+from sse_tape.journal import Matched, Missed
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[MockServer]:
+    with serve(pace="instant") as running:  # the bundled cassettes, as each says it is matched
+        yield running
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How one API says each part of the conversation, and which bundled recordings are of which phase."""
+
+    path: str
+    ask: Callable[[bool], dict[str, Any]]
+    """The body of the conversation; with True, ended by the tool's result."""
+    tools: Callable[[list[str]], dict[str, Any]]
+    """The fields that offer these tools (an empty list: the field sent empty)."""
+    choice: Callable[[str], dict[str, Any]]
+    """The fields of a `tool_choice`: `none`, `auto`, `required` or a tool's name."""
+    settings: list[dict[str, Any]]
+    """Incidental settings, equal to a recording's and not."""
+    plain: frozenset[str]
+    """The recordings of the phase without tools."""
+    call: str
+    """The recording that calls get_weather."""
+    after: str
+    """The recording that answers the tool's result."""
+
+
+def _chat_tool(name: str) -> dict[str, Any]:
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    return {"type": "function", "function": {"name": name, "description": name, "parameters": schema}}
+
+
+CHAT = Dialect(
+    path="/v1/chat/completions",
+    ask=lambda after: {
+        "model": "local-model",
+        "messages": [
+            {"role": "user", "content": "Weather in Tokyo?"},
+            *(
+                [
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": "call_weather",
+                                "type": "function",
+                                "function": {"name": "get_weather", "arguments": '{"city": "Tokyo"}'},
+                            }
+                        ],
+                    },
+                    {"role": "tool", "tool_call_id": "call_weather", "content": '{"temp_c": 18}'},
+                ]
+                if after
+                else []
+            ),
+        ],
+        "stream": True,
+    },
+    tools=lambda names: {"tools": [_chat_tool(n) for n in names]},
+    choice=lambda c: {
+        "tool_choice": c if c in ("none", "auto", "required") else {"type": "function", "function": {"name": c}}
+    },
+    settings=[
+        {},
+        {"max_tokens": 16},
+        {"max_tokens": 1024, "temperature": 0.2, "user": "u-1"},
+        {"metadata": {"a": "b"}},
+    ],
+    plain=frozenset({"openai-chat.toml #1"}),
+    call="openai-chat.toml #2",
+    after="openai-chat.toml #3",
+)
+
+RESPONSES = Dialect(
+    path="/v1/responses",
+    ask=lambda after: {
+        "model": "claude-sonnet-4-20250514",
+        "input": [
+            {"role": "user", "content": "Weather in Tokyo?"},
+            *(
+                [
+                    {
+                        "type": "function_call",
+                        "call_id": "call_K7vX2mQ9pL4sT8wB",
+                        "name": "get_weather",
+                        "arguments": '{"city":"Tokyo"}',
+                    },
+                    {"type": "function_call_output", "call_id": "call_K7vX2mQ9pL4sT8wB", "output": "18C"},
+                ]
+                if after
+                else []
+            ),
+        ],
+        "stream": True,
+    },
+    tools=lambda names: {"tools": [{"type": "function", **_chat_tool(n)["function"]} for n in names]},
+    choice=lambda c: {"tool_choice": c if c in ("none", "auto", "required") else {"type": "function", "name": c}},
+    settings=[{}, {"max_output_tokens": 64}, {"temperature": 1.0, "metadata": {"run": "7"}}, {"user": "u-1"}],
+    plain=frozenset({"openai-responses.toml #1"}),
+    call="openai-responses.toml #2",
+    after="openai-responses.toml #3",
+)
+
+MESSAGES = Dialect(
+    path="/v1/messages",
+    ask=lambda after: {
+        "model": "claude-sonnet-4-6",
+        "max_tokens": 1024,
+        "messages": [
+            {"role": "user", "content": "What's the weather like in Tokyo?"},
+            *(
+                [
+                    {
+                        "role": "assistant",
+                        "content": [
+                            {
+                                "type": "tool_use",
+                                "id": "toolu_01A09q90qw90lq917835lq9",
+                                "name": "get_weather",
+                                "input": {"city": "Tokyo"},
+                            }
+                        ],
+                    },
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "tool_result", "tool_use_id": "toolu_01A09q90qw90lq917835lq9", "content": "18C"}
+                        ],
+                    },
+                ]
+                if after
+                else []
+            ),
+        ],
+        "stream": True,
+    },
+    tools=lambda names: {
+        "tools": [{"name": n, "description": n, "input_schema": _chat_tool(n)["function"]["parameters"]} for n in names]
+    },
+    choice=lambda c: {
+        "tool_choice": {"type": "any"}
+        if c == "required"
+        else {"type": c}
+        if c in ("none", "auto")
+        else {"type": "tool", "name": c}
+    },
+    # 1024 is the greeting's max_tokens and the tool call's; 2048 the haiku's.
+    settings=[{}, {"max_tokens": 2048}, {"temperature": 0.0, "metadata": {"user_id": "u-1"}}, {"max_tokens": 99}],
+    plain=frozenset({"anthropic-messages.toml #1", "anthropic-messages.toml #4"}),
+    call="anthropic-messages.toml #2",
+    after="anthropic-messages.toml #3",
+)
+
+GEMINI = Dialect(
+    path="/v1beta/models/gemini-2.5-flash:streamGenerateContent",
+    ask=lambda after: {
+        "contents": [
+            {"role": "user", "parts": [{"text": "Weather in Tokyo?"}]},
+            *(
+                [
+                    {"role": "model", "parts": [{"functionCall": {"name": "get_weather", "args": {"city": "Tokyo"}}}]},
+                    {
+                        "role": "user",
+                        "parts": [{"functionResponse": {"name": "get_weather", "response": {"temp_c": 18}}}],
+                    },
+                ]
+                if after
+                else []
+            ),
+        ]
+    },
+    tools=lambda names: {
+        "tools": [
+            {"functionDeclarations": [{"name": n, "description": n, "parameters": {"type": "OBJECT"}} for n in names]}
+        ]
+        if names
+        else []
+    },
+    choice=lambda c: {
+        "toolConfig": {
+            "functionCallingConfig": {"mode": c.upper()}
+            if c in ("none", "auto")
+            else {"mode": "ANY"}
+            if c == "required"
+            else {"mode": "ANY", "allowedFunctionNames": [c]}
+        }
+    },
+    # 1.2 is the haiku's temperature.
+    settings=[{}, {"generationConfig": {"temperature": 1.2}}, {"generationConfig": {"maxOutputTokens": 64}}],
+    plain=frozenset({"gemini.toml #1", "gemini.toml #4", "gemini.toml #5"}),
+    call="gemini.toml #2",
+    after="gemini.toml #3",
+)
+
+DIALECTS = {"openai-chat": CHAT, "openai-responses": RESPONSES, "anthropic-messages": MESSAGES, "gemini": GEMINI}
+
+
+def _answer(server: MockServer, dialect: Dialect, body: dict[str, Any]) -> str:
+    """The recording that answered (`openai-chat.toml #2`), or the miss's reason."""
+    query = "?alt=sse" if "streamGenerateContent" in dialect.path else ""
+    httpx.post(server.url + dialect.path + query, json=body, timeout=30).read()
+    last = [e for e in server.control.journal.last(4) if isinstance(e, Matched | Missed)][-1]
+    return last.recording.split(" (")[0] if isinstance(last, Matched) else f"miss: {last.reason}"
+
+
+def _twice(server: MockServer, dialect: Dialect, body: dict[str, Any]) -> str:
+    first, second = _answer(server, dialect, body), _answer(server, dialect, body)
+    assert first == second, "a repeat took another phase's turn"
+    return first
+
+
+@pytest.mark.parametrize("name", DIALECTS)
+def test_each_phase_gets_its_recording_whatever_the_settings(server: MockServer, name: str) -> None:
+    d = DIALECTS[name]
+    for setting in d.settings:
+        asked = d.ask(False) | setting
+        for offered in ({}, d.tools([]), d.choice("none")):  # no tools: nothing to call
+            assert _twice(server, d, asked | offered) in d.plain, (setting, offered)
+        for choice in ({}, d.choice("auto"), d.choice("required"), d.choice("get_weather")):
+            assert _twice(server, d, asked | d.tools(["get_weather"]) | choice) == d.call, (setting, choice)
+        both = d.tools(["get_time", "get_weather"])
+        assert _twice(server, d, asked | both) == d.call, setting
+        after = d.ask(True) | setting | d.tools(["get_weather"])
+        for choice in ({}, d.choice("auto"), d.choice("none")):
+            assert _twice(server, d, after | choice) == d.after, (setting, choice)
+        without = _twice(server, d, d.ask(True) | setting)  # a result sent without its tools: another phase
+        assert "the request offers no tools, the recorded one tools (get_weather)" in without
+
+
+@pytest.mark.parametrize("name", DIALECTS)
+def test_a_request_no_recording_of_its_phase_answers_is_a_miss_that_says_why(server: MockServer, name: str) -> None:
+    d = DIALECTS[name]
+    asked = d.ask(False)
+    only_another = _answer(server, d, asked | d.tools(["get_time"]))
+    assert "the recorded answer calls get_weather, which the request does not offer" in only_another
+    forced_other = _answer(server, d, asked | d.tools(["get_time", "get_weather"]) | d.choice("get_time"))
+    assert "tool_choice names get_time, the recorded answer calls get_weather" in forced_other
+    none = _answer(server, d, asked | d.tools(["get_weather"]) | d.choice("none"))
+    assert "tool_choice is none, the recorded answer calls get_weather" in none
+    required = _answer(server, d, d.ask(True) | d.tools(["get_weather"]) | d.choice("required"))
+    assert "tool_choice requires a tool call, the recorded answer calls none" in required
+
+
+def test_the_string_and_list_forms_of_one_input_are_one_conversation(server: MockServer) -> None:
+    # The Responses API's bundled greeting was sent as `input: "Hello!"`; every form of it gets it, whatever
+    # another recording's settings say.
+    forms: list[Any] = [
+        "Hello!",
+        [{"role": "user", "content": "Hello!"}],
+        [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hello!"}]}],
+    ]
+    for form, extra in itertools.product(forms, ({}, {"temperature": 0.5})):
+        body = {"model": "claude-sonnet-4-20250514", "input": form, "stream": True} | extra
+        assert _twice(server, RESPONSES, body) == "openai-responses.toml #1", form
+
+
+def test_the_anthropic_tool_runner_runs_its_thread_to_the_answer_twice_in_a_row(server: MockServer) -> None:
+    # The SDK's runner holds the conversation in a server thread: its second request sends only the tool's
+    # result, with `thread: {"type": "continue", "previous_message_id": ...}` and no tools.
+    client = anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0)
+    ran: list[str] = []
+
+    @anthropic.beta_tool
+    def get_weather(city: str) -> str:
+        """Get the weather for a city."""
+        ran.append(city)
+        return "18C, sunny"
+
+    for _ in range(2):
+        runner = client.beta.messages.tool_runner(
+            model="claude-sonnet-4-6",
+            max_tokens=1024,
+            tools=[get_weather],
+            messages=[{"role": "user", "content": "What's the weather like in Tokyo?"}],
+        )
+        replies = list(itertools.islice(runner, 5))  # a loop that never ends would be cut here, and fail below
+        assert [reply.stop_reason for reply in replies] == ["tool_use", "end_turn"]
+    assert ran == ["Tokyo", "Tokyo"]
+
+
+def test_a_responses_continuation_gets_the_answer_to_its_tool_result(server: MockServer) -> None:
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
+    tools: Any = RESPONSES.tools(["get_weather"])["tools"]
+    for _ in range(2):
+        first = client.responses.create(model="claude-sonnet-4-20250514", input="Weather in Tokyo?", tools=tools)
+        [call] = [item for item in first.output if item.type == "function_call"]
+        result = {"type": "function_call_output", "call_id": call.call_id, "output": "18C"}
+        then = client.responses.create(
+            model="claude-sonnet-4-20250514", previous_response_id=first.id, input=[result], tools=tools
+        )
+        assert [item.type for item in then.output] == ["message"]
+        assert "Tokyo" in then.output_text
