@@ -419,7 +419,8 @@ _TABLE = (
         parse=parse_match,
         flags=(Flag(names=("--match",), commands=_SERVING),),
         marker=True,
-        help="What a request must share with a recording, comma-separated from method, path, query, body. "
+        help="What a request must share with a recording, comma-separated from method, path, query, body; or "
+        "strict: all of them, stream and stream_options too, any difference a miss that shows it. "
         "[default: what each cassette says, else method,path,body]",
     ),
     Option(

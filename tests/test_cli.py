@@ -147,7 +147,7 @@ def test_serve_bad_match_is_one_line_and_exit_2() -> None:
     result = run_cli("serve", "--match", "method,headers")
     assert (result.returncode, result.stderr) == (
         2,
-        "Error: --match 'method,headers': choose from method, path, query, body\n",
+        "Error: --match 'method,headers': choose from method, path, query, body, or strict alone\n",
     )
 
 

@@ -132,8 +132,8 @@ def test_miss_with_nothing_loaded() -> None:
 def test_unknown_matcher_is_a_config_error_naming_the_known_ones() -> None:
     with pytest.raises(ConfigError) as info:
         Matcher([], match_on=["method", "headers"])
-    assert str(info.value) == "match_on 'method,headers': choose from method, path, query, body"
-    with pytest.raises(ConfigError, match=r"^match_on 'colour': choose from method, path, query, body$"):
+    assert str(info.value) == "match_on 'method,headers': choose from method, path, query, body, or strict alone"
+    with pytest.raises(ConfigError, match=r"^match_on 'colour': choose from method, path, query, body, or strict alone$"):
         ServeOptions.build(match_on="colour")
 
 
@@ -148,7 +148,7 @@ def test_a_cassette_naming_an_unknown_matcher_loads_and_is_refused_when_matched(
     assert 'match = ["method", "headers"]' in (tmp_path / "bad.toml").read_text()
     cassette = Cassette.load(tmp_path / "bad.toml")
     assert cassette.match_on == ("method", "headers")
-    message = "bad.toml: match 'method,headers': choose from method, path, query, body"
+    message = "bad.toml: match 'method,headers': choose from method, path, query, body, or strict alone"
     with pytest.raises(ConfigError) as info:
         Matcher([cassette])
     assert str(info.value) == message
@@ -385,3 +385,29 @@ def test_what_a_miss_costs_to_explain_does_not_grow_with_the_paths_length_or_the
     ):
         cheap(), dear()  # each path of the code run once before it is timed
         assert dear() < 10 * max(cheap(), 1e-4)
+
+
+def test_strict_matching_makes_any_drift_a_miss_that_shows_it(cassette: Cassette) -> None:
+    strict = Matcher([cassette], match_on=["strict"])
+    assert tag(strict, post(CHAT, HELLO)) == "hello"
+    with pytest.raises(NoMatchError, match=r"body.temperature is 0.5, recorded absent"):
+        strict.find(post(CHAT, {**HELLO, "temperature": 0.5}))
+    # The shape of answer asked for is part of the request: a plain call is not the streamed one recorded.
+    with pytest.raises(NoMatchError, match=r"body.stream is false, recorded true"):
+        strict.find(post(CHAT, {**HELLO, "stream": False}))
+    assert tag(Matcher([cassette]), post(CHAT, {**HELLO, "stream": False})) == "hello"  # by default, reshaped
+    # Ignored fields are still ignored; the query counts.
+    assert tag(Matcher([cassette], match_on=["strict"], ignore_body_fields=["user"]), post(CHAT, HELLO | {"user": "u"}))
+    with pytest.raises(NoMatchError, match="query is 'a=1', recorded ''"):
+        strict.find(post(CHAT, HELLO, query="a=1"))
+    with pytest.raises(ConfigError, match="or strict alone"):
+        Matcher([cassette], match_on=["strict", "path"])
+
+
+def test_a_cassette_and_the_command_line_can_ask_for_strict_matching(tmp_path: Path) -> None:
+    Cassette([recording(CHAT, HELLO, "hello")], match_on=["strict"]).save(tmp_path / "chat.toml")
+    assert 'match = ["strict"]' in (tmp_path / "chat.toml").read_text()
+    assert ServeOptions.build(match_on="strict").match_on == ("strict",)
+    loaded = Cassette.load(tmp_path / "chat.toml")
+    with pytest.raises(NoMatchError, match=r"body\.stream is false, recorded true"):
+        Matcher([loaded]).find(post(CHAT, {**HELLO, "stream": False}))

@@ -5,7 +5,8 @@ The package by concept:
 - `matchers`: the built-in matchers, each a function `(request, recorded)` that returns how the two
   differ (a short text, what a miss shows) or None (vcrpy's `vcr/matchers.py`); `MatchOn` names them.
 - `registry`: every matcher by name (`MATCHERS`), the built-in ones and those the protocols bring
-  (`Protocol.matchers`, found through the dialect registry and its entry-point group).
+  (`Protocol.matchers`, found through the dialect registry and its entry-point group), and `STRICT`, the
+  word for matching on everything.
 - `finder`: the `Matcher` that finds the recording answering a request, with the rule each cassette's
   recordings are matched by, and the explanation of a miss.
 """
@@ -14,12 +15,13 @@ from __future__ import annotations
 
 from .finder import CUT_SHORT, DEFAULT_MATCH_ON, Matcher, asks_for_stream, is_streamed, last_event_id
 from .matchers import MatchOn
-from .registry import MATCHERS, Matchers
+from .registry import MATCHERS, STRICT, Matchers
 
 __all__ = [
     "CUT_SHORT",
     "DEFAULT_MATCH_ON",
     "MATCHERS",
+    "STRICT",
     "MatchOn",
     "Matcher",
     "Matchers",

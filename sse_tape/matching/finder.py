@@ -76,7 +76,7 @@ from ..dialects.phase import Phase, answer_of, calls_of, phase_of
 from ..dialects.protocol import RequestMatcher
 from ..state import MemoryStore, ReplayStore, recording_id
 from .matchers import AGREES, BUILT_IN, MatchOn, body_differences, shown
-from .registry import MATCHERS
+from .registry import MATCHERS, STRICT
 
 __all__ = ["CUT_SHORT", "DEFAULT_MATCH_ON", "Matcher", "asks_for_stream", "is_streamed", "last_event_id"]
 
@@ -133,13 +133,22 @@ class _Rule:
     agrees: tuple[Callable[[Request, Request], bool], ...]
     """Whether each matcher agrees, asked the quickest way (`AGREES`, for the built-in ones)."""
     ignore: tuple[tuple[str, ...], ...]
+    strict: bool = False
+    """Matched on everything (`STRICT`): the fields that choose the answer's shape are compared too."""
 
     @classmethod
     def of(cls, names: tuple[str, ...], ignore: tuple[str, ...]) -> _Rule:
-        """The rule of these matchers, by name, and these ignored fields."""
+        """The rule of these matchers, by name (or `STRICT`: every built-in one), and these ignored fields."""
+        strict = names == (STRICT,)
+        names = tuple(BUILT_IN) if strict else names
         matchers = tuple(MATCHERS[name] for name in names)
         agrees = tuple(AGREES.get(matcher) or _agreeing(matcher) for matcher in matchers)
-        return cls(names, matchers, agrees, tuple(tuple(f.split(".")) for f in ignore))
+        return cls(names, matchers, agrees, tuple(tuple(f.split(".")) for f in ignore), strict)
+
+    @property
+    def reading(self) -> tuple[tuple[tuple[str, ...], ...], bool]:
+        """What decides how a request is compared under this rule: its ignored fields, and whether it is strict."""
+        return self.ignore, self.strict
 
 
 def _agreeing(matcher: RequestMatcher) -> Callable[[Request, Request], bool]:
@@ -252,7 +261,7 @@ class Matcher:
         self._ids.append(None)
         self.recordings.append(recording)
         self._rules.append(rule)
-        compared = _as_compared(request, rule.ignore, self.reshape, self._apis[request.path])
+        compared = _as_compared(request, rule.ignore, self.reshape and not rule.strict, self._apis[request.path])
         self._compared.append(compared)
         self._paths.setdefault(compared.path, []).append(len(self.recordings) - 1)
         response = recording.interaction.response
@@ -486,7 +495,8 @@ class Matcher:
                 original = self.recordings[n].interaction.request
                 if self.redact is not None:
                     redacted = _same_json(self.redact(original), original)
-                    recorded = _as_compared(redacted, rule.ignore, self.reshape, self._apis[original.path])
+                    reshape = self.reshape and not rule.strict
+                    recorded = _as_compared(redacted, rule.ignore, reshape, self._apis[original.path])
                 else:
                     redacted, recorded = original, there
                 asked_as = shown_as.compared(rule)
@@ -511,8 +521,8 @@ class _Asked:
         self.request = request
         self.matcher = matcher
         self._api: Dialect | None = _NOT_YET
-        self._compared: dict[tuple[tuple[str, ...], ...], Request] = {}
-        self._phases: dict[tuple[tuple[str, ...], ...], Phase | None] = {}
+        self._compared: dict[tuple[tuple[tuple[str, ...], ...], bool], Request] = {}
+        self._phases: dict[tuple[tuple[tuple[str, ...], ...], bool], Phase | None] = {}
 
     def api(self) -> Dialect | None:
         """The API of the request's path: known for every recorded path, looked up for any other."""
@@ -527,17 +537,16 @@ class _Asked:
 
     def phase(self, rule: _Rule) -> Phase | None:
         """Its phase, as `rule` compares it (see `Phase`); None when it has none."""
-        if rule.ignore not in self._phases:
-            self._phases[rule.ignore] = self.matcher._phase_of(self.api(), self.compared(rule))
-        return self._phases[rule.ignore]
+        if rule.reading not in self._phases:
+            self._phases[rule.reading] = self.matcher._phase_of(self.api(), self.compared(rule))
+        return self._phases[rule.reading]
 
     def compared(self, rule: _Rule) -> Request:
         """The request as `rule` compares it."""
-        found = self._compared.get(rule.ignore)
+        found = self._compared.get(rule.reading)
         if found is None:
-            found = self._compared[rule.ignore] = _as_compared(
-                self.request, rule.ignore, self.matcher.reshape, self.api()
-            )
+            reshape = self.matcher.reshape and not rule.strict
+            found = self._compared[rule.reading] = _as_compared(self.request, rule.ignore, reshape, self.api())
         return found
 
 

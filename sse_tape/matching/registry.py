@@ -18,7 +18,12 @@ from ..dialects import DIALECTS, Protocol
 from ..dialects.protocol import RequestMatcher
 from .matchers import BUILT_IN
 
-__all__ = ["MATCHERS", "Matchers"]
+__all__ = ["MATCHERS", "STRICT", "Matchers"]
+
+STRICT = "strict"
+"""The word, named alone, for matching a request on everything: method, path, query and the whole body but
+for ignored fields, `stream` and `stream_options` included (no answer is reshaped), so that any drift of a
+client's requests from the recorded ones is a miss whose message is the difference."""
 
 
 class Matchers(Mapping[str, RequestMatcher]):
@@ -47,9 +52,11 @@ class Matchers(Mapping[str, RequestMatcher]):
         naming `what` (the option or setting that gave them) and every known name, for none or an unknown one."""
         items = [w.strip() for w in words.split(",")] if isinstance(words, str) else [str(w) for w in words]
         parts = [w for w in items if w]
+        if parts == [STRICT]:
+            return (STRICT,)
         if not parts or any(w not in self._built_in and w not in self._brought() for w in parts):
             shown = words if isinstance(words, str) else ",".join(items)
-            raise ConfigError(f"{what} {shown!r}: choose from {', '.join(self)}")
+            raise ConfigError(f"{what} {shown!r}: choose from {', '.join(self)}, or {STRICT} alone")
         return tuple(dict.fromkeys(parts))
 
     def _brought(self) -> dict[str, RequestMatcher]:
