@@ -133,8 +133,10 @@ class _Rule:
     agrees: tuple[Callable[[Request, Request], bool], ...]
     """Whether each matcher agrees, asked the quickest way (`AGREES`, for the built-in ones)."""
     ignore: tuple[tuple[str, ...], ...]
-    strict: bool = False
+    strict: bool
     """Matched on everything (`STRICT`): the fields that choose the answer's shape are compared too."""
+    reading: tuple[tuple[tuple[str, ...], ...], bool]
+    """What decides how a request is compared under this rule: its ignored fields, and whether it is strict."""
 
     @classmethod
     def of(cls, names: tuple[str, ...], ignore: tuple[str, ...]) -> _Rule:
@@ -143,12 +145,8 @@ class _Rule:
         names = tuple(BUILT_IN) if strict else names
         matchers = tuple(MATCHERS[name] for name in names)
         agrees = tuple(AGREES.get(matcher) or _agreeing(matcher) for matcher in matchers)
-        return cls(names, matchers, agrees, tuple(tuple(f.split(".")) for f in ignore), strict)
-
-    @property
-    def reading(self) -> tuple[tuple[tuple[str, ...], ...], bool]:
-        """What decides how a request is compared under this rule: its ignored fields, and whether it is strict."""
-        return self.ignore, self.strict
+        fields = tuple(tuple(f.split(".")) for f in ignore)
+        return cls(names, matchers, agrees, fields, strict, (fields, strict))
 
 
 def _agreeing(matcher: RequestMatcher) -> Callable[[Request, Request], bool]:
@@ -225,6 +223,7 @@ class Matcher:
         self._cut: list[bool] = []  # whether each was cut short on the recording side
         self._phases: list[Any] = []  # each one's request's phase (None: it has none), worked out when needed
         self._answers: list[Any] = []  # each one's answer put together (see `answer_of`), worked out when needed
+        self._calls: list[Any] = []  # the tools each one's answer calls (see `calls_of`), worked out when needed
         self._answer_ids: dict[str, int] | None = None  # which recording answered with each response id
         self._paths: dict[str, list[int]] = {}  # the recordings of each path, as compared: a miss's candidates
         for cassette in cassettes:
@@ -270,6 +269,7 @@ class Matcher:
         self._cut.append(response.end in CUT_SHORT)
         self._phases.append(_NOT_YET)
         self._answers.append(_NOT_YET)
+        self._calls.append(_NOT_YET)
         if self._answer_ids is not None:
             self._note_answer_id(len(self.recordings) - 1)
 
@@ -416,7 +416,10 @@ class Matcher:
         here, there = asked.phase(self._rules[n]), self._phase(n)
         if here is None or there is None:
             return None
-        return here.fits(there, calls_of(self._answer(n)))
+        calls = self._calls[n]
+        if calls is _NOT_YET:
+            calls = self._calls[n] = calls_of(self._answer(n))
+        return here.fits(there, calls)
 
     def _closeness(self, asked: _Asked, n: int) -> tuple[Any, ...]:
         here, there = asked.phase(self._rules[n]), self._phase(n)
