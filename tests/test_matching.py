@@ -133,7 +133,9 @@ def test_unknown_matcher_is_a_config_error_naming_the_known_ones() -> None:
     with pytest.raises(ConfigError) as info:
         Matcher([], match_on=["method", "headers"])
     assert str(info.value) == "match_on 'method,headers': choose from method, path, query, body, or strict alone"
-    with pytest.raises(ConfigError, match=r"^match_on 'colour': choose from method, path, query, body, or strict alone$"):
+    with pytest.raises(
+        ConfigError, match=r"^match_on 'colour': choose from method, path, query, body, or strict alone$"
+    ):
         ServeOptions.build(match_on="colour")
 
 
