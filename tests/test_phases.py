@@ -282,7 +282,6 @@ def test_the_string_and_list_forms_of_one_input_are_one_conversation(server: Moc
 def test_the_anthropic_tool_runner_runs_its_thread_to_the_answer_twice_in_a_row(server: MockServer) -> None:
     # The SDK's runner holds the conversation in a server thread: its second request sends only the tool's
     # result, with `thread: {"type": "continue", "previous_message_id": ...}` and no tools.
-    client = anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0)
     ran: list[str] = []
 
     @anthropic.beta_tool
@@ -291,27 +290,28 @@ def test_the_anthropic_tool_runner_runs_its_thread_to_the_answer_twice_in_a_row(
         ran.append(city)
         return "18C, sunny"
 
-    for _ in range(2):
-        runner = client.beta.messages.tool_runner(
-            model="claude-sonnet-4-6",
-            max_tokens=1024,
-            tools=[get_weather],
-            messages=[{"role": "user", "content": "What's the weather like in Tokyo?"}],
-        )
-        replies = list(itertools.islice(runner, 5))  # a loop that never ends would be cut here, and fail below
-        assert [reply.stop_reason for reply in replies] == ["tool_use", "end_turn"]
+    with anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0) as client:
+        for _ in range(2):
+            runner = client.beta.messages.tool_runner(
+                model="claude-sonnet-4-6",
+                max_tokens=1024,
+                tools=[get_weather],
+                messages=[{"role": "user", "content": "What's the weather like in Tokyo?"}],
+            )
+            replies = list(itertools.islice(runner, 5))  # a loop that never ends would be cut here, and fail
+            assert [reply.stop_reason for reply in replies] == ["tool_use", "end_turn"]
     assert ran == ["Tokyo", "Tokyo"]
 
 
 def test_a_responses_continuation_gets_the_answer_to_its_tool_result(server: MockServer) -> None:
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
     tools: Any = RESPONSES.tools(["get_weather"])["tools"]
-    for _ in range(2):
-        first = client.responses.create(model="claude-sonnet-4-20250514", input="Weather in Tokyo?", tools=tools)
-        [call] = [item for item in first.output if item.type == "function_call"]
-        result = {"type": "function_call_output", "call_id": call.call_id, "output": "18C"}
-        then = client.responses.create(
-            model="claude-sonnet-4-20250514", previous_response_id=first.id, input=[result], tools=tools
-        )
-        assert [item.type for item in then.output] == ["message"]
-        assert "Tokyo" in then.output_text
+    with openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0) as client:
+        for _ in range(2):
+            first = client.responses.create(model="claude-sonnet-4-20250514", input="Weather in Tokyo?", tools=tools)
+            [call] = [item for item in first.output if item.type == "function_call"]
+            result = {"type": "function_call_output", "call_id": call.call_id, "output": "18C"}
+            then = client.responses.create(
+                model="claude-sonnet-4-20250514", previous_response_id=first.id, input=[result], tools=tools
+            )
+            assert [item.type for item in then.output] == ["message"]
+            assert "Tokyo" in then.output_text
