@@ -13,14 +13,15 @@ Faults act on what the client of a forwarded stream gets, as it passes (see
 answer whole, as it came, with a note of each fault that acted
 (`Interaction.injected`), so that a replay can give either.
 
-`record_once` does the same for one request, printing the stream as it arrives.
+`record_once` does the same for one request, printing the stream as it arrives; `fetch_each` sends
+requests to an upstream one after another and hands back each answer whole (`check --drift`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from dataclasses import replace
 from typing import Any, BinaryIO
 
@@ -43,7 +44,7 @@ from .redaction import Redaction
 from .responder import Exchange, Host, thorough
 from .upstream import AiohttpUpstream, Upstream, leaves_base, parse_upstream
 
-__all__ = ["Forwarder", "record_once"]
+__all__ = ["Forwarder", "fetch_each", "record_once"]
 
 
 async def _relay(
@@ -256,3 +257,34 @@ async def record_once(
             append_interactions(cassette, [interaction])
     assert interaction is not None
     return interaction
+
+
+async def fetch_each(
+    upstream: str, requests: Iterable[Request], *, idle_timeout: float = 300.0
+) -> AsyncGenerator[Interaction, None]:
+    """Send each of `requests` to `upstream`, a base URL as a recording proxy's (a request for
+    `/chat/completions` goes to the base plus that path; a `user:password@` in it goes as Basic credentials on
+    a request with no `Authorization` of its own), one after another on the connections kept open, and yield
+    each with the answer it got, whole, as it ends.
+
+    Raises `ConfigError` for a base URL that is none, before anything is sent, and `UpstreamError` (the URL
+    shown with its secrets redacted) when a request gets no answer.
+    """
+    target = AiohttpUpstream(upstream, idle_timeout=idle_timeout)
+
+    async def on_head(_: Capture) -> None:
+        pass
+
+    try:
+        for request in requests:
+            capture = Capture(request)
+
+            async def on_chunk(chunk: Chunk, capture: Capture = capture) -> None:
+                capture.chunks.append(chunk)
+
+            await _relay(target, capture, on_head=on_head, on_chunk=on_chunk)
+            interaction = capture.interaction()
+            assert interaction is not None  # a head came, or `_relay` raised
+            yield interaction
+    finally:
+        await target.close()
