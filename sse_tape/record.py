@@ -37,8 +37,9 @@ from .cassette import (
     check_cassette_path,
     storable_headers,
 )
-from .journal import Forwarded, UpstreamFailed
+from .journal import Ended, Forwarded, UpstreamFailed
 from .live import Feed, answer_live
+from .plan import event_ends
 from .recorder import Capture, Recorder
 from .redaction import Redaction
 from .responder import Exchange, Host, thorough
@@ -218,13 +219,16 @@ async def record_once(
     redaction: Redaction | None = None,
     idle_timeout: float = 300.0,
     out: BinaryIO | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> Interaction:
     """Send one request, write the response body to `out` as it arrives, and append it to `cassette`.
 
     The interaction is saved however the response ends, even when this is
     cancelled (Ctrl-C): then as far as it got, marked interrupted. With no
     cassette it is only returned. An `UpstreamError` (no response) shows
-    `url` with its secrets redacted, as `redaction` would store them.
+    `url` with its secrets redacted, as `redaction` would store them. `log`
+    gets the lines a recording proxy's log has of a request: when its answer
+    starts, when it ends (however it ends) and where it was saved.
     """
     if cassette is not None:
         check_cassette_path(cassette)
@@ -234,9 +238,13 @@ async def record_once(
     upstream = AiohttpUpstream(str(base), idle_timeout=idle_timeout, redaction=redaction)
     request = Request(method.upper(), target.raw_path, target.raw_query_string, tuple(headers), body)
     capture = Capture(request)
+    shown = redaction or Redaction()
+    path = shown.path(request.path)
 
     async def on_head(capture: Capture) -> None:
-        pass
+        if log is not None:
+            status = capture.status or 502
+            log(Forwarded(request=1, method=request.method, path=path, url=shown.url(url), status=status).line())
 
     async def on_chunk(chunk: Chunk) -> None:
         capture.chunks.append(chunk)
@@ -250,13 +258,34 @@ async def record_once(
         await upstream.close()
         # Runs on cancellation too: what arrived is saved, marked interrupted.
         interaction = capture.interaction()
+        if interaction is not None and log is not None:
+            log(_ended(interaction, path, capture.duration).line())
         if interaction is not None and cassette is not None:
             headers = storable_headers(interaction.response.headers)
             interaction = replace(interaction, response=replace(interaction.response, headers=headers))
-            interaction = (redaction or Redaction()).interaction(interaction)
-            append_interactions(cassette, [interaction])
+            interaction = shown.interaction(interaction)
+            count = append_interactions(cassette, [interaction])
+            if log is not None:
+                end = interaction.response.end
+                log(f"{request.method} {path} appended to {cassette} as #{count} ({end})")
     assert interaction is not None
     return interaction
+
+
+def _ended(interaction: Interaction, path: str, seconds: float) -> Ended:
+    """The journal's `Ended` of a request sent alone (`record_once`), which no server journals."""
+    response = interaction.response
+    body = response.body
+    return Ended(
+        request=1,
+        method=interaction.request.method,
+        path=path,
+        status=response.status,
+        end=response.end,
+        bytes=len(body),
+        events=len(event_ends(body)),
+        seconds=seconds,
+    )
 
 
 async def fetch_each(
