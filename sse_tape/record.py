@@ -39,6 +39,7 @@ from .cassette import (
 )
 from .journal import Ended, Forwarded, UpstreamFailed
 from .live import Feed, answer_live
+from .matching import last_event_id
 from .plan import event_ends
 from .recorder import Capture, Recorder
 from .redaction import Redaction
@@ -188,6 +189,7 @@ class Forwarder:
                 path=request.path,
                 url=self._shown_url(request),
                 status=capture.status or 502,
+                last_event_id=last_event_id(request),
             )
         )
 
@@ -244,7 +246,11 @@ async def record_once(
     async def on_head(capture: Capture) -> None:
         if log is not None:
             status = capture.status or 502
-            log(Forwarded(request=1, method=request.method, path=path, url=shown.url(url), status=status).line())
+            resumes = last_event_id(request)
+            forwarded = Forwarded(
+                request=1, method=request.method, path=path, url=shown.url(url), status=status, last_event_id=resumes
+            )
+            log(forwarded.line())
 
     async def on_chunk(chunk: Chunk) -> None:
         capture.chunks.append(chunk)

@@ -2106,6 +2106,29 @@ async def test_a_recorder_sends_a_reconnection_it_has_not_recorded_to_the_upstre
     assert upstream.hits == 2
 
 
+async def test_a_feeds_reconnection_with_an_unknown_id_says_in_the_log_what_was_done(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    # Replayed (the bundled feed, as `sse-tape serve` gives it): the whole feed, and the log says why.
+    [events] = [path for path in bundled_cassettes() if path.stem == "events"]
+    lines: list[str] = []
+    async with aserve(events, pace="instant", log=lines.append) as server:
+        assert await read_feed(server.url + "/events", "no-such-id") == await read_feed(server.url + "/events")
+        await auntil(lambda: any(" ended: " in line for line in lines), "the ended line")
+    assert (
+        lines[0] == "GET /events -> 200 events.toml #1 (GET /events), resumed from the start: no event id 'no-such-id'"
+    )
+    # Through a recorder: forwarded with its id, which the upstream resumes as it does (ours: after 99, nothing).
+    lines.clear()
+    async with arecording(tmp_path / "feed.toml", upstream.url, log=lines.append) as proxy:
+        assert await read_feed(proxy.url + "/feed", "99") == ([], False)
+        await auntil(lambda: proxy.journal.counts["recorded"] == 1)
+    assert lines[0] == (
+        f"GET /feed -> 200 from {upstream.url}/feed, a reconnection after event id '99': the upstream resumes it"
+    )
+    assert lines[1].startswith("GET /feed ended: 200, 0 events, ")
+
+
 @pytest.mark.parametrize(
     ("encoding", "pack"), [("gzip", gzip.compress), ("deflate", zlib.compress)], ids=["gzip", "deflate"]
 )
