@@ -140,17 +140,25 @@ def shape_drift(recorded: AnswerShape, now: AnswerShape) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class DriftCheck:
-    """What re-sending one recorded request found: how its answer's shape drifted, if it did."""
+    """What re-sending one recorded request found: how its answer's shape drifted, if it did; or, with
+    `number` None, why its source (a cassette file) could not be read."""
 
     source: str
-    number: int
-    """The interaction's place in its source, from 1."""
-    method: str
-    path: str
+    number: int | None
+    """The interaction's place in its source, from 1; None when the source cannot be read."""
+    method: str | None = None
+    path: str | None = None
     drift: tuple[str, ...] = ()
     """Each difference in shape, in words (see `shape_drift`); empty when there is none."""
     skipped: str | None = None
     """Why it was not compared (a recording cut short), if it was not."""
+    error: str | None = None
+    """Why the source could not be read."""
+
+    @classmethod
+    def unreadable(cls, source: str, why: str) -> DriftCheck:
+        """The result for a source that cannot be read, and `why`."""
+        return cls(source, None, error=why)
 
     @property
     def drifted(self) -> bool:
@@ -159,6 +167,8 @@ class DriftCheck:
 
     def line(self) -> str:
         """One line about it, as `check --drift` prints it."""
+        if self.error is not None:
+            return f"{self.source}: {self.error}"
         where = f"{self.source} #{self.number} {self.method} {self.path}"
         if self.skipped is not None:
             return f"{where}: not compared: {self.skipped}"
@@ -173,6 +183,7 @@ class DriftCheck:
             "path": self.path,
             "drift": list(self.drift),
             "skipped": self.skipped,
+            "error": self.error,
         }
 
 

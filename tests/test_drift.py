@@ -275,3 +275,26 @@ def test_resent_requests_leave_out_what_was_redacted_and_take_the_headers_given(
     assert (again.query, again.headers, again.body) == ("alt=sse", (("x-goog-api-key", "AIza-given"),), b"{}")
     check = DriftCheck("c.toml", 1, "POST", "/x")
     assert (check.drifted, check.line()) == (False, "c.toml #1 POST /x: same shape")
+
+
+def test_a_cassette_that_cannot_be_read_is_one_line_the_others_are_compared_and_exit_2(
+    our_upstream: Upstream, tmp_path: Path
+) -> None:
+    broken = tmp_path / "broken.toml"
+    broken.write_text("format_version = 1\n[[interactions]\n")
+    sse = (("content-type", "text/event-stream"),)
+    good = Cassette([Interaction(Request("GET", "/leaky/x"), Response(200, sse, (Chunk(0.0, b"data: ok\n\n"),)))])
+    path = good.save(tmp_path / "good.toml")
+    result = drift(str(broken), str(path), "--upstream", our_upstream.url)
+    assert result.returncode == 2
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"{broken}: truncated or corrupt TOML")
+    assert lines[1:] == [
+        f"{path} #1 GET /leaky/x: same shape",
+        f"re-sent 1 request to {our_upstream.url}: 0 drifted; 1 cassette unreadable",
+    ]
+    rows = json.loads(drift(str(broken), str(path), "--upstream", our_upstream.url, "--json").stdout)
+    assert [(row["interaction"], row["error"] is not None, row["drift"]) for row in rows] == [
+        (None, True, []),
+        (1, False, []),
+    ]

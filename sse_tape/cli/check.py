@@ -198,18 +198,16 @@ def _check_drift(paths: tuple[Path, ...], upstream: str, header: tuple[str, ...]
     when any drifted, 2 when a cassette cannot be read or the upstream sends no answer."""
     headers = one_shot_request(None, None, header)[1]
     results: list[DriftCheck] = []
-    unreadable = 0
 
     def say(line: str) -> None:
         if not as_json:
             click.echo(line)
 
     async def run() -> None:
-        nonlocal unreadable
         for source, cassette in load_each(paths, "check"):
             if isinstance(cassette, str):  # why it cannot be read
-                unreadable += 1
-                say(f"{source}: {cassette}")
+                results.append(DriftCheck.unreadable(source, cassette))
+                say(results[-1].line())
                 continue
             async for result in drift_checks(cassette, upstream, headers=headers, source=source):
                 results.append(result)
@@ -221,7 +219,8 @@ def _check_drift(paths: tuple[Path, ...], upstream: str, header: tuple[str, ...]
         if as_json:
             _print_json(results)
     drifted = sum(result.drifted for result in results)
-    sent = sum(result.skipped is None for result in results)
+    unreadable = sum(result.error is not None for result in results)
+    sent = sum(result.skipped is None and result.error is None for result in results)
     say(
         f"re-sent {sent} request{'s'[: sent != 1]} to {Redaction().url(upstream)}: {drifted} drifted"
         + _unreadable(unreadable)
