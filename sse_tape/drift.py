@@ -228,7 +228,16 @@ async def drift_checks(
                 continue
             answer = await anext(answers)
             drift = shape_drift(AnswerShape.of(interaction), AnswerShape.of(answer))
+            left_out = _left_out(request, headers)
+            if answer.response.status in (401, 403) and left_out and interaction.response.status not in (401, 403):
+                drift[0] += f" (the recorded {', '.join(left_out)} was redacted, so not sent: give it with -H)"
             yield DriftCheck(source, number, request.method, request.path, tuple(drift))
+
+
+def _left_out(request: Request, headers: Sequence[tuple[str, str]]) -> list[str]:
+    """The headers of `request` that were redacted and that `headers` give no value for: not sent again."""
+    given = {name.lower() for name, _ in headers}
+    return [name for name, value in request.headers if value == REDACTED and name.lower() not in given]
 
 
 def _parsed(data: str | bytes) -> Any:

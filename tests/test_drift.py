@@ -298,3 +298,21 @@ def test_a_cassette_that_cannot_be_read_is_one_line_the_others_are_compared_and_
         (None, True, []),
         (1, False, []),
     ]
+
+
+def test_a_key_the_recording_redacted_and_none_given_is_named_when_the_server_refuses(
+    our_upstream: Upstream, tmp_path: Path
+) -> None:
+    request = Request("POST", "/guarded", "", (("Authorization", REDACTED),), b"{}")
+    sse = (("content-type", "text/event-stream"),)
+    path = Cassette([Interaction(request, Response(200, sse, (Chunk(0.0, b"data: ok\n\n"),)))]).save(
+        tmp_path / "k.toml"
+    )
+    refused = drift(str(path), "--upstream", our_upstream.url)
+    assert refused.returncode == 1
+    assert refused.stdout.splitlines()[0] == (
+        f"{path} #1 POST /guarded: drifted: status 200, now 401: Incorrect API key provided. "
+        "(the recorded Authorization was redacted, so not sent: give it with -H)"
+    )
+    given = drift(str(path), "--upstream", our_upstream.url, "-H", "Authorization: Bearer sk-guarded-key")
+    assert (given.returncode, given.stdout.splitlines()[0]) == (0, f"{path} #1 POST /guarded: same shape")
