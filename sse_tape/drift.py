@@ -44,7 +44,6 @@ from .redaction import Redaction
 from .sse import ServerSentEvent
 
 __all__ = [
-    "NAMELESS",
     "AnswerShape",
     "DriftCheck",
     "drift_checks",
@@ -52,10 +51,10 @@ __all__ = [
     "shape_drift",
 ]
 
-NAMELESS = "message"
+_NAMELESS = "message"
 """The kind of an event that names none (the SSE default event type): an OpenAI chat chunk, a Gemini one."""
 
-TERMINAL = "[DONE]"
+_TERMINAL = "[DONE]"
 """The kind of the OpenAI-style APIs' terminal frame, `data: [DONE]`."""
 
 # What a recording that ended so was cut short by: not the server's whole answer, so no shape to compare.
@@ -251,11 +250,11 @@ def _parsed(data: str | bytes) -> Any:
 def _kind(event: ServerSentEvent, value: Any) -> str:
     """The kind of an event: its SSE name; else the name its data gives itself (`type`); else `[DONE]` for a
     terminal frame, or `message`."""
-    if event.event != NAMELESS:
+    if event.event != _NAMELESS:
         return event.event
     if isinstance(value, dict) and isinstance(value.get("type"), str):
         return str(value["type"])
-    return TERMINAL if event.data.strip() == TERMINAL else NAMELESS
+    return _TERMINAL if event.data.strip() == _TERMINAL else _NAMELESS
 
 
 def _paths(value: Any, prefix: str) -> Iterable[str]:
@@ -288,7 +287,7 @@ def _fields(what: str, fields: frozenset[tuple[str, str]], kinds: set[str]) -> l
     )
     if not shown:
         return []
-    said = [path if kind in ("", NAMELESS) else f"{path} (in {kind})" for kind, path in shown]
+    said = [path if kind in ("", _NAMELESS) else f"{path} (in {kind})" for kind, path in shown]
     return [f"{what} field{'s'[: len(said) != 1]} {', '.join(said)}"]
 
 
