@@ -174,9 +174,17 @@ class Forwarded(Entry):
     path: str
     url: str
     status: int
+    last_event_id: str | None = None
+    """The `Last-Event-ID` of a reconnection, which the upstream resumes as it does (a recorder resumes
+    nothing itself: see `matching`); None for a request that is no reconnection."""
 
     def line(self) -> str:
-        return f"{self.method} {self.path} -> {self.status} from {self.url}"
+        resumed = (
+            f", a reconnection after event id {self.last_event_id!r}: the upstream resumes it"
+            if self.last_event_id is not None
+            else ""
+        )
+        return f"{self.method} {self.path} -> {self.status} from {self.url}{resumed}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,14 +13,15 @@ Faults act on what the client of a forwarded stream gets, as it passes (see
 answer whole, as it came, with a note of each fault that acted
 (`Interaction.injected`), so that a replay can give either.
 
-`record_once` does the same for one request, printing the stream as it arrives.
+`record_once` does the same for one request, printing the stream as it arrives; `fetch_each` sends
+requests to an upstream one after another and hands back each answer whole (`check --drift`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from dataclasses import replace
 from typing import Any, BinaryIO
 
@@ -36,14 +37,16 @@ from .cassette import (
     check_cassette_path,
     storable_headers,
 )
-from .journal import Forwarded, UpstreamFailed
+from .journal import Ended, Forwarded, UpstreamFailed
 from .live import Feed, answer_live
+from .matching import last_event_id
+from .plan import event_ends
 from .recorder import Capture, Recorder
 from .redaction import Redaction
 from .responder import Exchange, Host, thorough
 from .upstream import AiohttpUpstream, Upstream, leaves_base, parse_upstream
 
-__all__ = ["Forwarder", "record_once"]
+__all__ = ["Forwarder", "fetch_each", "record_once"]
 
 
 async def _relay(
@@ -186,6 +189,7 @@ class Forwarder:
                 path=request.path,
                 url=self._shown_url(request),
                 status=capture.status or 502,
+                last_event_id=last_event_id(request),
             )
         )
 
@@ -217,13 +221,16 @@ async def record_once(
     redaction: Redaction | None = None,
     idle_timeout: float = 300.0,
     out: BinaryIO | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> Interaction:
     """Send one request, write the response body to `out` as it arrives, and append it to `cassette`.
 
     The interaction is saved however the response ends, even when this is
     cancelled (Ctrl-C): then as far as it got, marked interrupted. With no
     cassette it is only returned. An `UpstreamError` (no response) shows
-    `url` with its secrets redacted, as `redaction` would store them.
+    `url` with its secrets redacted, as `redaction` would store them. `log`
+    gets the lines a recording proxy's log has of a request: when its answer
+    starts, when it ends (however it ends) and where it was saved.
     """
     if cassette is not None:
         check_cassette_path(cassette)
@@ -233,9 +240,17 @@ async def record_once(
     upstream = AiohttpUpstream(str(base), idle_timeout=idle_timeout, redaction=redaction)
     request = Request(method.upper(), target.raw_path, target.raw_query_string, tuple(headers), body)
     capture = Capture(request)
+    shown = redaction or Redaction()
+    path = shown.path(request.path)
 
     async def on_head(capture: Capture) -> None:
-        pass
+        if log is not None:
+            status = capture.status or 502
+            resumes = last_event_id(request)
+            forwarded = Forwarded(
+                request=1, method=request.method, path=path, url=shown.url(url), status=status, last_event_id=resumes
+            )
+            log(forwarded.line())
 
     async def on_chunk(chunk: Chunk) -> None:
         capture.chunks.append(chunk)
@@ -249,10 +264,62 @@ async def record_once(
         await upstream.close()
         # Runs on cancellation too: what arrived is saved, marked interrupted.
         interaction = capture.interaction()
+        if interaction is not None and log is not None:
+            log(_ended(interaction, path, capture.duration).line())
         if interaction is not None and cassette is not None:
             headers = storable_headers(interaction.response.headers)
             interaction = replace(interaction, response=replace(interaction.response, headers=headers))
-            interaction = (redaction or Redaction()).interaction(interaction)
-            append_interactions(cassette, [interaction])
+            interaction = shown.interaction(interaction)
+            count = append_interactions(cassette, [interaction])
+            if log is not None:
+                end = interaction.response.end
+                log(f"{request.method} {path} appended to {cassette} as #{count} ({end})")
     assert interaction is not None
     return interaction
+
+
+def _ended(interaction: Interaction, path: str, seconds: float) -> Ended:
+    """The journal's `Ended` of a request sent alone (`record_once`), which no server journals."""
+    response = interaction.response
+    body = response.body
+    return Ended(
+        request=1,
+        method=interaction.request.method,
+        path=path,
+        status=response.status,
+        end=response.end,
+        bytes=len(body),
+        events=len(event_ends(body)),
+        seconds=seconds,
+    )
+
+
+async def fetch_each(
+    upstream: str, requests: Iterable[Request], *, idle_timeout: float = 300.0
+) -> AsyncGenerator[Interaction, None]:
+    """Send each of `requests` to `upstream`, a base URL as a recording proxy's (a request for
+    `/chat/completions` goes to the base plus that path; a `user:password@` in it goes as Basic credentials on
+    a request with no `Authorization` of its own), one after another on the connections kept open, and yield
+    each with the answer it got, whole, as it ends.
+
+    Raises `ConfigError` for a base URL that is none, before anything is sent, and `UpstreamError` (the URL
+    shown with its secrets redacted) when a request gets no answer.
+    """
+    target = AiohttpUpstream(upstream, idle_timeout=idle_timeout)
+
+    async def on_head(_: Capture) -> None:
+        pass
+
+    try:
+        for request in requests:
+            capture = Capture(request)
+
+            async def on_chunk(chunk: Chunk, capture: Capture = capture) -> None:
+                capture.chunks.append(chunk)
+
+            await _relay(target, capture, on_head=on_head, on_chunk=on_chunk)
+            interaction = capture.interaction()
+            assert interaction is not None  # a head came, or `_relay` raised
+            yield interaction
+    finally:
+        await target.close()

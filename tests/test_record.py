@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import gzip
 import itertools
 import json
@@ -54,7 +55,7 @@ from sse_tape.cassette import Injection
 from sse_tape.journal import Ended, FaultInjected, Matched, Received
 from sse_tape.record import Forwarder
 from sse_tape.redaction import REDACTED, Redaction, find_secrets
-from sse_tape.server import Limits, run_in_thread
+from sse_tape.server import FAULT_HEADER, Limits, run_in_thread
 from sse_tape.upstream import parse_upstream
 
 CHAT_1 = "/v1/chat/completions?events=1"
@@ -652,11 +653,17 @@ def test_one_shot_prints_the_stream_and_appends_it(threaded_upstream: Upstream, 
         "-c",
         str(cassette),
     ]
-    for _ in range(2):
+    for n in (1, 2):
         result = subprocess.run(command, capture_output=True, timeout=60)
         assert result.returncode == 0, result.stderr
-        assert result.stdout == b"".join(chat_chunk(n) for n in range(3)) + b"data: [DONE]\n\n"
-        assert result.stderr.decode().startswith("sse-tape: POST /v1/chat/completions -> 200, 4 events, ")
+        sent = b"".join(chat_chunk(n) for n in range(3)) + b"data: [DONE]\n\n"
+        assert result.stdout == sent
+        # What a proxy's log says of a request: when its answer starts, when it ends, where it was saved.
+        started, ended, saved = result.stderr.decode().splitlines()
+        assert started == f"sse-tape: POST /v1/chat/completions -> 200 from {command[4]}"
+        assert ended.startswith(f"sse-tape: POST /v1/chat/completions ended: 200, 4 events, {len(sent)} bytes, ")
+        assert ended.endswith(" s, complete")
+        assert saved == f"sse-tape: POST /v1/chat/completions appended to {cassette} as #{n} (complete)"
     interactions = Cassette.load(cassette).interactions
     assert len(interactions) == 2
     assert interactions[0].request.method == "POST"
@@ -664,6 +671,84 @@ def test_one_shot_prints_the_stream_and_appends_it(threaded_upstream: Upstream, 
     assert dict(interactions[0].request.headers)["content-type"] == "application/json"
     assert "ONE-SHOT-SECRET" not in cassette.read_text()
     assert threaded_upstream.seen_headers[0]["Authorization"] == "Bearer ONE-SHOT-SECRET"
+
+
+def test_one_shot_interrupted_says_how_its_request_ended_and_keeps_what_arrived(
+    threaded_upstream: Upstream, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "c.toml"
+    url = threaded_upstream.url + "/v1/chat/completions?events=1000&gap=0.02"
+    command = [sys.executable, "-m", "sse_tape", "record", url, "-d", "{}", "-c", str(cassette)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None
+    process.stdout.read(len(chat_chunk(0)) * 2)  # two events have come: it is in the middle of the stream
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 130
+    lines = err.decode().splitlines()
+    assert lines[0] == f"sse-tape: POST /v1/chat/completions -> 200 from {url}"
+    assert lines[1].startswith("sse-tape: POST /v1/chat/completions ended: 200, ")
+    assert lines[1].endswith(" s, interrupted")
+    assert lines[2:] == [
+        f"sse-tape: POST /v1/chat/completions appended to {cassette} as #1 (interrupted)",
+        f"sse-tape: interrupted: what arrived is saved in {cassette}",
+    ]
+    [kept] = Cassette.load(cassette).interactions
+    events = len(SSEDecoder().feed(kept.response.body))
+    assert lines[1].startswith(f"sse-tape: POST /v1/chat/completions ended: 200, {events} events, ")
+
+
+async def test_every_request_a_recorder_answers_gets_its_ended_line_however_it_ends(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    lines: list[str] = []
+    chat = "/v1/chat/completions?events=3&gap=0.01"
+    async with (
+        arecording(tmp_path / "c.toml", upstream.url, log=lines.append) as proxy,
+        httpx.AsyncClient(timeout=10) as client,
+    ):
+        url = proxy.url
+
+        async def hang_up(path: str, after: int) -> None:
+            """Read `after` events of the answer, then hang up."""
+            decoder, seen = SSEDecoder(), 0
+            async with client.stream("POST", url + path, content=b"{}") as response:
+                async for piece in response.aiter_raw():
+                    seen += len(decoder.feed(piece))
+                    if seen >= after:
+                        break
+
+        await read_all(client, "POST", url + chat, content=b"{}")  # a stream, recorded
+        await read_all(client, "POST", url + chat, content=b"{}")  # the same, replayed
+        await read_all(client, "POST", url + "/limited", content=b"{}")  # an error answer, JSON
+        await read_all(client, "GET", url + "/v1/models")  # the upstream's 404
+        await read_all(client, "HEAD", url + "/leaky/head")
+        await hang_up("/v1/chat/completions?events=100&gap=0.05", 1)  # hangs up in the middle
+        await hang_up("/v1/chat/completions?events=2&gap=0.01&linger=0.3", 3)  # at [DONE], the upstream lingering
+        with pytest.raises(httpx.TransportError):
+            await read_all(client, "GET", url + "/reset")  # cut by the upstream
+        faults = ["disconnect:after=1", "status:429", "error:at=1", "nonsense"]
+        for n, fault in enumerate(faults):
+            with contextlib.suppress(httpx.TransportError):  # a disconnect's
+                await read_all(client, "POST", url + chat, content=f'{{"n": {n}}}', headers={FAULT_HEADER: fault})
+        with contextlib.suppress(httpx.TransportError):  # a fault on a replay
+            await read_all(client, "POST", url + chat, content=b"{}", headers={FAULT_HEADER: "disconnect:after=1"})
+        with pytest.raises(httpx.ReadTimeout):
+            await client.post(url + chat, content=b"{}", headers={FAULT_HEADER: "hang"}, timeout=0.5)
+        received = 14
+
+        def ended() -> list[Ended]:
+            return [entry for entry in proxy.journal if isinstance(entry, Ended)]
+
+        await auntil(lambda: len(ended()) == received, f"an ended entry for each of the {received} requests")
+        assert sorted(entry.request for entry in ended()) == list(range(1, received + 1))
+    async with (
+        arecording(tmp_path / "d.toml", "http://127.0.0.1:9", log=lines.append) as down,
+        httpx.AsyncClient() as client,
+    ):
+        assert (await client.post(down.url + chat, content=b"{}")).status_code == 502  # the upstream is down
+        await auntil(lambda: any(isinstance(entry, Ended) for entry in down.journal), "its ended entry")
+    assert len([line for line in lines if " ended: " in line]) == received + 1
 
 
 def test_one_shot_sends_the_urls_user_and_password_and_keeps_them_out_of_the_cassette(
@@ -2019,6 +2104,29 @@ async def test_a_recorder_sends_a_reconnection_it_has_not_recorded_to_the_upstre
         assert await read_feed(proxy.url + "/feed", "1") == (["2", "3", "4", "5"], False)  # resumed on replay
         assert [resumed for _, resumed in matched(proxy)] == ["as recorded after event id '3'", "after event id '1'"]
     assert upstream.hits == 2
+
+
+async def test_a_feeds_reconnection_with_an_unknown_id_says_in_the_log_what_was_done(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    # Replayed (the bundled feed, as `sse-tape serve` gives it): the whole feed, and the log says why.
+    [events] = [path for path in bundled_cassettes() if path.stem == "events"]
+    lines: list[str] = []
+    async with aserve(events, pace="instant", log=lines.append) as server:
+        assert await read_feed(server.url + "/events", "no-such-id") == await read_feed(server.url + "/events")
+        await auntil(lambda: any(" ended: " in line for line in lines), "the ended line")
+    assert (
+        lines[0] == "GET /events -> 200 events.toml #1 (GET /events), resumed from the start: no event id 'no-such-id'"
+    )
+    # Through a recorder: forwarded with its id, which the upstream resumes as it does (ours: after 99, nothing).
+    lines.clear()
+    async with arecording(tmp_path / "feed.toml", upstream.url, log=lines.append) as proxy:
+        assert await read_feed(proxy.url + "/feed", "99") == ([], False)
+        await auntil(lambda: proxy.journal.counts["recorded"] == 1)
+    assert lines[0] == (
+        f"GET /feed -> 200 from {upstream.url}/feed, a reconnection after event id '99': the upstream resumes it"
+    )
+    assert lines[1].startswith("GET /feed ended: 200, 0 events, ")
 
 
 @pytest.mark.parametrize(

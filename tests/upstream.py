@@ -9,6 +9,8 @@ Routes:
 - `GET /reset`: two events, then a TCP reset.
 - `GET /stall`: one event, then silence until the client goes.
 - `POST /limited`: a 429 JSON error with `Retry-After: 7`.
+- `POST /guarded`: one event for a request whose `Authorization` is `Bearer sk-guarded-key`, else a 401 JSON error
+  as OpenAI words it.
 - `GET /binary`: a chunk that is not UTF-8.
 - `GET /cookie`: one event, with a secret in `Set-Cookie`.
 - `ANY /leaky/...`: one event, with the response headers the test put in `leaky_headers` (credentials, to see
@@ -64,6 +66,7 @@ class Upstream:
         app.router.add_get("/reset", self.reset)
         app.router.add_get("/stall", self.stall)
         app.router.add_post("/limited", self.limited)
+        app.router.add_post("/guarded", self.guarded)
         app.router.add_get("/binary", self.binary)
         app.router.add_get("/cookie", self.cookie)
         app.router.add_get("/feed", self.feed)
@@ -138,6 +141,16 @@ class Upstream:
         await request.read()
         error = {"error": {"message": "Rate limit reached", "type": "rate_limit_error", "code": "rate_limit_exceeded"}}
         return web.json_response(error, status=429, headers={"retry-after": "7"})
+
+    async def guarded(self, request: web.Request) -> web.StreamResponse:
+        await request.read()
+        if request.headers.get("Authorization") != "Bearer sk-guarded-key":
+            self.hits += 1
+            error = {"error": {"message": "Incorrect API key provided.", "type": "invalid_request_error"}}
+            return web.json_response(error, status=401)
+        response = await self._stream(request, [b"data: ok\n\n"], 0)
+        await response.write_eof()
+        return response
 
     async def binary(self, request: web.Request) -> web.StreamResponse:
         response = await self._stream(request, [b"data: \xff\xfe\x00\n\n", b"data: ok\n\n"], 0.01)

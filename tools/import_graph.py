@@ -67,8 +67,8 @@ SUBSYSTEMS: Mapping[str, str] = {
     "the pytest plugin when a test first uses a tape, not in every pytest session of every project",
     "sse_tape.cli.serving": "the command line's side of a running server (listening, stopping): it imports the server",
     "sse_tape.workers": "`serve --workers`: the server in forked worker processes",
-    "sse_tape.record": "forwarding to an upstream and `record_once`: only a server whose misses go upstream, "
-    "`record` and `check --live` need it",
+    "sse_tape.record": "forwarding to an upstream, `record_once` and `fetch_each`: only a server whose misses go "
+    "upstream, `record`, `check --live` and `check --drift` need it",
     "sse_tape.synth": "synthesis: a local model through llama-cpp-python, the `synth` extra",
     "sse_tape.pytest_plugin.async_fixture": "the async fixture: made only where pytest-asyncio, an optional "
     "dependency, runs the session",

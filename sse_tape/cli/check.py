@@ -16,6 +16,7 @@ from ..cassette import Interaction
 from ..checking import ContractCheck, SecretFound, check_interactions, secrets_in
 from ..dialects import DIALECTS
 from ..dialects import get as get_dialect
+from ..drift import DriftCheck, drift_checks
 from ..redaction import Redaction
 from .loading import load_each
 from .one_shot import one_shot_request
@@ -36,7 +37,25 @@ __all__ = ["check"]
 @click.option("-X", "--method", help="With --live: the request method [default: POST with --data, else GET].")
 @click.option("-d", "--data", help="With --live: the request body; @FILE reads a file, @- standard input.")
 @click.option(
-    "-H", "--header", multiple=True, metavar="'NAME: VALUE'", help="With --live: a request header. Repeatable."
+    "-H",
+    "--header",
+    multiple=True,
+    metavar="'NAME: VALUE'",
+    help="With --live: a request header; with --drift, one that each request re-sent carries (its credentials, "
+    "in place of those the cassette redacted). Repeatable.",
+)
+@click.option(
+    "--drift",
+    is_flag=True,
+    help="Instead of the contracts, re-send each recorded request to --upstream and report how the answer's shape "
+    "drifted from the recorded one: new or missing JSON fields, event types, their order, the status, the content "
+    "type, a stream or one JSON answer. Exit 1 if any did.",
+)
+@click.option(
+    "--upstream",
+    metavar="URL",
+    help="With --drift: the server's base URL, as record --upstream takes it (a user:password@ in it goes as Basic "
+    "credentials).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option(
@@ -64,6 +83,8 @@ def check(
     as_json: bool,
     secrets: bool,
     secret_patterns: tuple[str, ...],
+    drift: bool,
+    upstream: str | None,
 ) -> None:
     """Check streams against their API's contract.
 
@@ -77,7 +98,24 @@ def check(
     cassette that cannot be read is reported, and the others checked all the
     same. Exit status: 0 when clean, 1 when violations are found, 2 when some
     input cannot be used.
+
+    With --drift and --upstream URL, each recorded request is sent again to
+    that server, and each answer's shape is compared with the recorded one's:
+    one line per interaction, exit status 1 when any drifted, 2 when the
+    server sends no answer.
     """
+    if upstream is not None and not drift:
+        raise ConfigError("--upstream goes with --drift")
+    if drift:
+        if live is not None or secrets or dialect is not None or method is not None or data is not None:
+            raise ConfigError(
+                "--drift re-sends the cassettes' requests as recorded: it takes no --live, --secrets, "
+                "--dialect, -X or -d"
+            )
+        if upstream is None or not cassettes:
+            raise ConfigError("check --drift CASSETTE... --upstream URL: give both")
+        _check_drift(cassettes, upstream, header, as_json)
+        return
     chosen = get_dialect(dialect) if dialect else None
     if (live is None) == (not cassettes):
         raise ConfigError("give cassettes to check, or --live URL")
@@ -152,6 +190,44 @@ def _check_secrets(paths: tuple[Path, ...], as_json: bool, redaction: Redaction)
     if found < len(results):
         sys.exit(2)
     if results:
+        sys.exit(1)
+
+
+def _check_drift(paths: tuple[Path, ...], upstream: str, header: tuple[str, ...], as_json: bool) -> None:
+    """`check --drift`: each recorded request re-sent to `upstream`, a line for each as its answer comes; exit 1
+    when any drifted, 2 when a cassette cannot be read or the upstream sends no answer."""
+    headers = one_shot_request(None, None, header)[1]
+    results: list[DriftCheck] = []
+
+    def say(line: str) -> None:
+        if not as_json:
+            click.echo(line)
+
+    async def run() -> None:
+        for source, cassette in load_each(paths, "check"):
+            if isinstance(cassette, str):  # why it cannot be read
+                results.append(DriftCheck.unreadable(source, cassette))
+                say(results[-1].line())
+                continue
+            async for result in drift_checks(cassette, upstream, headers=headers, source=source):
+                results.append(result)
+                say(result.line())
+
+    try:
+        asyncio.run(run())
+    finally:  # what was found before the upstream failed is printed all the same
+        if as_json:
+            _print_json(results)
+    drifted = sum(result.drifted for result in results)
+    unreadable = sum(result.error is not None for result in results)
+    sent = sum(result.skipped is None and result.error is None for result in results)
+    say(
+        f"re-sent {sent} request{'s'[: sent != 1]} to {Redaction().url(upstream)}: {drifted} drifted"
+        + _unreadable(unreadable)
+    )
+    if unreadable:
+        sys.exit(2)
+    if drifted:
         sys.exit(1)
 
 

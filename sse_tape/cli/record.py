@@ -13,7 +13,6 @@ from .._exceptions import ConfigError, SSETapeError
 from ..cassette import Cassette, check_cassette_path
 from ..options import OPTIONS, Group, MissPolicy, check_sources
 from ..redaction import Redaction
-from ..show import describe
 from .model import synthesizer
 from .one_shot import one_shot_request
 from .option_lists import command_options, take_group, take_serving_options
@@ -135,7 +134,7 @@ def _record_one_shot(
     if cassette.exists():
         Cassette.load(cassette)  # an unreadable cassette stops us before the request is sent
     try:
-        interaction = asyncio.run(
+        asyncio.run(
             record_once(
                 url,
                 cassette,
@@ -145,9 +144,9 @@ def _record_one_shot(
                 redaction=redaction,
                 idle_timeout=idle_timeout,
                 out=sys.stdout.buffer,
+                log=log,  # when the answer starts, when it ends and where it is saved, as a proxy's log says
             )
         )
     except KeyboardInterrupt:
         log(f"interrupted: what arrived is saved in {cassette}")
         sys.exit(130)
-    log(f"{describe(interaction)}; appended to {cassette}")
