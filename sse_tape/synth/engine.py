@@ -88,10 +88,14 @@ class Info:
 
 @dataclass(frozen=True, slots=True)
 class Sampling:
-    """How tokens are chosen. A temperature of 0 is greedy; a seed of None is a random one."""
+    """How tokens are chosen: llama.cpp's usual chain, top-k, then top-p, then min-p, then the temperature, then
+    a seeded draw, with the defaults of llama-cpp-python's `Llama.create_chat_completion`. A temperature of 0 is
+    greedy; a top-k of 0, a top-p of 1 and a min-p of 0 leave that step out; a seed of None is a random one."""
 
     temperature: float = 1.0
-    top_p: float = 1.0
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
     seed: int | None = None
     max_tokens: int | None = None
     logprobs: int | None = None
@@ -205,6 +209,8 @@ class Engine:
         cparams.n_seq_max = self.parallel
         cparams.n_threads = self.threads
         cparams.n_threads_batch = self.threads
+        # As llama-cpp-python's `Llama` makes its context: the same logits, so the same text for the same seed.
+        cparams.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
         self._ctx = L.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             L.llama_model_free(self._model)
@@ -505,9 +511,13 @@ class Engine:
             L.llama_sampler_chain_add(chain, grammar)
         if sampling.temperature <= 0:
             L.llama_sampler_chain_add(chain, L.llama_sampler_init_greedy())
-        else:
+        else:  # in the order llama-cpp-python's Llama chains them
+            if sampling.top_k > 0:
+                L.llama_sampler_chain_add(chain, L.llama_sampler_init_top_k(sampling.top_k))
             if sampling.top_p < 1.0:
                 L.llama_sampler_chain_add(chain, L.llama_sampler_init_top_p(sampling.top_p, 1))
+            if sampling.min_p > 0.0:
+                L.llama_sampler_chain_add(chain, L.llama_sampler_init_min_p(sampling.min_p, 1))
             L.llama_sampler_chain_add(chain, L.llama_sampler_init_temp(sampling.temperature))
             seed = sampling.seed if sampling.seed is not None else L.LLAMA_DEFAULT_SEED
             L.llama_sampler_chain_add(chain, L.llama_sampler_init_dist(seed & 0xFFFFFFFF))
