@@ -2,7 +2,7 @@
 
 Random-weight models (tests/tiny_model.py, one per seed) sampled wide
 (a high temperature, no top-k, top-p or min-p) pick byte tokens, control
-characters and pieces of multi-byte characters often: exactly what a grammar
+characters and pieces of multi-byte characters now and then: what a grammar
 must keep out of a JSON string. The schemas are bounded (strings and arrays
 have a most length), so every call ends within its tokens.
 """

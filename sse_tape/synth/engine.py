@@ -1,4 +1,4 @@
-"""A GGUF model run token by token on llama.cpp: the only module that imports llama-cpp-python.
+"""A GGUF model run token by token on llama.cpp: the only module that runs it (`constraints` builds its grammars).
 
 It uses llama-cpp-python's low-level bindings (`llama_cpp.llama_cpp`), not
 its `Llama` class, because the pipeline needs what `Llama` keeps inside: the
