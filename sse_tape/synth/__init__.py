@@ -2,7 +2,8 @@
 
 `models` finds the model file (a path, or an installed model package
 assembled once into a cache); `engine` runs it on llama.cpp token by token
-(the only module that imports llama-cpp-python); `generation` cuts its text
+(with `constraints`, what keeps a tool call to its schema, the only module
+that imports llama-cpp-python); `generation` cuts its text
 into reasoning, text and tool calls; `pipeline` turns one request into the
 dialect's stream as the tokens come; `batch` makes cassettes of many
 requests (`sse-tape synth`); `live` answers requests on a server

@@ -1,4 +1,4 @@
-"""A GGUF model run token by token on llama.cpp: the only module that imports llama-cpp-python.
+"""A GGUF model run token by token on llama.cpp: the only module that runs it (`constraints` builds its grammars).
 
 It uses llama-cpp-python's low-level bindings (`llama_cpp.llama_cpp`), not
 its `Llama` class, because the pipeline needs what `Llama` keeps inside: the
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import codecs
 import ctypes
-import json
 import math
 import os
 import queue
@@ -32,9 +31,9 @@ import llama_cpp
 import llama_cpp.llama_cpp as L
 import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 from .._exceptions import ModelError
+from .constraints import Utf8Guard, json_schema_grammar, unfinished
 from .generation import Token
 
 __all__ = ["Engine", "Info", "Job", "Sampling", "backend", "build", "builtin_templates", "supports_gpu_offload"]
@@ -88,10 +87,14 @@ class Info:
 
 @dataclass(frozen=True, slots=True)
 class Sampling:
-    """How tokens are chosen. A temperature of 0 is greedy; a seed of None is a random one."""
+    """How tokens are chosen: llama.cpp's usual chain, top-k, then top-p, then min-p, then the temperature, then
+    a seeded draw, with the defaults of llama-cpp-python's `Llama.create_chat_completion`. A temperature of 0 is
+    greedy; a top-k of 0, a top-p of 1 and a min-p of 0 leave that step out; a seed of None is a random one."""
 
     temperature: float = 1.0
-    top_p: float = 1.0
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
     seed: int | None = None
     max_tokens: int | None = None
     logprobs: int | None = None
@@ -123,6 +126,7 @@ class Job:
     _position: int = 0
     _logits_at: int = -1
     _last: int = 0
+    _unfinished: bytes = b""  # the bytes of a character the output ends in the middle of
 
     def cancel(self) -> None:
         """Stop as soon as the worker sees it: before the next token, or between prompt batches."""
@@ -205,6 +209,8 @@ class Engine:
         cparams.n_seq_max = self.parallel
         cparams.n_threads = self.threads
         cparams.n_threads_batch = self.threads
+        # As llama-cpp-python's `Llama` makes its context: the same logits, so the same text for the same seed.
+        cparams.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
         self._ctx = L.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             L.llama_model_free(self._model)
@@ -222,6 +228,7 @@ class Engine:
         self.template, self.template_source = self._template(chat_template)
         self.bos = self._token_text(L.llama_vocab_bos(self._vocab))
         self.eos = self._token_text(L.llama_vocab_eos(self._vocab))
+        self._guard: Utf8Guard | None = None  # made for the first job with a grammar
         self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
         self._closed = False
@@ -326,7 +333,7 @@ class Engine:
     def grammar(self, schema: dict[str, Any]) -> str:
         """The GBNF grammar of JSON values that follow `schema`; raises `ModelError` (400) for one it cannot take."""
         try:
-            return str(json_schema_to_gbnf(json.dumps(schema)))
+            return json_schema_grammar(schema)
         except Exception as exc:
             raise ModelError(f"cannot build a grammar from the tool's schema: {exc}", status=400) from None
 
@@ -458,6 +465,8 @@ class Engine:
         limit = job.sampling.max_tokens
         if (limit is not None and job.generated >= limit) or job._position >= self.ctx:
             return "length"
+        if job.sampling.grammar is not None:
+            self._keep_utf8(job)
         token = int(L.llama_sampler_sample(job._sampler, self._ctx, job._logits_at))
         if L.llama_vocab_is_eog(self._vocab, token):
             tail = job._decoder.decode(b"", final=True)
@@ -466,11 +475,24 @@ class Engine:
             return "stop"
         job.generated += 1
         job._last = token
-        text = job._decoder.decode(self._bytes(token))
+        piece = self._bytes(token)
+        if job.sampling.grammar is not None:
+            job._unfinished = unfinished(job._unfinished + piece) or b""
+        text = job._decoder.decode(piece)
         logprob, top = self._logprobs(job, token)
         if not job.on_token(Token(text, logprob, top)):
             return "stop"
         return None
+
+    def _keep_utf8(self, job: Job) -> None:
+        """Rule out the tokens that would make the job's output ill-formed UTF-8, which llama.cpp's grammar
+        lets through (see `constraints`)."""
+        if self._guard is None:
+            self._guard = Utf8Guard([self._bytes(token) for token in range(self.n_vocab)])
+        banned = self._guard.banned(job._unfinished)
+        if len(banned):
+            pointer = L.llama_get_logits_ith(self._ctx, job._logits_at)
+            np.ctypeslib.as_array(pointer, shape=(self.n_vocab,))[banned] = -np.inf
 
     def _logprobs(self, job: Job, token: int) -> tuple[float | None, tuple[tuple[str, float], ...]]:
         """The token's log probability under the model's logits, with the likeliest alternatives, if asked."""
@@ -505,9 +527,13 @@ class Engine:
             L.llama_sampler_chain_add(chain, grammar)
         if sampling.temperature <= 0:
             L.llama_sampler_chain_add(chain, L.llama_sampler_init_greedy())
-        else:
+        else:  # in the order llama-cpp-python's Llama chains them
+            if sampling.top_k > 0:
+                L.llama_sampler_chain_add(chain, L.llama_sampler_init_top_k(sampling.top_k))
             if sampling.top_p < 1.0:
                 L.llama_sampler_chain_add(chain, L.llama_sampler_init_top_p(sampling.top_p, 1))
+            if sampling.min_p > 0.0:
+                L.llama_sampler_chain_add(chain, L.llama_sampler_init_min_p(sampling.min_p, 1))
             L.llama_sampler_chain_add(chain, L.llama_sampler_init_temp(sampling.temperature))
             seed = sampling.seed if sampling.seed is not None else L.LLAMA_DEFAULT_SEED
             L.llama_sampler_chain_add(chain, L.llama_sampler_init_dist(seed & 0xFFFFFFFF))

@@ -51,10 +51,13 @@ Sink = Callable[[float, bytes], None]
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """How requests are sampled when they do not say, and how the model's output is read."""
+    """How requests are sampled when they do not say (llama.cpp's usual chain, as `Sampling` says), and how the
+    model's output is read."""
 
     temperature: float = 1.0
-    top_p: float = 1.0
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
     seed: int | None = None
     max_tokens: int | None = None
     stop: tuple[str, ...] = ()
@@ -143,7 +146,9 @@ class Synthesis:
         max_tokens = prompt.max_tokens if prompt.max_tokens is not None else settings.max_tokens
         sampling = Sampling(
             temperature=prompt.temperature if prompt.temperature is not None else settings.temperature,
+            top_k=prompt.top_k if prompt.top_k is not None else settings.top_k,
             top_p=prompt.top_p if prompt.top_p is not None else settings.top_p,
+            min_p=prompt.min_p if prompt.min_p is not None else settings.min_p,
             seed=prompt.seed if prompt.seed is not None else settings.seed,
             max_tokens=max_tokens,
             logprobs=prompt.logprobs,

@@ -232,7 +232,7 @@ class AnthropicMessages(Generation):
             include_usage=True,
             stop=[s for s in stops if isinstance(s, str) and s] if isinstance(stops, list) else [],
             tool_choice=tool_choice,
-            **sampling(body, ("temperature", "top_p")),
+            **sampling(body, ("temperature", "top_p", "top_k")),
         )
 
     def request_body(self, prompt: Prompt) -> dict[str, Any]:
@@ -257,7 +257,7 @@ class AnthropicMessages(Generation):
             body["tool_choice"] = {"type": "any"}
         elif prompt.tool_choice:
             body["tool_choice"] = {"type": "tool", "name": prompt.tool_choice}
-        body |= sampled(prompt, ("temperature", "top_p"))
+        body |= sampled(prompt, ("temperature", "top_p", "top_k"))
         if prompt.stop:
             body["stop_sequences"] = prompt.stop
         body["stream"] = True

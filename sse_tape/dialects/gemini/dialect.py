@@ -283,6 +283,7 @@ class Gemini(Generation):
             include_usage=True,
             temperature=_number(_get(config, "temperature")),
             top_p=_number(_get(config, "topP")),
+            top_k=whole(_get(config, "topK")),
             seed=whole(_get(config, "seed")),
             stop=[s for s in stop if isinstance(s, str) and s] if isinstance(stop, list) else [],
             logprobs=logprobs,
@@ -319,6 +320,7 @@ class Gemini(Generation):
         for name, value in (
             ("temperature", prompt.temperature),
             ("topP", prompt.top_p),
+            ("topK", prompt.top_k),
             ("seed", prompt.seed),
             ("maxOutputTokens", prompt.max_tokens),
             ("stopSequences", prompt.stop or None),

@@ -40,6 +40,8 @@ EVENT_TYPES = (
 
 # What a model list entry says of a model it knows nothing more of.
 _CONTEXT_LENGTH = 4096
+# The sampling fields its chat request takes.
+_SAMPLING = ("temperature", "top_p", "top_k", "min_p")
 
 
 class LMStudioChat(Generation):
@@ -193,7 +195,7 @@ class LMStudioChat(Generation):
             messages=messages,
             max_tokens=whole(body.get("max_output_tokens")),
             include_usage=True,
-            **sampling(body, ("temperature", "top_p")),
+            **sampling(body, _SAMPLING),
         )
 
     def request_body(self, prompt: Prompt) -> dict[str, Any]:
@@ -204,6 +206,6 @@ class LMStudioChat(Generation):
             body["system_prompt"] = "\n\n".join(system)
         if prompt.max_tokens is not None:
             body["max_output_tokens"] = prompt.max_tokens
-        body |= sampled(prompt, ("temperature", "top_p"))
+        body |= sampled(prompt, _SAMPLING)
         body["stream"] = True
         return body

@@ -9,7 +9,7 @@ from ...cassette import Headers, Interaction, Request
 from ...sse import ServerSentEvent, encode_comment
 from ..encoder import Encoder
 from ..events import Event, Start
-from ..generation import Prompt, chat_messages, sampled, sampling, whole
+from ..generation import LOCAL_SAMPLING, Prompt, chat_messages, sampled, sampling, whole
 from ..openai_common import (
     ChunkFraming,
     OpenAIFamily,
@@ -187,7 +187,7 @@ class OpenAIChat(OpenAIFamily):
             include_usage=wants_usage(body),
             logprobs=(top or 0) if body.get("logprobs") is True else None,
             tool_choice=choice if isinstance(choice, str) else None,
-            **sampling(body),
+            **sampling(body, LOCAL_SAMPLING),
         )
 
     def request_body(self, prompt: Prompt) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from ...cassette import Interaction, Request
 from ...sse import ServerSentEvent
 from ..encoder import Encoder
 from ..events import Event
-from ..generation import Prompt, messages_text, sampled, sampling, whole
+from ..generation import LOCAL_SAMPLING, Prompt, messages_text, sampled, sampling, whole
 from ..openai_common import (
     ChunkFraming,
     OpenAIFamily,
@@ -119,7 +119,7 @@ class OpenAICompletions(OpenAIFamily):
             include_usage=wants_usage(body),
             text=text,
             logprobs=whole(body.get("logprobs")),
-            **sampling(body),
+            **sampling(body, LOCAL_SAMPLING),
         )
 
     def request_body(self, prompt: Prompt) -> dict[str, Any]:
