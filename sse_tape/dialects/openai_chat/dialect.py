@@ -93,7 +93,7 @@ class OpenAIChat(OpenAIFamily):
     def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
         c = Checker()
         framing = ChunkFraming(c, "chat.completion.chunk")
-        role_seen = early_content_reported = usage_seen = False
+        role_seen = early_content_reported = False
         finished_at: int | None = None
         calls: dict[int, str] = {}
         repeated: set[int] = set()
@@ -103,7 +103,6 @@ class OpenAIChat(OpenAIFamily):
                 c.add(i, "choices is missing or not a list")
                 continue
             if obj.get("usage"):
-                usage_seen = True
                 if usage_from(obj["usage"]) is None:
                     c.add(i, "usage has no prompt_tokens")
             elif not choices:
@@ -139,9 +138,7 @@ class OpenAIChat(OpenAIFamily):
                 if reason == "stop" and calls:
                     c.add(i, "tool calls were streamed but finish_reason is 'stop'")
         c.violations += self.check_calls(events, request)
-        framing.close(finished_at)
-        if request is not None and wants_usage(request.json()) and not usage_seen and framing.error_at is None:
-            c.add(None, "stream_options.include_usage was set but no chunk carries usage")
+        framing.close(finished_at, request)
         return c.violations
 
     @staticmethod

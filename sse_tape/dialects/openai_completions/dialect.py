@@ -105,7 +105,7 @@ class OpenAICompletions(OpenAIFamily):
                     if finished_at is not None:
                         c.add(i, "finish_reason repeated")
                     finished_at = i
-        framing.close(finished_at)
+        framing.close(finished_at, request)
         return c.violations
 
     def prompt(self, body: Any) -> Prompt:
