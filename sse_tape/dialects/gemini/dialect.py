@@ -29,6 +29,7 @@ from .codec import (
     decode_json,
     response_json,
     status_and_reason,
+    stream_answer,
 )
 
 __all__ = ["PATH", "Gemini"]
@@ -207,6 +208,9 @@ class Gemini(Generation):
 
     def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
         return response_json(events)
+
+    def stream_json(self, events: Sequence[ServerSentEvent]) -> dict[str, Any]:
+        return stream_answer(events) or super().stream_json(events)
 
     def decode_json(self, body: Any) -> list[Event]:
         return decode_json(body)
