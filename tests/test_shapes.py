@@ -255,15 +255,15 @@ def test_a_recorded_plain_answer_streams_over_the_time_it_took() -> None:
 def test_a_recording_in_the_shape_asked_for_wins(bundled: dict[str, Cassette]) -> None:
     hello = bundled["openai-chat"].interactions[0]
     body = b'{"id":"plain","object":"chat.completion","created":1,"model":"local-model","choices":[{"index":0,"message":{"role":"assistant","content":"recorded plain"},"finish_reason":"stop"}]}'
-    plain_request = Request(
-        hello.request.method, hello.request.path, body=hello.request.body.replace(b', "stream": true', b"")
-    )
+    plain_request = Request(hello.request.method, hello.request.path, body=json.dumps(kwargs_of(hello)).encode())
     plain = Interaction(plain_request, Response(200, (("content-type", "application/json"),), (Chunk(0.1, body),)))
     with serve(Cassette([hello, plain]), pace="instant") as server:
         client = openai_client(server.url + "/v1")
         kwargs = kwargs_of(hello)
         whole = client.chat.completions.create(**kwargs)
-        streamed = chat_from_stream(client.chat.completions.create(**kwargs, stream=True))
+        # The stream as recorded: with the usage it was recorded with.
+        asked = client.chat.completions.create(**kwargs, stream=True, stream_options={"include_usage": True})
+        streamed = chat_from_stream(asked)
         converted = [e.converted for e in server.journal if isinstance(e, Matched)]
     assert whole.choices[0].message.content == "recorded plain"
     assert streamed["content"] == "Hi there! How can I help you today?"
