@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 from click.testing import CliRunner
+from clients import openai_client
 
 from sse_tape import Cassette, Interaction, MockServer, bundled_cassettes, serve
 from sse_tape.cli import cli
@@ -101,3 +102,40 @@ def test_a_plain_answer_made_from_a_bundled_stream_reports_its_usage(
     if total is not None:
         thoughts = usage.get("thoughtsTokenCount", 0)  # Gemini counts the thoughts apart from the candidates
         assert usage[total] == usage[prompt] + usage[output] + thoughts
+
+
+def test_the_openai_sdk_gets_the_chat_streams_usage_only_when_it_asks_and_always_in_a_plain_answer(
+    server: MockServer,
+) -> None:
+    hello = [{"role": "user", "content": "Hello!"}]
+    client = openai_client(server.url + "/v1")
+    asked = list(
+        client.chat.completions.create(
+            model="local-model", messages=hello, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    unasked = list(client.chat.completions.create(model="local-model", messages=hello, stream=True))
+    plain = client.chat.completions.create(model="local-model", messages=hello)
+    models = client.models.list()
+    last = asked[-1]
+    assert last.choices == []
+    assert last.usage is not None
+    assert (last.usage.prompt_tokens, last.usage.completion_tokens, last.usage.total_tokens) == (10, 10, 20)
+    assert [c.usage for c in asked[:-1]] == [None] * (len(asked) - 1)
+    assert [c.usage for c in unasked] == [None] * len(unasked)
+    assert len(unasked) == len(asked) - 1
+    assert plain.choices[0].message.content == "Hi there! How can I help you today?"
+    assert plain.usage == last.usage
+    assert all(m.object == "model" for m in models)  # OpenAI's clients get OpenAI's list at /v1/models
+
+
+def test_the_openai_sdk_gets_the_completions_usage_when_it_asks(server: MockServer) -> None:
+    client = openai_client(server.url + "/v1")
+    kwargs: dict[str, Any] = {"model": "local-model", "prompt": "Once upon a time", "max_tokens": 32}
+    asked = list(client.completions.create(**kwargs, stream=True, stream_options={"include_usage": True}))
+    plain = client.completions.create(**kwargs)
+    usage = asked[-1].usage
+    assert usage is not None
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (5, 32, 37)
+    assert sum(bool(c.choices and c.choices[0].text) for c in asked) == usage.completion_tokens
+    assert plain.usage == usage
