@@ -13,9 +13,20 @@ from clients import openai_client
 from upstream import Upstream
 
 from sse_tape import Cassette, Chunk, Interaction, Request, Response, ServeOptions, recording, serve
+from sse_tape.dialects import DIALECTS
+from sse_tape.dialects.events import (
+    Finish,
+    ReasoningDelta,
+    Start,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    Usage,
+)
 from sse_tape.journal import Matched
 from sse_tape.server import run_in_thread
-from sse_tape.shape import asked, reshape
+from sse_tape.shape import asked, estimated_usage, reshape, without_usage
 
 HELLO = "Hi there! How can I help you today?"
 BUNDLED_CHAT = [("openai-chat", 1), ("openai-chat", 2), ("openai-chat", 3), ("router-chat", 1), ("router-chat", 2), ("router-chat", 3)]  # fmt: skip
@@ -486,3 +497,50 @@ def test_a_recorded_answer_larger_than_a_requests_limit_is_still_read_as_json(tm
     with serve(tmp_path / "large.toml", pace="instant") as server:
         chunks = list(openai_client(server.url + "/v1").chat.completions.create(**body, stream=True))
     assert chat_from_stream(chunks)["content"] == "Hi there"
+
+
+def test_a_plain_answer_from_a_stream_recorded_without_usage_reports_an_estimate(
+    bundled: dict[str, Cassette],
+) -> None:
+    # A chat stream recorded without stream_options.include_usage has no usage; the API's plain answer always
+    # does, and clients read it (pydantic-ai, LangChain): sse-tape tells it as near as it can.
+    recorded = bundled["openai-chat"].interactions[0]
+    cut = without_usage(recorded.response, DIALECTS["openai-chat"])
+    assert cut is not None
+    body = json.dumps({**kwargs_of(recorded), "stream": True}).encode()
+    unasked = Interaction(Request("POST", recorded.request.path, body=body), cut)
+    with serve(Cassette([unasked]), pace="instant") as server:
+        plain = openai_client(server.url + "/v1").chat.completions.create(**kwargs_of(recorded))
+    assert plain.usage is not None
+    # "Hello!" and a message's four: 6 tokens; one token for each of the 10 chunks of text.
+    assert (plain.usage.prompt_tokens, plain.usage.completion_tokens, plain.usage.total_tokens) == (6, 10, 16)
+
+
+def test_a_plain_answer_from_a_stream_with_usage_reports_the_streams(bundled: dict[str, Cassette]) -> None:
+    recorded = bundled["openai-chat"].interactions[0]
+    with serve(Cassette([recorded]), pace="instant") as server:
+        plain = openai_client(server.url + "/v1").chat.completions.create(**kwargs_of(recorded))
+    assert plain.usage is not None
+    assert (plain.usage.prompt_tokens, plain.usage.completion_tokens, plain.usage.total_tokens) == (10, 10, 20)
+
+
+def test_the_estimate_counts_a_calls_arguments_and_reasoning_and_a_plain_prompt() -> None:
+    chat, completions = DIALECTS["openai-chat"], DIALECTS["openai-completions"]
+    asked_chat = Request(
+        "POST", "/v1/chat/completions", body=b'{"messages": [{"role": "user", "content": "Weather?"}]}'
+    )
+    events = [
+        Start(),
+        ReasoningDelta("Look"),
+        ReasoningDelta(" it up."),
+        ToolCallStart(0, "c1", "get_weather"),
+        ToolCallDelta(0, '{"city"'),
+        ToolCallDelta(0, ': "Tokyo"}'),
+        ToolCallEnd(0),
+        Finish("tool_calls"),
+    ]
+    asked_text = Request("POST", "/v1/completions", body=b'{"prompt": "Once upon a time"}')
+    assert estimated_usage(chat, asked_chat, events) == Usage(2 + 4, 4, 2)
+    assert estimated_usage(completions, asked_text, [Start(), TextDelta("there"), TextDelta(""), Finish()]) == Usage(
+        4, 1
+    )

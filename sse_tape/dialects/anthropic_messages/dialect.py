@@ -11,7 +11,7 @@ from ... import _json
 from ...cassette import Headers, Interaction, Request
 from ...sse import ServerSentEvent
 from ..encoder import Encoder
-from ..events import Event, Start
+from ..events import Event, Start, Usage
 from ..generation import Generation, Prompt, made_id, sampled, sampling, whole
 from ..protocol import Checker, Violation, json_objects, opening, to_json
 from .codec import (
@@ -128,9 +128,9 @@ class AnthropicMessages(Generation):
     def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
         return response_json(self, events)
 
-    def stream_json(self, events: Sequence[ServerSentEvent]) -> dict[str, Any]:
+    def stream_json(self, events: Sequence[ServerSentEvent], usage: Usage | None = None) -> dict[str, Any]:
         # The events build the Message as the SDK builds it: the envelope, blocks and usage as they were sent.
-        return message_of(events) or super().stream_json(events)
+        return message_of(events) or super().stream_json(events, usage)
 
     def decode_json(self, body: Any) -> list[Event]:
         return decode_json(body)

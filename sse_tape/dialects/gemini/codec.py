@@ -386,7 +386,7 @@ def decode_json(body: Any) -> list[Event]:
     return [event for _, event in _decode([(0, body)])]
 
 
-def stream_answer(events: Sequence[ServerSentEvent]) -> dict[str, Any] | None:
+def stream_answer(events: Sequence[ServerSentEvent], usage: Usage | None = None) -> dict[str, Any] | None:
     """`Gemini.stream_json`: the `GenerateContentResponse` a stream's chunks add up to, as the API answers
     `:generateContent`; None for a stream of no chunk.
 
@@ -397,7 +397,7 @@ def stream_answer(events: Sequence[ServerSentEvent]) -> dict[str, Any] | None:
     (`finishReason`, `finishMessage`, `safetyRatings`, ...) and the response's
     (`usageMetadata` with its details, `modelVersion`, `responseId`,
     `promptFeedback`) are the last chunk's that has them; `logprobsResult` is
-    every chunk's, joined.
+    every chunk's, joined. `usage` is reported when no chunk has `usageMetadata`.
     """
     chunks = [obj for _, _, obj in json_objects(events) if isinstance(obj, dict) and "error" not in obj]
     if not chunks:
@@ -425,7 +425,9 @@ def stream_answer(events: Sequence[ServerSentEvent]) -> dict[str, Any] | None:
     answer: dict[str, Any] = {}
     if candidates:
         answer["candidates"] = [_whole(c, parts.get(i, [])) for i, c in candidates.items()]
-    return answer | {k: v for k, v in body.items() if k != "candidates"}
+    if usage is not None and "usageMetadata" not in body:
+        answer["usageMetadata"] = _usage_json(usage)
+    return answer | body
 
 
 def _join_parts(into: list[dict[str, Any]], parts: Any) -> None:

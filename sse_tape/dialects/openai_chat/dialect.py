@@ -8,7 +8,7 @@ from typing import Any
 from ...cassette import Headers, Interaction, Request
 from ...sse import ServerSentEvent, encode_comment
 from ..encoder import Encoder
-from ..events import Event, Start
+from ..events import Event, Start, Usage
 from ..generation import Prompt, chat_messages, sampled, sampling, whole
 from ..openai_common import (
     ChunkFraming,
@@ -69,8 +69,8 @@ class OpenAIChat(OpenAIFamily):
     def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
         return response_json(events)
 
-    def stream_json(self, events: Sequence[ServerSentEvent]) -> dict[str, Any]:
-        return as_recorded(super().stream_json(events), events, ("content", "refusal"))
+    def stream_json(self, events: Sequence[ServerSentEvent], usage: Usage | None = None) -> dict[str, Any]:
+        return as_recorded(super().stream_json(events, usage), events, ("content", "refusal"))
 
     def decode_json(self, body: Any) -> list[Event]:
         return decode_json(body)
