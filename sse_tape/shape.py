@@ -9,7 +9,9 @@ request asks for (`asked`, then `reshape`):
 
 - a recorded stream answers a request for no stream with the dialect's JSON
   answer built from its events, sent when the stream ended (a server that
-  does not stream answers when generation is over);
+  does not stream answers when generation is over), with its usage: the
+  stream's, else an estimate (`estimated_usage`), as the APIs' plain answers
+  always report it;
 - a recorded JSON answer answers a request for a stream cut into
   token-sized pieces, framed as the dialect streams, spread evenly over the
   time the answer took;
@@ -24,7 +26,7 @@ dialect sse-tape speaks, and any error response.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from . import _json
@@ -42,6 +44,7 @@ __all__ = [
     "as_stream",
     "asked",
     "collapse",
+    "estimated_usage",
     "pieces",
     "reshape",
     "spread",
@@ -178,8 +181,36 @@ def as_json(interaction: Interaction, dialect: Dialect) -> Response:
         status, headers, body = dialect.http_error(status, error.message, type=error.type, code=error.code)
     else:
         status, headers = 200, (("content-type", "application/json"),)
-        body = _json.dumps(dialect.stream_json(sent)).encode()
+        usage = (
+            None if any(isinstance(e, Usage) for e in events) else estimated_usage(dialect, interaction.request, events)
+        )
+        body = _json.dumps(dialect.stream_json(sent, usage)).encode()
     return Response(status, _merged(headers, response.headers), (Chunk(t, body),), End.COMPLETE, None)
+
+
+def estimated_usage(dialect: Dialect, request: Request, events: Sequence[Event]) -> Usage:
+    """The token counts of an answer whose stream reported none, as near as they can be told without the
+    model's tokenizer: a token for each delta the stream sent (servers send about one a chunk); for the
+    prompt, a token for each four characters of its text, or of a chat's messages and tools with four more
+    for each message (its role and the template around it)."""
+    prompt = dialect.request_prompt(request.json(), request.path)
+    if prompt.text is not None:  # a prompt continued as it is (the completions API)
+        characters, overhead = len(prompt.text), 0
+    else:
+        said = [
+            str(m.get("content") or "") + (_json.dumps(m["tool_calls"]) if m.get("tool_calls") else "")
+            for m in prompt.messages
+        ]
+        characters = sum(map(len, said)) + (len(_json.dumps(prompt.tools)) if prompt.tools else 0)
+        overhead = 4 * len(prompt.messages)
+    said_by_model = [
+        e.arguments if isinstance(e, ToolCallDelta) else e.text
+        for e in events
+        if isinstance(e, TextDelta | ReasoningDelta | RefusalDelta | ToolCallDelta)
+    ]
+    output = sum(bool(text) for text in said_by_model)
+    reasoning = sum(isinstance(e, ReasoningDelta) and bool(e.text) for e in events)
+    return Usage(max(1, -(-characters // 4) + overhead), output, reasoning or None)
 
 
 def collapse(plan: Plan, interaction: Interaction, dialect: Dialect) -> Plan:

@@ -14,6 +14,7 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -606,3 +607,38 @@ def test_the_sdk_raises_overloaded_for_a_plain_call_a_failed_stream_answers(clie
         client.messages.create(model="claude-opus-4-7", max_tokens=1024, messages=[{"role": "user", "content": "Hi"}])
     assert raised.value.status_code == 529
     assert raised.value.body == {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+
+
+def test_the_sdk_lists_and_gets_the_recordings_models_in_anthropics_shape(client: anthropic.Anthropic) -> None:
+    page = client.models.list()
+    one = client.models.retrieve("claude-opus-4-7")
+    with pytest.raises(anthropic.NotFoundError) as unknown:
+        client.models.retrieve("local-model")  # an OpenAI recording's model: not one of this API's
+    assert [(m.type, m.id, m.display_name) for m in page] == [
+        ("model", "claude-sonnet-4-6", "Claude Sonnet 4.6"),
+        ("model", "claude-opus-4-7", "Claude Opus 4.7"),
+    ]
+    assert (page.has_more, page.first_id, page.last_id) == (False, "claude-sonnet-4-6", "claude-opus-4-7")
+    assert (one.id, one.display_name, one.created_at) == (
+        "claude-opus-4-7",
+        "Claude Opus 4.7",
+        datetime(1970, 1, 1, tzinfo=UTC),
+    )
+    assert unknown.value.body == {
+        "type": "error",
+        "error": {
+            "details": {"error_code": "model_not_found"},
+            "type": "not_found_error",
+            "message": "sse-tape: no model 'local-model' here: claude-sonnet-4-6, claude-opus-4-7",
+        },
+    }
+
+
+def test_a_model_dated_in_its_id_was_made_that_day() -> None:
+    dated = MESSAGES.model_json("claude-3-5-sonnet-20241022")
+    assert dated == {
+        "type": "model",
+        "id": "claude-3-5-sonnet-20241022",
+        "display_name": "Claude 3.5 Sonnet",
+        "created_at": "2024-10-22T00:00:00Z",
+    }

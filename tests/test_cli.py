@@ -172,9 +172,9 @@ def test_show_says_what_was_asked_the_answer_and_its_timing() -> None:
         "   asked (user): Hello!",
         "   -> 200 text/event-stream, openai-chat, ended complete",
         "   answer: Hi there! How can I help you today?",
-        "   finish: stop",
+        "   finish: stop; usage: 10 in, 10 out",
         "   timing: first byte 0.233 s, first token 0.262 s, ended 0.541 s",
-        "   13 events, 2277 bytes, 10 tokens at 39.6 tokens/s",
+        "   14 events, 2478 bytes, 10 tokens at 39.6 tokens/s",
         "   gaps p50 26 ms, p99 40 ms, max 40 ms; no stalls",
     ]
     assert '   tool call: get_weather({"city":"Tokyo"}) [call_weather]' in lines

@@ -4,6 +4,7 @@ cases of test_dialects.py's tests over every dialect."""
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -41,6 +42,7 @@ from sse_tape.dialects.events import (
     Usage,
 )
 from sse_tape.server import run_in_thread
+from sse_tape.sse import ServerSentEvent
 from sse_tape.translation import translate
 
 GEMINI = DIALECTS["gemini"]
@@ -632,3 +634,81 @@ def test_the_sdk_with_its_default_version_and_only_a_base_url_works_against_sse_
     assert (streamed.text, plain.text, listed) == (GREETING, GREETING, [f"models/{MODEL}"])
     assert (missed.value.code, missed.value.status) == (404, "NOT_FOUND")
     assert (missed.value.message or "").startswith("sse-tape: no recorded interaction matches POST /v1/models/gemini-9")
+
+
+def test_the_sdks_plain_answer_keeps_the_streams_signature_finish_message_and_usage_details(
+    bundled: dict[str, Cassette],
+) -> None:
+    # Gemini 3 clients must send a function call's thoughtSignature back: the answer made from the stream has it.
+    recorded = json.loads(bundled["gemini"].interactions[1].response.body.decode().removeprefix("data: "))
+    [part] = recorded["candidates"][0]["content"]["parts"]
+    weather = types.FunctionDeclaration(
+        name="get_weather",
+        description="Get weather for a city",
+        parameters=types.Schema(
+            type=types.Type.OBJECT, properties={"city": types.Schema(type=types.Type.STRING)}, required=["city"]
+        ),
+    )
+    config = types.GenerateContentConfig(tools=[types.Tool(function_declarations=[weather])])
+    with serve(bundled["gemini"], pace="instant") as server, gemini_client(server.url) as client:
+        answer = client.models.generate_content(model=MODEL, contents="Weather in Tokyo?", config=config)
+        plain = server.url + PATH.replace(":streamGenerateContent", ":generateContent")
+        raw = httpx.post(plain, content=bundled["gemini"].interactions[1].request.body).json()
+    assert answer.candidates is not None
+    [candidate] = answer.candidates
+    assert candidate.content is not None
+    assert candidate.content.parts is not None
+    [call] = candidate.content.parts
+    assert call.function_call is not None
+    assert (call.function_call.name, call.function_call.args) == ("get_weather", {"city": "Tokyo"})
+    assert call.thought_signature == base64.b64decode(part["thoughtSignature"])
+    assert candidate.finish_reason == "STOP"
+    # The SDK reads no finishMessage from the Gemini API (only from Vertex): the answer has it all the same.
+    assert raw["candidates"][0]["finishMessage"] == "Model generated function call(s)."
+    assert raw["candidates"][0]["content"]["parts"] == [part]
+    usage = answer.usage_metadata
+    assert usage is not None
+    assert usage.prompt_tokens_details is not None
+    assert [(d.modality, d.token_count) for d in usage.prompt_tokens_details] == [("TEXT", 48)]
+    assert (usage.prompt_token_count, usage.candidates_token_count, usage.thoughts_token_count) == (48, 15, 71)
+    assert usage.total_token_count == 134
+
+
+def test_a_plain_answer_joins_the_streams_text_and_keeps_each_other_part_whole() -> None:
+    def chunk(parts: list[dict[str, Any]], **more: Any) -> ServerSentEvent:
+        body = {"candidates": [{"content": {"parts": parts, "role": "model"}, "index": 0, **more}]}
+        return ServerSentEvent(data=json.dumps({**body, "modelVersion": MODEL, "responseId": "r1"}))
+
+    tokens = {"chosenCandidates": [{"token": "It", "logProbability": -0.1}], "topCandidates": [{"candidates": []}]}
+    more = {"chosenCandidates": [{"token": "'s", "logProbability": -0.2}], "topCandidates": [{"candidates": []}]}
+    events = [
+        chunk([{"text": "Think", "thought": True}]),
+        chunk([{"text": "ing.", "thought": True}, {"text": "It"}], logprobsResult=tokens),
+        chunk([{"text": "'s"}], logprobsResult=more),
+        chunk([{"text": "", "thoughtSignature": "c2ln"}]),
+        chunk([{**CALL, "thoughtSignature": "Y2FsbA=="}, CALL]),
+        chunk([{"text": ""}], finishReason="STOP", finishMessage="Done."),
+    ]
+    answer = GEMINI.stream_json(events)
+    assert answer["candidates"] == [
+        {
+            "content": {
+                "parts": [
+                    {"text": "Thinking.", "thought": True},
+                    {"text": "It's", "thoughtSignature": "c2ln"},
+                    {**CALL, "thoughtSignature": "Y2FsbA=="},
+                    CALL,
+                ],
+                "role": "model",
+            },
+            "index": 0,
+            "logprobsResult": {
+                "chosenCandidates": tokens["chosenCandidates"] + more["chosenCandidates"],
+                "topCandidates": [{"candidates": []}, {"candidates": []}],
+            },
+            "finishReason": "STOP",
+            "finishMessage": "Done.",
+        }
+    ]
+    assert (answer["modelVersion"], answer["responseId"]) == (MODEL, "r1")
+    assert GEMINI.check_answer(answer) == []

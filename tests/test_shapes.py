@@ -13,9 +13,20 @@ from clients import openai_client
 from upstream import Upstream
 
 from sse_tape import Cassette, Chunk, Interaction, Request, Response, ServeOptions, recording, serve
+from sse_tape.dialects import DIALECTS
+from sse_tape.dialects.events import (
+    Finish,
+    ReasoningDelta,
+    Start,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    Usage,
+)
 from sse_tape.journal import Matched
 from sse_tape.server import run_in_thread
-from sse_tape.shape import asked, reshape
+from sse_tape.shape import asked, estimated_usage, reshape, without_usage
 
 HELLO = "Hi there! How can I help you today?"
 BUNDLED_CHAT = [("openai-chat", 1), ("openai-chat", 2), ("openai-chat", 3), ("router-chat", 1), ("router-chat", 2), ("router-chat", 3)]  # fmt: skip
@@ -255,15 +266,15 @@ def test_a_recorded_plain_answer_streams_over_the_time_it_took() -> None:
 def test_a_recording_in_the_shape_asked_for_wins(bundled: dict[str, Cassette]) -> None:
     hello = bundled["openai-chat"].interactions[0]
     body = b'{"id":"plain","object":"chat.completion","created":1,"model":"local-model","choices":[{"index":0,"message":{"role":"assistant","content":"recorded plain"},"finish_reason":"stop"}]}'
-    plain_request = Request(
-        hello.request.method, hello.request.path, body=hello.request.body.replace(b', "stream": true', b"")
-    )
+    plain_request = Request(hello.request.method, hello.request.path, body=json.dumps(kwargs_of(hello)).encode())
     plain = Interaction(plain_request, Response(200, (("content-type", "application/json"),), (Chunk(0.1, body),)))
     with serve(Cassette([hello, plain]), pace="instant") as server:
         client = openai_client(server.url + "/v1")
         kwargs = kwargs_of(hello)
         whole = client.chat.completions.create(**kwargs)
-        streamed = chat_from_stream(client.chat.completions.create(**kwargs, stream=True))
+        # The stream as recorded: with the usage it was recorded with.
+        asked = client.chat.completions.create(**kwargs, stream=True, stream_options={"include_usage": True})
+        streamed = chat_from_stream(asked)
         converted = [e.converted for e in server.journal if isinstance(e, Matched)]
     assert whole.choices[0].message.content == "recorded plain"
     assert streamed["content"] == "Hi there! How can I help you today?"
@@ -490,3 +501,50 @@ def test_a_recorded_answer_larger_than_a_requests_limit_is_still_read_as_json(tm
     with serve(tmp_path / "large.toml", pace="instant") as server:
         chunks = list(openai_client(server.url + "/v1").chat.completions.create(**body, stream=True))
     assert chat_from_stream(chunks)["content"] == "Hi there"
+
+
+def test_a_plain_answer_from_a_stream_recorded_without_usage_reports_an_estimate(
+    bundled: dict[str, Cassette],
+) -> None:
+    # A chat stream recorded without stream_options.include_usage has no usage; the API's plain answer always
+    # does, and clients read it (pydantic-ai, LangChain): sse-tape tells it as near as it can.
+    recorded = bundled["openai-chat"].interactions[0]
+    cut = without_usage(recorded.response, DIALECTS["openai-chat"])
+    assert cut is not None
+    body = json.dumps({**kwargs_of(recorded), "stream": True}).encode()
+    unasked = Interaction(Request("POST", recorded.request.path, body=body), cut)
+    with serve(Cassette([unasked]), pace="instant") as server:
+        plain = openai_client(server.url + "/v1").chat.completions.create(**kwargs_of(recorded))
+    assert plain.usage is not None
+    # "Hello!" and a message's four: 6 tokens; one token for each of the 10 chunks of text.
+    assert (plain.usage.prompt_tokens, plain.usage.completion_tokens, plain.usage.total_tokens) == (6, 10, 16)
+
+
+def test_a_plain_answer_from_a_stream_with_usage_reports_the_streams(bundled: dict[str, Cassette]) -> None:
+    recorded = bundled["openai-chat"].interactions[0]
+    with serve(Cassette([recorded]), pace="instant") as server:
+        plain = openai_client(server.url + "/v1").chat.completions.create(**kwargs_of(recorded))
+    assert plain.usage is not None
+    assert (plain.usage.prompt_tokens, plain.usage.completion_tokens, plain.usage.total_tokens) == (10, 10, 20)
+
+
+def test_the_estimate_counts_a_calls_arguments_and_reasoning_and_a_plain_prompt() -> None:
+    chat, completions = DIALECTS["openai-chat"], DIALECTS["openai-completions"]
+    asked_chat = Request(
+        "POST", "/v1/chat/completions", body=b'{"messages": [{"role": "user", "content": "Weather?"}]}'
+    )
+    events = [
+        Start(),
+        ReasoningDelta("Look"),
+        ReasoningDelta(" it up."),
+        ToolCallStart(0, "c1", "get_weather"),
+        ToolCallDelta(0, '{"city"'),
+        ToolCallDelta(0, ': "Tokyo"}'),
+        ToolCallEnd(0),
+        Finish("tool_calls"),
+    ]
+    asked_text = Request("POST", "/v1/completions", body=b'{"prompt": "Once upon a time"}')
+    assert estimated_usage(chat, asked_chat, events) == Usage(2 + 4, 4, 2)
+    assert estimated_usage(completions, asked_text, [Start(), TextDelta("there"), TextDelta(""), Finish()]) == Usage(
+        4, 1
+    )

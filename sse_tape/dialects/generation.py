@@ -24,7 +24,7 @@ from .. import _json
 from ..cassette import Headers, Request
 from ..sse import ServerSentEvent
 from .encoder import Encoder
-from .events import Error, Event, Finish, Start, ToolCallDelta, ToolCallEnd, ToolCallStart
+from .events import Error, Event, Finish, Start, ToolCallDelta, ToolCallEnd, ToolCallStart, Usage
 from .protocol import Protocol, Violation, to_json
 
 __all__ = [
@@ -252,13 +252,18 @@ class Generation(Protocol):
         `events` hold no `Error`: a failed generation is an error response (`http_error`).
         """
 
-    def stream_json(self, events: Sequence[ServerSentEvent]) -> dict[str, Any]:
+    def stream_json(self, events: Sequence[ServerSentEvent], usage: Usage | None = None) -> dict[str, Any]:
         """The answer to a request for no stream, from this API's stream `events` (which hold no error).
 
         Built from the neutral events, with what the frames carry and they do
         not (item ids, raw usage, the server's own fields) kept as it was.
+        `usage` is reported when the stream reports none (an OpenAI stream
+        whose request did not ask for it): the API's plain answer always has it.
         """
-        return self.response_json(self.decode(events))
+        decoded = self.decode(events)
+        if usage is not None and not any(isinstance(event, Usage) for event in decoded):
+            decoded.append(usage)
+        return self.response_json(decoded)
 
     @abstractmethod
     def decode_json(self, body: Any) -> list[Event]:

@@ -13,10 +13,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 from .. import _json
+from ..cassette import Request
 from ..sse import ServerSentEvent, encode_event
 from .answer import Answer
 from .events import Error, Start, TokenLogprob, Usage
-from .generation import Generation
+from .generation import Generation, whole
 from .protocol import Checker, Violation, json_objects, to_json
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "tokens_from",
     "usage_from",
     "usage_json",
+    "usage_total_error",
     "wants_usage",
 ]
 
@@ -173,8 +175,10 @@ class ChunkFraming:
     """The framing every OpenAI-style chunk stream shares, checked while the chunks are handed on.
 
     `chunks` notes events after `[DONE]`, error events without a message,
-    unexpected event names, data that is not a JSON object, a wrong `object`
-    and an `id` that changes; `close` notes a stream with no finish or no `[DONE]`.
+    unexpected event names, data that is not a JSON object, a wrong `object`,
+    an `id` that changes and usage whose total is not its prompt and completion
+    tokens; `close` notes a stream with no finish or no `[DONE]`, and one with
+    no usage when the request set `stream_options.include_usage`.
     """
 
     def __init__(self, checker: Checker, object_name: str) -> None:
@@ -182,6 +186,7 @@ class ChunkFraming:
         self.object_name = object_name
         self.done_at: int | None = None
         self.error_at: int | None = None
+        self.usage_seen = False
 
     def chunks(self, events: Sequence[ServerSentEvent]) -> Iterator[tuple[int, dict[str, Any]]]:
         c, stream_id = self.c, None
@@ -214,13 +219,30 @@ class ChunkFraming:
                 stream_id = obj.get("id")
             elif obj.get("id") != stream_id:
                 c.add(i, f"id changes from {stream_id!r} to {obj.get('id')!r}")
+            if obj.get("usage"):
+                self.usage_seen = True
+                if (wrong := usage_total_error(obj["usage"])) is not None:
+                    c.add(i, wrong)
             yield i, obj
 
-    def close(self, finished_at: int | None) -> None:
+    def close(self, finished_at: int | None, request: Request | None = None) -> None:
         if finished_at is None and self.error_at is None:
             self.c.add(None, "no chunk with a finish_reason")
         if self.done_at is None:
             self.c.add(None, "no terminal frame (data: [DONE])")
+        if request is not None and wants_usage(request.json()) and not self.usage_seen and self.error_at is None:
+            self.c.add(None, "stream_options.include_usage was set but no chunk carries usage")
+
+
+def usage_total_error(usage: Any) -> str | None:
+    """What is wrong with OpenAI's usage object's total (chat and completions): it is prompt plus completion
+    tokens where all three are numbers; None when nothing is."""
+    if not isinstance(usage, dict):
+        return None
+    prompt, completion, total = (whole(usage.get(k)) for k in ("prompt_tokens", "completion_tokens", "total_tokens"))
+    if prompt is None or completion is None or total is None or total == prompt + completion:
+        return None
+    return f"usage total_tokens is {total}, not prompt_tokens + completion_tokens ({prompt + completion})"
 
 
 def usage_json(usage: Usage) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,7 +11,7 @@ from ... import _json
 from ...cassette import Headers, Interaction, Request
 from ...sse import ServerSentEvent
 from ..encoder import Encoder
-from ..events import Event, Start
+from ..events import Event, Start, Usage
 from ..generation import Generation, Prompt, made_id, sampled, sampling, whole
 from ..protocol import Checker, Violation, json_objects, opening, to_json
 from .codec import (
@@ -50,6 +51,9 @@ _DELTAS = {
 }
 
 
+# The date a model's id ends with (`claude-sonnet-4-20250514`).
+_DATE = re.compile(r"20\d{6}")
+
 # How many tokens a request must say it allows when the prompt does not say (the API needs the field).
 _DEFAULT_MAX_TOKENS = 4096
 
@@ -61,6 +65,45 @@ class AnthropicMessages(Generation):
     answer = "a message object with content"
     path = "/v1/messages"
     id_prefix = "msg_"
+    models_path = "/v1/models"
+
+    def models_claimed(self, request: Request) -> bool:
+        """Whether the request comes with `anthropic-version` or `x-api-key`, as Anthropic's clients send it:
+        `/v1/models` is OpenAI's list too, and OpenAI's clients send neither."""
+        return request.header("anthropic-version") is not None or request.header("x-api-key") is not None
+
+    def recorded_model(self, request: Request) -> str | None:
+        """The model a recorded Messages request names; none for another API's request."""
+        return super().recorded_model(request) if self.serves_path(request.path) else None
+
+    def models_json(self, names: Sequence[str]) -> dict[str, Any]:
+        """The API's list: one page holding every model, with the ids that bound it."""
+        return {
+            "data": [self.model_json(name) for name in names],
+            "has_more": False,
+            "first_id": names[0] if names else None,
+            "last_id": names[-1] if names else None,
+        }
+
+    def model_json(self, name: str) -> dict[str, Any]:
+        """A `ModelInfo`: the id, a display name made from it (`claude-sonnet-4-20250514` is `Claude Sonnet 4`),
+        and when it was made, which is the date its id ends with (else the Unix epoch)."""
+        words, created = name.split("-"), "1970-01-01T00:00:00Z"
+        if len(words) > 1 and _DATE.fullmatch(words[-1]):
+            day = words.pop()
+            created = f"{day[:4]}-{day[4:6]}-{day[6:]}T00:00:00Z"
+        shown: list[str] = []
+        for word in words:
+            if word.isdigit() and shown and shown[-1][-1:].isdigit():
+                shown[-1] += f".{word}"
+            else:
+                shown.append(word[:1].upper() + word[1:])
+        return {
+            "type": "model",
+            "id": name,
+            "display_name": " ".join(w for w in shown if w) or name,
+            "created_at": created,
+        }
 
     def recognises(self, interaction: Interaction) -> bool:
         return any(isinstance(obj, dict) and obj.get("type") == "message_start" for _, obj in opening(interaction))
@@ -85,9 +128,9 @@ class AnthropicMessages(Generation):
     def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
         return response_json(self, events)
 
-    def stream_json(self, events: Sequence[ServerSentEvent]) -> dict[str, Any]:
+    def stream_json(self, events: Sequence[ServerSentEvent], usage: Usage | None = None) -> dict[str, Any]:
         # The events build the Message as the SDK builds it: the envelope, blocks and usage as they were sent.
-        return message_of(events) or super().stream_json(events)
+        return message_of(events) or super().stream_json(events, usage)
 
     def decode_json(self, body: Any) -> list[Event]:
         return decode_json(body)

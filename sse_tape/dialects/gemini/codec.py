@@ -42,6 +42,7 @@ __all__ = [
     "decode_json",
     "response_json",
     "status_and_reason",
+    "stream_answer",
 ]
 
 STATUS_HTTP = {
@@ -383,3 +384,90 @@ def decode_json(body: Any) -> list[Event]:
     if not isinstance(body, dict) or not ("candidates" in body or blocked(body)):
         return []
     return [event for _, event in _decode([(0, body)])]
+
+
+def stream_answer(events: Sequence[ServerSentEvent], usage: Usage | None = None) -> dict[str, Any] | None:
+    """`Gemini.stream_json`: the `GenerateContentResponse` a stream's chunks add up to, as the API answers
+    `:generateContent`; None for a stream of no chunk.
+
+    Each candidate's parts are the stream's, in order, every field kept (a
+    function call's `id` and `thoughtSignature`, which Gemini 3 clients must
+    send back); a run of text parts of one kind (thought or answer) is one
+    part, with the signature that ends it. The candidate's other fields
+    (`finishReason`, `finishMessage`, `safetyRatings`, ...) and the response's
+    (`usageMetadata` with its details, `modelVersion`, `responseId`,
+    `promptFeedback`) are the last chunk's that has them; `logprobsResult` is
+    every chunk's, joined. `usage` is reported when no chunk has `usageMetadata`.
+    """
+    chunks = [obj for _, _, obj in json_objects(events) if isinstance(obj, dict) and "error" not in obj]
+    if not chunks:
+        return None
+    candidates: dict[Any, dict[str, Any]] = {}
+    parts: dict[Any, list[dict[str, Any]]] = {}
+    body: dict[str, Any] = {}
+    for obj in chunks:
+        for key, value in obj.items():
+            if key != "candidates":
+                body[key] = value
+        for candidate in obj.get("candidates") or []:
+            if not isinstance(candidate, dict):
+                continue
+            index = candidate.get("index", 0)
+            merged = candidates.setdefault(index, {"content": None})
+            for key, value in candidate.items():
+                if key == "content" and isinstance(value, dict):
+                    merged["content"] = {k: v for k, v in value.items() if k != "parts"}
+                    _join_parts(parts.setdefault(index, []), value.get("parts"))
+                elif key == "logprobsResult" and isinstance(value, dict):
+                    merged[key] = _join_logprobs(merged.get(key), value)
+                else:
+                    merged[key] = value
+    answer: dict[str, Any] = {}
+    if candidates:
+        answer["candidates"] = [_whole(c, parts.get(i, [])) for i, c in candidates.items()]
+    if usage is not None and "usageMetadata" not in body:
+        answer["usageMetadata"] = _usage_json(usage)
+    return answer | body
+
+
+def _join_parts(into: list[dict[str, Any]], parts: Any) -> None:
+    """Adds a chunk's parts to the parts so far: text that goes on the last text part of its kind joins it."""
+    for part in parts if isinstance(parts, list) else []:
+        if not isinstance(part, dict):
+            continue
+        last = into[-1] if into else None
+        if (
+            last is not None
+            and _is_text(part)
+            and _is_text(last)
+            and bool(part.get("thought")) == bool(last.get("thought"))
+            and not ("thoughtSignature" in last and "thoughtSignature" in part)
+        ):
+            last.update({k: v for k, v in part.items() if k != "text"})
+            last["text"] = last["text"] + part["text"]
+        else:
+            into.append(dict(part))
+
+
+def _is_text(part: dict[str, Any]) -> bool:
+    """A part that carries text alone (with whether it is a thought, and maybe its signature)."""
+    return isinstance(part.get("text"), str) and set(part) <= {"text", "thought", "thoughtSignature"}
+
+
+def _join_logprobs(before: Any, after: dict[str, Any]) -> dict[str, Any]:
+    """Two chunks' `logprobsResult`, their lists of tokens one after the other."""
+    if not isinstance(before, dict):
+        return dict(after)
+    joined = {**before, **after}
+    for key in ("topCandidates", "chosenCandidates"):
+        if isinstance(before.get(key), list) and isinstance(after.get(key), list):
+            joined[key] = [*before[key], *after[key]]
+    return joined
+
+
+def _whole(candidate: dict[str, Any], parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """A candidate with its joined parts, less the empty text parts a stream ends with."""
+    kept = [p for p in parts if p != {"text": ""}]
+    content = candidate.get("content") or {"role": "model"}
+    whole_content = {"parts": kept, **content} if kept else content
+    return {**candidate, "content": whole_content}

@@ -15,7 +15,7 @@ from ... import _json
 from ...cassette import Headers, Interaction, Request
 from ...sse import ServerSentEvent
 from ..encoder import Encoder
-from ..events import Error, Event, Start
+from ..events import Error, Event, Start, Usage
 from ..generation import Generation, Prompt, whole
 from ..protocol import Checker, Violation, json_objects, opening
 from .codec import (
@@ -29,6 +29,7 @@ from .codec import (
     decode_json,
     response_json,
     status_and_reason,
+    stream_answer,
 )
 
 __all__ = ["PATH", "Gemini"]
@@ -207,6 +208,9 @@ class Gemini(Generation):
 
     def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
         return response_json(events)
+
+    def stream_json(self, events: Sequence[ServerSentEvent], usage: Usage | None = None) -> dict[str, Any]:
+        return stream_answer(events, usage) or super().stream_json(events, usage)
 
     def decode_json(self, body: Any) -> list[Event]:
         return decode_json(body)

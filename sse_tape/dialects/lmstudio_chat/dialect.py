@@ -8,7 +8,7 @@ from typing import Any
 from ...cassette import Headers, Interaction, Request
 from ...sse import ServerSentEvent
 from ..encoder import Encoder
-from ..events import Event
+from ..events import Event, Usage
 from ..generation import Generation, Prompt, chat_messages, sampled, sampling, whole
 from ..protocol import Checker, Violation, json_objects, opening, to_json
 from .codec import BLOCKS, LMStudioEncoder, decode_indexed, decode_json, response_json
@@ -84,11 +84,11 @@ class LMStudioChat(Generation):
     def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
         return response_json(self, events)
 
-    def stream_json(self, events: Sequence[ServerSentEvent]) -> dict[str, Any]:
+    def stream_json(self, events: Sequence[ServerSentEvent], usage: Usage | None = None) -> dict[str, Any]:
         # chat.end carries the whole answer, as the non-streaming call returns it.
         objects = [obj for _, _, obj in json_objects(events)]
         result = objects[-1].get("result") if objects and objects[-1].get("type") == "chat.end" else None
-        return result if isinstance(result, dict) else super().stream_json(events)
+        return result if isinstance(result, dict) else super().stream_json(events, usage)
 
     def decode_json(self, body: Any) -> list[Event]:
         return decode_json(body)

@@ -8,7 +8,7 @@ from typing import Any
 from ...cassette import Headers, Interaction, Request
 from ...sse import ServerSentEvent, encode_comment
 from ..encoder import Encoder
-from ..events import Event, Start
+from ..events import Event, Start, Usage
 from ..generation import LOCAL_SAMPLING, Prompt, chat_messages, sampled, sampling, whole
 from ..openai_common import (
     ChunkFraming,
@@ -69,8 +69,8 @@ class OpenAIChat(OpenAIFamily):
     def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
         return response_json(events)
 
-    def stream_json(self, events: Sequence[ServerSentEvent]) -> dict[str, Any]:
-        return as_recorded(super().stream_json(events), events, ("content", "refusal"))
+    def stream_json(self, events: Sequence[ServerSentEvent], usage: Usage | None = None) -> dict[str, Any]:
+        return as_recorded(super().stream_json(events, usage), events, ("content", "refusal"))
 
     def decode_json(self, body: Any) -> list[Event]:
         return decode_json(body)
@@ -93,7 +93,7 @@ class OpenAIChat(OpenAIFamily):
     def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
         c = Checker()
         framing = ChunkFraming(c, "chat.completion.chunk")
-        role_seen = early_content_reported = usage_seen = False
+        role_seen = early_content_reported = False
         finished_at: int | None = None
         calls: dict[int, str] = {}
         repeated: set[int] = set()
@@ -103,7 +103,6 @@ class OpenAIChat(OpenAIFamily):
                 c.add(i, "choices is missing or not a list")
                 continue
             if obj.get("usage"):
-                usage_seen = True
                 if usage_from(obj["usage"]) is None:
                     c.add(i, "usage has no prompt_tokens")
             elif not choices:
@@ -139,9 +138,7 @@ class OpenAIChat(OpenAIFamily):
                 if reason == "stop" and calls:
                     c.add(i, "tool calls were streamed but finish_reason is 'stop'")
         c.violations += self.check_calls(events, request)
-        framing.close(finished_at)
-        if request is not None and wants_usage(request.json()) and not usage_seen and framing.error_at is None:
-            c.add(None, "stream_options.include_usage was set but no chunk carries usage")
+        framing.close(finished_at, request)
         return c.violations
 
     @staticmethod

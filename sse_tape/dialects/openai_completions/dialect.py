@@ -8,7 +8,7 @@ from typing import Any
 from ...cassette import Interaction, Request
 from ...sse import ServerSentEvent
 from ..encoder import Encoder
-from ..events import Event
+from ..events import Event, Usage
 from ..generation import LOCAL_SAMPLING, Prompt, messages_text, sampled, sampling, whole
 from ..openai_common import (
     ChunkFraming,
@@ -60,9 +60,9 @@ class OpenAICompletions(OpenAIFamily):
     def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
         return response_json(events)
 
-    def stream_json(self, events: Sequence[ServerSentEvent]) -> dict[str, Any]:
+    def stream_json(self, events: Sequence[ServerSentEvent], usage: Usage | None = None) -> dict[str, Any]:
         return as_recorded(
-            super().stream_json(events), events, ("tokens", "token_logprobs", "top_logprobs", "text_offset")
+            super().stream_json(events, usage), events, ("tokens", "token_logprobs", "top_logprobs", "text_offset")
         )
 
     def decode_json(self, body: Any) -> list[Event]:
@@ -105,7 +105,7 @@ class OpenAICompletions(OpenAIFamily):
                     if finished_at is not None:
                         c.add(i, "finish_reason repeated")
                     finished_at = i
-        framing.close(finished_at)
+        framing.close(finished_at, request)
         return c.violations
 
     def prompt(self, body: Any) -> Prompt:

@@ -10,7 +10,7 @@ from ... import _json
 from ...cassette import Headers, Interaction, Request
 from ...sse import ServerSentEvent
 from ..encoder import Encoder
-from ..events import Error, Event, Start
+from ..events import Error, Event, Start, Usage
 from ..generation import Prompt, chat_messages, sampled, sampling, whole
 from ..openai_common import OpenAIFamily
 from ..protocol import Checker, ProtocolResponder, Violation, json_objects, opening
@@ -60,7 +60,7 @@ class OpenAIResponses(OpenAIFamily):
     def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
         return response_json(self, events)
 
-    def stream_json(self, events: Sequence[ServerSentEvent]) -> dict[str, Any]:
+    def stream_json(self, events: Sequence[ServerSentEvent], usage: Usage | None = None) -> dict[str, Any]:
         # The final event carries the whole response.
         final = [
             obj
@@ -68,7 +68,7 @@ class OpenAIResponses(OpenAIFamily):
             if obj.get("type") in ("response.completed", "response.incomplete")
         ]
         response = final[-1].get("response") if final else None
-        return response if isinstance(response, dict) else super().stream_json(events)
+        return response if isinstance(response, dict) else super().stream_json(events, usage)
 
     def decode_json(self, body: Any) -> list[Event]:
         return decode_json(body)
