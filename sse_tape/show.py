@@ -23,7 +23,7 @@ from . import _json
 from .cassette import Interaction
 from .dialects import DIALECTS, Answer, Generation, Protocol, detect
 from .dialects.events import ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta, ToolCallStart
-from .plan import blocks_of
+from .framing import blocks_of
 from .sse import ServerSentEvent
 
 __all__ = ["STALL", "Mark", "Timing", "View", "describe", "html_page", "lines", "view"]

@@ -34,10 +34,11 @@ from ..catalog import Catalog
 from ..dialects import DIALECTS, dialect_for, for_path
 from ..dialects import Generation as Dialect
 from ..faults import MAX_HEADER_FAULTS, Fault, Injector, parse_faults
+from ..framing import event_ends
 from ..journal import Ended, FaultInjected, Journal, Miss, Missed, Received
 from ..matching import Matcher
 from ..options import OPTIONS, MissPolicy, ServeOptions, check_sources
-from ..plan import Plan, Write, event_ends
+from ..plan import Plan, Write
 from ..recorder import Recorder
 from ..redaction import Redaction
 from ..responder import Exchange, Responder, thorough
