@@ -226,13 +226,14 @@ _SEPARATOR = b"\n,\r\n"
 _CLOSE = b"\n]"
 
 
-def _value_end(body: bytes, i: int) -> int | None:
+def _value_end(body: bytes, i: int, final: bool) -> int | None:
     """Where the JSON value that starts at `body[i]` ends (the index after it), or None if it goes on past
-    the body's end."""
+    the body's end. A number or a word at the end of a body ends there only when the body is `final` (no
+    more of it to come: `12` may be the start of `123`)."""
     first = body[i : i + 1]
     if first not in (b"{", b"[", b'"'):
         m = _SCALAR_END.search(body, i)
-        return m.start() if m is not None else None
+        return m.start() if m is not None else (len(body) if final else None)
     depth = 0
     while True:
         if first == b'"':
@@ -259,9 +260,10 @@ def _value_end(body: bytes, i: int) -> int | None:
         i, first = m.start(), m.group()
 
 
-def _elements(body: bytes, opened: bool) -> tuple[list[tuple[int, int]], bool, bool]:
+def _elements(body: bytes, opened: bool, final: bool = True) -> tuple[list[tuple[int, int]], bool, bool]:
     """The spans of the whole elements in `body`, an array's bytes from its start (`opened` False) or from
-    just after an element; whether the array was opened, and whether it was closed (a `]` after them)."""
+    just after an element, and all there is of them unless more may come (`final` False); whether the array
+    was opened, and whether it was closed (a `]` after them)."""
     spans: list[tuple[int, int]] = []
     i, n = 0, len(body)
     if not opened and body.startswith(_BOM):
@@ -280,7 +282,7 @@ def _elements(body: bytes, opened: bool) -> tuple[list[tuple[int, int]], bool, b
         elif byte == b"]":
             return spans, True, True
         else:
-            end = _value_end(body, i)
+            end = _value_end(body, i, final)
             if end is None:
                 break
             spans.append((i, end))
@@ -341,7 +343,7 @@ class _JSONArray(Framing):
         return blocks
 
     def whole(self, data: bytes, at: int = 0) -> int:
-        spans, _, _ = _elements(data, opened=at > 0)
+        spans, _, _ = _elements(data, opened=at > 0, final=False)
         return spans[-1][1] if spans else 0
 
     def encoder(self, sent: int = 0) -> FrameEncoder:
