@@ -19,6 +19,7 @@ gives the same schedule.
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from collections.abc import Sequence
@@ -28,8 +29,8 @@ from enum import StrEnum
 from ._exceptions import ConfigError
 from ._units import parse_duration
 from .cassette import Chunk, Response
+from .framing import SSE, Framing
 from .plan import Plan
-from .sse import SSEDecoder
 
 __all__ = ["PaceMode", "Pacing"]
 
@@ -95,12 +96,14 @@ class Pacing:
         worked out once, serves them all."""
         return not self.jitter
 
-    def schedule(self, response: Response, *, key: str = "") -> tuple[list[float], float]:
+    def schedule(self, response: Response, *, key: str = "", framing: Framing = SSE) -> tuple[list[float], float]:
         """When to write each chunk of `response`, and when the response ends.
 
         Offsets are seconds from the moment the request arrived. `key` names
         this replay (the recording and how many times it has played), so that
-        jitter is reproducible per replay and differs between replays.
+        jitter is reproducible per replay and differs between replays. A rate
+        of events counts the messages `framing` finds (SSE events, an array's
+        elements).
         """
         chunks = response.chunks
         # The silence between the last chunk and the end (a stall before a timeout) is kept:
@@ -115,15 +118,18 @@ class Pacing:
         elif self.mode is PaceMode.GAP:
             offsets = [i * self.value for i in range(len(chunks))]
         else:
-            offsets = [n / self.value for n in _events_before(chunks)]
+            offsets = [n / self.value for n in _events_before(chunks, framing)]
         if self.jitter and offsets:
             offsets = self._jittered(offsets, random.Random(f"{self.seed}:{key}"))
         return offsets, (offsets[-1] if offsets else 0.0) + tail
 
-    def plan(self, response: Response, *, key: str = "") -> Plan:
-        """The plan that replays `response` at this pace; `key` as for `schedule`."""
-        offsets, end = self.schedule(response, key=key)
-        return Plan.of(response, offsets, end)
+    def plan(self, response: Response, *, key: str = "", framing: Framing = SSE) -> Plan:
+        """The plan that replays `response`, whose stream `framing` frames, at this pace; `key` as for
+        `schedule`."""
+        offsets, end = self.schedule(response, key=key, framing=framing)
+        plan = Plan.of(response, offsets, end)
+        plan.framing = framing
+        return plan
 
     def _jittered(self, offsets: Sequence[float], rng: random.Random) -> list[float]:
         out: list[float] = []
@@ -137,10 +143,11 @@ class Pacing:
         return out
 
 
-def _events_before(chunks: Sequence[Chunk]) -> list[int]:
-    decoder = SSEDecoder()
-    counts, seen = [], 0
+def _events_before(chunks: Sequence[Chunk], framing: Framing) -> list[int]:
+    """How many messages the chunks before each one completed."""
+    ends = framing.event_ends(b"".join(chunk.data for chunk in chunks))
+    counts, size = [], 0
     for chunk in chunks:
-        counts.append(seen)
-        seen += len(decoder.feed(chunk.data))
+        counts.append(bisect.bisect_right(ends, size))
+        size += len(chunk.data)
     return counts

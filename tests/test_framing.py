@@ -64,7 +64,8 @@ def test_a_block_runs_to_its_element_end_so_a_cut_after_it_leaves_the_array_open
 def test_an_element_comes_again_or_first_framed_as_the_array_needs() -> None:
     first, second, *_ = JSON_ARRAY.blocks(GOOGLES)
     block, other = GOOGLES[first.start : first.end], GOOGLES[second.start : second.end]
-    assert JSON_ARRAY.opens(block) and not JSON_ARRAY.opens(other)
+    assert JSON_ARRAY.opens(block)
+    assert not JSON_ARRAY.opens(other)
     assert json.loads(block + JSON_ARRAY.again(block) + b"]") == [GEMINI_CHUNKS[0]] * 2
     assert json.loads(JSON_ARRAY.first(other) + b"]") == [GEMINI_CHUNKS[1]]
     error = b'data: {"error":{"code":503,"message":"overloaded","status":"UNAVAILABLE"}}\r\n\r\n'
