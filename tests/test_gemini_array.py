@@ -21,6 +21,7 @@ from upstream import GEMINI_CHUNKS, Upstream, gemini_array
 from sse_tape import Cassette, bundled_cassettes, recording, serve
 from sse_tape.checking import check_interaction
 from sse_tape.server import run_in_thread
+from sse_tape.show import lines, view
 
 MODEL = "gemini-2.5-flash"
 STREAM = f"/v1beta/models/{MODEL}:streamGenerateContent"
@@ -185,6 +186,9 @@ def test_a_recorded_array_streams_through_untouched_and_replays_in_either_framin
     assert [c.data for c in interaction.response.chunks] == gemini_array(GEMINI_CHUNKS)
     assert all(b - a >= 0.19 for a, b in itertools.pairwise(times))  # the upstream's gaps, `]` after the last
     assert check_interaction(interaction).violations == ()
+    shown = lines(view(1, interaction))
+    assert "   -> 200 application/json; charset=UTF-8 (json-array), gemini, ended complete" in shown
+    assert "   answer: Hello! How can I help you today?" in shown
 
     with serve(cassette, pace="instant") as replay, gemini_client(replay.url) as client:
         again = read_array(f"{replay.url}{STREAM}?gap=0.2")
@@ -204,3 +208,18 @@ def test_check_says_a_recorded_array_was_cut_short(tmp_path: Path) -> None:
     (interaction,) = Cassette.load(cassette).interactions
     found = [str(v) for v in check_interaction(interaction).violations]
     assert found == ["the array is cut short after 3 elements: no closing ]"]
+
+
+@pytest.mark.parametrize(
+    ("fault", "elements", "closed"), [("error:at=1", 2, True), ("disconnect:after=2", 2, False), ("drop:at=0", 2, True)]
+)
+def test_faults_act_on_a_forwarded_array_and_the_recording_keeps_it_whole(
+    tmp_path: Path, fault: str, elements: int, closed: bool
+) -> None:
+    cassette = tmp_path / "gemini.toml"
+    with run_in_thread(Upstream()) as up, recording(cassette, up.url) as server:
+        got = read_array(f"{server.url}{STREAM}", fault=fault)
+    assert (len(got.elements), got.closed) == (elements, closed)
+    (interaction,) = Cassette.load(cassette).interactions
+    assert [c.data for c in interaction.response.chunks] == gemini_array(GEMINI_CHUNKS)
+    assert [i.fault for i in interaction.injected] == [fault]
