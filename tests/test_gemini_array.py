@@ -20,8 +20,10 @@ from upstream import GEMINI_CHUNKS, Upstream, gemini_array
 
 from sse_tape import Cassette, bundled_cassettes, recording, serve
 from sse_tape.checking import check_interaction
+from sse_tape.dialects import DIALECTS, Answer
 from sse_tape.server import run_in_thread
 from sse_tape.show import lines, view
+from sse_tape.translation import translate
 
 MODEL = "gemini-2.5-flash"
 STREAM = f"/v1beta/models/{MODEL}:streamGenerateContent"
@@ -186,6 +188,8 @@ def test_a_recorded_array_streams_through_untouched_and_replays_in_either_framin
     assert [c.data for c in interaction.response.chunks] == gemini_array(GEMINI_CHUNKS)
     assert all(b - a >= 0.19 for a, b in itertools.pairwise(times))  # the upstream's gaps, `]` after the last
     assert check_interaction(interaction).violations == ()
+    chat = translate(interaction, DIALECTS["openai-chat"])  # `sse-tape convert --to openai-chat`
+    assert Answer.of(DIALECTS["openai-chat"].decode(e for _, e in chat.response.events())).text == GREETING  # type: ignore[attr-defined]
     shown = lines(view(1, interaction))
     assert "   -> 200 application/json; charset=UTF-8 (json-array), gemini, ended complete" in shown
     assert "   answer: Hello! How can I help you today?" in shown
