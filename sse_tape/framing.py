@@ -9,9 +9,9 @@ whose data is the element's JSON text, so that a dialect reads both alike. An en
 again (`Framing.encoder`), to answer a request in another framing than the recording's (`reframe`), or to
 frame a fault's error after the messages a stream has sent (`Framing.ending`).
 
-The framings, by name (`FRAMINGS`): `sse` and `json-array`. The framing a request asks for is its API's
-to say (`dialects.Protocol.stream_framing`); a recording's is told by its content type and its request
-(`shape.framing_of`).
+The framings: `SSE` and `JSON_ARRAY` (issue 31 adds NDJSON and AWS's event stream beside them). The
+framing a request asks for is its API's to say (`dialects.Protocol.stream_framing`); a recording's is told
+by its content type and its request (`shape.framing_of`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from .cassette import Chunk, End, Response
 from .sse import ServerSentEvent, SSEDecoder, encode_event
 
 __all__ = [
-    "FRAMINGS",
+    "BLOCK_END",
     "JSON_ARRAY",
     "SSE",
     "Block",
@@ -380,8 +380,6 @@ SSE: Framing = _SSE()
 """Server-Sent Events."""
 JSON_ARRAY: Framing = _JSONArray()
 """One JSON array, written element by element."""
-FRAMINGS: dict[str, Framing] = {framing.name: framing for framing in (SSE, JSON_ARRAY)}
-"""The framings by name."""
 
 
 def reframe(response: Response, source: Framing, target: Framing) -> Response:

@@ -200,7 +200,7 @@ async def answer_live(
         if faults and not streamed:
             noted([(f, "an answer that is not a stream: left alone") for f in stream_faults], acted=False)
         acted = bool(faults)
-        answer = Plan(capture.status, list(capture.headers), [], headers_at=head.headers_at)
+        answer = Plan(capture.status, list(capture.headers), [], headers_at=head.headers_at, framing=head.framing)
         if streamed and stream_faults:
             # The faults change the body's length: a stream goes chunked.
             answer.headers = end_to_end(answer.headers, also_drop=("content-length",))

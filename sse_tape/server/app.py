@@ -34,7 +34,6 @@ from ..catalog import Catalog
 from ..dialects import DIALECTS, dialect_for, for_path
 from ..dialects import Generation as Dialect
 from ..faults import MAX_HEADER_FAULTS, Fault, Injector, parse_faults
-from ..framing import event_ends
 from ..journal import Ended, FaultInjected, Journal, Miss, Missed, Received
 from ..matching import Matcher
 from ..options import OPTIONS, MissPolicy, ServeOptions, check_sources
@@ -498,7 +497,7 @@ class MockServer:
             )
         finally:  # a stream cut off by the server's stop, or its client, too says how many events it sent
             if live is not None:
-                exchange.event_ends = event_ends(bytes(live.sent))
+                exchange.event_ends = plan.framing.event_ends(bytes(live.sent))
         return response
 
     async def error(
