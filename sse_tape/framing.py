@@ -34,6 +34,7 @@ __all__ = [
     "FrameEncoder",
     "Framing",
     "blocks_of",
+    "by_content_type",
     "event_ends",
     "reframe",
     "whole_blocks",
@@ -380,6 +381,14 @@ SSE: Framing = _SSE()
 """Server-Sent Events."""
 JSON_ARRAY: Framing = _JSONArray()
 """One JSON array, written element by element."""
+
+
+def by_content_type(value: str | None) -> Framing | None:
+    """The framing a stream sent with this content type is in: SSE for `text/event-stream`, the JSON array for
+    `application/json` (which a single JSON answer is sent with too: the request tells them apart, see
+    `shape.framing_of`); None for any other."""
+    kind = (value or "").split(";")[0].strip().lower()
+    return next((f for f in (SSE, JSON_ARRAY) if f.content_type.split(";")[0] == kind), None)
 
 
 def reframe(response: Response, source: Framing, target: Framing) -> Response:

@@ -29,7 +29,7 @@ from enum import StrEnum
 from ._exceptions import ConfigError
 from ._units import parse_duration
 from .cassette import Chunk, Response
-from .framing import SSE, Framing
+from .framing import SSE, Framing, by_content_type
 from .plan import Plan
 
 __all__ = ["PaceMode", "Pacing"]
@@ -96,14 +96,14 @@ class Pacing:
         worked out once, serves them all."""
         return not self.jitter
 
-    def schedule(self, response: Response, *, key: str = "", framing: Framing = SSE) -> tuple[list[float], float]:
+    def schedule(self, response: Response, *, key: str = "") -> tuple[list[float], float]:
         """When to write each chunk of `response`, and when the response ends.
 
         Offsets are seconds from the moment the request arrived. `key` names
         this replay (the recording and how many times it has played), so that
         jitter is reproducible per replay and differs between replays. A rate
-        of events counts the messages `framing` finds (SSE events, an array's
-        elements).
+        of events counts the messages of the framing its content type names
+        (SSE events, a JSON array's elements: see `framing.by_content_type`).
         """
         chunks = response.chunks
         # The silence between the last chunk and the end (a stall before a timeout) is kept:
@@ -118,18 +118,16 @@ class Pacing:
         elif self.mode is PaceMode.GAP:
             offsets = [i * self.value for i in range(len(chunks))]
         else:
+            framing = by_content_type(response.header("content-type")) or SSE
             offsets = [n / self.value for n in _events_before(chunks, framing)]
         if self.jitter and offsets:
             offsets = self._jittered(offsets, random.Random(f"{self.seed}:{key}"))
         return offsets, (offsets[-1] if offsets else 0.0) + tail
 
-    def plan(self, response: Response, *, key: str = "", framing: Framing = SSE) -> Plan:
-        """The plan that replays `response`, whose stream `framing` frames, at this pace; `key` as for
-        `schedule`."""
-        offsets, end = self.schedule(response, key=key, framing=framing)
-        plan = Plan.of(response, offsets, end)
-        plan.framing = framing
-        return plan
+    def plan(self, response: Response, *, key: str = "") -> Plan:
+        """The plan that replays `response` at this pace; `key` as for `schedule`."""
+        offsets, end = self.schedule(response, key=key)
+        return Plan.of(response, offsets, end)
 
     def _jittered(self, offsets: Sequence[float], rng: random.Random) -> list[float]:
         out: list[float] = []

@@ -35,7 +35,7 @@ from .cassette import Chunk, End, Headers, Interaction, Request, Response
 from .dialects import Generation as Dialect
 from .dialects import detect, for_path
 from .dialects.events import Error, Event, ReasoningDelta, RefusalDelta, Start, TextDelta, ToolCallDelta, Usage
-from .framing import SSE, Framing, blocks_of, reframe
+from .framing import SSE, Framing, blocks_of, by_content_type, reframe
 from .matching import asks_for_stream, is_streamed
 from .plan import Plan
 
@@ -165,18 +165,12 @@ def framing_of(interaction: Interaction) -> Framing | None:
         return SSE
     request, response = interaction.request, interaction.response
     api = for_path(request.path)
-    kind = _content_type(response.header("content-type"))
-    if api is None or not kind or not 200 <= response.status < 300:
+    if api is None or not 200 <= response.status < 300:
         return None
     framing = api.stream_framing(request)
-    if framing is SSE or _content_type(framing.content_type) != kind:
+    if framing is SSE or by_content_type(response.header("content-type")) is not framing:
         return None
     return framing if api.wants_stream(request.json(), request.path) else None
-
-
-def _content_type(value: str | None) -> str:
-    """A content type without its parameters (`application/json`), in lower case; empty for none."""
-    return (value or "").split(";")[0].strip().lower()
 
 
 def pieces(text: str) -> list[str]:

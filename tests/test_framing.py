@@ -11,6 +11,7 @@ from upstream import GEMINI_CHUNKS, gemini_array
 from sse_tape import Cassette, Chunk, End, Request, Response, bundled_cassettes
 from sse_tape.faults.stream import Blocks
 from sse_tape.framing import JSON_ARRAY, SSE, reframe
+from sse_tape.pacing import PaceMode, Pacing
 from sse_tape.plan import Plan
 from sse_tape.shape import Recorded, reshape
 from sse_tape.sse import ServerSentEvent, SSEDecoder
@@ -101,3 +102,10 @@ def test_a_bundled_gemini_stream_asked_for_without_alt_sse_is_the_array_at_the_r
     assert json.loads(response.body) == [obj for _, obj in recorded]
     assert Recorded.of(interaction).asked(interaction.request).framing is None  # alt=sse: as recorded
     assert len(SSEDecoder().feed(reframe(response, JSON_ARRAY, SSE).body)) == len(recorded)
+
+
+def test_a_rate_of_events_counts_an_arrays_elements() -> None:
+    writes = gemini_array(GEMINI_CHUNKS)  # three elements, then the closing bracket
+    array = Response(200, (("content-type", "application/json; charset=UTF-8"),), tuple(Chunk(0.0, w) for w in writes))
+    offsets, _ = Pacing(PaceMode.TPS, 10.0).schedule(array)
+    assert offsets == [0.0, 0.1, 0.2, 0.3]  # each write after the elements before it, ten a second

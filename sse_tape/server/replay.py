@@ -80,7 +80,8 @@ def _prepared(
     framing = shape.framing or (SSE if shape.stream else recorded) or SSE
     plan = writes = None
     if pace.repeats:
-        plan = pace.plan(stands_for if stands_for is not None else response, framing=framing)
+        plan = pace.plan(stands_for if stands_for is not None else response)
+        plan.framing = framing
         if faulted:  # its events decoded now, off the event loop, for the faults that work between them
             plan.blocks  # noqa: B018
         writes = coalesced(plan)
@@ -153,7 +154,8 @@ class Replay(Attached):
         else:  # a schedule of this replay's own: jitter, seeded by the recording and how often it played
             key = f"{known.name}:{server.matcher.plays(recording) - 1}"
             paced = prepared.stands_for if prepared.stands_for is not None else prepared.response
-            stream = server.options.pace.plan(paced, key=key, framing=prepared.framing)
+            stream = server.options.pace.plan(paced, key=key)
+            stream.framing = prepared.framing
         kept = exchange.keep(stream) if exchange.keep is not None else None
         resumed, cut = None, False
         if prepared.stands_for is None and (last_id := last_event_id(request)) is not None:
