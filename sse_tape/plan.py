@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from .cassette import End, Response
-from .framing import BLOCK_END, SSE, Block, Framing
+from .framing import BLOCK_END, SSE, Block, Framing, blocks_of, event_ends, whole_blocks
 from .position import Position, PositionUnit
 from .sse import SSEDecoder
 
@@ -29,6 +29,9 @@ __all__ = [
     "Noise",
     "Plan",
     "Write",
+    "blocks_of",
+    "event_ends",
+    "whole_blocks",
 ]
 
 #: One write: when it is due, in seconds from the request's arrival, and its bytes.
