@@ -209,6 +209,10 @@ class _SSE(Framing):
     def event_ends(self, body: bytes) -> list[int]:
         return event_ends(body)
 
+    def events(self, chunks: Iterable[Chunk]) -> list[tuple[float, ServerSentEvent]]:
+        decoder = SSEDecoder()  # one decoder for the stream: an event's id is the last one set before it
+        return [(chunk.t, event) for chunk in chunks for event in decoder.feed(chunk.data)]
+
     def ending(self, frames: bytes, sent: int) -> bytes:
         return frames
 
