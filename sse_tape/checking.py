@@ -20,8 +20,10 @@ from typing import Any
 
 from .cassette import Interaction
 from .dialects import Protocol, Violation, check_error_response, check_framing, detect
+from .framing import SSE
 from .matching import is_streamed
 from .redaction import Redaction, find_secrets
+from .shape import framing_of
 
 __all__ = ["FRAMING_ONLY", "ContractCheck", "SecretFound", "check_interaction", "check_interactions", "secrets_in"]
 
@@ -78,7 +80,8 @@ def check_interaction(
     """Check `interaction` against `dialect`'s contract, or, when None, against the API it speaks (told from
     its path, or else from what its first events look like).
 
-    A stream is checked event by event; a JSON answer to a request for no stream as that API's answer; an
+    A stream is checked event by event (a JSON array's, element by element, and for being one whole
+    array: a cut one says so); a JSON answer to a request for no stream as that API's answer; an
     error response (status 400 or more) for its error body. A stream whose events look like no API sse-tape
     knows is checked as plain SSE (`FRAMING_ONLY`): UTF-8, and no block left unfinished. A stream malformed
     in a way no rule foresaw is one violation that says so, never an exception. `source` and `number` say
@@ -97,10 +100,14 @@ def check_interaction(
     if response.status >= 400:
         violations = check_error_response(response)
     else:
+        framing = framing_of(interaction)
         try:
-            events = [event for _, event in response.events()]
-            if is_streamed(interaction) or events:  # events with no content type are a stream all the same
-                violations = found.check(events, request)
+            if framing is not None and framing is not SSE:
+                # A stream framed otherwise (Gemini's JSON array): the framing as a whole, then its messages.
+                violations = [Violation(None, problem) for problem in framing.problems(response.body)]
+                violations += found.check([event for _, event in framing.events(response.chunks)], request)
+            elif (events := [event for _, event in response.events()]) or is_streamed(interaction):
+                violations = found.check(events, request)  # events with no content type are a stream all the same
             else:  # one JSON answer, to a request for no stream: no stream rule applies
                 violations = found.check_json(response.body, request)
         except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:

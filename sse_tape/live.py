@@ -37,11 +37,11 @@ from aiohttp import web
 
 from .cassette import Chunk, End, Headers, Injection, Interaction, Response
 from .faults import Fault, FaultedStream, Stage
-from .matching import is_streamed
+from .framing import Framing
 from .plan import Plan
 from .recorder import Capture, Recorder
 from .responder import Exchange, Host, note_faults
-from .sse import SSEDecoder
+from .shape import framing_of
 from .wire import Live, end_to_end
 
 __all__ = ["Feed", "Source", "answer_live"]
@@ -183,20 +183,24 @@ async def answer_live(
     task.add_done_callback(draining.discard)
     acted = False
     live: Live | None = None
+    framing: Framing | None = None
     try:
         why = await asyncio.shield(feed.head)
         if why is not None:
             return await failed(exchange, why)
         assert capture.status is not None
         exchange.status = capture.status
-        streamed = is_streamed(Interaction(capture.request, Response(capture.status, capture.headers)))
+        framing = framing_of(Interaction(capture.request, Response(capture.status, capture.headers)))
+        streamed = framing is not None
+        if framing is not None:
+            head.framing = framing  # what the faults between events find the blocks by
         stream_faults = [f for f in faults if f.stage is not Stage.BEFORE]
         # The notes of the faults before the stream (a delay of its headers) go in the recording too.
         noted(stages.take_notes())
         if faults and not streamed:
             noted([(f, "an answer that is not a stream: left alone") for f in stream_faults], acted=False)
         acted = bool(faults)
-        answer = Plan(capture.status, list(capture.headers), [], headers_at=head.headers_at)
+        answer = Plan(capture.status, list(capture.headers), [], headers_at=head.headers_at, framing=head.framing)
         if streamed and stream_faults:
             # The faults change the body's length: a stream goes chunked.
             answer.headers = end_to_end(answer.headers, also_drop=("content-length",))
@@ -214,7 +218,8 @@ async def answer_live(
             # The client's copy ended short of the source's, not by its client's choice: faults acted on it, or
             # the server cut off a client that took nothing of it.
             short = acted or host.cut_off(transport)
-            if recorder is not None and (short or (live is not None and _answered(live.sent, exchange))):
+            answered = framing is not None and live is not None and _answered(live.sent, exchange, framing)
+            if recorder is not None and (short or answered):
                 # Read on for the recording: the copy was cut short, or its client had the answer.
                 draining.add(task)
                 deadline = asyncio.get_running_loop().call_later(read_on if short else drain_timeout, task.cancel)
@@ -232,7 +237,7 @@ async def answer_live(
                 task.cancel()
 
 
-def _answered(sent: bytes | bytearray, exchange: Exchange) -> bool:
+def _answered(sent: bytes | bytearray, exchange: Exchange, framing: Framing) -> bool:
     """Whether the client had the answer's terminal frame: the last whole event it got ends the answer."""
-    events = SSEDecoder().feed(bytes(sent))
+    events = [block.event for block in framing.blocks(bytes(sent)) if block.event is not None]
     return bool(events) and exchange.dialect.is_terminal(events[-1])

@@ -19,6 +19,7 @@ gives the same schedule.
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from collections.abc import Sequence
@@ -28,8 +29,8 @@ from enum import StrEnum
 from ._exceptions import ConfigError
 from ._units import parse_duration
 from .cassette import Chunk, Response
+from .framing import SSE, Framing, by_content_type
 from .plan import Plan
-from .sse import SSEDecoder
 
 __all__ = ["PaceMode", "Pacing"]
 
@@ -100,7 +101,9 @@ class Pacing:
 
         Offsets are seconds from the moment the request arrived. `key` names
         this replay (the recording and how many times it has played), so that
-        jitter is reproducible per replay and differs between replays.
+        jitter is reproducible per replay and differs between replays. A rate
+        of events counts the messages of the framing its content type names
+        (SSE events, a JSON array's elements: see `framing.by_content_type`).
         """
         chunks = response.chunks
         # The silence between the last chunk and the end (a stall before a timeout) is kept:
@@ -115,7 +118,8 @@ class Pacing:
         elif self.mode is PaceMode.GAP:
             offsets = [i * self.value for i in range(len(chunks))]
         else:
-            offsets = [n / self.value for n in _events_before(chunks)]
+            framing = by_content_type(response.header("content-type")) or SSE
+            offsets = [n / self.value for n in _events_before(chunks, framing)]
         if self.jitter and offsets:
             offsets = self._jittered(offsets, random.Random(f"{self.seed}:{key}"))
         return offsets, (offsets[-1] if offsets else 0.0) + tail
@@ -137,10 +141,11 @@ class Pacing:
         return out
 
 
-def _events_before(chunks: Sequence[Chunk]) -> list[int]:
-    decoder = SSEDecoder()
-    counts, seen = [], 0
+def _events_before(chunks: Sequence[Chunk], framing: Framing) -> list[int]:
+    """How many messages the chunks before each one completed."""
+    ends = framing.event_ends(b"".join(chunk.data for chunk in chunks))
+    counts, size = [], 0
     for chunk in chunks:
-        counts.append(seen)
-        seen += len(decoder.feed(chunk.data))
+        counts.append(bisect.bisect_right(ends, size))
+        size += len(chunk.data)
     return counts

@@ -4,8 +4,8 @@ Pacing turns a recorded response into a `Plan` (status, headers, writes at
 offsets from the request's arrival, and how the response ends); the faults
 run over its writes (`faults.stream.apply`); `wire.send` sends it. A plan
 also carries what goes beside its body (heartbeats, noise, bytes outside the
-HTTP framing), made as they are sent. It knows where its SSE events lie in
-the body: the blocks are found the first time something asks for them, then
+HTTP framing), made as they are sent. It knows where its messages (SSE
+events, an array's elements: see `framing`) lie in the body: the blocks are found the first time something asks for them, then
 kept right as the plan is cut and spliced (a resumption, a misbehaving answer).
 """
 
@@ -14,13 +14,13 @@ from __future__ import annotations
 import heapq
 import math
 import random
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from .cassette import End, Response
+from .framing import BLOCK_END, SSE, Block, Framing, blocks_of, event_ends, whole_blocks
 from .position import Position, PositionUnit
-from .sse import ServerSentEvent, SSEDecoder
+from .sse import SSEDecoder
 
 __all__ = [
     "Beats",
@@ -36,46 +36,6 @@ __all__ = [
 
 #: One write: when it is due, in seconds from the request's arrival, and its bytes.
 Write = tuple[float, bytes]
-
-# The end of an SSE block: a line end, then an empty line. A CRLF is one line end, never CR then LF.
-_BLOCK_END = re.compile(rb"(?>\r\n|\r|\n)(?>\r\n|\r|\n)")
-
-
-@dataclass(frozen=True, slots=True)
-class Block:
-    """One SSE block of a body: its byte span and the event it dispatches.
-
-    `event` is None for a comment (a heartbeat), a block without data, and an
-    unfinished block at the end of the body.
-    """
-
-    start: int
-    end: int
-    event: ServerSentEvent | None
-
-
-def blocks_of(body: bytes, at: int = 0) -> list[Block]:
-    """The blocks of `body`, their spans counted from `at`."""
-    blocks, start = [], 0
-    for m in _BLOCK_END.finditer(body):
-        # Only the stream's very first block may begin with a byte order mark a decoder drops: an empty line
-        # before any other keeps a fresh decoder from dropping one there.
-        lead = b"" if at + start == 0 else b"\n"
-        events = SSEDecoder().feed(lead + body[start : m.end()])
-        blocks.append(Block(at + start, at + m.end(), events[0] if events else None))
-        start = m.end()
-    if start < len(body):
-        blocks.append(Block(at + start, at + len(body), None))
-    return blocks
-
-
-def whole_blocks(data: bytes) -> int:
-    """How many bytes at the start of `data`, a stream's beginning, are whole blocks. A CR at the very end
-    may be the first half of a CRLF: the block it would end waits for the next byte."""
-    ends = [m.end() for m in _BLOCK_END.finditer(data)]
-    if ends and ends[-1] == len(data) and data.endswith(b"\r"):
-        ends.pop()
-    return ends[-1] if ends else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,24 +74,6 @@ class Noise:
             left -= piece
 
 
-# A `data` field line: the field name alone, or followed by a colon (spec: "If the field name is data").
-_DATA_LINE = re.compile(rb"(?:^|\r\n|\r|\n)data(?::|\r|\n|$)")
-
-
-def event_ends(body: bytes) -> list[int]:
-    """Where each event of `body` ends: the block ends of blocks with a data line, as `blocks_of` finds them,
-    without decoding a single event (a recorder counts a stream's events this way, once it is over)."""
-    ends, start = [], 0
-    for m in _BLOCK_END.finditer(body):
-        block = body[start : m.end()]
-        if start == 0 and block.startswith(b"\xef\xbb\xbf"):
-            block = block[3:]  # the byte order mark a stream may begin with
-        if _DATA_LINE.search(block):
-            ends.append(m.end())
-        start = m.end()
-    return ends
-
-
 @dataclass(slots=True)
 class Plan:
     """What the server will send: status, headers, and writes at offsets from the request's arrival."""
@@ -157,6 +99,8 @@ class Plan:
     unframed: Write | None = None
     """Bytes written to the connection as they are, outside the body's HTTP framing, at a time after the
     writes (a chunk size line that is not one); then the connection closes."""
+    framing: Framing = SSE
+    """How the body frames its messages: what its blocks are."""
     _blocks: list[Block] | None = None
 
     @classmethod
@@ -181,6 +125,7 @@ class Plan:
             noise=self.noise,
             apart=self.apart,
             unframed=self.unframed,
+            framing=self.framing,
             _blocks=self._blocks,  # never changed in place: a change makes a new list
         )
 
@@ -215,9 +160,9 @@ class Plan:
 
     @property
     def blocks(self) -> list[Block]:
-        """The SSE blocks of the body, found once and kept right through every change."""
+        """The blocks of the body in its framing, found once and kept right through every change."""
         if self._blocks is None:
-            self._blocks = blocks_of(self.body)
+            self._blocks = self.framing.blocks(self.body)
         return self._blocks
 
     @property
@@ -341,6 +286,9 @@ class Plan:
         """
         if self._blocks is None:
             return
+        if self.framing is not SSE:
+            self._blocks = None  # found again, whole, when next asked for
+            return
         blocks = self._blocks
         shift = len(data) - (end - start)
         i = next((n for n, b in enumerate(blocks) if b.end >= start), len(blocks))
@@ -348,7 +296,7 @@ class Plan:
         moved = {b.start + shift: n for n, b in enumerate(blocks) if b.start >= end}
         body = self.body
         read: list[Block] = []
-        for m in _BLOCK_END.finditer(body, pos):
+        for m in BLOCK_END.finditer(body, pos):
             events = SSEDecoder().feed(body[pos : m.end()])
             read.append(Block(pos, m.end(), events[0] if events else None))
             pos = m.end()

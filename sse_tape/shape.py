@@ -16,7 +16,10 @@ request asks for (`asked`, then `reshape`):
   token-sized pieces, framed as the dialect streams, spread evenly over the
   time the answer took;
 - a recorded stream with a usage chunk answers a request that did not ask
-  for usage without that chunk, every other byte as recorded.
+  for usage without that chunk, every other byte as recorded;
+- a recorded stream answers a request for a stream in another framing
+  (Gemini's JSON array without `alt=sse`, its SSE with it) with the same
+  messages in that framing, each due when it was recorded (`framing.reframe`).
 
 A stream whose request never said `"stream": true` came from an API that
 streams whatever it is asked, and goes out as it is; so does anything in no
@@ -34,8 +37,9 @@ from .cassette import Chunk, End, Headers, Interaction, Request, Response
 from .dialects import Generation as Dialect
 from .dialects import detect, for_path
 from .dialects.events import Error, Event, ReasoningDelta, RefusalDelta, Start, TextDelta, ToolCallDelta, Usage
+from .framing import SSE, Framing, blocks_of, by_content_type, reframe
 from .matching import asks_for_stream, is_streamed
-from .plan import Plan, blocks_of
+from .plan import Plan
 
 __all__ = [
     "Recorded",
@@ -45,6 +49,7 @@ __all__ = [
     "asked",
     "collapse",
     "estimated_usage",
+    "framing_of",
     "pieces",
     "reshape",
     "spread",
@@ -69,6 +74,8 @@ class Shape:
     """A stream (True), one JSON answer (False), or the recording's own shape (None)."""
     usage: bool = True
     """Whether a stream reports usage."""
+    framing: Framing | None = None
+    """The framing a stream goes out in, when not the one it was recorded (or made) in."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,17 +87,21 @@ class Recorded:
     successful: bool
     """Whether its status is a success (2xx): an error answer has no shape to change."""
     streamed: bool
-    """Whether it is an event stream (see `is_streamed`)."""
+    """Whether it is a stream (see `framing_of`)."""
+    framing: Framing | None
+    """How its stream frames its messages; None when it is no stream."""
     asked_for_stream: bool
     """Whether its request said it wanted a stream (a stream that never was asked for stays one)."""
 
     @classmethod
     def of(cls, interaction: Interaction) -> Recorded:
-        streamed = is_streamed(interaction)
+        framing = framing_of(interaction)
+        streamed = framing is not None
         return cls(
             _dialect(interaction),
             200 <= interaction.response.status < 300,
             streamed,
+            framing,
             streamed and asks_for_stream(interaction.request) is True,
         )
 
@@ -101,7 +112,13 @@ class Recorded:
             return Shape(None)
         stream, streamed = dialect.wants_stream(body, request.path), self.streamed
         convert = stream != streamed and (not streamed or self.asked_for_stream)
-        return Shape(stream if convert else None, dialect.reports_usage(body) if stream else True)
+        made = SSE if convert else self.framing  # how the stream that goes out is framed, unless reframed
+        framing = dialect.stream_framing(request) if stream and made is not None else None
+        return Shape(
+            stream if convert else None,
+            dialect.reports_usage(body) if stream else True,
+            framing if framing is not made else None,
+        )
 
 
 def asked(interaction: Interaction, request: Request) -> Shape:
@@ -110,7 +127,8 @@ def asked(interaction: Interaction, request: Request) -> Shape:
 
 
 def reshape(interaction: Interaction, shape: Shape) -> tuple[Response, str | None]:
-    """The recorded answer in `shape`, and how it was changed (`as JSON`, `as a stream`, `without usage`)."""
+    """The recorded answer in `shape`, and how it was changed (`as JSON`, `as a stream`, `without usage`,
+    `as json-array`)."""
     response = interaction.response
     dialect = _dialect(interaction)
     if dialect is None:
@@ -118,14 +136,44 @@ def reshape(interaction: Interaction, shape: Shape) -> tuple[Response, str | Non
     try:
         if shape.stream is False:
             return as_json(interaction, dialect), "as JSON"
+        changed = []
+        source = framing_of(interaction)
         if shape.stream is True:
             streamed = as_stream(interaction, dialect, usage=shape.usage)
-            return (streamed, "as a stream") if streamed is not None else (response, None)
-        if not shape.usage and (cut := without_usage(response, dialect)) is not None:
-            return cut, "without usage"
+            if streamed is None:
+                return response, None
+            response, source = streamed, SSE
+            changed.append("as a stream")
+        elif not shape.usage and source is SSE and (cut := without_usage(response, dialect)) is not None:
+            response = cut
+            changed.append("without usage")
+        if shape.framing is not None and source is not None:
+            response = reframe(response, source, shape.framing)
+            changed.append(f"as {shape.framing.name}")
+        return response, ", ".join(changed) or None
     except _UNREADABLE:
         pass  # a recording its dialect cannot read goes out as it is
     return response, None
+
+
+def framing_of(interaction: Interaction) -> Framing | None:
+    """How a recorded answer frames its stream's messages; None when it is no stream.
+
+    An event stream is SSE (see `is_streamed`); a successful answer to a request for a stream, in the content
+    type of the framing its API streams that request in, is in that framing (Gemini's JSON array, to
+    `streamGenerateContent` without `alt=sse`: `application/json`, which the same API's one JSON answer is
+    sent as too, told apart by the request).
+    """
+    if is_streamed(interaction):
+        return SSE
+    request, response = interaction.request, interaction.response
+    api = for_path(request.path)
+    if api is None or not 200 <= response.status < 300:
+        return None
+    framing = api.stream_framing(request)
+    if framing is SSE or by_content_type(response.header("content-type")) is not framing:
+        return None
+    return framing if api.wants_stream(request.json(), request.path) else None
 
 
 def pieces(text: str) -> list[str]:
@@ -157,21 +205,23 @@ def spread(events: Iterable[Event]) -> list[Event]:
     return out
 
 
-def as_json(interaction: Interaction, dialect: Dialect) -> Response:
+def as_json(interaction: Interaction, dialect: Dialect, framing: Framing | None = None) -> Response:
     """A recorded stream as the answer to a request that asks for no stream.
 
     The body is the dialect's non-streaming answer (`Dialect.stream_json`),
     sent at the time the stream ended; a stream that ended in an error becomes the dialect's error
     response, with the status that API sends that error with (`Dialect.error_status`: 500 for a server
     error, 503 or Anthropic's 529 for an overloaded model). A stream that did not end whole (the upstream
-    reset, the client left) gives no body and ends as it did. Raises
-    ValueError for a stream that holds no answer the dialect reads.
+    reset, the client left) gives no body and ends as it did. The stream's messages are read in `framing`
+    (by default, as it was recorded: see `framing_of`). Raises ValueError for a stream that holds no answer
+    the dialect reads.
     """
     response = interaction.response
     t = response.end_time
     if response.end is not End.COMPLETE:
         return replace(response, headers=_merged((), response.headers), chunks=(), duration=t)
-    sent = [event for _, event in response.events()]
+    framing = framing or framing_of(interaction) or SSE
+    sent = [event for _, event in framing.events(response.chunks)]
     events = dialect.decode(sent)
     if not events:
         raise ValueError("the stream holds no answer this dialect reads")
@@ -225,7 +275,7 @@ def collapse(plan: Plan, interaction: Interaction, dialect: Dialect) -> Plan:
     chunks = tuple(Chunk(t, data) for t, data in plan.timeline())
     stream = Response(plan.status, tuple(plan.headers), chunks, plan.end, plan.end_at)
     try:
-        answer = as_json(replace(interaction, response=stream), dialect)
+        answer = as_json(replace(interaction, response=stream), dialect, plan.framing)
     except _UNREADABLE:
         return plan  # a stream the faults made unreadable goes out as it is
     return Plan(answer.status, list(answer.headers), [(c.t, c.data) for c in answer.chunks], answer.end, plan.end_at)

@@ -23,7 +23,8 @@ from . import _json
 from .cassette import Interaction
 from .dialects import DIALECTS, Answer, Generation, Protocol, detect
 from .dialects.events import ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta, ToolCallStart
-from .plan import blocks_of
+from .framing import SSE, Framing
+from .shape import framing_of
 from .sse import ServerSentEvent
 
 __all__ = ["STALL", "Mark", "Timing", "View", "describe", "html_page", "lines", "view"]
@@ -98,7 +99,8 @@ class View:
 def describe(interaction: Interaction) -> str:
     """One line about a recorded interaction: request, status, events, duration, how it ended."""
     req, resp = interaction.request, interaction.response
-    events = len(resp.events())
+    framing = _framing(interaction)
+    events = len(framing.event_ends(resp.body)) if framing is not None else 0
     return f"{req.method} {req.path} -> {resp.status}, {events} event{'s'[: events != 1]}, {resp.end_time:.2f} s, {resp.end}"
 
 
@@ -150,6 +152,8 @@ def lines(view: View, *, events: bool = False) -> list[str]:
     if view.asked is not None:
         out.append(f"   asked {view.asked}")
     kind = response.header("content-type") or "no content-type"
+    if (framing := _framing(view.interaction)) is not None and framing is not SSE:
+        kind += f" ({framing.name})"  # a stream that is not SSE: Gemini's JSON array
     dialect = f", {view.dialect.name}" if view.dialect is not None else ""
     out.append(f"   -> {response.status} {kind}{dialect}, ended {response.end}")
     out += [f"   its client got it faulted: {note.fault}: {note.what}" for note in view.interaction.injected]
@@ -293,23 +297,31 @@ def _mark_label(mark: Mark) -> str:
     return f"{mark.t:.3f} s  {name}data: {mark.event.data}"
 
 
+def _framing(interaction: Interaction) -> Framing | None:
+    """How the body frames a stream: SSE for an event stream or a body with no content type (it may hold
+    events all the same), else the framing of its API's (see `framing_of`); None for no stream."""
+    kind = (interaction.response.header("content-type") or "").split(";")[0].strip().lower()
+    return SSE if kind in ("", "text/event-stream") else framing_of(interaction)
+
+
 def _marks(interaction: Interaction) -> list[Mark]:
-    """The stream's blocks, each at the time of the chunk holding its last byte; [] for a body that is no stream."""
+    """The stream's blocks (SSE blocks, a JSON array's elements), each at the time of the chunk holding its last
+    byte; [] for a body that is no stream."""
     response = interaction.response
-    kind = (response.header("content-type") or "").split(";")[0].strip().lower()
     body = response.body
-    if kind not in ("", "text/event-stream") or not body:
+    framing = _framing(interaction)
+    if framing is None or not body:
         return []
     ends = list(itertools.accumulate(len(c.data) for c in response.chunks))
     marks = []
-    for block in blocks_of(body):
+    for block in framing.blocks(body):
         raw = body[block.start : block.end]
         t = response.chunks[min(bisect.bisect_left(ends, block.end), len(ends) - 1)].t
         if block.event is not None:
             marks.append(Mark(t, "event", _text(raw), block.event, bool(_EVENT_LINE.search(raw))))
         else:
             marks.append(Mark(t, "comment" if raw.lstrip(b"\r\n").startswith(b":") else "other", _text(raw)))
-    if kind == "" and not any(m.kind == "event" for m in marks):
+    if not response.header("content-type") and not any(m.kind == "event" for m in marks):
         return []  # a body with no content type and no events is no stream
     return marks
 

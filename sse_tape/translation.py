@@ -16,8 +16,9 @@ from ._exceptions import ConfigError
 from .cassette import Chunk, Interaction, Response
 from .dialects import Answer, Generation, Protocol, detect, generation
 from .dialects.events import Start
+from .framing import SSE, reframe
 from .matching import is_streamed
-from .shape import as_stream
+from .shape import as_stream, framing_of
 
 __all__ = ["lost_in_translation", "translate"]
 
@@ -100,8 +101,12 @@ def lost_in_translation(
 
 def _stream_of(interaction: Interaction, source: Generation) -> Response:
     """The interaction's response as `source` streams it: a JSON answer to a request for no stream becomes
-    the stream that answers a request for one (replay gives a request for no stream the JSON back)."""
+    the stream that answers a request for one (replay gives a request for no stream the JSON back), and a
+    stream framed otherwise (Gemini's JSON array) the same messages as SSE."""
     response = interaction.response
+    framing = framing_of(interaction)
+    if framing is not None and framing is not SSE:
+        return reframe(response, framing, SSE)
     if is_streamed(interaction) or response.status >= 400 or response.events():  # events: a stream all the same
         return response
     try:

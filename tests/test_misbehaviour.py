@@ -252,7 +252,8 @@ def test_every_misbehaviour_on_every_bundled_stream_is_framed_as_its_api_frames_
                 if interaction.response.status != 200:
                     continue
                 headers = {"content-type": "application/json", "X-SSE-Tape-Fault": name}
-                answer = http.request(request.method, request.path, content=request.body, headers=headers)
+                url = f"{request.path}?{request.query}" if request.query else request.path  # Gemini's alt=sse
+                answer = http.request(request.method, url, content=request.body, headers=headers)
                 note = [e for e in instant_server.journal if isinstance(e, FaultInjected)][-1].what
                 events = SSEDecoder().feed(answer.content)
                 dialect = dialect_for(request.path, interaction)

@@ -7,7 +7,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sse_tape import Cassette, ConfigError, Pacing, Response, SSEDecoder
-from sse_tape.plan import Plan, blocks_of, event_ends
+from sse_tape.framing import blocks_of, event_ends
+from sse_tape.plan import Plan
 from sse_tape.position import Position, PositionUnit
 
 

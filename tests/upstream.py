@@ -17,6 +17,9 @@ Routes:
   them kept out of the cassette), whatever the method, path, query and body.
 - `GET /feed?events=N&gap=S`: a notification feed as an EventSource reads it: events with ids 1 to N
   (5 by default), S seconds apart; a reconnection with `Last-Event-ID: K` gets those after K.
+- `POST /{version}/models/{model}:streamGenerateContent?gap=S&cut=1` without `alt=sse`: Gemini's one JSON
+  array, its chunks (`GEMINI_CHUNKS`) S seconds apart as Google writes them (`gemini_array`); with `cut`,
+  the connection drops before the closing `]`.
 """
 
 from __future__ import annotations
@@ -45,6 +48,39 @@ def usage_chunk(events: int) -> bytes:
     return f"data: {json.dumps({**HEAD, 'choices': [], 'usage': usage})}\n\n".encode()
 
 
+GEMINI_CHUNKS = [
+    {
+        "candidates": [{"content": {"parts": [{"text": "Hello"}], "role": "model"}, "index": 0}],
+        "usageMetadata": {"promptTokenCount": 2, "candidatesTokenCount": 1, "totalTokenCount": 3},
+        "modelVersion": "gemini-2.5-flash",
+        "responseId": "up-1",
+    },
+    {
+        "candidates": [{"content": {"parts": [{"text": "! How can I help"}], "role": "model"}, "index": 0}],
+        "usageMetadata": {"promptTokenCount": 2, "candidatesTokenCount": 5, "totalTokenCount": 7},
+        "modelVersion": "gemini-2.5-flash",
+        "responseId": "up-1",
+    },
+    {
+        "candidates": [
+            {"content": {"parts": [{"text": " you today?"}], "role": "model"}, "finishReason": "STOP", "index": 0}
+        ],
+        "usageMetadata": {"promptTokenCount": 2, "candidatesTokenCount": 9, "totalTokenCount": 11},
+        "modelVersion": "gemini-2.5-flash",
+        "responseId": "up-1",
+    },
+]
+"""What `/{version}/models/{model}:streamGenerateContent` answers, chunk by chunk."""
+
+
+def gemini_array(chunks: list[dict[str, Any]]) -> list[bytes]:
+    """The writes of Gemini's array as Google's server makes them: each chunk pretty-printed, `[` before the
+    first and `,\r\n` before each other, a newline after each, then `]`."""
+    writes = [(b"," if n else b"[") + json.dumps(c, indent=2).encode() + b"\n" for n, c in enumerate(chunks)]
+    writes[1:] = [b",\r\n" + w[1:] for w in writes[1:]]
+    return [*writes, b"]"]
+
+
 class Upstream:
     """Run with `async with Upstream() as up:` (or in a thread); `up.url` is its base URL."""
 
@@ -71,6 +107,7 @@ class Upstream:
         app.router.add_get("/cookie", self.cookie)
         app.router.add_get("/feed", self.feed)
         app.router.add_route("*", "/leaky/{tail:[\\s\\S]*}", self.leaky)
+        app.router.add_post("/{version}/models/{call}", self.gemini)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -115,6 +152,19 @@ class Upstream:
         chunks = [chat_chunk(n, pad=pad) for n in range(events)] + usage + [b"data: [DONE]\n\n"]
         response = await self._stream(request, chunks, gap, **{"openai-organization": "org-ORG-SECRET-8"})
         await asyncio.sleep(float(request.query.get("linger", "0")))
+        await response.write_eof()
+        return response
+
+    async def gemini(self, request: web.Request) -> web.StreamResponse:
+        self.seen_bodies.append(await request.read())
+        writes = gemini_array(GEMINI_CHUNKS)
+        cut = request.query.get("cut") == "1"
+        gap = float(request.query.get("gap", "0.05"))
+        headers = {"content-type": "application/json; charset=UTF-8"}
+        response = await self._stream(request, writes[:-1] if cut else writes, gap, **headers)
+        if cut and request.transport is not None:
+            request.transport.close()
+            return response
         await response.write_eof()
         return response
 

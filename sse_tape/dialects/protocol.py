@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import _json
 from ..cassette import End, Headers, Interaction, Request, Response
+from ..framing import SSE, Framing
 from ..plan import Plan
 from ..sse import ServerSentEvent, SSEDecoder, encode_event
 from .events import Error, Event
@@ -199,6 +200,11 @@ class Protocol(ABC):
         """Whether a request to `path` with this body asks for a stream rather than one JSON answer: always,
         by default, as an SSE API streams every answer."""
         return True
+
+    def stream_framing(self, request: Request) -> Framing:
+        """How a stream that answers `request` frames its messages on the wire (see `framing`): as Server-Sent
+        Events by default; Gemini's `streamGenerateContent` without `alt=sse`, as one JSON array."""
+        return SSE
 
     def shapeless_path(self, path: str) -> str:
         """`path` with what only chooses the answer's shape taken out, so that a request for a stream and one

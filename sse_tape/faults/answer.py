@@ -45,7 +45,7 @@ class _Misbehave(Act):
         if not isinstance(dialect, Generation):
             self.note(f"{dialect.name} is no LLM API: left alone")
             return self.held, end_at
-        plan = Plan(200, [], self.held, end_at=end_at)
+        plan = Plan(200, [], self.held, end_at=end_at, framing=self.run.head.framing)
         at = self.fault["at"] if self.fault.kind.key("at") is not None else None
         fault, run = self.fault, self.run
         self.note(

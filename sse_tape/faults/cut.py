@@ -24,7 +24,7 @@ class AtAPlace(Act):
         where = fault.where
         assert isinstance(where, Position)
         self.at = where
-        self.blocks = Blocks()
+        self.blocks = Blocks(run.head)
         self.events = self.bytes = 0
         self.ended = False
         self.ended_at = 0.0

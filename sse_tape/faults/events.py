@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from ..cassette import End
 from ..dialects import Generation, Protocol
 from ..dialects.events import Error, Start
+from ..framing import SSE, Framing
 from ..plan import Write
 from ..sse import ServerSentEvent
 from .model import Act, Fault, FaultKind, Key, Run, Stage, choice, event_or_mark, position, text
@@ -18,13 +19,18 @@ __all__ = ["EVENTS", "corrupted", "error_frames"]
 _AT = "position"
 
 
-def error_frames(fault: Fault, dialect: Protocol, sent: Sequence[ServerSentEvent], start: object | None) -> bytes:
+def error_frames(
+    fault: Fault, dialect: Protocol, sent: Sequence[ServerSentEvent], start: object | None, framing: Framing = SSE
+) -> bytes:
     """An `error` fault's frames: the API's mid-stream error and terminal frames after the events `sent`,
-    or, when none were, the stream's opening (`start`, a neutral `Start`) and then the error."""
+    or, when none were, the stream's opening (`start`, a neutral `Start`) and then the error; in `framing`
+    (in a JSON array, the error is its next element, and the array closes)."""
     error = Error(fault["message"], fault["type"], fault["code"])
     if sent or not isinstance(dialect, Generation):
-        return b"".join(dialect.error_frames(error, sent=sent))
-    return b"".join(dialect.encode([start if isinstance(start, Start) else Start(), error]))
+        frames = b"".join(dialect.error_frames(error, sent=sent))
+    else:
+        frames = b"".join(dialect.encode([start if isinstance(start, Start) else Start(), error]))
+    return framing.ending(frames, len(sent))
 
 
 def corrupted(block: bytes, kind: str) -> bytes:
@@ -45,11 +51,14 @@ class _AtAnEvent(Act):
     def __init__(self, fault: Fault, run: Run) -> None:
         super().__init__(fault, run)
         self.at = fault.where
-        self.blocks = Blocks()
+        self.blocks = Blocks(run.head)
         self.events = 0
         self.bytes = 0
         self.sent: list[ServerSentEvent] = []
         self.acted = False
+        self.more = False
+        """Whether it acts on the next block too (a JSON array whose first element was left out opens with
+        the next)."""
         self.ended = False
         """Whether it ended the stream (an error does)."""
 
@@ -69,7 +78,7 @@ class _AtAnEvent(Act):
                 if event is not None:
                     self.sent.append(event)
                 continue
-            self.acted = True
+            self.acted, self.more = not self.more, False
             out += made
             if self.ended:  # it ended the stream: nothing after it goes
                 return out
@@ -102,7 +111,7 @@ class _Error(_AtAnEvent):
 
     def block(self, t: float, data: bytes, event: ServerSentEvent | None) -> list[Write] | None:
         if event is None:  # an error goes between events: after a comment, before the next event
-            return None
+            return self._error(t, None) if self.sent and self.run.head.framing.closes(data) else None
         dialect = self.run.dialect
         if not (dialect.is_terminal(event) or before_position(self.at, self.events, self.bytes, len(data), t)):
             return None
@@ -124,7 +133,7 @@ class _Error(_AtAnEvent):
         self.note(f"{dialect.name} error after event {len(self.sent)}")
         self.run.end = End.COMPLETE
         self.ended, self.ended_at = True, t
-        return [(t, error_frames(self.fault, dialect, self.sent, start))]
+        return [(t, error_frames(self.fault, dialect, self.sent, start, self.run.head.framing))]
 
     def close(self, end_at: float) -> tuple[list[Write], float]:
         writes = [] if self.acted else self._blocks(self.blocks.rest())
@@ -143,9 +152,16 @@ class _Error(_AtAnEvent):
 class _Drop(_AtAnEvent):
     """Leave out the event at a position, the role frame or the [DONE]."""
 
+    def __init__(self, fault: Fault, run: Run) -> None:
+        super().__init__(fault, run)
+        self.opening = False
+
     def block(self, t: float, data: bytes, event: ServerSentEvent | None) -> list[Write] | None:
         if event is None:
             return None
+        if self.opening:  # the element after a JSON array's first, left out: the array opens with it now
+            self.opening = False
+            return [(t, self.run.head.framing.first(data))]
         at = self.at
         if at == "role":
             hit = self.events == 0
@@ -160,6 +176,8 @@ class _Drop(_AtAnEvent):
     def made(self, t: float, data: bytes) -> list[Write]:
         """What the event becomes."""
         self.note(f"dropped the event at byte {self.bytes}")
+        if self.run.head.framing.opens(data):  # it opened a JSON array: the next one does now
+            self.opening = self.more = True
         return []
 
 
@@ -168,7 +186,7 @@ class _Duplicate(_Drop):
 
     def made(self, t: float, data: bytes) -> list[Write]:
         self.note(f"sent the event at byte {self.bytes} twice")
-        return [(t, data + data)]
+        return [(t, data + self.run.head.framing.again(data))]
 
 
 class _Corrupt(_Drop):

@@ -39,6 +39,7 @@ from ..dialects.events import (
     ToolCallStart,
     Usage,
 )
+from ..framing import SSE
 from ..plan import Plan
 from ..position import Position
 from ..sse import ServerSentEvent, SSEDecoder
@@ -388,7 +389,8 @@ def rewrite(
     """Rewrite the plan's stream into the misbehaviour `make` builds; returns what was done, or why not.
 
     The events before the first one that changes stay as recorded, byte for
-    byte; the rest is framed by the dialect's encoder, resumed after them.
+    byte; the rest is framed by the dialect's encoder, resumed after them (and
+    then in the plan's framing, a JSON array's elements).
     """
     blocks = plan.events
     sent = [b.event for b in blocks if b.event is not None]
@@ -419,6 +421,10 @@ def rewrite(
     got = dialect.decode([*sent[:kept], *SSEDecoder().feed(b"".join(f for _, f in framed))])
     if not change.shows(got):
         return f"{dialect.name} cannot show {change.kind}: left alone"
+    if plan.framing is not SSE:  # the dialect frames events as SSE: framed again as the plan's stream is
+        again = plan.framing.encoder(kept)
+        framed = [(n, again.frame(e)) for n, frame in framed for e in SSEDecoder().feed(frame)]
+        framed.append((len(events), again.close()))
     # Each new frame goes out when the recorded event it stands in place of was due; the rest at the end.
     due = [plan.time_at(blocks[i].start) for i in sources]
     end = plan.time_at(blocks[-1].start)

@@ -14,7 +14,8 @@ what the writer sends.
   stream) when the stages are made; one that answers in the stream's place
   leaves nothing to stream.
 - An act that works between events (an error, a dropped event, a stall at
-  the third event) sees whole SSE blocks (`Blocks`): a piece of an event
+  the third event) sees whole blocks (`Blocks`: SSE blocks, or a JSON
+  array's elements, as the head's `framing` says): a piece of an event
   waits for the rest of it, so that no fault splits one.
 - An act that needs the whole stream (a position at a fraction of the events,
   `split`, a misbehaving answer, `coalesce`) says so (`FaultKind.whole`) or
@@ -39,7 +40,7 @@ from dataclasses import replace
 
 from ..cassette import End, Request
 from ..dialects import Protocol
-from ..plan import Plan, Write, blocks_of, event_ends, whole_blocks
+from ..plan import Plan, Write
 from ..position import Position, PositionUnit
 from ..sse import ServerSentEvent
 from .model import Act, Fault, Run, Stage
@@ -48,10 +49,15 @@ __all__ = ["Blocks", "FaultedStream", "apply", "before_position"]
 
 
 class Blocks:
-    """Cuts writes into the stream's SSE blocks, each with the event it dispatches (None: a comment, or a
-    block the stream never finished), due when its last byte is. A piece of a block waits for the rest."""
+    """Cuts writes into the stream's blocks in its framing (`plan.framing`: SSE blocks, an array's elements),
+    each with the message it carries (None: a comment, or a block the stream never finished), due when its
+    last byte is. A piece of a block waits for the rest.
 
-    def __init__(self) -> None:
+    The framing is read from the response's head as writes come: a live answer's is known once its head is.
+    """
+
+    def __init__(self, head: Plan) -> None:
+        self.head = head
         self.partial = b""
         self.t = 0.0
         self.offset = 0  # bytes before `partial` in the stream
@@ -62,7 +68,7 @@ class Blocks:
         for t, data in writes:
             self.t = t
             data = self.partial + data
-            whole = whole_blocks(data)
+            whole = self.head.framing.whole(data, self.offset)
             self.partial = data[whole:]
             if whole:
                 made += self._blocks(t, data[:whole])
@@ -82,7 +88,7 @@ class Blocks:
     def _blocks(self, t: float, body: bytes) -> list[tuple[float, bytes, ServerSentEvent | None]]:
         base = self.offset
         self.offset += len(body)
-        return [(t, body[b.start - base : b.end - base], b.event) for b in blocks_of(body, base)]
+        return [(t, body[b.start - base : b.end - base], b.event) for b in self.head.framing.blocks(body, base)]
 
 
 def before_position(at: Position | str | None, events: int, sent: int, size: int, t: float) -> bool:
@@ -113,7 +119,7 @@ class _Whole(Act):
         fault = self.fault
         where = fault.where
         if isinstance(where, Position) and where.unit is PositionUnit.FRACTION:
-            count = len(event_ends(b"".join(data for _, data in self.held)))
+            count = len(self.run.head.framing.event_ends(b"".join(data for _, data in self.held)))
             key = "after" if fault.kind.key("after") is not None else "at"
             placed = Position(PositionUnit.EVENTS, float(round(where.value * count)))
             fault = replace(fault, values=tuple((k, placed if k == key else v) for k, v in fault.values))

@@ -23,7 +23,7 @@ class _Stall(Act):
         self.at = fault.where
         self.seconds: float = fault["for"]
         self.every: float | None = fault["heartbeat"]
-        self.blocks = Blocks()
+        self.blocks = Blocks(run.head)
         self.events = self.bytes = 0
         self.acted = False
 
@@ -53,7 +53,7 @@ class _Stall(Act):
             for b in head.beats
         ]
         if self.every:
-            self.run.heartbeats(t, self.every, t + self.seconds, _HEARTBEAT)
+            self.run.heartbeats(t, self.every, t + self.seconds, self.run.head.framing.heartbeat(_HEARTBEAT))
         beats = f", a heartbeat every {self.every:g} s" if self.every else ""
         self.note(f"silent for {self.seconds:g} s at byte {self.bytes} ({t:.3f} s){beats}")
 

@@ -37,7 +37,7 @@ from ..faults import MAX_HEADER_FAULTS, Fault, Injector, parse_faults
 from ..journal import Ended, FaultInjected, Journal, Miss, Missed, Received
 from ..matching import Matcher
 from ..options import OPTIONS, MissPolicy, ServeOptions, check_sources
-from ..plan import Plan, Write, event_ends
+from ..plan import Plan, Write
 from ..recorder import Recorder
 from ..redaction import Redaction
 from ..responder import Exchange, Responder, thorough
@@ -497,7 +497,7 @@ class MockServer:
             )
         finally:  # a stream cut off by the server's stop, or its client, too says how many events it sent
             if live is not None:
-                exchange.event_ends = event_ends(bytes(live.sent))
+                exchange.event_ends = plan.framing.event_ends(bytes(live.sent))
         return response
 
     async def error(

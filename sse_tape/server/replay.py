@@ -18,10 +18,11 @@ from ..cassette import (
 )
 from ..dialects import Protocol, detect, dialect_for, generation
 from ..faults import Fault, parse_fault
+from ..framing import SSE, Framing
 from ..journal import Matched
 from ..matching import last_event_id
 from ..pacing import Pacing
-from ..plan import Plan, Write, event_ends
+from ..plan import Plan, Write
 from ..responder import IN_PLACE, Attached, Exchange, Host, inject
 from ..shape import Recorded, Shape, collapse, reshape
 from ..wire import coalesced
@@ -56,6 +57,8 @@ class _Prepared:
     response: Response
     event_ends: list[int]
     converted: str | None
+    framing: Framing
+    """How the stream that goes out frames its messages (the one the JSON answer stands for, for such)."""
     stands_for: Response | None = None
     """For a stream answered as one JSON document: that stream, whose pace and faults the answer follows."""
     plan: Plan | None = None
@@ -69,16 +72,21 @@ class _Prepared:
 _PREPARED_IN_PLACE = 8192
 
 
-def _prepared(interaction: Interaction, shape: Shape, pace: Pacing, *, faulted: bool) -> _Prepared:
+def _prepared(
+    interaction: Interaction, shape: Shape, recorded: Framing | None, pace: Pacing, *, faulted: bool
+) -> _Prepared:
     response, converted = reshape(interaction, shape)
     stands_for = interaction.response if shape.stream is False and converted is not None else None
+    framing = shape.framing or (SSE if shape.stream else recorded) or SSE
     plan = writes = None
     if pace.repeats:
         plan = pace.plan(stands_for if stands_for is not None else response)
+        plan.framing = framing
         if faulted:  # its events decoded now, off the event loop, for the faults that work between them
             plan.blocks  # noqa: B018
         writes = coalesced(plan)
-    return _Prepared(response, event_ends(response.body), converted, stands_for, plan, writes)
+    ends = framing.event_ends(response.body) if stands_for is None else []
+    return _Prepared(response, ends, converted, framing, stands_for, plan, writes)
 
 
 class Replay(Attached):
@@ -147,6 +155,7 @@ class Replay(Attached):
             key = f"{known.name}:{server.matcher.plays(recording) - 1}"
             paced = prepared.stands_for if prepared.stands_for is not None else prepared.response
             stream = server.options.pace.plan(paced, key=key)
+            stream.framing = prepared.framing
         kept = exchange.keep(stream) if exchange.keep is not None else None
         resumed, cut = None, False
         if prepared.stands_for is None and (last_id := last_event_id(request)) is not None:
@@ -224,7 +233,9 @@ class Replay(Attached):
             # starts the loop's default executor (figures in docs/benchmarks-history.md).
             options = self.host.options
             faulted = bool(self.host.injector.faults) or options.recorded_faults
-            prepare = functools.partial(_prepared, recording.interaction, shape, options.pace, faulted=faulted)
+            prepare = functools.partial(
+                _prepared, recording.interaction, shape, known.recorded.framing, options.pace, faulted=faulted
+            )
             if sum(len(chunk.data) for chunk in recording.interaction.response.chunks) <= _PREPARED_IN_PLACE:
                 prepared = self._prepared[key] = prepare()
                 return prepared

@@ -13,7 +13,8 @@ come with the chunks. The model is named in the path, and the path chooses
 the stream: `:generateContent` answers with one `GenerateContentResponse`.
 An error, before the stream or in it, is `{"error": {"code", "message",
 "status"}}` (429 `RESOURCE_EXHAUSTED`, 503 `UNAVAILABLE`); in a stream it is
-the last event.
+the last event. Without `alt=sse` the same chunks come as one JSON array,
+written chunk by chunk (`framing.JSON_ARRAY`; an error is its last element).
 """
 
 from .dialect import Gemini

@@ -13,6 +13,7 @@ from urllib.parse import parse_qsl, unquote
 
 from ... import _json
 from ...cassette import Headers, Interaction, Request
+from ...framing import JSON_ARRAY, SSE, Framing
 from ...sse import ServerSentEvent
 from ..encoder import Encoder
 from ..events import Error, Event, Start, Usage
@@ -76,7 +77,7 @@ def _get(obj: Any, name: str) -> Any:
 
 
 class Gemini(Generation):
-    """Google's Gemini API, streaming with `alt=sse`."""
+    """Google's Gemini API, streaming with `alt=sse`, or as one JSON array without it."""
 
     name = "gemini"
     answer = "a GenerateContentResponse with candidates"
@@ -179,6 +180,12 @@ class Gemini(Generation):
 
     def wants_stream(self, body: Any, path: str = "") -> bool:
         return path.rstrip("/").endswith(_STREAM)
+
+    def stream_framing(self, request: Request) -> Framing:
+        """Server-Sent Events when the query asks for them (`alt=sse`, as every SDK does); else the API's
+        default, one JSON array of the same chunks, written chunk by chunk."""
+        alt = [value for name, value in parse_qsl(request.query, keep_blank_values=True) if name == "alt"]
+        return SSE if alt[-1:] == ["sse"] else JSON_ARRAY
 
     def shapeless_path(self, path: str) -> str:
         return path.removesuffix(_STREAM) + ":generateContent" if path.endswith(_STREAM) else path
