@@ -21,9 +21,8 @@ from typing import Any
 from .cassette import Interaction
 from .dialects import Protocol, Violation, check_error_response, check_framing, detect
 from .framing import SSE
-from .matching import is_streamed
+from .matching import framing_of, is_streamed
 from .redaction import Redaction, find_secrets
-from .shape import framing_of
 
 __all__ = ["FRAMING_ONLY", "ContractCheck", "SecretFound", "check_interaction", "check_interactions", "secrets_in"]
 

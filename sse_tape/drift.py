@@ -39,7 +39,7 @@ from urllib.parse import unquote_plus
 
 from . import _json
 from .cassette import REDACTED, End, Interaction, Request
-from .matching import is_streamed
+from .matching import CUT_SHORT, is_streamed
 from .redaction import Redaction
 from .sse import ServerSentEvent
 
@@ -58,7 +58,6 @@ _TERMINAL = "[DONE]"
 """The kind of the OpenAI-style APIs' terminal frame, `data: [DONE]`."""
 
 # What a recording that ended so was cut short by: not the server's whole answer, so no shape to compare.
-_CUT_SHORT = (End.CLIENT_GONE, End.INTERRUPTED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,12 +215,12 @@ async def drift_checks(
     from .record import fetch_each  # the upstream, and reading its answers: the recorder's subsystem
 
     chosen = list(interactions)
-    compared = [interaction for interaction in chosen if interaction.response.end not in _CUT_SHORT]
+    compared = [interaction for interaction in chosen if interaction.response.end not in CUT_SHORT]
     requests = (resent_request(interaction.request, headers) for interaction in compared)
     async with contextlib.aclosing(fetch_each(upstream, requests, idle_timeout=idle_timeout)) as answers:
         for number, interaction in enumerate(chosen, 1):
             request, end = interaction.request, interaction.response.end
-            if end in _CUT_SHORT:
+            if end in CUT_SHORT:
                 why = f"recorded cut short ({end}), not the server's whole answer"
                 yield DriftCheck(source, number, request.method, request.path, skipped=why)
                 continue
@@ -257,13 +256,21 @@ def _kind(event: ServerSentEvent, value: Any) -> str:
     return _TERMINAL if event.data.strip() == _TERMINAL else _NAMELESS
 
 
+#: Fields whose keys are data, not shape: a call's arguments (Gemini's `args`, Anthropic's `input`, a tool's
+#: `response`), the completions API's `top_logprobs` (keyed by token), a request's `metadata`. Their paths end
+#: at the field.
+_OPAQUE = frozenset({"args", "input", "arguments", "response", "top_logprobs", "metadata"})
+
+
 def _paths(value: Any, prefix: str) -> Iterable[str]:
-    """Every field's path in a JSON value, an array's items all under `[]`."""
+    """Every field's path in a JSON value, an array's items all under `[]`; not into fields whose keys are
+    data (`_OPAQUE`)."""
     if isinstance(value, dict):
         for key, item in value.items():
             path = f"{prefix}.{key}" if prefix else str(key)
             yield path
-            yield from _paths(item, path)
+            if key not in _OPAQUE:
+                yield from _paths(item, path)
     elif isinstance(value, list):
         for item in value:
             yield from _paths(item, f"{prefix}[]")

@@ -11,7 +11,7 @@ frame a fault's error after the messages a stream has sent (`Framing.ending`).
 
 The framings: `SSE` and `JSON_ARRAY` (issue 31 adds NDJSON and AWS's event stream beside them). The
 framing a request asks for is its API's to say (`dialects.Protocol.stream_framing`); a recording's is told
-by its content type and its request (`shape.framing_of`).
+by its content type and its request (`matching.framing_of`).
 """
 
 from __future__ import annotations
@@ -390,7 +390,7 @@ JSON_ARRAY: Framing = _JSONArray()
 def by_content_type(value: str | None) -> Framing | None:
     """The framing a stream sent with this content type is in: SSE for `text/event-stream`, the JSON array for
     `application/json` (which a single JSON answer is sent with too: the request tells them apart, see
-    `shape.framing_of`); None for any other."""
+    `matching.framing_of`); None for any other."""
     kind = (value or "").split(";")[0].strip().lower()
     return next((f for f in (SSE, JSON_ARRAY) if f.content_type.split(";")[0] == kind), None)
 

@@ -38,10 +38,10 @@ from aiohttp import web
 from .cassette import Chunk, End, Headers, Injection, Interaction, Response
 from .faults import Fault, FaultedStream, Stage
 from .framing import Framing
+from .matching import framing_of
 from .plan import Plan
 from .recorder import Capture, Recorder
 from .responder import Exchange, Host, note_faults
-from .shape import framing_of
 from .wire import Live, end_to_end
 
 __all__ = ["Feed", "Source", "answer_live"]

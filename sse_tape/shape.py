@@ -37,8 +37,8 @@ from .cassette import Chunk, End, Headers, Interaction, Request, Response
 from .dialects import Generation as Dialect
 from .dialects import detect, for_path
 from .dialects.events import Error, Event, ReasoningDelta, RefusalDelta, Start, TextDelta, ToolCallDelta, Usage
-from .framing import SSE, Framing, blocks_of, by_content_type, reframe
-from .matching import asks_for_stream, is_streamed
+from .framing import SSE, Framing, blocks_of, reframe
+from .matching import asks_for_stream, framing_of
 from .plan import Plan
 
 __all__ = [
@@ -49,7 +49,6 @@ __all__ = [
     "asked",
     "collapse",
     "estimated_usage",
-    "framing_of",
     "pieces",
     "reshape",
     "spread",
@@ -154,26 +153,6 @@ def reshape(interaction: Interaction, shape: Shape) -> tuple[Response, str | Non
     except _UNREADABLE:
         pass  # a recording its dialect cannot read goes out as it is
     return response, None
-
-
-def framing_of(interaction: Interaction) -> Framing | None:
-    """How a recorded answer frames its stream's messages; None when it is no stream.
-
-    An event stream is SSE (see `is_streamed`); a successful answer to a request for a stream, in the content
-    type of the framing its API streams that request in, is in that framing (Gemini's JSON array, to
-    `streamGenerateContent` without `alt=sse`: `application/json`, which the same API's one JSON answer is
-    sent as too, told apart by the request).
-    """
-    if is_streamed(interaction):
-        return SSE
-    request, response = interaction.request, interaction.response
-    api = for_path(request.path)
-    if api is None or not 200 <= response.status < 300:
-        return None
-    framing = api.stream_framing(request)
-    if framing is SSE or by_content_type(response.header("content-type")) is not framing:
-        return None
-    return framing if api.wants_stream(request.json(), request.path) else None
 
 
 def pieces(text: str) -> list[str]:

@@ -24,7 +24,7 @@ from .cassette import Interaction
 from .dialects import DIALECTS, Answer, Generation, Protocol, detect
 from .dialects.events import ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta, ToolCallStart
 from .framing import SSE, Framing
-from .shape import framing_of
+from .matching import framing_of
 from .sse import ServerSentEvent
 
 __all__ = ["STALL", "Mark", "Timing", "View", "describe", "html_page", "lines", "view"]

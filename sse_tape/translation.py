@@ -17,8 +17,8 @@ from .cassette import Chunk, Interaction, Response
 from .dialects import Answer, Generation, Protocol, detect, generation
 from .dialects.events import Start
 from .framing import SSE, reframe
-from .matching import is_streamed
-from .shape import as_stream, framing_of
+from .matching import framing_of, is_streamed
+from .shape import as_stream
 
 __all__ = ["lost_in_translation", "translate"]
 

@@ -251,6 +251,17 @@ def test_a_field_of_one_kind_of_event_is_said_with_its_kind_and_a_new_kind_once(
     ]
 
 
+def test_the_keys_of_a_calls_arguments_are_its_text_not_its_shape() -> None:
+    call = Cassette.load(BUNDLED["gemini"]).interactions[1]  # get_weather(city="Tokyo")
+
+    def other_arguments(chunks: list[bytes]) -> list[bytes]:
+        return [c.replace(b'"args": {"city": "Tokyo"}', b'"args": {"place": "Tokyo", "unit": "C"}') for c in chunks]
+
+    now = edited(call, other_arguments)
+    assert now.response.body != call.response.body
+    assert shape_drift(AnswerShape.of(call), AnswerShape.of(now)) == []
+
+
 def test_a_stream_answered_now_as_one_json_answer_says_only_that() -> None:
     chat = Cassette.load(BUNDLED["openai-chat"]).interactions[0]
     headers = (("content-type", "application/json"),)

@@ -9,8 +9,9 @@ what a request offers and demands decides, never an incidental equal value.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anthropic
@@ -18,7 +19,18 @@ import httpx
 import openai
 import pytest
 
-from sse_tape import MockServer, serve
+from sse_tape import (
+    Cassette,
+    Chunk,
+    Interaction,
+    Matcher,
+    MockServer,
+    NoMatchError,
+    Request,
+    Response,
+    bundled_cassettes,
+    serve,
+)
 from sse_tape.journal import Matched, Missed
 
 
@@ -315,3 +327,98 @@ def test_a_responses_continuation_gets_the_answer_to_its_tool_result(server: Moc
             )
             assert [item.type for item in then.output] == ["message"]
             assert "Tokyo" in then.output_text
+
+
+# --- what a review found: continuations, ignored fields, mixed turns, arrays, long chains -------------------
+
+
+def test_a_continuation_offering_no_tools_never_gets_a_tool_call(server: MockServer) -> None:
+    # The final answer's id, continued with "tools": [] (openai-agents sends it): the Responses API keeps no
+    # tools, and a thread keeps them only for a request that names none.
+    with openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0) as client:
+        tools: Any = RESPONSES.tools(["get_weather"])["tools"]
+        first = client.responses.create(model="claude-sonnet-4-20250514", input="Weather in Tokyo?", tools=tools)
+        [call] = [item for item in first.output if item.type == "function_call"]
+        result = {"type": "function_call_output", "call_id": call.call_id, "output": "18C"}
+        final = client.responses.create(
+            model="claude-sonnet-4-20250514", previous_response_id=first.id, input=[result], tools=tools
+        )
+        for offered in ({"tools": []}, {}):
+            then = client.responses.create(
+                model="claude-sonnet-4-20250514", previous_response_id=final.id, input="Thanks!", **offered
+            )
+            assert [item.type for item in then.output] == ["message"], offered
+    after = MESSAGES.ask(True) | MESSAGES.tools(["get_weather"]) | {"stream": False}
+    final_id = httpx.post(server.url + MESSAGES.path, json=after, timeout=30).json()["id"]
+    continued = {"type": "continue", "previous_message_id": final_id}
+    thanks = {"model": "claude-sonnet-4-6", "max_tokens": 1024, "messages": [{"role": "user", "content": "Thanks!"}]}
+    assert _answer(server, MESSAGES, thanks | {"thread": continued, "tools": []}) in MESSAGES.plain
+
+
+def test_ignored_fields_do_not_change_a_requests_phase() -> None:
+    [chat] = [Cassette.load(p) for p in bundled_cassettes() if p.name == "openai-chat.toml"]
+    recorded = chat.interactions[1].request  # the tool call
+    matcher = Matcher([chat], match_on=["method", "path", "body"], ignore_body_fields=["tools"])
+    assert matcher.find(recorded).index == 2
+
+
+@pytest.mark.parametrize("name", ["anthropic-messages", "gemini"])
+def test_a_tool_result_with_text_in_the_same_turn_gets_the_answer_to_the_result(server: MockServer, name: str) -> None:
+    d = DIALECTS[name]
+    body = d.ask(True) | d.tools(["get_weather"])
+    turns = body["messages" if name == "anthropic-messages" else "contents"]
+    if name == "anthropic-messages":
+        turns[-1]["content"].append({"type": "text", "text": "Here is the result."})
+    else:
+        turns[-1]["parts"].append({"text": "Here is the result."})
+    assert _twice(server, d, body) == d.after
+
+
+def test_a_recorded_json_array_is_read_for_the_tools_its_answer_calls() -> None:
+    [gemini] = [Cassette.load(p) for p in bundled_cassettes() if p.name == "gemini.toml"]
+    call = gemini.interactions[1]  # the get_weather call, recorded as SSE: recorded here as Google's array
+    elements = [event.data for _, event in call.response.events()]
+    body = ("[" + ",\r\n".join(elements) + "]").encode()
+    array = Interaction(
+        replace(call.request, query=""),
+        Response(200, (("content-type", "application/json; charset=UTF-8"),), (Chunk(0.0, body),)),
+    )
+    matcher = Matcher([Cassette([array])], match_on=["method", "path"])
+    asked = GEMINI.ask(False)
+    with pytest.raises(NoMatchError, match="the recorded answer calls get_weather, which the request does not offer"):
+        matcher.find(Request("POST", GEMINI.path, body=json.dumps(asked | GEMINI.tools(["get_time"])).encode()))
+    forced = asked | GEMINI.tools(["get_weather"]) | GEMINI.choice("required")
+    assert matcher.find(Request("POST", GEMINI.path, body=json.dumps(forced).encode())).index == 1
+
+
+def test_a_long_chain_of_continuations_is_followed_without_recursion() -> None:
+    def turn(n: int) -> Interaction:
+        asked: dict[str, Any] = {"model": "m", "input": f"turn {n}"}
+        if n:
+            asked["previous_response_id"] = f"resp_{n - 1}"
+        message = {"type": "message", "id": f"msg_{n}", "role": "assistant", "status": "completed"}
+        message["content"] = [{"type": "output_text", "text": f"ok {n}", "annotations": []}]
+        answer = {"id": f"resp_{n}", "object": "response", "status": "completed", "model": "m", "output": [message]}
+        headers = (("content-type", "application/json"),)
+        return Interaction(
+            Request("POST", RESPONSES.path, body=json.dumps(asked).encode()),
+            Response(200, headers, (Chunk(0.0, json.dumps(answer).encode()),)),
+        )
+
+    chain = Cassette([turn(n) for n in range(1500)])
+    matcher = Matcher([chain])
+    assert matcher.find(chain.interactions[1498].request).index == 1499
+    assert matcher.find(chain.interactions[3].request).index == 4
+
+
+@pytest.mark.parametrize(
+    ("name", "choice"),
+    [
+        ("openai-chat", {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": []}}),
+        ("openai-responses", {"type": "allowed_tools", "mode": "required", "tools": []}),
+    ],
+)
+def test_allowed_tools_are_read_by_their_mode(server: MockServer, name: str, choice: dict[str, Any]) -> None:
+    d = DIALECTS[name]
+    required = d.ask(True) | d.tools(["get_weather"]) | {"tool_choice": choice}
+    assert "tool_choice requires a tool call, the recorded answer calls none" in _answer(server, d, required)

@@ -30,6 +30,7 @@ from .protocol import Protocol, Violation, to_json
 __all__ = [
     "ALL_SAMPLING",
     "LOCAL_SAMPLING",
+    "Continuation",
     "Generation",
     "Prompt",
     "ServerCalls",
@@ -78,6 +79,17 @@ class Prompt:
     """How many likeliest alternatives to report with each token's log probability; None: no logprobs."""
     tool_choice: str | None = None
     """`auto`, `none`, `required`, or the name of the function that must be called; None: the API's default."""
+
+
+@dataclass(frozen=True, slots=True)
+class Continuation:
+    """A request that goes on with a conversation the server holds (see `Generation.continues`)."""
+
+    previous: str
+    """The id of the response it goes on from."""
+    keeps_tools: bool
+    """Whether the server keeps the tools offered before for it (an Anthropic thread, to a request that names
+    none); the Responses API keeps none."""
 
 
 # The neutral error types, as the OpenAI-style APIs' statuses.
@@ -131,10 +143,10 @@ class Generation(Protocol):
         """The entry of this API's model list for the model `name`, about which nothing more is known."""
         return {"id": name}
 
-    def continues(self, body: Any) -> str | None:
-        """The id of the response whose conversation a request body goes on with, where the server holds it
-        (the Responses API's `previous_response_id`, an Anthropic thread's `previous_message_id`); None by
-        default, and for a request that sends its whole conversation."""
+    def continues(self, body: Any) -> Continuation | None:
+        """What a request body goes on with, where the server holds the conversation (the Responses API's
+        `previous_response_id`, an Anthropic thread's `previous_message_id`); None by default, and for a
+        request that sends its whole conversation."""
         return None
 
     def last_turn(self, body: Any) -> tuple[str, str] | None:

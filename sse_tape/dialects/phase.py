@@ -30,13 +30,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import _json
-from ..cassette import Interaction, Request
+from ..cassette import Request, Response
+from ..framing import Framing
 from .answer import Answer
 from .generation import Generation, Prompt
 
 __all__ = ["Phase", "answer_of", "calls_of", "phase_of"]
 
 _CHOICES = ("auto", "none", "required")
+
+#: The roles of instructions, not turns of the conversation.
+_INSTRUCTIONS = ("system", "developer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,13 +75,11 @@ class Phase:
             choice, named = "named", given
         else:
             choice, named = "auto", None
-        turns = [m for m in prompt.messages if m.get("role") != "system"]
-        last = turns[-1] if turns else None
-        answering = str(last.get("tool_call_id") or "") if last is not None and last.get("role") == "tool" else None
+        turns = [m for m in prompt.messages if m.get("role") not in _INSTRUCTIONS]
         conversation = tuple(_turn(m) for m in prompt.messages)
         if prompt.text is not None:
             conversation = (("prompt", prompt.text),)
-        return cls(tools, choice, named, answering, len(turns), conversation)
+        return cls(tools, choice, named, _answering(turns), len(turns), conversation)
 
     def fits(self, recorded: Phase, calls: frozenset[str] | None) -> str | None:
         """Why a recording whose request had the phase `recorded` cannot answer a request of this phase, in
@@ -93,7 +95,7 @@ class Phase:
             ends = "ends with a tool's result" if self.answering is not None else "does not end with a tool's result"
             return f"the conversation {ends}, the recorded one {'does not' if recorded.answering is None else 'does'}"
         if bool(self.tools) != bool(recorded.tools):
-            return f"the request offers {_tools(self.tools)}, the recorded one {_tools(recorded.tools)}"
+            return f"the request offers {self.shown_tools()}, the recorded one {recorded.shown_tools()}"
         if calls is None:
             if (self.choice, self.named) != (recorded.choice, recorded.named):
                 return f"tool_choice is {self.shown_choice()}, recorded {recorded.shown_choice()}"
@@ -122,28 +124,29 @@ class Phase:
             -abs(self.turns - recorded.turns),
         )
 
-    def after(self, previous: Phase, answer: Answer) -> Phase:
+    def after(self, previous: Phase, answer: Answer, *, keeps_tools: bool) -> Phase:
         """The phase of a request that continues a conversation the server holds (`Generation.continues`:
         the Responses API's `previous_response_id`, an Anthropic thread), where `previous` is the phase of the
         request it continues and `answer` that request's answer: the conversation goes on from theirs, and
-        the tools and `tool_choice` are theirs when this request offers none (a thread keeps them)."""
+        with `keeps_tools` (the server keeps them, and this request names none) so do the tools and
+        `tool_choice`."""
         said = (
             "assistant",
             answer.text,
             tuple((call.id, call.name, _arguments(call.arguments)) for call in answer.client_calls()),
             None,
         )
-        tools, choice, named = (
-            (self.tools, self.choice, self.named)
-            if self.tools
-            else (
-                previous.tools,
-                previous.choice,
-                previous.named,
-            )
-        )
+        kept = previous if keeps_tools else self
         conversation = (*previous.conversation, said, *self.conversation)
-        return Phase(tools, choice, named, self.answering, previous.turns + 1 + self.turns, conversation)
+        turns = previous.turns + 1 + self.turns
+        return Phase(kept.tools, kept.choice, kept.named, self.answering, turns, conversation)
+
+    def shown_tools(self) -> str:
+        """What a request offers, as a miss shows it: `no tools`, `tools (get_weather)`, or those `with
+        tool_choice none`."""
+        if not self.tools:
+            return "no tools"
+        return f"tools ({', '.join(sorted(self.tools))})" + (" with tool_choice none" if self.choice == "none" else "")
 
     def shown_choice(self) -> str:
         """`tool_choice` as a miss shows it: `auto`, `none`, `required` or `get_weather`."""
@@ -161,14 +164,14 @@ def phase_of(dialect: Generation, request: Request) -> Phase | None:
         return None
 
 
-def answer_of(dialect: Generation, interaction: Interaction) -> Answer | None:
-    """A recorded answer of `dialect`'s API, put together; None when it is no answer (an error status) or not
-    one `dialect` reads."""
-    response = interaction.response
+def answer_of(dialect: Generation, response: Response, framing: Framing | None) -> Answer | None:
+    """A recorded answer of `dialect`'s API, put together: its stream's messages in `framing` (see
+    `matching.framing_of`: SSE, Gemini's JSON array), else its one JSON answer; None when it is no answer (an
+    error status) or not one `dialect` reads."""
     if response.status >= 400:
         return None
     try:
-        events = response.events()
+        events = framing.events(response.chunks) if framing is not None else response.events()
         if events:
             return Answer.of(dialect.decode(sse for _, sse in events))
         if response.body:
@@ -184,8 +187,17 @@ def calls_of(answer: Answer | None) -> frozenset[str] | None:
     return None if answer is None else frozenset(call.name for call in answer.client_calls())
 
 
-def _tools(names: frozenset[str]) -> str:
-    return f"tools ({', '.join(sorted(names))})" if names else "no tools"
+def _answering(turns: list[dict[str, Any]]) -> str | None:
+    """The call id of the tool result a conversation ends with (`""` when it names none), where user text may
+    follow the results (Anthropic's and Gemini's turns hold both, which the neutral prompt splits); None when
+    it ends otherwise."""
+    for message in reversed(turns):
+        role = message.get("role")
+        if role == "tool":
+            return str(message.get("tool_call_id") or "")
+        if role != "user":
+            return None
+    return None
 
 
 def _turn(message: dict[str, Any]) -> tuple[Any, ...]:

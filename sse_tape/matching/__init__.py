@@ -13,7 +13,7 @@ The package by concept:
 
 from __future__ import annotations
 
-from .finder import CUT_SHORT, DEFAULT_MATCH_ON, Matcher, asks_for_stream, is_streamed, last_event_id
+from .finder import CUT_SHORT, DEFAULT_MATCH_ON, Matcher, asks_for_stream, framing_of, is_streamed, last_event_id
 from .matchers import MatchOn
 from .registry import MATCHERS, STRICT, Matchers
 
@@ -26,6 +26,7 @@ __all__ = [
     "Matcher",
     "Matchers",
     "asks_for_stream",
+    "framing_of",
     "is_streamed",
     "last_event_id",
 ]

@@ -74,11 +74,20 @@ from ..dialects.answer import Answer
 from ..dialects.generation import Generation
 from ..dialects.phase import Phase, answer_of, calls_of, phase_of
 from ..dialects.protocol import RequestMatcher
+from ..framing import SSE, Framing, by_content_type
 from ..state import MemoryStore, ReplayStore, recording_id
 from .matchers import AGREES, BUILT_IN, MatchOn, body_differences, shown
 from .registry import MATCHERS, STRICT
 
-__all__ = ["CUT_SHORT", "DEFAULT_MATCH_ON", "Matcher", "asks_for_stream", "is_streamed", "last_event_id"]
+__all__ = [
+    "CUT_SHORT",
+    "DEFAULT_MATCH_ON",
+    "Matcher",
+    "asks_for_stream",
+    "framing_of",
+    "is_streamed",
+    "last_event_id",
+]
 
 DEFAULT_MATCH_ON: tuple[str, ...] = (MatchOn.METHOD, MatchOn.PATH, MatchOn.BODY)
 """The matchers of a cassette that names none, served with no `match_on`."""
@@ -93,6 +102,10 @@ _NOT_YET: Any = object()  # a part of a request not worked out yet
 
 # What the very same request agrees on: every built-in matcher.
 _EVERY_PART = tuple(AGREES[matcher] for matcher in BUILT_IN.values())
+
+#: How many recordings back a continuation's phase is followed (`previous_response_id` after
+#: `previous_response_id`): a longer chain's oldest are read as requests that continue nothing.
+_CHAIN = 1000
 
 #: How many recordings a miss's explanation compares with the request, at most.
 _CANDIDATES = 64
@@ -122,6 +135,26 @@ def is_streamed(interaction: Interaction) -> bool:
     if kind:
         return kind == "text/event-stream"
     return asks_for_stream(interaction.request) is True
+
+
+def framing_of(interaction: Interaction) -> Framing | None:
+    """How a recorded answer frames its stream's messages; None when it is no stream.
+
+    An event stream is SSE (see `is_streamed`); a successful answer to a request for a stream, in the content
+    type of the framing its API streams that request in, is in that framing (Gemini's JSON array, to
+    `streamGenerateContent` without `alt=sse`: `application/json`, which the same API's one JSON answer is
+    sent as too, told apart by the request).
+    """
+    if is_streamed(interaction):
+        return SSE
+    request, response = interaction.request, interaction.response
+    api = for_path(request.path)
+    if api is None or not 200 <= response.status < 300:
+        return None
+    framing = api.stream_framing(request)
+    if framing is SSE or by_content_type(response.header("content-type")) is not framing:
+        return None
+    return framing if api.wants_stream(request.json(), request.path) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,30 +403,59 @@ class Matcher:
         }
 
     def _phase(self, n: int) -> Phase | None:
-        """The phase of recording n's request, as its rule compares it."""
+        """The phase of recording n's request (see `_phase_of`)."""
         found = self._phases[n]
         if found is _NOT_YET:
-            self._phases[n] = None  # while it is worked out: a chain of continuations that loops ends here
-            api = self._apis[self.recordings[n].interaction.request.path]
-            found = self._phases[n] = self._phase_of(api, self._compared[n])
+            request = self.recordings[n].interaction.request
+            found = self._phases[n] = self._phase_of(self._apis[request.path], request)
         return found  # type: ignore[no-any-return]
 
     def _phase_of(self, api: Dialect | None, request: Request) -> Phase | None:
-        """The phase of a request (see `Phase`), going on from the recording it continues when it names one
-        that answered (`Generation.continues`); None for an API with no phases."""
+        """The phase of a request as it came (its ignored fields too: they choose nothing), going on from the
+        recordings it continues (`Generation.continues`), back to `_CHAIN` of them; None for an API with no
+        phases. Worked out without recursion, each recording's phase kept once whole: a thread that explains
+        a miss meanwhile finds either none or the right one."""
         if not isinstance(api, Generation):
             return None
-        phase = phase_of(api, request)
-        previous = api.continues(request.json())
-        if phase is None or previous is None:
-            return phase
+        chain: list[tuple[Phase, Any]] = []  # this request's phase, then each it continues, with what it continues
+        known: Phase | None = None  # the phase of the oldest one, worked out before
+        seen: set[int] = set()
+        while True:
+            phase = phase_of(api, request)
+            if phase is None:
+                break
+            going_on = api.continues(request.json())
+            found = self._answered(going_on.previous) if going_on is not None else None
+            chain.append((phase, (going_on, found)))
+            if found is None or found in seen or len(chain) > _CHAIN:
+                break
+            seen.add(found)
+            if self._phases[found] is not _NOT_YET:
+                known = self._phases[found]
+                break
+            request = self.recordings[found].interaction.request
+            api = self._apis[request.path]
+            if not isinstance(api, Generation):
+                break
+        for phase, (going_on, found) in reversed(chain):
+            answer = self._answer(found) if found is not None else None
+            if known is not None and answer is not None and going_on is not None:
+                phase = phase.after(known, answer, keeps_tools=going_on.keeps_tools)
+            if found is not None and known is not None and self._phases[found] is _NOT_YET:
+                self._phases[found] = known
+            known = phase
+        return known if chain else None
+
+    def _answered(self, response_id: str) -> int | None:
+        """The recording that answered with this response id, if any."""
         if self._answer_ids is None:
-            self._answer_ids = {}
+            ids: dict[str, int] = {}
             for n in range(len(self.recordings)):
-                self._note_answer_id(n)
-        found = self._answer_ids.get(previous)
-        before, answer = (self._phase(found), self._answer(found)) if found is not None else (None, None)
-        return phase.after(before, answer) if before is not None and answer is not None else phase
+                answer = self._answer(n)
+                if answer is not None and answer.start.id:
+                    ids.setdefault(answer.start.id, n)
+            self._answer_ids = ids
+        return self._answer_ids.get(response_id)
 
     def _note_answer_id(self, n: int) -> None:
         assert self._answer_ids is not None
@@ -405,15 +467,19 @@ class Matcher:
         """Recording n's answer put together; None when it is no answer of an LLM API."""
         found = self._answers[n]
         if found is _NOT_YET:
-            api = self._apis[self.recordings[n].interaction.request.path]
             interaction = self.recordings[n].interaction
-            found = self._answers[n] = answer_of(api, interaction) if isinstance(api, Generation) else None
+            api = self._apis[interaction.request.path]
+            if isinstance(api, Generation):
+                found = answer_of(api, interaction.response, framing_of(interaction))
+            else:
+                found = None
+            self._answers[n] = found
         return found  # type: ignore[no-any-return]
 
     def _misfit(self, asked: _Asked, n: int) -> str | None:
         """Why recording n cannot answer the request in its phase (see `Phase.fits`); None when it can, or when
         either has no phase (an API that is not an LLM's, a body that is not JSON)."""
-        here, there = asked.phase(self._rules[n]), self._phase(n)
+        here, there = asked.phase(), self._phase(n)
         if here is None or there is None:
             return None
         calls = self._calls[n]
@@ -422,7 +488,7 @@ class Matcher:
         return here.fits(there, calls)
 
     def _closeness(self, asked: _Asked, n: int) -> tuple[Any, ...]:
-        here, there = asked.phase(self._rules[n]), self._phase(n)
+        here, there = asked.phase(), self._phase(n)
         return here.closeness(there) if here is not None and there is not None else ()
 
     def _play(self, n: int) -> Recording:
@@ -525,7 +591,7 @@ class _Asked:
         self.matcher = matcher
         self._api: Dialect | None = _NOT_YET
         self._compared: dict[tuple[tuple[tuple[str, ...], ...], bool], Request] = {}
-        self._phases: dict[tuple[tuple[tuple[str, ...], ...], bool], Phase | None] = {}
+        self._phase: Phase | None = _NOT_YET
 
     def api(self) -> Dialect | None:
         """The API of the request's path: known for every recorded path, looked up for any other."""
@@ -538,11 +604,11 @@ class _Asked:
         """Whether it asks for a stream (see `asks_for_stream`)."""
         return _asks_for_stream(self.request, self.api())
 
-    def phase(self, rule: _Rule) -> Phase | None:
-        """Its phase, as `rule` compares it (see `Phase`); None when it has none."""
-        if rule.reading not in self._phases:
-            self._phases[rule.reading] = self.matcher._phase_of(self.api(), self.compared(rule))
-        return self._phases[rule.reading]
+    def phase(self) -> Phase | None:
+        """Its phase (see `Phase`); None when it has none."""
+        if self._phase is _NOT_YET:
+            self._phase = self.matcher._phase_of(self.api(), self.request)
+        return self._phase
 
     def compared(self, rule: _Rule) -> Request:
         """The request as `rule` compares it."""

@@ -88,7 +88,8 @@ class Info:
 @dataclass(frozen=True, slots=True)
 class Sampling:
     """How tokens are chosen: llama.cpp's usual chain, top-k, then top-p, then min-p, then the temperature, then
-    a seeded draw, with the defaults of llama-cpp-python's `Llama.create_chat_completion`. A temperature of 0 is
+    a seeded draw, with the top-k, top-p and min-p defaults of llama-cpp-python's `Llama.create_chat_completion`
+    (its temperature's is 0.2; sse-tape's is 1.0, the APIs' own default). A temperature of 0 is
     greedy; a top-k of 0, a top-p of 1 and a min-p of 0 leave that step out; a seed of None is a random one."""
 
     temperature: float = 1.0

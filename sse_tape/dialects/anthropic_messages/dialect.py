@@ -12,7 +12,7 @@ from ...cassette import Headers, Interaction, Request
 from ...sse import ServerSentEvent
 from ..encoder import Encoder
 from ..events import Event, Start, Usage
-from ..generation import Generation, Prompt, made_id, sampled, sampling, whole
+from ..generation import Continuation, Generation, Prompt, made_id, sampled, sampling, whole
 from ..protocol import Checker, Violation, json_objects, opening, to_json
 from .codec import (
     ERROR_TYPES,
@@ -236,12 +236,14 @@ class AnthropicMessages(Generation):
         if not isinstance(usage, dict) or whole(usage.get("output_tokens")) is None:
             c.add(i, "message_delta has no usage.output_tokens")
 
-    def continues(self, body: Any) -> str | None:
+    def continues(self, body: Any) -> Continuation | None:
         thread = body.get("thread") if isinstance(body, dict) else None
         if not isinstance(thread, dict) or thread.get("type") != "continue":
             return None
         previous = thread.get("previous_message_id")
-        return previous if isinstance(previous, str) and previous else None
+        if not isinstance(previous, str) or not previous:
+            return None
+        return Continuation(previous, keeps_tools="tools" not in body)  # a thread holds what was offered
 
     def prompt(self, body: Any) -> Prompt:
         body = body if isinstance(body, dict) else {}

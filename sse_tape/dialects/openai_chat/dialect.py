@@ -174,7 +174,14 @@ class OpenAIChat(OpenAIFamily):
         choice = body.get("tool_choice")
         if isinstance(choice, dict):
             function = choice.get("function")
-            choice = function.get("name") if isinstance(function, dict) else None
+            allowed = choice.get("allowed_tools")  # a subset of the tools, called as its `mode` says
+            choice = (
+                function.get("name")
+                if isinstance(function, dict)
+                else allowed.get("mode")
+                if isinstance(allowed, dict)
+                else None
+            )
         top = whole(body.get("top_logprobs"))
         return Prompt(
             model=str(body.get("model", "")),

@@ -11,7 +11,7 @@ from ...cassette import Headers, Interaction, Request
 from ...sse import ServerSentEvent
 from ..encoder import Encoder
 from ..events import Error, Event, Start, Usage
-from ..generation import Prompt, chat_messages, sampled, sampling, whole
+from ..generation import Continuation, Prompt, chat_messages, sampled, sampling, whole
 from ..openai_common import OpenAIFamily
 from ..protocol import Checker, ProtocolResponder, Violation, json_objects, opening
 from .background import Background
@@ -152,9 +152,9 @@ class OpenAIResponses(OpenAIFamily):
         if kind != "response.content_part.done":
             state["text"] = ""
 
-    def continues(self, body: Any) -> str | None:
+    def continues(self, body: Any) -> Continuation | None:
         previous = body.get("previous_response_id") if isinstance(body, dict) else None
-        return previous if isinstance(previous, str) and previous else None
+        return Continuation(previous, keeps_tools=False) if isinstance(previous, str) and previous else None
 
     def prompt(self, body: Any) -> Prompt:
         body = body if isinstance(body, dict) else {}
@@ -168,8 +168,8 @@ class OpenAIResponses(OpenAIFamily):
             if isinstance(t, dict) and t.get("type") == "function"
         ]
         choice = body.get("tool_choice")
-        if isinstance(choice, dict):
-            choice = choice.get("name")
+        if isinstance(choice, dict):  # a function by name, or a subset of the tools called as its `mode` says
+            choice = choice.get("mode") if choice.get("type") == "allowed_tools" else choice.get("name")
         include = body.get("include") if isinstance(body.get("include"), list) else []
         top = whole(body.get("top_logprobs"))
         return Prompt(
