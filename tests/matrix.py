@@ -71,6 +71,11 @@ class Client:
     """The tool loop over plain answers."""
     streamed_loop: Loop | None = None
     """The tool loop over streamed answers."""
+    streams_always: bool = False
+    """The client asks for a stream even where its call is plain (pydantic-ai's Anthropic model does)."""
+    ignored_warnings: tuple[str, ...] = ()
+    """Warnings filters (pytest's `filterwarnings` words) for what the client library itself warns of, each
+    with its reason where the row is made: never a warning of sse-tape's."""
 
 
 class Weather:
