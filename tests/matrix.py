@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import inspect
 import json
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeAlias
+
+import pytest
 
 from sse_tape import MockServer
 from sse_tape.journal import Answered, Matched, Missed
@@ -53,10 +58,28 @@ GEMINI = Api(
 )
 
 Answer: TypeAlias = "str | Awaitable[str]"
-Ask: TypeAlias = Callable[[str], Answer]
+Ask: TypeAlias = "Callable[[str], Answer] | InVenv"
 """A case without a tool: the server's base URL in, the answer's text out."""
-Loop: TypeAlias = Callable[[str, "Weather"], Answer]
+Loop: TypeAlias = "Callable[[str, Weather], Answer] | InVenv"
 """A tool loop: the server's base URL and the tool in, the final answer's text out."""
+
+
+@dataclass(frozen=True, slots=True)
+class Venv:
+    """A venv of its own for clients whose pins conflict with the shared environment's packages: it sees those
+    (`--system-site-packages`) and installs `requirements` over them."""
+
+    name: str
+    requirements: tuple[str, ...]
+    why: str
+    """The pins that keep its clients out of the shared environment."""
+
+
+@dataclass(frozen=True, slots=True)
+class InVenv:
+    """A case its client makes in the row's venv: `venv_clients.py CLIENT CASE URL`, run by the venv's Python."""
+
+    case: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +94,12 @@ class Client:
     """The tool loop over plain answers."""
     streamed_loop: Loop | None = None
     """The tool loop over streamed answers."""
+    extract: Ask | None = None
+    """Structured output by a forced tool: the client makes the model call get_weather, and returns its city."""
+    streamed_extract: Ask | None = None
+    """The same over a stream."""
+    venv: Venv | None = None
+    """Where the client runs, when not in the shared environment (its cases are then `InVenv`)."""
     streams_always: bool = False
     """The client asks for a stream even where its call is plain (pydantic-ai's Anthropic model does)."""
     ignored_warnings: tuple[str, ...] = ()
@@ -105,8 +134,80 @@ class Weather:
         return self(**args)
 
 
-async def answer_of(answer: Answer) -> str:
-    """The text of a case's answer, awaited when the client is async."""
+VENV_CLIENTS = Path(__file__).with_name("venv_clients.py")
+
+
+class Venvs:
+    """The venvs of a test session, each made the first time a client needs it, under `root`, with one process of
+    `venv_clients.py` in each that makes the cases (each client imported once)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._made: dict[str, subprocess.Popen[str] | str] = {}  # a venv's process, or why it could not be made
+
+    def _process(self, venv: Venv) -> subprocess.Popen[str]:
+        """The venv's process, made now if it is not yet; the test skips, saying why, when pip cannot install it."""
+        made = self._made.get(venv.name)
+        if made is None:
+            made = self._made[venv.name] = self._make(venv)
+        if isinstance(made, str):
+            pytest.skip(made)
+        return made
+
+    def _make(self, venv: Venv) -> subprocess.Popen[str] | str:
+        folder = self.root / venv.name
+        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(folder)], check=True, timeout=120)
+        python = folder / "bin" / "python"
+        # pip's own cache makes this quick after the first time; with no index to reach, it fails soon.
+        pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--timeout", "15"]
+        installed = subprocess.run(
+            [*pip, "--retries", "1", *venv.requirements], capture_output=True, text=True, timeout=300
+        )
+        if installed.returncode != 0:
+            said = installed.stderr.strip().splitlines()[-1:] or ["(nothing on stderr)"]
+            return f"{venv.why}; pip could not install {' '.join(venv.requirements)} in a venv of its own: {said[0]}"
+        with (folder / "stderr.log").open("w") as log:  # read when a case fails; a pipe nobody reads could fill
+            return subprocess.Popen(
+                [str(python), str(VENV_CLIENTS)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True
+            )
+
+    def run(self, client: Client, case: InVenv, url: str) -> dict[str, Any]:
+        """Make `case` of `client` in its venv against the server at `url`: what the client answered, and the
+        cities its tool was asked about."""
+        assert client.venv is not None
+        process = self._process(client.venv)
+        assert process.stdin is not None
+        assert process.stdout is not None
+        process.stdin.write(f"{client.name} {case.case} {url}\n")
+        process.stdin.flush()
+        for line in process.stdout:
+            if line.startswith("RESULT "):
+                result: dict[str, Any] = json.loads(line.removeprefix("RESULT "))
+                assert "error" not in result, f"{client.name} {case.case} raised:\n{result['error']}"
+                return result
+        log = (self.root / client.venv.name / "stderr.log").read_text()
+        raise AssertionError(f"venv_clients.py exited with {process.wait()} during {client.name} {case.case}:\n{log}")
+
+    def close(self) -> None:
+        """End the venvs' processes."""
+        for made in self._made.values():
+            if not isinstance(made, str):
+                assert made.stdin is not None
+                made.stdin.close()
+                made.wait(timeout=30)
+                assert made.stdout is not None
+                made.stdout.close()
+
+
+async def answer_of(client: Client, case: str, url: str, venvs: Venvs, weather: Weather | None = None) -> str:
+    """The text of the answer `client` gets in `case` (a field's name) from the server at `url`."""
+    how = getattr(client, case)
+    if isinstance(how, InVenv):
+        result = venvs.run(client, how, url)
+        if weather is not None:
+            weather.cities += result["cities"]
+        return str(result["answer"])
+    answer = how(url) if weather is None else how(url, weather)
     return await answer if inspect.isawaitable(answer) else answer
 
 

@@ -132,6 +132,22 @@ def chat_helper_loop(url: str, weather: Weather) -> str:
     raise AssertionError(f"no answer after {LOOP_LIMIT} model calls")
 
 
+def chat_extract(url: str) -> str:
+    """The call forced, as structured output by a tool does it: the city the model called get_weather with."""
+    forced: Any = {"type": "function", "function": {"name": "get_weather"}}
+    with openai_sdk(url) as client:
+        message = (
+            client.chat.completions.create(
+                model=CHAT.model, messages=[{"role": "user", "content": QUESTION}], tools=CHAT_TOOLS, tool_choice=forced
+            )
+            .choices[0]
+            .message
+        )
+        assert message.tool_calls, message
+        assert message.tool_calls[0].type == "function"
+        return str(json.loads(message.tool_calls[0].function.arguments)["city"])
+
+
 # OpenAI: the Responses API.
 
 RESPONSES_TOOLS: list[Any] = [
@@ -393,7 +409,15 @@ def genai_manual_loop(url: str, weather: Weather) -> str:
 
 
 SDK_CLIENTS = [
-    Client("openai-chat", CHAT, stream=chat_stream, plain=chat_plain, loop=chat_loop, streamed_loop=chat_streamed_loop),
+    Client(
+        "openai-chat",
+        CHAT,
+        stream=chat_stream,
+        plain=chat_plain,
+        loop=chat_loop,
+        streamed_loop=chat_streamed_loop,
+        extract=chat_extract,
+    ),
     Client("openai-chat-stream-helper", CHAT, stream=chat_helper_stream, streamed_loop=chat_helper_loop),
     Client("openai-responses", RESPONSES, stream=responses_stream, plain=responses_plain, loop=responses_loop),
     Client("openai-responses-previous-id", RESPONSES, loop=responses_continued_loop),

@@ -4,8 +4,10 @@ the bundled cassettes served as `sse-tape serve` serves them, at instant and at 
 Each client streams the greeting, answers it plainly (one JSON body), and runs its tool loop: it offers
 get_weather, the recording calls it, the client runs it and sends its result back, and gets the recorded
 answer after it. A user's suite runs one agent test after another on one server, so each tool loop also runs
-twice in a row on one server, and must play the same recordings the second time. The rows are in
-`sdk_clients` (the vendors' SDKs) and `framework_clients` (agent frameworks and gateways).
+twice in a row on one server, and must play the same recordings the second time. Clients whose structured
+output forces a tool get the recorded call of it. The rows are in `sdk_clients` (the vendors' SDKs) and
+`framework_clients` (agent frameworks and gateways); those that need a venv of their own (`venv_clients`) are
+below.
 """
 
 from __future__ import annotations
@@ -14,12 +16,29 @@ from collections.abc import Iterator
 
 import pytest
 from framework_clients import FRAMEWORK_CLIENTS
-from matrix import Client, Weather, answer_of, as_json, check, streamed
+from matrix import CHAT, Client, InVenv, Venv, Venvs, Weather, answer_of, as_json, check, streamed
 from sdk_clients import SDK_CLIENTS
 
 from sse_tape import MockServer, serve
 
-CLIENTS = [*SDK_CLIENTS, *FRAMEWORK_CLIENTS]
+OPENAI_2 = Venv(
+    "openai-2",
+    ("instructor>=1.17", "openai<3", "llama-index-core>=0.14", "llama-index-llms-openai-like>=0.8"),
+    why="instructor 1.17 pins jiter<0.15 (openai 3 needs jiter>=0.16) and llama-index-llms-openai 0.8 pins openai<3",
+)
+VENV_CLIENTS = [
+    Client("instructor", CHAT, extract=InVenv("extract"), streamed_extract=InVenv("streamed_extract"), venv=OPENAI_2),
+    Client(
+        "llama-index",
+        CHAT,
+        stream=InVenv("stream"),
+        plain=InVenv("plain"),
+        loop=InVenv("loop"),
+        streamed_loop=InVenv("streamed_loop"),
+        venv=OPENAI_2,
+    ),
+]
+CLIENTS = [*SDK_CLIENTS, *FRAMEWORK_CLIENTS, *VENV_CLIENTS]
 
 
 @pytest.fixture(params=["instant", "recorded"])
@@ -29,58 +48,62 @@ def server(request: pytest.FixtureRequest) -> Iterator[MockServer]:
         yield running
 
 
+@pytest.fixture(scope="session")
+def venvs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Venvs]:
+    """This session's venvs, each made when a client first needs it."""
+    made = Venvs(tmp_path_factory.mktemp("venvs"))
+    yield made
+    made.close()
+
+
 def marks(client: Client) -> list[pytest.MarkDecorator]:
     return [pytest.mark.filterwarnings(words) for words in client.ignored_warnings]
 
 
-def rows(case: str) -> list[object]:
+def rows(*cases: str) -> list[object]:
+    """A test's parameters: each client with each of `cases` it can make (a `Client` field's name)."""
     return [
-        pytest.param(client, id=client.name, marks=marks(client))
+        pytest.param(client, case, id=client.name + (f"-{case}" if len(cases) > 1 else ""), marks=marks(client))
         for client in CLIENTS
+        for case in cases
         if getattr(client, case) is not None
     ]
 
 
-def loops() -> list[object]:
-    return [
-        pytest.param(client, streaming, id=f"{client.name}-{'streamed' if streaming else 'plain'}", marks=marks(client))
-        for client in CLIENTS
-        for streaming, loop in ((False, client.loop), (True, client.streamed_loop))
-        if loop is not None
-    ]
-
-
-@pytest.mark.parametrize("client", rows("stream"))
-async def test_streams_the_greeting(server: MockServer, client: Client) -> None:
-    assert client.stream is not None
-    got = await answer_of(client.stream(server.url))
+@pytest.mark.parametrize(("client", "case"), rows("stream"))
+async def test_streams_the_greeting(server: MockServer, venvs: Venvs, client: Client, case: str) -> None:
+    got = await answer_of(client, case, server.url, venvs)
     check(server, got, client.api.greeting, [streamed(client.api, 1)])
 
 
-@pytest.mark.parametrize("client", rows("plain"))
-async def test_answers_the_greeting_plainly(server: MockServer, client: Client) -> None:
-    assert client.plain is not None
-    got = await answer_of(client.plain(server.url))
+@pytest.mark.parametrize(("client", "case"), rows("plain"))
+async def test_answers_the_greeting_plainly(server: MockServer, venvs: Venvs, client: Client, case: str) -> None:
+    got = await answer_of(client, case, server.url, venvs)
     shape = streamed if client.streams_always else as_json
     check(server, got, client.api.greeting, [shape(client.api, 1)])
 
 
-async def run_loop(server: MockServer, client: Client, streaming: bool, times: int) -> None:
-    loop = client.streamed_loop if streaming else client.loop
-    assert loop is not None
-    shape = streamed if streaming or client.streams_always else as_json
+async def run_loop(server: MockServer, venvs: Venvs, client: Client, case: str, times: int) -> None:
+    shape = streamed if case == "streamed_loop" or client.streams_always else as_json
     weather = Weather()
-    answers = [await answer_of(loop(server.url, weather)) for _ in range(times)]
+    answers = [await answer_of(client, case, server.url, venvs, weather) for _ in range(times)]
     want = ([client.api.answer] * times, ["Tokyo"] * times)
     check(server, (answers, weather.cities), want, [shape(client.api, 2), shape(client.api, 3)] * times)
 
 
-@pytest.mark.parametrize(("client", "streaming"), loops())
-async def test_runs_its_tool_loop(server: MockServer, client: Client, streaming: bool) -> None:
-    await run_loop(server, client, streaming, times=1)
+@pytest.mark.parametrize(("client", "case"), rows("loop", "streamed_loop"))
+async def test_runs_its_tool_loop(server: MockServer, venvs: Venvs, client: Client, case: str) -> None:
+    await run_loop(server, venvs, client, case, times=1)
 
 
-@pytest.mark.parametrize(("client", "streaming"), loops())
-async def test_runs_its_tool_loop_twice_on_one_server(client: Client, streaming: bool) -> None:
+@pytest.mark.parametrize(("client", "case"), rows("loop", "streamed_loop"))
+async def test_runs_its_tool_loop_twice_on_one_server(venvs: Venvs, client: Client, case: str) -> None:
     with serve(pace="instant") as server:
-        await run_loop(server, client, streaming, times=2)
+        await run_loop(server, venvs, client, case, times=2)
+
+
+@pytest.mark.parametrize(("client", "case"), rows("extract", "streamed_extract"))
+async def test_gets_the_forced_tool_call(server: MockServer, venvs: Venvs, client: Client, case: str) -> None:
+    got = await answer_of(client, case, server.url, venvs)
+    shape = streamed if case == "streamed_extract" or client.streams_always else as_json
+    check(server, got, "Tokyo", [shape(client.api, 2)])
