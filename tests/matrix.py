@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
@@ -58,16 +59,16 @@ GEMINI = Api(
 )
 
 Answer: TypeAlias = "str | Awaitable[str]"
-Ask: TypeAlias = "Callable[[str], Answer] | InVenv"
+Ask: TypeAlias = "Callable[[str], Answer] | InWorker"
 """A case without a tool: the server's base URL in, the answer's text out."""
-Loop: TypeAlias = "Callable[[str, Weather], Answer] | InVenv"
+Loop: TypeAlias = "Callable[[str, Weather], Answer] | InWorker"
 """A tool loop: the server's base URL and the tool in, the final answer's text out."""
 
 
 @dataclass(frozen=True, slots=True)
 class Venv:
     """A venv of its own for clients whose pins conflict with the shared environment's packages: it sees those
-    (`--system-site-packages`) and installs `requirements` over them."""
+    (`--system-site-packages`) and installs `requirements` over them; `venv_clients.py` runs in it."""
 
     name: str
     requirements: tuple[str, ...]
@@ -76,8 +77,17 @@ class Venv:
 
 
 @dataclass(frozen=True, slots=True)
-class InVenv:
-    """A case its client makes in the row's venv: `venv_clients.py CLIENT CASE URL`, run by the venv's Python."""
+class NodeModules:
+    """The JavaScript clients: `js/package.json` installed with npm (from its cache where it can), and
+    `js/clients.mjs` run by node."""
+
+    name: str = "js"
+
+
+@dataclass(frozen=True, slots=True)
+class InWorker:
+    """A case its client makes in the row's worker, a process of its own (a venv's Python, or node) that reads
+    `CLIENT CASE URL` lines and answers each with a `RESULT` line."""
 
     case: str
 
@@ -98,8 +108,8 @@ class Client:
     """Structured output by a forced tool: the client makes the model call get_weather, and returns its city."""
     streamed_extract: Ask | None = None
     """The same over a stream."""
-    venv: Venv | None = None
-    """Where the client runs, when not in the shared environment (its cases are then `InVenv`)."""
+    worker: Venv | NodeModules | None = None
+    """Where the client runs, when not in the tests' own process (its cases are then `InWorker`)."""
     streams_always: bool = False
     """The client asks for a stream even where its call is plain (pydantic-ai's Anthropic model does)."""
     ignored_warnings: tuple[str, ...] = ()
@@ -134,28 +144,29 @@ class Weather:
         return self(**args)
 
 
-VENV_CLIENTS = Path(__file__).with_name("venv_clients.py")
+TESTS = Path(__file__).parent
 
 
-class Venvs:
-    """The venvs of a test session, each made the first time a client needs it, under `root`, with one process of
-    `venv_clients.py` in each that makes the cases (each client imported once)."""
+class Workers:
+    """The workers of a test session, each made the first time a client needs it, under `root`: a venv with
+    `venv_clients.py` running in it, or the npm packages with `js/clients.mjs` running in node. Each imports its
+    clients once, and makes one case after another."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self._made: dict[str, subprocess.Popen[str] | str] = {}  # a venv's process, or why it could not be made
+        self._made: dict[str, subprocess.Popen[str] | str] = {}  # a worker, or why it could not be made
 
-    def _process(self, venv: Venv) -> subprocess.Popen[str]:
-        """The venv's process, made now if it is not yet; the test skips, saying why, when pip cannot install it."""
-        made = self._made.get(venv.name)
+    def _worker(self, where: Venv | NodeModules) -> subprocess.Popen[str]:
+        """The worker, made now if it is not yet; the test skips, saying why, when it cannot be made here."""
+        made = self._made.get(where.name)
         if made is None:
-            made = self._made[venv.name] = self._make(venv)
+            folder = self.root / where.name
+            made = self._made[where.name] = self._venv(where, folder) if isinstance(where, Venv) else self._node(folder)
         if isinstance(made, str):
             pytest.skip(made)
         return made
 
-    def _make(self, venv: Venv) -> subprocess.Popen[str] | str:
-        folder = self.root / venv.name
+    def _venv(self, venv: Venv, folder: Path) -> subprocess.Popen[str] | str:
         subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(folder)], check=True, timeout=120)
         python = folder / "bin" / "python"
         # pip's own cache makes this quick after the first time; with no index to reach, it fails soon.
@@ -166,30 +177,57 @@ class Venvs:
         if installed.returncode != 0:
             said = installed.stderr.strip().splitlines()[-1:] or ["(nothing on stderr)"]
             return f"{venv.why}; pip could not install {' '.join(venv.requirements)} in a venv of its own: {said[0]}"
+        return self._start([str(python), str(TESTS / "venv_clients.py")], folder)
+
+    def _node(self, folder: Path) -> subprocess.Popen[str] | str:
+        node, npm = shutil.which("node"), shutil.which("npm")
+        if node is None or npm is None:
+            return "the JavaScript clients need node and npm, and this machine has no " + (
+                "node" if node is None else "npm"
+            )
+        folder.mkdir()
+        for name in ("package.json", "clients.mjs"):
+            shutil.copy(TESTS / "js" / name, folder / name)
+        # npm's own cache makes this quick after the first time.
+        npm_install = [npm, "install", "--no-audit", "--no-fund", "--prefer-offline", "--loglevel=error"]
+        installed = subprocess.run(npm_install, cwd=folder, capture_output=True, text=True, timeout=300)
+        if installed.returncode != 0:
+            said = installed.stderr.strip().splitlines()[-1:] or ["(nothing on stderr)"]
+            return f"npm could not install the JavaScript clients (tests/js/package.json): {said[0]}"
+        return self._start([node, "clients.mjs"], folder)
+
+    @staticmethod
+    def _start(command: list[str], folder: Path) -> subprocess.Popen[str]:
         with (folder / "stderr.log").open("w") as log:  # read when a case fails; a pipe nobody reads could fill
             return subprocess.Popen(
-                [str(python), str(VENV_CLIENTS)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True
+                command,
+                cwd=folder,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                encoding="utf-8",
             )
 
-    def run(self, client: Client, case: InVenv, url: str) -> dict[str, Any]:
-        """Make `case` of `client` in its venv against the server at `url`: what the client answered, and the
+    def run(self, client: Client, case: InWorker, url: str) -> dict[str, Any]:
+        """Make `case` of `client` in its worker against the server at `url`: what the client answered, and the
         cities its tool was asked about."""
-        assert client.venv is not None
-        process = self._process(client.venv)
-        assert process.stdin is not None
-        assert process.stdout is not None
-        process.stdin.write(f"{client.name} {case.case} {url}\n")
-        process.stdin.flush()
-        for line in process.stdout:
+        assert client.worker is not None
+        worker = self._worker(client.worker)
+        assert worker.stdin is not None
+        assert worker.stdout is not None
+        worker.stdin.write(f"{client.name} {case.case} {url}\n")
+        worker.stdin.flush()
+        for line in worker.stdout:
             if line.startswith("RESULT "):
                 result: dict[str, Any] = json.loads(line.removeprefix("RESULT "))
                 assert "error" not in result, f"{client.name} {case.case} raised:\n{result['error']}"
                 return result
-        log = (self.root / client.venv.name / "stderr.log").read_text()
-        raise AssertionError(f"venv_clients.py exited with {process.wait()} during {client.name} {case.case}:\n{log}")
+        log = (self.root / client.worker.name / "stderr.log").read_text()
+        raise AssertionError(f"the worker exited with {worker.wait()} during {client.name} {case.case}:\n{log}")
 
     def close(self) -> None:
-        """End the venvs' processes."""
+        """End the workers."""
         for made in self._made.values():
             if not isinstance(made, str):
                 assert made.stdin is not None
@@ -199,11 +237,11 @@ class Venvs:
                 made.stdout.close()
 
 
-async def answer_of(client: Client, case: str, url: str, venvs: Venvs, weather: Weather | None = None) -> str:
+async def answer_of(client: Client, case: str, url: str, workers: Workers, weather: Weather | None = None) -> str:
     """The text of the answer `client` gets in `case` (a field's name) from the server at `url`."""
     how = getattr(client, case)
-    if isinstance(how, InVenv):
-        result = venvs.run(client, how, url)
+    if isinstance(how, InWorker):
+        result = workers.run(client, how, url)
         if weather is not None:
             weather.cities += result["cities"]
         return str(result["answer"])

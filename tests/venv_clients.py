@@ -1,5 +1,5 @@
 """Clients that cannot live beside the shared environment's `openai` (3.x), run in a venv of their own by the client
-matrix (`matrix.Venvs`): `python venv_clients.py` reads `CLIENT CASE URL` lines and answers each with a line
+matrix (`matrix.Workers`): `python venv_clients.py` reads `CLIENT CASE URL` lines and answers each with a line
 `RESULT {"answer": ..., "cities": [...]}` (or `RESULT {"error": traceback}`), importing each client once.
 
 instructor 1.17 pins `jiter<0.15` where openai 3 needs `jiter>=0.16`, and llama-index-llms-openai 0.8 pins
