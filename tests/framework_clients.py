@@ -175,12 +175,17 @@ def langchain_row(name: str, api: Api) -> Client:
 LITELLM_ROUTES = {CHAT: "openai/", MESSAGES: "anthropic/", GEMINI: "gemini/"}
 
 
-def litellm_call(api: Api, url: str, messages: list[Any], **more: Any) -> Any:
-    # LiteLLM fetches its model price list from GitHub when imported, unless told to read its own copy (its docs'
-    # setting for machines with no network).
+def litellm_module() -> Any:
+    """LiteLLM, imported as its docs say to on a machine with no network: it fetches its model price list from
+    GitHub when imported, unless told to read its own copy."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
 
+    return litellm
+
+
+def litellm_call(api: Api, url: str, messages: list[Any], **more: Any) -> Any:
+    litellm = litellm_module()
     # Its API bases carry the version where the API's paths do (as its Cloudflare gateway example for Gemini).
     base = {CHAT: url + "/v1", MESSAGES: url, GEMINI: url + "/v1beta"}[api]
     key = {CHAT: "sk-test", MESSAGES: "sk-ant-test", GEMINI: "test-key"}[api]
@@ -209,8 +214,7 @@ def litellm_row(name: str, api: Api, ignored_warnings: tuple[str, ...] = ()) -> 
 
     def loop(streaming: bool) -> Loop:
         def tool_loop(url: str, weather: Weather) -> str:
-            import litellm
-
+            litellm = litellm_module()
             messages: list[Any] = [{"role": "user", "content": QUESTION}]
             for _ in range(LOOP_LIMIT):
                 reply = litellm_call(api, url, messages, tools=LITELLM_TOOLS, stream=streaming)
