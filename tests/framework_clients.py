@@ -202,7 +202,12 @@ LITELLM_TOOLS: list[Any] = [
 ]
 
 
-def litellm_row(name: str, api: Api, ignored_warnings: tuple[str, ...] = ()) -> Client:
+LITELLM_WARNINGS = ("ignore:.* using the `ReadOnly` qualifier:UserWarning",)
+"""LiteLLM builds pydantic models of its TypedDicts (its Gemini context caching, its thinking blocks) when first
+used, and pydantic warns that it cannot protect their `ReadOnly` items: whichever case builds one first."""
+
+
+def litellm_row(name: str, api: Api) -> Client:
     greeting = [{"role": "user", "content": GREETING_PROMPT}]
 
     def stream(url: str) -> str:
@@ -238,7 +243,7 @@ def litellm_row(name: str, api: Api, ignored_warnings: tuple[str, ...] = ()) -> 
         plain=plain,
         loop=loop(False),
         streamed_loop=loop(True),
-        ignored_warnings=ignored_warnings,
+        ignored_warnings=LITELLM_WARNINGS,
     )
 
 
@@ -256,6 +261,5 @@ FRAMEWORK_CLIENTS = [
     langchain_row("langchain-google-genai", GEMINI),
     litellm_row("litellm-openai", CHAT),
     litellm_row("litellm-anthropic", MESSAGES),
-    # Its Gemini route builds a pydantic model of Google's context caching, which pydantic warns of.
-    litellm_row("litellm-gemini", GEMINI, ("ignore:.* using the `ReadOnly` qualifier:UserWarning",)),
+    litellm_row("litellm-gemini", GEMINI),
 ]
