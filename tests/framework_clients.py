@@ -31,7 +31,9 @@ from matrix import (
 # openai-agents: its Responses model (the default) and its chat completions model.
 
 
-def agents_rows(name: str, api: Api) -> Client:
+def agents_row(name: str, api: Api) -> Client:
+    """openai-agents' Agent and Runner on `api` (chat completions or Responses), with its AsyncOpenAI client."""
+
     async def run(url: str, prompt: str, tools: list[Any], streaming: bool) -> str:
         from agents import Agent, OpenAIChatCompletionsModel, OpenAIResponsesModel, RunConfig, Runner
 
@@ -73,6 +75,7 @@ def agents_rows(name: str, api: Api) -> Client:
 
 
 def pydantic_ai_model(api: Api, url: str) -> Any:
+    """pydantic-ai's model for `api`, its provider given the server's base URL and a key."""
     if api is CHAT or api is RESPONSES:
         from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
         from pydantic_ai.providers.openai import OpenAIProvider
@@ -95,6 +98,8 @@ def pydantic_ai_model(api: Api, url: str) -> Any:
 
 
 def pydantic_ai_row(name: str, api: Api, *, streams_always: bool = False) -> Client:
+    """pydantic-ai's Agent on `api`: `run`, `run_stream` and, for a streamed tool loop, `run_stream_events`."""
+
     async def run(url: str, prompt: str, tools: list[Callable[..., str]], streaming: bool) -> str:
         from pydantic_ai import Agent, AgentRunResultEvent
 
@@ -130,6 +135,7 @@ def pydantic_ai_row(name: str, api: Api, *, streams_always: bool = False) -> Cli
 
 
 def langchain_model(api: Api, url: str, streaming: bool) -> Any:
+    """LangChain's chat model for `api`, given the server's base URL and a key."""
     if api is CHAT or api is RESPONSES:
         from langchain_openai import ChatOpenAI
 
@@ -150,6 +156,8 @@ def langchain_model(api: Api, url: str, streaming: bool) -> Any:
 
 
 def langchain_row(name: str, api: Api) -> Client:
+    """LangChain's chat model on `api`, and its agent (`create_agent`) for the tool loops."""
+
     def stream(url: str) -> str:
         return "".join(chunk.text for chunk in langchain_model(api, url, streaming=True).stream(GREETING_PROMPT))
 
@@ -185,6 +193,7 @@ def litellm_module() -> Any:
 
 
 def litellm_call(api: Api, url: str, messages: list[Any], **more: Any) -> Any:
+    """`litellm.completion` by the route of `api`, with the API base its docs give for a server of one's own."""
     litellm = litellm_module()
     # Its API bases carry the version where the API's paths do (as its Cloudflare gateway example for Gemini).
     base = {CHAT: url + "/v1", MESSAGES: url, GEMINI: url + "/v1beta"}[api]
@@ -208,6 +217,7 @@ used, and pydantic warns that it cannot protect their `ReadOnly` items: whicheve
 
 
 def litellm_row(name: str, api: Api) -> Client:
+    """LiteLLM's `completion` on `api`'s route, its tool loop by hand (`stream_chunk_builder` for a streamed one)."""
     greeting = [{"role": "user", "content": GREETING_PROMPT}]
 
     def stream(url: str) -> str:
@@ -248,8 +258,8 @@ def litellm_row(name: str, api: Api) -> Client:
 
 
 FRAMEWORK_CLIENTS = [
-    agents_rows("openai-agents-responses", RESPONSES),
-    agents_rows("openai-agents-chat", CHAT),
+    agents_row("openai-agents-responses", RESPONSES),
+    agents_row("openai-agents-chat", CHAT),
     pydantic_ai_row("pydantic-ai-openai-chat", CHAT),
     pydantic_ai_row("pydantic-ai-openai-responses", RESPONSES),
     # Its Anthropic model streams every request, and puts the stream together for `run`.

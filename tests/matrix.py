@@ -190,6 +190,7 @@ class Workers:
             shutil.copy(TESTS / "js" / name, folder / name)
         # npm's own cache makes this quick after the first time.
         npm_install = [npm, "install", "--no-audit", "--no-fund", "--prefer-offline", "--loglevel=error"]
+        npm_install += ["--fetch-timeout=15000", "--fetch-retries=1"]  # with no registry to reach, it fails soon
         installed = subprocess.run(npm_install, cwd=folder, capture_output=True, text=True, timeout=300)
         if installed.returncode != 0:
             said = installed.stderr.strip().splitlines()[-1:] or ["(nothing on stderr)"]

@@ -240,6 +240,7 @@ def anthropic_sdk(url: str) -> anthropic.Anthropic:
 
 
 def text_of(content: Any) -> str:
+    """The text blocks of an Anthropic message's content, joined."""
     return "".join(block.text for block in content if block.type == "text")
 
 
@@ -267,6 +268,7 @@ def messages_plain(url: str) -> str:
 
 
 def tool_results(content: Any, weather: Weather) -> list[Any]:
+    """The `tool_result` blocks answering each `tool_use` block of an Anthropic message's content."""
     return [
         {"type": "tool_result", "tool_use_id": block.id, "content": weather.call(block.name, block.input)}
         for block in content

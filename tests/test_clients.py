@@ -90,6 +90,7 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
 
 
 def marks(client: Client) -> list[pytest.MarkDecorator]:
+    """The warnings filters a client's tests need for what its library warns of."""
     return [pytest.mark.filterwarnings(words) for words in client.ignored_warnings]
 
 
