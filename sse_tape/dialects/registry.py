@@ -30,6 +30,7 @@ from importlib.metadata import EntryPoint, entry_points
 
 from .._exceptions import ConfigError
 from ..cassette import Interaction
+from .ag_ui import AGUI
 from .anthropic_messages import AnthropicMessages
 from .gemini import Gemini
 from .generation import Generation
@@ -61,6 +62,7 @@ BUILT_IN: tuple[type[Protocol], ...] = (
     LMStudioChat,
     AnthropicMessages,
     Gemini,
+    AGUI,
 )
 """The dialects sse-tape comes with, in the order they are asked about a path or a stream."""
 
