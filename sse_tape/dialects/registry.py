@@ -31,6 +31,7 @@ from importlib.metadata import EntryPoint, entry_points
 from .._exceptions import ConfigError
 from ..cassette import Interaction
 from .ag_ui import AGUI
+from .ai_sdk_ui import AISDKUI
 from .anthropic_messages import AnthropicMessages
 from .gemini import Gemini
 from .generation import Generation
@@ -63,6 +64,7 @@ BUILT_IN: tuple[type[Protocol], ...] = (
     AnthropicMessages,
     Gemini,
     AGUI,
+    AISDKUI,
 )
 """The dialects sse-tape comes with, in the order they are asked about a path or a stream."""
 
