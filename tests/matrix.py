@@ -214,18 +214,23 @@ class Workers:
         """Make `case` of `client` in its worker against the server at `url`: what the client answered, and the
         cities its tool was asked about."""
         assert client.worker is not None
-        worker = self._worker(client.worker)
+        return self.ask(client.worker, client.name, case.case, url)
+
+    def ask(self, where: Venv | NodeModules, name: str, case: str, url: str) -> dict[str, Any]:
+        """Have the worker `where` make `case` (a word, no spaces) of the client it knows as `name` against
+        `url`: its `RESULT`, which the client makes up (a matrix row's answer and cities, a reader's message)."""
+        worker = self._worker(where)
         assert worker.stdin is not None
         assert worker.stdout is not None
-        worker.stdin.write(f"{client.name} {case.case} {url}\n")
+        worker.stdin.write(f"{name} {case} {url}\n")
         worker.stdin.flush()
         for line in worker.stdout:
             if line.startswith("RESULT "):
                 result: dict[str, Any] = json.loads(line.removeprefix("RESULT "))
-                assert "error" not in result, f"{client.name} {case.case} raised:\n{result['error']}"
+                assert "error" not in result, f"{name} {case} raised:\n{result['error']}"
                 return result
-        log = (self.root / client.worker.name / "stderr.log").read_text()
-        raise AssertionError(f"the worker exited with {worker.wait()} during {client.name} {case.case}:\n{log}")
+        log = (self.root / where.name / "stderr.log").read_text()
+        raise AssertionError(f"the worker exited with {worker.wait()} during {name} {case}:\n{log}")
 
     def close(self) -> None:
         """End the workers."""

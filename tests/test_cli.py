@@ -553,7 +553,7 @@ def test_check_unknown_dialect_is_exit_2(tmp_path: Path) -> None:
     assert (bad.returncode, bad.stderr) == (
         2,
         "Error: unknown dialect 'klingon': choose from openai-chat, openai-completions, openai-responses, lmstudio-chat, "
-        "anthropic-messages, gemini\n",
+        "anthropic-messages, gemini, ag-ui, ai-sdk-ui\n",
     )
 
 

@@ -30,6 +30,8 @@ from importlib.metadata import EntryPoint, entry_points
 
 from .._exceptions import ConfigError
 from ..cassette import Interaction
+from .ag_ui import AGUI
+from .ai_sdk_ui import AISDKUI
 from .anthropic_messages import AnthropicMessages
 from .gemini import Gemini
 from .generation import Generation
@@ -61,6 +63,8 @@ BUILT_IN: tuple[type[Protocol], ...] = (
     LMStudioChat,
     AnthropicMessages,
     Gemini,
+    AGUI,
+    AISDKUI,
 )
 """The dialects sse-tape comes with, in the order they are asked about a path or a stream."""
 

@@ -1,6 +1,7 @@
 // The JavaScript clients of the client matrix (tests/test_clients.py), each set up as its README says: a base URL
 // and a key. Reads `CLIENT CASE URL` lines on stdin and answers each with a line
 // `RESULT {"answer": ..., "cities": [...]}` (or `RESULT {"error": ...}`), as tests/venv_clients.py does.
+// It also reads a replayed AI SDK UI message stream with the `ai` package's reader (tests/test_ai_sdk_ui.py).
 import * as readline from "node:readline";
 
 import { createAnthropic } from "@ai-sdk/anthropic";
@@ -9,7 +10,16 @@ import { createOpenAI } from "@ai-sdk/openai";
 import Anthropic from "@anthropic-ai/sdk";
 import { betaTool } from "@anthropic-ai/sdk/helpers/beta/json-schema";
 import { GoogleGenAI } from "@google/genai";
-import { generateText, isStepCount, jsonSchema, streamText, tool } from "ai";
+import {
+  generateText,
+  isStepCount,
+  jsonSchema,
+  parseJsonEventStream,
+  readUIMessageStream,
+  streamText,
+  tool,
+  uiMessageChunkSchema,
+} from "ai";
 import { EventSource } from "eventsource";
 import { EventSourceParserStream } from "eventsource-parser/stream";
 import OpenAI from "openai";
@@ -232,6 +242,29 @@ async function eventsourceParser(url) {
   return text;
 }
 
+// The AI SDK's UI message stream, read as `useChat`'s transport reads it (its parts checked against the SDK's own
+// schema, then put together by readUIMessageStream): the URL is the chat route's; the case is the fault to ask
+// for, or `whole`. The answer is the last message, the errors the reader reported, and the stream's header.
+async function uiMessageStream(url, fault) {
+  const headers = { "content-type": "application/json", ...(fault === "whole" ? {} : { "x-sse-tape-fault": fault }) };
+  const parts = [{ type: "text", text: QUESTION }];
+  const body = JSON.stringify({ id: "chat-1", messages: [{ id: "u1", role: "user", parts }], trigger: "submit-message" });
+  const response = await fetch(url, { method: "POST", headers, body });
+  const chunks = parseJsonEventStream({ stream: response.body, schema: uiMessageChunkSchema }).pipeThrough(
+    new TransformStream({
+      transform(part, controller) {
+        if (!part.success) throw part.error;
+        controller.enqueue(part.value);
+      },
+    }),
+  );
+  const errors = [];
+  let message;
+  for await (const snapshot of readUIMessageStream({ stream: chunks, onError: (error) => errors.push(String(error?.message ?? error)) }))
+    message = snapshot;
+  return { message, errors, header: response.headers.get("x-vercel-ai-ui-message-stream") };
+}
+
 const CLIENTS = {
   "js-openai-chat": (url, c) => openaiChat(url, c),
   "js-openai-responses": (url, c) => openaiResponses(url, c),
@@ -244,6 +277,7 @@ const CLIENTS = {
   "ai-sdk-google": (url, c) => vercel("gemini", url, c),
   "js-eventsource": (url) => eventsource(url),
   "js-eventsource-parser": (url) => eventsourceParser(url),
+  "ai-sdk-ui-reader": (url, c) => uiMessageStream(url, c),
 };
 
 for await (const line of readline.createInterface({ input: process.stdin })) {
