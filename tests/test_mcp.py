@@ -1,0 +1,185 @@
+"""MCP over Streamable HTTP (revision 2025-11-25), with the official `mcp` SDK on both sides, on loopback.
+
+An `MCPServer` made here (a tool answered at once, one that streams progress)
+is recorded through sse-tape's recording proxy; the cassette is replayed to
+new `ClientSession`s that call in another order, so with other JSON-RPC ids,
+one after another and two at once. The client must get what the server gave:
+the same tools, results and progress notifications, under its own ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server.mcpserver import Context, MCPServer
+from waits import until
+
+from sse_tape import Cassette, arecording, aserve
+from sse_tape.cassette import REDACTED, Interaction, Request, Response
+from sse_tape.checking import check_interactions
+from sse_tape.dialects import detect
+from sse_tape.dialects.mcp import jsonrpc
+from sse_tape.dialects.mcp.jsonrpc import rewritten
+from sse_tape.plan import Plan
+from sse_tape.redaction import find_secrets
+
+
+def _server() -> MCPServer:
+    server = MCPServer("recorded")
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    @server.tool()
+    async def count(n: int, ctx: Context) -> str:
+        """Count to n, reporting each step as progress."""
+        for i in range(n):
+            await ctx.report_progress(i + 1, n, f"step {i + 1}")
+        return f"counted {n}"
+
+    return server
+
+
+@pytest.fixture
+def upstream() -> Iterator[str]:
+    """A real MCP server over Streamable HTTP (SSE answers), on a free loopback port: its base URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    app = _server().streamable_http_app()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    until(lambda: server.started, "the MCP server to start")
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join()
+
+
+async def _session(url: str, *, progress_first: bool) -> dict[str, Any]:
+    """A whole client session: initialize, the tools listed and both called (the progress one first or last,
+    so that its JSON-RPC ids differ), then closed (DELETE)."""
+    progress: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append((done, total, message))
+
+    async with streamable_http_client(url) as (read, write, *_), ClientSession(read, write) as session:
+        init = await session.initialize()
+        counted = await session.call_tool("count", {"n": 3}, progress_callback=on_progress) if progress_first else None
+        tools = await session.list_tools()
+        added = await session.call_tool("add", {"a": 2, "b": 3})
+        if counted is None:
+            counted = await session.call_tool("count", {"n": 3}, progress_callback=on_progress)
+    return {
+        "version": init.protocol_version,
+        "server": init.server_info.name,
+        "tools": [(t.name, t.description) for t in tools.tools],
+        "added": (added.structured_content, added.is_error),
+        "counted": (counted.structured_content, counted.is_error),
+        "progress": progress,
+    }
+
+
+async def _recorded(upstream: str, cassette: Path) -> dict[str, Any]:
+    async with arecording(cassette, upstream) as proxy:
+        return await asyncio.wait_for(_session(f"{proxy.url}/mcp", progress_first=False), 30)
+
+
+async def test_a_recorded_session_replays_to_new_sessions_with_their_own_ids(upstream: str, tmp_path: Path) -> None:
+    cassette = tmp_path / "mcp.toml"
+    live = await _recorded(upstream, cassette)
+    assert live["progress"] == [(1.0, 3.0, "step 1"), (2.0, 3.0, "step 2"), (3.0, 3.0, "step 3")]
+    assert live["added"] == ({"result": 5}, False)
+    async with aserve(cassette) as mock:
+        url = f"{mock.url}/mcp"
+        for _ in range(3):  # in another order: `count` is request 2 now, recorded as 4
+            assert await asyncio.wait_for(_session(url, progress_first=True), 30) == live
+        both = await asyncio.wait_for(
+            asyncio.gather(_session(url, progress_first=True), _session(url, progress_first=False)), 30
+        )
+    assert both == [live, live]
+
+
+async def test_the_session_id_and_progress_token_are_recorded_as_they_are(upstream: str, tmp_path: Path) -> None:
+    cassette = tmp_path / "mcp.toml"
+    await _recorded(upstream, cassette)
+    interactions = Cassette.load(cassette).interactions
+    minted = interactions[0].response.header("mcp-session-id")
+    assert minted is not None
+    assert minted != REDACTED
+    assert all(i.request.header("mcp-session-id") == minted for i in interactions[1:])
+    [called] = [i for i in interactions if b'"count"' in i.request.body]
+    assert called.request.json()["params"]["_meta"]["progressToken"] == called.request.json()["id"]
+    assert [find_secrets(i) for i in interactions] == [[]] * len(interactions)
+
+
+async def test_check_knows_every_answer_of_a_session_as_mcp(upstream: str, tmp_path: Path) -> None:
+    cassette = tmp_path / "mcp.toml"
+    await _recorded(upstream, cassette)
+    interactions = Cassette.load(cassette).interactions
+    assert {i.request.method for i in interactions} == {"POST", "GET", "DELETE"}
+    assert {i.response.status for i in interactions} >= {200, 202}
+    checks = check_interactions(interactions)
+    assert [(c.dialect, c.error, c.violations) for c in checks] == [("mcp", None, ())] * len(checks)
+
+
+def test_a_recording_away_from_mcp_is_told_by_its_json_rpc() -> None:
+    request = Request("POST", "/tools", body=b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}')
+    found = detect(Interaction(request, Response(200)))
+    assert found is not None
+    assert found.name == "mcp"
+
+
+def _call(id: Any, token: Any = None, **arguments: Any) -> Request:
+    params: dict[str, Any] = {"name": "count", "arguments": arguments}
+    if token is not None:
+        params["_meta"] = {"progressToken": token}
+    return Request(
+        "POST", "/mcp", body=json.dumps({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).encode()
+    )
+
+
+def test_jsonrpc_matches_by_method_and_params_never_the_clients_ids() -> None:
+    assert jsonrpc(_call(2, 2, n=3), _call(4, 4, n=3)) is None
+    assert jsonrpc(_call(2, None, n=3), _call(4, None, n=3)) is None
+    assert jsonrpc(_call(2, 2, n=3), _call(2, 2, n=4)) == (
+        'params differ: {"name":"count","arguments":{"n":3}}, recorded {"name":"count","arguments":{"n":4}}'
+    )
+    assert jsonrpc(_call(1, n=3), Request("POST", "/mcp", body=b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}')) == (
+        'method is "tools/call", recorded "tools/list"'
+    )
+
+
+@pytest.mark.parametrize("end", ["\n", "\r\n"], ids=["LF", "CRLF"])
+def test_a_replayed_stream_carries_the_requests_id_and_token_each_write_at_its_time(end: str) -> None:
+    progress = f'event: message{end}data: {{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":4,"progress":1}}}}{end}{end}'
+    answer = f'event: message{end}data: {{"jsonrpc":"2.0","id":4,"result":{{"content":[]}}}}{end}{end}'
+    server_request = f'event: message{end}data: {{"jsonrpc":"2.0","id":0,"method":"roots/list"}}{end}{end}'
+    body = (server_request + progress + answer).encode()
+    split = len(server_request) + len(progress) + 20  # in the middle of the response's data
+    plan = Plan(200, [("content-type", "text/event-stream")], [(0.1, body[:split]), (0.5, body[split:])])
+    out = rewritten(plan, 12, "t", stream=True)
+    assert out is not None
+    expected = (
+        server_request
+        + progress.replace('"progressToken":4', '"progressToken":"t"')
+        + answer.replace('"id":4', '"id":12')
+    ).encode()
+    assert out.body == expected
+    assert [t for t, _ in out.writes] == [0.1, 0.5]
+    assert out.writes[0][1] == expected[: split + len('"t"') - 1]
+    assert plan.body == body  # the recording's plan is left as it was
+    assert rewritten(plan, 4, 4, stream=True) is None  # already the request's: replayed byte for byte
