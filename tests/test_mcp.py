@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import uvicorn
 from mcp.client.session import ClientSession
@@ -183,3 +184,50 @@ def test_a_replayed_stream_carries_the_requests_id_and_token_each_write_at_its_t
     assert out.writes[0][1] == expected[: split + len('"t"') - 1]
     assert plan.body == body  # the recording's plan is left as it was
     assert rewritten(plan, 4, 4, stream=True) is None  # already the request's: replayed byte for byte
+
+
+_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+_INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "mcp", "version": "0.1.0"}},
+}
+
+
+def _message(response: httpx.Response) -> Any:
+    """The JSON-RPC message an answer carries: its JSON, or its stream's last event's data."""
+    if response.headers["content-type"].startswith("application/json"):
+        return response.json()
+    return json.loads([line for line in response.text.splitlines() if line.startswith("data: ")][-1][6:])
+
+
+async def test_replay_mints_a_session_per_initialize_and_honours_it_as_the_spec_says(
+    upstream: str, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "mcp.toml"
+    await _recorded(upstream, cassette)
+    recorded = Cassette.load(cassette).interactions[0].response.header("mcp-session-id")
+    listing = {"jsonrpc": "2.0", "id": 7, "method": "tools/list"}
+    async with aserve(cassette) as mock, httpx.AsyncClient(base_url=mock.url, headers=_HEADERS) as client:
+        first, second = [await client.post("/mcp", json=_INITIALIZE) for _ in range(2)]
+        minted = [first.headers["mcp-session-id"], second.headers["mcp-session-id"]]
+        assert len({*minted, recorded}) == 3
+        # The version the recorded server chose, as it chose it.
+        assert _message(first)["result"]["protocolVersion"] == "2025-11-25"
+        assert _message(first)["id"] == 0
+        session = {"mcp-session-id": minted[0]}
+        listed = await client.post("/mcp", json=listing, headers=session)
+        assert (listed.status_code, listed.headers["mcp-session-id"], _message(listed)["id"]) == (200, minted[0], 7)
+        unknown = await client.post("/mcp", json=listing, headers={"mcp-session-id": recorded})
+        assert (unknown.status_code, unknown.json()) == (
+            404,
+            {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Session not found"}},
+        )
+        missing = await client.post("/mcp", json=listing)
+        assert (missing.status_code, missing.json()["error"]["message"]) == (400, "Bad Request: Missing session ID")
+        assert (await client.delete("/mcp", headers=session)).status_code == 200
+        ended = await client.post("/mcp", json=listing, headers=session)
+        assert ended.status_code == 404
+        other = await client.post("/mcp", json=listing, headers={"mcp-session-id": minted[1]})
+        assert (other.status_code, _message(other)["id"]) == (200, 7)  # the other session goes on

@@ -9,7 +9,8 @@ session (https://modelcontextprotocol.io/specification/2025-11-25/basic/transpor
 So an MCP recording is told by its request (JSON-RPC 2.0 in the body, or
 MCP's headers) as much as by its path. It generates no text: it is a protocol
 without `Generation`. Its requests are matched by `jsonrpc` (see `jsonrpc`),
-and its answers carry the client's own ids (`ClientIds`).
+and its answers carry the client's own ids, in sessions of their own
+(`Sessions`).
 """
 
 from __future__ import annotations
@@ -22,15 +23,17 @@ from ...cassette import Headers, Interaction, Request
 from ...sse import ServerSentEvent, encode_event
 from ..events import Error, Event
 from ..protocol import Checker, Protocol, ProtocolResponder, RequestMatcher, Violation, to_json
-from .jsonrpc import ClientIds, jsonrpc
+from .jsonrpc import jsonrpc
+from .session import Sessions
 
 __all__ = ["MCP", "is_mcp_request"]
 
 #: The headers a Streamable HTTP client sends after `initialize` (https://modelcontextprotocol.io/specification/2025-11-25/basic/transports).
 _HEADERS = ("mcp-session-id", "mcp-protocol-version")
 
-#: JSON-RPC's code for an internal error (https://www.jsonrpc.org/specification#error_object).
+#: JSON-RPC's codes for an internal error and an invalid request (https://www.jsonrpc.org/specification#error_object).
 _INTERNAL_ERROR = -32603
+_INVALID_REQUEST = -32600
 
 
 def is_mcp_request(request: Request) -> bool:
@@ -77,8 +80,10 @@ class MCP(Protocol):
     def http_error(
         self, status: int, message: str, *, type: str | None = None, code: str | None = None
     ) -> tuple[int, Headers, bytes]:
-        """A JSON-RPC error response with no id, as the SDKs answer a request refused before it is read."""
-        body = {"jsonrpc": "2.0", "id": None, "error": {"code": _INTERNAL_ERROR, "message": message}}
+        """A JSON-RPC error response with no id, as the SDKs answer a request refused before it is read: an
+        invalid request for a status under 500, an internal error from 500 on."""
+        number = _INVALID_REQUEST if status < 500 else _INTERNAL_ERROR
+        body = {"jsonrpc": "2.0", "id": None, "error": {"code": number, "message": message}}
         return status, (("content-type", "application/json"),), to_json(body).encode()
 
     def wants_stream(self, body: Any, path: str = "") -> bool:
@@ -86,7 +91,7 @@ class MCP(Protocol):
         return False
 
     def responders(self) -> Sequence[ProtocolResponder]:
-        return (ClientIds(self.speaks),)
+        return (Sessions(self, self.speaks),)
 
     def speaks(self, request: Request) -> bool:
         """Whether `request` is MCP's: to its path, or carrying MCP's headers or JSON-RPC."""

@@ -4,7 +4,7 @@ A client numbers its requests (`id`) and names its progress notifications
 (`params._meta.progressToken`) as it likes: a new session's `tools/call`
 is the recorded one with other numbers. So a request is matched by what it
 asks (`jsonrpc`: the body without those two), and the recorded answer goes
-out carrying the request's own: its response (`result` or `error`, in a JSON
+out carrying the request's own (`rewritten`, which `session.Sessions` asks for): its response (`result` or `error`, in a JSON
 answer or in the stream) takes the request's `id`, and each progress
 notification in the stream the request's `progressToken`. The server's own
 requests and other notifications in the stream keep theirs, as they are the
@@ -13,27 +13,26 @@ server's (https://modelcontextprotocol.io/specification/2025-11-25/basic/transpo
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from ... import _json
 from ...cassette import REDACTED, Request
 from ...plan import Plan, Write
-from ..protocol import Incoming, Kept, ProtocolResponder
 
-__all__ = ["ClientIds", "client_ids", "comparable", "jsonrpc", "rewritten"]
+__all__ = ["MISSING", "client_ids", "comparable", "jsonrpc", "rewritten"]
 
-_MISSING: Any = object()
+MISSING: Any = object()
+"""What `client_ids` gives for an id or a token the request does not carry."""
 
 
 def client_ids(body: Any) -> tuple[Any, Any]:
-    """A JSON-RPC request's `id` and its `params._meta.progressToken` (`_MISSING` where it has none)."""
+    """A JSON-RPC request's `id` and its `params._meta.progressToken` (`MISSING` where it has none)."""
     if not isinstance(body, dict):
-        return _MISSING, _MISSING
+        return MISSING, MISSING
     params = body.get("params")
     meta = params.get("_meta") if isinstance(params, dict) else None
-    token = meta.get("progressToken", _MISSING) if isinstance(meta, dict) else _MISSING
-    return body.get("id", _MISSING), token
+    token = meta.get("progressToken", MISSING) if isinstance(meta, dict) else MISSING
+    return body.get("id", MISSING), token
 
 
 def comparable(body: Any) -> Any:
@@ -88,9 +87,9 @@ def _answering(message: Any, id: Any, token: Any) -> Any:
     object when it needs no change."""
     if not isinstance(message, dict):
         return message
-    if "method" not in message and ("result" in message or "error" in message) and id is not _MISSING:
+    if "method" not in message and ("result" in message or "error" in message) and id is not MISSING:
         return message if message.get("id") == id else {**message, "id": id}
-    if message.get("method") == "notifications/progress" and token is not _MISSING:
+    if message.get("method") == "notifications/progress" and token is not MISSING:
         params = message.get("params")
         if isinstance(params, dict) and params.get("progressToken") != token:
             return {**message, "params": {**params, "progressToken": token}}
@@ -174,32 +173,3 @@ def _moved(writes: list[Write], pieces: list[tuple[int, int, bytes]]) -> list[Wr
         last_t, last = out[-1]
         out[-1] = (last_t, last + bytes(new_body[place(seen) :]))
     return out
-
-
-class ClientIds(ProtocolResponder):
-    """Hands every recorded answer to an MCP request back with the request's own `id` and `progressToken`
-    (see the module); `recognises` says which requests are MCP's."""
-
-    def __init__(self, recognises: Callable[[Request], bool]) -> None:
-        self.recognises = recognises
-
-    async def respond(self, incoming: Incoming) -> None:
-        request = incoming.request
-        if request.method.upper() != "POST" or not self.recognises(request):
-            return None
-        id, token = client_ids(request.json())
-        if id is _MISSING:
-            return None  # a notification or a response: its answer (202) carries no id
-
-        def hook(plan: Plan) -> Kept | None:
-            if not 200 <= plan.status < 300:
-                return None
-            kind = next((v for k, v in plan.headers if k.lower() == "content-type"), "")
-            stream = kind.split(";")[0].strip().lower() == "text/event-stream"
-            changed = rewritten(plan, id, token, stream=stream)
-            if changed is None:
-                return None
-            return Kept(f"with the request's id {_json.dumps(id)}", changed, stream=stream)
-
-        incoming.keep(hook)
-        return None
