@@ -1,7 +1,7 @@
 """MCP over Streamable HTTP (revision 2025-11-25), with the official `mcp` SDK on both sides, on loopback.
 
 An `MCPServer` made here (a tool answered at once, one that streams progress)
-is recorded through sse-tape's recording proxy; the cassette is replayed to
+is recorded through `sse-tape record --upstream`; the cassette is replayed to
 new `ClientSession`s that call in another order, so with other JSON-RPC ids,
 one after another and two at once. The client must get what the server gave:
 the same tools, results and progress notifications, under its own ids.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import socket
 import threading
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import processes
 import pytest
 import uvicorn
 from mcp.client.session import ClientSession
@@ -25,7 +27,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import Context, MCPServer
 from waits import until
 
-from sse_tape import Cassette, arecording, aserve
+from sse_tape import Cassette, aserve
 from sse_tape.cassette import REDACTED, Interaction, Request, Response
 from sse_tape.checking import check_interactions
 from sse_tape.dialects import detect
@@ -53,13 +55,14 @@ def _server() -> MCPServer:
     return server
 
 
-@pytest.fixture
-def upstream() -> Iterator[str]:
-    """A real MCP server over Streamable HTTP (SSE answers), on a free loopback port: its base URL."""
+@pytest.fixture(params=["sse", "json"])
+def upstream(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A real MCP server over Streamable HTTP on a free loopback port, answering each request with an SSE stream
+    or (`json`) one JSON response: its base URL."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    app = _server().streamable_http_app()
+    app = _server().streamable_http_app(json_response=request.param == "json")
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -95,14 +98,23 @@ async def _session(url: str, *, progress_first: bool) -> dict[str, Any]:
 
 
 async def _recorded(upstream: str, cassette: Path) -> dict[str, Any]:
-    async with arecording(cassette, upstream) as proxy:
-        return await asyncio.wait_for(_session(f"{proxy.url}/mcp", progress_first=False), 30)
+    """What a session through `sse-tape record --upstream` gets; its recording is in `cassette` once it returns."""
+    proxy, url = processes.start(["record", "--upstream", upstream, "-c", str(cassette), "--port", "0", "-q"])
+    try:
+        return await asyncio.wait_for(_session(f"{url}/mcp", progress_first=False), 30)
+    finally:
+        proxy.send_signal(signal.SIGINT)
+        _, err = proxy.communicate(timeout=30)
+        assert proxy.returncode in (0, 130), err
 
 
 async def test_a_recorded_session_replays_to_new_sessions_with_their_own_ids(upstream: str, tmp_path: Path) -> None:
     cassette = tmp_path / "mcp.toml"
     live = await _recorded(upstream, cassette)
-    assert live["progress"] == [(1.0, 3.0, "step 1"), (2.0, 3.0, "step 2"), (3.0, 3.0, "step 3")]
+    if "text/event-stream" in {
+        i.response.header("content-type") for i in Cassette.load(cassette) if i.request.method == "POST"
+    }:
+        assert live["progress"] == [(1.0, 3.0, "step 1"), (2.0, 3.0, "step 2"), (3.0, 3.0, "step 3")]
     assert live["added"] == ({"result": 5}, False)
     async with aserve(cassette) as mock:
         url = f"{mock.url}/mcp"
