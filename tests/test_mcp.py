@@ -30,11 +30,12 @@ from waits import until
 from sse_tape import Cassette, aserve
 from sse_tape.cassette import REDACTED, Interaction, Request, Response
 from sse_tape.checking import check_interactions
-from sse_tape.dialects import detect
+from sse_tape.dialects import DIALECTS, detect
 from sse_tape.dialects.mcp import jsonrpc
 from sse_tape.dialects.mcp.jsonrpc import rewritten
 from sse_tape.plan import Plan
 from sse_tape.redaction import find_secrets
+from sse_tape.sse import ServerSentEvent, SSEDecoder
 
 
 def _server() -> MCPServer:
@@ -243,3 +244,48 @@ async def test_replay_mints_a_session_per_initialize_and_honours_it_as_the_spec_
         assert ended.status_code == 404
         other = await client.post("/mcp", json=listing, headers={"mcp-session-id": minted[1]})
         assert (other.status_code, _message(other)["id"]) == (200, 7)  # the other session goes on
+
+
+def _stream(*messages: str) -> list[ServerSentEvent]:
+    return SSEDecoder().feed("".join(f"event: message\ndata: {m}\n\n" for m in messages).encode())
+
+
+_ASKED = Request("POST", "/mcp", body=b'{"jsonrpc":"2.0","id":5,"method":"tools/list"}')
+_RESULT = '{"jsonrpc":"2.0","id":5,"result":{"tools":[]}}'
+_PROGRESS = '{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":5,"progress":1}}'
+
+
+@pytest.mark.parametrize(
+    ("messages", "violations"),
+    [
+        pytest.param([_PROGRESS, _RESULT], [], id="progress then the response"),
+        pytest.param(
+            ['{"jsonrpc":"2.0","id":6,"result":{}}'],
+            ["event 1: a response to id 6, the request's is 5"],
+            id="a response to another id",
+        ),
+        pytest.param([_RESULT, _RESULT], ["event 2: a second response in one request's stream"], id="two responses"),
+        pytest.param(
+            ['{"jsonrpc":"2.0","id":5,"result":{},"error":{"code":1,"message":"x"}}'],
+            ["event 1: a response with both a result and an error"],
+            id="a result and an error",
+        ),
+        pytest.param([_PROGRESS], ["the stream has no response to the request (id 5)"], id="no response"),
+        pytest.param(
+            ['{"id":5,"result":{}}'],
+            ["event 1: data is not a JSON-RPC 2.0 message", "the stream has no response to the request (id 5)"],
+            id="not JSON-RPC",
+        ),
+    ],
+)
+def test_check_names_the_rule_a_hand_broken_stream_breaks(messages: list[str], violations: list[str]) -> None:
+    assert [str(v) for v in DIALECTS["mcp"].check(_stream(*messages), _ASKED)] == violations
+
+
+def test_check_holds_a_json_answer_to_the_request_and_lets_a_notifications_be_empty() -> None:
+    mcp = DIALECTS["mcp"]
+    notified = Request("POST", "/mcp", body=b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+    assert mcp.check_json(b"", notified) == []
+    assert mcp.check_json(_RESULT.encode(), _ASKED) == []
+    assert [str(v) for v in mcp.check_json(b"", _ASKED)] == ["the answer to request id 5 is empty"]
+    assert [str(v) for v in mcp.check_json(b'{"tools":[]}', _ASKED)] == ["the answer is not a JSON-RPC 2.0 response"]
