@@ -289,3 +289,10 @@ def test_check_holds_a_json_answer_to_the_request_and_lets_a_notifications_be_em
     assert mcp.check_json(_RESULT.encode(), _ASKED) == []
     assert [str(v) for v in mcp.check_json(b"", _ASKED)] == ["the answer to request id 5 is empty"]
     assert [str(v) for v in mcp.check_json(b'{"tools":[]}', _ASKED)] == ["the answer is not a JSON-RPC 2.0 response"]
+
+
+def test_jsonrpc_tells_a_request_from_a_notification_of_the_same_method() -> None:
+    notified = Request("POST", "/mcp", body=b'{"jsonrpc":"2.0","method":"tools/list"}')
+    asked = Request("POST", "/mcp", body=b'{"jsonrpc":"2.0","id":3,"method":"tools/list"}')
+    assert jsonrpc(notified, asked) == "body is a notification (no id), recorded a request"
+    assert jsonrpc(asked, notified) == "body is a request, recorded a notification (no id)"

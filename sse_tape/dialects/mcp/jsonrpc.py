@@ -4,9 +4,10 @@ A client numbers its requests (`id`) and names its progress notifications
 (`params._meta.progressToken`) as it likes: a new session's `tools/call`
 is the recorded one with other numbers. So a request is matched by what it
 asks (`jsonrpc`: the body without those two), and the recorded answer goes
-out carrying the request's own (`rewritten`, which `session.Sessions` asks for): its response (`result` or `error`, in a JSON
-answer or in the stream) takes the request's `id`, and each progress
-notification in the stream the request's `progressToken`. The server's own
+out carrying the request's own (`rewritten`, which `session.Sessions` asks
+for): its response (`result` or `error`, in a JSON answer or in the stream)
+takes the request's `id`, and each progress notification in the stream the
+request's `progressToken`. The server's own
 requests and other notifications in the stream keep theirs, as they are the
 server's (https://modelcontextprotocol.io/specification/2025-11-25/basic/transports).
 """
@@ -24,6 +25,8 @@ __all__ = ["MISSING", "client_ids", "comparable", "jsonrpc", "rewritten"]
 MISSING: Any = object()
 """What `client_ids` gives for an id or a token the request does not carry."""
 
+_AN_ID = "<the client's id>"  # what any id is compared as
+
 
 def client_ids(body: Any) -> tuple[Any, Any]:
     """A JSON-RPC request's `id` and its `params._meta.progressToken` (`MISSING` where it has none)."""
@@ -36,11 +39,12 @@ def client_ids(body: Any) -> tuple[Any, Any]:
 
 
 def comparable(body: Any) -> Any:
-    """A JSON-RPC message as `jsonrpc` compares it: without its `id`, nor `params._meta.progressToken` (and a
-    `_meta`, `params` left empty by that, as a client that sends no token sends none)."""
+    """A JSON-RPC message as `jsonrpc` compares it: whether it has an `id` (a request, not a notification), not
+    which, and without `params._meta.progressToken` (nor a `_meta` left empty by that, as a client that asks
+    for no progress sends none)."""
     if not isinstance(body, dict) or body.get("jsonrpc") != "2.0":
         return body
-    out = {k: v for k, v in body.items() if k != "id"}
+    out = {k: (_AN_ID if k == "id" else v) for k, v in body.items()}
     params = out.get("params")
     if isinstance(params, dict) and isinstance(params.get("_meta"), dict) and "progressToken" in params["_meta"]:
         meta = {k: v for k, v in params["_meta"].items() if k != "progressToken"}
@@ -60,6 +64,9 @@ def jsonrpc(request: Request, recorded: Request) -> str | None:
         return None
     if isinstance(a, dict) and isinstance(b, dict) and a.get("method") != b.get("method"):
         return f"method is {_json.dumps(a.get('method'))}, recorded {_json.dumps(b.get('method'))}"
+    if isinstance(a, dict) and isinstance(b, dict) and ("id" in a) != ("id" in b):
+        kinds = ("a notification (no id)", "a request") if "id" in b else ("a request", "a notification (no id)")
+        return f"body is {kinds[0]}, recorded {kinds[1]}"
     for key in ("params", "result", "error"):
         if isinstance(a, dict) and isinstance(b, dict) and not _agrees(a.get(key), b.get(key)):
             return f"{key} differ: {_shown(a.get(key))}, recorded {_shown(b.get(key))}"
