@@ -10,14 +10,15 @@ before anything is written, by its name and by its shape:
   `jwt`, `bearer`, `private` or `cert`, or is `pin` (`x-api-key`,
   `X-Authentication`, `x-goog-api-key`, `X-Signature`, `X-Session-Id`,
   `X-Upstream-Bearer`, `X-Client-Cert`), in requests and responses;
-  rate-limit headers (`x-ratelimit-remaining-tokens`) are counts, and kept;
+  rate-limit headers (`x-ratelimit-remaining-tokens`) are counts, and kept,
+  as is MCP's `Mcp-Session-Id` (an identifier, never a credential);
 - query parameters and form-encoded body fields named so, plus `sig` and
   `code` (`X-Amz-Signature`, `?sig=`, an OAuth `?code=`), with `&` or `;`
   between them;
 - JSON request body fields named so, at any depth (`api_key`,
   `metadata.password`, `auth.token`), whole when they hold a list or an
   object (`"auth": {"bearer": ...}`); a field must be such a word whole, so
-  `max_tokens` is kept. A body that is not valid UTF-8 is read all the same;
+  `max_tokens` is kept, and so is MCP's `progressToken`. A body that is not valid UTF-8 is read all the same;
 - any value, whatever its name, that has the shape of a credential (see
   `credentials.SHAPES`: provider keys, JWTs, private keys, Basic credentials, a
   password in a URL), in request headers, the query, path segments, JSON
@@ -85,8 +86,11 @@ _ALWAYS = frozenset(
 _WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 _QUERY_SEPARATOR = re.compile(r"[&;]")
 _QUERY_PIECES = re.compile(r"([&;])")
-# Named like secrets, but not: OpenAI's prompt cache key and a request's idempotency key.
-_NOT_SECRET = frozenset({"prompt_cache_key", "idempotency-key", "idempotency_key"})
+# Named like secrets, but not: OpenAI's prompt cache key, a request's idempotency key, and MCP's session id and
+# progress token, which a server mints and a client numbers to tell its sessions and requests apart, never to
+# authenticate ("servers MUST NOT use sessions for authentication",
+# https://modelcontextprotocol.io/specification/2025-11-25/basic/security_best_practices): replay answers with them.
+_NOT_SECRET = frozenset({"prompt_cache_key", "idempotency-key", "idempotency_key", "mcp-session-id", "progresstoken"})
 # Model output a client sends back as the stream gave it, neither redacted nor looked into: Gemini's thought
 # signature, the Responses API's encrypted reasoning.
 _MODEL_OUTPUT = frozenset({"thoughtsignature", "thought_signature", "encrypted_content"})

@@ -158,6 +158,9 @@ class Protocol(ABC):
     matchers: ClassVar[Mapping[str, RequestMatcher]] = {}
     """The matchers this protocol brings, under names it chooses (`jsonrpc-params`), for a cassette's `match`,
     `--match-on` and the marker to name beside the built-in ones (see `matching.registry`); none by default."""
+    match_on: ClassVar[tuple[str, ...] | None] = None
+    """The matchers its recordings are matched by, by name, when neither the server nor their cassette names any
+    (MCP's `jsonrpc` in place of `body`, as a client's ids are its own); None: sse-tape's default."""
 
     def serves_path(self, path: str) -> bool:
         """Whether a request for `path` (with any prefix before it, a router's `/proj/x`) is this API's.
@@ -247,7 +250,9 @@ class Kept:
     """What the journal says of it, after the recording that matched (`in the background as resp_1`)."""
     answer: Plan | None = None
     """The answer that goes out in place of replay's, one JSON document (the faults before a stream act on
-    it); None: replay's goes out."""
+    it) unless it is a `stream`; None: replay's goes out."""
+    stream: bool = False
+    """Whether `answer` is an event stream (every fault acts on it, as on replay's), not one JSON document."""
 
 
 class Incoming(ABC):

@@ -36,6 +36,7 @@ from .anthropic_messages import AnthropicMessages
 from .gemini import Gemini
 from .generation import Generation
 from .lmstudio_chat import LMStudioChat
+from .mcp import MCP
 from .openai_chat import OpenAIChat
 from .openai_completions import OpenAICompletions
 from .openai_responses import OpenAIResponses
@@ -65,6 +66,7 @@ BUILT_IN: tuple[type[Protocol], ...] = (
     Gemini,
     AGUI,
     AISDKUI,
+    MCP,
 )
 """The dialects sse-tape comes with, in the order they are asked about a path or a stream."""
 

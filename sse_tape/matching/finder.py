@@ -69,7 +69,7 @@ from .._exceptions import NoMatchError
 from .._paths import locate
 from ..cassette import Cassette, End, Interaction, Recording, Request
 from ..dialects import Protocol as Dialect
-from ..dialects import for_path
+from ..dialects import detect, for_path
 from ..dialects.answer import Answer
 from ..dialects.generation import Generation
 from ..dialects.phase import Phase, answer_of, calls_of, phase_of
@@ -260,21 +260,24 @@ class Matcher:
         self._answer_ids: dict[str, int] | None = None  # which recording answered with each response id
         self._paths: dict[str, list[int]] = {}  # the recordings of each path, as compared: a miss's candidates
         for cassette in cassettes:
-            rule = self._rule(cassette)
             for n, interaction in enumerate(cassette.interactions, 1):
-                self._track(Recording(interaction, cassette.name, n), rule)
+                self._track(Recording(interaction, cassette.name, n), self._rule(cassette, interaction))
 
     def add(self, interaction: Interaction, cassette: Cassette, index: int) -> Recording:
         """Make a new interaction (one just recorded into `cassette`) playable from the next request on."""
         recording = Recording(interaction, cassette.name, index)
-        self._track(recording, self._rule(cassette))
+        self._track(recording, self._rule(cassette, interaction))
         return recording
 
-    def _rule(self, cassette: Cassette) -> _Rule:
-        """How a cassette's recordings are matched: the server's options first, then its own settings."""
+    def _rule(self, cassette: Cassette, interaction: Interaction) -> _Rule:
+        """How one of a cassette's recordings is matched: the server's options first, then the cassette's own
+        settings, then what the protocol it speaks matches its recordings by (`Protocol.match_on`)."""
         names = self.match_on
         if names is None and cassette.match_on:
             names = MATCHERS.names(cassette.match_on, f"{cassette.name}: match")
+        if names is None:
+            spoken = detect(interaction)
+            names = spoken.match_on if spoken is not None else None
         names = names or DEFAULT_MATCH_ON
         fields = self.ignore_body_fields if self.ignore_body_fields is not None else cassette.ignore_body_fields or ()
         rule = self._made.get((names, fields))

@@ -158,7 +158,8 @@ class Replay(Attached):
             stream.framing = prepared.framing
         kept = exchange.keep(stream) if exchange.keep is not None else None
         resumed, cut = None, False
-        if prepared.stands_for is None and (last_id := last_event_id(request)) is not None:
+        last_id = last_event_id(request)
+        if prepared.stands_for is None and last_id is not None:
             if known.last_id == last_id:  # a recording of this very reconnection
                 resumed = f"as recorded after event id {last_id!r}"
             else:  # the stream goes on after the event it names (an id it never set: all of it)
@@ -183,10 +184,15 @@ class Replay(Attached):
             )
 
         dialect = exchange.api or known.dialect
-        if kept is not None and kept.answer is not None:  # answered in replay's place: one JSON document
+        if kept is not None and kept.answer is not None and not kept.stream:  # in replay's place: one JSON document
             inject(server, exchange, kept.answer, dialect=dialect, recording=known.name, stream=False)
             matched(kept.answer.status)
             return await server.send(exchange, kept.answer)
+        replaced = kept is not None and kept.answer is not None
+        if kept is not None and kept.answer is not None:  # in replay's place: a stream, resumed as replay's is
+            stream = kept.answer
+            if cut and last_id is not None:
+                stream.resume_after(last_id)
         injected = inject(server, exchange, stream, dialect=dialect, recording=known.name, also=again)
         matched(stream.status if injected else prepared.response.status)
         if prepared.stands_for is not None:
@@ -198,7 +204,9 @@ class Replay(Attached):
             exchange.event_ends = []
         else:
             plan = stream
-            exchange.event_ends = [b.end for b in plan.events] if injected or resumed else prepared.event_ends
+            exchange.event_ends = (
+                [b.end for b in plan.events] if injected or resumed or replaced else prepared.event_ends
+            )
         return await server.send(exchange, plan, prepared.writes if plan is prepared.plan else None)
 
     def _faults_of(self, recording: Recording) -> list[Fault]:

@@ -1,0 +1,142 @@
+"""`MCP`: the Model Context Protocol over Streamable HTTP, revision 2025-11-25, as a `Protocol`.
+
+A client POSTs each JSON-RPC message to one endpoint (`/mcp` by
+convention; anywhere, as the server likes) with `Accept: application/json,
+text/event-stream`; a request is answered with one JSON response or an SSE
+stream of messages that ends with its response; a notification or a response
+with 202 and no body. `GET` opens the server's stream, `DELETE` ends the
+session (https://modelcontextprotocol.io/specification/2025-11-25/basic/transports).
+So an MCP recording is told by its request (JSON-RPC 2.0 in the body, or
+MCP's headers) as much as by its path. It generates no text: it is a protocol
+without `Generation`. Its requests are matched by `jsonrpc` (see `jsonrpc`),
+and its answers carry the client's own ids, in sessions of their own
+(`Sessions`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from ... import _json
+from ...cassette import Headers, Interaction, Request
+from ...sse import ServerSentEvent, encode_event
+from ..events import Error, Event
+from ..protocol import Checker, Protocol, ProtocolResponder, RequestMatcher, Violation, to_json
+from .jsonrpc import jsonrpc
+from .session import Sessions
+
+__all__ = ["MCP", "is_mcp_request"]
+
+#: The headers a Streamable HTTP client sends after `initialize` (https://modelcontextprotocol.io/specification/2025-11-25/basic/transports).
+_HEADERS = ("mcp-session-id", "mcp-protocol-version")
+
+#: JSON-RPC's codes for an internal error and an invalid request (https://www.jsonrpc.org/specification#error_object).
+_INTERNAL_ERROR = -32603
+_INVALID_REQUEST = -32600
+
+
+def is_mcp_request(request: Request) -> bool:
+    """Whether a request is MCP's by what it carries: MCP's headers, or a JSON-RPC 2.0 message as its body."""
+    if any(request.header(name) is not None for name in _HEADERS):
+        return True
+    if b'"jsonrpc"' not in request.body:
+        return False  # most requests: no need to read their body
+    body = request.json()
+    return isinstance(body, dict) and body.get("jsonrpc") == "2.0" and isinstance(body.get("method"), str)
+
+
+def _is_response(message: Any) -> bool:
+    return isinstance(message, dict) and "method" not in message and ("result" in message or "error" in message)
+
+
+class MCP(Protocol):
+    """MCP's Streamable HTTP transport, revision 2025-11-25 (see the module)."""
+
+    name = "mcp"
+    path = "/mcp"
+    matchers: ClassVar[Mapping[str, RequestMatcher]] = {"jsonrpc": jsonrpc}
+    match_on = ("method", "path", "jsonrpc")
+
+    def recognises(self, interaction: Interaction) -> bool:
+        """An exchange whose request is MCP's (`is_mcp_request`), wherever its endpoint is."""
+        return is_mcp_request(interaction.request)
+
+    def is_terminal(self, event: ServerSentEvent) -> bool:
+        """A JSON-RPC response (a result or an error) ends the stream that answers a request."""
+        try:
+            return _is_response(_json.parse(event.data, max_depth=None))
+        except ValueError:
+            return False
+
+    def error_frames(
+        self, error: Error, before: Sequence[Event] = (), sent: Sequence[ServerSentEvent] = ()
+    ) -> list[bytes]:
+        """A JSON-RPC error response in a `message` event, as the SDKs frame every message, with a null id: the
+        request's is not in its stream (JSON-RPC's id for one that cannot be told)."""
+        body = {"jsonrpc": "2.0", "id": None, "error": {"code": _INTERNAL_ERROR, "message": error.message}}
+        return [encode_event(to_json(body), event="message")]
+
+    def http_error(
+        self, status: int, message: str, *, type: str | None = None, code: str | None = None
+    ) -> tuple[int, Headers, bytes]:
+        """A JSON-RPC error response with no id, as the SDKs answer a request refused before it is read: an
+        invalid request for a status under 500, an internal error from 500 on."""
+        number = _INVALID_REQUEST if status < 500 else _INTERNAL_ERROR
+        body = {"jsonrpc": "2.0", "id": None, "error": {"code": number, "message": message}}
+        return status, (("content-type", "application/json"),), to_json(body).encode()
+
+    def wants_stream(self, body: Any, path: str = "") -> bool:
+        """A request may be answered either way: the recording's shape is kept (never reshaped)."""
+        return False
+
+    def responders(self) -> Sequence[ProtocolResponder]:
+        return (Sessions(self, self.speaks),)
+
+    def speaks(self, request: Request) -> bool:
+        """Whether `request` is MCP's: to its path, or carrying MCP's headers or JSON-RPC."""
+        return self.serves_path(request.path) or is_mcp_request(request)
+
+    def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
+        """Each event's data is one JSON-RPC 2.0 message; a stream that answers a request ends with its
+        response (and has no other), with the request's id."""
+        c = Checker()
+        asked = request.json() if request is not None else None
+        id = asked.get("id") if isinstance(asked, dict) and "method" in asked else None
+        responses = 0
+        for i, event in enumerate(events):
+            if not event.data:
+                continue  # the priming event: an id and no data
+            message = c.json(i, event)
+            if message is None:
+                continue
+            if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+                c.add(i, "data is not a JSON-RPC 2.0 message")
+                continue
+            if _is_response(message):
+                responses += 1
+                if "result" in message and "error" in message:
+                    c.add(i, "a response with both a result and an error")
+                if id is not None and message.get("id") != id:
+                    c.add(i, f"a response to id {to_json(message.get('id'))}, the request's is {to_json(id)}")
+                if responses > 1:
+                    c.add(i, "a second response in one request's stream")
+        if id is not None and request is not None and request.method.upper() == "POST" and responses == 0:
+            c.add(None, f"the stream has no response to the request (id {to_json(id)})")
+        return c.violations
+
+    def check_json(self, body: bytes, request: Request | None = None) -> list[Violation]:
+        """A request's answer is its JSON-RPC response; a notification's, a response's and a DELETE's may be
+        empty (202 Accepted, 200)."""
+        if not body:
+            asked = request.json() if request is not None else None
+            if isinstance(asked, dict) and "method" in asked and "id" in asked:
+                return [Violation(None, f"the answer to request id {to_json(asked['id'])} is empty")]
+            return []
+        try:
+            message = _json.parse(body, max_depth=None)
+        except ValueError:
+            return [Violation(None, f"the answer is not JSON: {body[:40]!r}")]
+        if not _is_response(message) or message.get("jsonrpc") != "2.0":
+            return [Violation(None, "the answer is not a JSON-RPC 2.0 response")]
+        return []

@@ -1,0 +1,182 @@
+"""JSON-RPC as MCP's Streamable HTTP carries it: matched without the client's ids, answered with them.
+
+A client numbers its requests (`id`) and names its progress notifications
+(`params._meta.progressToken`) as it likes: a new session's `tools/call`
+is the recorded one with other numbers. So a request is matched by what it
+asks (`jsonrpc`: the body without those two), and the recorded answer goes
+out carrying the request's own (`rewritten`, which `session.Sessions` asks
+for): its response (`result` or `error`, in a JSON answer or in the stream)
+takes the request's `id`, and each progress notification in the stream the
+request's `progressToken`. The server's own
+requests and other notifications in the stream keep theirs, as they are the
+server's (https://modelcontextprotocol.io/specification/2025-11-25/basic/transports).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ... import _json
+from ...cassette import REDACTED, Request
+from ...plan import Plan, Write
+
+__all__ = ["MISSING", "client_ids", "comparable", "jsonrpc", "rewritten"]
+
+MISSING: Any = object()
+"""What `client_ids` gives for an id or a token the request does not carry."""
+
+_AN_ID = "<the client's id>"  # what any id is compared as
+
+
+def client_ids(body: Any) -> tuple[Any, Any]:
+    """A JSON-RPC request's `id` and its `params._meta.progressToken` (`MISSING` where it has none)."""
+    if not isinstance(body, dict):
+        return MISSING, MISSING
+    params = body.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    token = meta.get("progressToken", MISSING) if isinstance(meta, dict) else MISSING
+    return body.get("id", MISSING), token
+
+
+def comparable(body: Any) -> Any:
+    """A JSON-RPC message as `jsonrpc` compares it: whether it has an `id` (a request, not a notification), not
+    which, and without `params._meta.progressToken` (nor a `_meta` left empty by that, as a client that asks
+    for no progress sends none)."""
+    if not isinstance(body, dict) or body.get("jsonrpc") != "2.0":
+        return body
+    out = {k: (_AN_ID if k == "id" else v) for k, v in body.items()}
+    params = out.get("params")
+    if isinstance(params, dict) and isinstance(params.get("_meta"), dict) and "progressToken" in params["_meta"]:
+        meta = {k: v for k, v in params["_meta"].items() if k != "progressToken"}
+        params = {k: v for k, v in params.items() if k != "_meta"} | ({"_meta": meta} if meta else {})
+        out["params"] = params
+    return out
+
+
+def jsonrpc(request: Request, recorded: Request) -> str | None:
+    """The body as JSON-RPC: method and params compared as data, never the client's `id` nor its
+    `progressToken`; a body that is not JSON-RPC compared whole, as the `body` matcher does."""
+    here, there = request.json(), recorded.json()
+    if here is None and there is None:
+        return None if request.body == recorded.body else "body differs"
+    a, b = comparable(here), comparable(there)
+    if _agrees(a, b):
+        return None
+    if isinstance(a, dict) and isinstance(b, dict) and a.get("method") != b.get("method"):
+        return f"method is {_json.dumps(a.get('method'))}, recorded {_json.dumps(b.get('method'))}"
+    if isinstance(a, dict) and isinstance(b, dict) and ("id" in a) != ("id" in b):
+        kinds = ("a notification (no id)", "a request") if "id" in b else ("a request", "a notification (no id)")
+        return f"body is {kinds[0]}, recorded {kinds[1]}"
+    for key in ("params", "result", "error"):
+        if isinstance(a, dict) and isinstance(b, dict) and not _agrees(a.get(key), b.get(key)):
+            return f"{key} differ: {_shown(a.get(key))}, recorded {_shown(b.get(key))}"
+    return "body differs"
+
+
+def _shown(value: Any) -> str:
+    text = _json.dumps(value) if value is not None else "absent"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _agrees(here: Any, recorded: Any) -> bool:
+    """Equal as data, where a recorded value that was redacted stands for any value."""
+    if here == recorded or recorded == REDACTED:
+        return True
+    if isinstance(here, dict) and isinstance(recorded, dict):
+        return here.keys() == recorded.keys() and all(_agrees(here[k], recorded[k]) for k in here)
+    if isinstance(here, list) and isinstance(recorded, list):
+        return len(here) == len(recorded) and all(map(_agrees, here, recorded))
+    return False
+
+
+def _answering(message: Any, id: Any, token: Any) -> Any:
+    """`message` carrying the request's `id` (a response) or `token` (a progress notification); the very same
+    object when it needs no change."""
+    if not isinstance(message, dict):
+        return message
+    if "method" not in message and ("result" in message or "error" in message) and id is not MISSING:
+        return message if message.get("id") == id else {**message, "id": id}
+    if message.get("method") == "notifications/progress" and token is not MISSING:
+        params = message.get("params")
+        if isinstance(params, dict) and params.get("progressToken") != token:
+            return {**message, "params": {**params, "progressToken": token}}
+    return message
+
+
+def rewritten(plan: Plan, id: Any, token: Any, *, stream: bool) -> Plan | None:
+    """`plan` answering the request whose `id` and progress `token` are given: a copy whose response carries
+    that id and whose progress notifications that token; None when it already does.
+
+    A stream's events are rewritten one by one, each where it was: the writes keep their times, and a write
+    that ended inside a rewritten event ends at the same place in its new text.
+    """
+    if not stream:
+        try:
+            body = _json.parse(plan.body, max_depth=None)
+        except ValueError:
+            return None
+        changed = _answering(body, id, token)
+        if changed is body:
+            return None
+        out = plan.copy()
+        end = plan.writes[-1][0] if plan.writes else 0.0
+        out.rewrite([(end, _json.dumps(changed).encode())])
+        return out
+    body = plan.body
+    pieces: list[tuple[int, int, bytes]] = []  # (start, end, new bytes) of each event rewritten
+    for block in plan.events:
+        assert block.event is not None
+        try:
+            message = _json.parse(block.event.data, max_depth=None)
+        except ValueError:
+            continue
+        changed = _answering(message, id, token)
+        if changed is message:
+            continue
+        old = body[block.start : block.end]
+        data = block.event.data.encode()
+        at = old.find(data)
+        if at < 0 or old.count(b"\n", at, at + len(data)) or block.event.data.count("\n"):
+            continue  # data on more than one line: not how MCP's servers write a message
+        new = old[:at] + _json.dumps(changed).encode() + old[at + len(data) :]
+        pieces.append((block.start, block.end, new))
+    if not pieces:
+        return None
+    out = plan.copy()
+    out.rewrite(_moved(plan.writes, pieces))
+    return out
+
+
+def _moved(writes: list[Write], pieces: list[tuple[int, int, bytes]]) -> list[Write]:
+    """`writes` with the byte spans of `pieces` replaced by their new bytes, each write keeping its time."""
+    body = b"".join(data for _, data in writes)
+    new_body = bytearray()
+    at = 0
+    starts: list[tuple[int, int, int, int]] = []  # (old start, old end, new start, new end)
+    for start, end, data in pieces:
+        new_body += body[at:start]
+        starts.append((start, end, len(new_body), len(new_body) + len(data)))
+        new_body += data
+        at = end
+    new_body += body[at:]
+
+    def place(x: int) -> int:
+        shift = 0
+        for start, end, new_start, new_end in starts:
+            if x <= start:
+                break
+            if x < end:
+                return new_start + min(x - start, new_end - new_start)
+            shift = new_end - end
+        return x + shift
+
+    out: list[Write] = []
+    seen = 0
+    for t, data in writes:
+        a, b = place(seen), place(seen + len(data))
+        seen += len(data)
+        out.append((t, bytes(new_body[a:b])))
+    if out:  # whatever `place` left between the last boundary and the end
+        last_t, last = out[-1]
+        out[-1] = (last_t, last + bytes(new_body[place(seen) :]))
+    return out
