@@ -26,11 +26,25 @@ __all__ = [
     "Recording",
     "Request",
     "Response",
+    "agrees_as_recorded",
     "storable_headers",
 ]
 
 #: What a recording holds in place of a secret (see `redaction`); on replay it matches any value.
 REDACTED = "<redacted>"
+
+
+def agrees_as_recorded(here: Any, recorded: Any) -> bool:
+    """Whether a JSON value equals a recorded one as data, where a recorded value that was redacted
+    (`REDACTED`) stands for any value: how every matcher compares a body, or a part of one."""
+    if here == recorded or recorded == REDACTED:
+        return True
+    if isinstance(here, dict) and isinstance(recorded, dict):
+        return here.keys() == recorded.keys() and all(agrees_as_recorded(here[k], recorded[k]) for k in here)
+    if isinstance(here, list) and isinstance(recorded, list):
+        return len(here) == len(recorded) and all(map(agrees_as_recorded, here, recorded))
+    return False
+
 
 #: Header names and values, in the order they crossed the wire; a name may come more than once.
 Headers = tuple[tuple[str, str], ...]

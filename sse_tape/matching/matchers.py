@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote
 
 from ..cassette import REDACTED, Request
+from ..cassette.model import agrees_as_recorded
 from ..dialects.protocol import RequestMatcher
 
 __all__ = ["AGREES", "BUILT_IN", "MatchOn", "body", "body_differences", "method", "path", "query", "shown"]
@@ -123,7 +124,7 @@ def _same_body(request: Request, recorded: Request) -> bool:
     if isinstance(here, bytes) and isinstance(there, bytes) and _QUOTED_MARKER.encode() in there:
         # A form whose secret fields were redacted: compared as a query is.
         return _query_agrees(here.decode("latin-1"), there.decode("latin-1"))
-    return here == there or _json_agrees(here, there)
+    return here == there or agrees_as_recorded(here, there)
 
 
 BUILT_IN: dict[str, RequestMatcher] = {
@@ -161,17 +162,6 @@ def _query_agrees(here: str, recorded: str) -> bool:
     return len(ours) == len(theirs) and all(
         a == b and (x == y or y == REDACTED) for (a, x), (b, y) in zip(ours, theirs, strict=True)
     )
-
-
-def _json_agrees(here: Any, recorded: Any) -> bool:
-    """Equal as data, where a recorded value that was redacted stands for any value."""
-    if here == recorded or recorded == REDACTED:
-        return True
-    if isinstance(here, dict) and isinstance(recorded, dict):
-        return here.keys() == recorded.keys() and all(_json_agrees(here[k], recorded[k]) for k in here)
-    if isinstance(here, list) and isinstance(recorded, list):
-        return len(here) == len(recorded) and all(map(_json_agrees, here, recorded))
-    return False
 
 
 def _show(value: Any) -> str:

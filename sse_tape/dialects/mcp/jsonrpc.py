@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from ... import _json
-from ...cassette import REDACTED, Request
+from ...cassette import Request
+from ...cassette.model import agrees_as_recorded
 from ...plan import Plan, Write
 
 __all__ = ["MISSING", "client_ids", "comparable", "jsonrpc", "rewritten"]
@@ -60,7 +61,7 @@ def jsonrpc(request: Request, recorded: Request) -> str | None:
     if here is None and there is None:
         return None if request.body == recorded.body else "body differs"
     a, b = comparable(here), comparable(there)
-    if _agrees(a, b):
+    if agrees_as_recorded(a, b):
         return None
     if isinstance(a, dict) and isinstance(b, dict) and a.get("method") != b.get("method"):
         return f"method is {_json.dumps(a.get('method'))}, recorded {_json.dumps(b.get('method'))}"
@@ -68,7 +69,7 @@ def jsonrpc(request: Request, recorded: Request) -> str | None:
         kinds = ("a notification (no id)", "a request") if "id" in b else ("a request", "a notification (no id)")
         return f"body is {kinds[0]}, recorded {kinds[1]}"
     for key in ("params", "result", "error"):
-        if isinstance(a, dict) and isinstance(b, dict) and not _agrees(a.get(key), b.get(key)):
+        if isinstance(a, dict) and isinstance(b, dict) and not agrees_as_recorded(a.get(key), b.get(key)):
             return f"{key} differ: {_shown(a.get(key))}, recorded {_shown(b.get(key))}"
     return "body differs"
 
@@ -76,17 +77,6 @@ def jsonrpc(request: Request, recorded: Request) -> str | None:
 def _shown(value: Any) -> str:
     text = _json.dumps(value) if value is not None else "absent"
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _agrees(here: Any, recorded: Any) -> bool:
-    """Equal as data, where a recorded value that was redacted stands for any value."""
-    if here == recorded or recorded == REDACTED:
-        return True
-    if isinstance(here, dict) and isinstance(recorded, dict):
-        return here.keys() == recorded.keys() and all(_agrees(here[k], recorded[k]) for k in here)
-    if isinstance(here, list) and isinstance(recorded, list):
-        return len(here) == len(recorded) and all(map(_agrees, here, recorded))
-    return False
 
 
 def _answering(message: Any, id: Any, token: Any) -> Any:
