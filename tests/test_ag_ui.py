@@ -30,6 +30,7 @@ from ag_ui.core import (
 from ag_ui.encoder import EventEncoder
 from aiohttp import web
 from pydantic import TypeAdapter
+from upstream import on_loopback
 
 from sse_tape import Cassette, arecording, aserve
 from sse_tape.checking import check_interaction
@@ -84,17 +85,8 @@ async def agent() -> AsyncIterator[str]:
         await response.write_eof()
         return response
 
-    app = web.Application()
-    app.router.add_post("/api/copilot/agent", run)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        await runner.cleanup()
+    async with on_loopback("/api/copilot/agent", run) as url:
+        yield url
 
 
 async def read_run(url: str, fault: str | None = None) -> tuple[list[BaseEvent], bool]:

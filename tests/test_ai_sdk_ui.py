@@ -13,6 +13,7 @@ import httpx
 import pytest
 from aiohttp import web
 from matrix import NodeModules, Workers
+from upstream import on_loopback
 
 from sse_tape import Cassette, arecording, aserve, serve
 from sse_tape.checking import check_interaction
@@ -57,17 +58,8 @@ async def route() -> AsyncIterator[str]:
         await response.write_eof()
         return response
 
-    app = web.Application()
-    app.router.add_post("/api/chat", chat)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        await runner.cleanup()
+    async with on_loopback("/api/chat", chat) as url:
+        yield url
 
 
 async def parts(url: str, fault: str | None = None) -> list[str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 from aiohttp import web
+from upstream import on_loopback
 
 from sse_tape import Cassette, arecording, aserve
 from sse_tape.dialects import DIALECTS, ENTRY_POINTS, Protocol, detect
@@ -100,17 +101,8 @@ async def upstream() -> AsyncIterator[str]:
         await response.write_eof()
         return response
 
-    app = web.Application()
-    app.router.add_post("/toy/stream", stream)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        await runner.cleanup()
+    async with on_loopback("/toy/stream", stream) as url:
+        yield url
 
 
 async def ask(client: httpx.AsyncClient, url: str, topic: str, request_id: str) -> httpx.Response:

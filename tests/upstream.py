@@ -25,9 +25,11 @@ Routes:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import struct
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -36,6 +38,23 @@ SSE = {"content-type": "text/event-stream", "cache-control": "no-cache"}
 
 
 HEAD = {"id": "chatcmpl-up", "object": "chat.completion.chunk", "created": 1763790000, "model": "up"}
+
+
+@contextlib.asynccontextmanager
+async def on_loopback(path: str, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> AsyncIterator[str]:
+    """An aiohttp app answering POST `path` with `handler`, on a free loopback port, while the block runs; gives
+    its base URL (a protocol's own server, for a test to record from)."""
+    app = web.Application()
+    app.router.add_post(path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()
 
 
 def chat_chunk(n: int, *, pad: int = 0) -> bytes:
