@@ -136,6 +136,18 @@ class Checker:
             self.add(index, f"data is not JSON: {event.data[:40]!r}")
             return None
 
+    def typed(self, index: int, event: ServerSentEvent, untyped: str) -> tuple[dict[str, Any], str] | None:
+        """The event's data and its `type`, for APIs whose every event is a JSON object naming its type; None
+        after noting that it is not JSON, or noting `untyped` when it names no type."""
+        obj = self.json(index, event)
+        if obj is None:
+            return None
+        kind = obj.get("type") if isinstance(obj, dict) else None
+        if not isinstance(kind, str):
+            self.add(index, untyped)
+            return None
+        return obj, kind
+
 
 class Protocol(ABC):
     """One SSE API's contract: the paths it serves, its streams, its errors, and the rules its streams keep.

@@ -66,13 +66,10 @@ class AGUI(Protocol):
         started: dict[str, Any] | None = None
         ended: int | None = None
         for i, sse in enumerate(events):
-            obj = checker.json(i, sse)
-            if obj is None:
+            typed = checker.typed(i, sse, "an event with no type (each is a JSON object with a string type)")
+            if typed is None:
                 continue
-            kind = obj.get("type") if isinstance(obj, dict) else None
-            if not isinstance(kind, str):
-                checker.add(i, "an event with no type (each is a JSON object with a string type)")
-                continue
+            obj, kind = typed
             if ended is not None:
                 checker.add(i, f"{kind} after the run ended (event {ended + 1}): nothing follows it")
                 continue

@@ -121,13 +121,10 @@ class AISDKUI(Protocol):
                     checker.add(i, "[DONE] before any finish, error or abort part")
                 done = i
                 continue
-            obj = checker.json(i, sse)
-            if obj is None:
+            typed = checker.typed(i, sse, "a part with no type (each is a JSON object with a string type)")
+            if typed is None:
                 continue
-            kind = obj.get("type") if isinstance(obj, dict) else None
-            if not isinstance(kind, str):
-                checker.add(i, "a part with no type (each is a JSON object with a string type)")
-                continue
+            obj, kind = typed
             if kind not in PART_TYPES and not kind.startswith("data-"):
                 checker.add(i, f"{kind} is no UI message part type")
                 continue

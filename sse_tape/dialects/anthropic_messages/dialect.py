@@ -158,13 +158,10 @@ class AnthropicMessages(Generation):
         block: tuple[int, str] | None = None  # the open block: its index and type
         blocks = tool_blocks = 0
         for i, sse in enumerate(events):
-            obj = c.json(i, sse)
-            if obj is None:
+            typed = c.typed(i, sse, "data has no type")
+            if typed is None:
                 continue
-            kind = obj.get("type") if isinstance(obj, dict) else None
-            if not isinstance(kind, str):
-                c.add(i, "data has no type")
-                continue
+            obj, kind = typed
             if sse.event != kind:
                 c.add(i, f"event name {sse.event!r} but type {kind!r}")
             if ended is not None:

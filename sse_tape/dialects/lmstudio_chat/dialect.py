@@ -112,13 +112,10 @@ class LMStudioChat(Generation):
         streamed = {"reasoning": "", "message": ""}
         progress = {"model_load": -1.0, "prompt_processing": -1.0}
         for i, sse in enumerate(events):
-            obj = c.json(i, sse)
-            if obj is None:
+            typed = c.typed(i, sse, "data has no type")
+            if typed is None:
                 continue
-            kind = obj.get("type") if isinstance(obj, dict) else None
-            if not isinstance(kind, str):
-                c.add(i, "data has no type")
-                continue
+            obj, kind = typed
             if kind not in EVENT_TYPES:
                 c.add(i, f"unknown event type {kind!r}")
                 continue
