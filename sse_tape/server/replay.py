@@ -188,9 +188,9 @@ class Replay(Attached):
             inject(server, exchange, kept.answer, dialect=dialect, recording=known.name, stream=False)
             matched(kept.answer.status)
             return await server.send(exchange, kept.answer)
-        replaced = kept is not None and kept.answer is not None
-        if kept is not None and kept.answer is not None:  # in replay's place: a stream, resumed as replay's is
-            stream = kept.answer
+        replacement = kept.answer if kept is not None else None
+        if replacement is not None:  # in replay's place: a stream, resumed as replay's is
+            stream = replacement
             if cut and last_id is not None:
                 stream.resume_after(last_id)
         injected = inject(server, exchange, stream, dialect=dialect, recording=known.name, also=again)
@@ -205,7 +205,7 @@ class Replay(Attached):
         else:
             plan = stream
             exchange.event_ends = (
-                [b.end for b in plan.events] if injected or resumed or replaced else prepared.event_ends
+                [b.end for b in plan.events] if injected or resumed or replacement is not None else prepared.event_ends
             )
         return await server.send(exchange, plan, prepared.writes if plan is prepared.plan else None)
 
