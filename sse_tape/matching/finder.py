@@ -307,7 +307,7 @@ class Matcher:
         self._answers.append(_NOT_YET)
         self._calls.append(_NOT_YET)
         if self._answer_ids is not None:
-            self._note_answer_id(len(self.recordings) - 1)
+            self._note_answer_id(self._answer_ids, len(self.recordings) - 1)
 
     def id_of(self, recording: Recording) -> str:
         """The id the store knows one of the matcher's recordings by (see `recording_id`; of cassettes of one
@@ -454,17 +454,16 @@ class Matcher:
         if self._answer_ids is None:
             ids: dict[str, int] = {}
             for n in range(len(self.recordings)):
-                answer = self._answer(n)
-                if answer is not None and answer.start.id:
-                    ids.setdefault(answer.start.id, n)
-            self._answer_ids = ids
+                self._note_answer_id(ids, n)
+            self._answer_ids = ids  # whole, for a thread that explains a miss meanwhile
         return self._answer_ids.get(response_id)
 
-    def _note_answer_id(self, n: int) -> None:
-        assert self._answer_ids is not None
+    def _note_answer_id(self, ids: dict[str, int], n: int) -> None:
+        """Note in `ids` the response id recording n answered with, if it has one (the first recording of an id
+        keeps it)."""
         answer = self._answer(n)
         if answer is not None and answer.start.id:
-            self._answer_ids.setdefault(answer.start.id, n)
+            ids.setdefault(answer.start.id, n)
 
     def _answer(self, n: int) -> Answer | None:
         """Recording n's answer put together; None when it is no answer of an LLM API."""
