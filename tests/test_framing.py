@@ -1,16 +1,23 @@
-"""sse_tape.framing: Gemini's JSON array beside SSE, decoded however it is cut, written as Google writes it, and a
-recorded stream reframed from one to the other with its timing."""
+"""sse_tape.framing: Gemini's JSON array, Ollama's NDJSON and AWS's event stream beside SSE, each decoded however
+it is cut and written as its API writes it, and a recorded stream reframed from one to another with its timing."""
 
 from __future__ import annotations
 
 import json
+from random import Random
 
 import pytest
+from botocore.eventstream import EventStreamBuffer
+from hypothesis import given
+from hypothesis import strategies as st
 from upstream import GEMINI_CHUNKS, gemini_array
 
 from sse_tape import Cassette, Chunk, End, Request, Response, bundled_cassettes
-from sse_tape.faults.stream import Blocks
-from sse_tape.framing import JSON_ARRAY, SSE, reframe
+from sse_tape.dialects import DIALECTS
+from sse_tape.faults import parse_fault
+from sse_tape.faults.stream import Blocks, apply
+from sse_tape.framing import EVENT_STREAM, JSON_ARRAY, NDJSON, SSE, Framing, by_content_type, reframe
+from sse_tape.framing.event_stream import FrameError, Message, encode_message, read_message
 from sse_tape.pacing import PaceMode, Pacing
 from sse_tape.plan import Plan
 from sse_tape.shape import Recorded, reshape
@@ -109,3 +116,163 @@ def test_a_rate_of_events_counts_an_arrays_elements() -> None:
     array = Response(200, (("content-type", "application/json; charset=UTF-8"),), tuple(Chunk(0.0, w) for w in writes))
     offsets, _ = Pacing(PaceMode.TPS, 10.0).schedule(array)
     assert offsets == [0.0, 0.1, 0.2, 0.3]  # each write after the elements before it, ten a second
+
+
+# --- NDJSON and AWS's event stream --------------------------------------------------------------------------
+
+OLLAMAS = (
+    b'{"model":"llama3.2","message":{"role":"assistant","content":"Hel"},"done":false}\n'
+    b'{"model":"llama3.2","message":{"role":"assistant","content":"lo \\n\xc3\xa9"},"done":false}\r\n'
+    b"\n"
+    b'{"model":"llama3.2","message":{"role":"assistant","content":""},"done":true,"eval_count":2}\n'
+)
+"""Ollama's `/api/chat` stream: one JSON object a line (a CRLF and a blank line among them)."""
+
+
+def _bedrock(name: str, payload: object, kind: str = "event") -> bytes:
+    """A message as Bedrock writes it: its type, `:content-type`, `:message-type`, in that order."""
+    key = ":exception-type" if kind == "exception" else ":event-type"
+    headers = {key: name, ":content-type": "application/json", ":message-type": kind}
+    return encode_message(headers, json.dumps(payload, separators=(",", ":")).encode())
+
+
+BEDROCKS = b"".join(
+    [
+        _bedrock("messageStart", {"role": "assistant", "p": "abcdefghijkl"}),
+        _bedrock("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "Hi \u00e9"}, "p": "ab"}),
+        _bedrock("contentBlockStop", {"contentBlockIndex": 0, "p": "abcd"}),
+        _bedrock("messageStop", {"stopReason": "end_turn", "p": "a"}),
+        _bedrock("throttlingException", {"message": "Too many requests"}, kind="exception"),
+    ]
+)
+"""A Bedrock `ConverseStream` answer cut off by an exception, as AWS frames it."""
+
+STREAMS = {"ndjson": (NDJSON, OLLAMAS), "aws-event-stream": (EVENT_STREAM, BEDROCKS)}
+
+
+def _messages(framing: Framing, body: bytes) -> list[tuple[str, str]]:
+    return [(b.event.event, b.event.data) for b in framing.blocks(body) if b.event is not None]
+
+
+def _fed(framing: Framing, pieces: list[bytes]) -> list[tuple[float, bytes, object]]:
+    blocks = Blocks(Plan(200, [], [], framing=framing))
+    return blocks.feed([(float(i), piece) for i, piece in enumerate(pieces)]) + blocks.rest()
+
+
+@pytest.mark.parametrize("name", STREAMS)
+def test_every_split_in_two_gives_the_same_messages_whole(name: str) -> None:
+    framing, body = STREAMS[name]
+    expected = _messages(framing, body)
+    for cut in range(len(body) + 1):
+        got = _fed(framing, [body[:cut], body[cut:]])
+        assert b"".join(data for _, data, _ in got) == body, cut
+        assert [(e.event, e.data) for _, _, e in got if e is not None] == expected, cut
+
+
+@pytest.mark.parametrize("name", STREAMS)
+@given(st.lists(st.integers(min_value=0, max_value=600), max_size=12))
+def test_any_split_gives_the_same_messages_whole(name: str, cuts: list[int]) -> None:
+    framing, body = STREAMS[name]
+    at = sorted({min(c, len(body)) for c in cuts})
+    pieces = [body[a:b] for a, b in zip([0, *at], [*at, len(body)], strict=True)]
+    got = _fed(framing, pieces)
+    assert [(e.event, e.data) for _, _, e in got if e is not None] == _messages(framing, body)
+
+
+def test_ndjson_is_one_message_a_line_and_a_cut_line_is_none() -> None:
+    messages = _messages(NDJSON, OLLAMAS)
+    assert [json.loads(data)["done"] for _, data in messages] == [False, False, True]
+    assert json.loads(messages[1][1])["message"]["content"] == "lo \n\xe9"
+    assert [e for e, _ in messages] == ["message"] * 3
+    assert NDJSON.problems(OLLAMAS) == []
+    assert NDJSON.problems(OLLAMAS[:-5]) == ["the stream is cut inside a line: 3 whole lines, then no newline"]
+    assert NDJSON.blocks(OLLAMAS[:-5])[-1].event is None
+    encoder = NDJSON.encoder()
+    assert encoder.frame(ServerSentEvent(data='{"a": 1,\n "b": "\xe9"}')) == '{"a":1,"b":"\xe9"}\n'.encode()
+    assert encoder.close() == b""
+    error = b'data: {"error":"model runner stopped"}\n\n'
+    assert NDJSON.ending(error, sent=2) == b'{"error":"model runner stopped"}\n'
+    assert NDJSON.heartbeat(b": ping\n\n") == b""  # a blank line is no JSON: nothing keeps it open
+
+
+def test_the_empty_message_is_aws_s_test_vector() -> None:
+    empty = bytes.fromhex("000000100000000005c248eb7d98c8ff")  # AWS's and botocore's: 16 bytes, no headers
+    assert encode_message({}, b"") == empty
+    assert read_message(empty) == (Message({}, b""), 16)
+
+
+def test_botocore_reads_the_messages_we_frame_and_we_read_them_back() -> None:
+    buffer = EventStreamBuffer()
+    buffer.add_data(BEDROCKS)
+    theirs = [(m.headers, m.payload) for m in buffer]
+    ours = []
+    at = 0
+    while (found := read_message(BEDROCKS, at)) is not None:
+        ours.append((dict(found[0].headers), found[0].payload))
+        at = found[1]
+    assert ours == theirs
+    assert [h[":message-type"] for h, _ in theirs] == ["event"] * 4 + ["exception"]
+    messages = _messages(EVENT_STREAM, BEDROCKS)
+    assert [e for e, _ in messages] == [
+        "messageStart", "contentBlockDelta", "contentBlockStop", "messageStop", "throttlingException"
+    ]  # fmt: skip
+    assert json.loads(messages[1][1])["delta"]["text"] == "Hi \xe9"
+    encoder = EVENT_STREAM.encoder()  # framed again as AWS frames them, byte for byte
+    assert b"".join(encoder.frame(ServerSentEvent(event=e, data=d)) for e, d in messages) == BEDROCKS
+
+
+def test_a_message_with_a_wrong_crc_is_an_error_not_a_message() -> None:
+    first = read_message(BEDROCKS)
+    assert first is not None
+    end = first[1]
+    for at, what in [(end - 1, "the message's CRC"), (20, "the message's CRC"), (9, "the prelude's CRC")]:
+        broken = bytearray(BEDROCKS)
+        broken[at] ^= 0x01
+        with pytest.raises(FrameError, match=what):
+            read_message(bytes(broken))
+        assert EVENT_STREAM.problems(bytes(broken))[0].startswith(f"message 1 (at byte 0) cannot be read: {what}")
+        blocks = EVENT_STREAM.blocks(bytes(broken))
+        assert blocks[0].event is None
+        if what == "the message's CRC":  # its length is still known: the messages after it are read
+            assert [b.event.event for b in blocks[1:] if b.event] == [
+                e for e, _ in _messages(EVENT_STREAM, BEDROCKS)[1:]
+            ]
+    assert EVENT_STREAM.problems(BEDROCKS[:-3]) == ["the stream is cut inside message 5, after 4 whole"]
+    assert EVENT_STREAM.problems(BEDROCKS) == []
+
+
+def test_each_framing_is_known_by_its_content_type() -> None:
+    assert by_content_type("application/x-ndjson") is NDJSON
+    assert by_content_type("application/vnd.amazon.eventstream") is EVENT_STREAM
+    assert by_content_type("text/event-stream; charset=utf-8") is SSE
+    assert by_content_type("text/plain") is None
+
+
+def test_a_recorded_sse_stream_is_reframed_as_ndjson_and_as_an_event_stream_and_back() -> None:
+    sse = Response(
+        200,
+        (("content-type", "text/event-stream"),),
+        (Chunk(0.1, b'event: messageStart\ndata: {"role":"assistant"}\n\n'), Chunk(0.4, b'event: messageStop\ndata: {"stopReason":"end_turn"}\n\n')),
+    )  # fmt: skip
+    for framing in (NDJSON, EVENT_STREAM):
+        framed = reframe(sse, SSE, framing)
+        assert framed.header("content-type") == framing.content_type
+        assert [c.t for c in framed.chunks] == [0.1, 0.4]
+        back = reframe(framed, framing, SSE)
+        assert [json.loads(e.data) for _, e in back.events()] == [{"role": "assistant"}, {"stopReason": "end_turn"}]
+    assert [e.event for _, e in reframe(reframe(sse, SSE, EVENT_STREAM), EVENT_STREAM, SSE).events()] == [
+        "messageStart",
+        "messageStop",
+    ]
+
+
+@pytest.mark.parametrize("framing", [NDJSON, EVENT_STREAM], ids=lambda f: f.name)
+def test_a_stall_in_a_framing_with_no_heartbeat_is_silent_and_says_so(framing: Framing) -> None:
+    body = OLLAMAS if framing is NDJSON else BEDROCKS
+    plan = Plan(200, [("content-type", framing.content_type)], [(0.0, body)], framing=framing)
+    notes = apply(
+        [parse_fault("stall:at=1,for=2s,heartbeat=500ms")], plan, dialect=DIALECTS["openai-chat"], rng=Random(0)
+    )
+    assert plan.beats == []
+    assert b"".join(data for _, data in plan.writes) == body
+    assert notes[0][1].endswith(f"no heartbeat: {framing.name} has none")

@@ -52,9 +52,15 @@ class _Stall(Act):
             replace(b, start=b.start + self.seconds, until=b.until + self.seconds) if b.start >= t else b
             for b in head.beats
         ]
-        if self.every:
-            self.run.heartbeats(t, self.every, t + self.seconds, self.run.head.framing.heartbeat(_HEARTBEAT))
-        beats = f", a heartbeat every {self.every:g} s" if self.every else ""
+        framing = self.run.head.framing
+        beat = framing.heartbeat(_HEARTBEAT) if self.every else b""
+        if self.every and beat:
+            self.run.heartbeats(t, self.every, t + self.seconds, beat)
+        beats = (
+            f", a heartbeat every {self.every:g} s"
+            if beat
+            else (f", no heartbeat: {framing.name} has none" if self.every else "")
+        )
         self.note(f"silent for {self.seconds:g} s at byte {self.bytes} ({t:.3f} s){beats}")
 
     def close(self, end_at: float) -> tuple[list[Write], float]:
