@@ -37,8 +37,11 @@ from waits import auntil, until
 
 from sse_tape import Cassette, aserve
 from sse_tape.cassette import Request
+from sse_tape.checking import check_interactions
 from sse_tape.dialects.mcp import jsonrpc
+from sse_tape.dialects.mcp.jsonrpc import event_ids, rewritten
 from sse_tape.journal import Answered, Ended, Matched, Missed
+from sse_tape.plan import Plan
 from sse_tape.sse import ServerSentEvent, SSEDecoder
 
 # Sampling is revision 2025-11-25's (the SDK, speaking 2026-07-28 too, warns that that revision drops it).
@@ -211,8 +214,8 @@ async def test_a_cut_stream_resumes_from_after_its_last_event_id_in_each_session
     assert both == [live, live]  # every progress notification once, and the result, in each session
     cut = [e for e in journal if isinstance(e, Ended) and e.method == "POST" and e.end == "interrupted"]
     assert len(cut) == 2
-    resumed = sorted(e.what for e in _gets(journal) if isinstance(e, Answered))
-    assert [w.split(" resumed")[0] for w in resumed] == [f"the stream of request {e.request}" for e in cut]
+    resumed = {e.what.split(" resumed")[0] for e in _gets(journal) if isinstance(e, Answered)}
+    assert resumed == {f"the stream of request {e.request}" for e in cut}
     assert len(_gets(journal)) == 4  # one GET stream held open per session, and a resumption each
 
 
@@ -341,3 +344,37 @@ async def test_a_client_answering_otherwise_than_recorded_is_told_it_is_a_miss(
     )
     renumbered = Request("POST", "/mcp", body=json.dumps({**answer.json(), "id": 99}).encode())
     assert jsonrpc(renumbered, answer) is None
+
+
+async def test_check_passes_a_resumable_session_with_the_servers_requests_in_it(
+    recorded: tuple[Path, dict[str, Any]],
+) -> None:
+    cassette, _ = recorded
+    interactions = Cassette.load(cassette).interactions
+    streams = [i for i in interactions if i.response.header("content-type") == "text/event-stream"]
+    assert all(i.response.body.startswith(b"id: ") for i in streams if i.request.method == "POST")  # primed
+    checks = check_interactions(interactions)
+    assert [(c.dialect, c.error, c.violations) for c in checks] == [("mcp", None, ())] * len(checks)
+
+
+@pytest.mark.parametrize("end", ["\n", "\r", "\r\n"], ids=["LF", "CR", "CRLF"])
+def test_a_streams_event_ids_are_rewritten_in_place_each_write_at_its_time(end: str) -> None:
+    priming = f"id: a{end}data: {end}retry: 50{end}{end}"
+    progress = f'id:b{end}event: message{end}data: {{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":4,"progress":1}}}}{end}{end}'
+    answer = f'id: c{end}event: message{end}data: {{"jsonrpc":"2.0","id":4,"result":{{}}}}{end}{end}'
+    body = (priming + progress + answer).encode()
+    split = len(priming) + 2  # inside the progress notification's id line
+    plan = Plan(200, [("content-type", "text/event-stream")], [(0.1, body[:split]), (0.5, body[split:])])
+    out = rewritten(plan, 9, 9, stream=True, ids={"a": "a~2", "b": "b~2", "c": "c~2"})
+    assert out is not None
+    assert (
+        out.body
+        == (
+            priming.replace("id: a", "id: a~2")
+            + progress.replace("id:b", "id: b~2").replace('"progressToken":4', '"progressToken":9')
+            + answer.replace("id: c", "id: c~2").replace('"id":4', '"id":9')
+        ).encode()
+    )
+    assert [t for t, _ in out.writes] == [0.1, 0.5]
+    assert event_ids(out) == ["a~2", "b~2", "c~2"]
+    assert event_ids(plan) == ["a", "b", "c"]  # the recording's plan is left as it was
