@@ -98,6 +98,14 @@ def _server() -> MCPServer:
         sampled = await ctx.session.create_message([message], max_tokens=20, related_request_id=ctx.request_id)
         return sampled.content.text if isinstance(sampled.content, types.TextContent) else ""
 
+    @server.tool()
+    async def touch(ctx: Context) -> str:
+        """Tell the client, twice, on its GET stream (the notifications relate to no request), that the
+        resources changed."""
+        for _ in range(2):
+            await ctx.session.send_resource_list_changed()
+        return "touched"
+
     return server
 
 
@@ -168,11 +176,33 @@ def _gets(journal: Any) -> list[Matched | Answered]:
     return [e for e in journal if isinstance(e, (Matched, Answered)) and e.method == "GET"]
 
 
-async def _recorded(upstream: str, cassette: Path) -> dict[str, Any]:
-    """What a session through `sse-tape record --upstream` gets; its recording is in `cassette` once it returns."""
+async def _touched(url: str) -> dict[str, Any]:
+    """A session that calls `touch` (whose notifications go on the GET stream), waits for them, and closes."""
+    changed = asyncio.Event()
+    notified: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ResourceListChangedNotification):
+            notified.append(message.method)
+            if len(notified) == 2:
+                changed.set()
+
+    async with (
+        streamable_http_client(url) as (read, write, *_),
+        ClientSession(read, write, message_handler=on_message) as session,
+    ):
+        await session.initialize()
+        touched = await session.call_tool("touch", {})
+        await asyncio.wait_for(changed.wait(), 30)
+    return {"touched": touched.structured_content, "notified": notified}
+
+
+async def _recorded(upstream: str, cassette: Path, session: Any = _session) -> dict[str, Any]:
+    """What a `session` through `sse-tape record --upstream` gets; its recording is in `cassette` once it
+    returns."""
     proxy, url = processes.start(["record", "--upstream", upstream, "-c", str(cassette), "--port", "0", "-q"])
     try:
-        return await asyncio.wait_for(_session(f"{url}/mcp"), 30)
+        return await asyncio.wait_for(session(f"{url}/mcp"), 30)
     finally:
         proxy.send_signal(signal.SIGINT)
         _, err = proxy.communicate(timeout=30)
@@ -378,3 +408,38 @@ def test_a_streams_event_ids_are_rewritten_in_place_each_write_at_its_time(end: 
     assert [t for t, _ in out.writes] == [0.1, 0.5]
     assert event_ids(out) == ["a~2", "b~2", "c~2"]
     assert event_ids(plan) == ["a", "b", "c"]  # the recording's plan is left as it was
+
+
+async def test_a_get_stream_resumed_after_its_last_event_id_goes_on_and_stays_open(
+    upstream: str, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "mcp.toml"
+    live = await _recorded(upstream, cassette, _touched)
+    assert live == {"touched": {"result": "touched"}, "notified": ["notifications/resources/list_changed"] * 2}
+    async with aserve(cassette) as mock, httpx.AsyncClient(base_url=mock.url, headers=_HEADERS) as client:
+        session = await _opened(client, cassette)
+        async with client.stream("GET", "/mcp", headers=session) as stream:
+            decoder, first = SSEDecoder(), []
+            async for piece in stream.aiter_bytes():
+                if first := [e for e in decoder.feed(piece) if e.data]:
+                    break
+        # Cut after its first notification: the client reconnects with its id, and gets the second.
+        after = {**session, "last-event-id": first[0].id}
+        async with client.stream("GET", "/mcp", headers=after) as resumed:
+            pieces = resumed.aiter_bytes()
+            decoder, rest = SSEDecoder(), []
+            async for piece in pieces:
+                if rest := [e for e in decoder.feed(piece) if e.data]:
+                    break
+            assert [json.loads(e.data)["method"] for e in rest] == ["notifications/resources/list_changed"]
+            assert rest[0].id != first[0].id
+            left = asyncio.ensure_future(_rest(pieces))
+            done, _ = await asyncio.wait([left], timeout=0.5)
+            assert not done  # held open, as the GET stream it resumes
+            assert (await client.delete("/mcp", headers=session)).status_code == 200
+            with pytest.raises(httpx.RemoteProtocolError):
+                await asyncio.wait_for(left, 30)
+        journal = list(mock.control.journal)
+    [opened] = [e for e in _gets(journal) if isinstance(e, Matched)]
+    [again] = [e for e in _gets(journal) if isinstance(e, Answered)]
+    assert again.what == f"the stream of request {opened.request} resumed after event id {first[0].id!r}"
