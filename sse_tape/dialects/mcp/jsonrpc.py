@@ -10,6 +10,9 @@ takes the request's `id`, and each progress notification in the stream the
 request's `progressToken`. The server's own
 requests and other notifications in the stream keep theirs, as they are the
 server's (https://modelcontextprotocol.io/specification/2025-11-25/basic/transports).
+A client's answer to one of them is matched by its `result`, never its `id`.
+`rewritten` also gives a stream's events other ids, where a session was given
+theirs already (see `session.Sessions`; `event_ids` lists them).
 """
 
 from __future__ import annotations
