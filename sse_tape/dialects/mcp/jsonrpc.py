@@ -10,10 +10,15 @@ takes the request's `id`, and each progress notification in the stream the
 request's `progressToken`. The server's own
 requests and other notifications in the stream keep theirs, as they are the
 server's (https://modelcontextprotocol.io/specification/2025-11-25/basic/transports).
+A client's answer to one of them is matched by its `result`, never its `id`.
+`rewritten` also gives a stream's events other ids, where a session was given
+theirs already (see `session.Sessions`; `event_ids` lists them).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from ... import _json
@@ -21,7 +26,7 @@ from ...cassette import Request
 from ...cassette.model import agrees_as_recorded
 from ...plan import Plan, Write
 
-__all__ = ["MISSING", "client_ids", "comparable", "jsonrpc", "rewritten"]
+__all__ = ["MISSING", "client_ids", "comparable", "event_ids", "jsonrpc", "rewritten"]
 
 MISSING: Any = object()
 """What `client_ids` gives for an id or a token the request does not carry."""
@@ -93,9 +98,10 @@ def _answering(message: Any, id: Any, token: Any) -> Any:
     return message
 
 
-def rewritten(plan: Plan, id: Any, token: Any, *, stream: bool) -> Plan | None:
+def rewritten(plan: Plan, id: Any, token: Any, *, stream: bool, ids: Mapping[str, str] | None = None) -> Plan | None:
     """`plan` answering the request whose `id` and progress `token` are given: a copy whose response carries
-    that id and whose progress notifications that token; None when it already does.
+    that id and whose progress notifications that token, and (a stream) whose events' ids are changed as
+    `ids` says; None when it needs no change.
 
     A stream's events are rewritten one by one, each where it was: the writes keep their times, and a write
     that ended inside a rewritten event ends at the same place in its new text.
@@ -114,27 +120,64 @@ def rewritten(plan: Plan, id: Any, token: Any, *, stream: bool) -> Plan | None:
         return out
     body = plan.body
     pieces: list[tuple[int, int, bytes]] = []  # (start, end, new bytes) of each event rewritten
-    for block in plan.events:
-        assert block.event is not None
-        try:
-            message = _json.parse(block.event.data, max_depth=None)
-        except ValueError:
-            continue
-        changed = _answering(message, id, token)
-        if changed is message:
-            continue
-        old = body[block.start : block.end]
-        data = block.event.data.encode()
-        at = old.find(data)
-        if at < 0 or old.count(b"\n", at, at + len(data)) or block.event.data.count("\n"):
-            continue  # data on more than one line: not how MCP's servers write a message
-        new = old[:at] + _json.dumps(changed).encode() + old[at + len(data) :]
-        pieces.append((block.start, block.end, new))
+    for block in plan.blocks if ids else plan.events:
+        old = new = body[block.start : block.end]
+        if ids:
+            new = _with_ids(old, ids)
+        message = changed = None
+        if block.event is not None:
+            try:
+                message = _json.parse(block.event.data, max_depth=None)
+            except ValueError:
+                pass
+            else:
+                changed = _answering(message, id, token)
+        if changed is not message:
+            assert block.event is not None
+            data = block.event.data.encode()
+            at = new.find(data)
+            if at >= 0 and not new.count(b"\n", at, at + len(data)) and not block.event.data.count("\n"):
+                # (data on more than one line is not how MCP's servers write a message: left as it is)
+                new = new[:at] + _json.dumps(changed).encode() + new[at + len(data) :]
+        if new != old:
+            pieces.append((block.start, block.end, new))
     if not pieces:
         return None
     out = plan.copy()
     out.rewrite(_moved(plan.writes, pieces))
     return out
+
+
+def event_ids(plan: Plan) -> list[str]:
+    """The ids a stream's events set (its `id:` fields), in order, each once."""
+    body, found = plan.body, dict[str, None]()
+    for block in plan.blocks:
+        for line in _LINES.split(body[block.start : block.end]):
+            if line.startswith(b"id:"):
+                found[_field_value(line).decode("utf-8", "replace")] = None
+    return list(found)
+
+
+def _with_ids(block: bytes, ids: Mapping[str, str]) -> bytes:
+    """A block whose `id:` field is changed as `ids` says."""
+    parts = _LINE_ENDS.split(block)  # lines and the ends between them
+    for i in range(0, len(parts), 2):
+        line = parts[i]
+        if line.startswith(b"id:"):
+            new = ids.get(_field_value(line).decode("utf-8", "replace"))
+            if new is not None:
+                parts[i] = b"id: " + new.encode()
+    return b"".join(parts)
+
+
+def _field_value(line: bytes) -> bytes:
+    """An SSE field's value: what follows the colon, less one space (https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation)."""
+    value = line.partition(b":")[2]
+    return value[1:] if value.startswith(b" ") else value
+
+
+_LINE_ENDS = re.compile(rb"(\r\n|\r|\n)")
+_LINES = re.compile(rb"\r\n|\r|\n")
 
 
 def _moved(writes: list[Write], pieces: list[tuple[int, int, bytes]]) -> list[Write]:
