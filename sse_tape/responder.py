@@ -87,6 +87,8 @@ class Exchange:
     the client that had its answer): the responder notes its end, not the server."""
     noted: int = 0
     """How many faults' notes were given for it (`note_faults`), journaled or not."""
+    background: bool = False
+    """Its answer is a stream held open as the server's own (`Kept.held`): not counted in flight."""
 
 
 class Host(Protocol):
@@ -111,6 +113,10 @@ class Host(Protocol):
 
     def settled(self) -> None:
         """Something in flight is over (a stream a responder recorded): the server may be idle now."""
+        ...
+
+    def background(self, exchange: Exchange) -> None:
+        """The exchange's answer is held open as the server's own stream (`Kept.held`): no longer in flight."""
         ...
 
     async def error(

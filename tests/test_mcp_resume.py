@@ -320,6 +320,8 @@ async def test_the_get_stream_stays_open_after_its_events_until_its_session_ends
             rest = asyncio.ensure_future(_rest(stream.aiter_bytes()))
             done, _ = await asyncio.wait([rest], timeout=lasted + 0.5)
             assert not done
+            # Held open as the server's own, it is no request in flight: a wait for the server to be idle ends.
+            await asyncio.wait_for(mock.control.idle(), 30)
             assert (await client.delete("/mcp", headers=session)).status_code == 200
             with pytest.raises(httpx.RemoteProtocolError):  # the session ended: so does its GET stream
                 await asyncio.wait_for(rest, 30)
@@ -436,6 +438,7 @@ async def test_a_get_stream_resumed_after_its_last_event_id_goes_on_and_stays_op
             left = asyncio.ensure_future(_rest(pieces))
             done, _ = await asyncio.wait([left], timeout=0.5)
             assert not done  # held open, as the GET stream it resumes
+            await asyncio.wait_for(mock.control.idle(), 30)  # and no request in flight
             assert (await client.delete("/mcp", headers=session)).status_code == 200
             with pytest.raises(httpx.RemoteProtocolError):
                 await asyncio.wait_for(left, 30)

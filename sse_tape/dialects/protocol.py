@@ -265,6 +265,10 @@ class Kept:
     it) unless it is a `stream`; None: replay's goes out."""
     stream: bool = False
     """Whether `answer` is an event stream (every fault acts on it, as on replay's), not one JSON document."""
+    held: bool = False
+    """Whether the stream is held open after its events as the server's own way to its client (MCP's `GET`
+    stream), answering no request: not work in flight, so waiting for the server to be idle does not wait for
+    it."""
 
 
 class Incoming(ABC):
@@ -296,10 +300,13 @@ class Incoming(ABC):
         """Say why this responder did not answer, for the miss's explanation if nothing else does."""
 
     @abstractmethod
-    async def send(self, plan: Plan, *, stream: bool, dialect: Protocol | None) -> web.StreamResponse:
+    async def send(
+        self, plan: Plan, *, stream: bool, dialect: Protocol | None, held: bool = False
+    ) -> web.StreamResponse:
         """Answer with `plan`: an event stream (`stream`: its events are counted, and every fault acts) or one
         JSON document (only the faults before a stream act). The faults chosen for this request act first,
-        framed by `dialect`; none act when it is None."""
+        framed by `dialect`; none act when it is None. A stream `held` open as the server's own is not work in
+        flight (see `Kept.held`)."""
 
     @abstractmethod
     async def error(self, status: int, message: str, code: str, *, dialect: Protocol) -> web.StreamResponse:

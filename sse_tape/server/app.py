@@ -221,6 +221,13 @@ class MockServer:
         """Something in flight is over (a stream a responder recorded): the server may be idle now."""
         self.control.settle()
 
+    def background(self, exchange: Exchange) -> None:
+        """The exchange's answer is held open as the server's own stream (`Kept.held`): no longer in flight."""
+        if not exchange.background:
+            exchange.background = True
+            self._answering -= 1
+            self.control.settle()
+
     @property
     def url(self) -> str:
         """The base URL, such as `http://127.0.0.1:8080`."""
@@ -453,7 +460,8 @@ class MockServer:
             exchange.end = End.INTERRUPTED if self.closing else End.CLIENT_GONE
             raise
         finally:
-            self._answering -= 1
+            if not exchange.background:
+                self._answering -= 1
             if not exchange.ends_later:
                 self.ended(exchange)
             self.control.settle()  # after its end is in the journal: whoever waits for idle reads it there

@@ -136,7 +136,7 @@ class Sessions(ProtocolResponder):
         incoming.note(plan.status, f"the stream of request {stream.request} resumed after event id {last!r}")
         if stream.held:
             session.hold()
-        return await incoming.send(plan, stream=True, dialect=self.dialect)
+        return await incoming.send(plan, stream=True, dialect=self.dialect, held=stream.held)
 
     def _answer(self, incoming: Incoming, session: str | None, plan: Plan) -> Kept | None:
         """The recorded answer `plan` as this request gets it: in its session, with its ids (see the module)."""
@@ -185,7 +185,7 @@ class Sessions(ProtocolResponder):
             known.hold()
         if out is None:
             return Kept("; ".join(notes)) if notes else None
-        return Kept("; ".join(notes) or "in its session", out, stream=stream)
+        return Kept("; ".join(notes) or "in its session", out, stream=stream, held=held)
 
 
 def _error(dialect: Protocol, status: int, message: str) -> Plan:
