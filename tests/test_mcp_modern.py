@@ -26,6 +26,7 @@ import mcp_types
 import processes
 import pytest
 import uvicorn
+from click.testing import CliRunner
 from mcp import Client
 from mcp.client.session import ClientRequestContext
 from mcp.server.mcpserver import Context, Elicit, MCPServer, Resolve
@@ -33,10 +34,14 @@ from pydantic import BaseModel
 from waits import until
 
 from sse_tape import Cassette, aserve
-from sse_tape.cassette import Request
+from sse_tape.cassette import Chunk, Interaction, Request, Response
+from sse_tape.checking import check_interactions
+from sse_tape.cli import cli
+from sse_tape.dialects import DIALECTS
 from sse_tape.dialects.mcp import jsonrpc
 from sse_tape.dialects.mcp.jsonrpc import MISSING, rewritten
 from sse_tape.plan import Plan
+from sse_tape.sse import ServerSentEvent, SSEDecoder
 
 _VERSION = "io.modelcontextprotocol/protocolVersion"
 
@@ -174,7 +179,7 @@ async def test_a_recorded_stateless_client_replays_to_new_clients_with_their_own
     assert both == [live, live]
 
 
-async def test_a_stateless_recording_has_no_session(upstream: str, tmp_path: Path) -> None:
+async def test_a_stateless_recording_has_no_session_and_says_its_revision(upstream: str, tmp_path: Path) -> None:
     cassette = tmp_path / "mcp.toml"
     await _recorded(upstream, cassette)
     interactions = Cassette.load(cassette).interactions
@@ -192,6 +197,13 @@ async def test_a_stateless_recording_has_no_session(upstream: str, tmp_path: Pat
     assert retried.request.json()["params"]["inputResponses"] == {
         key: {"action": "accept", "content": {"name": "Ada"}} for key in required["inputRequests"]
     }
+    checks = check_interactions(interactions)
+    assert [(c.dialect, c.error, c.violations) for c in checks] == [("mcp", None, ())] * len(checks)
+    shown = CliRunner().invoke(cli, ["show", str(cassette)])
+    assert shown.exit_code == 0, shown.output
+    assert "note: MCP revision 2026-07-28: server/discover" in shown.output
+    assert "note: MCP revision 2026-07-28: tools/call count" in shown.output
+    assert "note: MCP revision 2026-07-28: subscriptions/listen" in shown.output
 
 
 _HEADERS = {
@@ -236,9 +248,14 @@ async def test_a_client_of_each_revision_replays_from_one_cassette(upstream: str
         proxy.send_signal(signal.SIGINT)
         proxy.communicate(timeout=30)
     assert (old, new) == (("2025-11-25", {"result": 3}), ("2026-07-28", {"result": 3}))
+    shown = CliRunner().invoke(cli, ["show", str(cassette)]).output
+    assert "note: MCP revision 2025-11-25: initialize" in shown
+    assert "note: MCP revision 2026-07-28: tools/call add" in shown
     async with aserve(cassette) as mock:
         for _ in range(2):
             assert (await _add(f"{mock.url}/mcp", "legacy"), await _add(f"{mock.url}/mcp", "auto")) == (old, new)
+    checks = check_interactions(Cassette.load(cassette))
+    assert [(c.error, c.violations) for c in checks] == [(None, ())] * len(checks)
 
 
 def _meta(**more: Any) -> dict[str, Any]:
@@ -306,3 +323,93 @@ def test_a_replayed_listen_stream_names_the_requests_id_as_its_subscription(end:
     assert out.body == body.replace(b'"listen-1"', b'"listen-7"')
     assert [t for t, _ in out.writes] == [0.0, 0.5]
     assert out.writes[0][1] == ack.replace("listen-1", "listen-7").encode()
+
+
+def _stream(*messages: str) -> list[ServerSentEvent]:
+    return SSEDecoder().feed("".join(f"event: message\ndata: {m}\n\n" for m in messages).encode())
+
+
+_LISTEN = Request(
+    "POST",
+    "/mcp",
+    body=b'{"jsonrpc":"2.0","id":"listen-1","method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true}}}',
+)
+_ACK = '{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":"listen-1"}}}'
+_ASKED = Request("POST", "/mcp", body=b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"count"}}')
+_RESULT = '{"jsonrpc":"2.0","id":5,"result":{"content":[]}}'
+
+
+@pytest.mark.parametrize(
+    ("request_", "messages", "violations"),
+    [
+        pytest.param(_LISTEN, [_ACK], [], id="a listen stream the client left"),
+        pytest.param(
+            _LISTEN,
+            [
+                _ACK,
+                '{"jsonrpc":"2.0","id":"listen-1","result":{"_meta":{"io.modelcontextprotocol/subscriptionId":"listen-1"}}}',
+            ],
+            [],
+            id="a listen stream closed",
+        ),
+        pytest.param(
+            _LISTEN,
+            [_ACK.replace("listen-1", "listen-2")],
+            ["""event 1: a listen stream's message names subscription "listen-2", the request's id is "listen-1\""""],
+            id="a listen stream for another subscription",
+        ),
+        pytest.param(
+            _ASKED,
+            [
+                '{"jsonrpc":"2.0","id":5,"method":"notifications/progress","params":{"progressToken":5,"progress":1}}',
+                _RESULT,
+            ],
+            ["event 1: a notification (notifications/progress) with an id"],
+            id="a notification with an id",
+        ),
+        pytest.param(
+            _ASKED,
+            [_RESULT.replace('"id":5', '"id":"other"')],
+            ['event 1: a response to id "other", the request\'s is 5'],
+            id="a response to an unknown id",
+        ),
+        pytest.param(
+            _ASKED,
+            ['{"jsonrpc":"2.0","id":5,"result":{},"error":{"code":-32603,"message":"x"}}'],
+            ["event 1: a response with both a result and an error"],
+            id="a result and an error",
+        ),
+        pytest.param(_ASKED, [], ["the stream has no response to the request (id 5)"], id="no response"),
+    ],
+)
+def test_check_names_the_rule_a_hand_broken_stateless_stream_breaks(
+    request_: Request, messages: list[str], violations: list[str]
+) -> None:
+    assert [str(v) for v in DIALECTS["mcp"].check(_stream(*messages), request_)] == violations
+
+
+def test_check_holds_a_json_answer_to_its_requests_id_and_one_outcome() -> None:
+    mcp = DIALECTS["mcp"]
+    assert mcp.check_json(_RESULT.encode(), _ASKED) == []
+    assert [str(v) for v in mcp.check_json(b'{"jsonrpc":"2.0","id":6,"result":{}}', _ASKED)] == [
+        "a response to id 6, the request's is 5"
+    ]
+    both = b'{"jsonrpc":"2.0","id":5,"result":{},"error":{"code":-32603,"message":"x"}}'
+    assert [str(v) for v in mcp.check_json(both, _ASKED)] == ["a response with both a result and an error"]
+
+
+def _exchange(request: Request, *headers: tuple[str, str]) -> Interaction:
+    return Interaction(
+        request, Response(200, (("content-type", "application/json"), *headers), (Chunk(0.0, _RESULT.encode()),))
+    )
+
+
+def test_check_finds_a_session_id_where_the_revision_has_none() -> None:
+    stateless = _call(5, _meta())
+    [found] = check_interactions([_exchange(stateless, ("mcp-session-id", "abc"))])
+    assert [str(v) for v in found.violations] == [
+        "an Mcp-Session-Id in the answer: revision 2026-07-28 has no sessions"
+    ]
+    assert check_interactions([_exchange(stateless)])[0].violations == ()
+    in_session = Request("POST", "/mcp", headers=(("mcp-protocol-version", "2025-11-25"),), body=_ASKED.body)
+    assert check_interactions([_exchange(in_session, ("mcp-session-id", "abc"))])[0].violations == ()
