@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
+import anyio
 import httpx
 import mcp_types
 import processes
@@ -105,10 +106,10 @@ async def _answer(context: ClientRequestContext, params: mcp_types.ElicitRequest
     return mcp_types.ElicitResult(action="accept", content={"name": "Ada"})
 
 
-async def _session(url: str, *, progress_first: bool) -> dict[str, Any]:
+async def _session(url: str, *, progress_first: bool, linger: float = 0.0) -> dict[str, Any]:
     """A whole 2026-07-28 client's work: discovery, the tools listed and called (the progress one first or last,
     so that the JSON-RPC ids differ), one answered `input_required` then on the retry, and a listen stream that
-    hears the tools change."""
+    hears the tools change, then listens `linger` seconds more (hearing nothing: the stream is held open)."""
     progress: list[tuple[float, float | None, str | None]] = []
 
     async def on_progress(done: float, total: float | None, message: str | None) -> None:
@@ -124,6 +125,8 @@ async def _session(url: str, *, progress_first: bool) -> dict[str, Any]:
         async with client.listen(tools_list_changed=True) as subscription:
             touched = await client.call_tool("touch", {})
             heard = await anext(subscription)
+            with anyio.move_on_after(linger):  # listening on: the stream is neither lost nor closed, as recorded
+                raise AssertionError(f"after the recorded event, {await anext(subscription)!r}")
         version = client.session.protocol_version
     return {
         "version": version,
@@ -172,9 +175,10 @@ async def test_a_recorded_stateless_client_replays_to_new_clients_with_their_own
     async with aserve(cassette) as mock:
         url = f"{mock.url}/mcp"
         for _ in range(3):  # in another order: `count` is request 2 now, recorded as 5
-            assert await asyncio.wait_for(_session(url, progress_first=True), 30) == live
+            # Listening past the recorded client, which left at once: the replay holds the stream as the server did.
+            assert await asyncio.wait_for(_session(url, progress_first=True, linger=0.5), 30) == live
         both = await asyncio.wait_for(
-            asyncio.gather(_session(url, progress_first=True), _session(url, progress_first=False)), 30
+            asyncio.gather(_session(url, progress_first=True), _session(url, progress_first=False, linger=0.5)), 30
         )
     assert both == [live, live]
 

@@ -15,7 +15,11 @@ while recording, the upstream, whose sessions are its own); a `DELETE` answered 
 its session. The answers a session's requests replay carry its id in place
 of the recorded one, and the request's JSON-RPC id and progress token (see
 `jsonrpc.rewritten`). The protocol version the recorded server chose is
-replayed as it was recorded.
+replayed as it was recorded. A 2026-07-28 exchange has no session: nothing
+is minted for it, nor asked of it. Its `subscriptions/listen` stream, which
+the server holds open until its client leaves, is held so on replay after
+its last recorded event when it was recorded open (its client left it, or
+the recorder stopped).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ... import _json
-from ...cassette import Request
+from ...cassette import End, Request
 from ...plan import Plan
 from ..protocol import Incoming, Kept, Protocol, ProtocolResponder
 from .jsonrpc import MISSING, client_ids, rewritten
@@ -40,6 +44,12 @@ SESSION_HEADER = "mcp-session-id"
 """The header that carries a session's id, both ways."""
 
 _OPEN = "open"
+
+#: How long a listen stream is held open after its last recorded event, at most: till its client leaves.
+_HELD = 86400.0
+
+#: How a stream the server still held open was recorded: its client left it, or the recorder stopped.
+_LEFT_OPEN = frozenset({End.CLIENT_GONE, End.INTERRUPTED})
 
 
 class Sessions(ProtocolResponder):
@@ -85,6 +95,10 @@ class Sessions(ProtocolResponder):
         if recorded is not None and session is not None and recorded != session:
             out = out if out is not None else plan.copy()
             out.headers = [(k, session if k.lower() == SESSION_HEADER else v) for k, v in out.headers]
+        if isinstance(body, dict) and body.get("method") == "subscriptions/listen" and plan.end in _LEFT_OPEN:
+            out = out if out is not None else plan.copy()
+            out.end_at = max(out.end_at, _HELD)
+            notes.append("held open until the client leaves, as its server held it")
         if out is None:
             return Kept("; ".join(notes)) if notes else None
         return Kept("; ".join(notes) or "in its session", out, stream=stream)
