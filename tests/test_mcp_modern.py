@@ -415,5 +415,6 @@ def test_check_finds_a_session_id_where_the_revision_has_none() -> None:
         "an Mcp-Session-Id in the answer: revision 2026-07-28 has no sessions"
     ]
     assert check_interactions([_exchange(stateless)])[0].violations == ()
-    in_session = Request("POST", "/mcp", headers=(("mcp-protocol-version", "2025-11-25"),), body=_ASKED.body)
-    assert check_interactions([_exchange(in_session, ("mcp-session-id", "abc"))])[0].violations == ()
+    for version in ("2025-11-25", "no date"):  # a revision with sessions, and one that says nothing of them
+        in_session = Request("POST", "/mcp", headers=(("mcp-protocol-version", version),), body=_ASKED.body)
+        assert check_interactions([_exchange(in_session, ("mcp-session-id", "abc"))])[0].violations == ()

@@ -13,6 +13,7 @@ its revision, and a cassette which ones it holds, with no note beside it.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ... import _json
@@ -27,11 +28,13 @@ VERSION_META = "io.modelcontextprotocol/protocolVersion"
 """The `params._meta` key that carries a request's protocol version, from revision 2026-07-28 on."""
 
 _HEADER = "mcp-protocol-version"
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 def stateless(version: str) -> bool:
-    """Whether revision `version` (a date, `YYYY-MM-DD`) is 2026-07-28 or later: stateless, with no sessions."""
-    return version >= STATELESS
+    """Whether revision `version` (a date, `YYYY-MM-DD`) is 2026-07-28 or later: stateless, with no sessions;
+    a version that is no date is not."""
+    return _DATE.fullmatch(version) is not None and version >= STATELESS
 
 
 def revision_of(interaction: Interaction) -> str | None:
