@@ -244,6 +244,16 @@ class Protocol(ABC):
         """
         return []
 
+    def check_exchange(self, interaction: Interaction) -> list[Violation]:
+        """Every way an exchange breaks this API's contract in what neither its stream nor its JSON says (a
+        header its answer must not carry, say): none by default."""
+        return []
+
+    def summary(self, interaction: Interaction) -> str | None:
+        """What a recording of this protocol holds, in one line for `show` (the call, the protocol's
+        revision), where the protocol has no `Generation` to put its answer together; None by default."""
+        return None
+
     def check_json(self, body: bytes, request: Request | None = None) -> list[Violation]:
         """Every way `body`, a successful answer to a request for no stream, breaks this API's contract:
         by default, that it is not JSON."""

@@ -31,6 +31,13 @@ never take each other's streams. A `GET` stream, the server's way to the
 client, stays open after its recorded events, as the server's would, for
 `HELD` seconds at most: until its session ends (`DELETE`: its connection
 closes), its client goes away or the server stops.
+
+A 2026-07-28 exchange has no session: nothing is minted for it, nor asked
+of it. Its `subscriptions/listen` stream, which the server holds open until
+its client leaves, is held so on replay after its last recorded event when
+it was recorded open (its client left it, or the recorder stopped), for
+`HELD` seconds at most too. A stream held open answers no request: it is not
+work in flight (`Kept.held`).
 """
 
 from __future__ import annotations
@@ -105,6 +112,10 @@ class _Session:
                 task.cancel()
 
 
+#: How a stream the server still held open was recorded: its client left it, or the recorder stopped.
+_LEFT_OPEN = frozenset({End.CLIENT_GONE, End.INTERRUPTED})
+
+
 class Sessions(ProtocolResponder):
     """MCP's sessions on replay, and the client's ids in every answer (see the module).
 
@@ -171,7 +182,8 @@ class Sessions(ProtocolResponder):
         if recorded is not None and session is not None and recorded != session:
             out = out if out is not None else plan.copy()
             out.headers = [(k, session if k.lower() == SESSION_HEADER else v) for k, v in out.headers]
-        held = stream and ok and request.method.upper() == "GET" and isinstance(known, _Session)
+        listening = isinstance(body, dict) and body.get("method") == "subscriptions/listen" and plan.end in _LEFT_OPEN
+        held = stream and ok and (listening or (request.method.upper() == "GET" and isinstance(known, _Session)))
         if held:  # as the server's: open after its events, until the session ends or the client goes away
             out = out if out is not None else plan.copy()
             out.end, out.end_at, out.headers_at = End.COMPLETE, max(out.end_at, HELD), 0.0
