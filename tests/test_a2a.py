@@ -198,10 +198,14 @@ async def test_the_replayed_stream_answers_the_requests_json_rpc_id(tmp_path: Pa
     body["id"], body["params"]["message"]["messageId"] = "my-own-id", "my-own-message"
     async with aserve(cassette) as mock, httpx.AsyncClient(base_url=mock.url) as client:
         answer = await client.post("/a2a", json=body, headers={"A2A-Version": "1.0"})
+        body["params"]["message"]["contextId"] = "my-own-context"  # a context the client names is the task's
+        in_context = await client.post("/a2a", json=body, headers={"A2A-Version": "1.0"})
     events = [json.loads(line[5:]) for line in answer.text.splitlines() if line.startswith("data:")]
     assert [e["id"] for e in events] == ["my-own-id"] * 6
     assert events[0]["result"]["task"]["history"][0]["messageId"] == "my-own-message"
     assert answer.text.startswith('data: {"result": {"task": {"id": ')  # the rest of each event as recorded
+    recorded = events[0]["result"]["task"]["contextId"]
+    assert in_context.text == answer.text.replace(recorded, "my-own-context")
 
 
 async def test_check_knows_a_recorded_task_as_a2a(agent: Agent, tmp_path: Path) -> None:
