@@ -99,7 +99,8 @@ class Agent:
 
 
 @pytest.fixture(
-    params=[("JSONRPC", "1.0"), ("HTTP+JSON", "1.0"), ("JSONRPC", "0.3")], ids=["jsonrpc", "rest", "jsonrpc-0.3"]
+    params=[("JSONRPC", "1.0"), ("HTTP+JSON", "1.0"), ("JSONRPC", "0.3"), ("HTTP+JSON", "0.3")],
+    ids=["jsonrpc", "rest", "jsonrpc-0.3", "rest-0.3"],
 )
 def agent(request: pytest.FixtureRequest) -> Iterator[Agent]:
     """A real a2a-sdk agent, reached over JSON-RPC (1.0, 0.3) or REST."""

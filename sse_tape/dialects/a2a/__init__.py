@@ -1,4 +1,4 @@
-"""The Agent2Agent protocol (A2A), versions 1.0 and 0.3, over JSON-RPC and its REST binding: `A2A`, its `a2a`
+"""The Agent2Agent protocol (A2A), versions 1.0 and 0.3, each over JSON-RPC and its REST binding: `A2A`, its `a2a`
 matcher and `Replies` responder."""
 
 from __future__ import annotations

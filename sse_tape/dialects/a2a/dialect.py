@@ -223,7 +223,11 @@ def _failed(text: str, sent: Sequence[Any]) -> dict[str, Any] | None:
                    "parts": [{"kind": "text", "text": text}], "taskId": task_id, "contextId": context}  # fmt: skip
         return {"kind": "status-update", "taskId": task_id, "contextId": context, "final": True,
                 "status": {"state": "failed", "message": message}}  # fmt: skip
-    message = {"messageId": message_id, "role": "ROLE_AGENT", "parts": [{"text": text}], "taskId": task_id,
+    # 0.3's REST binding names a message's parts `content`: as the task's history shows it, if it does.
+    history = task.get("history") if task is not None else None
+    echoed = [m for m in history if isinstance(m, dict)] if isinstance(history, list) else []
+    parts = "content" if any("content" in m for m in echoed) else "parts"
+    message = {"messageId": message_id, "role": "ROLE_AGENT", parts: [{"text": text}], "taskId": task_id,
                "contextId": context}  # fmt: skip
     return {"statusUpdate": {"taskId": task_id, "contextId": context,
                              "status": {"state": "TASK_STATE_FAILED", "message": message}}}  # fmt: skip

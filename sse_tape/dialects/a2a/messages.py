@@ -9,8 +9,10 @@ JSON-RPC envelope (`POST /message:stream`, `GET /tasks/{id}:subscribe`).
 Version 0.3 names its methods with slashes (`message/stream`,
 `tasks/resubscribe`), says what a result is in its `kind`
 (`status-update`), spells states in lower case (`completed`) and marks a
-stream's last status update `final: true`. An a2a-sdk server speaks both on
-one endpoint.
+stream's last status update `final: true`; its REST binding (`/v1/...`)
+sends the message under `request` with the protobuf's field names
+(`message_id`, `content`). An a2a-sdk server speaks both versions on one
+endpoint.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from ...cassette.model import agrees_as_recorded
 
 __all__ = [
     "CARD_PATHS",
+    "CONTEXT_IDS",
     "FINAL_STATES",
+    "MESSAGE_IDS",
     "STREAMING",
     "SUBSCRIBING",
     "Payload",
@@ -32,6 +36,7 @@ __all__ = [
     "is_a2a_request",
     "is_final",
     "payload",
+    "sent_id",
     "sent_message",
 ]
 
@@ -116,13 +121,31 @@ def is_final(found: Payload) -> bool:
     return kind in ("status", "task") and _state(obj) in FINAL_STATES
 
 
+#: A message's own id and its context's, as 1.0 and 0.3's JSON-RPC spell them, and 0.3's REST binding (the
+#: protobuf's field names).
+MESSAGE_IDS = ("messageId", "message_id")
+CONTEXT_IDS = ("contextId", "context_id")
+
+
 def sent_message(body: Any) -> dict[str, Any] | None:
-    """The message a request sends: `params.message` (JSON-RPC) or `message` (REST); None when it sends none."""
+    """The message a request sends: `params.message` (JSON-RPC), `message` (REST) or `request` (0.3's REST);
+    None when it sends none."""
     if not isinstance(body, dict):
         return None
     params = body.get("params") if body.get("jsonrpc") == "2.0" else body
-    message = params.get("message") if isinstance(params, dict) else None
+    if not isinstance(params, dict):
+        return None
+    message = params.get("message", params.get("request"))
     return message if isinstance(message, dict) else None
+
+
+def _sent_key(body: dict[str, Any]) -> str:
+    return "message" if "message" in body or "request" not in body else "request"
+
+
+def sent_id(message: dict[str, Any], names: tuple[str, ...]) -> Any:
+    """The first of the fields `names` a sent message has (its id under either spelling), or None."""
+    return next((message[name] for name in names if name in message), None)
 
 
 _AN_ID = "<the client's id>"  # what any JSON-RPC id is compared as
@@ -130,18 +153,18 @@ _AN_ID = "<the client's id>"  # what any JSON-RPC id is compared as
 
 def comparable(body: Any) -> Any:
     """A request's body as `a2a` compares it: without the ids its client mints (the message's `messageId` and
-    `contextId`, which it may leave out; whether it has a JSON-RPC `id`, not which)."""
+    `contextId`, under either spelling, which it may leave out; whether it has a JSON-RPC `id`, not which)."""
     if not isinstance(body, dict):
         return body
     out = {k: (_AN_ID if k == "id" and body.get("jsonrpc") == "2.0" else v) for k, v in body.items()}
     message = sent_message(body)
     if message is not None:
-        plain = {k: v for k, v in message.items() if k not in ("messageId", "contextId")}
+        plain = {k: v for k, v in message.items() if k not in (*MESSAGE_IDS, *CONTEXT_IDS)}
         params = out.get("params")
         if body.get("jsonrpc") == "2.0" and isinstance(params, dict):
             out["params"] = {**params, "message": plain}
         else:
-            out["message"] = plain
+            out[_sent_key(body)] = plain
     return out
 
 
@@ -157,8 +180,9 @@ def a2a(request: Request, recorded: Request) -> str | None:
     if isinstance(a, dict) and isinstance(b, dict) and a.get("method") != b.get("method"):
         return f"method is {_json.dumps(a.get('method'))}, recorded {_json.dumps(b.get('method'))}"
     mine, theirs = sent_message(a), sent_message(b)
-    if mine is not None and theirs is not None and not agrees_as_recorded(mine.get("parts"), theirs.get("parts")):
-        return f"the message's parts differ: {_shown(mine.get('parts'))}, recorded {_shown(theirs.get('parts'))}"
+    key = "parts" if theirs is None or "content" not in theirs else "content"  # 0.3's REST: `content`
+    if mine is not None and theirs is not None and not agrees_as_recorded(mine.get(key), theirs.get(key)):
+        return f"the message's parts differ: {_shown(mine.get(key))}, recorded {_shown(theirs.get(key))}"
     return "body differs"
 
 

@@ -43,7 +43,7 @@ from ...cassette import Request
 from ...plan import Plan
 from ...sse import encode_event
 from ..protocol import Incoming, Kept, Protocol, ProtocolResponder
-from .messages import CARD_PATHS, SUBSCRIBING, is_final, payload, sent_message
+from .messages import CARD_PATHS, CONTEXT_IDS, MESSAGE_IDS, SUBSCRIBING, is_final, payload, sent_id, sent_message
 
 if TYPE_CHECKING:  # what an answer is: the server's, which imports aiohttp
     from aiohttp import web
@@ -99,7 +99,8 @@ class Replies(ProtocolResponder):
         found = [payload(r) for r in results[:seen]]
         if seen >= len(results) or any(p is not None and is_final(p) for p in found):
             state = next((_state_of(p[1]) for p in reversed(found) if p is not None and p[0] != "artifact"), None)
-            status, answer = _over(task, state, id if jsonrpc else _MISSING)
+            version = incoming.request.header("a2a-version") or ""
+            status, answer = _over(task, state, id if jsonrpc else _MISSING, legacy=version.startswith("0."))
             incoming.note(status, f"task {task} is over: its client got its final event")
             plan = Plan(status, [("content-type", "application/json")], [(0.0, answer)])
             return await incoming.send(plan, stream=False, dialect=self.dialect)
@@ -225,14 +226,17 @@ def _frame(result: Any, id: Any, jsonrpc: bool) -> bytes:
     return encode_event(_json.dumps({"id": id, "jsonrpc": "2.0", "result": result} if jsonrpc else result))
 
 
-def _over(task: str, state: Any, id: Any) -> tuple[int, bytes]:
+def _over(task: str, state: Any, id: Any, *, legacy: bool) -> tuple[int, bytes]:
     """What an a2a-sdk server answers a subscription to a task in a final state: JSON-RPC's unsupported
-    operation with the request's id (`id`), or REST's failed precondition (`id` missing)."""
+    operation with the request's id (`id`), or REST's failed precondition (`id` missing; to a 0.3 client,
+    `legacy`, the error named by its type, as its REST client reads one)."""
     if isinstance(state, str) and not state.startswith("TASK_STATE_"):  # 0.3's word: named as 1.0 names it
         state = "TASK_STATE_" + state.upper().replace("-", "_")
     message = f"Task {task} is in terminal state: {state}"
     info = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "UNSUPPORTED_OPERATION",
             "domain": "a2a-protocol.org", "metadata": {}}  # fmt: skip
+    if id is _MISSING and legacy:
+        return 400, _json.dumps({"type": "UnsupportedOperationError", "message": message}).encode()
     if id is _MISSING:
         error = {"code": 400, "status": "FAILED_PRECONDITION", "message": message, "details": [info]}
         return 400, _json.dumps({"error": error}).encode()
@@ -253,11 +257,11 @@ def _swaps(body: Any, messages: Sequence[Any]) -> dict[str, str]:
         [m for m in history if isinstance(m, dict) and m.get("role") in _USERS] if isinstance(history, list) else []
     )
     out: dict[str, str] = {}
-    mine = sent.get("messageId")
+    mine = sent_id(sent, MESSAGE_IDS)
     theirs = echoed[-1].get("messageId") if echoed else None
     if isinstance(mine, str) and isinstance(theirs, str) and mine != theirs:
         out[theirs] = mine
-    context, recorded = sent.get("contextId"), task.get("contextId") if task is not None else None
+    context, recorded = sent_id(sent, CONTEXT_IDS), task.get("contextId") if task is not None else None
     if isinstance(context, str) and isinstance(recorded, str) and context != recorded:
         out[recorded] = context
     return out
