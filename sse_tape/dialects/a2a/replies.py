@@ -140,7 +140,7 @@ def _answer(state: MutableMapping[str, Any], body: Any, plan: Plan) -> Kept | No
         return None
     stream = _content_type(plan) == "text/event-stream"
     if stream:
-        events = [block for block in plan.events if block.event is not None]
+        events = plan.events
         texts = [block.event.data for block in events if block.event is not None]
     else:
         texts = [plan.body.decode("utf-8", "replace")]
