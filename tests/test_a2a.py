@@ -186,6 +186,10 @@ async def test_a_recorded_task_streams_to_new_clients_with_their_own_ids(agent: 
         for n in range(2):
             replayed = await asyncio.wait_for(_streamed(mock.url, agent.binding, f"m-replay-{n}"), 30)
             assert replayed == _as_sent_by(live, f"m-replay-{n}")
+        both = await asyncio.wait_for(
+            asyncio.gather(*(_streamed(mock.url, agent.binding, f"m-at-once-{n}") for n in range(2))), 30
+        )
+        assert both == [_as_sent_by(live, f"m-at-once-{n}") for n in range(2)]
         with pytest.raises(A2AError):  # another message is another task: not recorded
             await asyncio.wait_for(_streamed(mock.url, agent.binding, "m-other", "something else"), 30)
 
