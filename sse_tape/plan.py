@@ -255,6 +255,14 @@ class Plan:
         self.writes.append((t, data))
         self._splice(size, size, data)
 
+    def replace(self, start: int, end: int, data: bytes) -> None:
+        """Put `data` in place of the bytes `start`..`end`, due when the first of them was."""
+        n = self._split(start)
+        m = self._split(end)
+        t = self.writes[n][0] if n < len(self.writes) else (self.writes[-1][0] if self.writes else 0.0)
+        self.writes[n:m] = [(t, data)]
+        self._splice(start, end, data)
+
     def rewrite(self, writes: list[Write]) -> None:
         """New writes with other bytes (other line ends, say): the blocks are found again when asked for."""
         self.writes = writes

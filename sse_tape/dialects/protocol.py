@@ -279,6 +279,9 @@ class Kept:
     """Whether the stream is held open after its events as the server's own way to its client (MCP's `GET`
     stream), answering no request: not work in flight, so waiting for the server to be idle does not wait for
     it."""
+    ended: Callable[[int], None] | None = None
+    """Told, once the answer is over, how many of its events the client got (a stream a fault cut short: fewer
+    than it has), for a responder that goes on from there later (A2A's resubscription)."""
 
 
 class Incoming(ABC):
@@ -303,7 +306,9 @@ class Incoming(ABC):
     @abstractmethod
     def keep(self, hook: Callable[[Plan], Kept | None]) -> None:
         """Leave the request to replay, which hands `hook` the plan it makes of the recording that matched (at
-        the server's pace, before faults): `hook` may keep it, and answer in its place (see `Kept`)."""
+        the server's pace, before faults): `hook` may keep it, and answer in its place (see `Kept`). A request
+        is one protocol's: when two keep it (A2A's and MCP's both speak JSON-RPC), the first in the registry's
+        order has it."""
 
     @abstractmethod
     def pass_on(self, reason: str) -> None:
@@ -321,6 +326,10 @@ class Incoming(ABC):
     @abstractmethod
     async def error(self, status: int, message: str, code: str, *, dialect: Protocol) -> web.StreamResponse:
         """Answer with sse-tape's JSON error (`sse-tape: message`), framed as `dialect` frames its errors."""
+
+    @abstractmethod
+    def events_sent(self) -> int:
+        """How many events of the answer `send` sent the client got: after `send` returns, all it ever will."""
 
     @abstractmethod
     def note(self, status: int, what: str) -> None:

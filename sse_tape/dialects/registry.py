@@ -30,6 +30,7 @@ from importlib.metadata import EntryPoint, entry_points
 
 from .._exceptions import ConfigError
 from ..cassette import Interaction
+from .a2a import A2A
 from .ag_ui import AGUI
 from .ai_sdk_ui import AISDKUI
 from .anthropic_messages import AnthropicMessages
@@ -66,6 +67,7 @@ BUILT_IN: tuple[type[Protocol], ...] = (
     Gemini,
     AGUI,
     AISDKUI,
+    A2A,
     MCP,
 )
 """The dialects sse-tape comes with, in the order they are asked about a path or a stream."""

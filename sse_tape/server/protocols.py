@@ -7,6 +7,7 @@ chain and makes that contract of the server's own (`Exchange`, `Host`).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
@@ -55,7 +56,8 @@ class _Incoming(Incoming):
         return self._host.state.kept(self._key)
 
     def keep(self, hook: Callable[[Plan], Kept | None]) -> None:
-        self._exchange.keep = hook
+        if self._exchange.keep is None:  # the first protocol in the registry's order to keep a request has it
+            self._exchange.keep = hook
 
     def pass_on(self, reason: str) -> None:
         self._exchange.miss = reason
@@ -75,6 +77,9 @@ class _Incoming(Incoming):
     async def error(self, status: int, message: str, code: str, *, dialect: Protocol) -> web.StreamResponse:
         self._exchange.dialect = dialect
         return await self._host.error(self._exchange, status, message, code)
+
+    def events_sent(self) -> int:
+        return bisect.bisect_right(self._exchange.event_ends, self._exchange.progress.bytes)
 
     def note(self, status: int, what: str) -> None:
         request = self.request

@@ -4,6 +4,7 @@ with its faults."""
 from __future__ import annotations
 
 import asyncio
+import bisect
 import functools
 from dataclasses import dataclass, replace
 
@@ -209,7 +210,11 @@ class Replay(Attached):
             exchange.event_ends = (
                 [b.end for b in plan.events] if injected or resumed or replacement is not None else prepared.event_ends
             )
-        return await server.send(exchange, plan, prepared.writes if plan is prepared.plan else None)
+        try:
+            return await server.send(exchange, plan, prepared.writes if plan is prepared.plan else None)
+        finally:
+            if kept is not None and kept.ended is not None:
+                kept.ended(bisect.bisect_right(exchange.event_ends, exchange.progress.bytes))
 
     def _faults_of(self, recording: Recording) -> list[Fault]:
         """The faults a recording notes its client got, to act on every replay of it (not by chance, nor a
