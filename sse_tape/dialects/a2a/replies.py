@@ -40,7 +40,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ... import _json
 from ...cassette import Request
-from ...plan import Plan
+from ...plan import Plan, data_swapped
 from ...sse import encode_event
 from ..protocol import Incoming, Kept, Protocol, ProtocolResponder
 from .messages import CARD_PATHS, CONTEXT_IDS, MESSAGE_IDS, SUBSCRIBING, is_final, payload, sent_id, sent_message
@@ -151,23 +151,18 @@ def _answer(state: MutableMapping[str, Any], body: Any, plan: Plan) -> Kept | No
     changed = [_rewritten(text, message, swaps, id) for text, message in zip(texts, messages, strict=True)]
     if all(c is None for c in changed):
         return Kept("as recorded", ended=ended) if ended is not None else None
-    out = plan.copy()
     if not stream:
-        end = plan.writes[-1][0] if plan.writes else 0.0
         assert changed[0] is not None
-        out.rewrite([(end, changed[0].encode())])
-        return Kept("with the request's ids", out)
+        return Kept("with the request's ids", plan.with_body(changed[0].encode()))
     body_bytes = plan.body
-    for block, new in reversed(list(zip(plan.events, changed, strict=True))):
-        if new is None or block.event is None:
+    pieces: list[tuple[int, int, bytes]] = []
+    for block, text in zip(plan.events, changed, strict=True):
+        if text is None or block.event is None:
             continue
-        old = body_bytes[block.start : block.end]
-        data = block.event.data.encode()
-        at = old.find(data)
-        if at < 0 or "\n" in block.event.data:
-            continue  # data on more than one line: not how A2A's servers write an event
-        out.replace(block.start, block.end, old[:at] + new.encode() + old[at + len(data) :])
-    return Kept("with the request's ids", out, stream=True, ended=ended)
+        # (data on more than one line is not how A2A's servers write an event: left as it is)
+        if (swapped := data_swapped(body_bytes[block.start : block.end], block.event.data, text)) is not None:
+            pieces.append((block.start, block.end, swapped))
+    return Kept("with the request's ids", plan.spliced(pieces), stream=True, ended=ended)
 
 
 def _kept_task(
@@ -313,9 +308,7 @@ def _card(origin: str, plan: Plan) -> Kept | None:
     new = _rewritten(text, card, swaps, _MISSING)
     if new is None:
         return None
-    out = plan.copy()
-    out.rewrite([(plan.writes[-1][0] if plan.writes else 0.0, new.encode())])
-    return Kept(f"the card names {origin}", out)
+    return Kept(f"the card names {origin}", plan.with_body(new.encode()))
 
 
 def _moved(url: str, origin: str) -> str:

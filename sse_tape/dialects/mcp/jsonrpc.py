@@ -36,7 +36,7 @@ from typing import Any
 from ... import _json
 from ...cassette import Request
 from ...cassette.model import agrees_as_recorded
-from ...plan import Plan, Write
+from ...plan import Plan, data_swapped
 
 __all__ = ["MISSING", "SUBSCRIPTION_ID", "client_ids", "comparable", "event_ids", "jsonrpc", "rewritten"]
 
@@ -162,10 +162,7 @@ def rewritten(plan: Plan, id: Any, token: Any, *, stream: bool, ids: Mapping[str
         changed = _answering(body, id, token)
         if changed is body:
             return None
-        out = plan.copy()
-        end = plan.writes[-1][0] if plan.writes else 0.0
-        out.rewrite([(end, _json.dumps(changed).encode())])
-        return out
+        return plan.with_body(_json.dumps(changed).encode())
     body = plan.body
     pieces: list[tuple[int, int, bytes]] = []  # (start, end, new bytes) of each event rewritten
     for block in plan.blocks if ids else plan.events:
@@ -182,18 +179,11 @@ def rewritten(plan: Plan, id: Any, token: Any, *, stream: bool, ids: Mapping[str
                 changed = _answering(message, id, token)
         if changed is not message:
             assert block.event is not None
-            data = block.event.data.encode()
-            at = new.find(data)
-            if at >= 0 and not new.count(b"\n", at, at + len(data)) and not block.event.data.count("\n"):
-                # (data on more than one line is not how MCP's servers write a message: left as it is)
-                new = new[:at] + _json.dumps(changed).encode() + new[at + len(data) :]
+            # (data on more than one line is not how MCP's servers write a message: left as it is)
+            new = data_swapped(new, block.event.data, _json.dumps(changed)) or new
         if new != old:
             pieces.append((block.start, block.end, new))
-    if not pieces:
-        return None
-    out = plan.copy()
-    out.rewrite(_moved(plan.writes, pieces))
-    return out
+    return plan.spliced(pieces) if pieces else None
 
 
 def event_ids(plan: Plan) -> list[str]:
@@ -226,38 +216,3 @@ def _field_value(line: bytes) -> bytes:
 
 _LINE_ENDS = re.compile(rb"(\r\n|\r|\n)")
 _LINES = re.compile(rb"\r\n|\r|\n")
-
-
-def _moved(writes: list[Write], pieces: list[tuple[int, int, bytes]]) -> list[Write]:
-    """`writes` with the byte spans of `pieces` replaced by their new bytes, each write keeping its time."""
-    body = b"".join(data for _, data in writes)
-    new_body = bytearray()
-    at = 0
-    starts: list[tuple[int, int, int, int]] = []  # (old start, old end, new start, new end)
-    for start, end, data in pieces:
-        new_body += body[at:start]
-        starts.append((start, end, len(new_body), len(new_body) + len(data)))
-        new_body += data
-        at = end
-    new_body += body[at:]
-
-    def place(x: int) -> int:
-        shift = 0
-        for start, end, new_start, new_end in starts:
-            if x <= start:
-                break
-            if x < end:
-                return new_start + min(x - start, new_end - new_start)
-            shift = new_end - end
-        return x + shift
-
-    out: list[Write] = []
-    seen = 0
-    for t, data in writes:
-        a, b = place(seen), place(seen + len(data))
-        seen += len(data)
-        out.append((t, bytes(new_body[a:b])))
-    if out:  # whatever `place` left between the last boundary and the end
-        last_t, last = out[-1]
-        out[-1] = (last_t, last + bytes(new_body[place(seen) :]))
-    return out
