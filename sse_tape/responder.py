@@ -14,6 +14,7 @@ contract, which a dialect can import (`dialects.protocol.ProtocolResponder`);
 from __future__ import annotations
 
 import asyncio
+import bisect
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -89,6 +90,10 @@ class Exchange:
     """How many faults' notes were given for it (`note_faults`), journaled or not."""
     background: bool = False
     """Its answer is a stream held open as the server's own (`Kept.held`): not counted in flight."""
+
+    def events_sent(self) -> int:
+        """How many events of its answer went out whole (all it ever will, once the answer is over)."""
+        return bisect.bisect_right(self.event_ends, self.progress.bytes)
 
 
 class Host(Protocol):

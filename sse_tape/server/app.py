@@ -12,7 +12,6 @@ lives in its replay state (see `state`). Its `control` is the way in from outsid
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
 import os
 import resource
@@ -477,7 +476,7 @@ class MockServer:
                 status=exchange.status,
                 end=exchange.end,
                 bytes=exchange.progress.bytes,
-                events=bisect.bisect_right(exchange.event_ends, exchange.progress.bytes),
+                events=exchange.events_sent(),
                 seconds=round(asyncio.get_running_loop().time() - exchange.started, 6),
             )
         )

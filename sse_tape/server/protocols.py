@@ -7,7 +7,6 @@ chain and makes that contract of the server's own (`Exchange`, `Host`).
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
@@ -79,7 +78,7 @@ class _Incoming(Incoming):
         return await self._host.error(self._exchange, status, message, code)
 
     def events_sent(self) -> int:
-        return bisect.bisect_right(self._exchange.event_ends, self._exchange.progress.bytes)
+        return self._exchange.events_sent()
 
     def note(self, status: int, what: str) -> None:
         request = self.request

@@ -4,7 +4,6 @@ with its faults."""
 from __future__ import annotations
 
 import asyncio
-import bisect
 import functools
 from dataclasses import dataclass, replace
 
@@ -214,7 +213,7 @@ class Replay(Attached):
             return await server.send(exchange, plan, prepared.writes if plan is prepared.plan else None)
         finally:
             if kept is not None and kept.ended is not None:
-                kept.ended(bisect.bisect_right(exchange.event_ends, exchange.progress.bytes))
+                kept.ended(exchange.events_sent())
 
     def _faults_of(self, recording: Recording) -> list[Fault]:
         """The faults a recording notes its client got, to act on every replay of it (not by chance, nor a
