@@ -30,7 +30,7 @@ from .protocol import (
     check_error_response,
     check_framing,
 )
-from .registry import DIALECTS, ENTRY_POINTS, detect, dialect_for, for_path, generation, get
+from .registry import DIALECTS, ENTRY_POINTS, detect, dialect_for, for_path, generation, get, speaking
 
 __all__ = [
     "DIALECTS",
@@ -52,4 +52,5 @@ __all__ = [
     "for_path",
     "generation",
     "get",
+    "speaking",
 ]

@@ -181,6 +181,12 @@ class Protocol(ABC):
         """
         return path.rstrip("/").endswith(self.path)
 
+    def speaks(self, request: Request) -> bool:
+        """Whether `request` is this protocol's, told before any recording answers it (so that a miss is
+        answered in its words): by default, by its path (`serves_path`); a protocol whose endpoint is the
+        server's to choose (MCP's, A2A's JSON-RPC) tells it by what the request carries too."""
+        return self.serves_path(request.path)
+
     def recognises(self, interaction: Interaction) -> bool:
         """Whether a recording whose path says nothing (a gateway moved it) speaks this API, by what its
         stream looks like (`opening` gives its first events); False by default."""

@@ -30,7 +30,7 @@ from ..cassette import (
     Request,
 )
 from ..catalog import Catalog
-from ..dialects import DIALECTS, dialect_for, for_path
+from ..dialects import DIALECTS, dialect_for, for_path, speaking
 from ..dialects import Generation as Dialect
 from ..faults import MAX_HEADER_FAULTS, Fault, Injector, parse_faults
 from ..journal import Ended, FaultInjected, Journal, Miss, Missed, Received
@@ -441,6 +441,8 @@ class MockServer:
             except _json.TooLarge as exc:
                 return await self.error(exchange, 413, f"the request body's {exc}", "body_too_large")
             exchange.request = request.with_json(request.path, body, parsed)
+            if found is None and (spoken := speaking(exchange.request)) is not None:
+                exchange.dialect = spoken  # a protocol told by what the request carries frames its errors
             # Kept as it arrived, in a request of its own: the body that answering parses (and keeps, see
             # `Request.json`) goes with the answer, not into the last 10,000 requests kept here.
             self._state.add_received(Request(request.method, request.path, request.query, request.headers, body))
