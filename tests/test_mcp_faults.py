@@ -1,0 +1,310 @@
+"""Faults in MCP's words, as the official `mcp` SDK's client meets them, on loopback.
+
+A real `MCPServer` (a tool answered at once, one that streams progress) is
+recorded once through `sse-tape record --upstream`; each test replays the
+cassette to a new `ClientSession` and sets its faults once the session is
+initialized (a fault set before would act on `initialize` too). The client must
+see what it would see from a real server that failed so: a JSON-RPC error for
+its request, a tool's error result, a stream cut or a response that never
+comes, a session that expired, a flood of progress notifications.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import signal
+import socket
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import processes
+import pytest
+import uvicorn
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import MCPError
+from mcp.types import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST, REQUEST_TIMEOUT, TextContent
+from waits import auntil, until
+
+from sse_tape import MockServer, aserve
+from sse_tape.cassette import Request
+from sse_tape.dialects import DIALECTS
+from sse_tape.faults import apply, parse_fault
+from sse_tape.journal import Ended, FaultInjected
+from sse_tape.plan import Plan
+from sse_tape.sse import SSEDecoder
+
+_STEPS = [(1.0, 3.0, "step 1"), (2.0, 3.0, "step 2"), (3.0, 3.0, "step 3")]
+
+
+def _server() -> MCPServer:
+    server = MCPServer("recorded")
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    @server.tool()
+    async def count(n: int, ctx: Context) -> str:
+        """Count to n, reporting each step as progress."""
+        for i in range(n):
+            await ctx.report_progress(i + 1, n, f"step {i + 1}")
+        return f"counted {n}"
+
+    return server
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[str]:
+    """A real MCP server over Streamable HTTP, answering each request with an SSE stream: its base URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(_server().streamable_http_app(), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    until(lambda: server.started, "the MCP server to start")
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join()
+
+
+async def _whole_session(url: str) -> None:
+    async with streamable_http_client(url) as (read, write, *_), ClientSession(read, write) as session:
+        await session.initialize()
+        await session.list_tools()
+        await session.call_tool("add", {"a": 2, "b": 3})
+        await session.call_tool("count", {"n": 3}, progress_callback=_ignored)
+
+
+async def _ignored(done: float, total: float | None, message: str | None) -> None:
+    pass
+
+
+@pytest.fixture(scope="module")
+def cassette(upstream: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A session of the SDK's client with the real server, recorded through `sse-tape record --upstream`."""
+    path = tmp_path_factory.mktemp("mcp") / "mcp.toml"
+    proxy, url = processes.start(["record", "--upstream", upstream, "-c", str(path), "--port", "0", "-q"])
+    try:
+        asyncio.run(asyncio.wait_for(_whole_session(f"{url}/mcp"), 30))
+    finally:
+        proxy.send_signal(signal.SIGINT)
+        _, err = proxy.communicate(timeout=30)
+    assert proxy.returncode in (0, 130), err
+    return path
+
+
+@asynccontextmanager
+async def _session(cassette: Path, *faults: str, read_timeout: float | None = None) -> AsyncIterator[Any]:
+    """An initialized `ClientSession` with the replay, whose faults are set once it is (`read_timeout`: the
+    seconds its requests wait for a response); yields it and the replay."""
+    async with (
+        aserve(cassette) as mock,
+        streamable_http_client(f"{mock.url}/mcp") as (read, write, *_),
+        ClientSession(read, write, read_timeout_seconds=read_timeout) as session,
+    ):
+        await session.initialize()
+        # The client sends `notifications/initialized` after `initialize` returns: once it is answered, the
+        # faults act on what the test asks, not on it.
+        await auntil(lambda: _posts_answered(mock) >= 2, "notifications/initialized to be answered")
+        mock.control.set_faults(list(faults))
+        yield session, mock
+        mock.control.set_faults([])  # the client's DELETE, as it closes, is answered as recorded
+
+
+def _posts_answered(mock: MockServer) -> int:
+    return sum(isinstance(entry, Ended) and entry.method == "POST" for entry in mock.control.journal)
+
+
+class _Progress:
+    """A progress callback that keeps what it is told."""
+
+    def __init__(self) -> None:
+        self.told: list[tuple[float, float | None, str | None]] = []
+
+    async def __call__(self, done: float, total: float | None, message: str | None) -> None:
+        self.told.append((done, total, message))
+
+
+def _did(mock: MockServer, spec: str) -> list[str]:
+    """What the journal says the fault `spec` did to each POST (the client's GET stream, which it opens again and
+    again, takes the faults too)."""
+    return [
+        e.what for e in mock.control.journal if isinstance(e, FaultInjected) and e.fault == spec and e.method == "POST"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("spec", "code", "message", "steps"),
+    [
+        pytest.param("error:at=2", INTERNAL_ERROR, "injected by sse-tape", 2, id="mid-stream, internal error"),
+        pytest.param("error:at=0", INTERNAL_ERROR, "injected by sse-tape", 0, id="the whole answer"),
+        pytest.param("error:at=1,type=timeout", REQUEST_TIMEOUT, "injected by sse-tape", 1, id="request timeout"),
+        pytest.param("error:at=100%,code=-32001,message=upstream slow", REQUEST_TIMEOUT, "upstream slow", 3, id="code"),
+        pytest.param("error:at=2,code=-32602,message=n is too big", -32602, "n is too big", 2, id="any code"),
+    ],
+)
+async def test_an_error_is_the_json_rpc_error_for_the_request_which_the_sdk_raises(
+    cassette: Path, spec: str, code: int, message: str, steps: int
+) -> None:
+    progress = _Progress()
+    async with _session(cassette, spec) as (session, mock):
+        with pytest.raises(MCPError) as raised:
+            await asyncio.wait_for(session.call_tool("count", {"n": 3}, progress_callback=progress), 30)
+        assert (raised.value.error.code, raised.value.error.message, raised.value.error.data) == (code, message, None)
+        assert progress.told == _STEPS[:steps]
+        assert _did(mock, spec)[-1] == f"mcp error after event {steps}"
+        # The session goes on: with the fault gone, the next call is answered as recorded.
+        mock.control.set_faults([])
+        added = await asyncio.wait_for(session.call_tool("add", {"a": 2, "b": 3}), 30)
+        assert added.structured_content == {"result": 5}
+
+
+async def test_the_error_carries_the_requests_own_id_and_passes_check(cassette: Path) -> None:
+    asked = {
+        "jsonrpc": "2.0",
+        "id": 41,
+        "method": "tools/call",
+        "params": {"name": "add", "arguments": {"a": 2, "b": 3}},
+    }
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    async with _session(cassette) as (_, mock), httpx.AsyncClient(base_url=mock.url, headers=headers) as client:
+        opened = await client.post("/mcp", json={**_initialize(), "id": 0})
+        headers = {"mcp-session-id": opened.headers["mcp-session-id"], "x-sse-tape-fault": "error:at=0,code=c7"}
+        answer = await client.post("/mcp", json=asked, headers=headers)
+    assert answer.text == (
+        'event: message\ndata: {"jsonrpc":"2.0","id":41,"error":'
+        '{"code":-32603,"message":"injected by sse-tape","data":{"code":"c7"}}}\n\n'
+    )
+    request = Request("POST", "/mcp", body=json.dumps(asked).encode())
+    assert DIALECTS["mcp"].check(SSEDecoder().feed(answer.content), request) == []
+
+
+def _initialize() -> dict[str, Any]:
+    client = {"name": "mcp", "version": "0.1.0"}
+    params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": client}
+    return {"jsonrpc": "2.0", "method": "initialize", "params": params}
+
+
+async def test_a_tool_error_is_a_result_the_sdk_hands_back_not_an_exception(cassette: Path) -> None:
+    progress = _Progress()
+    async with _session(cassette, "tool-error:message=the counter broke") as (session, mock):
+        result = await asyncio.wait_for(session.call_tool("count", {"n": 3}, progress_callback=progress), 30)
+        assert (result.is_error, result.content, result.structured_content) == (
+            True,
+            [TextContent(type="text", text="the counter broke")],
+            None,
+        )
+        assert progress.told == _STEPS  # the progress before it, as recorded
+        listed = await asyncio.wait_for(session.list_tools(), 30)  # no tool call: left alone
+        assert [tool.name for tool in listed.tools] == ["add", "count"]
+        notes = _did(mock, "tool-error:message=the counter broke")
+        assert notes[0] == "the tool's error result in place of its answer, after event 3"
+        assert set(notes[1:]) == {"no answer to a tool call (mcp): left alone"}
+
+
+async def test_a_stream_cut_before_the_response_fails_the_call_with_what_came_before(cassette: Path) -> None:
+    progress = _Progress()
+    async with _session(cassette, "disconnect:after=2") as (session, _):
+        with pytest.raises(MCPError) as raised:
+            await asyncio.wait_for(session.call_tool("count", {"n": 3}, progress_callback=progress), 30)
+    # The recording's stream has no event ids, so the client cannot resume it: it gives up at once.
+    assert raised.value.error.code == CONNECTION_CLOSED
+    assert progress.told == _STEPS[:2]
+
+
+@pytest.mark.parametrize("spec", ["stall:at=2,for=10m", "hang"], ids=["a stall after progress", "no answer"])
+async def test_a_response_never_sent_ends_in_the_clients_read_timeout(cassette: Path, spec: str) -> None:
+    progress = _Progress()
+    async with _session(cassette, spec, read_timeout=0.5) as (session, _):
+        with pytest.raises(MCPError) as raised:
+            await asyncio.wait_for(session.call_tool("count", {"n": 3}, progress_callback=progress), 30)
+    assert (raised.value.error.code, raised.value.error.message) == (REQUEST_TIMEOUT, "Request 'tools/call' timed out")
+    assert progress.told == (_STEPS[:2] if spec.startswith("stall") else [])
+
+
+async def test_an_expired_session_gets_404_until_the_app_starts_a_new_one(cassette: Path) -> None:
+    async with _session(cassette, "session-expired:times=1") as (session, mock):
+        with pytest.raises(MCPError) as raised:
+            await asyncio.wait_for(session.call_tool("add", {"a": 2, "b": 3}), 30)
+        assert (raised.value.error.code, raised.value.error.message) == (INVALID_REQUEST, "Session not found")
+        # The replay forgot the session, as the server whose session expired has: mcp 2.3's client does not
+        # initialize again by itself, and `initialize()` again gives what it had and sends nothing.
+        with pytest.raises(MCPError, match="Session not found"):
+            await asyncio.wait_for(session.list_tools(), 30)
+        assert (await asyncio.wait_for(session.initialize(), 30)).server_info.name == "recorded"
+        with pytest.raises(MCPError, match="Session not found"):
+            await asyncio.wait_for(session.call_tool("add", {"a": 2, "b": 3}), 30)
+        # The app must start a new session: a new transport (the session id is its) and client.
+        async with (
+            streamable_http_client(f"{mock.url}/mcp") as (read, write, *_),
+            ClientSession(read, write) as again,
+        ):
+            await asyncio.wait_for(again.initialize(), 30)
+            added = await asyncio.wait_for(again.call_tool("add", {"a": 2, "b": 3}), 30)
+        assert added.structured_content == {"result": 5}
+        assert _did(mock, "session-expired:times=1")[0].startswith("answered 404 before the stream: session ")
+
+
+async def test_with_no_times_every_session_expires_but_a_new_one_starts(cassette: Path) -> None:
+    async with _session(cassette, "session-expired") as (session, mock):
+        with pytest.raises(MCPError, match="Session not found"):
+            await asyncio.wait_for(session.list_tools(), 30)
+        async with (
+            streamable_http_client(f"{mock.url}/mcp") as (read, write, *_),
+            ClientSession(read, write) as again,
+        ):
+            initialized = await asyncio.wait_for(again.initialize(), 30)  # in no session yet: left alone
+            assert initialized.server_info.name == "recorded"
+            with pytest.raises(MCPError, match="Session not found"):
+                await asyncio.wait_for(again.list_tools(), 30)
+        assert "a request in no session (mcp): left alone" in _did(mock, "session-expired")
+
+
+async def test_a_progress_flood_reaches_the_callback_before_the_result(cassette: Path) -> None:
+    progress = _Progress()
+    async with _session(cassette, "progress-flood:count=500") as (session, mock):
+        result = await asyncio.wait_for(session.call_tool("count", {"n": 3}, progress_callback=progress), 60)
+        assert result.structured_content == {"result": "counted 3"}
+        assert progress.told == _STEPS + [(3.0 + n, None, None) for n in range(1, 501)]
+        added = await asyncio.wait_for(session.call_tool("add", {"a": 2, "b": 3}), 30)  # asked for no progress
+        assert added.structured_content == {"result": 5}
+        notes = _did(mock, "progress-flood:count=500")
+        assert notes[0] == "500 progress notifications before the response, after event 3"
+        assert set(notes[1:]) == {"no progress asked for (mcp): left alone"}
+
+
+_CHAT = (
+    b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'
+    b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+    b"data: [DONE]\n\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("spec", "note"),
+    [
+        ("tool-error", "no answer to a tool call (openai-chat): left alone"),
+        ("progress-flood", "no progress asked for (openai-chat): left alone"),
+        ("session-expired", "a request in no session (openai-chat): left alone"),
+    ],
+)
+def test_where_mcps_faults_make_no_sense_the_stream_is_left_alone_and_the_journal_says_why(
+    spec: str, note: str
+) -> None:
+    request = Request("POST", "/v1/chat/completions", body=b'{"model":"m","stream":true,"messages":[]}')
+    plan = Plan(200, [("content-type", "text/event-stream")], [(0.0, _CHAT)])
+    notes = apply([parse_fault(spec)], plan, dialect=DIALECTS["openai-chat"], rng=random.Random(1), request=request)
+    assert [what for _, what in notes] == [note]
+    assert (plan.status, plan.body) == (200, _CHAT)
