@@ -18,7 +18,7 @@ import signal
 import socket
 import threading
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -62,15 +62,15 @@ def _server() -> MCPServer:
     return server
 
 
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[str]:
-    """A real MCP server over Streamable HTTP, answering each request with an SSE stream: its base URL."""
+@contextmanager
+def _upstream(*, json_response: bool) -> Iterator[str]:
+    """A real MCP server over Streamable HTTP, answering each request with an SSE stream or (`json_response`)
+    one JSON answer: its base URL."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(_server().streamable_http_app(), host="127.0.0.1", port=port, log_level="warning")
-    )
+    app = _server().streamable_http_app(json_response=json_response)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     until(lambda: server.started, "the MCP server to start")
@@ -91,18 +91,29 @@ async def _ignored(done: float, total: float | None, message: str | None) -> Non
     pass
 
 
-@pytest.fixture(scope="module")
-def cassette(upstream: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _record(path: Path, *, json_response: bool) -> Path:
     """A session of the SDK's client with the real server, recorded through `sse-tape record --upstream`."""
-    path = tmp_path_factory.mktemp("mcp") / "mcp.toml"
-    proxy, url = processes.start(["record", "--upstream", upstream, "-c", str(path), "--port", "0", "-q"])
-    try:
-        asyncio.run(asyncio.wait_for(_whole_session(f"{url}/mcp"), 30))
-    finally:
-        proxy.send_signal(signal.SIGINT)
-        _, err = proxy.communicate(timeout=30)
+    with _upstream(json_response=json_response) as upstream:
+        proxy, url = processes.start(["record", "--upstream", upstream, "-c", str(path), "--port", "0", "-q"])
+        try:
+            asyncio.run(asyncio.wait_for(_whole_session(f"{url}/mcp"), 30))
+        finally:
+            proxy.send_signal(signal.SIGINT)
+            _, err = proxy.communicate(timeout=30)
     assert proxy.returncode in (0, 130), err
     return path
+
+
+@pytest.fixture(scope="module")
+def cassette(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The server's answers recorded as SSE streams."""
+    return _record(tmp_path_factory.mktemp("mcp") / "mcp.toml", json_response=False)
+
+
+@pytest.fixture(scope="module")
+def json_cassette(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The server's answers recorded as JSON (`json_response=True`)."""
+    return _record(tmp_path_factory.mktemp("mcp") / "mcp-json.toml", json_response=True)
 
 
 @asynccontextmanager
@@ -283,6 +294,27 @@ async def test_a_progress_flood_reaches_the_callback_before_the_result(cassette:
         notes = _did(mock, "progress-flood:count=500")
         assert notes[0] == "500 progress notifications before the response, after event 3"
         assert set(notes[1:]) == {"no progress asked for (mcp): left alone"}
+
+
+async def test_on_a_json_answer_an_error_and_a_tool_error_are_the_whole_answer(json_cassette: Path) -> None:
+    async with _session(json_cassette, "error:code=-32001,message=too slow,times=1") as (session, mock):
+        with pytest.raises(MCPError) as raised:
+            await asyncio.wait_for(session.call_tool("count", {"n": 3}), 30)
+        assert (raised.value.error.code, raised.value.error.message) == (REQUEST_TIMEOUT, "too slow")
+        mock.control.set_faults(["tool-error:message=no adding today"])
+        added = await asyncio.wait_for(session.call_tool("add", {"a": 2, "b": 3}), 30)
+        assert (added.is_error, added.content) == (True, [TextContent(type="text", text="no adding today")])
+        assert _did(mock, "error:code=-32001,message=too slow,times=1") == ["mcp error in place of the answer"]
+        assert _did(mock, "tool-error:message=no adding today")[0] == "the tool's error result in place of its answer"
+
+
+async def test_on_a_json_answer_the_faults_a_stream_needs_leave_it_alone(json_cassette: Path) -> None:
+    progress = _Progress()
+    async with _session(json_cassette, "progress-flood:count=5", "disconnect:after=1") as (session, mock):
+        counted = await asyncio.wait_for(session.call_tool("count", {"n": 3}, progress_callback=progress), 30)
+        assert (counted.structured_content, progress.told) == ({"result": "counted 3"}, [])
+        assert set(_did(mock, "progress-flood:count=5")) == {"an answer that is not a stream: left alone"}
+        assert mock.control.snapshot().injected == {}
 
 
 _CHAT = (

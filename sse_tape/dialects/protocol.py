@@ -215,6 +215,12 @@ class Protocol(ABC):
         the request's id) says so here."""
         return self.error_frames(error, sent=sent)
 
+    def error_answer(self, error: Error, request: Request | None) -> bytes | None:
+        """The one JSON answer that reports `error` in place of the answer to `request`, where this protocol
+        reports a failed request in a successful answer (a JSON-RPC error response); None where its errors
+        come with an error status (`http_error`), as a model API's do (the default)."""
+        return None
+
     def session(self, request: Request) -> str | None:
         """The id of the session `request` is made in, for a protocol that keeps sessions (MCP's
         `Mcp-Session-Id`); None for one that keeps none (the default) or a request in none."""

@@ -249,6 +249,30 @@ class _ProgressFlood(_AtTheResponse):
         return [(t, b"".join(frames) + data)]
 
 
+def _answered(run: Run, body: bytes) -> None:
+    """The JSON answer in `run.head` replaced by `body`, when the recorded one was due."""
+    head = run.head
+    head.rewrite([(head.writes[-1][0] if head.writes else 0.0, body)])
+
+
+def _error_answer(fault: Fault, run: Run) -> str | None:
+    """An `error` on one JSON answer: the protocol's error answer in its place (MCP's JSON-RPC error)."""
+    body = run.dialect.error_answer(Error(fault["message"], fault["type"], fault["code"]), run.request)
+    if body is None:
+        return None
+    _answered(run, body)
+    return f"{run.dialect.name} error in place of the answer"
+
+
+def _tool_error_answer(fault: Fault, run: Run) -> str | None:
+    """A `tool-error` on one JSON answer: the tool's error result in its place."""
+    changed = run.dialect.tool_error(run.request, fault["message"], run.head.body.decode("utf-8", "replace"))
+    if changed is None:
+        return None
+    _answered(run, changed.encode())
+    return "the tool's error result in place of its answer"
+
+
 #: The faults on events, in the order `sse-tape faults` lists them.
 EVENTS = (
     FaultKind("error", Stage.EVENTS,
@@ -257,7 +281,7 @@ EVENTS = (
                Key("type", "text", text, "server_error"),
                Key("message", "text", text, "injected by sse-tape"),
                Key("code", "text", text)),
-              _Error, main="at"),
+              _Error, main="at", document=_error_answer),
     FaultKind("drop", Stage.EVENTS, "leave out an event, the role frame or the [DONE]",
               (Key("at", "position, role or done", event_or_mark, "0"),), _Drop, main="at"),
     FaultKind("duplicate", Stage.EVENTS, "send an event twice",
@@ -267,7 +291,8 @@ EVENTS = (
               _Corrupt, main="at"),
     FaultKind("tool-error", Stage.EVENTS,
               "the answer to a tool call is the tool's own error result with this message (MCP's isError)",
-              (Key("message", "text", text, "injected by sse-tape"),), _ToolError, main="message"),
+              (Key("message", "text", text, "injected by sse-tape"),), _ToolError, main="message",
+              document=_tool_error_answer),
     FaultKind("progress-flood", Stage.EVENTS,
               "many progress notifications just before the response (MCP's notifications/progress)",
               (Key("count", "number", whole_number(1, 100_000), "1000"),), _ProgressFlood, main="count"),

@@ -108,6 +108,10 @@ class MCP(Protocol):
         """The JSON-RPC error response to `request`, with its id, in place of its result (see `errors`)."""
         return [errors.frame(errors.error_response(error, errors.request_id(request)))]
 
+    def error_answer(self, error: Error, request: Request | None) -> bytes | None:
+        """The JSON-RPC error response to `request`, with its id, as its whole JSON answer (see `errors`)."""
+        return to_json(errors.error_response(error, errors.request_id(request))).encode()
+
     def session(self, request: Request) -> str | None:
         """The `Mcp-Session-Id` the request carries."""
         return request.header(SESSION_HEADER)
