@@ -317,6 +317,42 @@ async def test_on_a_json_answer_the_faults_a_stream_needs_leave_it_alone(json_ca
         assert mock.control.snapshot().injected == {}
 
 
+def test_the_pytest_markers_faults_reach_an_mcp_client_in_mcps_words(
+    cassette: Path, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Set from the start: `tool-error` and `progress-flood` leave `initialize` and its notification alone.
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    pytester.makeini(
+        "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
+        "addopts = -p sse_tape.pytest_plugin -p pytest_asyncio.plugin\n"
+    )
+    (pytester.path / "cassettes").mkdir()
+    (pytester.path / "cassettes" / "tools.toml").write_bytes(cassette.read_bytes())
+    pytester.makepyfile(
+        """
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+@pytest.mark.asyncio
+@pytest.mark.sse_tape("tools", faults=["tool-error:message=broke", "progress-flood:count=20"], allow_unused=True)
+async def test_tools(async_sse_tape):
+    told = []
+
+    async def on_progress(done, total, message):
+        told.append(done)
+
+    async with streamable_http_client(async_sse_tape.url + "/mcp") as (read, write, *_):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            counted = await session.call_tool("count", {"n": 3}, progress_callback=on_progress)
+    assert (counted.is_error, counted.content[0].text) == (True, "broke")
+    assert told == [float(n) for n in range(1, 24)]
+"""
+    )
+    pytester.runpytest_subprocess().assert_outcomes(passed=1)
+
+
 _CHAT = (
     b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'
     b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
