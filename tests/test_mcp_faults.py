@@ -36,6 +36,7 @@ from waits import auntil, until
 from sse_tape import MockServer, aserve
 from sse_tape.cassette import Request
 from sse_tape.dialects import DIALECTS
+from sse_tape.dialects.events import Error
 from sse_tape.faults import apply, parse_fault
 from sse_tape.journal import Ended, FaultInjected
 from sse_tape.plan import Plan
@@ -351,6 +352,42 @@ async def test_tools(async_sse_tape):
 """
     )
     pytester.runpytest_subprocess().assert_outcomes(passed=1)
+
+
+_CALL = Request("POST", "/mcp", body=b'{"jsonrpc":"2.0","id":"a-7","method":"tools/call","params":{"name":"t"}}')
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        pytest.param(Error("boom"), {"code": -32603, "message": "boom"}, id="an internal error by default"),
+        pytest.param(Error("slow", "timeout"), {"code": -32001, "message": "slow"}, id="the timeout type"),
+        pytest.param(Error("x", "timeout", "-32099"), {"code": -32099, "message": "x"}, id="a code over the type"),
+        pytest.param(
+            Error("x", code="9" * 17), {"code": -32603, "message": "x", "data": {"code": "9" * 17}}, id="too large"
+        ),
+    ],
+)
+def test_mcps_error_answer_carries_the_requests_id_and_the_code_asked_for(error: Error, expected: Any) -> None:
+    assert json.loads(DIALECTS["mcp"].error_answer(error, _CALL) or b"") == {
+        "jsonrpc": "2.0",
+        "id": "a-7",
+        "error": expected,
+    }
+
+
+def test_a_recorded_error_answer_to_a_tool_call_becomes_the_tools_error_result_and_other_answers_do_not() -> None:
+    mcp = DIALECTS["mcp"]
+    failed = '{"jsonrpc":"2.0","id":"a-7","error":{"code":-32603,"message":"down"}}'
+    assert json.loads(mcp.tool_error(_CALL, "no", failed) or "") == {
+        "jsonrpc": "2.0",
+        "id": "a-7",
+        "result": {"content": [{"type": "text", "text": "no"}], "isError": True},
+    }
+    progress = '{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}}'
+    assert mcp.tool_error(_CALL, "no", progress) is None
+    listing = Request("POST", "/mcp", body=b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}')
+    assert mcp.tool_error(listing, "no", '{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}') is None
 
 
 _CHAT = (
