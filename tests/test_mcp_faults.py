@@ -26,6 +26,7 @@ import httpx
 import processes
 import pytest
 import uvicorn
+from mcp import Client
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import Context, MCPServer
@@ -115,6 +116,26 @@ def cassette(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def json_cassette(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The server's answers recorded as JSON (`json_response=True`)."""
     return _record(tmp_path_factory.mktemp("mcp") / "mcp-json.toml", json_response=True)
+
+
+async def _modern_session(url: str) -> None:
+    async with Client(url) as client:  # speaks 2026-07-28 to a server that does
+        await client.call_tool("count", {"n": 3}, progress_callback=_ignored)
+
+
+@pytest.fixture(scope="module")
+def modern_cassette(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Calls of the SDK's `Client` in revision 2026-07-28 (no session), recorded as SSE streams."""
+    path = tmp_path_factory.mktemp("mcp") / "mcp-modern.toml"
+    with _upstream(json_response=False) as upstream:
+        proxy, url = processes.start(["record", "--upstream", upstream, "-c", str(path), "--port", "0", "-q"])
+        try:
+            asyncio.run(asyncio.wait_for(_modern_session(f"{url}/mcp"), 30))
+        finally:
+            proxy.send_signal(signal.SIGINT)
+            _, err = proxy.communicate(timeout=30)
+    assert proxy.returncode in (0, 130), err
+    return path
 
 
 @asynccontextmanager
@@ -332,6 +353,7 @@ def test_the_pytest_markers_faults_reach_an_mcp_client_in_mcps_words(
     pytester.makepyfile(
         """
 import pytest
+from mcp import Client
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
@@ -352,6 +374,21 @@ async def test_tools(async_sse_tape):
 """
     )
     pytester.runpytest_subprocess().assert_outcomes(passed=1)
+
+
+async def test_a_2026_07_28_client_meets_the_same_faults_and_has_no_session_to_expire(modern_cassette: Path) -> None:
+    progress = _Progress()
+    async with aserve(modern_cassette) as mock, Client(f"{mock.url}/mcp") as client:
+        mock.control.set_faults(["error:at=2,code=-32001"])
+        with pytest.raises(MCPError) as raised:
+            await asyncio.wait_for(client.call_tool("count", {"n": 3}, progress_callback=progress), 30)
+        assert (raised.value.error.code, progress.told) == (REQUEST_TIMEOUT, _STEPS[:2])
+        mock.control.set_faults(["tool-error:message=broke", "progress-flood:count=2", "session-expired"])
+        progress.told.clear()
+        result = await asyncio.wait_for(client.call_tool("count", {"n": 3}, progress_callback=progress), 30)
+        assert (result.is_error, result.content) == (True, [TextContent(type="text", text="broke")])
+        assert progress.told == [*_STEPS, (4.0, None, None), (5.0, None, None)]
+        assert "a request in no session (mcp): left alone" in _did(mock, "session-expired")
 
 
 _CALL = Request("POST", "/mcp", body=b'{"jsonrpc":"2.0","id":"a-7","method":"tools/call","params":{"name":"t"}}')

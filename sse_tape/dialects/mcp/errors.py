@@ -4,8 +4,9 @@ A request that fails gets a JSON-RPC error response with its own id
 (https://www.jsonrpc.org/specification#error_object): an internal error
 (`-32603`) by default, the SDKs' request timeout (`-32001`) for the `timeout`
 type, or the code the fault names. A tool that fails answers with a result
-that says so (`isError: true`, its message as text content), which the
-client hands back to its caller rather than raising
+that says so (`isError: true`, its message as text content; from revision
+2026-07-28 on, `resultType: "complete"` too), which the client hands back to
+its caller rather than raising
 (https://modelcontextprotocol.io/specification/2025-11-25/server/tools#error-handling).
 Progress notifications carry the request's `progressToken` and a `progress`
 that grows with each one
@@ -18,11 +19,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from ... import _json
-from ...cassette import Request
+from ...cassette import Interaction, Request, Response
 from ...sse import ServerSentEvent, encode_event
 from ..events import Error
 from ..protocol import to_json
 from .jsonrpc import MISSING, client_ids
+from .revision import revision_of, stateless
 
 __all__ = ["INTERNAL_ERROR", "REQUEST_TIMEOUT", "error_response", "frame", "progress", "request_id", "tool_error"]
 
@@ -82,7 +84,10 @@ def tool_error(request: Request | None, message: str, text: str) -> str | None:
         return None
     if not isinstance(answer, dict) or "method" in answer or not ("result" in answer or "error" in answer):
         return None
-    result = {"content": [{"type": "text", "text": message}], "isError": True}
+    result: dict[str, Any] = {"content": [{"type": "text", "text": message}], "isError": True}
+    version = revision_of(Interaction(request, Response(200))) if request is not None else None
+    if version is not None and stateless(version):  # a result says what it is from 2026-07-28 on
+        result["resultType"] = "complete"
     return to_json({"jsonrpc": "2.0", "id": answer.get("id"), "result": result})
 
 
