@@ -212,7 +212,7 @@ async def test_the_error_carries_the_requests_own_id_and_passes_check(cassette: 
         "params": {"name": "add", "arguments": {"a": 2, "b": 3}},
     }
     headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-    async with _session(cassette) as (_, mock), httpx.AsyncClient(base_url=mock.url, headers=headers) as client:
+    async with aserve(cassette) as mock, httpx.AsyncClient(base_url=mock.url, headers=headers) as client:
         opened = await client.post("/mcp", json={**_initialize(), "id": 0})
         headers = {"mcp-session-id": opened.headers["mcp-session-id"], "x-sse-tape-fault": "error:at=0,code=c7"}
         answer = await client.post("/mcp", json=asked, headers=headers)
