@@ -207,6 +207,37 @@ class Protocol(ABC):
         frames were sent (an API that generates text: see `Generation`).
         """
 
+    def answer_error_frames(
+        self, error: Error, request: Request | None, sent: Sequence[ServerSentEvent] = ()
+    ) -> list[bytes]:
+        """How this server reports `error` mid-stream in its answer to `request`, after the events `sent`: as
+        `error_frames` by default; a protocol whose error names the request (a JSON-RPC error response carries
+        the request's id) says so here."""
+        return self.error_frames(error, sent=sent)
+
+    def error_answer(self, error: Error, request: Request | None) -> bytes | None:
+        """The one JSON answer that reports `error` in place of the answer to `request`, where this protocol
+        reports a failed request in a successful answer (a JSON-RPC error response); None where its errors
+        come with an error status (`http_error`), as a model API's do (the default)."""
+        return None
+
+    def session(self, request: Request) -> str | None:
+        """The id of the session `request` is made in, for a protocol that keeps sessions (MCP's
+        `Mcp-Session-Id`); None for one that keeps none (the default) or a request in none."""
+        return None
+
+    def tool_error(self, request: Request | None, message: str, text: str) -> str | None:
+        """The message `text` (an event's data, or a JSON answer), the answer to a tool call in `request`, turned
+        into the tool's own error result saying `message`; None where it is no such answer, or this protocol has
+        no words for one (the default)."""
+        return None
+
+    def progress(self, request: Request | None, sent: Sequence[ServerSentEvent], count: int) -> list[bytes] | None:
+        """`count` progress notifications, as this server frames them, that follow the events `sent` in the
+        answer to `request`; None where the request asked for none, or this protocol has no words for them (the
+        default)."""
+        return None
+
     def http_error(
         self, status: int, message: str, *, type: str | None = None, code: str | None = None
     ) -> tuple[int, Headers, bytes]:
@@ -288,6 +319,9 @@ class Kept:
     ended: Callable[[int], None] | None = None
     """Told, once the answer is over, how many of its events the client got (a stream a fault cut short: fewer
     than it has), for a responder that goes on from there later (A2A's resubscription)."""
+    answered: Callable[[int], None] | None = None
+    """Told the status the answer goes out with, once the faults have acted on it (a session answered 404 is
+    over); None: nothing to tell."""
 
 
 class Incoming(ABC):

@@ -172,6 +172,8 @@ class Replay(Attached):
 
         def matched(status: int) -> None:
             # After the faults, with the status they leave: a `status` fault's 429 is said, not the recording's 200.
+            if kept is not None and kept.answered is not None:
+                kept.answered(status)
             server.journal.add(
                 Matched(
                     request=exchange.number,

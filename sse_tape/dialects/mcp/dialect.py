@@ -23,9 +23,10 @@ from typing import Any, ClassVar
 
 from ... import _json
 from ...cassette import Headers, Interaction, Request
-from ...sse import ServerSentEvent, encode_event
+from ...sse import ServerSentEvent
 from ..events import Error, Event
 from ..protocol import Checker, Protocol, ProtocolResponder, RequestMatcher, Violation, to_json
+from . import errors
 from .jsonrpc import SUBSCRIPTION_ID, jsonrpc
 from .revision import method_of, revision_of, stateless
 from .session import SESSION_HEADER, Sessions
@@ -35,8 +36,7 @@ __all__ = ["MCP", "is_mcp_request"]
 #: The headers a Streamable HTTP client sends after `initialize` (https://modelcontextprotocol.io/specification/2025-11-25/basic/transports).
 _HEADERS = ("mcp-session-id", "mcp-protocol-version")
 
-#: JSON-RPC's codes for an internal error and an invalid request (https://www.jsonrpc.org/specification#error_object).
-_INTERNAL_ERROR = -32603
+#: JSON-RPC's code for an invalid request (https://www.jsonrpc.org/specification#error_object).
 _INVALID_REQUEST = -32600
 
 
@@ -98,17 +98,38 @@ class MCP(Protocol):
     def error_frames(
         self, error: Error, before: Sequence[Event] = (), sent: Sequence[ServerSentEvent] = ()
     ) -> list[bytes]:
-        """A JSON-RPC error response in a `message` event, as the SDKs frame every message, with a null id: the
-        request's is not in its stream (JSON-RPC's id for one that cannot be told)."""
-        body = {"jsonrpc": "2.0", "id": None, "error": {"code": _INTERNAL_ERROR, "message": error.message}}
-        return [encode_event(to_json(body), event="message")]
+        """A JSON-RPC error response in a `message` event, as the SDKs frame every message, with a null id
+        (JSON-RPC's id for a request that cannot be told): see `answer_error_frames` for one that can."""
+        return [errors.frame(errors.error_response(error, None))]
+
+    def answer_error_frames(
+        self, error: Error, request: Request | None, sent: Sequence[ServerSentEvent] = ()
+    ) -> list[bytes]:
+        """The JSON-RPC error response to `request`, with its id, in place of its result (see `errors`)."""
+        return [errors.frame(errors.error_response(error, errors.request_id(request)))]
+
+    def error_answer(self, error: Error, request: Request | None) -> bytes | None:
+        """The JSON-RPC error response to `request`, with its id, as its whole JSON answer (see `errors`)."""
+        return to_json(errors.error_response(error, errors.request_id(request))).encode()
+
+    def session(self, request: Request) -> str | None:
+        """The `Mcp-Session-Id` the request carries."""
+        return request.header(SESSION_HEADER)
+
+    def tool_error(self, request: Request | None, message: str, text: str) -> str | None:
+        """The response to a `tools/call` as the tool's error result (`isError: true`, see `errors`)."""
+        return errors.tool_error(request, message, text)
+
+    def progress(self, request: Request | None, sent: Sequence[ServerSentEvent], count: int) -> list[bytes] | None:
+        """`notifications/progress` for the request's `progressToken`, counting on (see `errors`)."""
+        return errors.progress(request, sent, count)
 
     def http_error(
         self, status: int, message: str, *, type: str | None = None, code: str | None = None
     ) -> tuple[int, Headers, bytes]:
         """A JSON-RPC error response with no id, as the SDKs answer a request refused before it is read: an
         invalid request for a status under 500, an internal error from 500 on."""
-        number = _INVALID_REQUEST if status < 500 else _INTERNAL_ERROR
+        number = _INVALID_REQUEST if status < 500 else errors.INTERNAL_ERROR
         body = {"jsonrpc": "2.0", "id": None, "error": {"code": number, "message": message}}
         return status, (("content-type", "application/json"),), to_json(body).encode()
 

@@ -12,7 +12,8 @@ request with a session id the server did not mint, or ended since, is
 answered 404, and one with none, 400, when a recording made within a session
 answers it (a request no recording answers is left to what follows replay:
 while recording, the upstream, whose sessions are its own); a `DELETE` answered with success ends
-its session. The answers a session's requests replay carry its id in place
+its session, and so does an answer 404 to one of its requests (a
+`session-expired` fault's). The answers a session's requests replay carry its id in place
 of the recorded one, and the request's JSON-RPC id and progress token (see
 `jsonrpc.rewritten`). The protocol version the recorded server chose is
 replayed as it was recorded.
@@ -46,7 +47,7 @@ import asyncio
 import functools
 import uuid
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -197,7 +198,16 @@ class Sessions(ProtocolResponder):
             known.hold()
         if out is None:
             return Kept("; ".join(notes)) if notes else None
-        return Kept("; ".join(notes) or "in its session", out, stream=stream, held=held)
+        ends = functools.partial(_ends, incoming.state, session) if session is not None else None
+        return Kept("; ".join(notes) or "in its session", out, stream=stream, held=held, answered=ends)
+
+
+def _ends(state: MutableMapping[str, Any], session: str, status: int) -> None:
+    """A session whose request is answered 404 (a fault's `session-expired`) is over, as its client takes it:
+    forgotten, and its `GET` streams held open end, as a `DELETE` ends them."""
+    known = state.pop(session, None) if status == 404 else None
+    if isinstance(known, _Session):
+        known.end()
 
 
 def _error(dialect: Protocol, status: int, message: str) -> Plan:
