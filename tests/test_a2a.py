@@ -56,7 +56,8 @@ from sse_tape.cassette import Interaction, Request, Response
 from sse_tape.checking import check_interactions
 from sse_tape.dialects import DIALECTS, detect
 from sse_tape.dialects.a2a import a2a
-from sse_tape.sse import ServerSentEvent
+from sse_tape.dialects.events import Error
+from sse_tape.sse import ServerSentEvent, SSEDecoder
 
 
 class _Echo(AgentExecutor):
@@ -349,3 +350,19 @@ async def _read_into(got: list[dict[str, Any]], events: AsyncIterator[StreamResp
     """Each event of `events` into `got`, as it comes (those before a failure stay there)."""
     async for event in events:
         got.append(MessageToDict(event))
+
+
+def test_an_error_before_any_event_names_the_requests_own_id() -> None:
+    a2a = DIALECTS["a2a"]
+    request = Request("POST", "/a2a", body=json.dumps({"jsonrpc": "2.0", "id": "req-1", "method": "SendStreamingMessage", "params": {}}).encode())  # fmt: skip
+    [frame] = a2a.answer_error_frames(Error("the agent broke"), request)
+    [event] = SSEDecoder().feed(frame)
+    assert event.event == "error"
+    assert json.loads(event.data) == {
+        "id": "req-1",
+        "jsonrpc": "2.0",
+        "error": {"code": -32603, "message": "the agent broke"},
+    }
+    rest = Request("POST", "/message:stream", body=b'{"message": {"parts": []}}')
+    [frame] = a2a.answer_error_frames(Error("the agent broke"), rest)
+    assert json.loads(SSEDecoder().feed(frame)[0].data)["error"]["status"] == "INTERNAL"

@@ -107,7 +107,21 @@ class A2A(Protocol):
         last = next((m for m in map(_parsed, reversed(sent)) if isinstance(m, dict)), None)
         jsonrpc = last is None or last.get("jsonrpc") == "2.0"
         id = last.get("id") if last is not None and jsonrpc else None
-        if error.type == TASK_FAILED and last is not None:
+        return self._error_frames(error, sent, jsonrpc, id)
+
+    def answer_error_frames(
+        self, error: Error, request: Request | None, sent: Sequence[ServerSentEvent] = ()
+    ) -> list[bytes]:
+        """As `error_frames`, the binding and the JSON-RPC id told by `request`: its own id even before any
+        event was sent."""
+        body = request.json() if request is not None else None
+        if not isinstance(body, dict):
+            return self.error_frames(error, sent=sent)
+        jsonrpc = body.get("jsonrpc") == "2.0"
+        return self._error_frames(error, sent, jsonrpc, body.get("id") if jsonrpc else None)
+
+    def _error_frames(self, error: Error, sent: Sequence[ServerSentEvent], jsonrpc: bool, id: Any) -> list[bytes]:
+        if error.type == TASK_FAILED and sent:
             failed = _failed(error.message, [payload(m.get("result") if jsonrpc else m) for m in map(_parsed, sent)])
             if failed is not None:
                 body = {"id": id, "jsonrpc": "2.0", "result": failed} if jsonrpc else failed
