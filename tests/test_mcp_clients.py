@@ -1,0 +1,85 @@
+"""MCP's clients beyond a `ClientSession` in the tests' own process: an agent's tests with the pytest fixture
+(docs/mcp.md's worked example, recorded and replayed as a user runs them). The server they record is the worked
+example's own `tools.py`, the official SDK's `MCPServer` over Streamable HTTP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import runpy
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+from mcp.server.mcpserver import MCPServer
+from waits import until
+
+from sse_tape import Cassette
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = dict(
+    re.findall(r"<!-- docs-test: (\S+) -->\n```python\n(.*?)\n```", (ROOT / "docs" / "mcp.md").read_text(), re.DOTALL)
+)
+
+
+@contextlib.contextmanager
+def tools_server(folder: Path) -> Iterator[str]:
+    """docs/mcp.md's `tools.py` (written into `folder`), served over Streamable HTTP on a free loopback port
+    rather than its own 8000: its base URL. (`MCPServer` is imported with this module, not first by `tools.py`
+    in a test: pytester takes the modules a test imports out of `sys.modules` after it, and the SDK's
+    `cryptography` fails when they are imported again.)"""
+    source = folder / "tools.py"
+    source.write_text(EXAMPLES["tools.py"], encoding="utf-8")
+    server = runpy.run_path(str(source))["server"]  # not as __main__: it does not run itself
+    assert isinstance(server, MCPServer)
+    app = server.streamable_http_app()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    served = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=served.run, daemon=True)
+    thread.start()
+    until(lambda: served.started, "the MCP server to start")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        served.should_exit = True
+        thread.join()
+
+
+def test_the_worked_example_records_a_session_per_test_once_then_replays_it_offline(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert list(EXAMPLES) == ["tools.py", "test_agent.py"]
+    # As tests/test_pytest_plugin.py runs pytest: this plugin and pytest-asyncio only, in processes of their own.
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    pytester.makeini(
+        "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
+        "addopts = -p sse_tape.pytest_plugin -p pytest_asyncio.plugin\n"
+    )
+    tests = pytester.mkdir("tests")
+    (tests / "test_agent.py").write_text(EXAMPLES["test_agent.py"], encoding="utf-8")
+    with tools_server(pytester.path) as upstream:
+        recorded = pytester.runpytest_subprocess("--sse-tape-record=once", "--sse-tape-upstream", upstream)
+        recorded.assert_outcomes(passed=2)
+    cassettes = tests / "cassettes" / "test_agent"
+
+    def asked(name: str) -> list[str]:
+        """What each recording of a test's cassette asked, in order of name (a session's requests overlap)."""
+        interactions = Cassette.load(cassettes / f"{name}.toml").interactions
+        return sorted(
+            i.request.json()["method"] if i.request.method == "POST" else i.request.method for i in interactions
+        )
+
+    # The whole session: the server's GET stream, open till the DELETE that ended it, too.
+    session = ["DELETE", "GET", "initialize", "notifications/initialized", "tools/call", "tools/list"]
+    assert asked("test_the_agent_counts_with_progress") == session
+    # The 503 answered in the server's place, and was not recorded: only the session after it is.
+    assert asked("test_a_server_down_fails_one_session_and_the_next_works") == session
+    # Offline, twice: the marker's 503 acts on the replay, and every session gets what the server gave.
+    for _ in range(2):
+        pytester.runpytest_subprocess().assert_outcomes(passed=2)
