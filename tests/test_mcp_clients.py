@@ -1,6 +1,7 @@
 """MCP's clients beyond a `ClientSession` in the tests' own process: an agent's tests with the pytest fixture
-(docs/mcp.md's worked example, recorded and replayed as a user runs them). The server they record is the worked
-example's own `tools.py`, the official SDK's `MCPServer` over Streamable HTTP.
+(docs/mcp.md's worked example, recorded and replayed as a user runs them) and the Node SDK
+(`@modelcontextprotocol/sdk`, tests/js/mcp_client.mjs). The server they record is the worked example's own
+`tools.py`, the official SDK's `MCPServer` over Streamable HTTP.
 """
 
 from __future__ import annotations
@@ -8,22 +9,26 @@ from __future__ import annotations
 import contextlib
 import re
 import runpy
+import signal
 import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import processes
 import pytest
 import uvicorn
+from matrix import NodeModules, Workers
 from mcp.server.mcpserver import MCPServer
 from waits import until
 
-from sse_tape import Cassette
+from sse_tape import Cassette, serve
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = dict(
     re.findall(r"<!-- docs-test: (\S+) -->\n```python\n(.*?)\n```", (ROOT / "docs" / "mcp.md").read_text(), re.DOTALL)
 )
+NODE = NodeModules()
 
 
 @contextlib.contextmanager
@@ -83,3 +88,38 @@ def test_the_worked_example_records_a_session_per_test_once_then_replays_it_offl
     # Offline, twice: the marker's 503 acts on the replay, and every session gets what the server gave.
     for _ in range(2):
         pytester.runpytest_subprocess().assert_outcomes(passed=2)
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
+    """node with @modelcontextprotocol/sdk (tests/js), made when a test first needs it; a test that needs it
+    skips, saying why, where node, npm or the packages are missing."""
+    made = Workers(tmp_path_factory.mktemp("workers"))
+    yield made
+    made.close()
+
+
+def test_the_node_sdk_gets_from_the_replay_what_it_got_from_the_server(workers: Workers, tmp_path: Path) -> None:
+    cassette = tmp_path / "node.toml"
+    with tools_server(tmp_path) as upstream:
+        proxy, url = processes.start(["record", "--upstream", upstream, "-c", str(cassette), "--port", "0", "-q"])
+        try:
+            live = workers.ask(NODE, "js-mcp", "add-first", f"{url}/mcp")["answer"]
+        finally:
+            proxy.send_signal(signal.SIGINT)
+            _, err = proxy.communicate(timeout=30)
+        assert proxy.returncode in (0, 130), err
+    assert live == {
+        "version": "2025-11-25",
+        "server": "tools",
+        "tools": [["add", "Add two numbers."], ["count", "Count to n, reporting each step as progress."]],
+        "added": [{"result": 5}, False],
+        "counted": [{"result": "counted 3"}, False],
+        "progress": [[1, 3, "step 1"], [2, 3, "step 2"], [3, 3, "step 3"]],
+    }
+    with serve(cassette) as replay:  # in a thread of its own: node's session blocks this one
+        # In the other order too: `count` is request 2 now, recorded as 3, and its progress token with it.
+        for order in ("count-first", "add-first", "count-first"):
+            assert workers.ask(NODE, "js-mcp", order, f"{replay.url}/mcp")["answer"] == live
+        replay.control.wait_idle(30)
+        assert replay.control.snapshot().misses == ()
