@@ -1,12 +1,14 @@
 """MCP's clients beyond a `ClientSession` in the tests' own process: an agent's tests with the pytest fixture
 (docs/mcp.md's worked example, recorded and replayed as a user runs them) and the Node SDK
 (`@modelcontextprotocol/sdk`, tests/js/mcp_client.mjs). The server they record is the worked example's own
-`tools.py`, the official SDK's `MCPServer` over Streamable HTTP.
+`tools.py`, the official SDK's `MCPServer` over Streamable HTTP; what answers without a recording, a local model
+included, says so as MCP does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import runpy
 import signal
@@ -15,14 +17,17 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import processes
 import pytest
 import uvicorn
+from click.testing import CliRunner
 from matrix import NodeModules, Workers
 from mcp.server.mcpserver import MCPServer
 from waits import until
 
 from sse_tape import Cassette, serve
+from sse_tape.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = dict(
@@ -123,3 +128,36 @@ def test_the_node_sdk_gets_from_the_replay_what_it_got_from_the_server(workers: 
             assert workers.ask(NODE, "js-mcp", order, f"{replay.url}/mcp")["answer"] == live
         replay.control.wait_idle(30)
         assert replay.control.snapshot().misses == ()
+
+
+def test_a_model_speaks_no_mcp_serve_answers_what_no_recording_does_as_a_miss_and_synth_says_so(
+    tiny_model_path: Path,
+) -> None:
+    model = str(tiny_model_path)
+    made = CliRunner().invoke(cli, ["synth", "--model", model, "--dialect", "mcp", "--prompt", "Hi", "-c", "s.toml"])
+    said = "Error: synthesis needs an LLM API, and mcp is an SSE protocol without generation (see Generation)\n"
+    assert (made.exit_code, made.output) == (2, said)
+    server, url = processes.start(["serve", "--model", model, "--port", "0", "-q"])
+    try:
+        asked = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+        headers = {"accept": "application/json, text/event-stream"}
+        answer = httpx.post(f"{url}/mcp", json=asked, headers=headers, timeout=30)
+        chat = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+        answered = httpx.post(f"{url}/v1/chat/completions", json=chat, timeout=60)
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, err = server.communicate(timeout=30)
+    assert (answer.status_code, answer.headers["content-type"]) == (404, "application/json")
+    assert answer.json() == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {
+            "code": -32600,
+            "message": "sse-tape: no recorded interaction matches POST /mcp (no interactions are loaded); "
+            "the model answers the LLM APIs only, and this request is to none of them",
+        },
+    }
+    assert answered.status_code == 200  # the model answers the API it speaks, and was there all along
+    assert json.loads(answered.text)["choices"][0]["message"]["role"] == "assistant"
+    assert server.returncode in (0, 130)
+    assert "Traceback" not in err
