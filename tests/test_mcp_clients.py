@@ -27,6 +27,7 @@ from mcp.server.mcpserver import MCPServer
 from waits import until
 
 from sse_tape import Cassette, serve
+from sse_tape.cassette import Chunk, Interaction, Request, Response
 from sse_tape.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,29 +132,45 @@ def test_the_node_sdk_gets_from_the_replay_what_it_got_from_the_server(workers: 
 
 
 def test_a_model_speaks_no_mcp_serve_answers_what_no_recording_does_as_a_miss_and_synth_says_so(
-    tiny_model_path: Path,
+    tiny_model_path: Path, tmp_path: Path
 ) -> None:
     model = str(tiny_model_path)
-    made = CliRunner().invoke(cli, ["synth", "--model", model, "--dialect", "mcp", "--prompt", "Hi", "-c", "s.toml"])
+    made = CliRunner().invoke(
+        cli, ["synth", "--model", model, "--dialect", "mcp", "--prompt", "Hi", "-c", str(tmp_path / "s.toml")]
+    )
     said = "Error: synthesis needs an LLM API, and mcp is an SSE protocol without generation (see Generation)\n"
     assert (made.exit_code, made.output) == (2, said)
-    server, url = processes.start(["serve", "--model", model, "--port", "0", "-q"])
+    listed = Interaction(
+        Request("POST", "/mcp", body=b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}'),
+        Response(
+            200,
+            (("content-type", "application/json"),),
+            (Chunk(0.0, b'{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}'),),
+        ),
+    )
+    cassette = tmp_path / "listed.toml"
+    Cassette(interactions=[listed]).save(cassette)
+    server, url = processes.start(["serve", str(cassette), "--model", model, "--port", "0", "-q"])
     try:
-        asked = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
         headers = {"accept": "application/json, text/event-stream"}
-        answer = httpx.post(f"{url}/mcp", json=asked, headers=headers, timeout=30)
+        listing = {"jsonrpc": "2.0", "id": 7, "method": "tools/list"}
+        replayed = httpx.post(f"{url}/mcp", json=listing, headers=headers, timeout=30)
+        prompts = {"jsonrpc": "2.0", "id": 1, "method": "prompts/list"}
+        answer = httpx.post(f"{url}/mcp", json=prompts, headers=headers, timeout=30)
         chat = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
         answered = httpx.post(f"{url}/v1/chat/completions", json=chat, timeout=60)
     finally:
         server.send_signal(signal.SIGINT)
         _, err = server.communicate(timeout=30)
+    assert replayed.json() == {"jsonrpc": "2.0", "id": 7, "result": {"tools": []}}  # as without a model
     assert (answer.status_code, answer.headers["content-type"]) == (404, "application/json")
     assert answer.json() == {
         "jsonrpc": "2.0",
         "id": None,
         "error": {
             "code": -32600,
-            "message": "sse-tape: no recorded interaction matches POST /mcp (no interactions are loaded); "
+            "message": "sse-tape: no recorded interaction matches POST /mcp; closest: listed.toml #1 (POST /mcp): "
+            'method is "prompts/list", recorded "tools/list"; '
             "the model answers the LLM APIs only, and this request is to none of them",
         },
     }
