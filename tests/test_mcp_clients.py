@@ -8,7 +8,6 @@ included, says so as MCP does.
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import runpy
 import signal
@@ -175,6 +174,6 @@ def test_a_model_speaks_no_mcp_serve_answers_what_no_recording_does_as_a_miss_an
         },
     }
     assert answered.status_code == 200  # the model answers the API it speaks, and was there all along
-    assert json.loads(answered.text)["choices"][0]["message"]["role"] == "assistant"
+    assert answered.json()["choices"][0]["message"]["role"] == "assistant"
     assert server.returncode in (0, 130)
     assert "Traceback" not in err
