@@ -231,7 +231,8 @@ class SSETape:
         self._ever_played.update(r for r in before.recordings if r not in unplayed)
         self._ever_injected.update(before.injected)
         self._outside += _misses_since(before.misses, before.missed, self._told)
-        control.reset()
+        # The clients of a shared scope's fixtures outlive a test: their MCP sessions go on into the next one.
+        control.reset(protocols=False)
         self._told = 0
         chosen = parse_faults(faults)
         control.set_faults([*self._scope_faults, *chosen])
