@@ -525,6 +525,9 @@ class MockServer:
         reason = exchange.miss
         if reason is None:
             reason = await thorough(self.matcher.explain_miss, request)
+        if self.options.on_miss is MissPolicy.SYNTH and exchange.api is None:
+            # An MCP or A2A request, say: a protocol without generation, which no model speaks.
+            reason += "; the model answers the LLM APIs only, and this request is to none of them"
         status = self.options.miss_status
         self._state.add_miss(Miss(exchange.number, request.method, request.path, reason))
         self.journal.add(
