@@ -90,6 +90,8 @@ class Capture:
     """The stream's number in the recorder's spool, once it is spooled."""
     injected: list[Injection] = field(default_factory=list)
     """The faults that acted on the client's copy of the stream."""
+    held: bool = False
+    """A stream the server holds open as its own (`Protocol.holds`): not in flight, for waiting until idle."""
     stored: Request | None = None
     """The request as it is recorded (`Recorder.storable`: secrets redacted), worked out once: before a forwarded
     request is sent (a large body's in a thread), else when its stream is spooled."""
@@ -268,7 +270,7 @@ class Recorder:
         """A stream's response head came: spool its request and head."""
         self._retry()
         self._streams += 1
-        self.in_flight += 1
+        self.in_flight += not capture.held
         capture.spool = self._streams
         self._eras[capture.spool] = self._failed_syncs
         request = capture.stored = capture.stored or self.storable(capture.request)
@@ -299,7 +301,7 @@ class Recorder:
         interaction = capture.interaction()
         if interaction is None:
             return  # no response head, nothing to record
-        self.in_flight -= 1
+        self.in_flight -= not capture.held
         server.settled()  # whoever waits for the server to be idle resumes once this is done
         end = interaction.response.end
         cuts = self._cut_short(capture.request) if self.playable and end is End.COMPLETE else []

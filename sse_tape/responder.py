@@ -89,7 +89,7 @@ class Exchange:
     noted: int = 0
     """How many faults' notes were given for it (`note_faults`), journaled or not."""
     background: bool = False
-    """Its answer is a stream held open as the server's own (`Kept.held`): not counted in flight."""
+    """Its answer is a stream held open as the server's own (`Protocol.holds`): not counted in flight."""
 
     def events_sent(self) -> int:
         """How many events of its answer went out whole (all it ever will, once the answer is over)."""
@@ -121,7 +121,7 @@ class Host(Protocol):
         ...
 
     def background(self, exchange: Exchange) -> None:
-        """The exchange's answer is held open as the server's own stream (`Kept.held`): no longer in flight."""
+        """The exchange's answer is held open as the server's own stream (`Protocol.holds`): not in flight."""
         ...
 
     async def error(

@@ -124,36 +124,17 @@ async def test_two(session):
 """
 
 
-RECORDING = """
-import pytest
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
-
-
-@pytest.mark.anyio
-@pytest.mark.sse_tape("test_module")
-async def test_records_the_session(sse_tape):
-    async with streamable_http_client(sse_tape.mcp_url) as (read, write, *_), ClientSession(read, write) as session:
-        await session.initialize()
-        assert (await session.call_tool("add", {"a": 2, "b": 3})).structured_content == {"result": 5}
-"""
-
-
 def test_a_session_a_module_fixture_opened_goes_on_through_the_modules_tests(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     pytester.makeini("[pytest]\naddopts = -p sse_tape.pytest_plugin -p anyio.pytest_plugin\n")
-    pytester.makepyfile(test_recording=RECORDING, test_module=MODULE_SESSION)
-    # The module's cassette, recorded by a test of its own: a session with one `add`.
+    pytester.makepyfile(test_module=MODULE_SESSION)
+    # Recorded as it runs, its session open through both tests: the session's GET stream, which the upstream
+    # holds open till the session ends, is no work in flight that the end of the first test would wait for.
     with tools_server(pytester.path) as upstream:
         record = ("--sse-tape-record=once", "--sse-tape-upstream", upstream)
-        pytester.runpytest_subprocess("test_recording.py", *record).assert_outcomes(passed=1)
+        pytester.runpytest_subprocess("test_module.py", *record, timeout=120).assert_outcomes(passed=2)
     # Each test starts over (its `add` plays again), and the session the module's fixture opened before the
     # first goes on: the server forgets no session between tests.
     pytester.runpytest_subprocess("test_module.py").assert_outcomes(passed=2)

@@ -187,6 +187,13 @@ class Protocol(ABC):
         server's to choose (MCP's, A2A's JSON-RPC) tells it by what the request carries too."""
         return self.serves_path(request.path)
 
+    def holds(self, request: Request) -> bool:
+        """Whether the answer to `request` is a stream the server holds open as its own way to the client
+        (MCP's `GET` stream, a 2026-07-28 `subscriptions/listen`), for as long as the client likes: not work in
+        flight, so waiting for the server to be idle (`wait_idle`, the pytest plugin) does not wait for it,
+        whether replayed or forwarded and recorded. False by default."""
+        return False
+
     def recognises(self, interaction: Interaction) -> bool:
         """Whether a recording whose path says nothing (a gateway moved it) speaks this API, by what its
         stream looks like (`opening` gives its first events); False by default."""
@@ -312,10 +319,6 @@ class Kept:
     it) unless it is a `stream`; None: replay's goes out."""
     stream: bool = False
     """Whether `answer` is an event stream (every fault acts on it, as on replay's), not one JSON document."""
-    held: bool = False
-    """Whether the stream is held open after its events as the server's own way to its client (MCP's `GET`
-    stream), answering no request: not work in flight, so waiting for the server to be idle does not wait for
-    it."""
     ended: Callable[[int], None] | None = None
     """Told, once the answer is over, how many of its events the client got (a stream a fault cut short: fewer
     than it has), for a responder that goes on from there later (A2A's resubscription)."""
@@ -355,13 +358,10 @@ class Incoming(ABC):
         """Say why this responder did not answer, for the miss's explanation if nothing else does."""
 
     @abstractmethod
-    async def send(
-        self, plan: Plan, *, stream: bool, dialect: Protocol | None, held: bool = False
-    ) -> web.StreamResponse:
+    async def send(self, plan: Plan, *, stream: bool, dialect: Protocol | None) -> web.StreamResponse:
         """Answer with `plan`: an event stream (`stream`: its events are counted, and every fault acts) or one
         JSON document (only the faults before a stream act). The faults chosen for this request act first,
-        framed by `dialect`; none act when it is None. A stream `held` open as the server's own is not work in
-        flight (see `Kept.held`)."""
+        framed by `dialect`; none act when it is None."""
 
     @abstractmethod
     async def error(self, status: int, message: str, code: str, *, dialect: Protocol) -> web.StreamResponse:

@@ -221,7 +221,7 @@ class MockServer:
         self.control.settle()
 
     def background(self, exchange: Exchange) -> None:
-        """The exchange's answer is held open as the server's own stream (`Kept.held`): no longer in flight."""
+        """The exchange's answer is held open as the server's own stream (`Protocol.holds`): not in flight."""
         if not exchange.background:
             exchange.background = True
             self._answering -= 1
@@ -443,6 +443,8 @@ class MockServer:
             exchange.request = request.with_json(request.path, body, parsed)
             if found is None and (spoken := speaking(exchange.request)) is not None:
                 exchange.dialect = spoken  # a protocol told by what the request carries frames its errors
+            if exchange.dialect.holds(exchange.request):
+                self.background(exchange)
             # Kept as it arrived, in a request of its own: the body that answering parses (and keeps, see
             # `Request.json`) goes with the answer, not into the last 10,000 requests kept here.
             self._state.add_received(Request(request.method, request.path, request.query, request.headers, body))

@@ -61,12 +61,8 @@ class _Incoming(Incoming):
     def pass_on(self, reason: str) -> None:
         self._exchange.miss = reason
 
-    async def send(
-        self, plan: Plan, *, stream: bool, dialect: Protocol | None, held: bool = False
-    ) -> web.StreamResponse:
+    async def send(self, plan: Plan, *, stream: bool, dialect: Protocol | None) -> web.StreamResponse:
         exchange = self._exchange
-        if held:
-            self._host.background(exchange)
         if dialect is not None:
             inject(self._host, exchange, plan, dialect=dialect, stream=stream)
         if stream:

@@ -157,8 +157,6 @@ class Replay(Attached):
             stream = server.options.pace.plan(paced, key=key)
             stream.framing = prepared.framing
         kept = exchange.keep(stream) if exchange.keep is not None else None
-        if kept is not None and kept.held:
-            server.background(exchange)
         resumed, cut = None, False
         last_id = last_event_id(request)
         if prepared.stands_for is None and last_id is not None:

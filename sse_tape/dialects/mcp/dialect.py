@@ -140,6 +140,14 @@ class MCP(Protocol):
     def responders(self) -> Sequence[ProtocolResponder]:
         return (Sessions(self, self.speaks),)
 
+    def holds(self, request: Request) -> bool:
+        """A `GET` (the server's stream to the client, or one resumed with `Last-Event-ID`) and a 2026-07-28
+        `subscriptions/listen`: streams the server holds open till the client leaves."""
+        if request.method.upper() == "GET":
+            return True
+        body = request.json() if request.method.upper() == "POST" and b"subscriptions/listen" in request.body else None
+        return isinstance(body, dict) and body.get("method") == "subscriptions/listen"
+
     def speaks(self, request: Request) -> bool:
         """Whether `request` is MCP's: to its path, or carrying MCP's headers or JSON-RPC."""
         return self.serves_path(request.path) or is_mcp_request(request)

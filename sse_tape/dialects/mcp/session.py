@@ -38,7 +38,7 @@ of it. Its `subscriptions/listen` stream, which the server holds open until
 its client leaves, is held so on replay after its last recorded event when
 it was recorded open (its client left it, or the recorder stopped), for
 `HELD` seconds at most too. A stream held open answers no request: it is not
-work in flight (`Kept.held`).
+work in flight (`MCP.holds`).
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ class Sessions(ProtocolResponder):
         incoming.note(plan.status, f"the stream of request {stream.request} resumed after event id {last!r}")
         if stream.held:
             session.hold()
-        return await incoming.send(plan, stream=True, dialect=self.dialect, held=stream.held)
+        return await incoming.send(plan, stream=True, dialect=self.dialect)
 
     def _answer(self, incoming: Incoming, session: str | None, plan: Plan) -> Kept | None:
         """The recorded answer `plan` as this request gets it: in its session, with its ids (see the module)."""
@@ -199,7 +199,7 @@ class Sessions(ProtocolResponder):
         if out is None:
             return Kept("; ".join(notes)) if notes else None
         ends = functools.partial(_ends, incoming.state, session) if session is not None else None
-        return Kept("; ".join(notes) or "in its session", out, stream=stream, held=held, answered=ends)
+        return Kept("; ".join(notes) or "in its session", out, stream=stream, answered=ends)
 
 
 def _ends(state: MutableMapping[str, Any], session: str, status: int) -> None:
