@@ -9,18 +9,23 @@ import itertools
 import json
 import signal
 import time
-from contextlib import closing
+from contextlib import closing, nullcontext
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import ollama
 import pytest
+from click.testing import CliRunner
 from framed import messages
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from processes import start
 from upstream import OLLAMA_TEXT, Upstream, ollama_lines
 
-from sse_tape import Cassette, ServerSentEvent, bundled_cassettes, recording, serve
+from sse_tape import Cassette, Chunk, ServerSentEvent, bundled_cassettes, recording, serve
 from sse_tape.checking import check_interaction
+from sse_tape.cli import cli
 from sse_tape.dialects import DIALECTS, Answer
 from sse_tape.server import run_in_thread
 from sse_tape.translation import translate
@@ -132,6 +137,18 @@ def test_an_openai_chat_recording_converted_to_ollama_chat_is_read_by_the_client
         assert chat.check(messages(back), back.request) == []
 
 
+def test_convert_to_ollama_generate_names_the_tool_calls_it_cannot_carry(tmp_path: Path) -> None:
+    out = tmp_path / "generate.toml"
+    convert = ["convert", str(bundled("openai-chat.toml")), str(out), "--to-dialect", "ollama-generate"]
+    refused = CliRunner().invoke(cli, convert)
+    assert refused.exit_code == 2
+    assert "#2 (POST /v1/chat/completions): ollama-generate cannot carry its tool calls (get_weather)" in refused.output
+    assert not out.exists()
+    assert CliRunner().invoke(cli, [*convert, "--lossy"]).exit_code == 0
+    checked = CliRunner().invoke(cli, ["check", str(out)])
+    assert (checked.exit_code, checked.output.splitlines()[-1]) == (0, "checked 3 interactions: 0 violations")
+
+
 # --- errors in Ollama's words ------------------------------------------------------------------------------
 
 
@@ -158,6 +175,42 @@ def test_an_error_mid_stream_is_an_error_line_after_which_nothing_comes() -> Non
     assert json.loads(lines[-1]) == {"error": "model runner has unexpectedly stopped"}
     assert "".join(got) == "Hello! How"
     assert caught.value.error == "model runner has unexpectedly stopped"
+
+
+@pytest.mark.parametrize(
+    ("fault", "text", "raises"),
+    [
+        ("fragment:3", GREETING, None),  # lines split anywhere, even inside a character: the client joins them
+        ("eol:crlf", GREETING, None),
+        ("duplicate:at=1", "Hello!! How can I help you today?", None),
+        ("corrupt:at=2", "Hello!", json.JSONDecodeError),
+        ("disconnect:after=3", "Hello! How", httpx.RemoteProtocolError),  # cut inside the chunked body
+    ],
+)
+def test_wire_faults_act_on_the_lines_as_the_client_reads_them(
+    fault: str, text: str, raises: type[Exception] | None
+) -> None:
+    got: list[str] = []
+    with serve(pace="instant", faults=[fault]) as server, closing(ollama.Client(host=server.url)) as client:
+        parts = client.chat(MODEL, HELLO, stream=True)
+        with pytest.raises(raises) if raises is not None else nullcontext():
+            for part in parts:
+                got.append(part.message.content or "")
+    assert "".join(got) == text
+
+
+@settings(max_examples=50)
+@given(cuts=st.lists(st.integers(min_value=0, max_value=2100), max_size=10))
+def test_any_split_of_a_bundled_stream_decodes_to_the_same_events(cuts: list[int]) -> None:
+    for name in ("ollama-chat.toml", "ollama-generate.toml"):
+        for interaction in Cassette.load(bundled(name)):
+            dialect = DIALECTS[name.removesuffix(".toml")]
+            body = interaction.response.body
+            at = sorted({min(c, len(body)) for c in cuts})
+            pieces = [body[a:b] for a, b in zip([0, *at], [*at, len(body)], strict=True)]
+            split = replace(interaction.response, chunks=tuple(Chunk(0.0, piece) for piece in pieces))
+            again = replace(interaction, response=split)
+            assert dialect.decode(messages(again)) == dialect.decode(messages(interaction))
 
 
 # --- recorded from a loopback NDJSON server ----------------------------------------------------------------
