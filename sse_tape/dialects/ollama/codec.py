@@ -40,6 +40,7 @@ from ..protocol import data_frame, json_objects
 __all__ = [
     "CHAT",
     "GENERATE",
+    "NOMINAL_RATE",
     "STATS",
     "OllamaEncoder",
     "Shape",

@@ -4,6 +4,7 @@ generation contracts, and the rules `check` applies."""
 from __future__ import annotations
 
 import hashlib
+import random
 from abc import abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -13,7 +14,7 @@ from ...cassette import Headers, Request
 from ...framing import NDJSON, Framing
 from ...sse import ServerSentEvent
 from ..encoder import Encoder
-from ..events import Event, Start
+from ..events import Error, Event, Start
 from ..generation import Generation, Prompt, chat_messages, messages_text, sampled, sampling, whole
 from ..protocol import Checker, Violation, json_objects, to_json
 from .codec import CHAT, GENERATE, STATS, OllamaEncoder, Shape, as_object, decode_indexed, decode_json, response_json
@@ -44,7 +45,7 @@ class _Ollama(Generation):
         """A stream unless the body says `"stream": false`: Ollama streams by default."""
         return isinstance(body, dict) and body.get("stream") is not False
 
-    def new_call_id(self, rng: Any) -> str:
+    def new_call_id(self, rng: random.Random) -> str:
         return ""  # Ollama's calls carry no id: its client answers one by the tool's name
 
     def is_terminal(self, event: ServerSentEvent) -> bool:
@@ -57,7 +58,7 @@ class _Ollama(Generation):
         """Ollama's error: `{"error": "..."}`, whatever the status (its server has no types or codes)."""
         return status, (("content-type", "application/json; charset=utf-8"),), to_json({"error": message}).encode()
 
-    def error_name(self, error: Any) -> str:
+    def error_name(self, error: Error) -> str:
         return "error"  # Ollama's error line is a message and nothing more
 
     def encoder(self, answer: Any = None) -> Encoder:
