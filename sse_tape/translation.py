@@ -28,8 +28,10 @@ def translate(interaction: Interaction, target: Protocol, source: Protocol | Non
 
     The response's events are decoded into neutral events and encoded again,
     each new frame at the time of the original event it came from; the
-    request's path, query and body are rewritten for the target API. An
-    error response before the stream becomes the target's error body.
+    request's path, query and body are rewritten for the target API, and the
+    stream is framed as that API frames it (`Protocol.stream_framing`: NDJSON
+    for Ollama's). An error response before the stream becomes the target's
+    error body.
     """
     found = source or detect(interaction)
     request, response = interaction.request, interaction.response
@@ -65,7 +67,11 @@ def translate(interaction: Interaction, target: Protocol, source: Protocol | Non
     headers = target.response_headers(start)
     names = {name.lower() for name, _ in headers}
     headers = (*headers, *((k, v) for k, v in kept if k.lower() not in names))
-    return replace(interaction, request=new_request, response=replace(response, headers=headers, chunks=chunks))
+    streamed = replace(response, headers=headers, chunks=chunks)
+    framing = target.stream_framing(new_request)  # the target's encoder writes SSE: Ollama's API streams NDJSON
+    if framing is not SSE:
+        streamed = reframe(streamed, SSE, framing)
+    return replace(interaction, request=new_request, response=streamed)
 
 
 def lost_in_translation(
@@ -83,7 +89,7 @@ def lost_in_translation(
         return []  # an error response becomes the target's error response: its message is kept
     source, target = generation(found, "translation"), generation(target, "translation")
     before = Answer.of(source.decode(sse for _, sse in _stream_of(interaction, source).events()))
-    after = Answer.of(target.decode(sse for _, sse in translated.response.events()))
+    after = Answer.of(target.decode(sse for _, sse in _stream_of(translated, target).events()))
     lost = []
     for server, what in ((False, "tool calls"), (True, "tool calls the server ran")):
         had = [call.name for call in before.calls if call.server is server]

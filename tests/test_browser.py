@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 from click.testing import CliRunner
+from framed import messages
 
 from sse_tape import Cassette, Chunk, Interaction, Request, Response, bundled_cassettes, serve
 from sse_tape.cli import cli
@@ -73,14 +74,14 @@ class Sections(HTMLParser):
 def test_the_timeline_page_shows_every_interaction_its_text_and_one_mark_per_event(tmp_path: Path) -> None:
     page = tmp_path / "tape.html"
     result = CliRunner().invoke(cli, ["show", "--html", str(page), "cassettes/"])
-    assert result.output == f"wrote {page} (23 interactions)\n"
+    assert result.output == f"wrote {page} (27 interactions)\n"
     parser = Sections()
     parser.feed(rendered(page.as_uri(), tmp_path / "profile"))
     expected, where = [], []
     for path in bundled_cassettes():
         for n, interaction in enumerate(Cassette.load(path), 1):
             where.append((path.stem, n))
-            events = len(interaction.response.events())
+            events = len(messages(interaction))  # in its framing: an Ollama line is one mark
             comments = sum(line.startswith(b":") for line in interaction.response.body.splitlines())
             expected.append((f"#{n} {interaction.request.method} {interaction.request.path}", events, comments))
     got = [

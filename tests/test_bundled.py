@@ -11,6 +11,7 @@ import httpx
 import pytest
 from click.testing import CliRunner
 from clients import openai_client
+from framed import messages
 
 from sse_tape import Cassette, Interaction, MockServer, bundled_cassettes, serve
 from sse_tape.cli import cli
@@ -29,6 +30,8 @@ def _variants(interaction: Interaction) -> Iterator[tuple[str, str, str, dict[st
     yield "as recorded", request.path, request.query, body
     if ":streamGenerateContent" in request.path:  # Gemini: the path chooses the stream
         yield "plain", request.path.replace(":streamGenerateContent", ":generateContent"), "", body
+    if request.path in ("/api/chat", "/api/generate") and isinstance(body, dict) and "stream" not in body:
+        yield "plain", request.path, request.query, {**body, "stream": False}  # Ollama: a stream unless it is false
     if isinstance(body, dict) and body.get("stream") is True:
         yield "plain", request.path, request.query, {**body, "stream": False}
         if "stream_options" in body:
@@ -73,7 +76,7 @@ def _plain_cases() -> Iterator[Any]:
             continue
         dialect = for_path(interaction.request.path)
         assert isinstance(dialect, Generation)
-        sent = [event for _, event in interaction.response.events()]
+        sent = messages(interaction)
         if not any(isinstance(e, Error) for e in dialect.decode(sent)):
             yield case
 
@@ -86,6 +89,8 @@ _USAGE = {
     "/v1/messages": ("usage", "input_tokens", "output_tokens", None),
     ":generateContent": ("usageMetadata", "promptTokenCount", "candidatesTokenCount", "totalTokenCount"),
     "/api/v1/chat": ("stats", "input_tokens", "total_output_tokens", None),
+    "/api/chat": ("", "prompt_eval_count", "eval_count", None),  # Ollama's stats are the answer's own fields
+    "/api/generate": ("", "prompt_eval_count", "eval_count", None),
 }
 
 
@@ -96,7 +101,7 @@ def test_a_plain_answer_made_from_a_bundled_stream_reports_its_usage(
     headers = {k: v for k, v in interaction.request.headers if k.lower() not in _BODY_HEADERS}
     answer = httpx.post(server.url + path, headers=headers, json=body).json()
     [(field, prompt, output, total)] = [usage for ending, usage in _USAGE.items() if path.endswith(ending)]
-    usage = answer[field]
+    usage = answer[field] if field else answer
     assert usage[prompt] > 0
     assert usage[output] > 0
     if total is not None:

@@ -13,6 +13,7 @@ BUNDLED_MODELS = [
     "claude-sonnet-4-6",
     "claude-opus-4-7",
     "openai/gpt-oss-20b",
+    "llama3.2",
     "local-model",
     "claude-sonnet-4-20250514",
     "llama-3.1-8b",

@@ -12,6 +12,7 @@ import httpx
 import openai
 import pytest
 from clients import openai_client
+from framed import messages
 
 from sse_tape import (
     Cassette,
@@ -1009,8 +1010,7 @@ def test_every_bundled_interaction_translates_into_a_clean_stream(bundled: dict[
         for interaction in cassette:
             translated = translate(interaction, DIALECTS[target])
             assert for_path(translated.request.path) is DIALECTS[target]
-            events = [e for _, e in translated.response.events()]
-            assert DIALECTS[target].check(events, translated.request) == []
+            assert DIALECTS[target].check(messages(translated), translated.request) == []
 
 
 def test_translation_keeps_the_timing_of_the_original_events(bundled: dict[str, Cassette]) -> None:
@@ -1259,7 +1259,7 @@ def test_an_event_that_reports_usage_is_one_that_may_carry_it() -> None:
             dialect = detect(interaction)
             if dialect is None:  # a stream of no API (events.toml)
                 continue
-            sent = [sse for _, sse in interaction.response.events()]
+            sent = messages(interaction)
             usage = {i for i, event in dialect.decode_indexed(sent) if isinstance(event, Usage)}
             may = {i for i, sse in enumerate(sent) if dialect.carries_usage(sse)}
             assert usage <= may, (cassette.path, interaction.request.path)

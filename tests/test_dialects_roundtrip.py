@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 import pytest
+from framed import messages
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -228,6 +229,37 @@ def gemini_events(draw: Any) -> list[Event]:
     return events + split_ending(draw, ending, st.builds(Error, text, st.sampled_from(GEMINI_ERROR_TYPES), codes), [])
 
 
+def ollama_events(chat: bool) -> st.SearchStrategy[list[Event]]:
+    @st.composite
+    def draw_events(draw: Any) -> list[Event]:
+        # Its lines carry no id, and their time in whole seconds here (the fraction is the server's clock's).
+        events: list[Event] = [Start("", draw(st.text(max_size=8)), draw(st.integers(0, 2**33)))]
+        logprobs = st.none() | st.lists(token_logprob(unique_top=False), max_size=2).map(tuple)
+        deltas = st.one_of(st.builds(TextDelta, text, logprobs), st.builds(ReasoningDelta, text))
+        events += draw(st.lists(deltas, max_size=6))
+        calls = draw(st.integers(0, 2)) if chat else 0  # generate has no tools
+        arguments = st.dictionaries(text, st.integers() | text, max_size=2).map(
+            lambda args: json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+        )
+        for index in range(calls):  # each whole, its arguments one JSON object, with no id
+            events += [ToolCallStart(index, "", draw(text)), ToolCallDelta(index, draw(arguments)), ToolCallEnd(index)]
+        reasons = ["tool_calls", "length"] if calls else ["stop", "length"]
+        # The last line always has its stats: a rate that nanoseconds keep to two places, a first token in ms.
+        usage = st.builds(
+            Usage,
+            st.integers(0, 10**6),
+            st.integers(1, 10**6),
+            tokens_per_second=st.integers(1, 4000).map(lambda n: n / 4),
+            first_token_seconds=st.integers(0, 10**5).map(lambda n: n / 1000),
+        )
+        ending: list[Event] = [Finish(draw(st.sampled_from(reasons))), draw(usage)]
+        if len(events) == 1:
+            return events + ending  # the Start travels in the first line, which an error is not
+        return events + split_ending(draw, ending, st.builds(Error, text), [])
+
+    return draw_events()
+
+
 LLM_APIS = sorted(name for name, d in DIALECTS.items() if isinstance(d, Generation))
 """The dialects that generate text: the protocols without generation (AG-UI, ...) have no neutral events."""
 
@@ -238,6 +270,8 @@ STRATEGIES = {
     "lmstudio-chat": lmstudio_chat_events(),
     "anthropic-messages": anthropic_messages_events(),
     "gemini": gemini_events(),
+    "ollama-chat": ollama_events(chat=True),
+    "ollama-generate": ollama_events(chat=False),
 }
 
 
@@ -289,7 +323,8 @@ def _sse(frames: list[bytes]) -> list[ServerSentEvent]:
 def test_the_streaming_encoder_sends_each_piece_of_the_answer_as_it_is_fed(name: str, data: st.DataObject) -> None:
     events = data.draw(STRATEGIES[name])
     dialect = DIALECTS[name]
-    arguments = name not in ("lmstudio-chat", "gemini")  # these send a call's arguments whole, when it ends
+    # These send a call's arguments whole, when it ends.
+    arguments = name not in ("lmstudio-chat", "gemini", "ollama-chat", "ollama-generate")
     encoder = dialect.encoder()
     frames: list[bytes] = []
     for n, event in enumerate(events, 1):
@@ -321,7 +356,8 @@ def test_two_streams_encoded_at_once_do_not_mix(name: str, data: st.DataObject) 
 # What of an answer each API has words for: completions has no refusal, reasoning or tool calls; LM Studio's
 # message is all it shows (a refusal is text there), and its tool calls are the server's own, which no other
 # API here runs; Gemini has no refusal, and sends a call's arguments as a JSON object, not as the text the
-# model wrote ("call values": the arguments compared as JSON).
+# model wrote ("call values": the arguments compared as JSON); Ollama's calls are whole too, and carry no id
+# ("called": each call's name and arguments as JSON); its generate API has no tools.
 CARRIES = {
     "openai-chat": ("text", "refusal", "reasoning", "calls"),
     "openai-completions": ("text",),
@@ -329,6 +365,8 @@ CARRIES = {
     "lmstudio-chat": ("shown", "reasoning"),
     "anthropic-messages": ("text", "refusal", "reasoning", "calls"),
     "gemini": ("shown", "reasoning", "call values"),
+    "ollama-chat": ("shown", "reasoning", "called"),
+    "ollama-generate": ("shown", "reasoning"),
 }
 
 
@@ -339,11 +377,12 @@ def test_carries_names_every_dialect() -> None:
 def _said(interaction: Interaction, parts: tuple[str, ...]) -> dict[str, Any]:
     dialect = detect(interaction)
     assert dialect is not None
-    answer = Answer.of(dialect.decode(e for _, e in interaction.response.events()))
+    answer = Answer.of(dialect.decode(messages(interaction)))
     said: dict[str, Any] = {"text": answer.text, "refusal": answer.refusal, "reasoning": answer.reasoning}
     said["shown"] = answer.text + answer.refusal
     said["calls"] = [(c.id, c.name, c.arguments) for c in answer.client_calls()]
     said["call values"] = [(c.id, c.name, json.loads(c.arguments)) for c in answer.client_calls()]
+    said["called"] = [(c.name, json.loads(c.arguments)) for c in answer.client_calls()]
     return {part: said[part] for part in parts}
 
 
@@ -367,7 +406,7 @@ def test_every_bundled_stream_translated_and_back_keeps_what_the_target_has_word
             source = detect(interaction)
             assert source is not None
             there = translate(interaction, DIALECTS[target])
-            assert DIALECTS[target].check([e for _, e in there.response.events()], there.request) == [], (stem, n)
+            assert DIALECTS[target].check(messages(there), there.request) == [], (stem, n)
             back = translate(there, source)
             before = _said(interaction, CARRIES[target])
             assert _without_new_ids(_said(back, CARRIES[target]), before) == before, (stem, n)
@@ -382,7 +421,7 @@ def _answer(interaction: Interaction) -> tuple[str, str, list[tuple[str, Any]]]:
     """What a client gets: the text (a refusal is text where an API has no refusal), reasoning, tool calls."""
     dialect = detect(interaction)
     assert dialect is not None
-    answer = Answer.of(dialect.decode(sse for _, sse in interaction.response.events()))
+    answer = Answer.of(dialect.decode(messages(interaction)))
     calls = [(call.name, json.loads(call.arguments or "{}")) for call in answer.client_calls()]
     return answer.text + answer.refusal, answer.reasoning, calls
 

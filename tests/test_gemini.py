@@ -16,6 +16,7 @@ import httpx
 import processes
 import pytest
 from clients import gemini_client
+from framed import messages
 from google.genai import errors, types
 from upstream import Upstream
 
@@ -366,7 +367,7 @@ def test_the_sdk_reads_every_other_bundled_cassette_translated_to_gemini(bundled
         for interaction in cassette:
             source = detect(interaction)
             assert source is not None
-            recorded = Answer.of(source.decode(e for _, e in interaction.response.events()))
+            recorded = Answer.of(source.decode(messages(interaction)))  # in its framing: Ollama's NDJSON
             translated = translate(interaction, GEMINI)
             model = GEMINI.request_prompt(translated.request.json(), translated.request.path).model
             prefix = translated.request.path.split("/v1beta/")[0]  # a router's /proj_ABC123/my-endpoint stays

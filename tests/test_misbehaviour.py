@@ -10,12 +10,12 @@ import httpx
 import openai
 import pytest
 from clients import openai_client
+from framed import body_messages
 
 from sse_tape import Cassette, MockServer
 from sse_tape.dialects import dialect_for
 from sse_tape.faults import FAULTS, Stage
 from sse_tape.journal import FaultInjected
-from sse_tape.sse import SSEDecoder
 
 MISBEHAVIOURS = sorted(name for name, kind in FAULTS.items() if kind.stage is Stage.ANSWER)
 
@@ -255,9 +255,9 @@ def test_every_misbehaviour_on_every_bundled_stream_is_framed_as_its_api_frames_
                 url = f"{request.path}?{request.query}" if request.query else request.path  # Gemini's alt=sse
                 answer = http.request(request.method, url, content=request.body, headers=headers)
                 note = [e for e in instant_server.journal if isinstance(e, FaultInjected)][-1].what
-                events = SSEDecoder().feed(answer.content)
+                events = body_messages(interaction, answer.content)  # in its framing: Ollama's NDJSON
                 dialect = dialect_for(request.path, interaction)
-                recorded = SSEDecoder().feed(b"".join(c.data for c in interaction.response.chunks))
+                recorded = body_messages(interaction, interaction.response.body)
                 where = f"{stem}#{n} ({note})"
                 if note.endswith("left alone"):
                     assert events == recorded, where

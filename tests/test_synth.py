@@ -21,6 +21,7 @@ import httpx
 import openai
 import pytest
 from clients import anthropic_client, gemini_client
+from framed import messages
 from google.genai import types
 from openai.types.responses.response import IncompleteDetails
 from processes import start
@@ -71,7 +72,7 @@ def stream_text(cassette: Cassette) -> list[str]:
     for interaction in cassette.interactions:
         dialect = for_path(interaction.request.path)
         assert dialect is not None
-        events = dialect.decode(sse for _, sse in interaction.response.events())
+        events = dialect.decode(messages(interaction))  # in its framing: Ollama's NDJSON
         out.append("".join(getattr(e, "text", "") for e in events if type(e).__name__ == "TextDelta"))
     return out
 

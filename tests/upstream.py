@@ -100,6 +100,20 @@ def gemini_array(chunks: list[dict[str, Any]]) -> list[bytes]:
     return [*writes, b"]"]
 
 
+OLLAMA_TEXT = ["Hello", "! How can I help", " you today?"]
+
+
+def ollama_lines() -> list[bytes]:
+    """The writes of an Ollama `/api/chat` stream, as its server makes them: a JSON object a line, the last
+    with `done: true` and its stats."""
+    head = {"model": "llama3.2", "created_at": "2025-11-22T09:20:00.123456789Z"}
+    lines = [{**head, "message": {"role": "assistant", "content": text}, "done": False} for text in OLLAMA_TEXT]
+    stats = {"total_duration": 412345678, "load_duration": 21345678, "prompt_eval_count": 27}
+    stats |= {"prompt_eval_duration": 98765432, "eval_count": 4, "eval_duration": 210987654}
+    last = {**head, "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": "stop", **stats}
+    return [json.dumps(line, separators=(",", ":")).encode() + b"\n" for line in [*lines, last]]
+
+
 class Upstream:
     """Run with `async with Upstream() as up:` (or in a thread); `up.url` is its base URL."""
 
@@ -127,6 +141,7 @@ class Upstream:
         app.router.add_get("/feed", self.feed)
         app.router.add_route("*", "/leaky/{tail:[\\s\\S]*}", self.leaky)
         app.router.add_post("/{version}/models/{call}", self.gemini)
+        app.router.add_post("/api/chat", self.ollama)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -184,6 +199,13 @@ class Upstream:
         if cut and request.transport is not None:
             request.transport.close()
             return response
+        await response.write_eof()
+        return response
+
+    async def ollama(self, request: web.Request) -> web.StreamResponse:
+        self.seen_bodies.append(await request.read())
+        gap = float(request.query.get("gap", "0.05"))
+        response = await self._stream(request, ollama_lines(), gap, **{"content-type": "application/x-ndjson"})
         await response.write_eof()
         return response
 

@@ -38,6 +38,7 @@ from .gemini import Gemini
 from .generation import Generation
 from .lmstudio_chat import LMStudioChat
 from .mcp import MCP
+from .ollama import OllamaChat, OllamaGenerate
 from .openai_chat import OpenAIChat
 from .openai_completions import OpenAICompletions
 from .openai_responses import OpenAIResponses
@@ -66,6 +67,8 @@ BUILT_IN: tuple[type[Protocol], ...] = (
     LMStudioChat,
     AnthropicMessages,
     Gemini,
+    OllamaChat,
+    OllamaGenerate,
     AGUI,
     AISDKUI,
     A2A,

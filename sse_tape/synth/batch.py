@@ -112,6 +112,8 @@ def synthesize(
         chunks: list[Chunk] = []
         prompt = dialect.prompt(body)
         target = path or dialect.request_path(replace(prompt, model=prompt.model or engine.id))
+        headers = (("content-type", "application/json"), ("content-length", str(len(raw))))
+        request = Request("POST", target, dialect.query, headers=headers, body=raw)
         try:
             synthesis = Synthesis(
                 engine,
@@ -121,11 +123,11 @@ def synthesize(
                 _collector(chunks),
                 load=load if n == 1 else None,
                 path=target,
+                framing=dialect.stream_framing(request),
             )
         except ModelError as exc:
             raise ModelError(f"request {n}: {exc}", status=exc.status) from None
-        headers = (("content-type", "application/json"), ("content-length", str(len(raw))))
-        runs.append((synthesis, chunks, Request("POST", target, dialect.query, headers=headers, body=raw)))
+        runs.append((synthesis, chunks, request))
     made: list[Made] = []
     for n, (synthesis, _, _) in enumerate(runs):
         # The first answer's clock starts with the model's load, as a server that loads it for a request does.
