@@ -214,7 +214,7 @@ def test_a_bad_fault_stops_serve_at_start_up_with_one_line() -> None:
     assert (result.returncode, result.stderr) == (
         2,
         "Error: fault 'disconnect:afterr=5': disconnect takes no 'afterr' (did you mean 'after'?); "
-        "its keys are after, mode, p, path, times\n",
+        "its keys are after, mode, p, path, rpc, times\n",
     )
 
 

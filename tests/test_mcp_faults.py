@@ -224,6 +224,22 @@ async def test_the_error_carries_the_requests_own_id_and_passes_check(cassette: 
     assert DIALECTS["mcp"].check(SSEDecoder().feed(answer.content), request) == []
 
 
+async def test_a_fault_for_one_json_rpc_method_leaves_the_rest_of_the_session_alone(cassette: Path) -> None:
+    spec = "error:at=0,rpc=tools/call,message=no tools today"
+    async with (
+        aserve(cassette, faults=[spec]) as mock,  # set before the session opens: initialize is not a tools/call
+        streamable_http_client(f"{mock.url}/mcp") as (read, write, *_),
+        ClientSession(read, write) as session,
+    ):
+        await asyncio.wait_for(session.initialize(), 30)
+        assert [t.name for t in (await asyncio.wait_for(session.list_tools(), 30)).tools] == ["add", "count"]
+        with pytest.raises(MCPError) as raised:
+            await asyncio.wait_for(session.call_tool("add", {"a": 2, "b": 3}), 30)
+        assert (raised.value.error.code, raised.value.error.message) == (INTERNAL_ERROR, "no tools today")
+    acted = [e for e in mock.control.journal if isinstance(e, FaultInjected) and e.fault == spec]
+    assert len(acted) == 1  # the tool call alone: not initialize, the notification, the GET stream nor the DELETE
+
+
 def _initialize() -> dict[str, Any]:
     client = {"name": "mcp", "version": "0.1.0"}
     params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": client}

@@ -18,7 +18,9 @@ def list_faults() -> None:
         if kind.keys:
             main = f"; {name}:VALUE sets {kind.main}" if kind.main else ""
             click.echo(f"{'':<{width}} keys: {', '.join(key.describe() for key in kind.keys)}{main}")
-    click.echo("\nevery fault also takes p=<probability, default 1>, times=<count> and path=<path ending>")
+    click.echo(
+        "\nevery fault also takes p=<probability, default 1>, times=<count>, path=<path ending> and rpc=<JSON-RPC method>"
+    )
     click.echo("positions: 5 (after 5 events), 50% (of the events), 200b (a byte), 1.5s (a time)")
     click.echo("durations: 20ms, 1.5s, 2m or 1h")
     misbehaviours = [name for name, kind in FAULTS.items() if kind.stage is Stage.ANSWER]

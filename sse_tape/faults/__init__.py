@@ -4,8 +4,8 @@ A fault is written `NAME[:value][,key=value,...]`: `status:429`,
 `status:code=429,retry_after=7`, `disconnect:50%,mode=reset`, `error:10`.
 The bare value is the fault's main key (`code` for status, `at` for error).
 Every fault also takes `p=` (the probability, per request, that it applies),
-`times=` (only the first N matching requests) and `path=` (only requests
-whose path ends so). Chance is drawn from a generator seeded by the server's
+`times=` (only the first N matching requests), `path=` (only requests
+whose path ends so) and `rpc=` (only JSON-RPC requests calling this method). Chance is drawn from a generator seeded by the server's
 seed, the fault and the count of requests it has seen, so the same seed
 gives the same faults at the same positions.
 

@@ -198,6 +198,9 @@ class Fault:
     p: float = 1.0
     times: int | None = None
     path: str | None = None
+    rpc: str | None = None
+    """The JSON-RPC method of the requests it applies to alone (MCP's `tools/call`, A2A's `SendStreamingMessage`),
+    whose requests all go to one endpoint; None: any request."""
     spec: str = ""
 
     @property
@@ -228,8 +231,14 @@ class Fault:
         return self.kind.whole(self)
 
     def applies_to(self, request: Request) -> bool:
-        """Whether it applies to a request: its `path=`, if given, ends the request's path."""
-        return self.path is None or request.path.endswith(self.path)
+        """Whether it applies to a request: its `path=`, if given, ends the request's path, and its `rpc=`, if
+        given, is the JSON-RPC method the request's body calls."""
+        if self.path is not None and not request.path.endswith(self.path):
+            return False
+        if self.rpc is None:
+            return True
+        body = request.json() if b'"jsonrpc"' in request.body else None
+        return isinstance(body, dict) and body.get("method") == self.rpc
 
 
 @dataclass(slots=True)

@@ -49,7 +49,7 @@ def _load_entry_points() -> None:
         register(kind)
 
 
-_COMMON = ("p", "path", "times")
+_COMMON = ("p", "path", "rpc", "times")
 
 
 def parse_fault(spec: str) -> Fault:
@@ -84,6 +84,7 @@ def parse_fault(spec: str) -> Fault:
         if not 0 <= p <= 1:
             raise ValueError("p is a probability from 0 to 1")
         path = given.pop("path", None)
+        rpc = given.pop("rpc", None)
         values = []
         for k in kind.keys:
             text = given.get(k.name, k.default)
@@ -93,7 +94,7 @@ def parse_fault(spec: str) -> Fault:
             values.append((k.name, None if text is None else k.parse(k.name, text)))
     except ValueError as exc:  # ConfigError too
         raise ConfigError(f"fault {spec!r}: {exc}") from None
-    return Fault(kind, tuple(values), p, times, path, spec.strip())
+    return Fault(kind, tuple(values), p, times, path, rpc, spec.strip())
 
 
 def _did_you_mean(word: str, choices: Iterable[str]) -> str:

@@ -227,7 +227,7 @@ class Replay(Attached):
                 except ConfigError as exc:
                     raise ConfigError(f"{recording}: injected {exc}") from None
                 if fault.spec not in (f.spec for f in faults):
-                    faults.append(replace(fault, p=1.0, times=None, path=None))
+                    faults.append(replace(fault, p=1.0, times=None, path=None, rpc=None))
             self._recorded_faults[recording] = faults
         return faults
 
