@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from . import _json
 from .cassette import Chunk, End, Headers, Interaction, Request, Response
 from .dialects import Generation as Dialect
-from .dialects import detect, for_path
+from .dialects import detect
 from .dialects.events import Error, Event, ReasoningDelta, RefusalDelta, Start, TextDelta, ToolCallDelta, Usage
 from .framing import SSE, Framing, blocks_of, reframe
 from .matching import asks_for_stream, framing_of
@@ -325,7 +325,7 @@ def _outside(start: int, end: int, cuts: list[tuple[int, int]]) -> list[tuple[in
 
 
 def _dialect(interaction: Interaction) -> Dialect | None:
-    found = for_path(interaction.request.path) or detect(interaction)
+    found = detect(interaction)  # by its path (when the API speaks the request), else by its stream
     return found if isinstance(found, Dialect) else None  # only an LLM API's answer takes another shape
 
 

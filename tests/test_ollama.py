@@ -24,9 +24,10 @@ from processes import start
 from upstream import OLLAMA_TEXT, Upstream, ollama_lines
 
 from sse_tape import Cassette, Chunk, ServerSentEvent, bundled_cassettes, recording, serve
+from sse_tape.cassette import Request
 from sse_tape.checking import check_interaction
 from sse_tape.cli import cli
-from sse_tape.dialects import DIALECTS, Answer
+from sse_tape.dialects import DIALECTS, Answer, for_request
 from sse_tape.server import run_in_thread
 from sse_tape.translation import translate
 
@@ -297,3 +298,12 @@ def test_serve_model_answers_the_client_in_ndjson(tiny_model_path: Path) -> None
     assert plain.done_reason == "length"
     assert raw.headers["content-type"] == "application/x-ndjson"
     assert all(json.loads(line)["model"] == "tiny" for line in raw.content.splitlines())
+
+
+def test_the_chat_path_ollama_shares_with_an_ai_sdk_apps_route_is_told_apart_by_the_body() -> None:
+    ollama = Request(
+        "POST", "/api/chat", body=b'{"model": "llama3.2", "messages": [{"role": "user", "content": "Hi"}]}'
+    )
+    use_chat = Request("POST", "/api/chat", body=b'{"id": "c1", "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Hi"}]}], "trigger": "submit-message"}')  # fmt: skip
+    assert for_request(ollama) is DIALECTS["ollama-chat"]
+    assert for_request(use_chat) is None  # no API's: its recording is told by its stream (the UI message stream)

@@ -30,7 +30,18 @@ from .protocol import (
     check_error_response,
     check_framing,
 )
-from .registry import DIALECTS, ENTRY_POINTS, detect, dialect_for, for_path, generation, get, speaking
+from .registry import (
+    DIALECTS,
+    ENTRY_POINTS,
+    detect,
+    dialect_for,
+    fallback,
+    for_path,
+    for_request,
+    generation,
+    get,
+    speaking,
+)
 
 __all__ = [
     "DIALECTS",
@@ -49,7 +60,9 @@ __all__ = [
     "check_framing",
     "detect",
     "dialect_for",
+    "fallback",
     "for_path",
+    "for_request",
     "generation",
     "get",
     "speaking",

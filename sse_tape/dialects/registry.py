@@ -51,7 +51,9 @@ __all__ = [
     "Registry",
     "detect",
     "dialect_for",
+    "fallback",
     "for_path",
+    "for_request",
     "generation",
     "get",
     "speaking",
@@ -127,14 +129,22 @@ class Registry(Mapping[str, Protocol]):
             self._paths[path] = found
         return found
 
+    def for_request(self, request: Request) -> Protocol | None:
+        """The dialect whose API `request` is, by its path (`for_path`): None when that dialect does not speak it
+        (`Protocol.speaks`: a path two APIs use, Ollama's `/api/chat` and an AI SDK app's chat route, is told
+        by the body)."""
+        found = self.for_path(request.path)
+        return found if found is None or found.speaks(request) else None
+
     def speaking(self, request: Request) -> Protocol | None:
         """The protocol a request speaks, by its path or what it carries (`Protocol.speaks`): the first that
         claims it, in the registry's order."""
         return next((dialect for dialect in self._everyone().values() if dialect.speaks(request)), None)
 
     def detect(self, interaction: Interaction) -> Protocol | None:
-        """The dialect an interaction speaks: by its path, or else the first that recognises its stream."""
-        found = self.for_path(interaction.request.path)
+        """The dialect an interaction speaks: by its path (`for_request`), or else the first that recognises its
+        stream."""
+        found = self.for_request(interaction.request)
         if found is not None:
             return found
         return next((dialect for dialect in self._everyone().values() if dialect.recognises(interaction)), None)
@@ -182,6 +192,11 @@ def for_path(path: str) -> Protocol | None:
     return DIALECTS.for_path(path)
 
 
+def for_request(request: Request) -> Protocol | None:
+    """The dialect whose API `request` is, by its path, if that dialect speaks it (`Registry.for_request`)."""
+    return DIALECTS.for_request(request)
+
+
 def speaking(request: Request) -> Protocol | None:
     """The protocol a request speaks, by its path or what it carries (`Registry.speaking`)."""
     return DIALECTS.speaking(request)
@@ -201,7 +216,12 @@ def dialect_for(path: str, interaction: Interaction | None = None) -> Generation
     openai-chat's words, until replay frames its errors in its own.
     """
     found = DIALECTS.for_path(path) or (DIALECTS.detect(interaction) if interaction is not None else None)
-    return found if isinstance(found, Generation) else generation(DIALECTS["openai-chat"], "replay")
+    return found if isinstance(found, Generation) else fallback()
+
+
+def fallback() -> Generation:
+    """What a request no dialect speaks is answered in (a miss, a fault's error): openai-chat's words."""
+    return generation(DIALECTS["openai-chat"], "replay")
 
 
 def generation(dialect: Protocol, needed: str) -> Generation:

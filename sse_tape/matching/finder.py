@@ -69,7 +69,7 @@ from .._exceptions import NoMatchError
 from .._paths import locate
 from ..cassette import Cassette, End, Interaction, Recording, Request
 from ..dialects import Protocol as Dialect
-from ..dialects import detect, for_path
+from ..dialects import detect, for_request
 from ..dialects.answer import Answer
 from ..dialects.generation import Generation
 from ..dialects.phase import Phase, answer_of, calls_of, phase_of
@@ -118,11 +118,11 @@ _LIKENESS = 64
 def asks_for_stream(request: Request) -> bool | None:
     """Whether a request asks for a stream (`"stream": true`, or as its API asks for one: Gemini's path);
     None when its body is not a JSON object."""
-    return _asks_for_stream(request, for_path(request.path))
+    return _asks_for_stream(request, for_request(request))
 
 
 def _asks_for_stream(request: Request, api: Dialect | None) -> bool | None:
-    """`asks_for_stream`, the API of the request's path (`for_path`) known."""
+    """`asks_for_stream`, the API of the request (`for_request`) known."""
     body = request.json()
     if not isinstance(body, dict):
         return None
@@ -148,7 +148,7 @@ def framing_of(interaction: Interaction) -> Framing | None:
     if is_streamed(interaction):
         return SSE
     request, response = interaction.request, interaction.response
-    api = for_path(request.path)
+    api = for_request(request)
     if api is None or not 200 <= response.status < 300:
         return None
     framing = api.stream_framing(request)
@@ -247,7 +247,7 @@ class Matcher:
         self._places: Counter[tuple[str, int]] = Counter()
         self._numbers: dict[Recording, int] = {}  # where each one is in `recordings`
         self._groups: dict[tuple[int, ...], str] = {}  # the store's key of each group of equally good ones
-        self._apis: dict[str, Dialect | None] = {}  # the API each recorded path names: requests for them need no lookup
+        self._apis: list[Dialect | None] = []  # the API of each recording's request (`for_request`), looked up once
         self._rules: list[_Rule] = []
         self._made: dict[tuple[tuple[str, ...], tuple[str, ...]], _Rule] = {}  # rules by names and fields
         self._compared: list[Request] = []  # each one's request as the matchers compare it
@@ -287,8 +287,7 @@ class Matcher:
 
     def _track(self, recording: Recording, rule: _Rule) -> None:
         request = recording.interaction.request
-        if request.path not in self._apis:
-            self._apis[request.path] = for_path(request.path)
+        self._apis.append(for_request(request))
         place = (recording.cassette, recording.index)
         self._twins.append(self._places[place])
         self._places[place] += 1
@@ -296,7 +295,7 @@ class Matcher:
         self._ids.append(None)
         self.recordings.append(recording)
         self._rules.append(rule)
-        compared = _as_compared(request, rule.ignore, self.reshape and not rule.strict, self._apis[request.path])
+        compared = _as_compared(request, rule.ignore, self.reshape and not rule.strict, self._apis[-1])
         self._compared.append(compared)
         self._paths.setdefault(compared.path, []).append(len(self.recordings) - 1)
         response = recording.interaction.response
@@ -410,7 +409,7 @@ class Matcher:
         found = self._phases[n]
         if found is _NOT_YET:
             request = self.recordings[n].interaction.request
-            found = self._phases[n] = self._phase_of(self._apis[request.path], request)
+            found = self._phases[n] = self._phase_of(self._apis[n], request)
         return found  # type: ignore[no-any-return]
 
     def _phase_of(self, api: Dialect | None, request: Request) -> Phase | None:
@@ -437,7 +436,7 @@ class Matcher:
                 known = self._phases[found]
                 break
             request = self.recordings[found].interaction.request
-            api = self._apis[request.path]
+            api = self._apis[found]
             if not isinstance(api, Generation):
                 break
         for phase, (going_on, found) in reversed(chain):
@@ -470,7 +469,7 @@ class Matcher:
         found = self._answers[n]
         if found is _NOT_YET:
             interaction = self.recordings[n].interaction
-            api = self._apis[interaction.request.path]
+            api = self._apis[n]
             if isinstance(api, Generation):
                 found = answer_of(api, interaction.response, framing_of(interaction))
             else:
@@ -568,7 +567,7 @@ class Matcher:
                 if self.redact is not None:
                     redacted = _same_json(self.redact(original), original)
                     reshape = self.reshape and not rule.strict
-                    recorded = _as_compared(redacted, rule.ignore, reshape, self._apis[original.path])
+                    recorded = _as_compared(redacted, rule.ignore, reshape, self._apis[n])
                 else:
                     redacted, recorded = original, there
                 asked_as = shown_as.compared(rule)
@@ -597,10 +596,9 @@ class _Asked:
         self._phase: Phase | None = _NOT_YET
 
     def api(self) -> Dialect | None:
-        """The API of the request's path: known for every recorded path, looked up for any other."""
+        """The API of the request (`for_request`), looked up once."""
         if self._api is _NOT_YET:
-            path, known = self.request.path, self.matcher._apis
-            self._api = known[path] if path in known else for_path(path)
+            self._api = for_request(self.request)
         return self._api
 
     def stream(self) -> bool | None:

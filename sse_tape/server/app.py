@@ -30,7 +30,7 @@ from ..cassette import (
     Request,
 )
 from ..catalog import Catalog
-from ..dialects import DIALECTS, dialect_for, for_path, speaking
+from ..dialects import DIALECTS, dialect_for, fallback, for_path, speaking
 from ..dialects import Generation as Dialect
 from ..faults import MAX_HEADER_FAULTS, Fault, Injector, parse_faults
 from ..journal import Ended, FaultInjected, Journal, Miss, Missed, Received
@@ -441,6 +441,10 @@ class MockServer:
             except _json.TooLarge as exc:
                 return await self.error(exchange, 413, f"the request body's {exc}", "body_too_large")
             exchange.request = request.with_json(request.path, body, parsed)
+            if found is not None and not found.speaks(exchange.request):
+                # A path two APIs use (Ollama's `/api/chat`, an AI SDK app's chat route), told apart by the body.
+                found = exchange.api = None
+                exchange.dialect = fallback()
             if found is None and (spoken := speaking(exchange.request)) is not None:
                 exchange.dialect = spoken  # a protocol told by what the request carries frames its errors
             if exchange.dialect.holds(exchange.request):

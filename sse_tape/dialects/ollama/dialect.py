@@ -41,6 +41,19 @@ class _Ollama(Generation):
         """Newline-delimited JSON, whatever the request: Ollama streams nothing else."""
         return NDJSON
 
+    def speaks(self, request: Request) -> bool:
+        """A request to its path that is Ollama's: a body naming its `model`, whose messages (if any) have no
+        `parts`. An AI SDK app's chat route is `/api/chat` too, by convention: `useChat` posts `messages` with
+        `parts`, an `id` and a `trigger`, and no model, and its stream is the UI message stream, not Ollama's."""
+        if not self.serves_path(request.path):
+            return False
+        body = request.json()
+        if not isinstance(body, dict) or "trigger" in body:
+            return False
+        messages = body.get("messages")
+        ui = isinstance(messages, list) and any(isinstance(m, dict) and "parts" in m for m in messages)
+        return isinstance(body.get("model"), str) and not ui
+
     def wants_stream(self, body: Any, path: str = "") -> bool:
         """A stream unless the body says `"stream": false`: Ollama streams by default."""
         return isinstance(body, dict) and body.get("stream") is not False
