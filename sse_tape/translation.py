@@ -65,7 +65,11 @@ def translate(interaction: Interaction, target: Protocol, source: Protocol | Non
     headers = target.response_headers(start)
     names = {name.lower() for name, _ in headers}
     headers = (*headers, *((k, v) for k, v in kept if k.lower() not in names))
-    return replace(interaction, request=new_request, response=replace(response, headers=headers, chunks=chunks))
+    translated = replace(response, headers=headers, chunks=chunks)
+    framing = target.stream_framing(new_request)
+    if framing is not SSE:  # an API that streams in another framing (Bedrock's event stream) has it so recorded
+        translated = reframe(translated, SSE, framing)
+    return replace(interaction, request=new_request, response=translated)
 
 
 def lost_in_translation(
@@ -83,7 +87,7 @@ def lost_in_translation(
         return []  # an error response becomes the target's error response: its message is kept
     source, target = generation(found, "translation"), generation(target, "translation")
     before = Answer.of(source.decode(sse for _, sse in _stream_of(interaction, source).events()))
-    after = Answer.of(target.decode(sse for _, sse in translated.response.events()))
+    after = Answer.of(target.decode(sse for _, sse in _stream_of(translated, target).events()))
     lost = []
     for server, what in ((False, "tool calls"), (True, "tool calls the server ran")):
         had = [call.name for call in before.calls if call.server is server]
@@ -150,4 +154,6 @@ def _error_message(body: bytes) -> str:
     error = obj.get("error") if isinstance(obj, dict) else None
     if isinstance(error, dict) and "message" in error:
         return str(error["message"])
+    if isinstance(obj, dict) and isinstance(obj.get("message"), str):  # Bedrock's `{"message": ...}`
+        return str(obj["message"])
     return str(error or obj)

@@ -51,6 +51,8 @@ from sse_tape.dialects.events import (
     ToolCallStart,
     Usage,
 )
+from sse_tape.framing import SSE
+from sse_tape.matching import framing_of
 from sse_tape.redaction import REDACTED
 from sse_tape.translation import translate
 
@@ -471,7 +473,8 @@ def test_the_sdk_reads_every_bundled_stream_translated_into_this_api(bundled: di
     for where, interaction in _translations(bundled):
         source = detect(interaction)
         assert source is not None
-        answer = Answer.of(source.decode(e for _, e in interaction.response.events()))
+        framing = framing_of(interaction) or SSE  # Bedrock's event stream, SSE for the others
+        answer = Answer.of(source.decode(e for _, e in framing.events(interaction.response.chunks)))
         translated = translate(interaction, MESSAGES)
         prefix = translated.request.path.removesuffix(MESSAGES.path)  # a router's /proj_ABC123/my-endpoint
         with (

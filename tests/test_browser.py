@@ -18,6 +18,8 @@ from click.testing import CliRunner
 
 from sse_tape import Cassette, Chunk, Interaction, Request, Response, bundled_cassettes, serve
 from sse_tape.cli import cli
+from sse_tape.framing import SSE
+from sse_tape.matching import framing_of
 from sse_tape.server import run_in_thread
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -73,15 +75,17 @@ class Sections(HTMLParser):
 def test_the_timeline_page_shows_every_interaction_its_text_and_one_mark_per_event(tmp_path: Path) -> None:
     page = tmp_path / "tape.html"
     result = CliRunner().invoke(cli, ["show", "--html", str(page), "cassettes/"])
-    assert result.output == f"wrote {page} (23 interactions)\n"
+    assert result.output == f"wrote {page} (26 interactions)\n"
     parser = Sections()
     parser.feed(rendered(page.as_uri(), tmp_path / "profile"))
     expected, where = [], []
     for path in bundled_cassettes():
         for n, interaction in enumerate(Cassette.load(path), 1):
             where.append((path.stem, n))
-            events = len(interaction.response.events())
-            comments = sum(line.startswith(b":") for line in interaction.response.body.splitlines())
+            framing = framing_of(interaction) or SSE  # Bedrock's event stream, SSE for the others
+            events = len(framing.events(interaction.response.chunks))
+            body = interaction.response.body if framing is SSE else b""
+            comments = sum(line.startswith(b":") for line in body.splitlines())
             expected.append((f"#{n} {interaction.request.method} {interaction.request.path}", events, comments))
     got = [
         (str(s["title"]), s["marks"].get("event", 0), s["marks"].get("comment", 0))  # type: ignore[attr-defined]

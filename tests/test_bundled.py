@@ -29,6 +29,8 @@ def _variants(interaction: Interaction) -> Iterator[tuple[str, str, str, dict[st
     yield "as recorded", request.path, request.query, body
     if ":streamGenerateContent" in request.path:  # Gemini: the path chooses the stream
         yield "plain", request.path.replace(":streamGenerateContent", ":generateContent"), "", body
+    if request.path.endswith("/converse-stream"):  # Bedrock: so does it
+        yield "plain", request.path.removesuffix("/converse-stream") + "/converse", "", body
     if isinstance(body, dict) and body.get("stream") is True:
         yield "plain", request.path, request.query, {**body, "stream": False}
         if "stream_options" in body:
@@ -86,6 +88,7 @@ _USAGE = {
     "/v1/messages": ("usage", "input_tokens", "output_tokens", None),
     ":generateContent": ("usageMetadata", "promptTokenCount", "candidatesTokenCount", "totalTokenCount"),
     "/api/v1/chat": ("stats", "input_tokens", "total_output_tokens", None),
+    "/converse": ("usage", "inputTokens", "outputTokens", "totalTokens"),
 }
 
 

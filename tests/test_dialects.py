@@ -27,6 +27,8 @@ from sse_tape import (
 )
 from sse_tape.dialects import DIALECTS, Generation, check_error_response, detect, for_path
 from sse_tape.dialects.events import Error, Finish, Start, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart, Usage
+from sse_tape.framing import SSE
+from sse_tape.matching import framing_of
 from sse_tape.translation import translate
 
 DONE = "data: [DONE]\n\n"
@@ -1009,7 +1011,8 @@ def test_every_bundled_interaction_translates_into_a_clean_stream(bundled: dict[
         for interaction in cassette:
             translated = translate(interaction, DIALECTS[target])
             assert for_path(translated.request.path) is DIALECTS[target]
-            events = [e for _, e in translated.response.events()]
+            framing = framing_of(translated) or SSE  # Bedrock's translation is its event stream
+            events = [e for _, e in framing.events(translated.response.chunks)]
             assert DIALECTS[target].check(events, translated.request) == []
 
 

@@ -8,7 +8,7 @@ tool calls, LM Studio sends a tool call's arguments whole and has no
 logprobs or call ids, the Responses API reports usage only in its final
 event, Anthropic's API has no creation time and always reports usage,
 Gemini sends each function call whole with its arguments as an object and
-has no creation time, and so on.
+has no creation time, Bedrock's Converse API has no response id, model or creation time in its stream, and so on.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ from sse_tape.dialects.events import (
     Usage,
 )
 from sse_tape.dialects.lmstudio_chat import arguments_text
+from sse_tape.framing import SSE
+from sse_tape.matching import framing_of
 from sse_tape.translation import translate
 
 text = st.text(min_size=1, max_size=12)
@@ -228,6 +230,32 @@ def gemini_events(draw: Any) -> list[Event]:
     return events + split_ending(draw, ending, st.builds(Error, text, st.sampled_from(GEMINI_ERROR_TYPES), codes), [])
 
 
+@st.composite
+def bedrock_converse_events(draw: Any) -> list[Event]:
+    events: list[Event] = [Start()]  # its stream names no response, model or time
+    calls = 0
+    for _ in range(draw(st.integers(0, 4))):
+        kind = draw(st.sampled_from(["text", "reasoning", "signed", "call"]))
+        if kind == "text":
+            events += draw(st.lists(st.builds(TextDelta, text), min_size=1, max_size=3))
+        elif kind in ("reasoning", "signed"):
+            events += draw(st.lists(st.builds(ReasoningDelta, text), max_size=3))
+            events += [ReasoningSignature(draw(text))] if kind == "signed" else []
+        else:
+            events.append(ToolCallStart(calls, call_id(draw, calls), draw(text)))
+            events += [ToolCallDelta(calls, a) for a in draw(st.lists(text, max_size=3))]
+            events.append(ToolCallEnd(calls))
+            calls += 1
+    reasons = ["tool_calls", "length"] if calls else ["stop", "length", "content_filter"]
+    usage = st.builds(Usage, st.integers(0, 10**6), st.integers(0, 10**6), st.none(), maybe_count)
+    ending: list[Event] = [Finish(draw(st.sampled_from(reasons))), *draw(st.lists(usage, max_size=1))]
+    # Each neutral type is one exception, read back as that type; a code is no part of the exception.
+    kinds = st.sampled_from(
+        ["invalid_request_error", "rate_limit_error", "server_error", "api_error", "overloaded_error"]
+    )
+    return events + split_ending(draw, ending, st.builds(Error, text, kinds, st.none()), [])
+
+
 LLM_APIS = sorted(name for name, d in DIALECTS.items() if isinstance(d, Generation))
 """The dialects that generate text: the protocols without generation (AG-UI, ...) have no neutral events."""
 
@@ -238,6 +266,7 @@ STRATEGIES = {
     "lmstudio-chat": lmstudio_chat_events(),
     "anthropic-messages": anthropic_messages_events(),
     "gemini": gemini_events(),
+    "bedrock-converse": bedrock_converse_events(),
 }
 
 
@@ -329,6 +358,7 @@ CARRIES = {
     "lmstudio-chat": ("shown", "reasoning"),
     "anthropic-messages": ("text", "refusal", "reasoning", "calls"),
     "gemini": ("shown", "reasoning", "call values"),
+    "bedrock-converse": ("shown", "reasoning", "calls"),
 }
 
 
@@ -336,10 +366,16 @@ def test_carries_names_every_dialect() -> None:
     assert set(CARRIES) == set(LLM_APIS) == set(STRATEGIES)
 
 
+def _events(interaction: Interaction) -> list[ServerSentEvent]:
+    """The messages of a recorded stream, in whichever framing it was recorded (Bedrock's event stream)."""
+    framing = framing_of(interaction) or SSE
+    return [event for _, event in framing.events(interaction.response.chunks)]
+
+
 def _said(interaction: Interaction, parts: tuple[str, ...]) -> dict[str, Any]:
     dialect = detect(interaction)
     assert dialect is not None
-    answer = Answer.of(dialect.decode(e for _, e in interaction.response.events()))
+    answer = Answer.of(dialect.decode(_events(interaction)))
     said: dict[str, Any] = {"text": answer.text, "refusal": answer.refusal, "reasoning": answer.reasoning}
     said["shown"] = answer.text + answer.refusal
     said["calls"] = [(c.id, c.name, c.arguments) for c in answer.client_calls()]
@@ -367,7 +403,7 @@ def test_every_bundled_stream_translated_and_back_keeps_what_the_target_has_word
             source = detect(interaction)
             assert source is not None
             there = translate(interaction, DIALECTS[target])
-            assert DIALECTS[target].check([e for _, e in there.response.events()], there.request) == [], (stem, n)
+            assert DIALECTS[target].check(_events(there), there.request) == [], (stem, n)
             back = translate(there, source)
             before = _said(interaction, CARRIES[target])
             assert _without_new_ids(_said(back, CARRIES[target]), before) == before, (stem, n)
@@ -375,14 +411,14 @@ def test_every_bundled_stream_translated_and_back_keeps_what_the_target_has_word
 
 # The dialects that carry all of an answer: completions has no reasoning or tool calls, LM Studio's tool calls are
 # the server's own (those for the client become its MCP calls).
-WHOLE_ANSWERS = ["openai-chat", "openai-responses", "gemini"]
+WHOLE_ANSWERS = ["openai-chat", "openai-responses", "gemini", "bedrock-converse"]
 
 
 def _answer(interaction: Interaction) -> tuple[str, str, list[tuple[str, Any]]]:
     """What a client gets: the text (a refusal is text where an API has no refusal), reasoning, tool calls."""
     dialect = detect(interaction)
     assert dialect is not None
-    answer = Answer.of(dialect.decode(sse for _, sse in interaction.response.events()))
+    answer = Answer.of(dialect.decode(_events(interaction)))
     calls = [(call.name, json.loads(call.arguments or "{}")) for call in answer.client_calls()]
     return answer.text + answer.refusal, answer.reasoning, calls
 

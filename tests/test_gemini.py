@@ -41,6 +41,8 @@ from sse_tape.dialects.events import (
     ToolCallStart,
     Usage,
 )
+from sse_tape.framing import SSE
+from sse_tape.matching import framing_of
 from sse_tape.server import run_in_thread
 from sse_tape.sse import ServerSentEvent
 from sse_tape.translation import translate
@@ -366,7 +368,8 @@ def test_the_sdk_reads_every_other_bundled_cassette_translated_to_gemini(bundled
         for interaction in cassette:
             source = detect(interaction)
             assert source is not None
-            recorded = Answer.of(source.decode(e for _, e in interaction.response.events()))
+            framing = framing_of(interaction) or SSE  # Bedrock's event stream, SSE for the others
+            recorded = Answer.of(source.decode(e for _, e in framing.events(interaction.response.chunks)))
             translated = translate(interaction, GEMINI)
             model = GEMINI.request_prompt(translated.request.json(), translated.request.path).model
             prefix = translated.request.path.split("/v1beta/")[0]  # a router's /proj_ABC123/my-endpoint stays

@@ -14,8 +14,9 @@ from clients import openai_client
 from sse_tape import Cassette, MockServer
 from sse_tape.dialects import dialect_for
 from sse_tape.faults import FAULTS, Stage
+from sse_tape.framing import SSE, by_content_type
 from sse_tape.journal import FaultInjected
-from sse_tape.sse import SSEDecoder
+from sse_tape.sse import ServerSentEvent
 
 MISBEHAVIOURS = sorted(name for name, kind in FAULTS.items() if kind.stage is Stage.ANSWER)
 
@@ -240,6 +241,12 @@ FORBIDS = {
 }
 
 
+def _messages(content_type: str | None, body: bytes) -> list[ServerSentEvent]:
+    """The messages of a body, in the framing its content type names (Bedrock's event stream), else SSE."""
+    framing = by_content_type(content_type) or SSE
+    return [block.event for block in framing.blocks(body) if block.event is not None]
+
+
 @pytest.mark.parametrize("name", MISBEHAVIOURS)
 def test_every_misbehaviour_on_every_bundled_stream_is_framed_as_its_api_frames_it(
     instant_server: MockServer, bundled: dict[str, Cassette], name: str
@@ -255,9 +262,9 @@ def test_every_misbehaviour_on_every_bundled_stream_is_framed_as_its_api_frames_
                 url = f"{request.path}?{request.query}" if request.query else request.path  # Gemini's alt=sse
                 answer = http.request(request.method, url, content=request.body, headers=headers)
                 note = [e for e in instant_server.journal if isinstance(e, FaultInjected)][-1].what
-                events = SSEDecoder().feed(answer.content)
+                events = _messages(answer.headers.get("content-type"), answer.content)
                 dialect = dialect_for(request.path, interaction)
-                recorded = SSEDecoder().feed(b"".join(c.data for c in interaction.response.chunks))
+                recorded = _messages(interaction.response.header("content-type"), interaction.response.body)
                 where = f"{stem}#{n} ({note})"
                 if note.endswith("left alone"):
                     assert events == recorded, where

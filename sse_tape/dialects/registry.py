@@ -33,6 +33,7 @@ from ..cassette import Interaction
 from .ag_ui import AGUI
 from .ai_sdk_ui import AISDKUI
 from .anthropic_messages import AnthropicMessages
+from .bedrock import BedrockConverse
 from .gemini import Gemini
 from .generation import Generation
 from .lmstudio_chat import LMStudioChat
@@ -64,6 +65,7 @@ BUILT_IN: tuple[type[Protocol], ...] = (
     LMStudioChat,
     AnthropicMessages,
     Gemini,
+    BedrockConverse,
     AGUI,
     AISDKUI,
     MCP,
