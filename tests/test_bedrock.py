@@ -25,6 +25,7 @@ import processes
 import pytest
 from aiohttp import web
 from botocore.config import Config
+from botocore.eventstream import ChecksumMismatch
 from botocore.exceptions import ClientError, EventStreamError
 from click.testing import CliRunner
 from hypothesis import given
@@ -260,6 +261,16 @@ def test_an_error_mid_stream_asked_for_no_stream_is_the_apis_error() -> None:
         with pytest.raises(ClientError) as raised:
             greet(server.url, "converse")
     assert raised.value.response["Error"]["Code"] == "ThrottlingException"
+
+
+@pytest.mark.parametrize("kind", ["json", "utf8"])
+def test_a_corrupt_message_fails_its_crc_and_boto3_raises_checksum_mismatch(kind: str) -> None:
+    with serve(bundled_bedrock(), pace="instant") as server:
+        server.control.set_faults([f"corrupt:at=2,kind={kind}"])
+        got: list[dict[str, Any]] = []
+        with pytest.raises(ChecksumMismatch):
+            greet(server.url, into=got)
+    assert len(got) == 2  # the messages before the corrupt one came whole
 
 
 @pytest.mark.parametrize("fault", ["fragment:size=1", "fragment:size=5", "split:at=15b"])
