@@ -508,3 +508,26 @@ def test_an_error_at_every_position_of_a_bundled_stream_is_an_exception_after_th
                 BEDROCK.check([ServerSentEvent(data=data, event=name) for name, data in got], interaction.request) == []
             )
             assert EVENT_STREAM.problems(plan.body) == []
+
+
+def test_serve_model_streams_a_synthesized_answer_to_boto3_in_the_event_stream(tiny_model_path: Path) -> None:
+    process, url = processes.start(["serve", "--model", str(tiny_model_path), "--port", "0", "--seed", "3"])
+    try:
+        with client(url) as bedrock:
+            config = {"maxTokens": 6}
+            answer = bedrock.converse_stream(modelId="tiny", messages=HELLO, inferenceConfig=config)
+            events = list(answer["stream"])
+            whole = bedrock.converse(modelId="tiny", messages=HELLO, inferenceConfig=config)
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=30)
+    assert answer["ResponseMetadata"]["HTTPHeaders"]["content-type"] == "application/vnd.amazon.eventstream"
+    assert [next(iter(e)) for e in events][:1] + [next(iter(e)) for e in events][-2:] == [
+        "messageStart",
+        "messageStop",
+        "metadata",
+    ]
+    text, uses, stop = streamed(events)
+    assert (bool(text), uses, stop) == (True, [], "max_tokens")
+    assert events[-1]["metadata"]["usage"]["outputTokens"] == 6
+    assert (whole["stopReason"], whole["usage"]["outputTokens"]) == ("max_tokens", 6)

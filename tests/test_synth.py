@@ -28,6 +28,8 @@ from waits import SAFETY_NET, until
 
 from sse_tape import Cassette, serve
 from sse_tape.dialects import DIALECTS, Generation, for_path
+from sse_tape.framing import SSE
+from sse_tape.matching import framing_of
 from sse_tape.sse import SSEDecoder
 
 ADD = {
@@ -71,7 +73,8 @@ def stream_text(cassette: Cassette) -> list[str]:
     for interaction in cassette.interactions:
         dialect = for_path(interaction.request.path)
         assert dialect is not None
-        events = dialect.decode(sse for _, sse in interaction.response.events())
+        framing = framing_of(interaction) or SSE  # Bedrock's event stream, SSE for the others
+        events = dialect.decode(sse for _, sse in framing.events(interaction.response.chunks))
         out.append("".join(getattr(e, "text", "") for e in events if type(e).__name__ == "TextDelta"))
     return out
 

@@ -121,6 +121,7 @@ def synthesize(
                 _collector(chunks),
                 load=load if n == 1 else None,
                 path=target,
+                framing=dialect.stream_framing(Request("POST", target, dialect.query)),
             )
         except ModelError as exc:
             raise ModelError(f"request {n}: {exc}", status=exc.status) from None

@@ -114,7 +114,15 @@ class Synthesizer(Attached):
         arrived = time.perf_counter() - (loop.time() - exchange.started)
         try:
             synthesis = Synthesis(
-                self.engine, dialect, body, self.settings, sink, started=arrived, on_done=done, path=request.path
+                self.engine,
+                dialect,
+                body,
+                self.settings,
+                sink,
+                started=arrived,
+                on_done=done,
+                path=request.path,
+                framing=dialect.stream_framing(request),
             )
         except ModelError as exc:
             return await host.error(exchange, exc.status, str(exc), "model_error")

@@ -40,6 +40,8 @@ from ..dialects.events import (
     Start,
     Usage,
 )
+from ..framing import SSE, Framing
+from ..sse import SSEDecoder
 from .engine import Engine, Job, Sampling
 from .generation import DEFAULT_CALL, DEFAULT_THINK, Splitter, Token
 
@@ -103,7 +105,8 @@ class Synthesis:
     Raises `ModelError` (status 400) for a request the model cannot take: a
     prompt longer than the context, a tool choice naming no tool. `path` is
     the request's, where an API says what the body does not (Gemini's model,
-    and whether it streams). `sink`
+    and whether it streams); a stream goes out in `framing`, the one the
+    request asks for (`Dialect.stream_framing`: Bedrock's event stream). `sink`
     gets the body's pieces as they come; `done` is set, and `on_done`
     called, when the answer is whole (or cut by `cancel`). A stream's
     `status` and `headers` are known at once; a JSON answer's when it is done.
@@ -121,6 +124,7 @@ class Synthesis:
         load: Load | None = None,
         on_done: Callable[[], None] | None = None,
         path: str = "",
+        framing: Framing = SSE,
     ) -> None:
         self.engine = engine
         self.dialect = dialect
@@ -173,6 +177,11 @@ class Synthesis:
             dialect.response_headers(self.start) if self.stream else (("content-type", "application/json"),)
         )
         self._encoder = dialect.encoder() if self.stream else None
+        # The dialect frames events as SSE: a stream in another framing has each event framed again in it.
+        self._framer = framing.encoder() if self.stream and framing is not SSE else None
+        if self._framer is not None:
+            kept = tuple((k, v) for k, v in self.headers if k.lower() != "content-type")
+            self.headers = (("content-type", framing.content_type), *kept)
         self._load = load
         self._t = 0.0  # the time of the last piece: none goes out before the one before it
         self.job = Job(tokens, sampling, self._on_prompt, self._on_token, self._on_end)
@@ -284,13 +293,23 @@ class Synthesis:
         self.events.append(event)
         if self._encoder is not None:
             for frame in self._encoder.feed(event):
-                self.sink(t, frame)
+                self._send(t, frame)
+
+    def _send(self, t: float, frame: bytes) -> None:
+        """A frame of the dialect's to `sink`, in the stream's framing."""
+        if self._framer is None:
+            self.sink(t, frame)
+            return
+        for event in SSEDecoder().feed(frame):
+            self.sink(t, self._framer.frame(event))
 
     def _close(self) -> None:
         t = max(round(time.perf_counter() - self.started, 6), self._t)
         if self._encoder is not None:
             for frame in self._encoder.close():
-                self.sink(t, frame)
+                self._send(t, frame)
+            if self._framer is not None and (end := self._framer.close()):
+                self.sink(t, end)
             return
         error = next((e for e in self.events if isinstance(e, Error)), None)
         if error is not None:
