@@ -214,9 +214,11 @@ class ConverseEncoder(Encoder):
             self.stop(Finish())
 
     def emit(self, name: str, obj: dict[str, Any]) -> None:
+        """An event of this name with `obj` as its payload."""
         self.frames.append(_frame(name, obj))
 
     def stop(self, finish: Finish) -> None:
+        """`messageStop`, after the open block's stop."""
         self.leave()
         self.stopped = True
         self.emit("messageStop", {"stopReason": _STOP.get(finish.reason, "end_turn")})
@@ -229,11 +231,13 @@ class ConverseEncoder(Encoder):
         self.emit("contentBlockDelta", {"delta": delta, "contentBlockIndex": self.block[0]})
 
     def leave(self) -> None:
+        """Stop the open block, if one is."""
         if self.block is not None:
             self.emit("contentBlockStop", {"contentBlockIndex": self.block[0]})
             self.block = None
 
     def open_call(self, index: int) -> bool:
+        """Whether the block of the tool call `index` is the one open."""
         return index in self.calls and self.block is not None and self.block[0] == self.calls[index]
 
 
