@@ -8,6 +8,7 @@ event stream, redacted, and replayed byte for byte; and `check`'s rules, each na
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import random
 import signal
@@ -141,6 +142,14 @@ def tool_loop(url: str, model: str, *, stream: bool) -> list[tuple[str, list[tup
         answered = {"role": "user", "content": [{"toolResult": {"toolUseId": use_id, "content": [{"json": result}]}}]}
         after = read(call(modelId=model, messages=[ASK, used, answered], toolConfig=TOOLS))
     return [greeting, asked, after]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def collected() -> Iterator[None]:
+    """After this module, a collection: botocore's errors hold their connection in reference cycles, which
+    would otherwise close its socket in the middle of a later test (one that counts the process's open files)."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(scope="module")
