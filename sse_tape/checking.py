@@ -81,7 +81,8 @@ def check_interaction(
 
     A stream is checked event by event (a JSON array's, element by element, and for being one whole
     array: a cut one says so); a JSON answer to a request for no stream as that API's answer; an
-    error response (status 400 or more) for its error body. A stream whose events look like no API sse-tape
+    error response (status 400 or more) for its error body; and, whatever it answered, the exchange as a whole
+    (its headers) by the API's own rules (`Protocol.check_exchange`). A stream whose events look like no API sse-tape
     knows is checked as plain SSE (`FRAMING_ONLY`): UTF-8, and no block left unfinished. A stream malformed
     in a way no rule foresaw is one violation that says so, never an exception. `source` and `number` say
     where it comes from, for the result.
@@ -112,6 +113,7 @@ def check_interaction(
         except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
             # A stream malformed in a way no rule foresaw is still a finding, not a crash.
             violations = [Violation(None, f"the stream is malformed in a way check cannot follow ({exc!r})")]
+    violations += found.check_exchange(interaction)
     return result(dialect=found.name, violations=tuple(violations))
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "Plan",
     "Write",
     "blocks_of",
+    "data_swapped",
     "event_ends",
     "whole_blocks",
 ]
@@ -255,6 +256,20 @@ class Plan:
         self.writes.append((t, data))
         self._splice(size, size, data)
 
+    def with_body(self, body: bytes) -> Plan:
+        """A copy whose body is `body`, in one write due when the last one was (one JSON answer rewritten)."""
+        out = self.copy()
+        out.rewrite([(self.writes[-1][0] if self.writes else 0.0, body)])
+        return out
+
+    def spliced(self, pieces: Sequence[tuple[int, int, bytes]]) -> Plan:
+        """A copy with the byte spans of `pieces` (start, end, new bytes; in order, none overlapping) replaced,
+        each write keeping its time: a write that ended inside a span ends at the same place in its new bytes
+        (events rewritten in place: a response given the client's id, say)."""
+        out = self.copy()
+        out.rewrite(_spliced(self.writes, pieces))
+        return out
+
     def rewrite(self, writes: list[Write]) -> None:
         """New writes with other bytes (other line ends, say): the blocks are found again when asked for."""
         self.writes = writes
@@ -342,3 +357,48 @@ def _pop(pending: list[tuple[float, int, bytes, Iterator[Write]]]) -> Write:
     t, n, data, beats = heapq.heappop(pending)
     _push(pending, n, beats)
     return t, data
+
+
+def _spliced(writes: list[Write], pieces: Sequence[tuple[int, int, bytes]]) -> list[Write]:
+    """`writes` with the byte spans of `pieces` replaced by their new bytes, each write keeping its time."""
+    body = b"".join(data for _, data in writes)
+    new_body = bytearray()
+    at = 0
+    starts: list[tuple[int, int, int, int]] = []  # (old start, old end, new start, new end)
+    for start, end, data in pieces:
+        new_body += body[at:start]
+        starts.append((start, end, len(new_body), len(new_body) + len(data)))
+        new_body += data
+        at = end
+    new_body += body[at:]
+
+    def place(x: int) -> int:
+        shift = 0
+        for start, end, new_start, new_end in starts:
+            if x <= start:
+                break
+            if x < end:
+                return new_start + min(x - start, new_end - new_start)
+            shift = new_end - end
+        return x + shift
+
+    out: list[Write] = []
+    seen = 0
+    for t, data in writes:
+        a, b = place(seen), place(seen + len(data))
+        seen += len(data)
+        out.append((t, bytes(new_body[a:b])))
+    if out:  # whatever `place` left between the last boundary and the end
+        last_t, last = out[-1]
+        out[-1] = (last_t, last + bytes(new_body[place(seen) :]))
+    return out
+
+
+def data_swapped(block: bytes, old: str, new: str) -> bytes | None:
+    """An SSE block whose event's data `old`, on one line as the JSON protocols write it, is `new` in its place,
+    the rest of the block as it was; None when `old` is not on one line of it."""
+    data = old.encode()
+    at = block.find(data)
+    if at < 0 or "\n" in old or "\r" in old:
+        return None
+    return block[:at] + new.encode() + block[at + len(data) :]

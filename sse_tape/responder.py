@@ -14,6 +14,7 @@ contract, which a dialect can import (`dialects.protocol.ProtocolResponder`);
 from __future__ import annotations
 
 import asyncio
+import bisect
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -87,6 +88,12 @@ class Exchange:
     the client that had its answer): the responder notes its end, not the server."""
     noted: int = 0
     """How many faults' notes were given for it (`note_faults`), journaled or not."""
+    background: bool = False
+    """Its answer is a stream held open as the server's own (`Kept.held`): not counted in flight."""
+
+    def events_sent(self) -> int:
+        """How many events of its answer went out whole (all it ever will, once the answer is over)."""
+        return bisect.bisect_right(self.event_ends, self.progress.bytes)
 
 
 class Host(Protocol):
@@ -111,6 +118,10 @@ class Host(Protocol):
 
     def settled(self) -> None:
         """Something in flight is over (a stream a responder recorded): the server may be idle now."""
+        ...
+
+    def background(self, exchange: Exchange) -> None:
+        """The exchange's answer is held open as the server's own stream (`Kept.held`): no longer in flight."""
         ...
 
     async def error(
@@ -210,7 +221,8 @@ def inject(
     each in the journal; whether any acted.
 
     An answer that is no `stream` takes only the faults before the stream (a status, a delay, a hang, an
-    empty body); the others are noted as left alone. `dialect` frames what the faults write; `recording`
+    empty body) and those that say what they do to one JSON answer (`FaultKind.document`: the protocol's error
+    answer); the others are noted as left alone. `dialect` frames what the faults write; `recording`
     names the recording the plan replays, if one does; `also` are faults that act besides those chosen
     (a recording's own), one written as a chosen one is acting once.
     """
@@ -222,10 +234,11 @@ def inject(
     if not faults:
         return False
     rng = rng or random.Random(f"{host.injector.seed}:{recording}:{exchange.number}")
-    acting = faults if stream else [f for f in faults if f.stage is Stage.BEFORE]
-    applied = apply(acting, plan, dialect=dialect, rng=rng, request=exchange.request)
+    acting = faults if stream else [f for f in faults if f.stage is Stage.BEFORE or f.kind.document is not None]
+    applied = apply(acting, plan, dialect=dialect, rng=rng, request=exchange.request, document=not stream)
     note_faults(host, exchange, applied, recording=recording)
-    left = [(f, "an answer that is not a stream: left alone") for f in faults if f not in acting]
+    noted = {id(f) for f, _ in applied}
+    left = [] if stream else [(f, "an answer that is not a stream: left alone") for f in faults if id(f) not in noted]
     note_faults(host, exchange, left, recording=recording, acted=False)
     return bool(applied)
 

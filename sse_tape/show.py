@@ -116,6 +116,8 @@ def view(number: int, interaction: Interaction) -> View:
     notes: list[str] = []
     error = _error_of(response.body) if response.status >= 400 else None
     if dialect is not None and not isinstance(dialect, Generation):
+        if (summary := dialect.summary(interaction)) is not None:
+            notes.append(summary)
         notes.append(f"{dialect.name} is an SSE protocol without generation: its answer is not put together")
     elif dialect is not None and error is None:
         try:

@@ -79,7 +79,7 @@ class Venv:
 @dataclass(frozen=True, slots=True)
 class NodeModules:
     """The JavaScript clients: `js/package.json` installed with npm (from its cache where it can), and
-    `js/clients.mjs` run by node."""
+    `js/clients.mjs` (with the modules it imports) run by node."""
 
     name: str = "js"
 
@@ -186,7 +186,7 @@ class Workers:
                 "node" if node is None else "npm"
             )
         folder.mkdir()
-        for name in ("package.json", "clients.mjs"):
+        for name in ("package.json", "clients.mjs", "mcp_client.mjs"):
             shutil.copy(TESTS / "js" / name, folder / name)
         # npm's own cache makes this quick after the first time.
         npm_install = [npm, "install", "--no-audit", "--no-fund", "--prefer-offline", "--loglevel=error"]

@@ -147,7 +147,7 @@ def test_serve_bad_match_is_one_line_and_exit_2() -> None:
     result = run_cli("serve", "--match", "method,headers")
     assert (result.returncode, result.stderr) == (
         2,
-        "Error: --match 'method,headers': choose from method, path, query, body, jsonrpc, or strict alone\n",
+        "Error: --match 'method,headers': choose from method, path, query, body, a2a, jsonrpc, or strict alone\n",
     )
 
 
@@ -553,7 +553,7 @@ def test_check_unknown_dialect_is_exit_2(tmp_path: Path) -> None:
     assert (bad.returncode, bad.stderr) == (
         2,
         "Error: unknown dialect 'klingon': choose from openai-chat, openai-completions, openai-responses, lmstudio-chat, "
-        "anthropic-messages, gemini, bedrock-converse, ag-ui, ai-sdk-ui, mcp\n",
+        "anthropic-messages, gemini, bedrock-converse, ag-ui, ai-sdk-ui, a2a, mcp\n",
     )
 
 

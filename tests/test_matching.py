@@ -133,10 +133,11 @@ def test_unknown_matcher_is_a_config_error_naming_the_known_ones() -> None:
     with pytest.raises(ConfigError) as info:
         Matcher([], match_on=["method", "headers"])
     assert (
-        str(info.value) == "match_on 'method,headers': choose from method, path, query, body, jsonrpc, or strict alone"
+        str(info.value)
+        == "match_on 'method,headers': choose from method, path, query, body, a2a, jsonrpc, or strict alone"
     )
     with pytest.raises(
-        ConfigError, match=r"^match_on 'colour': choose from method, path, query, body, jsonrpc, or strict alone$"
+        ConfigError, match=r"^match_on 'colour': choose from method, path, query, body, a2a, jsonrpc, or strict alone$"
     ):
         ServeOptions.build(match_on="colour")
 
@@ -152,7 +153,7 @@ def test_a_cassette_naming_an_unknown_matcher_loads_and_is_refused_when_matched(
     assert 'match = ["method", "headers"]' in (tmp_path / "bad.toml").read_text()
     cassette = Cassette.load(tmp_path / "bad.toml")
     assert cassette.match_on == ("method", "headers")
-    message = "bad.toml: match 'method,headers': choose from method, path, query, body, jsonrpc, or strict alone"
+    message = "bad.toml: match 'method,headers': choose from method, path, query, body, a2a, jsonrpc, or strict alone"
     with pytest.raises(ConfigError) as info:
         Matcher([cassette])
     assert str(info.value) == message

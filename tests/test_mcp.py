@@ -169,9 +169,7 @@ def _call(id: Any, token: Any = None, **arguments: Any) -> Request:
 def test_jsonrpc_matches_by_method_and_params_never_the_clients_ids() -> None:
     assert jsonrpc(_call(2, 2, n=3), _call(4, 4, n=3)) is None
     assert jsonrpc(_call(2, None, n=3), _call(4, None, n=3)) is None
-    assert jsonrpc(_call(2, 2, n=3), _call(2, 2, n=4)) == (
-        'params differ: {"name":"count","arguments":{"n":3}}, recorded {"name":"count","arguments":{"n":4}}'
-    )
+    assert jsonrpc(_call(2, 2, n=3), _call(2, 2, n=4)) == "params.arguments.n is 3, recorded 4"
     assert jsonrpc(_call(1, n=3), Request("POST", "/mcp", body=b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}')) == (
         'method is "tools/call", recorded "tools/list"'
     )
@@ -296,3 +294,28 @@ def test_jsonrpc_tells_a_request_from_a_notification_of_the_same_method() -> Non
     asked = Request("POST", "/mcp", body=b'{"jsonrpc":"2.0","id":3,"method":"tools/list"}')
     assert jsonrpc(notified, asked) == "body is a notification (no id), recorded a request"
     assert jsonrpc(asked, notified) == "body is a request, recorded a notification (no id)"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "error"),
+    [
+        ("/rpc", {"jsonrpc": "2.0", "id": 7, "method": "tools/list"}, "jsonrpc"),  # MCP's, told by its JSON-RPC
+        ("/rpc", {"jsonrpc": "2.0", "id": "a", "method": "SendStreamingMessage", "params": {}}, "a2a"),  # A2A's
+        ("/rpc", {"model": "m", "messages": []}, "openai"),  # no protocol's: OpenAI's, as ever
+    ],
+    ids=["mcp", "a2a", "none"],
+)
+async def test_a_miss_away_from_the_protocols_paths_is_answered_in_the_words_its_request_speaks(
+    path: str, body: dict[str, Any], error: str
+) -> None:
+    async with aserve() as mock, httpx.AsyncClient(base_url=mock.url) as client:
+        answer = await client.post(path, json=body)
+    assert answer.status_code == 404
+    got = answer.json()
+    if error == "jsonrpc":  # the SDKs' JSON-RPC error, with no id
+        assert (got["jsonrpc"], got["id"], got["error"]["code"]) == ("2.0", None, -32600)
+    elif error == "a2a":  # the REST binding's error, which an a2a-sdk client raises over either binding
+        assert (got["error"]["status"], got["error"]["details"][0]["reason"]) == ("NOT_FOUND", "NO_MATCH")
+    else:
+        assert got["error"]["type"] == "invalid_request_error"
+    assert "sse-tape" in json.dumps(got)

@@ -34,8 +34,8 @@ def list_faults() -> None:
             "with serve --model, and on what record (or serve --on-miss forward) forwards, faults apply to streams "
             "as they come, except split, the misbehaviours and those at a % position, which need the whole stream "
             "in advance, and bad-chunk and slow-close (left alone, and the journal says so); an answer that is not "
-            "a stream takes only status, ttfb, hang and empty. record keeps the upstream's answer whole, with a "
-            "note of each fault its client got (serve --recorded-faults replays what that client got); status, hang and empty answer in the upstream's place, and "
+            "a stream takes only status, ttfb, hang, empty and session-expired. record keeps the upstream's answer whole, with a "
+            "note of each fault its client got (serve --recorded-faults replays what that client got); status, hang, empty and session-expired answer in the upstream's place, and "
             "nothing is recorded",
             width=110,
         )

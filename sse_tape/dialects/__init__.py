@@ -7,7 +7,8 @@ JSON answer, its prompt, its ids and models). `DIALECTS` maps each name to
 its dialect: the built-in `openai-chat`, `openai-completions`,
 `openai-responses`, `lmstudio-chat`, `anthropic-messages`, `gemini` and
 `bedrock-converse`, the agent UI
-streams `ag-ui` and `ai-sdk-ui` (`Protocol`s without generation), and
+streams `ag-ui` and `ai-sdk-ui` and the agent protocols `a2a` and `mcp`
+(`Protocol`s without generation), and
 any that other installed packages add through the entry-point group
 `sse_tape.dialects` (see `registry`). `for_path` tells which one a path
 speaks, `detect` which one an interaction speaks; `Answer` puts a stream's
@@ -30,7 +31,7 @@ from .protocol import (
     check_error_response,
     check_framing,
 )
-from .registry import DIALECTS, ENTRY_POINTS, detect, dialect_for, for_path, generation, get
+from .registry import DIALECTS, ENTRY_POINTS, detect, dialect_for, for_path, generation, get, speaking
 
 __all__ = [
     "DIALECTS",
@@ -52,4 +53,5 @@ __all__ = [
     "for_path",
     "generation",
     "get",
+    "speaking",
 ]

@@ -181,6 +181,12 @@ class Protocol(ABC):
         """
         return path.rstrip("/").endswith(self.path)
 
+    def speaks(self, request: Request) -> bool:
+        """Whether `request` is this protocol's, told before any recording answers it (so that a miss is
+        answered in its words): by default, by its path (`serves_path`); a protocol whose endpoint is the
+        server's to choose (MCP's, A2A's JSON-RPC) tells it by what the request carries too."""
+        return self.serves_path(request.path)
+
     def recognises(self, interaction: Interaction) -> bool:
         """Whether a recording whose path says nothing (a gateway moved it) speaks this API, by what its
         stream looks like (`opening` gives its first events); False by default."""
@@ -200,6 +206,37 @@ class Protocol(ABC):
         (from a recording, say), or else `before`, neutral events whose
         frames were sent (an API that generates text: see `Generation`).
         """
+
+    def answer_error_frames(
+        self, error: Error, request: Request | None, sent: Sequence[ServerSentEvent] = ()
+    ) -> list[bytes]:
+        """How this server reports `error` mid-stream in its answer to `request`, after the events `sent`: as
+        `error_frames` by default; a protocol whose error names the request (a JSON-RPC error response carries
+        the request's id) says so here."""
+        return self.error_frames(error, sent=sent)
+
+    def error_answer(self, error: Error, request: Request | None) -> bytes | None:
+        """The one JSON answer that reports `error` in place of the answer to `request`, where this protocol
+        reports a failed request in a successful answer (a JSON-RPC error response); None where its errors
+        come with an error status (`http_error`), as a model API's do (the default)."""
+        return None
+
+    def session(self, request: Request) -> str | None:
+        """The id of the session `request` is made in, for a protocol that keeps sessions (MCP's
+        `Mcp-Session-Id`); None for one that keeps none (the default) or a request in none."""
+        return None
+
+    def tool_error(self, request: Request | None, message: str, text: str) -> str | None:
+        """The message `text` (an event's data, or a JSON answer), the answer to a tool call in `request`, turned
+        into the tool's own error result saying `message`; None where it is no such answer, or this protocol has
+        no words for one (the default)."""
+        return None
+
+    def progress(self, request: Request | None, sent: Sequence[ServerSentEvent], count: int) -> list[bytes] | None:
+        """`count` progress notifications, as this server frames them, that follow the events `sent` in the
+        answer to `request`; None where the request asked for none, or this protocol has no words for them (the
+        default)."""
+        return None
 
     def http_error(
         self, status: int, message: str, *, type: str | None = None, code: str | None = None
@@ -244,6 +281,16 @@ class Protocol(ABC):
         """
         return []
 
+    def check_exchange(self, interaction: Interaction) -> list[Violation]:
+        """Every way an exchange breaks this API's contract in what neither its stream nor its JSON says (a
+        header its answer must not carry, say): none by default."""
+        return []
+
+    def summary(self, interaction: Interaction) -> str | None:
+        """What a recording of this protocol holds, in one line for `show` (the call, the protocol's
+        revision), where the protocol has no `Generation` to put its answer together; None by default."""
+        return None
+
     def check_json(self, body: bytes, request: Request | None = None) -> list[Violation]:
         """Every way `body`, a successful answer to a request for no stream, breaks this API's contract:
         by default, that it is not JSON."""
@@ -265,6 +312,16 @@ class Kept:
     it) unless it is a `stream`; None: replay's goes out."""
     stream: bool = False
     """Whether `answer` is an event stream (every fault acts on it, as on replay's), not one JSON document."""
+    held: bool = False
+    """Whether the stream is held open after its events as the server's own way to its client (MCP's `GET`
+    stream), answering no request: not work in flight, so waiting for the server to be idle does not wait for
+    it."""
+    ended: Callable[[int], None] | None = None
+    """Told, once the answer is over, how many of its events the client got (a stream a fault cut short: fewer
+    than it has), for a responder that goes on from there later (A2A's resubscription)."""
+    answered: Callable[[int], None] | None = None
+    """Told the status the answer goes out with, once the faults have acted on it (a session answered 404 is
+    over); None: nothing to tell."""
 
 
 class Incoming(ABC):
@@ -289,21 +346,30 @@ class Incoming(ABC):
     @abstractmethod
     def keep(self, hook: Callable[[Plan], Kept | None]) -> None:
         """Leave the request to replay, which hands `hook` the plan it makes of the recording that matched (at
-        the server's pace, before faults): `hook` may keep it, and answer in its place (see `Kept`)."""
+        the server's pace, before faults): `hook` may keep it, and answer in its place (see `Kept`). A request
+        is one protocol's: when two keep it (A2A's and MCP's both speak JSON-RPC), the first in the registry's
+        order has it."""
 
     @abstractmethod
     def pass_on(self, reason: str) -> None:
         """Say why this responder did not answer, for the miss's explanation if nothing else does."""
 
     @abstractmethod
-    async def send(self, plan: Plan, *, stream: bool, dialect: Protocol | None) -> web.StreamResponse:
+    async def send(
+        self, plan: Plan, *, stream: bool, dialect: Protocol | None, held: bool = False
+    ) -> web.StreamResponse:
         """Answer with `plan`: an event stream (`stream`: its events are counted, and every fault acts) or one
         JSON document (only the faults before a stream act). The faults chosen for this request act first,
-        framed by `dialect`; none act when it is None."""
+        framed by `dialect`; none act when it is None. A stream `held` open as the server's own is not work in
+        flight (see `Kept.held`)."""
 
     @abstractmethod
     async def error(self, status: int, message: str, code: str, *, dialect: Protocol) -> web.StreamResponse:
         """Answer with sse-tape's JSON error (`sse-tape: message`), framed as `dialect` frames its errors."""
+
+    @abstractmethod
+    def events_sent(self) -> int:
+        """How many events of the answer `send` sent the client got: after `send` returns, all it ever will."""
 
     @abstractmethod
     def note(self, status: int, what: str) -> None:

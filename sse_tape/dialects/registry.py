@@ -29,7 +29,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from importlib.metadata import EntryPoint, entry_points
 
 from .._exceptions import ConfigError
-from ..cassette import Interaction
+from ..cassette import Interaction, Request
+from .a2a import A2A
 from .ag_ui import AGUI
 from .ai_sdk_ui import AISDKUI
 from .anthropic_messages import AnthropicMessages
@@ -53,6 +54,7 @@ __all__ = [
     "for_path",
     "generation",
     "get",
+    "speaking",
 ]
 
 ENTRY_POINTS = "sse_tape.dialects"
@@ -68,6 +70,7 @@ BUILT_IN: tuple[type[Protocol], ...] = (
     BedrockConverse,
     AGUI,
     AISDKUI,
+    A2A,
     MCP,
 )
 """The dialects sse-tape comes with, in the order they are asked about a path or a stream."""
@@ -123,6 +126,11 @@ class Registry(Mapping[str, Protocol]):
             self._paths[path] = found
         return found
 
+    def speaking(self, request: Request) -> Protocol | None:
+        """The protocol a request speaks, by its path or what it carries (`Protocol.speaks`): the first that
+        claims it, in the registry's order."""
+        return next((dialect for dialect in self._everyone().values() if dialect.speaks(request)), None)
+
     def detect(self, interaction: Interaction) -> Protocol | None:
         """The dialect an interaction speaks: by its path, or else the first that recognises its stream."""
         found = self.for_path(interaction.request.path)
@@ -171,6 +179,11 @@ def get(name: str) -> Protocol:
 def for_path(path: str) -> Protocol | None:
     """The dialect whose API streams from `path` (with any prefix before it), if any (`Registry.for_path`)."""
     return DIALECTS.for_path(path)
+
+
+def speaking(request: Request) -> Protocol | None:
+    """The protocol a request speaks, by its path or what it carries (`Registry.speaking`)."""
+    return DIALECTS.speaking(request)
 
 
 def detect(interaction: Interaction) -> Protocol | None:

@@ -70,6 +70,27 @@ class _Empty(Act):
         self.note("200 with no body")
 
 
+class _SessionExpired(Act):
+    """Answer a request made in a session as its server does once the session has expired: 404, in the
+    protocol's words (MCP's `Session not found`), so that the client starts a new one. A request in no session
+    (one that starts a session) is left alone."""
+
+    def __init__(self, fault: Fault, run: Run) -> None:
+        super().__init__(fault, run)
+        dialect, head = run.dialect, run.head
+        session = dialect.session(run.request) if run.request is not None else None
+        if session is None:
+            self.note(f"a request in no session ({dialect.name}): left alone")
+            return
+        head.replaced = True
+        status, headers, body = dialect.http_error(404, "Session not found")
+        head.status, head.headers = status, [*headers, ("content-length", str(len(body)))]
+        first = head.writes[0][0] if head.writes else 0.0
+        head.rewrite([(first, body)])
+        head.end, head.end_at = End.COMPLETE, first
+        self.note(f"answered {status} before the stream: session {session} expired")
+
+
 #: The faults before the stream, in the order `sse-tape faults` lists them.
 BEFORE = (
     FaultKind("status", Stage.BEFORE, "answer with this status and the API's JSON error instead of the recording",
@@ -81,4 +102,7 @@ BEFORE = (
               (Key("delay", "duration", duration(), "1s"),), _Ttfb, main="delay"),
     FaultKind("hang", Stage.BEFORE, "accept the request and never answer", (), _Hang, replaces=True),
     FaultKind("empty", Stage.BEFORE, "answer 200 with no body", (), _Empty, replaces=True),
+    FaultKind("session-expired", Stage.BEFORE,
+              "answer a request in a session 404, as for a session that expired (MCP's Session not found)",
+              (), _SessionExpired, replaces=True),
 )  # fmt: skip

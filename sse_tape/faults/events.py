@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..cassette import End
+from ..cassette import End, Request
 from ..dialects import Generation, Protocol
 from ..dialects.events import Error, Start
 from ..framing import SSE, Framing
 from ..plan import Write
 from ..sse import ServerSentEvent
-from .model import Act, Fault, FaultKind, Key, Run, Stage, choice, event_or_mark, position, text
+from .model import Act, Fault, FaultKind, Key, Run, Stage, choice, event_or_mark, position, text, whole_number
 from .stream import Blocks, before_position
 
 __all__ = ["EVENTS", "corrupted", "error_frames"]
@@ -20,14 +20,19 @@ _AT = "position"
 
 
 def error_frames(
-    fault: Fault, dialect: Protocol, sent: Sequence[ServerSentEvent], start: object | None, framing: Framing = SSE
+    fault: Fault,
+    dialect: Protocol,
+    sent: Sequence[ServerSentEvent],
+    start: object | None,
+    framing: Framing = SSE,
+    request: Request | None = None,
 ) -> bytes:
-    """An `error` fault's frames: the API's mid-stream error and terminal frames after the events `sent`,
-    or, when none were, the stream's opening (`start`, a neutral `Start`) and then the error; in `framing`
-    (in a JSON array, the error is its next element, and the array closes)."""
+    """An `error` fault's frames in the answer to `request`: the API's mid-stream error and terminal frames
+    after the events `sent`, or, when none were, the stream's opening (`start`, a neutral `Start`) and then
+    the error; in `framing` (in a JSON array, the error is its next element, and the array closes)."""
     error = Error(fault["message"], fault["type"], fault["code"])
     if sent or not isinstance(dialect, Generation):
-        frames = b"".join(dialect.error_frames(error, sent=sent))
+        frames = b"".join(dialect.answer_error_frames(error, request, sent))
     else:
         frames = b"".join(dialect.encode([start if isinstance(start, Start) else Start(), error]))
     return framing.ending(frames, len(sent))
@@ -137,7 +142,7 @@ class _Error(_AtAnEvent):
         self.note(f"{dialect.name} error after event {len(self.sent)}")
         self.run.end = End.COMPLETE
         self.ended, self.ended_at = True, t
-        return [(t, error_frames(self.fault, dialect, self.sent, start, self.run.head.framing))]
+        return [(t, error_frames(self.fault, dialect, self.sent, start, self.run.head.framing, self.run.request))]
 
     def close(self, end_at: float) -> tuple[list[Write], float]:
         writes = [] if self.acted else self._blocks(self.blocks.rest())
@@ -201,6 +206,77 @@ class _Corrupt(_Drop):
         return [(t, corrupted(data, self.fault["kind"], self.run.head.framing))]
 
 
+class _AtTheResponse(_AtAnEvent):
+    """A fault that acts on the message that ends the stream, the response to the request (`Protocol.is_terminal`),
+    in the protocol's words: the events before it go as they come."""
+
+    def block(self, t: float, data: bytes, event: ServerSentEvent | None) -> list[Write] | None:
+        if event is None or not self.run.dialect.is_terminal(event):
+            return None
+        return self.response(t, data, event)
+
+    def response(self, t: float, data: bytes, event: ServerSentEvent) -> list[Write]:
+        """What the block `data` that carries the response `event` becomes."""
+        raise NotImplementedError
+
+    def close(self, end_at: float) -> tuple[list[Write], float]:
+        writes = [] if self.acted else self._blocks(self.blocks.rest())
+        if not self.acted:
+            self.note("no response in the stream: left alone")
+        return writes, end_at
+
+
+class _ToolError(_AtTheResponse):
+    """The response to a tool call turned into the tool's own error result (MCP's `isError: true`)."""
+
+    def response(self, t: float, data: bytes, event: ServerSentEvent) -> list[Write]:
+        dialect = self.run.dialect
+        changed = dialect.tool_error(self.run.request, self.fault["message"], event.data)
+        old = event.data.encode()
+        if changed is None or data.count(old) != 1:
+            self.note(f"no answer to a tool call ({dialect.name}): left alone")
+            return [(t, data)]
+        self.note(f"the tool's error result in place of its answer, after event {len(self.sent)}")
+        return [(t, data.replace(old, changed.encode()))]
+
+
+class _ProgressFlood(_AtTheResponse):
+    """Many progress notifications just before the response (MCP's `notifications/progress`)."""
+
+    def response(self, t: float, data: bytes, event: ServerSentEvent) -> list[Write]:
+        count: int = self.fault["count"]
+        frames = self.run.dialect.progress(self.run.request, self.sent, count)
+        if frames is None:
+            self.note(f"no progress asked for ({self.run.dialect.name}): left alone")
+            return [(t, data)]
+        self.note(f"{count} progress notifications before the response, after event {len(self.sent)}")
+        return [(t, b"".join(frames) + data)]
+
+
+def _answered(run: Run, body: bytes) -> None:
+    """The JSON answer in `run.head` replaced by `body`, when the recorded one was due."""
+    head = run.head
+    head.rewrite([(head.writes[-1][0] if head.writes else 0.0, body)])
+
+
+def _error_answer(fault: Fault, run: Run) -> str | None:
+    """An `error` on one JSON answer: the protocol's error answer in its place (MCP's JSON-RPC error)."""
+    body = run.dialect.error_answer(Error(fault["message"], fault["type"], fault["code"]), run.request)
+    if body is None:
+        return None
+    _answered(run, body)
+    return f"{run.dialect.name} error in place of the answer"
+
+
+def _tool_error_answer(fault: Fault, run: Run) -> str | None:
+    """A `tool-error` on one JSON answer: the tool's error result in its place."""
+    changed = run.dialect.tool_error(run.request, fault["message"], run.head.body.decode("utf-8", "replace"))
+    if changed is None:
+        return None
+    _answered(run, changed.encode())
+    return "the tool's error result in place of its answer"
+
+
 #: The faults on events, in the order `sse-tape faults` lists them.
 EVENTS = (
     FaultKind("error", Stage.EVENTS,
@@ -209,7 +285,7 @@ EVENTS = (
                Key("type", "text", text, "server_error"),
                Key("message", "text", text, "injected by sse-tape"),
                Key("code", "text", text)),
-              _Error, main="at"),
+              _Error, main="at", document=_error_answer),
     FaultKind("drop", Stage.EVENTS, "leave out an event, the role frame or the [DONE]",
               (Key("at", "position, role or done", event_or_mark, "0"),), _Drop, main="at"),
     FaultKind("duplicate", Stage.EVENTS, "send an event twice",
@@ -217,4 +293,11 @@ EVENTS = (
     FaultKind("corrupt", Stage.EVENTS, "break an event's JSON, or put invalid UTF-8 in it",
               (Key("at", _AT, position, "0"), Key("kind", "json or utf8", choice("json", "utf8"), "json")),
               _Corrupt, main="at"),
+    FaultKind("tool-error", Stage.EVENTS,
+              "the answer to a tool call is the tool's own error result with this message (MCP's isError)",
+              (Key("message", "text", text, "injected by sse-tape"),), _ToolError, main="message",
+              document=_tool_error_answer),
+    FaultKind("progress-flood", Stage.EVENTS,
+              "many progress notifications just before the response (MCP's notifications/progress)",
+              (Key("count", "number", whole_number(1, 100_000), "1000"),), _ProgressFlood, main="count"),
 )  # fmt: skip

@@ -178,6 +178,10 @@ class FaultKind:
     replaces: bool = False
     """It answers in the stream's place (a status, no answer, no body): once one has, the others pass by."""
     whole: Callable[[Fault], bool] = at_a_fraction
+    document: Callable[[Fault, Run], str | None] | None = None
+    """What it does to an answer that is one JSON document, not a stream (the protocol's error answer in its
+    place): it changes `Run.head` and says what it did, or returns None where the protocol has no words for it.
+    None: it leaves such an answer alone, as every fault but those before the stream does."""
 
     def key(self, name: str) -> Key | None:
         """The key of this name, if the kind takes one."""

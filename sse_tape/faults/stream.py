@@ -225,21 +225,37 @@ class FaultedStream:
 
 
 def apply(
-    faults: Sequence[Fault], plan: Plan, *, dialect: Protocol, rng: random.Random, request: Request | None = None
+    faults: Sequence[Fault],
+    plan: Plan,
+    *,
+    dialect: Protocol,
+    rng: random.Random,
+    request: Request | None = None,
+    document: bool = False,
 ) -> list[tuple[Fault, str]]:
     """Run the faults over a plan known whole in advance (a replay's), as they run over a live stream:
     the plan becomes what they make of it. Returns each fault applied with what it did.
 
     `dialect` frames errors; `rng` makes the random choices; `request`, the request the plan answers,
-    tells what tools it offered.
+    tells what tools it offered. A `document` (one JSON answer, not a stream) takes the faults before the
+    stream, then what each other fault does to such an answer (`FaultKind.document`), in the order given; one
+    that does nothing to it is not among those returned.
     """
-    stream = FaultedStream(faults, head=plan, dialect=dialect, rng=rng, request=request)
-    if not stream.done:
+    before = [f for f in faults if f.stage is Stage.BEFORE] if document else faults
+    stream = FaultedStream(before, head=plan, dialect=dialect, rng=rng, request=request)
+    if document:
+        for fault in faults:
+            if fault.stage is not Stage.BEFORE and fault.kind.document is not None and not plan.replaced:
+                did = fault.kind.document(fault, stream.run)
+                if did is not None:
+                    stream.run.note(fault, did)
+    elif not stream.done:
         writes = stream.feed(plan.writes)
         writes += stream.close(plan.end_at, plan.end)
         plan.rewrite(writes)
         plan.end = stream.end or plan.end
         plan.end_at = stream.end_at
-    # In the order the faults act on the stream, stage by stage, whenever each decided.
+    # In the order the faults act on the stream, stage by stage, whenever each decided (on a document, those
+    # of the other stages after those before the stream).
     order = {id(act.fault): n for n, act in enumerate(stream.acts)}
-    return sorted(stream.run.notes, key=lambda note: order.get(id(note[0]), -1))
+    return sorted(stream.run.notes, key=lambda note: order.get(id(note[0]), len(order)))

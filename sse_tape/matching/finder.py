@@ -548,7 +548,8 @@ class Matcher:
 
     def _differences(self, request: Request, asked: _Asked, shown_as: _Asked, n: int) -> tuple[list[str], int]:
         """How request and recording n disagree: what each disagreeing matcher says, shown on both sides as
-        `redact` has them, and how many differences their bodies have when the body matcher is one of them."""
+        `redact` has them, and how many differences their bodies have when a matcher that reads them (`body`, a
+        protocol's own) is one of them."""
         rule = self._rules[n]
         here, there = asked.compared(rule), self._compared[n]
         parts: list[str] = []
@@ -577,7 +578,7 @@ class Matcher:
                 )
             said = matcher(*said_of)
             parts.append(said if said is not None else f"{name} differs in secrets only")
-            if name == MatchOn.BODY:
+            if name == MatchOn.BODY or name not in BUILT_IN:  # a protocol's matcher (MCP's `jsonrpc`) reads the body
                 body_diffs = len(body_differences(here, there))
         misfit = None if parts else self._misfit(asked, n)  # the matchers' differences say why, when they differ
         return (parts if misfit is None else [misfit]), body_diffs

@@ -73,11 +73,11 @@ def _model_answers(item: pytest.Item) -> bool:
 class SSETape:
     """A live mock endpoint for tests: what the `sse_tape` fixtures yield.
 
-    `url` is its base URL and `openai_url` the one an OpenAI client takes;
-    `requests` are what the client sent in this test and `played` the
-    recordings that answered, in order; `journal` has every step of every
-    request; `add_faults` and `clear_faults` change the faults for the rest
-    of the test.
+    `url` is its base URL, `openai_url` the one an OpenAI client takes and
+    `mcp_url` the endpoint an MCP client takes; `requests` are what the
+    client sent in this test and `played` the recordings that answered, in
+    order; `journal` has every step of every request; `add_faults` and
+    `clear_faults` change the faults for the rest of the test.
 
     A client can have read a whole stream a moment before the server notes
     that it ended: `requests`, `played`, `misses` and `journal` wait for the
@@ -136,6 +136,12 @@ class SSETape:
     def openai_url(self) -> str:
         """The base URL an OpenAI client takes: `url + "/v1"`."""
         return self.server.url + "/v1"
+
+    @property
+    def mcp_url(self) -> str:
+        """The endpoint an MCP client takes (Streamable HTTP): `url + "/mcp"`, where the SDKs' servers serve it
+        by default (a server recorded at another path is replayed at that path)."""
+        return self.server.url + "/mcp"
 
     @property
     def requests(self) -> list[Request]:
@@ -225,7 +231,8 @@ class SSETape:
         self._ever_played.update(r for r in before.recordings if r not in unplayed)
         self._ever_injected.update(before.injected)
         self._outside += _misses_since(before.misses, before.missed, self._told)
-        control.reset()
+        # The clients of a shared scope's fixtures outlive a test: their MCP sessions go on into the next one.
+        control.reset(protocols=False)
         self._told = 0
         chosen = parse_faults(faults)
         control.set_faults([*self._scope_faults, *chosen])

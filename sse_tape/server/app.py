@@ -12,7 +12,6 @@ lives in its replay state (see `state`). Its `control` is the way in from outsid
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
 import os
 import resource
@@ -31,7 +30,7 @@ from ..cassette import (
     Request,
 )
 from ..catalog import Catalog
-from ..dialects import DIALECTS, dialect_for, for_path
+from ..dialects import DIALECTS, dialect_for, for_path, speaking
 from ..dialects import Generation as Dialect
 from ..faults import MAX_HEADER_FAULTS, Fault, Injector, parse_faults
 from ..journal import Ended, FaultInjected, Journal, Miss, Missed, Received
@@ -220,6 +219,13 @@ class MockServer:
     def settled(self) -> None:
         """Something in flight is over (a stream a responder recorded): the server may be idle now."""
         self.control.settle()
+
+    def background(self, exchange: Exchange) -> None:
+        """The exchange's answer is held open as the server's own stream (`Kept.held`): no longer in flight."""
+        if not exchange.background:
+            exchange.background = True
+            self._answering -= 1
+            self.control.settle()
 
     @property
     def url(self) -> str:
@@ -435,6 +441,8 @@ class MockServer:
             except _json.TooLarge as exc:
                 return await self.error(exchange, 413, f"the request body's {exc}", "body_too_large")
             exchange.request = request.with_json(request.path, body, parsed)
+            if found is None and (spoken := speaking(exchange.request)) is not None:
+                exchange.dialect = spoken  # a protocol told by what the request carries frames its errors
             # Kept as it arrived, in a request of its own: the body that answering parses (and keeps, see
             # `Request.json`) goes with the answer, not into the last 10,000 requests kept here.
             self._state.add_received(Request(request.method, request.path, request.query, request.headers, body))
@@ -453,7 +461,8 @@ class MockServer:
             exchange.end = End.INTERRUPTED if self.closing else End.CLIENT_GONE
             raise
         finally:
-            self._answering -= 1
+            if not exchange.background:
+                self._answering -= 1
             if not exchange.ends_later:
                 self.ended(exchange)
             self.control.settle()  # after its end is in the journal: whoever waits for idle reads it there
@@ -469,7 +478,7 @@ class MockServer:
                 status=exchange.status,
                 end=exchange.end,
                 bytes=exchange.progress.bytes,
-                events=bisect.bisect_right(exchange.event_ends, exchange.progress.bytes),
+                events=exchange.events_sent(),
                 seconds=round(asyncio.get_running_loop().time() - exchange.started, 6),
             )
         )
@@ -516,6 +525,9 @@ class MockServer:
         reason = exchange.miss
         if reason is None:
             reason = await thorough(self.matcher.explain_miss, request)
+        if self.options.on_miss is MissPolicy.SYNTH and exchange.api is None:
+            # An MCP or A2A request, say: a protocol without generation, which no model speaks.
+            reason += "; the model answers the LLM APIs only, and this request is to none of them"
         status = self.options.miss_status
         self._state.add_miss(Miss(exchange.number, request.method, request.path, reason))
         self.journal.add(

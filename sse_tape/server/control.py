@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import ctypes
+import functools
 import resource
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -124,11 +125,13 @@ class Control:
 
     # --- what anyone may call ----------------------------------------------------------------------------
 
-    def reset(self) -> None:
+    def reset(self, *, protocols: bool = True) -> None:
         """Start replay over: every recording unplayed, every count at zero, no misses, nothing received, no
-        background response (nothing a protocol's responder keeps), the journal empty (the faults and the
-        seed stay as they are)."""
-        self._call(self._reset)
+        background response nor MCP session (nothing a protocol's responder keeps) unless `protocols` is
+        False, the journal empty (the faults and the seed stay as they are). `protocols=False` starts over
+        for the clients already there: their sessions go on (the pytest plugin's shared scopes, before each
+        test)."""
+        self._call(functools.partial(self._reset, protocols))
 
     def set_faults(self, faults: Iterable[Fault | str]) -> None:
         """Replace the server's faults (`Fault`s or their texts, such as `"error:5"`), and start their `times=`
@@ -224,8 +227,13 @@ class Control:
             self._waiters.append(waiter)
             await waiter
 
-    def _reset(self) -> None:
-        self._state.reset()
+    def _reset(self, protocols: bool) -> None:
+        state = self._state
+        # Kept through the store's own reset, as any store keeps them: by their keys.
+        kept = {} if protocols else {key: dict(state.kept(key)) for key in state.snapshot().kept}
+        state.reset()
+        for key, values in kept.items():
+            state.kept(key).update(values)
         self._journal.clear()
         # What the state and the journal held is freed to the allocator, which keeps it for the process: after
         # much traffic (a flood of misses, large bodies), hand it back to the system.

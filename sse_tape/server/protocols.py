@@ -55,13 +55,18 @@ class _Incoming(Incoming):
         return self._host.state.kept(self._key)
 
     def keep(self, hook: Callable[[Plan], Kept | None]) -> None:
-        self._exchange.keep = hook
+        if self._exchange.keep is None:  # the first protocol in the registry's order to keep a request has it
+            self._exchange.keep = hook
 
     def pass_on(self, reason: str) -> None:
         self._exchange.miss = reason
 
-    async def send(self, plan: Plan, *, stream: bool, dialect: Protocol | None) -> web.StreamResponse:
+    async def send(
+        self, plan: Plan, *, stream: bool, dialect: Protocol | None, held: bool = False
+    ) -> web.StreamResponse:
         exchange = self._exchange
+        if held:
+            self._host.background(exchange)
         if dialect is not None:
             inject(self._host, exchange, plan, dialect=dialect, stream=stream)
         if stream:
@@ -71,6 +76,9 @@ class _Incoming(Incoming):
     async def error(self, status: int, message: str, code: str, *, dialect: Protocol) -> web.StreamResponse:
         self._exchange.dialect = dialect
         return await self._host.error(self._exchange, status, message, code)
+
+    def events_sent(self) -> int:
+        return self._exchange.events_sent()
 
     def note(self, status: int, what: str) -> None:
         request = self.request

@@ -157,6 +157,8 @@ class Replay(Attached):
             stream = server.options.pace.plan(paced, key=key)
             stream.framing = prepared.framing
         kept = exchange.keep(stream) if exchange.keep is not None else None
+        if kept is not None and kept.held:
+            server.background(exchange)
         resumed, cut = None, False
         last_id = last_event_id(request)
         if prepared.stands_for is None and last_id is not None:
@@ -170,6 +172,8 @@ class Replay(Attached):
 
         def matched(status: int) -> None:
             # After the faults, with the status they leave: a `status` fault's 429 is said, not the recording's 200.
+            if kept is not None and kept.answered is not None:
+                kept.answered(status)
             server.journal.add(
                 Matched(
                     request=exchange.number,
@@ -207,7 +211,11 @@ class Replay(Attached):
             exchange.event_ends = (
                 [b.end for b in plan.events] if injected or resumed or replacement is not None else prepared.event_ends
             )
-        return await server.send(exchange, plan, prepared.writes if plan is prepared.plan else None)
+        try:
+            return await server.send(exchange, plan, prepared.writes if plan is prepared.plan else None)
+        finally:
+            if kept is not None and kept.ended is not None:
+                kept.ended(exchange.events_sent())
 
     def _faults_of(self, recording: Recording) -> list[Fault]:
         """The faults a recording notes its client got, to act on every replay of it (not by chance, nor a

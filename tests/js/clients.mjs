@@ -1,7 +1,8 @@
 // The JavaScript clients of the client matrix (tests/test_clients.py), each set up as its README says: a base URL
 // and a key. Reads `CLIENT CASE URL` lines on stdin and answers each with a line
 // `RESULT {"answer": ..., "cities": [...]}` (or `RESULT {"error": ...}`), as tests/venv_clients.py does.
-// It also reads a replayed AI SDK UI message stream with the `ai` package's reader (tests/test_ai_sdk_ui.py).
+// It also reads a replayed AI SDK UI message stream with the `ai` package's reader (tests/test_ai_sdk_ui.py), and
+// makes an MCP session with @modelcontextprotocol/sdk (mcp_client.mjs, tests/test_mcp_clients.py).
 import * as readline from "node:readline";
 
 import { createAnthropic } from "@ai-sdk/anthropic";
@@ -23,6 +24,8 @@ import {
 import { EventSource } from "eventsource";
 import { EventSourceParserStream } from "eventsource-parser/stream";
 import OpenAI from "openai";
+
+import { mcpSession } from "./mcp_client.mjs";
 
 const QUESTION = "What's the weather in Tokyo?";
 const GREETING = "Hello!";
@@ -278,6 +281,7 @@ const CLIENTS = {
   "js-eventsource": (url) => eventsource(url),
   "js-eventsource-parser": (url) => eventsourceParser(url),
   "ai-sdk-ui-reader": (url, c) => uiMessageStream(url, c),
+  "js-mcp": (url, c) => mcpSession(url, c),
 };
 
 for await (const line of readline.createInterface({ input: process.stdin })) {
