@@ -32,6 +32,8 @@ def _variants(interaction: Interaction) -> Iterator[tuple[str, str, str, dict[st
         yield "plain", request.path.replace(":streamGenerateContent", ":generateContent"), "", body
     if request.path in ("/api/chat", "/api/generate") and isinstance(body, dict) and "stream" not in body:
         yield "plain", request.path, request.query, {**body, "stream": False}  # Ollama: a stream unless it is false
+    if request.path.endswith("/converse-stream"):  # Bedrock: so does it
+        yield "plain", request.path.removesuffix("/converse-stream") + "/converse", "", body
     if isinstance(body, dict) and body.get("stream") is True:
         yield "plain", request.path, request.query, {**body, "stream": False}
         if "stream_options" in body:
@@ -91,6 +93,7 @@ _USAGE = {
     "/api/v1/chat": ("stats", "input_tokens", "total_output_tokens", None),
     "/api/chat": ("", "prompt_eval_count", "eval_count", None),  # Ollama's stats are the answer's own fields
     "/api/generate": ("", "prompt_eval_count", "eval_count", None),
+    "/converse": ("usage", "inputTokens", "outputTokens", "totalTokens"),
 }
 
 

@@ -352,7 +352,15 @@ def test_response_events_carry_the_offset_of_the_chunk_that_completed_them() -> 
 def test_bundled_cassettes_cover_every_seed_system_and_an_eventsource_feed() -> None:
     names = {p.stem for p in bundled_cassettes()}
     seeds = {"openai-chat", "openai-completions", "openai-responses", "lmstudio-chat", "router-chat"}
-    assert names == {*seeds, "anthropic-messages", "gemini", "ollama-chat", "ollama-generate", "events"}
+    assert names == {
+        *seeds,
+        "anthropic-messages",
+        "gemini",
+        "ollama-chat",
+        "ollama-generate",
+        "bedrock-converse",
+        "events",
+    }
 
 
 def test_bundled_cassettes_ship_in_the_wheel(tmp_path: Path) -> None:

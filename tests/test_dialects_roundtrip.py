@@ -8,7 +8,7 @@ tool calls, LM Studio sends a tool call's arguments whole and has no
 logprobs or call ids, the Responses API reports usage only in its final
 event, Anthropic's API has no creation time and always reports usage,
 Gemini sends each function call whole with its arguments as an object and
-has no creation time, and so on.
+has no creation time, Bedrock's Converse API has no response id, model or creation time in its stream, and so on.
 """
 
 from __future__ import annotations
@@ -260,6 +260,32 @@ def ollama_events(chat: bool) -> st.SearchStrategy[list[Event]]:
     return draw_events()
 
 
+@st.composite
+def bedrock_converse_events(draw: Any) -> list[Event]:
+    events: list[Event] = [Start()]  # its stream names no response, model or time
+    calls = 0
+    for _ in range(draw(st.integers(0, 4))):
+        kind = draw(st.sampled_from(["text", "reasoning", "signed", "call"]))
+        if kind == "text":
+            events += draw(st.lists(st.builds(TextDelta, text), min_size=1, max_size=3))
+        elif kind in ("reasoning", "signed"):
+            events += draw(st.lists(st.builds(ReasoningDelta, text), max_size=3))
+            events += [ReasoningSignature(draw(text))] if kind == "signed" else []
+        else:
+            events.append(ToolCallStart(calls, call_id(draw, calls), draw(text)))
+            events += [ToolCallDelta(calls, a) for a in draw(st.lists(text, max_size=3))]
+            events.append(ToolCallEnd(calls))
+            calls += 1
+    reasons = ["tool_calls", "length"] if calls else ["stop", "length", "content_filter"]
+    usage = st.builds(Usage, st.integers(0, 10**6), st.integers(0, 10**6), st.none(), maybe_count)
+    ending: list[Event] = [Finish(draw(st.sampled_from(reasons))), *draw(st.lists(usage, max_size=1))]
+    # Each neutral type is one exception, read back as that type; a code is no part of the exception.
+    kinds = st.sampled_from(
+        ["invalid_request_error", "rate_limit_error", "server_error", "api_error", "overloaded_error"]
+    )
+    return events + split_ending(draw, ending, st.builds(Error, text, kinds, st.none()), [])
+
+
 LLM_APIS = sorted(name for name, d in DIALECTS.items() if isinstance(d, Generation))
 """The dialects that generate text: the protocols without generation (AG-UI, ...) have no neutral events."""
 
@@ -272,6 +298,7 @@ STRATEGIES = {
     "gemini": gemini_events(),
     "ollama-chat": ollama_events(chat=True),
     "ollama-generate": ollama_events(chat=False),
+    "bedrock-converse": bedrock_converse_events(),
 }
 
 
@@ -367,6 +394,7 @@ CARRIES = {
     "gemini": ("shown", "reasoning", "call values"),
     "ollama-chat": ("shown", "reasoning", "called"),
     "ollama-generate": ("shown", "reasoning"),
+    "bedrock-converse": ("shown", "reasoning", "calls"),
 }
 
 
@@ -414,7 +442,7 @@ def test_every_bundled_stream_translated_and_back_keeps_what_the_target_has_word
 
 # The dialects that carry all of an answer: completions has no reasoning or tool calls, LM Studio's tool calls are
 # the server's own (those for the client become its MCP calls).
-WHOLE_ANSWERS = ["openai-chat", "openai-responses", "gemini"]
+WHOLE_ANSWERS = ["openai-chat", "openai-responses", "gemini", "bedrock-converse"]
 
 
 def _answer(interaction: Interaction) -> tuple[str, str, list[tuple[str, Any]]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ import httpx
 import pytest
 from clients import gemini_client
 from google.genai import types
+from processes import start
 from upstream import GEMINI_CHUNKS, Upstream, gemini_array
 
 from sse_tape import Cassette, bundled_cassettes, recording, serve
@@ -227,3 +229,23 @@ def test_faults_act_on_a_forwarded_array_and_the_recording_keeps_it_whole(
     (interaction,) = Cassette.load(cassette).interactions
     assert [c.data for c in interaction.response.chunks] == gemini_array(GEMINI_CHUNKS)
     assert [i.fault for i in interaction.injected] == [fault]
+
+
+def test_serve_model_answers_without_alt_sse_with_one_json_array_of_its_chunks(tiny_model_path: Path) -> None:
+    process, url = start(["serve", "--model", str(tiny_model_path), "--port", "0", "--seed", "3"])
+    try:
+        got = read_array(
+            f"{url}/v1beta/models/tiny:streamGenerateContent", body=HELLO | {"generationConfig": {"maxOutputTokens": 6}}
+        )
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=30)
+    assert (got.status, got.content_type, got.closed, got.broken) == (
+        200,
+        "application/json; charset=UTF-8",
+        True,
+        None,
+    )
+    responses = got.responses()
+    assert len(responses) > 1
+    assert responses[-1].candidates[0].finish_reason == types.FinishReason.MAX_TOKENS  # type: ignore[index]

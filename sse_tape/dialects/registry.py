@@ -34,6 +34,7 @@ from .a2a import A2A
 from .ag_ui import AGUI
 from .ai_sdk_ui import AISDKUI
 from .anthropic_messages import AnthropicMessages
+from .bedrock import BedrockConverse
 from .gemini import Gemini
 from .generation import Generation
 from .lmstudio_chat import LMStudioChat
@@ -71,6 +72,7 @@ BUILT_IN: tuple[type[Protocol], ...] = (
     Gemini,
     OllamaChat,
     OllamaGenerate,
+    BedrockConverse,
     AGUI,
     AISDKUI,
     A2A,

@@ -38,8 +38,12 @@ def error_frames(
     return framing.ending(frames, len(sent))
 
 
-def corrupted(block: bytes, kind: str) -> bytes:
-    """An SSE block broken as `corrupt` breaks it: its JSON cut short (`json`), or invalid UTF-8 in it (`utf8`)."""
+def corrupted(block: bytes, kind: str, framing: Framing = SSE) -> bytes:
+    """A block broken as `corrupt` breaks it: its JSON cut short (`json`), or invalid UTF-8 in it (`utf8`); in a
+    framing that has its own way (`Framing.corrupted`: an event stream's message, changed under its CRC), so."""
+    own = framing.corrupted(block, kind)
+    if own is not None:
+        return own
     line_start = block.find(b"data:")
     line_end = len(block.rstrip(b"\r\n"))
     if kind == "utf8":
@@ -199,7 +203,7 @@ class _Corrupt(_Drop):
 
     def made(self, t: float, data: bytes) -> list[Write]:
         self.note(f"corrupted ({self.fault['kind']}) the event at byte {self.bytes}")
-        return [(t, corrupted(data, self.fault["kind"]))]
+        return [(t, corrupted(data, self.fault["kind"], self.run.head.framing))]
 
 
 class _AtTheResponse(_AtAnEvent):

@@ -106,6 +106,12 @@ class Framing(ABC):
         """What an idle stream is kept open with: an SSE comment as it is."""
         return comment
 
+    def corrupted(self, block: bytes, kind: str) -> bytes | None:
+        """A block that carries a message, broken as the `corrupt` fault's `kind` (`json`, `utf8`) says, where
+        this framing breaks it its own way; None (by default) where cutting the block's JSON short or putting
+        invalid UTF-8 in its text (see `faults.corrupted`) is the way."""
+        return None
+
     def problems(self, body: bytes) -> list[str]:
         """What is wrong with a body in this framing as a whole (a cut array), in words: none by default."""
         return []

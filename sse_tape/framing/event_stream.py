@@ -213,6 +213,24 @@ class _EventStream(Framing):
     def heartbeat(self, comment: bytes) -> bytes:
         return b""  # an event stream has no message that says nothing
 
+    def corrupted(self, block: bytes, kind: str) -> bytes | None:
+        """The message with its payload changed in place, its CRCs left as they were (a bit flipped in the
+        middle for `json`, invalid UTF-8 at its start for `utf8`): a reader that checks them (botocore) refuses
+        it. A message with no payload gets its CRC's last byte flipped."""
+        if len(block) < _PRELUDE + _CRC:
+            return None  # no whole message: cut as any block is
+        total, header_length = struct.unpack_from(">II", block)
+        start, end = _PRELUDE + header_length, min(total, len(block)) - _CRC
+        broken = bytearray(block)
+        if end <= start:
+            broken[-1] ^= 0xFF
+        elif kind == "utf8":
+            bad = b"\xff\xfe\xc3"[: end - start]
+            broken[start : start + len(bad)] = bad
+        else:
+            broken[(start + end) // 2] ^= 0x01
+        return bytes(broken)
+
     def problems(self, body: bytes) -> list[str]:
         start, n = 0, 0
         while start < len(body):
