@@ -110,6 +110,11 @@ class Plan:
         writes = [(t, chunk.data) for t, chunk in zip(offsets, response.chunks, strict=True)]
         return cls(response.status, list(response.headers), writes, response.end, end_at)
 
+    def is_event_stream(self) -> bool:
+        """Whether its content type is `text/event-stream`."""
+        kind = next((v for k, v in self.headers if k.lower() == "content-type"), "")
+        return kind.split(";")[0].strip().lower() == "text/event-stream"
+
     def copy(self) -> Plan:
         """A plan of its own, the same as this one, to change without changing this one; the blocks found
         already come along (one plan worked out per recording serves every replay of it)."""

@@ -366,3 +366,12 @@ def test_an_error_before_any_event_names_the_requests_own_id() -> None:
     rest = Request("POST", "/message:stream", body=b'{"message": {"parts": []}}')
     [frame] = a2a.answer_error_frames(Error("the agent broke"), rest)
     assert json.loads(SSEDecoder().feed(frame)[0].data)["error"]["status"] == "INTERNAL"
+
+
+def test_an_error_whose_code_is_no_number_keeps_it_in_data_rather_than_failing() -> None:
+    request = Request(
+        "POST", "/a2a", body=b'{"jsonrpc": "2.0", "id": 3, "method": "SendStreamingMessage", "params": {}}'
+    )
+    [frame] = DIALECTS["a2a"].answer_error_frames(Error("m", "server_error", "--5"), request)
+    error = json.loads(SSEDecoder().feed(frame)[0].data)["error"]
+    assert error == {"code": -32603, "message": "m", "data": {"code": "--5"}}

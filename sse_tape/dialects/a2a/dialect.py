@@ -23,6 +23,7 @@ from ... import _json
 from ...cassette import Headers, Interaction, Request
 from ...sse import ServerSentEvent, encode_event
 from ..events import Error, Event
+from ..json_rpc import error_response
 from ..protocol import Checker, Protocol, ProtocolResponder, RequestMatcher, Violation, to_json
 from .messages import CARD_PATHS, a2a, is_a2a_request, is_final, payload
 from .replies import Replies
@@ -32,9 +33,6 @@ __all__ = ["A2A", "TASK_FAILED"]
 TASK_FAILED = "task_failed"
 """The `error` fault's `type` that ends the task `failed` (a status update with the fault's message), not
 the request in a JSON-RPC error."""
-
-#: JSON-RPC's internal error (https://www.jsonrpc.org/specification#error_object).
-_INTERNAL_ERROR = -32603
 
 #: The REST binding's error: HTTP status to google.rpc status name, as the a2a-sdk maps them.
 _STATUS_NAMES = {
@@ -127,9 +125,7 @@ class A2A(Protocol):
                 body = {"id": id, "jsonrpc": "2.0", "result": failed} if jsonrpc else failed
                 return [encode_event(to_json(body))]
         if jsonrpc:
-            code = int(error.code) if error.code is not None and error.code.lstrip("-").isdigit() else _INTERNAL_ERROR
-            response = {"id": id, "jsonrpc": "2.0", "error": {"code": code, "message": error.message}}
-            return [encode_event(to_json(response), event="error")]
+            return [encode_event(to_json(error_response(error, id)), event="error")]
         return [encode_event(to_json(_rest_error(500, error.message, "INTERNAL_ERROR")), event="error")]
 
     def http_error(

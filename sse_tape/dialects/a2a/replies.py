@@ -138,7 +138,7 @@ def _answer(state: MutableMapping[str, Any], body: Any, plan: Plan) -> Kept | No
     task's stream is kept in `state`, with how much of it the client got, for a resubscription."""
     if not 200 <= plan.status < 300:
         return None
-    stream = _content_type(plan) == "text/event-stream"
+    stream = plan.is_event_stream()
     if stream:
         events = plan.events
         texts = [block.event.data for block in events if block.event is not None]
@@ -324,8 +324,3 @@ def _parse(text: str) -> Any:
         return _json.parse(text, max_depth=None)
     except ValueError:
         return _MISSING
-
-
-def _content_type(plan: Plan) -> str:
-    kind = next((v for k, v in plan.headers if k.lower() == "content-type"), "")
-    return kind.split(";")[0].strip().lower()

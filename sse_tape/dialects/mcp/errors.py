@@ -21,22 +21,20 @@ from typing import Any
 from ... import _json
 from ...cassette import Interaction, Request, Response
 from ...sse import ServerSentEvent, encode_event
+from .. import json_rpc
 from ..events import Error
+from ..json_rpc import INTERNAL_ERROR
 from ..protocol import to_json
 from .jsonrpc import MISSING, client_ids
 from .revision import revision_of, stateless
 
 __all__ = ["INTERNAL_ERROR", "REQUEST_TIMEOUT", "error_response", "frame", "progress", "request_id", "tool_error"]
 
-INTERNAL_ERROR = -32603
-"""JSON-RPC's code for an internal error."""
 REQUEST_TIMEOUT = -32001
 """The code the MCP SDKs give a request that timed out."""
 
 #: The error `type`s that name a code of their own; any other is an internal error.
 _TYPES = {"timeout": REQUEST_TIMEOUT}
-#: JSON-RPC codes are integers; the SDKs read them as such (a JSON number past 2**53 is not one to every reader).
-_LARGEST = 2**53
 
 
 def frame(message: Any) -> bytes:
@@ -45,24 +43,9 @@ def frame(message: Any) -> bytes:
 
 
 def error_response(error: Error, id: Any) -> dict[str, Any]:
-    """The JSON-RPC error response with this `id`: the fault's `code` where it is a whole number, else its
-    `type`'s (`timeout`: -32001) or an internal error's; a `code` that is not a number goes in the error's
-    `data`, so that it is not lost."""
-    number = _TYPES.get(error.type, INTERNAL_ERROR)
-    data: dict[str, Any] | None = None
-    if error.code is not None:
-        try:
-            given = int(error.code)
-        except ValueError:
-            given = None
-        if given is not None and abs(given) <= _LARGEST:
-            number = given
-        else:
-            data = {"code": error.code}
-    body: dict[str, Any] = {"code": number, "message": error.message}
-    if data is not None:
-        body["data"] = data
-    return {"jsonrpc": "2.0", "id": id, "error": body}
+    """The JSON-RPC error response with this `id` (see `json_rpc.error_response`): a `timeout` is the SDKs'
+    request timeout (-32001)."""
+    return json_rpc.error_response(error, id, _TYPES)
 
 
 def request_id(request: Request | None) -> Any:

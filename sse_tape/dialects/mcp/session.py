@@ -172,7 +172,7 @@ class Sessions(ProtocolResponder):
             incoming.state.pop(session, None)
             known.end()
             notes.append(f"session {session} ended")
-        stream = _content_type(plan) == "text/event-stream"
+        stream = plan.is_event_stream()
         ids = event_ids(plan) if stream and ok and isinstance(known, _Session) else []
         renamed = known.ids_for(ids) if isinstance(known, _Session) and ids else {}
         out = rewritten(plan, id, token, stream=stream, ids=renamed) if (id is not MISSING or renamed) and ok else None
@@ -214,8 +214,3 @@ def _error(dialect: Protocol, status: int, message: str) -> Plan:
     """The SDKs' answer to a request refused at the transport: a JSON-RPC error with no id, at this status."""
     status, headers, body = dialect.http_error(status, message)
     return Plan(status, list(headers), [(0.0, body)])
-
-
-def _content_type(plan: Plan) -> str:
-    kind = next((v for k, v in plan.headers if k.lower() == "content-type"), "")
-    return kind.split(";")[0].strip().lower()
