@@ -135,7 +135,7 @@ async def answer_live(
     web page's fetch needs; the source's task is kept in `streams` while it runs and in `draining` while
     it is read on after its client's copy; `closing` says whether the server is stopping.
     """
-    chosen, chance = host.injector.choose(exchange.request, exchange.faults)
+    chosen, chance = host.injector.choose(exchange.request, exchange.dialect, exchange.faults)
     faults, rng = (chosen, chance) if chosen and chance is not None else ([], random.Random())
     head = Plan(200, [], [])
     stages = FaultedStream(faults, head=head, dialect=exchange.dialect, rng=rng, request=exchange.request)

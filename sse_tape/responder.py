@@ -228,7 +228,7 @@ def inject(
     """
     if not (host.injector.faults or exchange.faults or also):
         return False  # most requests: nothing to choose from
-    faults, rng = host.injector.choose(exchange.request, exchange.faults)
+    faults, rng = host.injector.choose(exchange.request, dialect, exchange.faults)
     chosen = {f.spec for f in faults}
     faults += [f for f in also if f.spec not in chosen]
     if not faults:

@@ -10,6 +10,7 @@ import pytest
 from clients import openai_client
 
 from sse_tape import Cassette, MemoryStore, Request, serve
+from sse_tape.dialects import DIALECTS
 from sse_tape.faults import Injector, parse_fault
 from sse_tape.journal import Ended, FaultInjected, Matched, Missed, Received
 
@@ -114,7 +115,7 @@ def test_what_request_headers_bring_is_kept_for_a_bounded_number_of_faults() -> 
     injector = Injector([], seed=0, state=state)
     request = Request("POST", "/v1/chat/completions")
     for n in range(1000):
-        chosen, _ = injector.choose(request, [parse_fault(f"empty:times={n + 1}")])
+        chosen, _ = injector.choose(request, DIALECTS["openai-chat"], [parse_fault(f"empty:times={n + 1}")])
         for fault in chosen:
             state.note_injected(fault.spec)
     now = state.snapshot()

@@ -240,6 +240,21 @@ async def test_a_fault_for_one_json_rpc_method_leaves_the_rest_of_the_session_al
     assert len(acted) == 1  # the tool call alone: not initialize, the notification, the GET stream nor the DELETE
 
 
+async def test_a_session_expiring_once_set_from_the_start_spends_itself_on_a_request_in_the_session(
+    cassette: Path,
+) -> None:
+    async with (
+        aserve(cassette, faults=["session-expired:times=1"]) as mock,  # initialize is in no session: not it
+        streamable_http_client(f"{mock.url}/mcp") as (read, write, *_),
+        ClientSession(read, write) as session,
+    ):
+        await asyncio.wait_for(session.initialize(), 30)
+        with pytest.raises(MCPError):  # the first request made in the session finds it expired
+            await asyncio.wait_for(session.call_tool("add", {"a": 2, "b": 3}), 30)
+    said = [e.what for e in mock.control.journal if isinstance(e, FaultInjected)]
+    assert len(said) == 1 and said[0].endswith("expired")  # no note of a request it left alone
+
+
 def _initialize() -> dict[str, Any]:
     client = {"name": "mcp", "version": "0.1.0"}
     params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": client}
@@ -322,11 +337,11 @@ async def test_with_no_times_every_session_expires_but_a_new_one_starts(cassette
             streamable_http_client(f"{mock.url}/mcp") as (read, write, *_),
             ClientSession(read, write) as again,
         ):
-            initialized = await asyncio.wait_for(again.initialize(), 30)  # in no session yet: left alone
+            initialized = await asyncio.wait_for(again.initialize(), 30)  # in no session yet: not the fault's
             assert initialized.server_info.name == "recorded"
             with pytest.raises(MCPError, match="Session not found"):
                 await asyncio.wait_for(again.list_tools(), 30)
-        assert "a request in no session (mcp): left alone" in _did(mock, "session-expired")
+        assert all(said.endswith("expired") for said in _did(mock, "session-expired"))
 
 
 async def test_a_progress_flood_reaches_the_callback_before_the_result(cassette: Path) -> None:
@@ -412,7 +427,7 @@ async def test_a_2026_07_28_client_meets_the_same_faults_and_has_no_session_to_e
         result = await asyncio.wait_for(client.call_tool("count", {"n": 3}, progress_callback=progress), 30)
         assert (result.is_error, result.content) == (True, [TextContent(type="text", text="broke")])
         assert progress.told == [*_STEPS, (4.0, None, None), (5.0, None, None)]
-        assert "a request in no session (mcp): left alone" in _did(mock, "session-expired")
+        assert _did(mock, "session-expired") == []  # a 2026-07-28 request is in no session: not the fault's
 
 
 _CALL = Request("POST", "/mcp", body=b'{"jsonrpc":"2.0","id":"a-7","method":"tools/call","params":{"name":"t"}}')

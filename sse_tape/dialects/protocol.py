@@ -228,6 +228,12 @@ class Protocol(ABC):
         come with an error status (`http_error`), as a model API's do (the default)."""
         return None
 
+    def operation(self, request: Request) -> str | None:
+        """What `request` asks this protocol to do, by name, where one endpoint takes many (a JSON-RPC
+        request's `method`: MCP's `tools/call`), for a fault's `rpc=`; None where it names none (the
+        default)."""
+        return None
+
     def session(self, request: Request) -> str | None:
         """The id of the session `request` is made in, for a protocol that keeps sessions (MCP's
         `Mcp-Session-Id`); None for one that keeps none (the default) or a request in none."""

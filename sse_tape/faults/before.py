@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..cassette import End
+from ..cassette import End, Request
+from ..dialects import Protocol
 from ..plan import Write
 from .model import Act, Fault, FaultKind, Key, Run, Stage, duration, status_code, text, whole_number
 
@@ -91,6 +92,10 @@ class _SessionExpired(Act):
         self.note(f"answered {status} before the stream: session {session} expired")
 
 
+def _in_a_session(request: Request, dialect: Protocol) -> bool:
+    return dialect.session(request) is not None
+
+
 #: The faults before the stream, in the order `sse-tape faults` lists them.
 BEFORE = (
     FaultKind("status", Stage.BEFORE, "answer with this status and the API's JSON error instead of the recording",
@@ -104,5 +109,5 @@ BEFORE = (
     FaultKind("empty", Stage.BEFORE, "answer 200 with no body", (), _Empty, replaces=True),
     FaultKind("session-expired", Stage.BEFORE,
               "answer a request in a session 404, as for a session that expired (MCP's Session not found)",
-              (), _SessionExpired, replaces=True),
+              (), _SessionExpired, replaces=True, fits=_in_a_session),
 )  # fmt: skip

@@ -6,6 +6,7 @@ import random
 from collections.abc import Iterable, Sequence
 
 from ..cassette import Request
+from ..dialects import Protocol
 from ..state import ReplayStore
 from .model import Fault
 
@@ -36,8 +37,10 @@ class Injector:
         """Add faults after the server's, leaving the counts of those already set as they are."""
         self.faults += faults
 
-    def choose(self, request: Request, extra: Sequence[Fault] = ()) -> tuple[list[Fault], random.Random | None]:
-        """The faults that apply to this request, and the generator for their random choices.
+    def choose(
+        self, request: Request, dialect: Protocol, extra: Sequence[Fault] = ()
+    ) -> tuple[list[Fault], random.Random | None]:
+        """The faults that apply to this request of `dialect`'s, and the generator for their random choices.
 
         The generator is seeded by the seed and the faults chosen with their
         counts, so the same seed gives the same choices; None when no fault applies.
@@ -47,7 +50,7 @@ class Injector:
         state = self.state
         placed = len(self.faults)
         for n, fault in enumerate([*self.faults, *extra]):
-            if not fault.applies_to(request):
+            if not fault.applies_to(request, dialect):
                 continue
             turn = state.count(n if n < placed else fault.spec)
             if fault.times is not None and turn >= fault.times:

@@ -178,6 +178,9 @@ class FaultKind:
     replaces: bool = False
     """It answers in the stream's place (a status, no answer, no body): once one has, the others pass by."""
     whole: Callable[[Fault], bool] = at_a_fraction
+    fits: Callable[[Request, Protocol], bool] | None = None
+    """Whether it can act on a request of this protocol at all (a session expiring: a request made in one);
+    None: on every request."""
     document: Callable[[Fault, Run], str | None] | None = None
     """What it does to an answer that is one JSON document, not a stream (the protocol's error answer in its
     place): it changes `Run.head` and says what it did, or returns None where the protocol has no words for it.
@@ -230,15 +233,15 @@ class Fault:
         """Whether it needs the whole stream before it acts (see `FaultKind.whole`)."""
         return self.kind.whole(self)
 
-    def applies_to(self, request: Request) -> bool:
-        """Whether it applies to a request: its `path=`, if given, ends the request's path, and its `rpc=`, if
-        given, is the JSON-RPC method the request's body calls."""
+    def applies_to(self, request: Request, dialect: Protocol) -> bool:
+        """Whether it applies to a request of `dialect`'s: its `path=`, if given, ends the request's path; its
+        `rpc=`, if given, is what the request asks (`Protocol.operation`: a JSON-RPC method); and its kind can
+        act on it (`FaultKind.fits`), so that a request it would leave alone spends none of its `times=`."""
         if self.path is not None and not request.path.endswith(self.path):
             return False
-        if self.rpc is None:
-            return True
-        body = request.json() if b'"jsonrpc"' in request.body else None
-        return isinstance(body, dict) and body.get("method") == self.rpc
+        if self.rpc is not None and dialect.operation(request) != self.rpc:
+            return False
+        return self.kind.fits is None or self.kind.fits(request, dialect)
 
 
 @dataclass(slots=True)

@@ -141,6 +141,13 @@ class A2A(Protocol):
         kept."""
         return False
 
+    def operation(self, request: Request) -> str | None:
+        """The JSON-RPC method the request's body calls (`SendStreamingMessage`, `message/stream`); None over
+        the REST binding, whose path says it."""
+        body = request.json() if b'"jsonrpc"' in request.body else None
+        method = body.get("method") if isinstance(body, dict) else None
+        return method if isinstance(method, str) else None
+
     def responders(self) -> Sequence[ProtocolResponder]:
         return (Replies(self, self.speaks),)
 

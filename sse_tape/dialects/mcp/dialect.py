@@ -112,6 +112,12 @@ class MCP(Protocol):
         """The JSON-RPC error response to `request`, with its id, as its whole JSON answer (see `errors`)."""
         return to_json(errors.error_response(error, errors.request_id(request))).encode()
 
+    def operation(self, request: Request) -> str | None:
+        """The JSON-RPC method the request's body calls."""
+        body = request.json() if b'"method"' in request.body else None
+        method = body.get("method") if isinstance(body, dict) else None
+        return method if isinstance(method, str) else None
+
     def session(self, request: Request) -> str | None:
         """The `Mcp-Session-Id` the request carries."""
         return request.header(SESSION_HEADER)
