@@ -340,6 +340,9 @@ async def test_a_task_cut_short_by_a_disconnect_resubscribes_and_gets_the_rest_o
         with pytest.raises(A2AError, match="is in terminal state: TASK_STATE_COMPLETED"):  # the client had it all
             [event async for event in client.subscribe(request)]
         await client.close()
+        assert any(key.startswith("a2a:") for key in mock.control.snapshot().kept)
+        mock.control.reset(protocols=False)  # as between the tests of a shared scope: a task is a test's own
+        assert not any(key.startswith("a2a:") for key in mock.control.snapshot().kept)
     snapshot = rest[0]["task"]
     assert snapshot["status"] == live[1]["statusUpdate"]["status"]
     assert snapshot["artifacts"] == [live[2]["artifactUpdate"]["artifact"]]

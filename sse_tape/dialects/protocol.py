@@ -386,6 +386,11 @@ class ProtocolResponder(ABC):
     """A responder a protocol brings (`Protocol.responders`): answers the requests of a feature that keeps
     state (retrieving, resuming and cancelling background responses), or leaves them to the next responder."""
 
+    lasting: ClassVar[bool] = False
+    """Whether what it keeps belongs to connections that outlive a test (MCP's sessions), and so is kept when
+    replay starts over for the clients already there (`Control.reset(protocols=False)`); False: it is
+    forgotten with the rest (the Responses API's background responses, A2A's task streams)."""
+
     @abstractmethod
     async def respond(self, incoming: Incoming) -> web.StreamResponse | None:
         """Answer the request (see `Incoming`), or return None to leave it to the responders behind."""

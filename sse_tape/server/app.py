@@ -183,7 +183,8 @@ class MockServer:
         self.recorder = recorder if recording else None
         """What keeps the answers forwarded (the `record` policy) or synthesized (`synth`) on a miss."""
         behind = _behind_replay(self.options.on_miss, upstream, self.recorder, model)
-        replaying: list[Responder] = [*_protocols_responders(), Replay()] if replay else []
+        lent = _protocols_responders() if replay else []
+        replaying: list[Responder] = [*lent, Replay()] if replay else []
         self.responders: list[Responder] = [*replaying, *behind, Catalog(models)]
         """The chain each request goes through, in order."""
         self._answering = 0  # requests being answered right now
@@ -194,6 +195,7 @@ class MockServer:
             journal=self.journal,
             streams=lambda: self._answering,
             recorder=self.recorder,
+            lasting=frozenset(responder.key for responder in lent if responder.responder.lasting),
         )
         """The way in from outside: reset, faults, the seed, a snapshot, and waiting until the server is idle."""
         self.closing = False
@@ -710,7 +712,7 @@ class _LoopErrors:
         loop.default_exception_handler(context)
 
 
-def _protocols_responders() -> list[Responder]:
+def _protocols_responders() -> list[Lent]:
     """The responders each protocol brings (`Protocol.responders`), made anew for this server, in the
     dialects' order, each keeping what it keeps under a key of its own."""
     return [

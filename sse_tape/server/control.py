@@ -102,6 +102,7 @@ class Control:
         journal: Journal,
         streams: Callable[[], int],
         recorder: InFlight | None = None,
+        lasting: frozenset[str] = frozenset(),
     ) -> None:
         self._state = state
         self._matcher = matcher
@@ -109,6 +110,7 @@ class Control:
         self._journal = journal
         self._streams = streams
         self._recorder = recorder
+        self._lasting = lasting  # the keys of what the protocols keep for connections that outlive a test
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: list[asyncio.Future[None]] = []  # those awaiting `idle()`, on the server's loop
         self._resident = 0  # the process's resident set after the last reset (a first one gives back what it can)
@@ -127,10 +129,10 @@ class Control:
 
     def reset(self, *, protocols: bool = True) -> None:
         """Start replay over: every recording unplayed, every count at zero, no misses, nothing received, no
-        background response nor MCP session (nothing a protocol's responder keeps) unless `protocols` is
-        False, the journal empty (the faults and the seed stay as they are). `protocols=False` starts over
-        for the clients already there: their sessions go on (the pytest plugin's shared scopes, before each
-        test)."""
+        background response nor MCP session (nothing a protocol's responder keeps), the journal empty (the
+        faults and the seed stay as they are). `protocols=False` starts over for the clients already there:
+        what belongs to their connections goes on (`ProtocolResponder.lasting`: MCP's sessions), the rest is
+        forgotten (the pytest plugin's shared scopes, before each test)."""
         self._call(functools.partial(self._reset, protocols))
 
     def set_faults(self, faults: Iterable[Fault | str]) -> None:
@@ -230,7 +232,9 @@ class Control:
     def _reset(self, protocols: bool) -> None:
         state = self._state
         # Kept through the store's own reset, as any store keeps them: by their keys.
-        kept = {} if protocols else {key: dict(state.kept(key)) for key in state.snapshot().kept}
+        kept = (
+            {} if protocols else {key: dict(state.kept(key)) for key in state.snapshot().kept if key in self._lasting}
+        )
         state.reset()
         for key, values in kept.items():
             state.kept(key).update(values)

@@ -120,8 +120,12 @@ _LEFT_OPEN = frozenset({End.CLIENT_GONE, End.INTERRUPTED})
 class Sessions(ProtocolResponder):
     """MCP's sessions on replay, and the client's ids in every answer (see the module).
 
+    Its sessions are `lasting`: a client's session goes on through the tests of a shared scope.
+
     `speaks` says which requests are MCP's; `dialect` frames the errors (the SDKs' JSON-RPC error with no id).
     """
+
+    lasting = True
 
     def __init__(self, dialect: Protocol, speaks: Callable[[Request], bool]) -> None:
         self.dialect = dialect
