@@ -32,6 +32,7 @@ from sse_tape.cassette import REDACTED, Interaction, Request, Response
 from sse_tape.checking import check_interactions
 from sse_tape.dialects import DIALECTS, detect
 from sse_tape.dialects.mcp import jsonrpc
+from sse_tape.dialects.mcp import session as session_module
 from sse_tape.dialects.mcp.jsonrpc import rewritten
 from sse_tape.plan import Plan
 from sse_tape.redaction import find_secrets
@@ -319,3 +320,19 @@ async def test_a_miss_away_from_the_protocols_paths_is_answered_in_the_words_its
     else:
         assert got["error"]["type"] == "invalid_request_error"
     assert "sse-tape" in json.dumps(got)
+
+
+async def test_replay_keeps_so_many_sessions_open_at_most_ending_the_oldest(
+    upstream: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(session_module, "MOST_SESSIONS", 3)
+    cassette = tmp_path / "mcp.toml"
+    await _recorded(upstream, cassette)
+    listing = {"jsonrpc": "2.0", "id": 7, "method": "tools/list"}
+    async with aserve(cassette) as mock, httpx.AsyncClient(base_url=mock.url, headers=_HEADERS) as client:
+        minted = [(await client.post("/mcp", json=_INITIALIZE)).headers["mcp-session-id"] for _ in range(5)]
+        assert sum(len(ids) for ids in mock.control.snapshot().kept.values()) == 3
+        answered = [
+            (await client.post("/mcp", json=listing, headers={"mcp-session-id": s})).status_code for s in minted
+        ]
+    assert answered == [404, 404, 200, 200, 200]  # the two oldest ended, as sessions a server expired

@@ -60,10 +60,16 @@ from .jsonrpc import MISSING, client_ids, event_ids, rewritten
 if TYPE_CHECKING:  # what an answer is: the server's, which imports aiohttp
     from aiohttp import web
 
-__all__ = ["HELD", "SESSION_HEADER", "Sessions"]
+__all__ = ["HELD", "MOST_EVENT_IDS", "MOST_SESSIONS", "SESSION_HEADER", "Sessions"]
 
 SESSION_HEADER = "mcp-session-id"
 """The header that carries a session's id, both ways."""
+
+MOST_SESSIONS = 1000
+"""How many sessions replay keeps open at most: a new one past them ends the oldest (its `GET` streams close, and
+its client gets 404 and starts another), so that a long `serve` whose clients never end theirs holds no more."""
+MOST_EVENT_IDS = 10_000
+"""How many event ids a session keeps its streams under, at most: the newest (an older one resumes nothing)."""
 
 HELD = 3600.0
 """How long, at most, a replayed `GET` stream stays open after its recorded events, in seconds (unless its
@@ -99,6 +105,13 @@ class _Session:
         while any(f"{i}~{n}" in self.streams for i in ids):
             n += 1
         return {i: f"{i}~{n}" for i in ids}
+
+    def keep(self, ids: list[str], stream: _Stream) -> None:
+        """Keep `stream` under each of `ids`, forgetting the oldest ids past `MOST_EVENT_IDS`."""
+        for i in ids:
+            self.streams[i] = stream
+        while len(self.streams) > MOST_EVENT_IDS:
+            del self.streams[next(iter(self.streams))]
 
     def hold(self) -> None:
         """Keep the task answering now (a `GET` stream held open), to cancel when the session ends."""
@@ -170,6 +183,11 @@ class Sessions(ProtocolResponder):
         ok = 200 <= plan.status < 300
         if recorded is not None and initialize and ok:
             session = uuid.uuid4().hex
+            while len(incoming.state) >= MOST_SESSIONS:  # the oldest ends, as one a server expired
+                oldest = next(iter(incoming.state))
+                ended = incoming.state.pop(oldest)
+                if isinstance(ended, _Session):
+                    ended.end()
             known = incoming.state[session] = _Session()
             notes.append(f"in a new session {session}")
         if request.method.upper() == "DELETE" and session is not None and isinstance(known, _Session) and ok:
@@ -196,8 +214,7 @@ class Sessions(ProtocolResponder):
         if isinstance(known, _Session) and ids:
             # A copy: the faults that follow act on the plan that goes out, in place.
             kept = _Stream((out if out is not None else plan).copy(), incoming.number, held)
-            for i in ids:
-                known.streams[renamed.get(i, i)] = kept
+            known.keep([renamed.get(i, i) for i in ids], kept)
         if isinstance(known, _Session) and held:
             known.hold()
         if out is None:
