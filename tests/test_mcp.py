@@ -271,6 +271,9 @@ _PROGRESS = '{"jsonrpc":"2.0","method":"notifications/progress","params":{"progr
         ),
         pytest.param([_PROGRESS], ["the stream has no response to the request (id 5)"], id="no response"),
         pytest.param(
+            [_RESULT, _PROGRESS], ["event 2: a message after the response: the stream ends with it"], id="after it"
+        ),
+        pytest.param(
             ['{"id":5,"result":{}}'],
             ["event 1: data is not a JSON-RPC 2.0 message", "the stream has no response to the request (id 5)"],
             id="not JSON-RPC",

@@ -160,7 +160,7 @@ class MCP(Protocol):
 
     def check(self, events: Sequence[ServerSentEvent], request: Request | None = None) -> list[Violation]:
         """Each event's data is one JSON-RPC 2.0 message, a notification with no id; a stream that answers a
-        request ends with its response (and has no other), with the request's id (a `subscriptions/listen`
+        request ends with its response (nothing after it, and no other), with the request's id (a `subscriptions/listen`
         stream, whose client may leave first, may end without one), and a listen stream's messages name it as
         their subscription."""
         c = Checker()
@@ -180,6 +180,8 @@ class MCP(Protocol):
             method = message.get("method")
             if isinstance(method, str) and method.startswith("notifications/") and "id" in message:
                 c.add(i, f"a notification ({method}) with an id")
+            if responses and id is not None and not listen and not _is_response(message):
+                c.add(i, "a message after the response: the stream ends with it")
             if _is_response(message):
                 responses += 1
                 for broken in _response_rules(message, id):
