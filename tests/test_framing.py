@@ -276,3 +276,9 @@ def test_a_stall_in_a_framing_with_no_heartbeat_is_silent_and_says_so(framing: F
     assert plan.beats == []
     assert b"".join(data for _, data in plan.writes) == body
     assert notes[0][1].endswith(f"no heartbeat: {framing.name} has none")
+
+
+def test_an_integer_header_too_big_for_four_bytes_is_written_in_eight() -> None:
+    big = encode_message({":date": 2**40, "n": -5}, b"{}")
+    found = read_message(big)
+    assert found is not None and found[0].headers == {":date": 2**40, "n": -5}

@@ -145,14 +145,19 @@ def _header(name: str, value: HeaderValue) -> bytes:
     key = name.encode()
     if isinstance(value, bool):
         return bytes([len(key)]) + key + bytes([0 if value else 1])
-    if isinstance(value, int):
-        return bytes([len(key)]) + key + b"\x04" + struct.pack(">i", value)
+    if isinstance(value, int):  # 4 bytes where it fits, else 8
+        small = -(2**31) <= value < 2**31
+        return (
+            bytes([len(key)])
+            + key
+            + (b"\x04" + struct.pack(">i", value) if small else b"\x05" + struct.pack(">q", value))
+        )
     raw, kind = (value.encode(), 7) if isinstance(value, str) else (value, 6)
     return bytes([len(key)]) + key + bytes([kind]) + struct.pack(">H", len(raw)) + raw
 
 
 def encode_message(headers: Mapping[str, HeaderValue], payload: bytes) -> bytes:
-    """One message, its CRCs computed (an integer header is written as 4 bytes)."""
+    """One message, its CRCs computed (an integer header is written in 4 bytes where it fits, else 8)."""
     head = b"".join(_header(k, v) for k, v in headers.items())
     total = _PRELUDE + len(head) + len(payload) + _CRC
     prelude = struct.pack(">II", total, len(head))
