@@ -138,7 +138,7 @@ class Forwarder:
             # A page the user has open (another site's, or one rebound to this machine) gets neither the
             # upstream, with the credentials of its URL, nor a place in the cassette.
             return await server.error(exchange, 403, f"not forwarded: {why}", "forbidden")
-        capture = Capture(exchange.request, held=exchange.background)
+        capture = Capture(exchange.request, held=exchange.held)
         if self.recorder is not None:  # a large body's secrets are found off the event loop
             capture.stored = await thorough(self.recorder.storable, exchange.request)
         return await answer_live(

@@ -88,7 +88,7 @@ class Exchange:
     the client that had its answer): the responder notes its end, not the server."""
     noted: int = 0
     """How many faults' notes were given for it (`note_faults`), journaled or not."""
-    background: bool = False
+    held: bool = False
     """Its answer is a stream held open as the server's own (`Protocol.holds`): not counted in flight."""
 
     def events_sent(self) -> int:
@@ -120,7 +120,7 @@ class Host(Protocol):
         """Something in flight is over (a stream a responder recorded): the server may be idle now."""
         ...
 
-    def background(self, exchange: Exchange) -> None:
+    def hold(self, exchange: Exchange) -> None:
         """The exchange's answer is held open as the server's own stream (`Protocol.holds`): not in flight."""
         ...
 

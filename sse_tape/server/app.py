@@ -222,10 +222,10 @@ class MockServer:
         """Something in flight is over (a stream a responder recorded): the server may be idle now."""
         self.control.settle()
 
-    def background(self, exchange: Exchange) -> None:
+    def hold(self, exchange: Exchange) -> None:
         """The exchange's answer is held open as the server's own stream (`Protocol.holds`): not in flight."""
-        if not exchange.background:
-            exchange.background = True
+        if not exchange.held:
+            exchange.held = True
             self._answering -= 1
             self.control.settle()
 
@@ -450,7 +450,7 @@ class MockServer:
             if found is None and (spoken := speaking(exchange.request)) is not None:
                 exchange.dialect = spoken  # a protocol told by what the request carries frames its errors
             if exchange.dialect.holds(exchange.request):
-                self.background(exchange)
+                self.hold(exchange)
             # Kept as it arrived, in a request of its own: the body that answering parses (and keeps, see
             # `Request.json`) goes with the answer, not into the last 10,000 requests kept here.
             self._state.add_received(Request(request.method, request.path, request.query, request.headers, body))
@@ -469,7 +469,7 @@ class MockServer:
             exchange.end = End.INTERRUPTED if self.closing else End.CLIENT_GONE
             raise
         finally:
-            if not exchange.background:
+            if not exchange.held:
                 self._answering -= 1
             if not exchange.ends_later:
                 self.ended(exchange)
