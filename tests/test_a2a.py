@@ -225,12 +225,22 @@ async def test_check_knows_a_recorded_task_as_a2a(agent: Agent, tmp_path: Path) 
 async def test_a_fault_reaches_the_client_as_a_real_agents_failure(agent: Agent, tmp_path: Path, fault: str) -> None:
     cassette = tmp_path / "a2a.toml"
     live = await _recorded(agent, cassette)
-    async with aserve(cassette, faults=[fault]) as mock:
+    path = "/a2a" if agent.binding == "JSONRPC" else "/message:stream"  # the message's stream, not the card's
+    async with aserve(cassette, faults=[f"{fault},path={path}"]) as mock:
+        replayed: list[dict[str, Any]] = []
         if "task_failed" not in fault:
             with pytest.raises(A2AError, match="injected by sse-tape"):
                 await asyncio.wait_for(_streamed(mock.url, agent.binding, "m-live"), 30)
-            return
-        replayed = await asyncio.wait_for(_streamed(mock.url, agent.binding, "m-live"), 30)
+        else:
+            replayed = await asyncio.wait_for(_streamed(mock.url, agent.binding, "m-live"), 30)
+        # Failed before its recorded end, the task is over: subscribing again is refused, as a real agent does.
+        factory = ClientFactory(ClientConfig(streaming=True, supported_protocol_bindings=[agent.binding]))
+        client = await factory.create_from_url(mock.url)
+        with pytest.raises(A2AError, match="is in terminal state: TASK_STATE_FAILED"):
+            [event async for event in client.subscribe(SubscribeToTaskRequest(id=live[0]["task"]["id"]))]
+        await client.close()
+    if "task_failed" not in fault:
+        return
     assert replayed[:3] == live[:3]
     assert _states(replayed) == ["TASK_STATE_SUBMITTED", "TASK_STATE_WORKING", "TASK_STATE_FAILED"]
     failed = replayed[-1]["statusUpdate"]

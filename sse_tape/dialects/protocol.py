@@ -325,9 +325,10 @@ class Kept:
     it) unless it is a `stream`; None: replay's goes out."""
     stream: bool = False
     """Whether `answer` is an event stream (every fault acts on it, as on replay's), not one JSON document."""
-    ended: Callable[[int], None] | None = None
+    ended: Callable[[int, bool], None] | None = None
     """Told, once the answer is over, how many of its events the client got (a stream a fault cut short: fewer
-    than it has), for a responder that goes on from there later (A2A's resubscription)."""
+    than it has) and whether the last of them ended the stream (`Protocol.is_terminal`: a fault's error, a task
+    it failed), for a responder that goes on from there later (A2A's resubscription)."""
     answered: Callable[[int], None] | None = None
     """Told the status the answer goes out with, once the faults have acted on it (a session answered 404 is
     over); None: nothing to tell."""

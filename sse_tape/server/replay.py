@@ -213,7 +213,10 @@ class Replay(Attached):
             return await server.send(exchange, plan, prepared.writes if plan is prepared.plan else None)
         finally:
             if kept is not None and kept.ended is not None:
-                kept.ended(exchange.events_sent())
+                sent = exchange.events_sent()
+                events = plan.events if sent else []
+                last = events[sent - 1].event if 0 < sent <= len(events) else None
+                kept.ended(sent, last is not None and dialect.is_terminal(last))
 
     def _faults_of(self, recording: Recording) -> list[Fault]:
         """The faults a recording notes its client got, to act on every replay of it (not by chance, nor a

@@ -99,6 +99,8 @@ class Replies(ProtocolResponder):
         found = [payload(r) for r in results[:seen]]
         if seen >= len(results) or any(p is not None and is_final(p) for p in found):
             state = next((_state_of(p[1]) for p in reversed(found) if p is not None and p[0] != "artifact"), None)
+            if streamed.get("failed"):  # its client saw it fail, not end as recorded
+                state = "TASK_STATE_FAILED"
             version = incoming.request.header("a2a-version") or ""
             status, answer = _over(task, state, id if jsonrpc else _MISSING, legacy=version.startswith("0."))
             incoming.note(status, f"task {task} is over: its client got its final event")
@@ -167,7 +169,7 @@ def _answer(state: MutableMapping[str, Any], body: Any, plan: Plan) -> Kept | No
 
 def _kept_task(
     state: MutableMapping[str, Any], messages: Sequence[Any], times: Sequence[float]
-) -> Callable[[int], None] | None:
+) -> Callable[[int, bool], None] | None:
     """Keep a task's stream (its results and their times) in `state`; what notes how many of its events the
     client got. None for a stream that is no task's."""
     results = [m.get("result") if isinstance(m, dict) and m.get("jsonrpc") == "2.0" else m for m in messages]
@@ -177,10 +179,11 @@ def _kept_task(
     key = _TASK + task
     state[key] = {"results": results, "times": list(times), "seen": 0}
 
-    def ended(got: int) -> None:
+    def ended(got: int, over: bool) -> None:
         streamed = state.get(key)
-        if streamed is not None:
-            state[key] = {**streamed, "seen": got}
+        if streamed is not None:  # a stream the client saw end (a fault's failure too) has nothing more to give
+            failed = over and got < len(results)  # ended before its recorded end: by a fault's error or failure
+            state[key] = {**streamed, "seen": len(results) if over else got, "failed": failed}
 
     return ended
 
