@@ -15,7 +15,6 @@ import contextlib
 import json
 import signal
 import socket
-import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,6 @@ from typing import Any
 import httpx
 import processes
 import pytest
-import uvicorn
 from a2a.client import ClientConfig, ClientFactory
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
@@ -48,8 +46,8 @@ from a2a.types import (
 )
 from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict
+from sdk_servers import on_loopback
 from starlette.applications import Starlette
-from waits import until
 
 from sse_tape import Cassette, aserve
 from sse_tape.cassette import Interaction, Request, Response
@@ -113,7 +111,7 @@ def agent(request: pytest.FixtureRequest) -> Iterator[Agent]:
 def _serving(binding: str, version: str) -> Iterator[Agent]:
     """A real a2a-sdk agent on a free loopback port, in `binding` at `version`, its card naming a port kept
     free for the recorder in front of it."""
-    port, public = _free_port(), f"http://127.0.0.1:{_free_port()}"
+    public = f"http://127.0.0.1:{_free_port()}"
     url = f"{public}/a2a" if binding == "JSONRPC" else public
     card = AgentCard(
         name="echo",
@@ -131,13 +129,8 @@ def _serving(binding: str, version: str) -> Iterator[Agent]:
         *create_jsonrpc_routes(handler, "/a2a", enable_v0_3_compat=True),
         *create_rest_routes(handler, enable_v0_3_compat=True),
     ]
-    server = uvicorn.Server(uvicorn.Config(Starlette(routes=routes), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    until(lambda: server.started, "the A2A server to start")
-    yield Agent(f"http://127.0.0.1:{port}", public, binding, version)
-    server.should_exit = True
-    thread.join()
+    with on_loopback(Starlette(routes=routes), "the A2A server") as served:
+        yield Agent(served, public, binding, version)
 
 
 async def _streamed(url: str, binding: str, message_id: str, text: str = "hello big world") -> list[dict[str, Any]]:

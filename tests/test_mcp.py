@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,11 +19,9 @@ from typing import Any
 import httpx
 import processes
 import pytest
-import uvicorn
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp.server.mcpserver import Context, MCPServer
-from waits import until
+from sdk_servers import mcp_tools, on_loopback
 
 from sse_tape import Cassette, aserve
 from sse_tape.cassette import REDACTED, Interaction, Request, Response
@@ -39,39 +35,12 @@ from sse_tape.redaction import find_secrets
 from sse_tape.sse import ServerSentEvent, SSEDecoder
 
 
-def _server() -> MCPServer:
-    server = MCPServer("recorded")
-
-    @server.tool()
-    def add(a: int, b: int) -> int:
-        """Add two numbers."""
-        return a + b
-
-    @server.tool()
-    async def count(n: int, ctx: Context) -> str:
-        """Count to n, reporting each step as progress."""
-        for i in range(n):
-            await ctx.report_progress(i + 1, n, f"step {i + 1}")
-        return f"counted {n}"
-
-    return server
-
-
 @pytest.fixture(params=["sse", "json"])
 def upstream(request: pytest.FixtureRequest) -> Iterator[str]:
     """A real MCP server over Streamable HTTP on a free loopback port, answering each request with an SSE stream
     or (`json`) one JSON response: its base URL."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    app = _server().streamable_http_app(json_response=request.param == "json")
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    until(lambda: server.started, "the MCP server to start")
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join()
+    with on_loopback(mcp_tools().streamable_http_app(json_response=request.param == "json"), "the MCP server") as url:
+        yield url
 
 
 async def _session(url: str, *, progress_first: bool) -> dict[str, Any]:

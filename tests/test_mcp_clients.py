@@ -11,19 +11,16 @@ import contextlib
 import re
 import runpy
 import signal
-import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import processes
 import pytest
-import uvicorn
 from click.testing import CliRunner
 from matrix import NodeModules, Workers
 from mcp.server.mcpserver import MCPServer
-from waits import until
+from sdk_servers import on_loopback
 
 from sse_tape import Cassette, serve
 from sse_tape.cassette import Chunk, Interaction, Request, Response
@@ -46,19 +43,8 @@ def tools_server(folder: Path) -> Iterator[str]:
     source.write_text(EXAMPLES["tools.py"], encoding="utf-8")
     server = runpy.run_path(str(source))["server"]  # not as __main__: it does not run itself
     assert isinstance(server, MCPServer)
-    app = server.streamable_http_app()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    served = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=served.run, daemon=True)
-    thread.start()
-    until(lambda: served.started, "the MCP server to start")
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        served.should_exit = True
-        thread.join()
+    with on_loopback(server.streamable_http_app(), "the MCP server") as url:
+        yield url
 
 
 def test_the_worked_example_records_a_session_per_test_once_then_replays_it_offline(

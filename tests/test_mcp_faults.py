@@ -15,8 +15,6 @@ import asyncio
 import json
 import random
 import signal
-import socket
-import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -25,14 +23,13 @@ from typing import Any
 import httpx
 import processes
 import pytest
-import uvicorn
 from mcp import Client
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp.types import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST, REQUEST_TIMEOUT, TextContent
-from waits import auntil, until
+from sdk_servers import mcp_tools, on_loopback
+from waits import auntil
 
 from sse_tape import MockServer, aserve
 from sse_tape.cassette import Request
@@ -46,39 +43,12 @@ from sse_tape.sse import SSEDecoder
 _STEPS = [(1.0, 3.0, "step 1"), (2.0, 3.0, "step 2"), (3.0, 3.0, "step 3")]
 
 
-def _server() -> MCPServer:
-    server = MCPServer("recorded")
-
-    @server.tool()
-    def add(a: int, b: int) -> int:
-        """Add two numbers."""
-        return a + b
-
-    @server.tool()
-    async def count(n: int, ctx: Context) -> str:
-        """Count to n, reporting each step as progress."""
-        for i in range(n):
-            await ctx.report_progress(i + 1, n, f"step {i + 1}")
-        return f"counted {n}"
-
-    return server
-
-
 @contextmanager
 def _upstream(*, json_response: bool) -> Iterator[str]:
     """A real MCP server over Streamable HTTP, answering each request with an SSE stream or (`json_response`)
     one JSON answer: its base URL."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    app = _server().streamable_http_app(json_response=json_response)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    until(lambda: server.started, "the MCP server to start")
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join()
+    with on_loopback(mcp_tools().streamable_http_app(json_response=json_response), "the MCP server") as url:
+        yield url
 
 
 async def _whole_session(url: str) -> None:

@@ -15,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -26,13 +24,12 @@ import httpx
 import mcp_types
 import processes
 import pytest
-import uvicorn
 from click.testing import CliRunner
 from mcp import Client
 from mcp.client.session import ClientRequestContext
 from mcp.server.mcpserver import Context, Elicit, MCPServer, Resolve
 from pydantic import BaseModel
-from waits import until
+from sdk_servers import mcp_tools, on_loopback
 
 from sse_tape import Cassette, aserve
 from sse_tape.cassette import Chunk, Interaction, Request, Response
@@ -56,19 +53,7 @@ def _ask_name() -> Elicit[_Name]:
 
 
 def _server() -> MCPServer:
-    server = MCPServer("recorded")
-
-    @server.tool()
-    def add(a: int, b: int) -> int:
-        """Add two numbers."""
-        return a + b
-
-    @server.tool()
-    async def count(n: int, ctx: Context) -> str:
-        """Count to n, reporting each step as progress."""
-        for i in range(n):
-            await ctx.report_progress(i + 1, n, f"step {i + 1}")
-        return f"counted {n}"
+    server = mcp_tools()
 
     @server.tool()
     def greet(who: Annotated[_Name, Resolve(_ask_name)]) -> str:
@@ -88,17 +73,8 @@ def _server() -> MCPServer:
 def upstream(request: pytest.FixtureRequest) -> Iterator[str]:
     """A real MCP server over Streamable HTTP on a free loopback port, answering each request with an SSE stream
     or (`json`) one JSON response (a listen stream is a stream all the same): its base URL."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    app = _server().streamable_http_app(json_response=request.param == "json")
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    until(lambda: server.started, "the MCP server to start")
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join()
+    with on_loopback(_server().streamable_http_app(json_response=request.param == "json"), "the MCP server") as url:
+        yield url
 
 
 async def _answer(context: ClientRequestContext, params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:

@@ -15,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
-import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -25,7 +23,6 @@ from typing import Any
 import httpx
 import processes
 import pytest
-import uvicorn
 from mcp import types
 from mcp.client.context import ClientRequestContext
 from mcp.client.session import ClientSession
@@ -33,7 +30,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
 from pydantic import BaseModel
-from waits import auntil, until
+from sdk_servers import on_loopback
+from waits import auntil
 
 from sse_tape import Cassette, aserve
 from sse_tape.cassette import Request
@@ -112,17 +110,10 @@ def _server() -> MCPServer:
 @pytest.fixture
 def upstream() -> Iterator[str]:
     """A real MCP server over Streamable HTTP with an event store on a free loopback port: its base URL."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    app = _server().streamable_http_app(event_store=_EventStore(), retry_interval=50)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    until(lambda: server.started, "the MCP server to start")
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join()
+    with on_loopback(
+        _server().streamable_http_app(event_store=_EventStore(), retry_interval=50), "the MCP server"
+    ) as url:
+        yield url
 
 
 async def _elicited(context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
