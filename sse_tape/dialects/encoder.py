@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from ..sse import ServerSentEvent
-from .events import Error, Event
+from .events import Error, Event, Finish, ToolCallDelta, ToolCallEnd, ToolCallStart
 
-__all__ = ["Decoder", "Encoder"]
+__all__ = ["Decoder", "Encoder", "WholeCall", "WholeCalls"]
 
 
 class Decoder(Protocol):
@@ -82,3 +83,35 @@ class Encoder(ABC):
     def _sync(self, sent: Sequence[ServerSentEvent]) -> None:
         """Take from the wire what the neutral events do not carry; nothing by default."""
         return
+
+
+@dataclass(slots=True)
+class WholeCall:
+    """A tool call gathered whole (see `WholeCalls`): its id, its name and all its arguments."""
+
+    id: str
+    name: str
+    arguments: str = ""
+
+
+class WholeCalls:
+    """Gathers each tool call from its start, deltas and end, for an encoder whose API sends a call whole, at
+    once (Gemini's, Ollama's): `feed` gives the calls an event completes, a call's end its call, the finish
+    every call still open (a call left open when generation finishes ends with it). An error completes none:
+    a call not yet whole is never sent."""
+
+    def __init__(self) -> None:
+        self.open: dict[int, WholeCall] = {}
+
+    def feed(self, event: Event) -> list[WholeCall]:
+        """The calls `event` completes, in order; none for an event that completes none."""
+        if isinstance(event, ToolCallStart):
+            self.open[event.index] = WholeCall(event.id, event.name)
+        elif isinstance(event, ToolCallDelta) and event.index in self.open:
+            self.open[event.index].arguments += event.arguments
+        elif isinstance(event, ToolCallEnd) and event.index in self.open:
+            return [self.open.pop(event.index)]
+        elif isinstance(event, Finish):
+            done, self.open = list(self.open.values()), {}
+            return done
+        return []

@@ -5,14 +5,13 @@ and its answer.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from ... import _json
 from ...sse import ServerSentEvent
 from ..answer import Answer
-from ..encoder import Encoder
+from ..encoder import Encoder, WholeCall, WholeCalls
 from ..events import (
     Error,
     Event,
@@ -239,13 +238,6 @@ def _created(value: Any) -> int:
         return 0
 
 
-@dataclass(slots=True)
-class _Call:
-    id: str
-    name: str
-    arguments: str = ""
-
-
 class GeminiEncoder(Encoder):
     """gemini's encoder: a whole `GenerateContentResponse` per chunk, function calls whole, the finish with the
     usage last."""
@@ -254,12 +246,14 @@ class GeminiEncoder(Encoder):
         super().__init__(dialect)
         self.start = Start()
         self.server_calls = ServerCalls()
-        self.calls: dict[int, _Call] = {}
+        self.calls = WholeCalls()
         self.finish: Finish | None = None  # the last chunk waits for the usage that follows the finish
 
     def _event(self, event: Event) -> None:
         if self.server_calls.skip(event):
             return  # a tool the server ran itself (LM Studio's): Gemini's function calls are the client's
+        for call in self.calls.feed(event):
+            self.call(call)
         if isinstance(event, Start):
             self.start = event
         elif isinstance(event, TextDelta):
@@ -268,15 +262,7 @@ class GeminiEncoder(Encoder):
             self.chunk([{"text": event.text}])  # Gemini has no refusal of its own: it is the answer
         elif isinstance(event, ReasoningDelta):
             self.chunk([{"text": event.text, "thought": True}])
-        elif isinstance(event, ToolCallStart):
-            self.calls[event.index] = _Call(event.id, event.name)
-        elif isinstance(event, ToolCallDelta) and event.index in self.calls:
-            self.calls[event.index].arguments += event.arguments
-        elif isinstance(event, ToolCallEnd) and event.index in self.calls:
-            self.call(self.calls.pop(event.index))
         elif isinstance(event, Finish):
-            for index in list(self.calls):  # a call still open when generation finishes ends with it
-                self.call(self.calls.pop(index))
             self.finish = event
         elif isinstance(event, Usage):
             self.last(event)
@@ -290,7 +276,7 @@ class GeminiEncoder(Encoder):
     def chunk(self, parts: list[dict[str, Any]], **fields: Any) -> None:
         self.frames.append(_frame(_response(self.start, parts, **fields)))
 
-    def call(self, call: _Call) -> None:
+    def call(self, call: WholeCall) -> None:
         """A function call, whole; one whose arguments are no JSON object (cut short) is never sent:
         the API sends a call whole or not at all."""
         args = as_object(call.arguments)

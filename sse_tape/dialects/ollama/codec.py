@@ -18,7 +18,7 @@ from typing import Any
 from ... import _json
 from ...sse import ServerSentEvent
 from ..answer import Answer
-from ..encoder import Encoder
+from ..encoder import Encoder, WholeCall, WholeCalls
 from ..events import (
     Error,
     Event,
@@ -148,12 +148,6 @@ def _usage(obj: dict[str, Any]) -> Usage | None:
 _DONE_REASONS = {"stop": "stop", "length": "length", "tool_calls": "stop", "content_filter": "stop"}
 
 
-@dataclass(slots=True)
-class _Call:
-    name: str
-    arguments: str = ""
-
-
 class OllamaEncoder(Encoder):
     """Ollama's encoder: a line for each piece of text or thinking, a call whole when it ends, and the last
     line, with its stats, when the usage that follows the finish comes (or the stream ends)."""
@@ -163,7 +157,7 @@ class OllamaEncoder(Encoder):
         self.shape = shape
         self.start = Start()
         self.server_calls = ServerCalls()
-        self.calls: dict[int, _Call] = {}
+        self.calls = WholeCalls()
         self.finish: Finish | None = None
         self.load: float | None = None
         self.output = 0  # the lines that carried output, counted for stats a stream with no usage lacks
@@ -171,6 +165,8 @@ class OllamaEncoder(Encoder):
     def _event(self, event: Event) -> None:
         if self.server_calls.skip(event):
             return  # a tool the server ran itself (LM Studio's): Ollama's calls are the client's
+        for call in self.calls.feed(event) if self.shape.chat else ():  # generate has no tools
+            self.call(call)
         if isinstance(event, Start):
             self.start = event
         elif isinstance(event, ModelLoadEnd):
@@ -180,15 +176,7 @@ class OllamaEncoder(Encoder):
             self.line(self.said(event.text), logprobs=token_entries(logprobs) if logprobs is not None else None)
         elif isinstance(event, ReasoningDelta):
             self.line(self.said("", thinking=event.text))
-        elif isinstance(event, ToolCallStart) and self.shape.chat:
-            self.calls[event.index] = _Call(event.name)
-        elif isinstance(event, ToolCallDelta) and event.index in self.calls:
-            self.calls[event.index].arguments += event.arguments
-        elif isinstance(event, ToolCallEnd) and event.index in self.calls:
-            self.call(self.calls.pop(event.index))
         elif isinstance(event, Finish):
-            for index in list(self.calls):  # a call still open when generation finishes ends with it
-                self.call(self.calls.pop(index))
             self.finish = event
         elif isinstance(event, Usage):
             self.last(event)
@@ -217,7 +205,7 @@ class OllamaEncoder(Encoder):
         if not done:
             self.output += 1
 
-    def call(self, call: _Call) -> None:
+    def call(self, call: WholeCall) -> None:
         """A tool call, whole; one whose arguments are no JSON object (cut short) is never sent."""
         arguments = as_object(call.arguments)
         if arguments is not None:
