@@ -149,7 +149,7 @@ class A2A(Protocol):
         return method if isinstance(method, str) else None
 
     def responders(self) -> Sequence[ProtocolResponder]:
-        return (Replies(self, self.speaks),)
+        return (Replies(self),)
 
     def speaks(self, request: Request) -> bool:
         """Whether `request` is A2A's: to one of its paths, or carrying its header or one of its methods."""

@@ -62,16 +62,15 @@ class Replies(ProtocolResponder):
     """A2A's answers with the client's own ids, its agent card naming the replay, and its tasks resubscribed to
     (see the module).
 
-    `dialect` frames the faults on a resubscription; `speaks` says which requests are A2A's.
+    `dialect` tells its requests (`A2A.speaks`) and frames the faults on a resubscription.
     """
 
-    def __init__(self, dialect: Protocol, speaks: Callable[[Request], bool]) -> None:
+    def __init__(self, dialect: Protocol) -> None:
         self.dialect = dialect
-        self.speaks = speaks
 
     async def respond(self, incoming: Incoming) -> web.StreamResponse | None:
         request = incoming.request
-        if not self.speaks(request):
+        if not self.dialect.speaks(request):
             return None
         if request.path.rstrip("/").endswith(CARD_PATHS):
             host = request.header("host")

@@ -144,7 +144,7 @@ class MCP(Protocol):
         return False
 
     def responders(self) -> Sequence[ProtocolResponder]:
-        return (Sessions(self, self.speaks),)
+        return (Sessions(self),)
 
     def holds(self, request: Request) -> bool:
         """A `GET` (the server's stream to the client, or one resumed with `Last-Event-ID`) and a 2026-07-28

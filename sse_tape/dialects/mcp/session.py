@@ -47,12 +47,12 @@ import asyncio
 import functools
 import uuid
 import weakref
-from collections.abc import Callable, MutableMapping
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ... import _json
-from ...cassette import End, Request
+from ...cassette import End
 from ...plan import Plan
 from ..protocol import Incoming, Kept, Protocol, ProtocolResponder
 from .jsonrpc import MISSING, client_ids, event_ids, rewritten
@@ -135,18 +135,17 @@ class Sessions(ProtocolResponder):
 
     Its sessions are `lasting`: a client's session goes on through the tests of a shared scope.
 
-    `speaks` says which requests are MCP's; `dialect` frames the errors (the SDKs' JSON-RPC error with no id).
+    `dialect` tells its requests (`MCP.speaks`) and frames the errors (the SDKs' JSON-RPC error with no id).
     """
 
     lasting = True
 
-    def __init__(self, dialect: Protocol, speaks: Callable[[Request], bool]) -> None:
+    def __init__(self, dialect: Protocol) -> None:
         self.dialect = dialect
-        self.speaks = speaks
 
     async def respond(self, incoming: Incoming) -> web.StreamResponse | None:
         request = incoming.request
-        if not self.speaks(request):
+        if not self.dialect.speaks(request):
             return None
         session = request.header(SESSION_HEADER)
         last = request.header("Last-Event-ID")
