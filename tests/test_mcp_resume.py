@@ -435,3 +435,19 @@ async def test_a_get_stream_resumed_after_its_last_event_id_goes_on_and_stays_op
     [opened] = [e for e in _gets(journal) if isinstance(e, Matched)]
     [again] = [e for e in _gets(journal) if isinstance(e, Answered)]
     assert again.what == f"the stream of request {opened.request} resumed after event id {first[0].id!r}"
+
+
+async def test_a_reset_ends_the_get_streams_of_the_sessions_it_forgets(recorded: tuple[Path, dict[str, Any]]) -> None:
+    cassette, _ = recorded
+    async with aserve(cassette) as mock, httpx.AsyncClient(base_url=mock.url, headers=_HEADERS) as client:
+        session = await _opened(client, cassette)
+        async with client.stream("GET", "/mcp", headers=session) as stream:
+            rest = asyncio.ensure_future(_rest(stream.aiter_bytes()))
+            done, _ = await asyncio.wait([rest], timeout=0.5)
+            assert not done  # held open
+            mock.control.reset(protocols=False)  # between the tests of a shared scope: the session lasts
+            done, _ = await asyncio.wait([rest], timeout=0.5)
+            assert not done
+            mock.control.reset()  # the session is forgotten: its GET stream closes, as on its DELETE
+            with pytest.raises(httpx.RemoteProtocolError):
+                await asyncio.wait_for(rest, 30)

@@ -396,6 +396,11 @@ class ProtocolResponder(ABC):
     async def respond(self, incoming: Incoming) -> web.StreamResponse | None:
         """Answer the request (see `Incoming`), or return None to leave it to the responders behind."""
 
+    def forget(self, kept: MutableMapping[str, Any]) -> None:
+        """What it keeps (`kept`, its `Incoming.state`) is about to be forgotten by a reset: end what would
+        outlive it (MCP's `GET` streams held open); nothing by default."""
+        return
+
 
 def check_error_response(response: Response) -> list[Violation]:
     """What is wrong with an error response before the stream: the APIs send `{"error": {"message": ...}}`."""

@@ -195,7 +195,7 @@ class MockServer:
             journal=self.journal,
             streams=lambda: self._answering,
             recorder=self.recorder,
-            lasting=frozenset(responder.key for responder in lent if responder.responder.lasting),
+            protocols={responder.key: responder.responder for responder in lent},
         )
         """The way in from outside: reset, faults, the seed, a snapshot, and waiting until the server is idle."""
         self.closing = False

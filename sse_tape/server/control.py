@@ -19,10 +19,11 @@ import functools
 import resource
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from .._exceptions import ConfigError
 from ..cassette import Recording, Request
+from ..dialects import ProtocolResponder
 from ..faults import Fault, Injector, parse_fault
 from ..journal import Journal, Miss
 from ..matching import Matcher
@@ -102,7 +103,7 @@ class Control:
         journal: Journal,
         streams: Callable[[], int],
         recorder: InFlight | None = None,
-        lasting: frozenset[str] = frozenset(),
+        protocols: Mapping[str, ProtocolResponder] | None = None,
     ) -> None:
         self._state = state
         self._matcher = matcher
@@ -110,7 +111,7 @@ class Control:
         self._journal = journal
         self._streams = streams
         self._recorder = recorder
-        self._lasting = lasting  # the keys of what the protocols keep for connections that outlive a test
+        self._protocols = protocols or {}  # the protocols' responders, by the key of what each keeps
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: list[asyncio.Future[None]] = []  # those awaiting `idle()`, on the server's loop
         self._resident = 0  # the process's resident set after the last reset (a first one gives back what it can)
@@ -231,10 +232,13 @@ class Control:
 
     def _reset(self, protocols: bool) -> None:
         state = self._state
-        # Kept through the store's own reset, as any store keeps them: by their keys.
-        kept = (
-            {} if protocols else {key: dict(state.kept(key)) for key in state.snapshot().kept if key in self._lasting}
-        )
+        # What lasts is kept through the store's own reset, as any store keeps it: by its key; the rest ends first.
+        kept: dict[str, dict[str, Any]] = {}
+        for key, responder in self._protocols.items():
+            if protocols or not responder.lasting:
+                responder.forget(state.kept(key))
+            else:
+                kept[key] = dict(state.kept(key))
         state.reset()
         for key, values in kept.items():
             state.kept(key).update(values)

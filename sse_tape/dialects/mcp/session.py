@@ -143,6 +143,12 @@ class Sessions(ProtocolResponder):
     def __init__(self, dialect: Protocol) -> None:
         self.dialect = dialect
 
+    def forget(self, kept: MutableMapping[str, Any]) -> None:
+        """The sessions a reset forgets end as a `DELETE` ends them: their `GET` streams held open close."""
+        for session in kept.values():
+            if isinstance(session, _Session):
+                session.end()
+
     async def respond(self, incoming: Incoming) -> web.StreamResponse | None:
         request = incoming.request
         if not self.dialect.speaks(request):
