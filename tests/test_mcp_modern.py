@@ -36,8 +36,9 @@ from sse_tape.cassette import Chunk, Interaction, Request, Response
 from sse_tape.checking import check_interactions
 from sse_tape.cli import cli
 from sse_tape.dialects import DIALECTS
+from sse_tape.dialects.json_rpc import MISSING
 from sse_tape.dialects.mcp import jsonrpc
-from sse_tape.dialects.mcp.jsonrpc import MISSING, rewritten
+from sse_tape.dialects.mcp.jsonrpc import rewritten
 from sse_tape.plan import Plan
 from sse_tape.sse import ServerSentEvent, SSEDecoder
 

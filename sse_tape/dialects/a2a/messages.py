@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ... import _json
 from ...cassette import Request
 from ...cassette.model import agrees_as_recorded
+from .. import json_rpc
+from ..json_rpc import MISSING, shown
 
 __all__ = [
     "CARD_PATHS",
@@ -171,21 +172,15 @@ def comparable(body: Any) -> Any:
 def a2a(request: Request, recorded: Request) -> str | None:
     """The body as A2A: the method, the message's parts and every other field compared as data, never the ids
     the client mints (see `comparable`); a body that is not JSON compared whole."""
-    here, there = request.json(), recorded.json()
-    if here is None and there is None:
-        return None if request.body == recorded.body else "body differs"
-    a, b = comparable(here), comparable(there)
-    if agrees_as_recorded(a, b):
-        return None
-    if isinstance(a, dict) and isinstance(b, dict) and a.get("method") != b.get("method"):
-        return f"method is {_json.dumps(a.get('method'))}, recorded {_json.dumps(b.get('method'))}"
+    return json_rpc.matched(request, recorded, comparable, _explained)
+
+
+def _explained(a: Any, b: Any) -> str | None:
+    """Why two comparable A2A requests of one method differ: their messages' parts, where those differ."""
     mine, theirs = sent_message(a), sent_message(b)
     key = "parts" if theirs is None or "content" not in theirs else "content"  # 0.3's REST: `content`
     if mine is not None and theirs is not None and not agrees_as_recorded(mine.get(key), theirs.get(key)):
-        return f"the message's parts differ: {_shown(mine.get(key))}, recorded {_shown(theirs.get(key))}"
-    return "body differs"
-
-
-def _shown(value: Any) -> str:
-    text = _json.dumps(value) if value is not None else "absent"
-    return text if len(text) <= 60 else text[:57] + "..."
+        return (
+            f"the message's parts differ: {shown(mine.get(key, MISSING))}, recorded {shown(theirs.get(key, MISSING))}"
+        )
+    return None

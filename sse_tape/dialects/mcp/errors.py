@@ -23,9 +23,9 @@ from ...cassette import Interaction, Request, Response
 from ...sse import ServerSentEvent, encode_event
 from .. import json_rpc
 from ..events import Error
-from ..json_rpc import INTERNAL_ERROR
+from ..json_rpc import INTERNAL_ERROR, MISSING
 from ..protocol import to_json
-from .jsonrpc import MISSING, client_ids
+from .jsonrpc import client_ids
 from .revision import revision_of, stateless
 
 __all__ = ["INTERNAL_ERROR", "REQUEST_TIMEOUT", "error_response", "frame", "progress", "request_id", "tool_error"]

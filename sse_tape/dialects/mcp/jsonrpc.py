@@ -37,11 +37,11 @@ from ... import _json
 from ...cassette import Request
 from ...cassette.model import agrees_as_recorded
 from ...plan import Plan, data_swapped
+from .. import json_rpc
+from ..json_rpc import MISSING, shown
 
-__all__ = ["MISSING", "SUBSCRIPTION_ID", "client_ids", "comparable", "event_ids", "jsonrpc", "rewritten"]
+__all__ = ["SUBSCRIPTION_ID", "client_ids", "comparable", "event_ids", "jsonrpc", "rewritten"]
 
-MISSING: Any = object()
-"""What `client_ids` gives for an id or a token the request does not carry."""
 
 SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 """The `_meta` key by which a `subscriptions/listen` stream's messages name the listen request's id (2026-07-28)."""
@@ -81,22 +81,22 @@ def comparable(body: Any) -> Any:
 def jsonrpc(request: Request, recorded: Request) -> str | None:
     """The body as JSON-RPC: method and params compared as data, never the client's `id`, its
     `progressToken` nor a trace context; a body that is not JSON-RPC compared whole, as the `body` matcher does."""
-    here, there = request.json(), recorded.json()
-    if here is None and there is None:
-        return None if request.body == recorded.body else "body differs"
-    a, b = comparable(here), comparable(there)
-    if agrees_as_recorded(a, b):
+    return json_rpc.matched(request, recorded, comparable, _explained)
+
+
+def _explained(a: Any, b: Any) -> str | None:
+    """Why two comparable JSON-RPC messages of one method differ: a request against a notification, else the
+    first member of their params (or result, or error) that differs."""
+    if not isinstance(a, dict) or not isinstance(b, dict):
         return None
-    if isinstance(a, dict) and isinstance(b, dict) and a.get("method") != b.get("method"):
-        return f"method is {_json.dumps(a.get('method'))}, recorded {_json.dumps(b.get('method'))}"
-    if isinstance(a, dict) and isinstance(b, dict) and ("id" in a) != ("id" in b):
+    if ("id" in a) != ("id" in b):
         kinds = ("a notification (no id)", "a request") if "id" in b else ("a request", "a notification (no id)")
         return f"body is {kinds[0]}, recorded {kinds[1]}"
     for key in ("params", "result", "error"):
-        if isinstance(a, dict) and isinstance(b, dict) and not agrees_as_recorded(a.get(key), b.get(key)):
+        if not agrees_as_recorded(a.get(key), b.get(key)):
             path, here, there = _first_difference(key, a.get(key, MISSING), b.get(key, MISSING))
-            return f"{path} is {_shown(here)}, recorded {_shown(there)}"
-    return "body differs"
+            return f"{path} is {shown(here)}, recorded {shown(there)}"
+    return None
 
 
 def _first_difference(path: str, here: Any, there: Any) -> tuple[str, Any, Any]:
@@ -110,11 +110,6 @@ def _first_difference(path: str, here: Any, there: Any) -> tuple[str, Any, Any]:
 
 def _agree(here: dict[str, Any], there: dict[str, Any], key: str) -> bool:
     return key in here and key in there and agrees_as_recorded(here[key], there[key])
-
-
-def _shown(value: Any) -> str:
-    text = _json.dumps(value) if value is not MISSING else "absent"
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _answering(message: Any, id: Any, token: Any) -> Any:

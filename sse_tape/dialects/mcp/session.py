@@ -54,8 +54,9 @@ from typing import TYPE_CHECKING, Any
 from ... import _json
 from ...cassette import End
 from ...plan import Plan
+from ..json_rpc import MISSING
 from ..protocol import Incoming, Kept, Protocol, ProtocolResponder
-from .jsonrpc import MISSING, client_ids, event_ids, rewritten
+from .jsonrpc import client_ids, event_ids, rewritten
 
 if TYPE_CHECKING:  # what an answer is: the server's, which imports aiohttp
     from aiohttp import web
