@@ -283,3 +283,13 @@ def test_an_integer_header_too_big_for_four_bytes_is_written_in_eight() -> None:
     found = read_message(big)
     assert found is not None
     assert found[0].headers == {":date": 2**40, "n": -5}
+
+
+def test_line_ends_are_rewritten_in_a_framing_of_lines_and_never_inside_binary_messages() -> None:
+    ndjson = Plan(200, [("content-type", NDJSON.content_type)], [(0.0, OLLAMAS)], framing=NDJSON)
+    apply([parse_fault("eol:crlf")], ndjson, dialect=DIALECTS["openai-chat"], rng=Random(0))
+    assert ndjson.body == OLLAMAS.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
+    binary = Plan(200, [("content-type", EVENT_STREAM.content_type)], [(0.0, BEDROCKS)], framing=EVENT_STREAM)
+    notes = apply([parse_fault("eol:crlf")], binary, dialect=DIALECTS["openai-chat"], rng=Random(0))
+    assert binary.body == BEDROCKS  # its CRCs still hold
+    assert notes[0][1] == "aws-event-stream has no line ends: left alone"

@@ -93,14 +93,21 @@ class _Eol(Act):
         super().__init__(fault, run)
         self.style = b"\r\n" if fault["style"] == "crlf" else b"\r"
         self.cr = False  # the last write ended in a CR, which a LF at the start of the next makes one line end
+        self.told = False
         run.beat_rewrites.append(self.rewrite)
-        self.note(f"line ends {fault['style']}")
 
     def rewrite(self, data: bytes) -> bytes:
         """`data` with its line ends in this style."""
         return _LINE_END.sub(self.style, data)
 
     def feed(self, writes: list[Write]) -> list[Write]:
+        framing = self.run.head.framing  # known once the head is, for a live answer
+        if not self.told:
+            self.told = True
+            lines = framing.lines
+            self.note(f"line ends {self.fault['style']}" if lines else f"{framing.name} has no line ends: left alone")
+        if not framing.lines:
+            return writes
         out: list[Write] = []
         for t, data in writes:
             if self.cr and data.startswith(b"\n"):

@@ -47,6 +47,8 @@ class Framing(ABC):
     """Its name (`sse`, `json-array`)."""
     content_type: ClassVar[str]
     """The content type a stream in this framing is sent with."""
+    lines: ClassVar[bool] = True
+    """Whether it is text whose line ends may be written otherwise (CRLF, CR); not a binary framing's bytes."""
 
     @abstractmethod
     def blocks(self, body: bytes, at: int = 0) -> list[Block]:

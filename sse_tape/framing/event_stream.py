@@ -188,6 +188,7 @@ class _EventStream(Framing):
 
     name = "aws-event-stream"
     content_type = "application/vnd.amazon.eventstream"
+    lines = False
 
     def blocks(self, body: bytes, at: int = 0) -> list[Block]:
         blocks, start = [], 0
