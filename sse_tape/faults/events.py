@@ -277,6 +277,18 @@ def _tool_error_answer(fault: Fault, run: Run) -> str | None:
     return "the tool's error result in place of its answer"
 
 
+#: Any response, to ask a protocol whether it would turn the answer to a request into a tool's error.
+_A_RESPONSE = '{"jsonrpc":"2.0","id":0,"result":{}}'
+
+
+def _calls_a_tool(request: Request, dialect: Protocol) -> bool:
+    return dialect.tool_error(request, "", _A_RESPONSE) is not None
+
+
+def _asks_for_progress(request: Request, dialect: Protocol) -> bool:
+    return dialect.progress(request, (), 1) is not None
+
+
 #: The faults on events, in the order `sse-tape faults` lists them.
 EVENTS = (
     FaultKind("error", Stage.EVENTS,
@@ -296,8 +308,9 @@ EVENTS = (
     FaultKind("tool-error", Stage.EVENTS,
               "the answer to a tool call is the tool's own error result with this message (MCP's isError)",
               (Key("message", "text", text, "injected by sse-tape"),), _ToolError, main="message",
-              document=_tool_error_answer),
+              document=_tool_error_answer, fits=_calls_a_tool),
     FaultKind("progress-flood", Stage.EVENTS,
               "many progress notifications just before the response (MCP's notifications/progress)",
-              (Key("count", "number", whole_number(1, 100_000), "1000"),), _ProgressFlood, main="count"),
+              (Key("count", "number", whole_number(1, 100_000), "1000"),), _ProgressFlood, main="count",
+              fits=_asks_for_progress),
 )  # fmt: skip
