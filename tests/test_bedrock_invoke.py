@@ -2,15 +2,18 @@
 `bedrock-runtime` client pointed at `sse-tape serve` with dummy credentials: the bundled cassette and an openai-chat
 recording converted to it, streamed (`invoke_model_with_response_stream`: AWS's event stream of chunks, each the
 base64 of a Messages API event) and not (`invoke_model`), through a tool loop; boto3's own exceptions under the
-faults; and `check`'s rules, each named by a stream that breaks it.
+faults; recorded through `sse-tape record` and replayed byte for byte; synthesized by `serve --model`; and
+`check`'s rules, each named by a stream that breaks it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gc
 import json
 import random
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -18,10 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import processes
 import pytest
+from aiohttp import web
 from botocore.config import Config
 from botocore.exceptions import ClientError, EventStreamError
 from click.testing import CliRunner
+from upstream import on_loopback
 
 from sse_tape import Cassette, MockServer, bundled_cassettes, serve
 from sse_tape.checking import check_interaction
@@ -369,3 +375,63 @@ def _sse(*messages: tuple[str, Any]) -> list[ServerSentEvent]:
 )
 def test_check_names_the_rule_a_stream_breaks(messages: list[tuple[str, Any]], found: list[str]) -> None:
     assert [str(v) for v in INVOKE.check(_sse(*messages))] == found
+
+
+def test_serve_model_streams_a_synthesized_answer_to_boto3_in_chunks(tiny_model_path: Path) -> None:
+    process, url = processes.start(["serve", "--model", str(tiny_model_path), "--port", "0", "--seed", "3"])
+    try:
+        got = events(url, HELLO, model="tiny", max_tokens=6)
+        with client(url) as bedrock:
+            whole = json.loads(bedrock.invoke_model(modelId="tiny", body=body(HELLO, max_tokens=6))["body"].read())
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=30)
+    assert [e["type"] for e in got][:1] + [e["type"] for e in got][-2:] == [
+        "message_start",
+        "message_delta",
+        "message_stop",
+    ]
+    text, uses, stop = streamed(got)
+    assert (bool(text), uses, stop) == (True, [], "max_tokens")
+    assert got[-1]["amazon-bedrock-invocationMetrics"]["outputTokenCount"] == 6
+    assert (whole["stop_reason"], whole["usage"]["output_tokens"]) == ("max_tokens", 6)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_an_error_mid_stream_asked_for_no_stream_is_the_apis_error(stream: bool) -> None:
+    with serve(bundled_invoke(), pace="instant") as server:
+        server.control.set_faults(["error:at=3,type=rate_limit_error"])
+        with pytest.raises((ClientError, EventStreamError)) as raised:
+            call(server.url, HELLO, stream=stream)
+    assert raised.value.response["Error"]["Code"] == ("throttlingException" if stream else "ThrottlingException")
+
+
+async def bedrock_upstream(request: web.Request) -> web.StreamResponse:
+    """Bedrock's answer: the bundled greeting's chunks, a message a write."""
+    await request.read()
+    response = web.StreamResponse(headers={"content-type": "application/vnd.amazon.eventstream"})
+    await response.prepare(request)
+    for chunk in bundled_invoke().interactions[0].response.chunks:
+        await response.write(chunk.data)
+    await response.write_eof()
+    return response
+
+
+async def test_recorded_through_sse_tape_record_redacted_and_replayed_byte_for_byte(tmp_path: Path) -> None:
+    cassette = tmp_path / "invoke.toml"
+    sent = [c.data for c in bundled_invoke().interactions[0].response.chunks]
+    async with on_loopback("/model/{model}/invoke-with-response-stream", bedrock_upstream) as upstream:
+        proxy, url = processes.start(["record", "--upstream", upstream, "-c", str(cassette), "--port", "0", "-q"])
+        try:
+            live = await asyncio.to_thread(events, url, HELLO)
+        finally:
+            proxy.send_signal(signal.SIGINT)
+            _, err = proxy.communicate(timeout=30)
+            assert proxy.returncode in (0, 130), err
+    assert streamed(live) == (GREETING, [], "end_turn")
+    (interaction,) = Cassette.load(cassette).interactions
+    assert [c.data for c in interaction.response.chunks] == sent
+    assert interaction.request.header("authorization") == "<redacted>"
+    assert check_interaction(interaction).violations == ()
+    with serve(cassette, pace="instant") as replay:
+        assert streamed(await asyncio.to_thread(events, replay.url, HELLO)) == (GREETING, [], "end_turn")
