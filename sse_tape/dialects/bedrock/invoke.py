@@ -23,7 +23,7 @@ from ..generation import Generation, Prompt, whole
 from ..protocol import Checker, Violation, to_json
 from .codec import EXCEPTION_STATUS, exception_error, exception_of, http_error
 
-__all__ = ["INVOKE_PATH", "BedrockInvoke", "unwrapped"]
+__all__ = ["INVOKE_PATH", "BedrockInvoke", "InvokeEncoder", "unwrapped"]
 
 _STREAM = "/invoke-with-response-stream"
 
