@@ -381,7 +381,7 @@ def _raw_body(url: str) -> bytes:
 def test_the_dialect_is_known_by_its_path_and_a_moved_recording_by_its_stream(bundled: dict[str, Cassette]) -> None:
     assert for_path("/model/amazon.nova-lite-v1%3A0/converse-stream") is BEDROCK
     assert for_path("/bedrock/model/m/converse") is BEDROCK
-    assert for_path("/model/m/invoke") is None
+    assert for_path("/model/m/invoke") is DIALECTS["bedrock-invoke"]  # InvokeModel: tests/test_bedrock_invoke.py
     for interaction in bundled["bedrock-converse"]:
         moved = replace(interaction, request=replace(interaction.request, path="/somewhere"))
         assert detect(moved) is BEDROCK

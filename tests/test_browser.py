@@ -76,7 +76,7 @@ class Sections(HTMLParser):
 def test_the_timeline_page_shows_every_interaction_its_text_and_one_mark_per_event(tmp_path: Path) -> None:
     page = tmp_path / "tape.html"
     result = CliRunner().invoke(cli, ["show", "--html", str(page), "cassettes/"])
-    assert result.output == f"wrote {page} (30 interactions)\n"
+    assert result.output == f"wrote {page} (33 interactions)\n"
     parser = Sections()
     parser.feed(rendered(page.as_uri(), tmp_path / "profile"))
     expected, where = [], []

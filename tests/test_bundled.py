@@ -32,8 +32,9 @@ def _variants(interaction: Interaction) -> Iterator[tuple[str, str, str, dict[st
         yield "plain", request.path.replace(":streamGenerateContent", ":generateContent"), "", body
     if request.path in ("/api/chat", "/api/generate") and isinstance(body, dict) and "stream" not in body:
         yield "plain", request.path, request.query, {**body, "stream": False}  # Ollama: a stream unless it is false
-    if request.path.endswith("/converse-stream"):  # Bedrock: so does it
-        yield "plain", request.path.removesuffix("/converse-stream") + "/converse", "", body
+    for streams, plain in (("/converse-stream", "/converse"), ("/invoke-with-response-stream", "/invoke")):
+        if request.path.endswith(streams):  # Bedrock: so does it
+            yield "plain", request.path.removesuffix(streams) + plain, "", body
     if isinstance(body, dict) and body.get("stream") is True:
         yield "plain", request.path, request.query, {**body, "stream": False}
         if "stream_options" in body:
@@ -94,6 +95,7 @@ _USAGE = {
     "/api/chat": ("", "prompt_eval_count", "eval_count", None),  # Ollama's stats are the answer's own fields
     "/api/generate": ("", "prompt_eval_count", "eval_count", None),
     "/converse": ("usage", "inputTokens", "outputTokens", "totalTokens"),
+    "/invoke": ("usage", "input_tokens", "output_tokens", None),  # Bedrock's Claude: the Messages API's message
 }
 
 

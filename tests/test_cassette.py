@@ -359,6 +359,7 @@ def test_bundled_cassettes_cover_every_seed_system_and_an_eventsource_feed() -> 
         "ollama-chat",
         "ollama-generate",
         "bedrock-converse",
+        "bedrock-invoke",
         "events",
     }
 

@@ -63,7 +63,7 @@ def test_version() -> None:
 
 
 def test_serve_bundled_prints_its_url_answers_any_prompt_and_stops_on_ctrl_c(bundled_server: Running) -> None:
-    assert bundled_server.banner.startswith("sse-tape: serving 30 interactions from 11 cassettes at http://127.0.0.1:")
+    assert bundled_server.banner.startswith("sse-tape: serving 33 interactions from 12 cassettes at http://127.0.0.1:")
     body = {"model": "anything", "messages": [{"role": "user", "content": "Tell me a joke"}], "stream": True}
     got = httpx.post(bundled_server.url + "/v1/chat/completions", json=body)
     assert got.status_code == 200
@@ -240,7 +240,7 @@ def test_show_and_check_take_folders() -> None:
     counts = {name: len(Cassette.load(path)) for name, path in BUNDLED.items()}
     assert headers == [f"cassettes/{name}.toml: {n} interaction{'s'[: n != 1]}" for name, n in sorted(counts.items())]
     checked = CliRunner().invoke(cli, ["check", "cassettes/"])
-    assert checked.output.splitlines()[-1] == "checked 30 interactions: 0 violations"
+    assert checked.output.splitlines()[-1] == "checked 33 interactions: 0 violations"
 
 
 @pytest.mark.parametrize("command", [["serve"], ["check"], ["check", "--secrets"], ["show"]])
@@ -286,7 +286,7 @@ def test_check_passes_every_bundled_cassette() -> None:
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert f"{BUNDLED['lmstudio-chat']} #1 POST /api/v1/chat (lmstudio-chat): ok" in lines
-    assert lines[-1] == "checked 30 interactions: 0 violations"
+    assert lines[-1] == "checked 33 interactions: 0 violations"
 
 
 def test_check_reads_a_stream_of_no_known_api_for_its_framing(tmp_path: Path) -> None:
@@ -553,7 +553,8 @@ def test_check_unknown_dialect_is_exit_2(tmp_path: Path) -> None:
     assert (bad.returncode, bad.stderr) == (
         2,
         "Error: unknown dialect 'klingon': choose from openai-chat, openai-completions, openai-responses, lmstudio-chat, "
-        "anthropic-messages, gemini, ollama-chat, ollama-generate, bedrock-converse, ag-ui, ai-sdk-ui, a2a, mcp\n",
+        "anthropic-messages, gemini, ollama-chat, ollama-generate, bedrock-converse, "
+        "bedrock-invoke, ag-ui, ai-sdk-ui, a2a, mcp\n",
     )
 
 

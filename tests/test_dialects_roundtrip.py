@@ -14,6 +14,7 @@ has no creation time, Bedrock's Converse API has no response id, model or creati
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -286,6 +287,13 @@ def bedrock_converse_events(draw: Any) -> list[Event]:
     return events + split_ending(draw, ending, st.builds(Error, text, kinds, st.none()), [])
 
 
+@st.composite
+def bedrock_invoke_events(draw: Any) -> list[Event]:
+    """The Messages API's events, which Bedrock wraps in chunks; an error is an exception, which has no code."""
+    events: list[Event] = draw(anthropic_messages_events())
+    return [replace(e, code=None) if isinstance(e, Error) else e for e in events]
+
+
 LLM_APIS = sorted(name for name, d in DIALECTS.items() if isinstance(d, Generation))
 """The dialects that generate text: the protocols without generation (AG-UI, ...) have no neutral events."""
 
@@ -299,6 +307,7 @@ STRATEGIES = {
     "ollama-chat": ollama_events(chat=True),
     "ollama-generate": ollama_events(chat=False),
     "bedrock-converse": bedrock_converse_events(),
+    "bedrock-invoke": bedrock_invoke_events(),
 }
 
 
@@ -395,6 +404,7 @@ CARRIES = {
     "ollama-chat": ("shown", "reasoning", "called"),
     "ollama-generate": ("shown", "reasoning"),
     "bedrock-converse": ("shown", "reasoning", "calls"),
+    "bedrock-invoke": ("text", "refusal", "reasoning", "calls"),
 }
 
 
@@ -442,7 +452,7 @@ def test_every_bundled_stream_translated_and_back_keeps_what_the_target_has_word
 
 # The dialects that carry all of an answer: completions has no reasoning or tool calls, LM Studio's tool calls are
 # the server's own (those for the client become its MCP calls).
-WHOLE_ANSWERS = ["openai-chat", "openai-responses", "gemini", "bedrock-converse"]
+WHOLE_ANSWERS = ["openai-chat", "openai-responses", "gemini", "bedrock-converse", "bedrock-invoke"]
 
 
 def _answer(interaction: Interaction) -> tuple[str, str, list[tuple[str, Any]]]:

@@ -6,7 +6,7 @@ LLM API's also the `Generation` contract (neutral events in and out, its
 JSON answer, its prompt, its ids and models). `DIALECTS` maps each name to
 its dialect: the built-in `openai-chat`, `openai-completions`,
 `openai-responses`, `lmstudio-chat`, `anthropic-messages`, `gemini` and
-`bedrock-converse`, the agent UI
+`bedrock-converse` and `bedrock-invoke`, the agent UI
 streams `ag-ui` and `ai-sdk-ui` and the agent protocols `a2a` and `mcp`
 (`Protocol`s without generation), and
 any that other installed packages add through the entry-point group

@@ -34,7 +34,7 @@ from .a2a import A2A
 from .ag_ui import AGUI
 from .ai_sdk_ui import AISDKUI
 from .anthropic_messages import AnthropicMessages
-from .bedrock import BedrockConverse
+from .bedrock import BedrockConverse, BedrockInvoke
 from .gemini import Gemini
 from .generation import Generation
 from .lmstudio_chat import LMStudioChat
@@ -73,6 +73,7 @@ BUILT_IN: tuple[type[Protocol], ...] = (
     OllamaChat,
     OllamaGenerate,
     BedrockConverse,
+    BedrockInvoke,
     AGUI,
     AISDKUI,
     A2A,

@@ -15,8 +15,18 @@ message (`:message-type: exception`, `:exception-type: throttlingException`,
 and the path chooses the stream: `/converse` answers with one
 `ConverseResponse`. An error before the stream is its status, `{"message":
 ...}` and the exception's name in the `x-amzn-ErrorType` header.
+
+`bedrock-invoke`: POST /model/{modelId}/invoke-with-response-stream, and
+/invoke without a stream, for Anthropic's models (`anthropic.claude-*`): the
+same event stream, each message a `chunk` whose payload `{"bytes": ...}` is
+the base64 of one of the Messages API's stream events, which the
+`anthropic-messages` dialect reads and writes; Bedrock adds
+`amazon-bedrock-invocationMetrics` to `message_stop`. Its exceptions and
+errors are the Converse API's (and `modelTimeoutException`). `/invoke`
+answers with the Messages API's message.
 """
 
 from .dialect import BedrockConverse
+from .invoke import BedrockInvoke
 
-__all__ = ["BedrockConverse"]
+__all__ = ["BedrockConverse", "BedrockInvoke"]

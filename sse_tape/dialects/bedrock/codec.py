@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ... import _json
+from ...cassette import Headers
 from ...sse import ServerSentEvent, encode_event
 from ..encoder import Encoder
 from ..events import (
@@ -34,7 +35,9 @@ __all__ = [
     "ConverseEncoder",
     "decode_indexed",
     "decode_json",
+    "exception_error",
     "exception_of",
+    "http_error",
     "input_object",
     "named_exception",
     "response_json",
@@ -80,6 +83,36 @@ _FINISH = {
     "guardrail_intervened": "content_filter",
     "content_filtered": "content_filter",
 }
+
+
+# The exception an error before the stream is, by its status (botocore's model of the API's errors).
+_STATUS_ERROR = {
+    400: "ValidationException",
+    403: "AccessDeniedException",
+    404: "ResourceNotFoundException",
+    408: "ModelTimeoutException",
+    424: "ModelErrorException",
+    429: "ThrottlingException",
+    500: "InternalServerException",
+    503: "ServiceUnavailableException",
+}
+# Where the API's error type header says its errors come from.
+_ERROR_NAMESPACE = "http://internal.amazon.com/coral/com.amazon.bedrock/"
+
+
+def http_error(
+    status: int, message: str, *, type: str | None = None, code: str | None = None
+) -> tuple[int, Headers, bytes]:
+    """Bedrock's error before a stream, for every call of its runtime API: `{"message": ...}`, its exception
+    named in the `x-amzn-ErrorType` header (where botocore reads the code from): the one `code` or `type`
+    names, else the status's."""
+    named = named_exception(type or "", code)
+    if named is not None:
+        name = named[:1].upper() + named[1:]
+    else:
+        name = _STATUS_ERROR.get(status) or ("ValidationException" if status < 500 else "InternalServerException")
+    headers = (("content-type", "application/json"), ("x-amzn-errortype", f"{name}:{_ERROR_NAMESPACE}"))
+    return status, headers, to_json({"message": message}).encode()
 
 
 def named_exception(type: str, code: str | None = None) -> str | None:
@@ -251,7 +284,8 @@ def _kind(delta: Any) -> str:
     return "text"
 
 
-def _error_from(name: str, obj: dict[str, Any]) -> Error:
+def exception_error(name: str, obj: dict[str, Any]) -> Error:
+    """The neutral error an exception message (its name, its payload) reports."""
     kind = _EXCEPTION_TYPE.get(name, "server_error")
     return Error(str(obj.get("message", "")), kind, None if name in _EXCEPTION_TYPE else name)
 
@@ -263,7 +297,7 @@ def decode_indexed(events: Sequence[ServerSentEvent]) -> list[tuple[int, Event]]
     for i, name, obj in json_objects(events):
         index = whole(obj.get("contentBlockIndex"))
         if name.endswith("Exception"):
-            out.append((i, _error_from(name, obj)))
+            out.append((i, exception_error(name, obj)))
         elif name == "messageStart":
             out.append((i, Start()))
         elif name == "contentBlockStart":

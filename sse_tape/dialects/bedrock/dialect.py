@@ -17,7 +17,7 @@ from ...sse import ServerSentEvent
 from ..encoder import Encoder
 from ..events import Error, Event
 from ..generation import Generation, Prompt, made_id, turn_of, whole
-from ..protocol import Checker, Violation, opening, to_json
+from ..protocol import Checker, Violation, opening
 from .codec import (
     EVENTS,
     EXCEPTION_STATUS,
@@ -26,8 +26,8 @@ from .codec import (
     decode_indexed,
     decode_json,
     exception_of,
+    http_error,
     input_object,
-    named_exception,
     response_json,
 )
 
@@ -38,19 +38,6 @@ _STREAM = "/converse-stream"
 PATH = re.compile(r"/model/(?P<model>[^/]+)/(?P<method>converse-stream|converse)$")
 """A path the API answers: the model, then the call (`converse-stream`, or `converse` for no stream)."""
 
-# The exception an error before the stream is, by its status (botocore's model of the API's errors).
-_STATUS_ERROR = {
-    400: "ValidationException",
-    403: "AccessDeniedException",
-    404: "ResourceNotFoundException",
-    408: "ModelTimeoutException",
-    424: "ModelErrorException",
-    429: "ThrottlingException",
-    500: "InternalServerException",
-    503: "ServiceUnavailableException",
-}
-# Where the API's error type header says its errors come from.
-_ERROR_NAMESPACE = "http://internal.amazon.com/coral/com.amazon.bedrock/"
 # The model a request for a prompt that names none goes to.
 _DEFAULT_MODEL = "anthropic.claude-3-5-haiku-20241022-v1:0"
 
@@ -123,15 +110,8 @@ class BedrockConverse(Generation):
     def http_error(
         self, status: int, message: str, *, type: str | None = None, code: str | None = None
     ) -> tuple[int, Headers, bytes]:
-        """The API's error: `{"message": ...}`, its exception named in the `x-amzn-ErrorType` header (where
-        botocore reads the code from): the one `code` or `type` names, else the status's."""
-        named = named_exception(type or "", code)
-        if named is not None:
-            name = named[:1].upper() + named[1:]
-        else:
-            name = _STATUS_ERROR.get(status) or ("ValidationException" if status < 500 else "InternalServerException")
-        headers = (("content-type", "application/json"), ("x-amzn-errortype", f"{name}:{_ERROR_NAMESPACE}"))
-        return status, headers, to_json({"message": message}).encode()
+        """The API's error (`codec.http_error`)."""
+        return http_error(status, message, type=type, code=code)
 
     def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
         return response_json(events)
