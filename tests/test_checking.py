@@ -22,7 +22,7 @@ def test_every_bundled_interaction_keeps_its_apis_contract() -> None:
     results = [
         result for path in BUNDLED.values() for result in check_interactions(Cassette.load(path), source=path.stem)
     ]
-    assert len(results) == 30
+    assert len(results) == 33
     assert [result for result in results if not result.ok] == []
     lmstudio = check_interactions(Cassette.load(BUNDLED["lmstudio-chat"]), source="lm.toml")[0]
     assert lmstudio == ContractCheck("lm.toml", 1, "POST", "/api/v1/chat", 200, "lmstudio-chat", (), None)
