@@ -4,8 +4,8 @@ decoding, its answer, and its exceptions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 from ... import _json
 from ...cassette import Headers
@@ -32,6 +32,7 @@ __all__ = [
     "EVENTS",
     "EXCEPTION_STATUS",
     "STOP_REASONS",
+    "BedrockErrors",
     "ConverseEncoder",
     "decode_indexed",
     "decode_json",
@@ -411,3 +412,26 @@ def decode_json(body: Any) -> list[Event]:
     if (usage := _usage_from(body.get("usage"))) is not None:
         events.append(usage)
     return events
+
+
+class BedrockErrors(Generation):
+    """How Bedrock's APIs report a failure (`BedrockConverse`'s and `BedrockInvoke`'s): as the exception each
+    neutral error is (`exception_of`), with its status before a stream (`exceptions`), in Bedrock's error
+    (`http_error`)."""
+
+    exceptions: ClassVar[Mapping[str, int]] = EXCEPTION_STATUS
+    """The exceptions its stream may end with, and the HTTP status each has before a stream."""
+
+    def error_status(self, type: str, code: str | None = None) -> int:
+        """The status of the exception that reports such an error (`throttlingException`: 429)."""
+        return self.exceptions[exception_of(Error("", type, code))]
+
+    def error_name(self, error: Error) -> str:
+        """The exception the stream reports it as (`modelStreamErrorException`)."""
+        return exception_of(error)
+
+    def http_error(
+        self, status: int, message: str, *, type: str | None = None, code: str | None = None
+    ) -> tuple[int, Headers, bytes]:
+        """Bedrock's error before a stream (`http_error`)."""
+        return http_error(status, message, type=type, code=code)

@@ -11,22 +11,21 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from ... import _json
-from ...cassette import Headers, Interaction, Request
+from ...cassette import Interaction, Request
 from ...framing import EVENT_STREAM, Framing, by_content_type
 from ...sse import ServerSentEvent
 from ..encoder import Encoder
-from ..events import Error, Event
-from ..generation import Generation, Prompt, made_id, turn_of, whole
+from ..events import Event
+from ..generation import Prompt, made_id, turn_of, whole
 from ..protocol import Checker, Violation, opening
 from .codec import (
     EVENTS,
     EXCEPTION_STATUS,
     STOP_REASONS,
+    BedrockErrors,
     ConverseEncoder,
     decode_indexed,
     decode_json,
-    exception_of,
-    http_error,
     input_object,
     response_json,
 )
@@ -42,7 +41,7 @@ PATH = re.compile(r"/model/(?P<model>[^/]+)/(?P<method>converse-stream|converse)
 _DEFAULT_MODEL = "anthropic.claude-3-5-haiku-20241022-v1:0"
 
 
-class BedrockConverse(Generation):
+class BedrockConverse(BedrockErrors):
     """Amazon Bedrock's Converse API: `converse-stream` answered with AWS's event stream, `converse` with one
     JSON answer."""
 
@@ -98,20 +97,6 @@ class BedrockConverse(Generation):
 
     def carries_usage(self, event: ServerSentEvent) -> bool:
         return event.event == "metadata"
-
-    def error_status(self, type: str, code: str | None = None) -> int:
-        """The status of the exception that reports such an error (`throttlingException`: 429)."""
-        return EXCEPTION_STATUS[exception_of(Error("", type, code))]
-
-    def error_name(self, error: Error) -> str:
-        """The exception the stream reports it as (`modelStreamErrorException`)."""
-        return exception_of(error)
-
-    def http_error(
-        self, status: int, message: str, *, type: str | None = None, code: str | None = None
-    ) -> tuple[int, Headers, bytes]:
-        """The API's error (`codec.http_error`)."""
-        return http_error(status, message, type=type, code=code)
 
     def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
         return response_json(events)

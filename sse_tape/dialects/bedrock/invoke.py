@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from ... import _json
-from ...cassette import Headers, Interaction, Request
+from ...cassette import Interaction, Request
 from ...framing import EVENT_STREAM, Framing, by_content_type
 from ...sse import ServerSentEvent, SSEDecoder, encode_event
 from ..anthropic_messages import AnthropicMessages
@@ -21,7 +21,7 @@ from ..encoder import Encoder
 from ..events import Error, Event, Usage
 from ..generation import Generation, Prompt, whole
 from ..protocol import Checker, Violation, to_json
-from .codec import EXCEPTION_STATUS, exception_error, exception_of, http_error
+from .codec import EXCEPTION_STATUS, BedrockErrors, exception_error, exception_of
 
 __all__ = ["INVOKE_PATH", "BedrockInvoke", "InvokeEncoder", "unwrapped"]
 
@@ -134,13 +134,14 @@ def _metrics(usage: Usage | None) -> dict[str, Any]:
     }
 
 
-class BedrockInvoke(Generation):
+class BedrockInvoke(BedrockErrors):
     """Amazon Bedrock's `InvokeModelWithResponseStream` for Anthropic's models: AWS's event stream of `chunk`s,
     each the base64 of one of the Messages API's stream events; `invoke` answers with the Messages API's message."""
 
     name = "bedrock-invoke"
     answer = "a message object with content"
     path = "/model/{modelId}/invoke-with-response-stream"
+    exceptions = _EXCEPTIONS
 
     def serves_path(self, path: str) -> bool:
         """A path that names the model and the call: `…/model/{modelId}/invoke-with-response-stream` or
@@ -192,20 +193,6 @@ class BedrockInvoke(Generation):
 
     def shapeless_path(self, path: str) -> str:
         return path.removesuffix(_STREAM) + "/invoke" if path.endswith(_STREAM) else path
-
-    def error_status(self, type: str, code: str | None = None) -> int:
-        """The status of the exception that reports such an error (`throttlingException`: 429)."""
-        return _EXCEPTIONS[exception_of(Error("", type, code))]
-
-    def error_name(self, error: Error) -> str:
-        """The exception the stream reports it as (`modelStreamErrorException`)."""
-        return exception_of(error)
-
-    def http_error(
-        self, status: int, message: str, *, type: str | None = None, code: str | None = None
-    ) -> tuple[int, Headers, bytes]:
-        """Bedrock's error (`codec.http_error`), as for the Converse API."""
-        return http_error(status, message, type=type, code=code)
 
     def response_json(self, events: Sequence[Event]) -> dict[str, Any]:
         return _MESSAGES.response_json(events)
