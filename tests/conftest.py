@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import os
 import re
 import socket
@@ -122,3 +123,12 @@ def llama_server(tiny_model_path: Path, tmp_path_factory: pytest.TempPathFactory
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture(scope="module")
+def collected() -> Iterator[None]:
+    """After the module, a collection, for a module that uses boto3: botocore's errors hold their connection in
+    reference cycles, which would otherwise close its socket in the middle of a later test (one that counts the
+    process's open files)."""
+    yield
+    gc.collect()

@@ -8,24 +8,21 @@ event stream, redacted, and replayed byte for byte; and `check`'s rules, each na
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import random
 import signal
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import boto3
 import httpx
 import processes
 import pytest
 from aiohttp import web
-from botocore.config import Config
+from aws import bedrock_client, bundled_cassette
 from botocore.eventstream import ChecksumMismatch
 from botocore.exceptions import ClientError, EventStreamError
 from click.testing import CliRunner
@@ -43,6 +40,8 @@ from sse_tape.framing.event_stream import encode_message
 from sse_tape.pacing import Pacing
 from sse_tape.sse import ServerSentEvent
 from sse_tape.translation import translate
+
+pytestmark = pytest.mark.usefixtures("collected")
 
 MODEL = "anthropic.claude-3-5-haiku-20241022-v1:0"
 GREETING = "Hello! How can I help you today?"
@@ -62,34 +61,11 @@ ASK = {"role": "user", "content": [{"text": "What's the weather in Tokyo?"}]}
 BEDROCK = DIALECTS["bedrock-converse"]
 
 
-def bundled_bedrock() -> Cassette:
-    return Cassette.load(next(p for p in bundled_cassettes() if p.name == "bedrock-converse.toml"))
-
-
-@contextmanager
-def client(url: str, **credentials: str) -> Iterator[Any]:
-    """boto3's Bedrock runtime client, pointed at `url` with dummy credentials, closed after the block; no
-    retries, so that an error comes at once."""
-    made = boto3.client(
-        "bedrock-runtime",
-        endpoint_url=url,
-        region_name="us-east-1",
-        aws_access_key_id="x",
-        aws_secret_access_key="x",
-        config=Config(retries={"max_attempts": 1, "mode": "standard"}),
-        **credentials,
-    )
-    try:
-        yield made
-    finally:
-        made.close()
-
-
 def greet(url: str, call: str = "converse_stream", into: list[dict[str, Any]] | None = None, **keys: str) -> Any:
     """Say hello with a new client: a `converse_stream`'s events, each put in `into` as it comes (so that the
     ones before an exception are there), or a `converse`'s answer."""
     got = [] if into is None else into
-    with client(url, **keys) as bedrock:
+    with bedrock_client(url, **keys) as bedrock:
         answer = getattr(bedrock, call)(modelId=MODEL, messages=HELLO)
         if call == "converse":
             return answer
@@ -132,7 +108,7 @@ def plain(answer: dict[str, Any]) -> tuple[str, list[tuple[str, str, Any]], str 
 
 def tool_loop(url: str, model: str, *, stream: bool) -> list[tuple[str, list[tuple[str, str, Any]], str | None]]:
     """A greeting, then an agent's loop: ask with a tool offered, run the tool it uses, send its result."""
-    with client(url) as bedrock:
+    with bedrock_client(url) as bedrock:
         call, read = (bedrock.converse_stream, lambda a: streamed(a["stream"])) if stream else (bedrock.converse, plain)
         greeting = read(call(modelId=model, messages=HELLO))
         asked = read(call(modelId=model, messages=[ASK], toolConfig=TOOLS))
@@ -144,17 +120,9 @@ def tool_loop(url: str, model: str, *, stream: bool) -> list[tuple[str, list[tup
     return [greeting, asked, after]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def collected() -> Iterator[None]:
-    """After this module, a collection: botocore's errors hold their connection in reference cycles, which
-    would otherwise close its socket in the middle of a later test (one that counts the process's open files)."""
-    yield
-    gc.collect()
-
-
 @pytest.fixture(scope="module")
 def bundled_server() -> Iterator[MockServer]:
-    with serve(bundled_bedrock(), pace="instant") as server:
+    with serve(bundled_cassette("bedrock-converse.toml"), pace="instant") as server:
         yield server
 
 
@@ -170,7 +138,7 @@ BUNDLED_ANSWERS = [
 
 
 def test_converse_stream_gets_the_bundled_greeting_event_by_event(bundled_server: MockServer) -> None:
-    with client(bundled_server.url) as bedrock:
+    with bedrock_client(bundled_server.url) as bedrock:
         answer = bedrock.converse_stream(modelId=MODEL, messages=HELLO)
         events = list(answer["stream"])
     assert answer["ResponseMetadata"]["HTTPHeaders"]["content-type"] == "application/vnd.amazon.eventstream"
@@ -240,7 +208,7 @@ def _messages(body: bytes) -> list[tuple[str, str]]:
     ],
 )
 def test_an_error_mid_stream_is_an_exception_message_boto3_raises(fault: str, code: str) -> None:
-    with serve(bundled_bedrock(), pace="instant") as server:
+    with serve(bundled_cassette("bedrock-converse.toml"), pace="instant") as server:
         server.control.set_faults([fault])
         got: list[dict[str, Any]] = []
         with pytest.raises(EventStreamError) as raised:
@@ -255,7 +223,7 @@ def test_an_error_mid_stream_is_an_exception_message_boto3_raises(fault: str, co
 
 @pytest.mark.parametrize("call", ["converse_stream", "converse"])
 def test_a_429_before_the_stream_is_boto3s_throttling_exception(call: str) -> None:
-    with serve(bundled_bedrock(), pace="instant") as server:
+    with serve(bundled_cassette("bedrock-converse.toml"), pace="instant") as server:
         server.control.set_faults(["status:code=429"])
         with pytest.raises(ClientError) as raised:
             greet(server.url, call)
@@ -265,7 +233,7 @@ def test_a_429_before_the_stream_is_boto3s_throttling_exception(call: str) -> No
 
 
 def test_an_error_mid_stream_asked_for_no_stream_is_the_apis_error() -> None:
-    with serve(bundled_bedrock(), pace="instant") as server:
+    with serve(bundled_cassette("bedrock-converse.toml"), pace="instant") as server:
         server.control.set_faults(["error:at=3,type=rate_limit_error"])
         with pytest.raises(ClientError) as raised:
             greet(server.url, "converse")
@@ -274,7 +242,7 @@ def test_an_error_mid_stream_asked_for_no_stream_is_the_apis_error() -> None:
 
 @pytest.mark.parametrize("kind", ["json", "utf8"])
 def test_a_corrupt_message_fails_its_crc_and_boto3_raises_checksum_mismatch(kind: str) -> None:
-    with serve(bundled_bedrock(), pace="instant") as server:
+    with serve(bundled_cassette("bedrock-converse.toml"), pace="instant") as server:
         server.control.set_faults([f"corrupt:at=2,kind={kind}"])
         got: list[dict[str, Any]] = []
         with pytest.raises(ChecksumMismatch):
@@ -284,7 +252,7 @@ def test_a_corrupt_message_fails_its_crc_and_boto3_raises_checksum_mismatch(kind
 
 @pytest.mark.parametrize("fault", ["fragment:size=1", "fragment:size=5", "split:at=15b"])
 def test_boto3_reads_a_stream_whose_messages_and_preludes_are_split(fault: str) -> None:
-    with serve(bundled_bedrock(), pace="instant") as server:
+    with serve(bundled_cassette("bedrock-converse.toml"), pace="instant") as server:
         server.control.set_faults([fault])
         got = streamed(greet(server.url))
     assert got == (GREETING, [], "end_turn")
@@ -363,7 +331,7 @@ async def test_recorded_through_sse_tape_record_streams_untouched_redacted_and_r
 def _read_timed(url: str, **credentials: str) -> tuple[list[dict[str, Any]], float]:
     """The events of a greeting, and when the first came (`time.monotonic`)."""
     events, times = [], []
-    with client(url, **credentials) as bedrock:
+    with bedrock_client(url, **credentials) as bedrock:
         for event in bedrock.converse_stream(modelId=MODEL, messages=HELLO)["stream"]:
             events.append(event)
             times.append(time.monotonic())
@@ -389,7 +357,7 @@ def test_the_dialect_is_known_by_its_path_and_a_moved_recording_by_its_stream(bu
 
 @given(st.lists(st.integers(min_value=0, max_value=2000), max_size=12))
 def test_any_split_of_a_bundled_stream_gives_the_same_messages(cuts: list[int]) -> None:
-    for interaction in bundled_bedrock():
+    for interaction in bundled_cassette("bedrock-converse.toml"):
         body = interaction.response.body
         expected = [(b.event.event, b.event.data) for b in EVENT_STREAM.blocks(body) if b.event is not None]
         at = sorted({min(c, len(body)) for c in cuts})
@@ -504,7 +472,7 @@ def test_check_names_the_rule_a_stream_breaks(messages: list[tuple[str, Any]], f
 
 
 def test_an_error_at_every_position_of_a_bundled_stream_is_an_exception_after_the_messages_before_it() -> None:
-    for interaction in bundled_bedrock():
+    for interaction in bundled_cassette("bedrock-converse.toml"):
         original = _messages(interaction.response.body)
         terminal = next(n for n, (name, _) in enumerate(original) if name == "messageStop")
         for at in range(len(original) + 1):
@@ -528,7 +496,7 @@ def test_an_error_at_every_position_of_a_bundled_stream_is_an_exception_after_th
 def test_serve_model_streams_a_synthesized_answer_to_boto3_in_the_event_stream(tiny_model_path: Path) -> None:
     process, url = processes.start(["serve", "--model", str(tiny_model_path), "--port", "0", "--seed", "3"])
     try:
-        with client(url) as bedrock:
+        with bedrock_client(url) as bedrock:
             config = {"maxTokens": 6}
             answer = bedrock.converse_stream(modelId="tiny", messages=HELLO, inferenceConfig=config)
             events = list(answer["stream"])

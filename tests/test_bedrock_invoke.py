@@ -10,21 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import gc
 import json
 import random
 import signal
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import boto3
 import processes
 import pytest
 from aiohttp import web
-from botocore.config import Config
+from aws import bedrock_client, bundled_cassette
 from botocore.exceptions import ClientError, EventStreamError
 from click.testing import CliRunner
 from upstream import on_loopback
@@ -39,6 +36,8 @@ from sse_tape.pacing import Pacing
 from sse_tape.sse import ServerSentEvent
 from sse_tape.translation import translate
 
+pytestmark = pytest.mark.usefixtures("collected")
+
 MODEL = "anthropic.claude-3-5-haiku-20241022-v1:0"
 GREETING = "Hello! How can I help you today?"
 TOOL = {
@@ -49,28 +48,6 @@ TOOL = {
 HELLO = [{"role": "user", "content": "Hello!"}]
 ASK = {"role": "user", "content": "What's the weather in Tokyo?"}
 INVOKE = DIALECTS["bedrock-invoke"]
-
-
-def bundled_invoke() -> Cassette:
-    return Cassette.load(next(p for p in bundled_cassettes() if p.name == "bedrock-invoke.toml"))
-
-
-@contextmanager
-def client(url: str) -> Iterator[Any]:
-    """boto3's Bedrock runtime client, pointed at `url` with dummy credentials, closed after the block; no
-    retries, so that an error comes at once."""
-    made = boto3.client(
-        "bedrock-runtime",
-        endpoint_url=url,
-        region_name="us-east-1",
-        aws_access_key_id="x",
-        aws_secret_access_key="x",
-        config=Config(retries={"max_attempts": 1, "mode": "standard"}),
-    )
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def body(messages: list[dict[str, Any]], **more: Any) -> str:
@@ -84,7 +61,7 @@ def events(
     """The Messages events of an `invoke_model_with_response_stream`, each put in `into` as it comes (so that
     the ones before an exception are there)."""
     got = [] if into is None else into
-    with client(url) as bedrock:
+    with bedrock_client(url) as bedrock:
         answer = bedrock.invoke_model_with_response_stream(modelId=model, body=body(messages, **more))
         try:
             for event in answer["body"]:
@@ -124,7 +101,7 @@ def call(url: str, messages: list[dict[str, Any]], *, stream: bool, model: str =
     """One call, streamed or not, as the client makes it out."""
     if stream:
         return streamed(events(url, messages, model=model, **more))
-    with client(url) as bedrock:
+    with bedrock_client(url) as bedrock:
         answer = bedrock.invoke_model(modelId=model, body=body(messages, **more))
         assert answer["contentType"] == "application/json"
         return plain(json.loads(answer["body"].read()))
@@ -144,17 +121,9 @@ def tool_loop(
     return [greeting, asked, after]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def collected() -> Iterator[None]:
-    """After this module, a collection: botocore's errors hold their connection in reference cycles, which
-    would otherwise close its socket in the middle of a later test (one that counts the process's open files)."""
-    yield
-    gc.collect()
-
-
 @pytest.fixture(scope="module")
 def bundled_server() -> Iterator[MockServer]:
-    with serve(bundled_invoke(), pace="instant") as server:
+    with serve(bundled_cassette("bedrock-invoke.toml"), pace="instant") as server:
         yield server
 
 
@@ -195,7 +164,7 @@ def test_a_tool_loop_reads_the_bundled_cassette_streamed_and_not(bundled_server:
 
 
 def test_invoke_model_reports_the_streams_usage(bundled_server: MockServer) -> None:
-    with client(bundled_server.url) as bedrock:
+    with bedrock_client(bundled_server.url) as bedrock:
         answer = json.loads(bedrock.invoke_model(modelId=MODEL, body=body(HELLO))["body"].read())
     assert (answer["usage"]["input_tokens"], answer["usage"]["output_tokens"]) == (9, 12)
 
@@ -259,7 +228,7 @@ def _messages(body: bytes) -> list[ServerSentEvent]:
     ],
 )
 def test_an_error_mid_stream_is_an_exception_message_boto3_raises(fault: str, code: str) -> None:
-    with serve(bundled_invoke(), pace="instant") as server:
+    with serve(bundled_cassette("bedrock-invoke.toml"), pace="instant") as server:
         server.control.set_faults([fault])
         got: list[dict[str, Any]] = []
         with pytest.raises(EventStreamError) as raised:
@@ -274,7 +243,7 @@ def test_an_error_mid_stream_is_an_exception_message_boto3_raises(fault: str, co
 
 @pytest.mark.parametrize("stream", [True, False])
 def test_a_429_before_the_answer_is_boto3s_throttling_exception(stream: bool) -> None:
-    with serve(bundled_invoke(), pace="instant") as server:
+    with serve(bundled_cassette("bedrock-invoke.toml"), pace="instant") as server:
         server.control.set_faults(["status:code=429"])
         with pytest.raises(ClientError) as raised:
             call(server.url, HELLO, stream=stream)
@@ -283,7 +252,7 @@ def test_a_429_before_the_answer_is_boto3s_throttling_exception(stream: bool) ->
 
 
 def test_an_error_at_every_position_of_a_bundled_stream_is_an_exception_after_the_chunks_before_it() -> None:
-    for interaction in bundled_invoke():
+    for interaction in bundled_cassette("bedrock-invoke.toml"):
         original = [(e.event, e.data) for e in _messages(interaction.response.body)]
         terminal = next(
             n for n, (name, data) in enumerate(original) if INVOKE.is_terminal(ServerSentEvent(data=data, event=name))
@@ -381,7 +350,7 @@ def test_serve_model_streams_a_synthesized_answer_to_boto3_in_chunks(tiny_model_
     process, url = processes.start(["serve", "--model", str(tiny_model_path), "--port", "0", "--seed", "3"])
     try:
         got = events(url, HELLO, model="tiny", max_tokens=6)
-        with client(url) as bedrock:
+        with bedrock_client(url) as bedrock:
             whole = json.loads(bedrock.invoke_model(modelId="tiny", body=body(HELLO, max_tokens=6))["body"].read())
     finally:
         process.send_signal(signal.SIGINT)
@@ -399,7 +368,7 @@ def test_serve_model_streams_a_synthesized_answer_to_boto3_in_chunks(tiny_model_
 
 @pytest.mark.parametrize("stream", [True, False])
 def test_an_error_mid_stream_asked_for_no_stream_is_the_apis_error(stream: bool) -> None:
-    with serve(bundled_invoke(), pace="instant") as server:
+    with serve(bundled_cassette("bedrock-invoke.toml"), pace="instant") as server:
         server.control.set_faults(["error:at=3,type=rate_limit_error"])
         with pytest.raises((ClientError, EventStreamError)) as raised:
             call(server.url, HELLO, stream=stream)
@@ -411,7 +380,7 @@ async def bedrock_upstream(request: web.Request) -> web.StreamResponse:
     await request.read()
     response = web.StreamResponse(headers={"content-type": "application/vnd.amazon.eventstream"})
     await response.prepare(request)
-    for chunk in bundled_invoke().interactions[0].response.chunks:
+    for chunk in bundled_cassette("bedrock-invoke.toml").interactions[0].response.chunks:
         await response.write(chunk.data)
     await response.write_eof()
     return response
@@ -419,7 +388,7 @@ async def bedrock_upstream(request: web.Request) -> web.StreamResponse:
 
 async def test_recorded_through_sse_tape_record_redacted_and_replayed_byte_for_byte(tmp_path: Path) -> None:
     cassette = tmp_path / "invoke.toml"
-    sent = [c.data for c in bundled_invoke().interactions[0].response.chunks]
+    sent = [c.data for c in bundled_cassette("bedrock-invoke.toml").interactions[0].response.chunks]
     async with on_loopback("/model/{model}/invoke-with-response-stream", bedrock_upstream) as upstream:
         proxy, url = processes.start(["record", "--upstream", upstream, "-c", str(cassette), "--port", "0", "-q"])
         try:
