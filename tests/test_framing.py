@@ -293,3 +293,10 @@ def test_line_ends_are_rewritten_in_a_framing_of_lines_and_never_inside_binary_m
     notes = apply([parse_fault("eol:crlf")], binary, dialect=DIALECTS["openai-chat"], rng=Random(0))
     assert binary.body == BEDROCKS  # its CRCs still hold
     assert notes[0][1] == "aws-event-stream has no line ends: left alone"
+
+
+def test_dropping_the_done_of_a_stream_that_has_none_says_so() -> None:
+    plan = Plan(200, [("content-type", NDJSON.content_type)], [(0.0, OLLAMAS)], framing=NDJSON)
+    notes = apply([parse_fault("drop:at=done")], plan, dialect=DIALECTS["ollama-chat"], rng=Random(0))
+    assert plan.body == OLLAMAS
+    assert notes[0][1] == "no [DONE] in ollama-chat's stream: left alone"

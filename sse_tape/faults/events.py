@@ -102,9 +102,12 @@ class _AtAnEvent(Act):
     def close(self, end_at: float) -> tuple[list[Write], float]:
         writes = [] if self.acted else self._blocks(self.blocks.rest())
         if not self.acted:
-            self.note(
-                f"the stream ended before {self.at}: left alone" if self.sent else f"no event to {self.fault.name}"
-            )
+            if self.at == "done" and self.sent:  # Anthropic's, Gemini's, Ollama's, Bedrock's streams end otherwise
+                self.note(f"no [DONE] in {self.run.dialect.name}'s stream: left alone")
+            else:
+                self.note(
+                    f"the stream ended before {self.at}: left alone" if self.sent else f"no event to {self.fault.name}"
+                )
         return writes, end_at
 
 
