@@ -118,6 +118,20 @@ def test_without_alt_sse_the_answer_is_one_json_array_each_element_due_when_its_
     assert got.body.endswith(b"}\n]")
 
 
+def test_a_tool_loop_reads_the_array_a_call_and_then_the_answer_after_its_result() -> None:
+    tools = bundled_gemini().interactions[1].request.json()["tools"]
+    ask = {"parts": [{"text": "What's the weather like in Tokyo?"}], "role": "user"}
+    with serve(bundled_gemini(), pace="instant") as server:
+        asked = read_array(server.url + STREAM, body={"contents": [ask], "tools": tools})
+        [call] = [p.function_call for r in asked.responses() for p in r.candidates[0].content.parts if p.function_call]  # type: ignore[index, union-attr]
+        assert (call.name, call.args) == ("get_weather", {"city": "Tokyo"})
+        answered = {"parts": [{"functionResponse": {"name": call.name, "response": {"temperature_c": 18}}}], "role": "user"}  # fmt: skip
+        called = {"parts": [{"functionCall": {"name": call.name, "args": call.args}}], "role": "model"}
+        after = read_array(server.url + STREAM, body={"contents": [ask, called, answered], "tools": tools})
+    assert (asked.closed, after.closed) == (True, True)
+    assert after.text() == "It's 18°C and sunny in Tokyo right now."  # the answer recorded after the result
+
+
 def test_alt_sse_still_streams_sse_and_generate_content_one_object(bundled: dict[str, Cassette]) -> None:
     with serve(bundled["gemini"], pace="instant") as server, gemini_client(server.url) as client:
         streamed = "".join(c.text or "" for c in client.models.generate_content_stream(model=MODEL, contents="Hello!"))
