@@ -1,11 +1,15 @@
-"""sse-tape in a process of its own, for the tests that need one: a limit set on it, a signal sent to it; and
-the descriptors for a thousand clients of it."""
+"""sse-tape in a process of its own, for the tests that need one: a limit set on it, a signal sent to it, a
+recording proxy in front of an upstream (`recording_proxy`); and the descriptors for a thousand clients of it."""
 
 from __future__ import annotations
 
 import resource
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 
 def start(args: list[str], *, setup: str = "") -> tuple[subprocess.Popen[str], str]:
@@ -15,6 +19,19 @@ def start(args: list[str], *, setup: str = "") -> tuple[subprocess.Popen[str], s
     process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stdout is not None
     return process, process.stdout.readline().split(" at ")[1].split()[0]
+
+
+@contextmanager
+def recording_proxy(upstream: str, cassette: Path, *, port: str = "0") -> Iterator[str]:
+    """`sse-tape record --upstream UPSTREAM -c CASSETTE` in a process of its own while the block runs: its URL.
+    Ctrl-C stops it after the block, and it must end cleanly: the recording is in `cassette` then."""
+    proxy, url = start(["record", "--upstream", upstream, "-c", str(cassette), "--port", port, "-q"])
+    try:
+        yield url
+    finally:
+        proxy.send_signal(signal.SIGINT)
+        _, err = proxy.communicate(timeout=30)
+    assert proxy.returncode in (0, 130), err
 
 
 def descriptors(wanted: int) -> int:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import signal
 import socket
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -148,13 +147,8 @@ async def _recorded(agent: Agent, cassette: Path) -> list[dict[str, Any]]:
     """What a client gets of a task through `sse-tape record --upstream`; its recording is in `cassette` once
     this returns."""
     port = agent.public.rsplit(":", 1)[1]
-    proxy, _ = processes.start(["record", "--upstream", agent.url, "-c", str(cassette), "--port", port, "-q"])
-    try:
+    with processes.recording_proxy(agent.url, cassette, port=port):
         return await asyncio.wait_for(_streamed(agent.public, agent.binding, "m-live"), 30)
-    finally:
-        proxy.send_signal(signal.SIGINT)
-        _, err = proxy.communicate(timeout=30)
-        assert proxy.returncode in (0, 130), err
 
 
 def _as_sent_by(events: list[dict[str, Any]], message_id: str) -> list[dict[str, Any]]:

@@ -302,13 +302,8 @@ async def test_recorded_through_sse_tape_record_streams_untouched_redacted_and_r
     cassette = tmp_path / "bedrock.toml"
     last_written: list[float] = []
     async with on_loopback("/model/{model}/converse-stream", partial(event_stream, last_written)) as upstream:
-        proxy, url = processes.start(["record", "--upstream", upstream, "-c", str(cassette), "--port", "0", "-q"])
-        try:
+        with processes.recording_proxy(upstream, cassette) as url:
             live = await asyncio.to_thread(_read_timed, url, aws_session_token="FwoGZXIvYXdzEXAMPLESESSIONTOKEN")
-        finally:
-            proxy.send_signal(signal.SIGINT)
-            _, err = proxy.communicate(timeout=30)
-            assert proxy.returncode in (0, 130), err
     events, first = live
     assert [next(iter(e)) for e in events] == [name for name, _ in UPSTREAM_MESSAGES]
     assert first < last_written[-1]  # the stream reached boto3 as the upstream wrote it, not once it was over

@@ -390,13 +390,8 @@ async def test_recorded_through_sse_tape_record_redacted_and_replayed_byte_for_b
     cassette = tmp_path / "invoke.toml"
     sent = [c.data for c in bundled_cassette("bedrock-invoke.toml").interactions[0].response.chunks]
     async with on_loopback("/model/{model}/invoke-with-response-stream", bedrock_upstream) as upstream:
-        proxy, url = processes.start(["record", "--upstream", upstream, "-c", str(cassette), "--port", "0", "-q"])
-        try:
+        with processes.recording_proxy(upstream, cassette) as url:
             live = await asyncio.to_thread(events, url, HELLO)
-        finally:
-            proxy.send_signal(signal.SIGINT)
-            _, err = proxy.communicate(timeout=30)
-            assert proxy.returncode in (0, 130), err
     assert streamed(live) == (GREETING, [], "end_turn")
     (interaction,) = Cassette.load(cassette).interactions
     assert [c.data for c in interaction.response.chunks] == sent

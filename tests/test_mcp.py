@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -70,13 +69,8 @@ async def _session(url: str, *, progress_first: bool) -> dict[str, Any]:
 
 async def _recorded(upstream: str, cassette: Path) -> dict[str, Any]:
     """What a session through `sse-tape record --upstream` gets; its recording is in `cassette` once it returns."""
-    proxy, url = processes.start(["record", "--upstream", upstream, "-c", str(cassette), "--port", "0", "-q"])
-    try:
+    with processes.recording_proxy(upstream, cassette) as url:
         return await asyncio.wait_for(_session(f"{url}/mcp", progress_first=False), 30)
-    finally:
-        proxy.send_signal(signal.SIGINT)
-        _, err = proxy.communicate(timeout=30)
-        assert proxy.returncode in (0, 130), err
 
 
 async def test_a_recorded_session_replays_to_new_sessions_with_their_own_ids(upstream: str, tmp_path: Path) -> None:

@@ -137,14 +137,8 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
 
 def test_the_node_sdk_gets_from_the_replay_what_it_got_from_the_server(workers: Workers, tmp_path: Path) -> None:
     cassette = tmp_path / "node.toml"
-    with tools_server(tmp_path) as upstream:
-        proxy, url = processes.start(["record", "--upstream", upstream, "-c", str(cassette), "--port", "0", "-q"])
-        try:
-            live = workers.ask(NODE, "js-mcp", "add-first", f"{url}/mcp")["answer"]
-        finally:
-            proxy.send_signal(signal.SIGINT)
-            _, err = proxy.communicate(timeout=30)
-        assert proxy.returncode in (0, 130), err
+    with tools_server(tmp_path) as upstream, processes.recording_proxy(upstream, cassette) as url:
+        live = workers.ask(NODE, "js-mcp", "add-first", f"{url}/mcp")["answer"]
     assert live == {
         "version": "2025-11-25",
         "server": "tools",

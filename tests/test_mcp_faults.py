@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import signal
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -65,14 +64,8 @@ async def _ignored(done: float, total: float | None, message: str | None) -> Non
 
 def _record(path: Path, *, json_response: bool) -> Path:
     """A session of the SDK's client with the real server, recorded through `sse-tape record --upstream`."""
-    with _upstream(json_response=json_response) as upstream:
-        proxy, url = processes.start(["record", "--upstream", upstream, "-c", str(path), "--port", "0", "-q"])
-        try:
-            asyncio.run(asyncio.wait_for(_whole_session(f"{url}/mcp"), 30))
-        finally:
-            proxy.send_signal(signal.SIGINT)
-            _, err = proxy.communicate(timeout=30)
-    assert proxy.returncode in (0, 130), err
+    with _upstream(json_response=json_response) as upstream, processes.recording_proxy(upstream, path) as url:
+        asyncio.run(asyncio.wait_for(_whole_session(f"{url}/mcp"), 30))
     return path
 
 
@@ -97,14 +90,8 @@ async def _modern_session(url: str) -> None:
 def modern_cassette(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Calls of the SDK's `Client` in revision 2026-07-28 (no session), recorded as SSE streams."""
     path = tmp_path_factory.mktemp("mcp") / "mcp-modern.toml"
-    with _upstream(json_response=False) as upstream:
-        proxy, url = processes.start(["record", "--upstream", upstream, "-c", str(path), "--port", "0", "-q"])
-        try:
-            asyncio.run(asyncio.wait_for(_modern_session(f"{url}/mcp"), 30))
-        finally:
-            proxy.send_signal(signal.SIGINT)
-            _, err = proxy.communicate(timeout=30)
-    assert proxy.returncode in (0, 130), err
+    with _upstream(json_response=False) as upstream, processes.recording_proxy(upstream, path) as url:
+        asyncio.run(asyncio.wait_for(_modern_session(f"{url}/mcp"), 30))
     return path
 
 

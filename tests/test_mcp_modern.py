@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -119,13 +118,8 @@ async def _session(url: str, *, progress_first: bool, linger: float = 0.0) -> di
 
 async def _recorded(upstream: str, cassette: Path) -> dict[str, Any]:
     """What a client gets through `sse-tape record --upstream`; its recording is in `cassette` once it returns."""
-    proxy, url = processes.start(["record", "--upstream", upstream, "-c", str(cassette), "--port", "0", "-q"])
-    try:
+    with processes.recording_proxy(upstream, cassette) as url:
         return await asyncio.wait_for(_session(f"{url}/mcp", progress_first=False), 30)
-    finally:
-        proxy.send_signal(signal.SIGINT)
-        _, err = proxy.communicate(timeout=30)
-        assert proxy.returncode in (0, 130), err
 
 
 def _streamed(cassette: Path) -> bool:
@@ -222,12 +216,8 @@ async def _add(url: str, mode: str) -> tuple[str | None, Any]:
 
 async def test_a_client_of_each_revision_replays_from_one_cassette(upstream: str, tmp_path: Path) -> None:
     cassette = tmp_path / "mcp.toml"
-    proxy, url = processes.start(["record", "--upstream", upstream, "-c", str(cassette), "--port", "0", "-q"])
-    try:
+    with processes.recording_proxy(upstream, cassette) as url:
         old, new = await _add(f"{url}/mcp", "legacy"), await _add(f"{url}/mcp", "auto")
-    finally:
-        proxy.send_signal(signal.SIGINT)
-        proxy.communicate(timeout=30)
     assert (old, new) == (("2025-11-25", {"result": 3}), ("2026-07-28", {"result": 3}))
     shown = CliRunner().invoke(cli, ["show", str(cassette)]).output
     assert "note: MCP revision 2025-11-25: initialize" in shown

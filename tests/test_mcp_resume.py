@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -191,13 +190,8 @@ async def _touched(url: str) -> dict[str, Any]:
 async def _recorded(upstream: str, cassette: Path, session: Any = _session) -> dict[str, Any]:
     """What a `session` through `sse-tape record --upstream` gets; its recording is in `cassette` once it
     returns."""
-    proxy, url = processes.start(["record", "--upstream", upstream, "-c", str(cassette), "--port", "0", "-q"])
-    try:
+    with processes.recording_proxy(upstream, cassette) as url:
         return await asyncio.wait_for(session(f"{url}/mcp"), 30)
-    finally:
-        proxy.send_signal(signal.SIGINT)
-        _, err = proxy.communicate(timeout=30)
-        assert proxy.returncode in (0, 130), err
 
 
 @pytest.fixture
