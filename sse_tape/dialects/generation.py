@@ -34,6 +34,7 @@ __all__ = [
     "Generation",
     "Prompt",
     "ServerCalls",
+    "as_object",
     "chat_messages",
     "made_id",
     "messages_text",
@@ -435,6 +436,18 @@ def sampled(prompt: Prompt, names: tuple[str, ...] = ALL_SAMPLING) -> dict[str, 
 def whole(value: Any) -> int | None:
     """`value` if it is a whole number (not a bool), else None."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def as_object(text: str) -> dict[str, Any] | None:
+    """A call's arguments, JSON text, as the object the APIs that carry them so hold them (Gemini's `args`,
+    Ollama's `arguments`, Bedrock's `input`): {} for none; None if they are no object (cut short)."""
+    if not text.strip():
+        return {}
+    try:
+        value = _json.parse(text, max_depth=None)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def turn_of(message: dict[str, Any]) -> tuple[str, str]:

@@ -25,7 +25,7 @@ from ..events import (
     ToolCallStart,
     Usage,
 )
-from ..generation import Generation, ServerCalls, whole
+from ..generation import Generation, ServerCalls, as_object, whole
 from ..protocol import json_objects, to_json
 
 __all__ = [
@@ -39,7 +39,6 @@ __all__ = [
     "exception_error",
     "exception_of",
     "http_error",
-    "input_object",
     "named_exception",
     "response_json",
 ]
@@ -128,18 +127,6 @@ def exception_of(error: Error) -> str:
     """The exception that reports `error` mid-stream (`named_exception`; `internalServerException` for an
     error the API has no word for)."""
     return named_exception(error.type, error.code) or "internalServerException"
-
-
-def input_object(text: str) -> dict[str, Any] | None:
-    """A tool use's input text as the JSON object the API's answer holds it in ({} for none); None if it is
-    no object (cut short)."""
-    if not text.strip():
-        return {}
-    try:
-        value = _json.parse(text, max_depth=None)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def _frame(name: str, obj: dict[str, Any]) -> bytes:
@@ -370,7 +357,7 @@ def response_json(events: Sequence[Event]) -> dict[str, Any]:
         elif isinstance(event, Usage):
             usage = event
     for index, text in arguments.items():
-        calls[index]["input"] = input_object(text) or {}
+        calls[index]["input"] = as_object(text) or {}
     return {
         "output": {"message": {"role": "assistant", "content": content}},
         "stopReason": _STOP.get(finish, "end_turn"),

@@ -16,7 +16,7 @@ from ...framing import EVENT_STREAM, Framing, by_content_type
 from ...sse import ServerSentEvent
 from ..encoder import Encoder
 from ..events import Event
-from ..generation import Prompt, made_id, turn_of, whole
+from ..generation import Prompt, as_object, made_id, turn_of, whole
 from ..protocol import Checker, Violation, opening
 from .codec import (
     EVENTS,
@@ -26,7 +26,6 @@ from .codec import (
     ConverseEncoder,
     decode_indexed,
     decode_json,
-    input_object,
     response_json,
 )
 
@@ -356,7 +355,7 @@ def _converse(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for message in messages:
         content = str(message.get("content") or "")
         if message["role"] == "tool":
-            answer = input_object(content)
+            answer = as_object(content)
             part = {"json": answer} if answer is not None and content.strip() else {"text": content}
             result = {"toolResult": {"toolUseId": str(message.get("tool_call_id") or ""), "content": [part]}}
             last = out[-1] if out else None
@@ -368,7 +367,7 @@ def _converse(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             blocks: list[dict[str, Any]] = [{"text": content}] if content else []
             for call in message.get("tool_calls") or []:
                 function = call.get("function") or {}
-                given = input_object(str(function.get("arguments") or ""))
+                given = as_object(str(function.get("arguments") or ""))
                 blocks.append(
                     {
                         "toolUse": {

@@ -26,7 +26,7 @@ from ..events import (
     ToolCallStart,
     Usage,
 )
-from ..generation import Generation, ServerCalls, whole
+from ..generation import Generation, ServerCalls, as_object, whole
 from ..protocol import json_objects, to_json
 
 __all__ = [
@@ -34,7 +34,6 @@ __all__ = [
     "STATUS_HTTP",
     "TYPE_STATUS",
     "GeminiEncoder",
-    "as_object",
     "blocked",
     "candidate_of",
     "decode_indexed",
@@ -80,17 +79,6 @@ def status_and_reason(type: str, code: str | None = None) -> tuple[str, str | No
     if code is not None and code in STATUS_HTTP:
         return code, None
     return TYPE_STATUS.get(type, "INTERNAL"), code or None
-
-
-def as_object(text: str) -> dict[str, Any] | None:
-    """JSON text as the object Gemini carries function arguments in ({} for none); None if it is no object."""
-    if not text.strip():
-        return {}
-    try:
-        value = _json.parse(text, max_depth=None)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def candidate_of(obj: dict[str, Any]) -> dict[str, Any] | None:

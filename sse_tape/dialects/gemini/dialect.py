@@ -17,13 +17,12 @@ from ...framing import JSON_ARRAY, SSE, Framing
 from ...sse import ServerSentEvent
 from ..encoder import Encoder
 from ..events import Error, Event, Start, Usage
-from ..generation import Generation, Prompt, whole
+from ..generation import Generation, Prompt, as_object, whole
 from ..protocol import Checker, Violation, json_objects, opening
 from .codec import (
     ERROR_INFO,
     STATUS_HTTP,
     GeminiEncoder,
-    as_object,
     blocked,
     candidate_of,
     decode_indexed,

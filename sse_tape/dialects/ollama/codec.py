@@ -33,7 +33,7 @@ from ..events import (
     ToolCallStart,
     Usage,
 )
-from ..generation import Generation, ServerCalls, whole
+from ..generation import Generation, ServerCalls, as_object, whole
 from ..openai_common import token_entries, tokens_from
 from ..protocol import data_frame, json_objects
 
@@ -44,7 +44,6 @@ __all__ = [
     "STATS",
     "OllamaEncoder",
     "Shape",
-    "as_object",
     "created_at",
     "decode_indexed",
     "decode_json",
@@ -94,17 +93,6 @@ def _created(value: Any) -> int:
     except ValueError:
         return 0
     return int(moment.timestamp())
-
-
-def as_object(text: str) -> dict[str, Any] | None:
-    """A call's arguments as the JSON object Ollama carries them in ({} for none); None if they are no object."""
-    if not text.strip():
-        return {}
-    try:
-        value = _json.parse(text, max_depth=None)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def _stats(usage: Usage | None, load: float | None, output: int) -> dict[str, int]:

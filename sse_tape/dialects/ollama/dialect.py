@@ -15,9 +15,9 @@ from ...framing import NDJSON, Framing
 from ...sse import ServerSentEvent
 from ..encoder import Encoder
 from ..events import Error, Event, Start
-from ..generation import Generation, Prompt, chat_messages, messages_text, sampled, sampling, whole
+from ..generation import Generation, Prompt, as_object, chat_messages, messages_text, sampled, sampling, whole
 from ..protocol import Checker, Violation, json_objects, to_json
-from .codec import CHAT, GENERATE, STATS, OllamaEncoder, Shape, as_object, decode_indexed, decode_json, response_json
+from .codec import CHAT, GENERATE, STATS, OllamaEncoder, Shape, decode_indexed, decode_json, response_json
 
 __all__ = ["OllamaChat", "OllamaGenerate"]
 
