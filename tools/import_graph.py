@@ -65,6 +65,8 @@ SUBSYSTEMS: Mapping[str, str] = {
     "sse_tape.cli": "the command line: `main` imports it with the collector at rest and Ctrl-C already heard",
     "sse_tape.server": "the server (aiohttp, all that answers): a command imports it once its words are understood, "
     "the pytest plugin when a test first uses a tape, not in every pytest session of every project",
+    "sse_tape.probe": "the gateway probe: it runs a server, so `probe` imports it once its words are understood, "
+    "the pytest plugin when a test first asks for `sse_tape_probe`",
     "sse_tape.cli.serving": "the command line's side of a running server (listening, stopping): it imports the server",
     "sse_tape.workers": "`serve --workers`: the server in forked worker processes",
     "sse_tape.record": "forwarding to an upstream, `record_once` and `fetch_each`: only a server whose misses go "

@@ -1,6 +1,7 @@
 """The `sse-tape` command line: the group every command belongs to, and how it fails.
 
-Each command is a module of its own (`serve`, `record`, `show`, `check`, `convert`, `faults`, `synth`),
+Each command is a module of its own (`serve`, `record`, `show`, `check`, `convert`, `faults`, `synth`,
+`probe`),
 with what several share beside them (`option_lists`, `loading`, `serving`, `model`, `one_shot`,
 `terminal`); what `check` and `convert` work out is the library's (`sse_tape.checking`,
 `sse_tape.conversion`). A command imports the subsystems it drives (the server, forwarding, synthesis)
@@ -18,7 +19,7 @@ import click
 
 from .. import __version__
 from .._exceptions import SSETapeError
-from . import check, convert, faults, record, serve, show, synth
+from . import check, convert, faults, probe, record, serve, show, synth
 from .terminal import log
 
 __all__ = ["cli", "main"]
@@ -89,6 +90,7 @@ cli.add_command(check.check)
 cli.add_command(faults.list_faults)
 cli.add_command(convert.convert)
 cli.add_command(synth.synth)
+cli.add_command(probe.probe)
 
 
 def main() -> None:

@@ -31,7 +31,8 @@ the module of its concept: `options` (the command line and ini settings),
 sweep and the gauntlet's runs), `tape` (`SSETape`, opening one with its
 server, and stopping a run that has nothing to record from), `fixtures`, `async_fixture` (with pytest-asyncio), `scopes` (which
 fixture serves which scope), `xdist` (scopes spread over pytest-xdist's
-workers) and `reports` (failures and the gauntlet's table).
+workers), `reports` (failures and the gauntlet's table) and `probe` (the `sse_tape_probe` fixture: what a
+gateway does to streams, for a gateway's own tests).
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ from .marker import MARKER, Marked
 from .options import GAUNTLET, SETTINGS, check_faults, read_settings
 from .options import pytest_addoption as pytest_addoption
 from .options import pytest_report_header as pytest_report_header
+from .probe import PROBE_MARKER
+from .probe import sse_tape_probe as sse_tape_probe
 from .reports import GauntletTable
 from .reports import pytest_runtest_makereport as pytest_runtest_makereport
 from .tape import MODELS, REWRITTEN, SSETape
@@ -66,6 +69,7 @@ __all__ = ["GAUNTLET", "Marked", "SSETape"]
 def pytest_configure(config: pytest.Config) -> None:
     """Register the marker, read the settings, and add the gauntlet's table and the async fixture when asked."""
     config.addinivalue_line("markers", MARKER)
+    config.addinivalue_line("markers", PROBE_MARKER)
     settings = read_settings(config)
     config.stash[SETTINGS] = settings
     config.stash[MODELS] = {}

@@ -14,7 +14,7 @@ import pytest
 from .marker import Marked
 from .options import SETTINGS
 
-__all__ = ["did_you_mean", "record_target", "scope_cassettes"]
+__all__ = ["did_you_mean", "named_cassettes", "record_target", "scope_cassettes"]
 
 _UNSAFE = re.compile(r"[<>?%*:|\"'/\\]")
 
@@ -40,6 +40,11 @@ def _named(folder: Path, names: Sequence[str]) -> list[Path]:
             raise pytest.UsageError(f"@pytest.mark.sse_tape: cassette {name!r} is outside the cassette folder {folder}")
         paths.append(path)
     return paths
+
+
+def named_cassettes(config: pytest.Config, test_file: Path, names: Sequence[str]) -> list[Path]:
+    """The cassettes `names` name in the cassette folder of the test in `test_file`."""
+    return _named(_folder(config, test_file), names)
 
 
 def _test_cassettes(config: pytest.Config, item: Any, marked: Marked, name: str) -> list[Path]:

@@ -137,8 +137,7 @@ class Replay(Attached):
         server = self.host
         request = exchange.request
         try:
-            # A large body's miss is explained later, off the event loop (see `MockServer`).
-            recording = server.matcher.find(request, explain=len(request.body) <= IN_PLACE)
+            recording = self.find(exchange)
         except NoMatchError as exc:
             if str(exc):
                 exchange.miss = f"{exchange.miss}; {exc}" if exchange.miss else str(exc)
@@ -217,6 +216,13 @@ class Replay(Attached):
                 events = plan.events if sent else []
                 last = events[sent - 1].event if 0 < sent <= len(events) else None
                 kept.ended(sent, last is not None and dialect.is_terminal(last))
+
+    def find(self, exchange: Exchange) -> Recording:
+        """The recording that answers the request: the matcher's choice, or `NoMatchError` saying why none does.
+        Another replay may choose otherwise (the probe's upstream answers with the interaction under probe)."""
+        request = exchange.request
+        # A large body's miss is explained later, off the event loop (see `MockServer`).
+        return self.host.matcher.find(request, explain=len(request.body) <= IN_PLACE)
 
     def _faults_of(self, recording: Recording) -> list[Fault]:
         """The faults a recording notes its client got, to act on every replay of it (not by chance, nor a
