@@ -44,7 +44,8 @@ def _timeline(c: Comparison) -> str:
     ]
     for tick in range(5):
         t = end * tick / 4
-        parts.append(f'<text x="{x(t) - 10:.1f}" y="{_HEIGHT - 4}">{t * 1000:.0f} ms</text>')
+        anchor = ("start", "middle", "middle", "middle", "end")[tick]
+        parts.append(f'<text x="{x(t):.1f}" y="{_HEIGHT - 4}" text-anchor="{anchor}">{t * 1000:.0f} ms</text>')
     joined_sent = {i for i, _ in c.pairs}
     joined_got = {j for _, j in c.pairs}
     sent_events = [n for n, b in enumerate(c.sent) if b.event is not None]
