@@ -132,7 +132,9 @@ async def scripted(upstream: str, script: Script) -> AsyncIterator[str]:
     upstream's status and end-to-end headers, then what `script` makes of the body, ended cleanly, or cut where
     the upstream's stream broke and the script let that through."""
     timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
-    async with aiohttp.ClientSession(timeout=timeout, auto_decompress=False) as session:
+    # The request as the client sent it: none of the headers aiohttp would add of its own.
+    own = ("Accept", "Accept-Encoding", "Content-Type", "User-Agent")
+    async with aiohttp.ClientSession(timeout=timeout, auto_decompress=False, skip_auto_headers=own) as session:
 
         async def forward(request: web.Request) -> web.StreamResponse:
             body = await request.read()
