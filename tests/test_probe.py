@@ -54,6 +54,12 @@ def test_an_event_left_out_is_lost_and_one_put_in_is_added() -> None:
     assert (c.lost, c.added, c.reordered, c.changed) == ([2], [3], [], [])
 
 
+def test_events_that_come_a_second_time_are_said_to_come_again() -> None:
+    got = reading((0.0, b"data: a\n\ndata: b\n\n"), (0.2, b"data: a\n\ndata: b\n\ndata: c\n\ndata: d\n\n"))
+    c = compare(blocks(SENT, SSE), blocks(got, SSE))
+    assert (c.lost, c.added, c.repeated) == ([], [0, 1], [0, 1])
+
+
 def test_events_swapped_are_reordered_not_lost() -> None:
     got = reading((0.0, b"data: a\n\ndata: c\n\n"), (0.3, b"data: b\n\ndata: d\n\n"))
     c = compare(blocks(SENT, SSE), blocks(got, SSE))

@@ -117,3 +117,7 @@ async def test_a_proxy_that_retries_a_cut_stream_after_the_first_bytes_is_report
     [fault] = report.faults
     assert (fault.verdict, fault.harmless) == ("retried", False)
     assert "after the first bytes" in fault.detail
+    # What the retry sent again is said as such: the events the first try had passed on, come again.
+    assert fault.comparison.repeated
+    assert fault.comparison.repeated == fault.comparison.added
+    assert "came again" in fault.detail

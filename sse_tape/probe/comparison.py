@@ -77,7 +77,7 @@ class Comparison:
     lost: list[int]
     """Events sent that did not come (indexes among the events sent)."""
     added: list[int]
-    """Events that came and were never sent (indexes among the events that came)."""
+    """Events that came and were not sent there (indexes among the events that came): never sent, or `repeated`."""
     reordered: list[int]
     """Events sent that came, but elsewhere in the order."""
     changed: list[tuple[int, int]]
@@ -88,6 +88,8 @@ class Comparison:
     """Events that came written otherwise, meaning the same (harmless: spacing, the order of fields)."""
     comments: tuple[int, int]
     """Comments (heartbeats) sent, and how many of them came."""
+    repeated: list[int]
+    """Of `added`, those that are events sent elsewhere in the stream, come again (a retry's, a duplicate)."""
 
     @property
     def sent_events(self) -> list[Block]:
@@ -173,17 +175,21 @@ def compare(sent: Sequence[Block], got: Sequence[Block]) -> Comparison:
             added_blocks.append(j)
     comments_sent = sum(1 for b in sent if b.event is None)
     comments_got = sum(1 for i, j in pairs if sent[i].event is None)
+    sent_keys = {b.key for b in sent if b.event is not None}
+    added = sorted(got_index[j] for j in added_blocks if j in got_index)
+    got_events = [b for b in got if b.event is not None]
     return Comparison(
         sent=list(sent),
         got=list(got),
         pairs=pairs,
         lost=sorted(sent_index[i] for i in lost_blocks if i in sent_index),
-        added=sorted(got_index[j] for j in added_blocks if j in got_index),
+        added=added,
         reordered=sorted(sent_index[i] for i, _ in reordered_pairs if i in sent_index),
         changed=sorted(changed),
         line_endings=line_endings,
         respelled=respelled,
         comments=(comments_sent, comments_got),
+        repeated=[j for j in added if got_events[j].key in sent_keys],
     )
 
 

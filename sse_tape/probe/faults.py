@@ -15,7 +15,7 @@ from __future__ import annotations
 from ..faults import parse_fault
 from .comparison import Comparison
 from .reading import Ending, Reading
-from .report import FaultReport
+from .report import FaultReport, added_lines
 
 __all__ = ["DEFAULT_FAULTS", "judge"]
 
@@ -42,8 +42,7 @@ def _differences(straight: Reading, through: Reading, c: Comparison) -> list[str
         said.append(f"the answer ended {through.ending}, not {straight.ending}")
     if c.lost:
         said.append(f"{len(c.lost)} of {len(c.sent_events)} events never came")
-    if c.added:
-        said.append(f"{len(c.added)} events came that were never sent")
+    said += added_lines(c)
     if c.changed:
         said.append(f"{len(c.changed)} events came changed")
     if c.reordered:
@@ -97,6 +96,9 @@ def judge(
             "rewritten", f"Retry-After {straight.header('retry-after')} became {through.header('retry-after')}"
         )
     if not differs:
+        late = c.latencies()
+        if late and max(late) > tolerance:  # passed, but held back (the interaction's `buffered` says how)
+            return report("passed", f"as the upstream sent it, held back up to {max(late) * 1000:.0f} ms")
         return report("passed", "as the upstream sent it")
     sent_events = len(c.sent_events)
     # The stream ended cleanly where it should have ended otherwise: in a cut, or with its last events (the

@@ -16,7 +16,7 @@ from ..cassette import Request
 from .comparison import Comparison, events_per_read, header_changes, median, percentile
 from .reading import Ending, Reading
 
-__all__ = ["FaultReport", "Finding", "InteractionReport", "ProbeReport", "request_changes"]
+__all__ = ["FaultReport", "Finding", "InteractionReport", "ProbeReport", "added_lines", "request_changes"]
 
 # Request headers the connection to the upstream sets, whoever forwards the request.
 _PER_CONNECTION = frozenset({"host", "content-length", "connection", "transfer-encoding", "keep-alive"})
@@ -72,6 +72,14 @@ def request_changes(straight: Request | None, through: Request | None) -> list[s
         else:
             said.append(f"changed the body ({len(straight.body)} bytes -> {len(through.body)})")
     return said
+
+
+def added_lines(c: Comparison) -> list[str]:
+    """What came that was not sent there, in words: events sent elsewhere come again, and events never sent."""
+    again = c.repeated
+    never = [j for j in c.added if j not in again]
+    said = [f"{_plural(len(again), 'event')} came again: {_numbers(again)}"] if again else []
+    return said + ([f"{_plural(len(never), 'event')} came that were never sent: {_numbers(never)}"] if never else [])
 
 
 @dataclass(slots=True)
@@ -130,10 +138,7 @@ class InteractionReport:
             found.append(Finding("cut", f"{line}: {through.detail}" if through.detail else line))
         if c.lost:
             found.append(Finding("lost", f"{_plural(len(c.lost), 'event')} never came: {_numbers(c.lost)}"))
-        if c.added:
-            found.append(
-                Finding("added", f"{_plural(len(c.added), 'event')} came that were never sent: {_numbers(c.added)}")
-            )
+        found += [Finding("added", line) for line in added_lines(c)]
         if c.reordered:
             found.append(
                 Finding("reordered", f"{_plural(len(c.reordered), 'event')} came out of order: {_numbers(c.reordered)}")
@@ -207,6 +212,7 @@ class InteractionReport:
             "events": {"straight": len(c.sent_events), "through": len(c.got_events)},
             "lost": c.lost,
             "added": c.added,
+            "repeated": c.repeated,
             "reordered": c.reordered,
             "changed": [i for i, _ in c.changed],
             "line_endings": c.line_endings,
