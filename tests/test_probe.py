@@ -17,7 +17,7 @@ import pytest
 
 from sse_tape import Cassette, Chunk, Interaction, Request, Response
 from sse_tape.framing import SSE
-from sse_tape.probe import DEFAULT_FAULTS, Ending, Piece, Probe, Reading, fidelity, probe_in_thread
+from sse_tape.probe import DEFAULT_FAULTS, Ending, InteractionReport, Piece, Probe, Reading, fidelity, probe_in_thread
 from sse_tape.probe.comparison import blocks, compare
 
 CHAT = "/v1/chat/completions"
@@ -78,6 +78,30 @@ def test_events_that_come_together_late_are_one_run() -> None:
     c = compare(blocks(SENT, SSE), blocks(got, SSE))
     assert c.runs() == (4, pytest.approx(0.3))
     assert c.latencies() == pytest.approx([0.35, 0.25, 0.15, 0.05])
+
+
+def test_events_written_anew_and_held_together_are_still_timed() -> None:
+    # A gateway that rewrites every event (LiteLLM's proxy does) and holds them: each changed event stands for
+    # the one sent in its place, so the hold shows.
+    got = reading((0.35, b"data: A\n\ndata: B\n\ndata: C\n\ndata: D\n\n"))
+    c = compare(blocks(SENT, SSE), blocks(got, SSE))
+    assert c.changed == [(0, 0), (1, 1), (2, 2), (3, 3)]
+    assert c.runs() == (4, pytest.approx(0.3))
+    assert max(c.latencies()) == pytest.approx(0.35)
+
+
+@pytest.mark.parametrize(
+    ("content_type", "problem"), [("text/event-stream; charset=utf-8", False), ("text/plain", True)]
+)
+def test_a_charset_added_to_the_content_type_is_harmless_and_another_type_is_not(
+    content_type: str, problem: bool
+) -> None:
+    got = Reading(200, (("Content-Type", content_type),), SENT.pieces, Ending.COMPLETE)
+    report = InteractionReport(
+        "chat #1", Request("POST", CHAT), SENT, got, compare(blocks(SENT, SSE), blocks(got, SSE)), 1, 1.0
+    )
+    [finding] = [f for f in report.findings if f.kind == "headers"]
+    assert finding.harmless is not problem
 
 
 async def test_the_upstream_probed_straight_is_clean_and_every_default_fault_passes() -> None:

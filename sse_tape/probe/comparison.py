@@ -90,6 +90,9 @@ class Comparison:
     """Comments (heartbeats) sent, and how many of them came."""
     repeated: list[int]
     """Of `added`, those that are events sent elsewhere in the stream, come again (a retry's, a duplicate)."""
+    timed: list[tuple[int, int]]
+    """The blocks that tell how late the gateway passed each on: those lined up (`pairs`), and the events that
+    came changed, each with the one it stands for (a gateway that writes every event anew still holds them)."""
 
     @property
     def sent_events(self) -> list[Block]:
@@ -102,15 +105,15 @@ class Comparison:
         return [b for b in self.got if b.event is not None]
 
     def latencies(self, *, events: bool = True) -> list[float]:
-        """How much later each block lined up came through the gateway than straight, in seconds: of the
+        """How much later each block came through the gateway than straight (see `timed`), in seconds: of the
         events, or of the comments."""
-        return [self.got[j].t - self.sent[i].t for i, j in self.pairs if (self.sent[i].event is not None) is events]
+        return [self.got[j].t - self.sent[i].t for i, j in self.timed if (self.sent[i].event is not None) is events]
 
     def runs(self) -> tuple[int, float]:
         """The largest run of events that came in one read through the gateway, and over how long they had
         come straight (0 when none came together)."""
         at_once: dict[float, list[int]] = {}
-        for i, j in self.pairs:
+        for i, j in self.timed:
             if self.got[j].event is not None:
                 at_once.setdefault(self.got[j].t, []).append(i)
         largest, span = 0, 0.0
@@ -166,10 +169,11 @@ def compare(sent: Sequence[Block], got: Sequence[Block]) -> Comparison:
             same_lines = _lines(sent[i].raw) == _lines(got[j].raw)
             (line_endings if same_lines else respelled).append(sent_index[i])
     # A changed block that is a comment on either side is a comment lost and another added.
-    changed = []
+    changed, changed_events = [], []
     for i, j in changed_blocks:
         if i in sent_index and j in got_index:
             changed.append((sent_index[i], got_index[j]))
+            changed_events.append((i, j))
         else:
             lost_blocks.append(i)
             added_blocks.append(j)
@@ -190,6 +194,7 @@ def compare(sent: Sequence[Block], got: Sequence[Block]) -> Comparison:
         respelled=respelled,
         comments=(comments_sent, comments_got),
         repeated=[j for j in added if got_events[j].key in sent_keys],
+        timed=sorted(pairs + changed_events),
     )
 
 

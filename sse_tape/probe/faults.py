@@ -47,6 +47,13 @@ def _differences(straight: Reading, through: Reading, c: Comparison) -> list[str
         said.append(f"{len(c.changed)} events came changed")
     if c.reordered:
         said.append(f"{len(c.reordered)} events came out of order")
+    before, after = straight.header("retry-after"), through.header("retry-after")
+    if before != after:
+        said.append(
+            f"Retry-After {before} became {after}"
+            if before and after
+            else f"Retry-After {before or 'none'} became {after or 'none'}"
+        )
     return said
 
 
@@ -67,6 +74,11 @@ def judge(
         return FaultReport(fault, name, verdict, detail, straight, through, c, harmless=harmless)
 
     differs = _differences(straight, through, c)
+    if upstream_requests == 0:
+        got = "; ".join(differs) or "the answer the upstream would have sent"
+        return report(
+            "hidden", f"the upstream got no request: the gateway answered on its own (a cache); the client got: {got}"
+        )
     if upstream_requests > 1:
         begun = straight.first_byte is not None and straight.status is not None and straight.status < 300
         got = "; ".join(differs) or "the answer the upstream sent"
@@ -87,14 +99,6 @@ def judge(
             return report("rewritten", f"{sent - came} of {sent} heartbeats never came")
         if late and max(late) > tolerance:
             return report("rewritten", f"the heartbeats came up to {max(late) * 1000:.0f} ms late")
-    if (
-        kind == "status"
-        and straight.status == through.status
-        and straight.header("retry-after") != through.header("retry-after")
-    ):
-        return report(
-            "rewritten", f"Retry-After {straight.header('retry-after')} became {through.header('retry-after')}"
-        )
     if not differs:
         late = c.latencies()
         if late and max(late) > tolerance:  # passed, but held back (the interaction's `buffered` says how)

@@ -74,6 +74,12 @@ def request_changes(straight: Request | None, through: Request | None) -> list[s
     return said
 
 
+def _media_types_differ(change: str) -> bool:
+    """Whether a header change `content-type: before -> after` names another media type."""
+    before, _, after = change.partition(": ")[2].partition(" -> ")
+    return before.split(";")[0].strip().lower() != after.split(";")[0].strip().lower()
+
+
 def added_lines(c: Comparison) -> list[str]:
     """What came that was not sent there, in words: events sent elsewhere come again, and events never sent."""
     again = c.repeated
@@ -163,7 +169,9 @@ class InteractionReport:
             found.append(Finding("comments", f"{_plural(extra, 'comment')} came that were never sent", harmless=True))
         found += self._timing()
         added, removed, changed = header_changes(straight, through)
-        typed = [h for h in (*removed, *changed) if h.startswith("content-type:")]
+        # Another media type is a problem; the same with a parameter added (`; charset=utf-8`) is not.
+        typed = [h for h in removed if h.startswith("content-type:")]
+        typed += [h for h in changed if h.startswith("content-type:") and _media_types_differ(h)]
         if typed:
             found.append(Finding("headers", "Content-Type " + ("removed" if typed[0] in removed else typed[0][14:])))
         rest = [f"added {h}" for h in added] + [f"removed {h}" for h in removed if h not in typed]
