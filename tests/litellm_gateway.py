@@ -49,9 +49,9 @@ class LiteLLM:
     """What it wrote on stdout and stderr."""
 
     @property
-    def authorization(self) -> str:
-        """The header line that lets a client in: `Authorization: Bearer KEY`."""
-        return f"Authorization: Bearer {self.key}"
+    def headers(self) -> tuple[tuple[str, str], ...]:
+        """The header that lets a client in (`Authorization: Bearer KEY`), as a probe's `headers` take it."""
+        return (("Authorization", f"Bearer {self.key}"),)
 
 
 def config(upstream: str, model: str, key: str) -> str:
