@@ -7,7 +7,7 @@ import resource
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -22,10 +22,10 @@ def start(args: list[str], *, setup: str = "") -> tuple[subprocess.Popen[str], s
 
 
 @contextmanager
-def recording_proxy(upstream: str, cassette: Path, *, port: str = "0") -> Iterator[str]:
-    """`sse-tape record --upstream UPSTREAM -c CASSETTE` in a process of its own while the block runs: its URL.
-    Ctrl-C stops it after the block, and it must end cleanly: the recording is in `cassette` then."""
-    proxy, url = start(["record", "--upstream", upstream, "-c", str(cassette), "--port", port, "-q"])
+def recording_proxy(upstream: str, cassette: Path, *, port: str = "0", options: Sequence[str] = ()) -> Iterator[str]:
+    """`sse-tape record --upstream UPSTREAM -c CASSETTE [OPTIONS]` in a process of its own while the block runs:
+    its URL. Ctrl-C stops it after the block, and it must end cleanly: the recording is in `cassette` then."""
+    proxy, url = start(["record", "--upstream", upstream, "-c", str(cassette), "--port", port, "-q", *options])
     try:
         yield url
     finally:

@@ -1,0 +1,134 @@
+"""LiteLLM's proxy (`litellm[proxy]`) in a process of its own on loopback, in front of an OpenAI-compatible
+upstream (an sse-tape server), for the tests that probe it as a gateway (issue 32).
+
+It needs no network: the model cost map is read from the copy inside the package
+(`LITELLM_LOCAL_MODEL_COST_MAP`), telemetry is off, and with no `DATABASE_URL` there is no database. It
+does ask its upstream for `GET /v1/models` once as it starts (LiteLLM's model discovery), a request no
+recording needs to answer. A test that uses it is skipped, saying why, where LiteLLM or its proxy's extras
+are not installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+STARTUP_NET = 300.0
+"""Seconds LiteLLM's proxy may take to answer its health check: a safety net, generous on purpose (it imports
+for seconds on an idle machine, and for a minute on a busy one with a cold disk cache)."""
+
+# The settings that would send it elsewhere than the config says: a proxy for its outgoing requests, a
+# database, a master key or a config of the user's own.
+_BLOCKED = {
+    "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
+    "DATABASE_URL", "DIRECT_URL", "LITELLM_MASTER_KEY", "CONFIG_FILE_PATH", "WORKER_CONFIG",
+}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class LiteLLM:
+    """A running LiteLLM proxy: its base URL and the master key its clients must send."""
+
+    url: str
+    key: str
+    log: Path
+    """What it wrote on stdout and stderr."""
+
+    @property
+    def headers(self) -> tuple[tuple[str, str], ...]:
+        """The header that lets a client in (`Authorization: Bearer KEY`), as a probe's `headers` take it."""
+        return (("Authorization", f"Bearer {self.key}"),)
+
+
+def config(upstream: str, model: str, key: str) -> str:
+    """The proxy's YAML config: `model` (what clients ask for) sent as `openai/MODEL` to `UPSTREAM/v1` with a
+    dummy key, and the master key `key`. JSON is YAML, and LiteLLM reads it as such."""
+    return json.dumps(
+        {
+            "model_list": [
+                {
+                    "model_name": model,
+                    "litellm_params": {
+                        "model": f"openai/{model}",
+                        "api_base": upstream.rstrip("/") + "/v1",
+                        "api_key": "sk-sse-tape-dummy",
+                    },
+                }
+            ],
+            "litellm_settings": {"telemetry": False},
+            "general_settings": {"master_key": key},
+        },
+        indent=2,
+    )
+
+
+@contextmanager
+def litellm_proxy(upstream: str, *, model: str = "local-model") -> Iterator[LiteLLM]:
+    """LiteLLM's proxy on a free loopback port while the block runs, sending `model` to the OpenAI-compatible
+    server at `upstream` (a base URL, such as an sse-tape server's); ready, its health check answered, when the
+    block starts. Ctrl-C stops it after the block. Skips the test where LiteLLM is not installed, or where its
+    proxy cannot start for want of a module."""
+    if importlib.util.find_spec("litellm") is None:
+        pytest.skip("LiteLLM is not installed (pip install 'litellm[proxy]')")
+    with tempfile.TemporaryDirectory(prefix="sse-tape-litellm-") as folder:
+        directory = Path(folder)
+        key = "sk-sse-tape-probe-" + os.urandom(8).hex()
+        (directory / "config.yaml").write_text(config(upstream, model, key))
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        env = {name: value for name, value in os.environ.items() if name.upper() not in _BLOCKED}
+        env |= {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_DONT_SHOW_FEEDBACK_BOX": "True"}
+        # `litellm`, the command, run by this Python; in the config's folder, where it reads a `.env` if any.
+        command = [
+            sys.executable, "-c", "from litellm.proxy.proxy_cli import run_server; run_server()",
+            "--config", "config.yaml", "--host", "127.0.0.1", "--port", str(port),
+        ]  # fmt: skip
+        log = directory / "litellm.log"
+        with log.open("wb") as output:
+            process = subprocess.Popen(command, cwd=directory, env=env, stdout=output, stderr=subprocess.STDOUT)
+        gateway = LiteLLM(f"http://127.0.0.1:{port}", key, log)
+        try:
+            _wait_ready(process, gateway)
+            yield gateway
+        finally:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _wait_ready(process: subprocess.Popen[bytes], gateway: LiteLLM) -> None:
+    # Uvicorn answers only once the app's startup (the config read, the router built) is done.
+    deadline = time.monotonic() + STARTUP_NET
+    while True:
+        if process.poll() is not None:
+            text = gateway.log.read_text(errors="replace")
+            missing = [line for line in text.splitlines() if line.startswith(("ModuleNotFoundError", "ImportError"))]
+            if missing:
+                pytest.skip(f"LiteLLM's proxy cannot start: {missing[-1]} (pip install 'litellm[proxy]')")
+            pytest.fail(f"LiteLLM's proxy exited with {process.returncode}:\n{text[-4000:]}")
+        try:
+            if httpx.get(f"{gateway.url}/health/liveliness", timeout=5).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"LiteLLM's proxy did not answer within {STARTUP_NET:g} s:\n{gateway.log.read_text()[-4000:]}")
+        time.sleep(0.1)
