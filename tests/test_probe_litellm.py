@@ -81,12 +81,10 @@ def test_litellm_passes_every_event_in_order_and_unbuffered_but_writes_each_agai
         assert len(c.got_events) == len(c.sent_events) > 2, interaction.name
         assert (c.lost, c.added, c.reordered) == ([], [], []), interaction.name
         kinds = {f.kind for f in interaction.findings}
-        assert not kinds & {"status", "cut", "retried", "cached"}, interaction.lines()
-        # Each event came about when it came straight. Timed here event by event, not from the report: the
-        # probe times only the events that came unchanged (here `[DONE]` alone), so its `buffered` and
-        # `delayed` cannot see a gateway that writes every event anew.
-        late = [got.t - sent.t for sent, got in zip(c.sent_events, c.got_events, strict=True)]
-        assert max(late) < TOLERANCE, late
+        assert not kinds & {"status", "cut", "retried", "cached", "buffered", "delayed"}, interaction.lines()
+        # Each event came about when it came straight: every one of them timed, the changed ones too.
+        assert len(c.latencies()) == len(c.sent_events)
+        assert interaction.latency[2] < TOLERANCE, interaction.lines()
         # Every chunk parsed and written anew (its own `created`, no `"finish_reason": null`); `[DONE]` kept.
         assert [sent for sent, _ in c.changed] == list(range(len(c.sent_events) - 1)), interaction.name
         assert c.got_events[-1].raw.strip() == c.sent_events[-1].raw.strip() == b"data: [DONE]"
@@ -96,7 +94,7 @@ def test_litellm_passes_every_event_in_order_and_unbuffered_but_writes_each_agai
         assert sent["choices"][0]["finish_reason"] is None
         assert "finish_reason" not in got["choices"][0]
     assert {f.kind for f in litellm_report.problems} == {
-        "changed", "headers", "fault:error", "fault:disconnect", "fault:stall",
+        "changed", "fault:error", "fault:disconnect", "fault:stall",
     }  # fmt: skip
 
 
@@ -107,8 +105,10 @@ def test_litellm_adds_a_charset_to_the_content_type_and_headers_of_its_own(litel
         assert through.header("content-type") == "text/event-stream; charset=utf-8"
         assert through.header("x-accel-buffering") == "no"
         assert through.header("llm_provider-content-type") == "text/event-stream"  # the upstream's, renamed
-        [content_type] = [f for f in interaction.findings if f.kind == "headers" and "Content-Type" in f.line]
-        assert not content_type.harmless
+        # The same media type with a parameter added: harmless, said with the other headers.
+        [headers] = [f for f in interaction.findings if f.kind == "headers"]
+        assert "changed content-type: text/event-stream -> text/event-stream; charset=utf-8" in headers.line
+        assert headers.harmless
 
 
 def test_litellm_sends_the_same_json_with_its_own_key_and_its_sdk_s_headers(litellm_report: ProbeReport) -> None:
