@@ -37,7 +37,9 @@ class _Group(Generic[R]):
     def __init__(self, rule: R, keyed: tuple[RequestMatcher, ...]) -> None:
         self.rule = rule
         self.keyed = keyed
-        self.slots: dict[int, list[int]] = {}
+        self.slots: dict[int, int | list[int]] = {}
+        """The recordings under each hash: one alone as its number (most are alone: a list each would be
+        memory, and objects for the collector to walk)."""
 
 
 class Index(Generic[R]):
@@ -53,7 +55,14 @@ class Index(Generic[R]):
         group = self._groups.get((rule, keyed))
         if group is None:
             group = self._groups[rule, keyed] = _Group(rule, keyed)
-        group.slots.setdefault(_key(keyed, recorded), []).append(number)
+        key = _key(keyed, recorded)
+        slot = group.slots.get(key)
+        if slot is None:
+            group.slots[key] = number
+        elif isinstance(slot, int):
+            group.slots[key] = [slot, number]
+        else:
+            slot.append(number)
 
     def candidates(self, compared: Callable[[R], Request]) -> list[int]:
         """The recordings a request may agree with, in the order they were added: `compared` gives the request
@@ -62,8 +71,12 @@ class Index(Generic[R]):
         many = False
         for group in self._groups.values():
             slot = group.slots.get(_key(group.keyed, compared(group.rule)))
-            if slot:
-                many = many or bool(found)
+            if slot is None:
+                continue
+            many = many or bool(found)
+            if isinstance(slot, int):
+                found.append(slot)
+            else:
                 found.extend(slot)
         return sorted(found) if many else found
 

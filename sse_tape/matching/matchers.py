@@ -51,6 +51,8 @@ _QUOTED_MARKER = quote(REDACTED, safe="")
 _MARKER = REDACTED.encode()
 # The JSON values that hold others.
 _NESTED = (dict, list)
+# What a body's digest keeps of the numbers it is made of.
+_BITS = (1 << 64) - 1
 
 #: How much of a method, path or query a matcher's text shows: a request may send kilobytes of it.
 _SHOWN = 100
@@ -214,11 +216,18 @@ def _holds_redacted(value: Any) -> bool:
 
 def _digest(value: Any) -> int:
     """A hash of a JSON value (or bytes, or None), equal for equal values as Python compares them (`1`, `1.0`
-    and `true` alike; objects in any key order)."""
+    and `true` alike; objects in any key order). Made of numbers only: a recording's costs the collector
+    nothing to keep track of, as a tuple of its parts would."""
     if isinstance(value, dict):
-        return hash(frozenset([(k, _digest(v)) if isinstance(v, _NESTED) else (k, v) for k, v in value.items()]))
+        total = len(value)
+        for key, item in value.items():  # summed: in any order
+            total += hash(key) * 31 ^ (_digest(item) if isinstance(item, _NESTED) else hash(item))
+        return total & _BITS
     if isinstance(value, list):
-        return hash(tuple([_digest(v) if isinstance(v, _NESTED) else v for v in value]))
+        total = len(value)
+        for item in value:
+            total = (total * 1000003 ^ (_digest(item) if isinstance(item, _NESTED) else hash(item))) & _BITS
+        return total
     return hash(value)
 
 
