@@ -508,3 +508,17 @@ def test_a_recording_added_while_serving_answers_from_the_next_request_on(casset
     matcher.add(recording(CHAT, asked, "new"), cassette, 3)
     assert tag(matcher, post(CHAT, asked)) == "new"
     assert tag(matcher, post(CHAT, HELLO)) == "hello"
+
+
+@pytest.mark.slow
+def test_a_short_scale_benchmark_finds_every_request_and_serves_every_stream(tmp_path: Path) -> None:
+    # bench/matching_scale_bench.py, briefly: it checks that each find is the recording asked for and that each
+    # served stream is whole, and prints a line a size with its figures.
+    bench = Path(__file__).parent.parent / "bench" / "matching_scale_bench.py"
+    args = ["--sizes", "10,100", "--asked", "10", "--finds", "50", "--rounds", "1", "--server", "--streams", "20"]
+    command = [sys.executable, str(bench), *args, "--folder", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split("|")[0].strip() for line in lines] == ["interactions", "10", "100"] * 2
+    assert len(list((tmp_path / "100").glob("*.msgpack"))) == 1

@@ -14,6 +14,12 @@ recording answers a request that asks for no stream, and the other way round
 (replay converts it); a recorder, which must fetch each shape from its
 upstream, compares them like any part of the request.
 
+Which recordings a request may agree with is looked up, not found by
+comparing it with each (`index`: by the parts the built-in matchers compare,
+as each cassette's rule compares them), so that an exact hit costs the same
+whatever the number loaded; the matchers then decide among those only, and
+all that follows (the phase, turns, repeats) is as it would be among all.
+
 A reconnection (a request with `Last-Event-ID`, as an `EventSource` sends
 it) is answered by a recording of the same reconnection, made with the same
 `Last-Event-ID`, when there is one; else, when replaying, by a recording made
