@@ -126,7 +126,11 @@ def _serve(folder: Path, size: int, streams: int) -> dict[str, float]:
     """One size's figures through a server in a process of its own (see the module)."""
     code = "import sys; from sse_tape.__main__ import main; sys.argv[0] = 'sse-tape'; main()"
     command = [sys.executable, "-c", code, "serve", str(folder / str(size)), "--pace", "instant", "--port", "0"]
-    server = subprocess.Popen([*command, "-q"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    # Started in the cassettes' folder: `-c` puts the working directory first on the path, where a checkout
+    # would shadow the `sse_tape` that PYTHONPATH names.
+    server = subprocess.Popen(
+        [*command, "-q"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=folder
+    )
     try:
         assert server.stdout is not None
         host, port = server.stdout.readline().split(" at ")[1].split()[0].split("//")[1].rstrip("/").split(":")
@@ -174,7 +178,7 @@ def main() -> None:
         return
     sizes = [int(s) for s in args.sizes.split(",")]
     with tempfile.TemporaryDirectory() as temporary:
-        folder = Path(args.folder or temporary)
+        folder = Path(args.folder or temporary).resolve()
         folder.mkdir(parents=True, exist_ok=True)
         for size in sizes:
             _library(folder, size)
