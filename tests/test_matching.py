@@ -7,10 +7,12 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
+from urllib.parse import quote
 
 import pytest
 
 from sse_tape import (
+    REDACTED,
     Cassette,
     Chunk,
     ConfigError,
@@ -417,3 +419,106 @@ def test_a_cassette_and_the_command_line_can_ask_for_strict_matching(tmp_path: P
     loaded = Cassette.load(tmp_path / "chat.toml")
     with pytest.raises(NoMatchError, match=r"body\.stream is false, recorded true"):
         Matcher([loaded]).find(post(CHAT, {**HELLO, "stream": False}))
+
+
+# --- the index: an exact hit costs the same whatever is loaded -------------------------------------------------
+
+
+def _finding(matcher: Matcher, requests: list[Request]) -> float:
+    """The least CPU time of a few rounds of finding each of `requests` (fresh copies: a server parses each)."""
+    spent = []
+    for _ in range(5):
+        fresh = [Request(r.method, r.path, r.query, r.headers, r.body) for r in requests]
+        start = time.process_time()
+        for request in fresh:
+            matcher.find(request)
+        spent.append(time.process_time() - start)
+    return min(spent)
+
+
+def test_what_an_exact_hit_costs_does_not_grow_with_the_recordings_loaded() -> None:
+    # A bound that only the bug breaks, not a time: against a cassette 80 times larger, a hit costs about as much
+    # (compared with every recording, it cost about 80 times as much).
+    def loaded(size: int) -> tuple[Matcher, list[Request]]:
+        cassette = Cassette([recording(CHAT, {**HELLO, "n": n}, str(n)) for n in range(size)])
+        return Matcher([cassette]), [cassette.interactions[n].request for n in range(0, size, size // 32)]
+
+    small, large = loaded(64), loaded(64 * 80)
+    assert tag(large[0], post(CHAT, {**HELLO, "n": 5000})) == "5000"
+    _finding(*small), _finding(*large)  # each path of the code run once before it is timed
+    assert _finding(*large) < 10 * max(_finding(*small), 1e-4)
+
+
+def test_bodies_equal_as_data_match_however_their_numbers_are_written() -> None:
+    recorded = {"model": "m", "temperature": 1.0, "messages": [{"role": "user", "content": "Hi", "n": [1, 2.5]}]}
+    cassette = Cassette([recording(CHAT, {**recorded, "temperature": 0.5}, "other"), recording(CHAT, recorded, "hit")])
+    asked = {"messages": [{"n": [1.0, 2.5], "content": "Hi", "role": "user"}], "temperature": 1, "model": "m"}
+    assert tag(Matcher([cassette]), post(CHAT, asked)) == "hit"
+
+
+def test_a_recording_redacted_where_it_is_compared_agrees_with_any_value_there() -> None:
+    marker = quote(REDACTED, safe="")
+
+    def answered(request: Request, said: str) -> Interaction:
+        return Interaction(request, Response(chunks=(Chunk(0.0, said.encode()),)))
+
+    body = json.dumps({"key": REDACTED, "n": 1}).encode()
+    cassette = Cassette(
+        [
+            answered(Request("POST", f"/v1/keys/{marker}/use", query=f"a=1&token={marker}", body=body), "everywhere"),
+            answered(Request("POST", "/form", body=f"user=u&password={marker}".encode()), "form"),
+            answered(Request("POST", "/escaped", body=b'{"key": "\\u003credacted>"}'), "escaped"),
+        ]
+    )
+    matcher = Matcher([cassette], match_on=["method", "path", "query", "body"])
+    asked = Request("POST", "/v1/keys/sk-1/use", query="token=t&a=1", body=json.dumps({"n": 1, "key": "sk-9"}).encode())
+    assert tag(matcher, asked) == "everywhere"
+    assert tag(matcher, Request("POST", "/form", body=b"password=hunter2&user=u")) == "form"
+    assert tag(matcher, Request("POST", "/escaped", body=b'{"key": "sk-9"}')) == "escaped"
+    with pytest.raises(NoMatchError, match="query is 'a=2&token=t'"):
+        matcher.find(Request("POST", "/v1/keys/sk-1/use", query="a=2&token=t", body=asked.body))
+
+
+def test_a_protocols_own_matcher_still_decides_among_the_recordings_of_the_parts_it_keys() -> None:
+    def call(id_: int, name: str) -> dict[str, object]:
+        return {"jsonrpc": "2.0", "id": id_, "method": "tools/call", "params": {"name": name}}
+
+    cassette = Cassette([recording("/mcp", call(1, "a"), "a"), recording("/mcp", call(2, "b"), "b")])
+    matcher = Matcher([cassette], match_on=["method", "path", "jsonrpc"])
+    assert [tag(matcher, post("/mcp", call(9, name))) for name in "bab"] == ["b", "a", "b"]
+    with pytest.raises(NoMatchError, match=r"params\.name"):
+        matcher.find(post("/mcp", call(9, "c")))
+
+
+def test_recordings_of_cassettes_matched_differently_take_turns_in_the_order_loaded() -> None:
+    loose = Cassette([recording(CHAT, HELLO, "loose")], match_on=(MatchOn.METHOD, MatchOn.PATH))
+    exact = Cassette([recording(CHAT, HELLO, "exact")])
+    ignoring = Cassette([recording(CHAT, HELLO, "ignoring")], ignore_body_fields=("user",))
+    for cassettes in ([loose, exact, ignoring], [ignoring, exact, loose]):
+        matcher = Matcher(cassettes)
+        names = [tag(matcher, post(CHAT, HELLO)) for _ in range(4)]
+        assert names == [*(c.interactions[0].response.body.decode() for c in cassettes), names[0]]
+
+
+def test_a_recording_added_while_serving_answers_from_the_next_request_on(cassette: Cassette) -> None:
+    matcher = Matcher([cassette])
+    asked = {**HELLO, "messages": [{"role": "user", "content": "New"}]}
+    with pytest.raises(NoMatchError):
+        matcher.find(post(CHAT, asked))
+    matcher.add(recording(CHAT, asked, "new"), cassette, 3)
+    assert tag(matcher, post(CHAT, asked)) == "new"
+    assert tag(matcher, post(CHAT, HELLO)) == "hello"
+
+
+@pytest.mark.slow
+def test_a_short_scale_benchmark_finds_every_request_and_serves_every_stream(tmp_path: Path) -> None:
+    # bench/matching_scale_bench.py, briefly: it checks that each find is the recording asked for and that each
+    # served stream is whole, and prints a line a size with its figures.
+    bench = Path(__file__).parent.parent / "bench" / "matching_scale_bench.py"
+    args = ["--sizes", "10,100", "--asked", "10", "--finds", "50", "--rounds", "1", "--server", "--streams", "20"]
+    command = [sys.executable, str(bench), *args, "--folder", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split("|")[0].strip() for line in lines] == ["interactions", "10", "100"] * 2
+    assert len(list((tmp_path / "100").glob("*.msgpack"))) == 1

@@ -7,6 +7,8 @@ The package by concept:
 - `registry`: every matcher by name (`MATCHERS`), the built-in ones and those the protocols bring
   (`Protocol.matchers`, found through the dialect registry and its entry-point group), and `STRICT`, the
   word for matching on everything.
+- `index`: the recordings a request may agree with, by the hash of the parts the built-in matchers compare
+  (`matchers.KEYS`), so that finding one costs the same however many are loaded.
 - `finder`: the `Matcher` that finds the recording answering a request, with the rule each cassette's
   recordings are matched by, and the explanation of a miss.
 """

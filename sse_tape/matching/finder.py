@@ -14,6 +14,12 @@ recording answers a request that asks for no stream, and the other way round
 (replay converts it); a recorder, which must fetch each shape from its
 upstream, compares them like any part of the request.
 
+Which recordings a request may agree with is looked up, not found by
+comparing it with each (`index`: by the parts the built-in matchers compare,
+as each cassette's rule compares them), so that an exact hit costs the same
+whatever the number loaded; the matchers then decide among those only, and
+all that follows (the phase, turns, repeats) is as it would be among all.
+
 A reconnection (a request with `Last-Event-ID`, as an `EventSource` sends
 it) is answered by a recording of the same reconnection, made with the same
 `Last-Event-ID`, when there is one; else, when replaying, by a recording made
@@ -76,6 +82,7 @@ from ..dialects.phase import Phase, answer_of, calls_of, phase_of
 from ..dialects.protocol import RequestMatcher
 from ..framing import SSE, Framing, by_content_type
 from ..state import MemoryStore, ReplayStore, recording_id
+from .index import Index
 from .matchers import AGREES, BUILT_IN, MatchOn, body_differences, shown
 from .registry import MATCHERS, STRICT
 
@@ -254,6 +261,8 @@ class Matcher:
         self._shapes: list[bool | None] = []  # whether each successful answer streams; None: an error answer
         self._last_ids: list[str | None] = []  # the Last-Event-ID each was recorded with
         self._cut: list[bool] = []  # whether each was cut short on the recording side
+        self._cut_ones: list[int] = []  # those that were
+        self._index: Index[_Rule] = Index()  # the recordings that may agree with a request, by key
         self._phases: list[Any] = []  # each one's request's phase (None: it has none), worked out when needed
         self._answers: list[Any] = []  # each one's answer put together (see `answer_of`), worked out when needed
         self._calls: list[Any] = []  # the tools each one's answer calls (see `calls_of`), worked out when needed
@@ -302,6 +311,9 @@ class Matcher:
         self._shapes.append(is_streamed(recording.interaction) if 200 <= response.status < 300 else None)
         self._last_ids.append(last_event_id(recording.interaction.request))
         self._cut.append(response.end in CUT_SHORT)
+        if self._cut[-1]:
+            self._cut_ones.append(len(self.recordings) - 1)
+        self._index.add(len(self.recordings) - 1, rule, rule.matchers, compared)
         self._phases.append(_NOT_YET)
         self._answers.append(_NOT_YET)
         self._calls.append(_NOT_YET)
@@ -343,7 +355,9 @@ class Matcher:
         last_id = last_event_id(request)
         # A recorder fetches what it cut short again.
         agreeing = [
-            n for n in range(len(self.recordings)) if not (self.refetch and self._cut[n]) and self._agrees(asked, n)
+            n
+            for n in self._index.candidates(asked.compared)
+            if not (self.refetch and self._cut[n]) and self._agrees(asked, n)
         ]
         same = [n for n in agreeing if self._last_ids[n] == last_id]
         if not same and last_id is not None and self.resume:
@@ -382,9 +396,8 @@ class Matcher:
         last_id = last_event_id(request)
         return [
             self.recordings[n]
-            for n in range(len(self.recordings))
-            if self._cut[n]
-            and self._last_ids[n] == last_id
+            for n in self._cut_ones
+            if self._last_ids[n] == last_id
             and all(same(asked.compared(self._rules[n]), self._compared[n]) for same in _EVERY_PART)
         ]
 

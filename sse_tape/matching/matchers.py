@@ -10,13 +10,19 @@ A matcher is handed the requests as they are compared (see `finder`): their
 JSON bodies without the ignored fields and, when replay converts between
 shapes of answer, without the fields (and path) that only choose one. A
 recorded value that was redacted (`REDACTED`) stands for any value.
+
+Each built-in matcher decides by equality of one part of the two requests,
+but where a recorded value was redacted: `KEYS` gives that part as a
+hashable key, and `WILD` says whether a recorded request holds a redacted
+value in it (then its key says nothing), so that an index (`index`) finds
+the recordings a request can agree with without comparing it with each.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from enum import StrEnum
 from typing import Any
 from urllib.parse import parse_qsl, quote
@@ -25,11 +31,28 @@ from ..cassette import REDACTED, Request
 from ..cassette.model import agrees_as_recorded
 from ..dialects.protocol import RequestMatcher
 
-__all__ = ["AGREES", "BUILT_IN", "MatchOn", "body", "body_differences", "method", "path", "query", "shown"]
+__all__ = [
+    "AGREES",
+    "BUILT_IN",
+    "KEYS",
+    "WILD",
+    "MatchOn",
+    "body",
+    "body_differences",
+    "method",
+    "path",
+    "query",
+    "shown",
+]
 
 _MISSING: Any = object()
 # The marker as a redacted path segment or form field holds it.
 _QUOTED_MARKER = quote(REDACTED, safe="")
+_MARKER = REDACTED.encode()
+# The JSON values that hold others.
+_NESTED = (dict, list)
+# What a body's digest keeps of the numbers it is made of.
+_BITS = (1 << 64) - 1
 
 #: How much of a method, path or query a matcher's text shows: a request may send kilobytes of it.
 _SHOWN = 100
@@ -143,6 +166,69 @@ AGREES: dict[RequestMatcher, Callable[[Request, Request], bool]] = {
 }
 """How each built-in matcher decides, without making the text that only a miss shows: what `Matcher.find`
 asks, for every recording, of every request."""
+
+
+KEYS: dict[RequestMatcher, Callable[[Request], Hashable]] = {
+    method: lambda request: request.method.upper(),
+    path: lambda request: request.path,
+    query: lambda request: _query_key(request.query),
+    body: lambda request: _digest(_comparable(request)),
+}
+"""The part of a request each built-in matcher compares, as a key: two requests it finds agree have equal keys,
+unless the recorded one holds a redacted value there (see `WILD`). Unequal requests may share a key (the body's
+is a hash): a key finds the recordings a request may agree with, the matcher still decides."""
+
+WILD: dict[RequestMatcher, Callable[[Request], bool]] = {
+    method: lambda recorded: False,
+    path: lambda recorded: _QUOTED_MARKER in recorded.path,
+    query: lambda recorded: _query_wild(recorded.query),
+    body: lambda recorded: _body_wild(recorded),
+}
+"""Whether a recorded request holds a redacted value (`REDACTED`) in the part each built-in matcher compares:
+there, it agrees with requests whose keys (`KEYS`) differ from its own."""
+
+
+def _query_key(text: str) -> Hashable:
+    return tuple(sorted(parse_qsl(text, keep_blank_values=True))) if text else ()
+
+
+def _query_wild(text: str) -> bool:
+    return REDACTED in text or ("%" in text and any(value == REDACTED for _, value in parse_qsl(text)))
+
+
+def _body_wild(recorded: Request) -> bool:
+    there = _comparable(recorded)
+    if isinstance(there, bytes):
+        return _QUOTED_MARKER.encode() in there
+    # The marker, in the text as it was recorded or escaped (JSON may spell any character `\u....`).
+    raw = recorded.body
+    return (_MARKER in raw or b"\\u" in raw) and _holds_redacted(there)
+
+
+def _holds_redacted(value: Any) -> bool:
+    """Whether a JSON value is, or holds, a redacted value (`REDACTED`)."""
+    if isinstance(value, dict):
+        return any(map(_holds_redacted, value.values()))
+    if isinstance(value, list):
+        return any(map(_holds_redacted, value))
+    return isinstance(value, str) and value == REDACTED
+
+
+def _digest(value: Any) -> int:
+    """A hash of a JSON value (or bytes, or None), equal for equal values as Python compares them (`1`, `1.0`
+    and `true` alike; objects in any key order). Made of numbers only: a recording's costs the collector
+    nothing to keep track of, as a tuple of its parts would."""
+    if isinstance(value, dict):
+        total = len(value)
+        for key, item in value.items():  # summed: in any order
+            total += hash(key) * 31 ^ (_digest(item) if isinstance(item, _NESTED) else hash(item))
+        return total & _BITS
+    if isinstance(value, list):
+        total = len(value)
+        for item in value:
+            total = (total * 1000003 ^ (_digest(item) if isinstance(item, _NESTED) else hash(item))) & _BITS
+        return total
+    return hash(value)
 
 
 def _comparable(request: Request) -> Any:
