@@ -13,12 +13,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from sse_tape import Cassette, Chunk, Interaction, Request, Response
+from sse_tape.dialects import dialect_for
 from sse_tape.framing import SSE
 from sse_tape.probe import DEFAULT_FAULTS, Ending, InteractionReport, Piece, Probe, Reading, fidelity, probe_in_thread
 from sse_tape.probe.comparison import blocks, compare
+from sse_tape.probe.faults import judge
 
 CHAT = "/v1/chat/completions"
 
@@ -102,6 +105,75 @@ def test_a_charset_added_to_the_content_type_is_harmless_and_another_type_is_not
     )
     [finding] = [f for f in report.findings if f.kind == "headers"]
     assert finding.harmless is not problem
+
+
+def test_an_answer_that_is_no_stream_is_compared_by_what_its_json_means() -> None:
+    sent = reading((0.0, b'{"text": "hello"}'))
+    respaced, changed = reading((0.0, b'{"text":"hello"}')), reading((0.0, b'{"text": "bye"}'))
+    assert compare(blocks(sent, None), blocks(respaced, None)).respelled == [0]
+    assert compare(blocks(sent, None), blocks(changed, None)).changed == [(0, 0)]
+    assert compare(blocks(sent, None), blocks(reading(), None)).lost == [0]
+
+
+def test_a_heartbeat_written_without_its_space_is_the_same_heartbeat() -> None:
+    sent = reading((0.0, b": heartbeat\n\n"), (1.0, b"data: a\n\n"))
+    got = reading((0.0, b":heartbeat\n\n"), (1.0, b"data: a\n\n"))
+    c = compare(blocks(sent, SSE), blocks(got, SSE))
+    assert (c.comments, c.lost, c.added) == ((1, 1), [], [])
+
+
+def test_a_gateway_that_goes_silent_half_way_is_a_cut_not_unreachable() -> None:
+    got = Reading(200, SENT.headers, SENT.pieces[:2], Ending.SILENT, "nothing came for 30 s")
+    report = InteractionReport(
+        "chat #1", Request("POST", CHAT), SENT, got, compare(blocks(SENT, SSE), blocks(got, SSE)), 1, 1.0
+    )
+    assert {f.kind for f in report.findings} == {"cut", "lost"}
+
+
+@pytest.mark.parametrize(
+    ("through", "verdict"),
+    [
+        # The error frame swapped for a `[DONE]` of the gateway's own, the stream ended whole: hidden.
+        (b"data: a\n\ndata: b\n\ndata: [DONE]\n\n", "hidden"),
+        # The error frame turned into an event of the gateway's own: the client still sees an error.
+        (b'data: a\n\ndata: b\n\ndata: {"error": "upstream failed"}\n\n', "rewritten"),
+        (b'data: a\n\ndata: b\n\nevent: error\ndata: {"error": {"message": "x"}}\n\ndata: [DONE]\n\n', "passed"),
+    ],
+)
+def test_an_error_frame_a_gateway_swaps_for_a_clean_end_is_hidden(through: bytes, verdict: str) -> None:
+    sent = reading((0.0, b'data: a\n\ndata: b\n\nevent: error\ndata: {"error": {"message": "x"}}\n\ndata: [DONE]\n\n'))
+    got = reading((0.0, through))
+    c = compare(blocks(sent, SSE), blocks(got, SSE))
+    done = dialect_for(CHAT).is_terminal
+    assert judge("error:at=50%", "chat #1", sent, got, c, 1, 1.0, done).verdict == verdict
+
+
+async def test_a_request_the_gateway_makes_of_its_own_is_not_a_retry() -> None:
+    async with Probe([Cassette([chat_stream(2, 0.01)])]) as probe:
+        probe.upstream.pin(probe.upstream.recordings[0])
+        async with httpx.AsyncClient(base_url=probe.url) as client:
+            await client.get("/health")
+            await client.post(CHAT, json={"model": "renamed", "stream": True})
+        assert [r.path for r in probe.upstream.received] == ["/health", CHAT]
+        assert [r.path for r in probe.upstream.probed()] == [CHAT]
+
+
+async def test_a_recorded_mcp_session_is_replayed_as_recorded_whatever_session_it_names() -> None:
+    call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "add", "arguments": {"a": 1}}}
+    answer = {"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": "2"}]}}
+    request = Request(
+        "POST",
+        "/mcp",
+        headers=(("content-type", "application/json"), ("mcp-session-id", "recorded-session")),
+        body=json.dumps(call).encode(),
+    )
+    response = Response(
+        200, (("content-type", "text/event-stream"),), (Chunk(0.01, f"data: {json.dumps(answer)}\n\n".encode()),)
+    )
+    async with Probe([Cassette([Interaction(request, response)])], faults=(), tolerance=1.0) as probe:
+        report = await probe.direct()
+    assert report.clean, str(report)
+    assert report.interactions[0].straight.status == 200
 
 
 async def test_the_upstream_probed_straight_is_clean_and_every_default_fault_passes() -> None:

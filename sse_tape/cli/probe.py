@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 
@@ -20,6 +21,14 @@ def _duration(text: str, option: str) -> float:
         return parse_duration(text)
     except ConfigError as exc:
         raise ConfigError(f"{option} {text!r}: {exc}") from None
+
+
+def _writable(path: Path) -> bool:
+    """Whether a file can be written at `path` (its folder exists and takes files; a file there is writable)."""
+    if path.exists():
+        return path.is_file() and os.access(path, os.W_OK)
+    folder = path.parent if str(path.parent) else Path(".")
+    return folder.is_dir() and os.access(folder, os.W_OK)
 
 
 def _header(text: str) -> tuple[str, str]:
@@ -116,17 +125,21 @@ def probe(
         headers=extra,
     )
 
+    if html_file is not None and not _writable(html_file):  # said now, not after the whole probe
+        raise SSETapeError(f"cannot write {html_file}")
+
     async def run() -> ProbeReport:
-        async with running:
+        try:
+            await running.upstream.start()
+        except OSError as exc:
+            raise SSETapeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        try:
             log(f"upstream listening at {running.url}; probing {'through ' + through if through else 'it straight'}")
             return await (running.through(through) if through else running.direct())
+        finally:
+            await running.upstream.close()
 
-    try:
-        report = asyncio.run(run())
-    except OSError as exc:
-        raise SSETapeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    except ValueError as exc:  # a gateway URL that is none
-        raise SSETapeError(str(exc)) from None
+    report = asyncio.run(run())
     click.echo(report.dumps() if as_json else str(report))
     if html_file is not None:
         try:

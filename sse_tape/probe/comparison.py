@@ -21,10 +21,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..framing import Framing
+from ..framing.base import compact_json
 from ..sse import ServerSentEvent
 from .reading import Reading
 
-__all__ = ["Block", "Comparison", "blocks", "compare", "header_changes", "percentile"]
+__all__ = ["Block", "Comparison", "blocks", "compare", "events_per_read", "header_changes", "median", "percentile"]
 
 # Headers that differ on every answer, whoever sends it.
 _EVER_CHANGING = frozenset({"date"})
@@ -46,12 +47,17 @@ class Block:
         if self.event is not None:
             e = self.event
             return ("event", e.event, e.data, e.id, e.retry)
-        return ("other", b"\n".join(line.strip() for line in self.raw.splitlines() if line.strip()))
+        # A comment's text as a field's value is read: one space after the colon is not part of it.
+        lines = (line.strip() for line in self.raw.splitlines())
+        return (
+            "other",
+            b"\n".join(b":" + line[1:].removeprefix(b" ") if line[:1] == b":" else line for line in lines if line),
+        )
 
 
 def blocks(reading: Reading, framing: Framing | None) -> list[Block]:
     """The blocks of an answer, each at the time of the read that completed it; an answer that is no stream is
-    one block, its body."""
+    one message, its body (so a body the gateway changed or emptied is an event changed or lost)."""
     body, times = reading.body, reading.times()
     if not body:
         return []
@@ -60,8 +66,8 @@ def blocks(reading: Reading, framing: Framing | None) -> list[Block]:
     def when(end: int) -> float:
         return times[min(bisect.bisect_left(ends, end), len(times) - 1)][1]
 
-    if framing is None:
-        return [Block(when(len(body)), body, None)]
+    if framing is None:  # one message, what its JSON means (the bytes, when it is none)
+        return [Block(when(len(body)), body, ServerSentEvent("body", compact_json(body.decode("utf-8", "replace"))))]
     return [Block(when(b.end), body[b.start : b.end], b.event) for b in framing.blocks(body)]
 
 

@@ -12,10 +12,13 @@ first bytes sends the client what it already had again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..faults import parse_fault
+from ..sse import ServerSentEvent
 from .comparison import Comparison
 from .reading import Ending, Reading
-from .report import FaultReport, added_lines
+from .report import FaultReport, Verdict, added_lines, plural
 
 __all__ = ["DEFAULT_FAULTS", "judge"]
 
@@ -41,12 +44,12 @@ def _differences(straight: Reading, through: Reading, c: Comparison) -> list[str
     if through.ending is not straight.ending:
         said.append(f"the answer ended {through.ending}, not {straight.ending}")
     if c.lost:
-        said.append(f"{len(c.lost)} of {len(c.sent_events)} events never came")
+        said.append(f"{len(c.lost)} of {plural(len(c.sent_events), 'event')} never came")
     said += added_lines(c)
     if c.changed:
-        said.append(f"{len(c.changed)} events came changed")
+        said.append(f"{plural(len(c.changed), 'event')} came changed")
     if c.reordered:
-        said.append(f"{len(c.reordered)} events came out of order")
+        said.append(f"{plural(len(c.reordered), 'event')} came out of order")
     before, after = straight.header("retry-after"), through.header("retry-after")
     if before != after:
         said.append(
@@ -65,26 +68,30 @@ def judge(
     comparison: Comparison,
     upstream_requests: int,
     tolerance: float,
+    terminal: Callable[[ServerSentEvent], bool] = lambda event: False,
 ) -> FaultReport:
-    """How the gateway passed on `fault`, from the faulted answer read straight and through it."""
+    """How the gateway passed on `fault`, from the faulted answer read straight and through it;
+    `upstream_requests` is how many requests for it reached the upstream through the gateway, and `terminal`
+    tells the frames that end a stream in its API (`[DONE]`), which a gateway that hides a fault writes."""
     kind = parse_fault(fault).name
     c = comparison
 
-    def report(verdict: str, detail: str, *, harmless: bool = False) -> FaultReport:
+    def report(verdict: Verdict, detail: str, *, harmless: bool = False) -> FaultReport:
         return FaultReport(fault, name, verdict, detail, straight, through, c, harmless=harmless)
 
     differs = _differences(straight, through, c)
     if upstream_requests == 0:
         got = "; ".join(differs) or "the answer the upstream would have sent"
         return report(
-            "hidden", f"the upstream got no request: the gateway answered on its own (a cache); the client got: {got}"
+            Verdict.HIDDEN,
+            f"the upstream got no request: the gateway answered on its own (a cache); the client got: {got}",
         )
     if upstream_requests > 1:
         begun = straight.first_byte is not None and straight.status is not None and straight.status < 300
         got = "; ".join(differs) or "the answer the upstream sent"
         when = "after the first bytes" if begun else "before any byte"
         return report(
-            "retried",
+            Verdict.RETRIED,
             f"the upstream got {upstream_requests} requests ({when}); the client got: {got}",
             harmless=not begun,
         )
@@ -92,28 +99,34 @@ def judge(
         sent, came = c.comments
         late = c.latencies(events=False)
         if through.ending is not Ending.COMPLETE and straight.ending is Ending.COMPLETE:
-            return report("rewritten", f"the answer ended {through.ending} during the stall ({through.detail})")
+            return report(Verdict.REWRITTEN, f"the answer ended {through.ending} during the stall ({through.detail})")
         if sent and not came:
-            return report("hidden", f"none of the {sent} heartbeats came")
+            return report(Verdict.HIDDEN, f"none of the {sent} heartbeats came")
         if came < sent:
-            return report("rewritten", f"{sent - came} of {sent} heartbeats never came")
+            return report(Verdict.REWRITTEN, f"{sent - came} of {sent} heartbeats never came")
         if late and max(late) > tolerance:
-            return report("rewritten", f"the heartbeats came up to {max(late) * 1000:.0f} ms late")
+            return report(Verdict.REWRITTEN, f"the heartbeats came up to {max(late) * 1000:.0f} ms late")
     if not differs:
         late = c.latencies()
         if late and max(late) > tolerance:  # passed, but held back (the interaction's `buffered` says how)
-            return report("passed", f"as the upstream sent it, held back up to {max(late) * 1000:.0f} ms")
-        return report("passed", "as the upstream sent it")
-    sent_events = len(c.sent_events)
+            return report(Verdict.PASSED, f"as the upstream sent it, held back up to {max(late) * 1000:.0f} ms")
+        return report(Verdict.PASSED, "as the upstream sent it")
+    sent_events, got_events = c.sent_events, c.got_events
     # The stream ended cleanly where it should have ended otherwise: in a cut, or with its last events (the
-    # error frame and what follows it).
-    ended_early = bool(c.lost) and c.lost == list(range(sent_events - len(c.lost), sent_events))
-    if _ok(through) and (not _ok(straight) or ended_early) and not c.added and not c.changed:
+    # error frame and what follows it), the gateway adding at most a stream's end of its own (`[DONE]`).
+    ended_early = bool(c.lost) and all(
+        i in c.lost or (b.event is not None and terminal(b.event))
+        for i, b in enumerate(sent_events)
+        if i >= min(c.lost)
+    )
+    written = [got_events[j] for j in c.added] + [got_events[j] for _, j in c.changed]
+    only_an_end = all(b.event is not None and terminal(b.event) for b in written)
+    if _ok(through) and (not _ok(straight) or ended_early) and only_an_end:
         shown = {
             "error": "the error frame never came and the stream ended cleanly",
             "disconnect": "the cut stream ended cleanly, as if whole",
         }.get(kind, f"the client got a whole {through.status} answer")
-        return report("hidden", shown)
+        return report(Verdict.HIDDEN, shown)
     if _ok(through) and through.status != straight.status:
-        return report("hidden", f"the client got a whole {through.status} answer")
-    return report("rewritten", "; ".join(differs))
+        return report(Verdict.HIDDEN, f"the client got a whole {through.status} answer")
+    return report(Verdict.REWRITTEN, "; ".join(differs))

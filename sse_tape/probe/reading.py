@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 import h11
 
+from .._exceptions import ConfigError
 from ..cassette import Request
 from ..wire import end_to_end
 
@@ -99,9 +100,8 @@ class Reading:
 class _Reader(asyncio.Protocol):
     """Keeps each read from the socket, parsed as it comes."""
 
-    def __init__(self, method: str) -> None:
+    def __init__(self) -> None:
         self.http = h11.Connection(h11.CLIENT)
-        self.method = method
         self.sent = 0.0
         self.status: int | None = None
         self.headers: tuple[tuple[str, str], ...] = ()
@@ -111,6 +111,8 @@ class _Reader(asyncio.Protocol):
         self.last = 0.0
         self.ending: Ending | None = None
         self.detail = ""
+        self.coding = b""
+        """The body's content coding: `gzip` and `deflate` are undone as they come."""
         self.decompress: zlib._Decompress | None = None
         self.done = asyncio.get_running_loop().create_future()
 
@@ -146,13 +148,11 @@ class _Reader(asyncio.Protocol):
                     self.headers = tuple(
                         (k.decode("latin-1"), v.decode("latin-1")) for k, v in event.headers.raw_items()
                     )
-                    coding = dict(event.headers).get(b"content-encoding", b"").strip().lower()
-                    if coding in (b"gzip", b"deflate"):
-                        self.decompress = zlib.decompressobj(47 if coding == b"gzip" else zlib.MAX_WBITS)
+                    self.coding = dict(event.headers).get(b"content-encoding", b"").strip().lower()
                 elif isinstance(event, h11.Data):
                     body = bytes(event.data)
-                    if self.decompress is not None:
-                        body = self.decompress.decompress(body)
+                    if self.coding in (b"gzip", b"deflate"):
+                        body = self._decompressed(body)
                     if body:
                         self.pieces.append(Piece(t, body))
                 elif isinstance(event, h11.EndOfMessage):
@@ -167,6 +167,16 @@ class _Reader(asyncio.Protocol):
         except zlib.error as exc:
             self.end(Ending.BROKEN, f"the compressed body: {exc}")
 
+    def _decompressed(self, data: bytes) -> bytes:
+        if self.decompress is None:
+            if self.coding == b"gzip":
+                wbits = 47
+            else:  # deflate: zlib's wrapping (RFC 9110), or the raw stream some servers send
+                wraps = len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+                wbits = zlib.MAX_WBITS if wraps else -zlib.MAX_WBITS
+            self.decompress = zlib.decompressobj(wbits)
+        return self.decompress.decompress(data)
+
     def end(self, ending: Ending, detail: str = "") -> None:
         self.ending, self.detail = ending, detail
         if not self.done.done():
@@ -176,11 +186,12 @@ class _Reader(asyncio.Protocol):
 def _target(base: str, request: Request) -> tuple[str, str, int, bool, str]:
     parts = urlsplit(base)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not an http:// or https:// URL: {base!r}")
+        raise ConfigError(f"not an http:// or https:// URL: {base!r}")
     secure = parts.scheme == "https"
     port = parts.port or (443 if secure else 80)
     prefix = parts.path.rstrip("/")
-    target = prefix + request.path + (f"?{request.query}" if request.query else "")
+    query = "&".join(q for q in (parts.query, request.query) if q)  # the gateway's own (a version), then the request's
+    target = prefix + request.path + (f"?{query}" if query else "")
     authority = parts.netloc.rpartition("@")[2]
     return parts.hostname, authority, port, secure, target
 
@@ -190,14 +201,17 @@ async def read(
 ) -> Reading:
     """Send `request` to the server at `base` (a URL; its path, if any, goes before the request's) and read
     the answer to its end, or until nothing came for `silence` seconds. The request goes with the headers it
-    was recorded with, but for those of one connection, and `headers` (which replace those of their names);
-    the connection closes with the answer."""
+    was recorded with, but for those of one connection and `Accept-Encoding` (it asks for the codings it undoes),
+    and `headers` (which replace those of their names); the connection closes with the answer. Raises
+    `ConfigError` for a `base` that is no http(s) URL."""
     host, authority, port, secure, target = _target(base, request)
     loop = asyncio.get_running_loop()
-    reader = _Reader(request.method)
+    reader = _Reader()
     replaced = {name.lower() for name, _ in headers} | set(_SET_HERE)
     fields = [(k, v) for k, v in end_to_end(request.headers) if k.lower() not in replaced]
     fields += [*headers, ("Host", authority), ("Connection", "close")]
+    if "accept-encoding" not in replaced:  # the codings the reader undoes, whatever the recorded client took
+        fields = [(k, v) for k, v in fields if k.lower() != "accept-encoding"] + [("Accept-Encoding", "gzip, deflate")]
     if request.body or request.method in ("POST", "PUT", "PATCH"):
         fields.append(("Content-Length", str(len(request.body))))
     head = reader.http.send(h11.Request(method=request.method, target=target, headers=fields))
@@ -207,7 +221,8 @@ async def read(
             silence,
         )
     except (OSError, TimeoutError) as exc:
-        return Reading(None, (), (), Ending.REFUSED, f"{host}:{port}: {exc.strerror or exc or 'timed out'}")
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or "timed out"
+        return Reading(None, (), (), Ending.REFUSED, f"{host}:{port}: {why}")
     reader.sent = reader.last = time.perf_counter()
     transport.write(head + reader.http.send(h11.Data(data=request.body)) + reader.http.send(h11.EndOfMessage()))
     try:

@@ -10,16 +10,39 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from ..cassette import Request
 from .comparison import Comparison, events_per_read, header_changes, median, percentile
 from .reading import Ending, Reading
 
-__all__ = ["FaultReport", "Finding", "InteractionReport", "ProbeReport", "added_lines", "request_changes"]
+__all__ = [
+    "FaultReport",
+    "Finding",
+    "InteractionReport",
+    "ProbeReport",
+    "Verdict",
+    "added_lines",
+    "plural",
+    "request_changes",
+]
 
 # Request headers the connection to the upstream sets, whoever forwards the request.
 _PER_CONNECTION = frozenset({"host", "content-length", "connection", "transfer-encoding", "keep-alive"})
+
+
+class Verdict(StrEnum):
+    """How a gateway passed on a fault."""
+
+    PASSED = "passed"
+    """As the upstream sent it."""
+    REWRITTEN = "rewritten"
+    """Otherwise than the upstream sent it, the client still able to tell."""
+    RETRIED = "retried"
+    """The upstream got the request again."""
+    HIDDEN = "hidden"
+    """The client can no longer tell it happened."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +68,8 @@ def _numbers(indexes: list[int]) -> str:
     return shown + (f" and {len(indexes) - 10} more" if len(indexes) > 10 else "")
 
 
-def _plural(n: int, word: str) -> str:
+def plural(n: int, word: str) -> str:
+    """`1 event`, `2 events`."""
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
@@ -84,8 +108,9 @@ def added_lines(c: Comparison) -> list[str]:
     """What came that was not sent there, in words: events sent elsewhere come again, and events never sent."""
     again = c.repeated
     never = [j for j in c.added if j not in again]
-    said = [f"{_plural(len(again), 'event')} came again: {_numbers(again)}"] if again else []
-    return said + ([f"{_plural(len(never), 'event')} came that were never sent: {_numbers(never)}"] if never else [])
+    said = [f"{plural(len(again), 'event')} came again: {_numbers(again)}"] if again else []
+    sent = "was" if len(never) == 1 else "were"
+    return said + ([f"{plural(len(never), 'event')} came that {sent} never sent: {_numbers(never)}"] if never else [])
 
 
 @dataclass(slots=True)
@@ -103,6 +128,8 @@ class InteractionReport:
     tolerance: float
     """How much later than straight an event may come through the gateway before it counts as held back."""
     request_changes: list[str] = field(default_factory=list)
+    recorded_status: int | None = None
+    """The status the recording says; a straight answer with another was not what the probe meant to send."""
     findings: list[Finding] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -129,7 +156,10 @@ class InteractionReport:
     def _findings(self) -> list[Finding]:
         straight, through, c = self.straight, self.through, self.comparison
         found: list[Finding] = []
-        if through.ending in (Ending.REFUSED, Ending.SILENT) or through.status is None:
+        if self.recorded_status is not None and straight.status != self.recorded_status:
+            line = f"the upstream answered {straight.status} where the recording says {self.recorded_status}"
+            return [Finding("not-probed", f"{line}: nothing was compared")]
+        if through.status is None:
             return [Finding("unreachable", f"no answer through the gateway: {through.detail or through.ending}")]
         if through.status != straight.status:
             found.append(Finding("status", f"answered {through.status} where the upstream answered {straight.status}"))
@@ -139,24 +169,24 @@ class InteractionReport:
             found.append(Finding("retried", f"the upstream got {self.upstream_requests} requests for one"))
         if straight.ending is Ending.COMPLETE and through.ending is not Ending.COMPLETE:
             line = (
-                f"the answer ended {through.ending} after {_plural(len(c.got_events), 'event')} of {len(c.sent_events)}"
+                f"the answer ended {through.ending} after {plural(len(c.got_events), 'event')} of {len(c.sent_events)}"
             )
             found.append(Finding("cut", f"{line}: {through.detail}" if through.detail else line))
         if c.lost:
-            found.append(Finding("lost", f"{_plural(len(c.lost), 'event')} never came: {_numbers(c.lost)}"))
+            found.append(Finding("lost", f"{plural(len(c.lost), 'event')} never came: {_numbers(c.lost)}"))
         found += [Finding("added", line) for line in added_lines(c)]
         if c.reordered:
             found.append(
-                Finding("reordered", f"{_plural(len(c.reordered), 'event')} came out of order: {_numbers(c.reordered)}")
+                Finding("reordered", f"{plural(len(c.reordered), 'event')} came out of order: {_numbers(c.reordered)}")
             )
         if c.changed:
             shown = [i for i, _ in c.changed]
-            found.append(Finding("changed", f"{_plural(len(shown), 'event')} came changed: {_numbers(shown)}"))
+            found.append(Finding("changed", f"{plural(len(shown), 'event')} came changed: {_numbers(shown)}"))
         if c.line_endings:
-            line = f"{_plural(len(c.line_endings), 'event')} came with other line ends"
+            line = f"{plural(len(c.line_endings), 'event')} came with other line ends"
             found.append(Finding("line-endings", f"{line}: {_numbers(c.line_endings)}", harmless=True))
         if c.respelled:
-            line = f"{_plural(len(c.respelled), 'event')} came written otherwise, meaning the same"
+            line = f"{plural(len(c.respelled), 'event')} came written otherwise, meaning the same"
             found.append(Finding("respelled", f"{line}: {_numbers(c.respelled)}", harmless=True))
         sent_comments, got_comments = c.comments
         if got_comments < sent_comments:
@@ -166,7 +196,8 @@ class InteractionReport:
                 )
             )
         if extra := sum(1 for b in c.got if b.event is None) - got_comments:
-            found.append(Finding("comments", f"{_plural(extra, 'comment')} came that were never sent", harmless=True))
+            line = f"{plural(extra, 'comment')} came that {'was' if extra == 1 else 'were'} never sent"
+            found.append(Finding("comments", line, harmless=True))
         found += self._timing()
         added, removed, changed = header_changes(straight, through)
         # Another media type is a problem; the same with a parameter added (`; charset=utf-8`) is not.
@@ -276,8 +307,7 @@ class FaultReport:
     """The fault, as its text (`error:at=50%`)."""
     name: str
     """The interaction it was put in."""
-    verdict: str
-    """`passed` (as it is), `rewritten`, `retried` or `hidden`."""
+    verdict: Verdict
     detail: str
     straight: Reading
     through: Reading
@@ -288,7 +318,7 @@ class FaultReport:
     @property
     def finding(self) -> Finding | None:
         """The finding it makes, unless the fault passed as it is."""
-        if self.verdict == "passed":
+        if self.verdict is Verdict.PASSED:
             return None
         kind = self.fault.partition(":")[0]
         return Finding(f"fault:{kind}", f"{self.verdict}: {self.detail}", harmless=self.harmless)
@@ -298,7 +328,7 @@ class FaultReport:
         return {
             "fault": self.fault,
             "interaction": self.name,
-            "verdict": self.verdict,
+            "verdict": str(self.verdict),
             "detail": self.detail,
             "harmless": self.harmless,
             "status": {"straight": self.straight.status, "through": self.through.status},
@@ -320,6 +350,8 @@ class ProbeReport:
     interactions: list[InteractionReport]
     faults: list[FaultReport]
     tolerance: float
+    note: str = ""
+    """What the probe could not do (no stream to put the faults in)."""
 
     @property
     def findings(self) -> list[Finding]:
@@ -347,15 +379,17 @@ class ProbeReport:
             said.append("faults put in the stream upstream:")
             said += [f"  {report.line()}" for report in self.faults]
             said.append("")
+        if self.note:
+            said += [self.note, ""]
         problems = self.problems
         if problems:
-            said.append(f"{_plural(len(problems), 'problem')} found:")
+            said.append(f"{plural(len(problems), 'problem')} found:")
             said += [f"  {finding}" for finding in problems]
         else:
             harmless = len(self.findings)
             said.append(
                 "clean: streams passed unbuffered and unchanged"
-                + (f" ({_plural(harmless, 'harmless change')})" if harmless else "")
+                + (f" ({plural(harmless, 'harmless change')})" if harmless else "")
             )
         return said
 
@@ -368,6 +402,7 @@ class ProbeReport:
             "through": self.through,
             "upstream": self.upstream,
             "tolerance_ms": round(self.tolerance * 1000, 3),
+            "note": self.note,
             "clean": self.clean,
             "interactions": [report.to_json() for report in self.interactions],
             "faults": [report.to_json() for report in self.faults],

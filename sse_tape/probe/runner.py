@@ -16,8 +16,10 @@ import contextlib
 from collections.abc import Iterable, Iterator, Sequence
 from types import TracebackType
 
-from .._exceptions import SSETapeError
+from .._exceptions import ConfigError, SSETapeError
+from .._units import parse_duration
 from ..cassette import Cassette, Recording, Request
+from ..dialects import detect, dialect_for
 from ..faults import parse_fault
 from ..matching import framing_of
 from ..server import run_in_thread
@@ -37,7 +39,8 @@ class Probe:
     (`DEFAULT_FAULTS`: an error frame, a cut, a stall with heartbeats, a 429);
     an event that comes through the gateway more than `tolerance` seconds
     later than straight is held back; a read waits `timeout` seconds for
-    something to come. `headers` go with every request (a gateway's key).
+    something to come (both in seconds, or as `250ms`, `2s`). `headers` go
+    with every request (a gateway's key).
     """
 
     def __init__(
@@ -47,16 +50,18 @@ class Probe:
         host: str = "127.0.0.1",
         port: int = 0,
         faults: Sequence[str] = DEFAULT_FAULTS,
-        tolerance: float = 0.1,
-        timeout: float = 30.0,
+        tolerance: float | str = 0.1,
+        timeout: float | str = 30.0,
         headers: Iterable[tuple[str, str]] = (),
     ) -> None:
+        if isinstance(faults, str):
+            raise ConfigError(f"faults: a list of faults' texts, not one text: [{faults!r}]")
         for fault in faults:
             parse_fault(fault)  # a bad one is a ConfigError now, before anything listens
         self.upstream = Upstream(cassettes, host=host, port=port)
         self.faults = tuple(faults)
-        self.tolerance = tolerance
-        self.timeout = timeout
+        self.tolerance = _seconds(tolerance, "tolerance")
+        self.timeout = _seconds(timeout, "timeout")
         self.headers = tuple(headers)
 
     @property
@@ -78,27 +83,31 @@ class Probe:
         `SSETapeError` when nothing listens there."""
         interactions, streamed = [], None
         for recording in self.upstream.recordings:
-            straight, seen_straight = await self._read(recording, self.url)
-            through, seen_through = await self._read(recording, gateway)
+            straight, probed_straight, _ = await self._read(recording, self.url)
+            through, probed, others = await self._read(recording, gateway)
             if through.ending is Ending.REFUSED:
                 raise SSETapeError(f"cannot reach the gateway: {through.detail}")
             framing = framing_of(recording.interaction)
             if framing is not None and streamed is None:
                 streamed = recording
+            changes = request_changes(_first(probed_straight), _first(probed))
+            changes += [f"also asked the upstream {r.method} {r.path}" for r in others]
             interactions.append(
                 InteractionReport(
-                    f"{recording.cassette} #{recording.index}",
+                    _name(recording),
                     recording.interaction.request,
                     straight,
                     through,
                     compare(blocks(straight, framing), blocks(through, framing)),
-                    len(seen_through),
+                    len(probed),
                     self.tolerance,
-                    request_changes(_first(seen_straight), _first(seen_through)),
+                    changes,
+                    recorded_status=recording.interaction.response.status,
                 )
             )
         faults = [await self._fault(fault, streamed, gateway) for fault in self.faults] if streamed else []
-        return ProbeReport(gateway, self.url, interactions, faults, self.tolerance)
+        unfaulted = "no interaction is a stream: no fault was put in" if self.faults and streamed is None else ""
+        return ProbeReport(gateway, self.url, interactions, faults, self.tolerance, note=unfaulted)
 
     async def direct(self) -> ProbeReport:
         """Probe the upstream against itself: what the probe sees with no gateway (its own noise)."""
@@ -107,16 +116,20 @@ class Probe:
         return report
 
     async def _fault(self, fault: str, recording: Recording, gateway: str) -> FaultReport:
-        straight, _ = await self._read(recording, self.url, fault)
-        through, seen = await self._read(recording, gateway, fault)
+        straight, _, _ = await self._read(recording, self.url, fault)
+        through, probed, _ = await self._read(recording, gateway, fault)
         framing = framing_of(recording.interaction)
         comparison = compare(blocks(straight, framing), blocks(through, framing))
+        api = detect(recording.interaction) or dialect_for(recording.interaction.request.path)
         return judge(
-            fault, f"{recording.cassette} #{recording.index}", straight, through, comparison, len(seen), self.tolerance
+            fault, _name(recording), straight, through, comparison, len(probed), self.tolerance, api.is_terminal
         )
 
-    async def _read(self, recording: Recording, base: str, fault: str | None = None) -> tuple[Reading, list[Request]]:
-        """Read `recording`'s answer from `base` with `fault` upstream; the requests the upstream got meanwhile."""
+    async def _read(
+        self, recording: Recording, base: str, fault: str | None = None
+    ) -> tuple[Reading, list[Request], list[Request]]:
+        """Read `recording`'s answer from `base` with `fault` upstream; the requests the upstream got meanwhile
+        that were the one probed, and the others."""
         self.upstream.pin(recording, [fault] if fault else [])
         try:
             reading = await read(base, recording.interaction.request, silence=self.timeout, headers=self.headers)
@@ -124,9 +137,22 @@ class Probe:
             # part of this read.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.upstream.server.control.idle(), self.timeout)
-            return reading, self.upstream.received
+            probed = self.upstream.probed()
+            return reading, probed, [r for r in self.upstream.received if r not in probed]
         finally:
             self.upstream.pin(None)
+
+
+def _name(recording: Recording) -> str:
+    return f"{recording.cassette} #{recording.index}"
+
+
+def _seconds(value: float | str, name: str) -> float:
+    """A duration in seconds, given as a number of them or as text (`250ms`)."""
+    try:
+        return parse_duration(value) if isinstance(value, str) else float(value)
+    except ConfigError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
 
 
 def _first(requests: list[Request]) -> Request | None:

@@ -5,8 +5,11 @@ A gateway rewrites what it forwards (a model's name, fields of its own, the
 path's prefix), so the probe's upstream does not match: it replays the one
 interaction being probed to whatever comes, at its recorded pace, with the
 faults the probe sets, and keeps every request that came meanwhile, as the
-upstream saw it: how many came (a gateway that retried sent two; one that
-answered from a cache, none), and what the gateway made of the client's.
+upstream saw it: how many of them were the one probed (a gateway that
+retried sent two; one that answered from a cache, none; a health check is
+another request), and what the gateway made of the client's. The
+protocols' state (MCP's sessions) is left out: a recorded session's
+requests are replayed as they were, whatever session they name.
 """
 
 from __future__ import annotations
@@ -44,6 +47,18 @@ class Pinned(Replay):
         self.received.append(exchange.request)
         return self.recording
 
+    def probed(self) -> list[Request]:
+        """The requests that came since the last `pin` that are the one probed, as a gateway forwards it: of its
+        method, at its path or one that ends with it or it ends with (a gateway's prefix added or taken)."""
+        if self.recording is None:
+            return []
+        asked = self.recording.interaction.request
+        return [
+            r
+            for r in self.received
+            if r.method == asked.method and (r.path.endswith(asked.path) or asked.path.endswith(r.path))
+        ]
+
 
 class Upstream:
     """An sse-tape server replaying the interactions under probe one at a time, at their recorded pace."""
@@ -51,7 +66,12 @@ class Upstream:
     def __init__(self, cassettes: Iterable[Cassette], *, host: str = "127.0.0.1", port: int = 0) -> None:
         self.replay = Pinned()
         self.server = MockServer(
-            list(cassettes), options=ServeOptions.build(pace="recorded"), host=host, port=port, replay=self.replay
+            list(cassettes),
+            options=ServeOptions.build(pace="recorded"),
+            host=host,
+            port=port,
+            replay=self.replay,
+            protocols=False,
         )
 
     @property
@@ -81,3 +101,7 @@ class Upstream:
     def received(self) -> list[Request]:
         """The requests that came since the last `pin`."""
         return list(self.replay.received)
+
+    def probed(self) -> list[Request]:
+        """Those of them that are the one probed (see `Pinned.probed`)."""
+        return self.replay.probed()

@@ -27,24 +27,25 @@ def _folder(config: pytest.Config, test_file: Path | None) -> Path:
     return (test_file.parent if test_file is not None else config.rootpath) / "cassettes"
 
 
-def _named(folder: Path, names: Sequence[str]) -> list[Path]:
+def _named(folder: Path, names: Sequence[str], marker: str = "sse_tape") -> list[Path]:
     """The cassette files and folders `names` name in `folder` (`chat` is `chat.toml`); none may leave it."""
     paths = []
     for name in names:
         if not name.strip():
-            raise pytest.UsageError("@pytest.mark.sse_tape: a cassette name is empty")
+            raise pytest.UsageError(f"@pytest.mark.{marker}: a cassette name is empty")
         path = folder / name
         if path.suffix not in (".toml", ".msgpack") and not path.is_dir() and not name.endswith(("/", "\\")):
             path = path.with_name(path.name + ".toml")
         if Path(name).is_absolute() or not path.resolve().is_relative_to(folder.resolve()):
-            raise pytest.UsageError(f"@pytest.mark.sse_tape: cassette {name!r} is outside the cassette folder {folder}")
+            raise pytest.UsageError(f"@pytest.mark.{marker}: cassette {name!r} is outside the cassette folder {folder}")
         paths.append(path)
     return paths
 
 
 def named_cassettes(config: pytest.Config, test_file: Path, names: Sequence[str]) -> list[Path]:
-    """The cassettes `names` name in the cassette folder of the test in `test_file`."""
-    return _named(_folder(config, test_file), names)
+    """The cassettes `names` name in the cassette folder of the test in `test_file`, for the `sse_tape_probe`
+    marker."""
+    return _named(_folder(config, test_file), names, "sse_tape_probe")
 
 
 def _test_cassettes(config: pytest.Config, item: Any, marked: Marked, name: str) -> list[Path]:

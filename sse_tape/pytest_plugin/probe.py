@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from .._exceptions import ConfigError
 from .cassettes import named_cassettes
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ def sse_tape_probe(request: pytest.FixtureRequest) -> Iterator[ThreadedProbe]:
     cassettes = load_cassettes(named_cassettes(request.config, Path(request.node.path), names) if names else [])
     try:
         probe = Probe(cassettes, **words)
-    except TypeError as exc:
+    except (TypeError, ConfigError) as exc:
         raise pytest.UsageError(f"@pytest.mark.sse_tape_probe: {exc}") from None
     with probe_in_thread(probe) as running:
         yield running

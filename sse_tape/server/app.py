@@ -106,7 +106,9 @@ class MockServer:
     (`record`), or a `model` responder that answers it (`synth`; its answers
     kept by `recorder` when there is one); `models` are listed at
     `/v1/models` besides those the recordings name. With `replay` off, every request goes to the upstream; a
-    `Replay` given replays in place of the default one (one that chooses its recordings its own way). `log`
+    `Replay` given replays in place of the default one (one that chooses its recordings its own way); without
+    `protocols`, the protocols' responders (MCP's sessions, background responses) keep nothing and answer
+    nothing before replay, which replays their recordings as they are. `log`
     gets a line for each logged journal entry; what the journal (so the log, the report and the control
     endpoint) and a miss's explanation say of a request has its secrets redacted, as a cassette has them
     (see `redaction`). `limits` keep slow and idle
@@ -138,6 +140,7 @@ class MockServer:
         model: Responder | None = None,
         models: Iterable[str] = (),
         replay: bool | Replay = True,
+        protocols: bool = True,
         limits: Limits | None = None,
         allow_remote_control: bool = False,
         allowed_hosts: Iterable[str] = (),
@@ -184,7 +187,7 @@ class MockServer:
         self.recorder = recorder if recording else None
         """What keeps the answers forwarded (the `record` policy) or synthesized (`synth`) on a miss."""
         behind = _behind_replay(self.options.on_miss, upstream, self.recorder, model)
-        lent = _protocols_responders() if replay else []
+        lent = _protocols_responders() if replay and protocols else []
         replaying: list[Responder] = [*lent, replay if isinstance(replay, Replay) else Replay()] if replay else []
         self.responders: list[Responder] = [*replaying, *behind, Catalog(models)]
         """The chain each request goes through, in order."""
