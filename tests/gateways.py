@@ -23,8 +23,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 from multidict import CIMultiDict
+from upstream import serving
 from waits import until
 
+from sse_tape import Chunk, Interaction, Request, Response
 from sse_tape.sse import SSEDecoder
 from sse_tape.wire import drop_connection, end_to_end
 
@@ -106,6 +108,24 @@ def _listens(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+def chat_stream(events: int, gap: float) -> Interaction:
+    """A chat completion streamed in `events` chunks `gap` seconds apart, then `[DONE]`: what the probe sends
+    through a gateway."""
+    chunks = []
+    for i in range(events):
+        payload = {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": {"content": f"t{i}"}}],
+        }
+        chunks.append(Chunk(round(0.02 + i * gap, 6), f"data: {json.dumps(payload)}\n\n".encode()))
+    chunks.append(Chunk(round(0.02 + events * gap, 6), b"data: [DONE]\n\n"))
+    body = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}).encode()
+    request = Request("POST", "/v1/chat/completions", headers=(("content-type", "application/json"),), body=body)
+    response = Response(200, (("content-type", "text/event-stream"), ("cache-control", "no-cache")), tuple(chunks))
+    return Interaction(request, response)
+
+
 class Upstream:
     """One request's way to the upstream, as a script sees it: the first attempt's body, and another attempt."""
 
@@ -166,15 +186,8 @@ async def scripted(upstream: str, script: Script) -> AsyncIterator[str]:
 
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", forward)
-        runner = web.AppRunner(app, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = runner.addresses[0][:2]
-        try:
-            yield f"http://{host}:{port}"
-        finally:
-            await runner.cleanup()
+        async with serving(app) as url:
+            yield url
 
 
 class _Events:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from gateways import chat_stream
 
 from sse_tape import Cassette, Chunk, Interaction, Request, Response
 from sse_tape.dialects import dialect_for
@@ -24,22 +25,6 @@ from sse_tape.probe.comparison import blocks, compare
 from sse_tape.probe.faults import judge
 
 CHAT = "/v1/chat/completions"
-
-
-def chat_stream(events: int, gap: float) -> Interaction:
-    """A chat completion streamed in `events` chunks `gap` seconds apart, then `[DONE]`."""
-    chunks = []
-    for i in range(events):
-        payload = {
-            "id": "c",
-            "object": "chat.completion.chunk",
-            "choices": [{"index": 0, "delta": {"content": f"t{i}"}}],
-        }
-        chunks.append(Chunk(round(0.02 + i * gap, 6), f"data: {json.dumps(payload)}\n\n".encode()))
-    chunks.append(Chunk(round(0.02 + events * gap, 6), b"data: [DONE]\n\n"))
-    body = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}).encode()
-    request = Request("POST", CHAT, headers=(("content-type", "application/json"),), body=body)
-    return Interaction(request, Response(200, (("content-type", "text/event-stream"),), tuple(chunks)))
 
 
 def reading(*reads: tuple[float, bytes], status: int = 200) -> Reading:

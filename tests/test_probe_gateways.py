@@ -8,13 +8,20 @@ a second later through the gateway than straight, so that no verdict depends on 
 
 from __future__ import annotations
 
-import json
 from urllib.parse import urlsplit
 
 import pytest
-from gateways import crlf_line_ends, drop_third_event, error_as_clean_end, nginx, retry_after_first_bytes, scripted
+from gateways import (
+    chat_stream,
+    crlf_line_ends,
+    drop_third_event,
+    error_as_clean_end,
+    nginx,
+    retry_after_first_bytes,
+    scripted,
+)
 
-from sse_tape import Cassette, Chunk, Interaction, Request, Response
+from sse_tape import Cassette
 from sse_tape.probe import Probe, ProbeReport
 
 EVENTS = 8
@@ -24,19 +31,7 @@ TOLERANCE = 1.0
 
 def spread_chat() -> Cassette:
     """A chat completion streamed in `EVENTS` chunks `GAP` seconds apart, then `[DONE]`."""
-    chunks = []
-    for i in range(EVENTS):
-        payload = {
-            "id": "c",
-            "object": "chat.completion.chunk",
-            "choices": [{"index": 0, "delta": {"content": f"t{i}"}}],
-        }
-        chunks.append(Chunk(round(0.02 + i * GAP, 6), f"data: {json.dumps(payload)}\n\n".encode()))
-    chunks.append(Chunk(round(0.02 + EVENTS * GAP, 6), b"data: [DONE]\n\n"))
-    body = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}).encode()
-    request = Request("POST", "/v1/chat/completions", headers=(("content-type", "application/json"),), body=body)
-    response = Response(200, (("content-type", "text/event-stream"), ("cache-control", "no-cache")), tuple(chunks))
-    return Cassette([Interaction(request, response)])
+    return Cassette([chat_stream(EVENTS, GAP)])
 
 
 def problems(report: ProbeReport) -> list[str]:

@@ -46,7 +46,14 @@ async def on_loopback(path: str, handler: Callable[[web.Request], Awaitable[web.
     its base URL (a protocol's own server, for a test to record from)."""
     app = web.Application()
     app.router.add_post(path, handler)
-    runner = web.AppRunner(app)
+    async with serving(app) as url:
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    """`app` on a free loopback port while the block runs; gives its base URL."""
+    runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
