@@ -1,16 +1,17 @@
 """LiteLLM's proxy (`litellm[proxy]`) in a process of its own on loopback, in front of an OpenAI-compatible
 upstream (an sse-tape server), for the tests that probe it as a gateway (issue 32).
 
-It needs no network: the model cost map is read from the copy inside the package
-(`LITELLM_LOCAL_MODEL_COST_MAP`), telemetry is off, and with no `DATABASE_URL` there is no database. It
-does ask its upstream for `GET /v1/models` once as it starts (LiteLLM's model discovery), a request no
-recording needs to answer. A test that uses it is skipped, saying why, where LiteLLM or its proxy's extras
-are not installed.
+It runs from a venv of its own (`proxy_python`: pip installs `litellm[proxy]` there the first time, from the
+package index or pip's cache), and needs no network once it runs: the model cost map is read from the copy
+inside the package (`LITELLM_LOCAL_MODEL_COST_MAP`), telemetry is off, and with no `DATABASE_URL` there is
+no database. It does ask its upstream for `GET /v1/models` once as it starts (LiteLLM's model discovery), a
+request no recording needs to answer. A test that uses it is skipped, saying why, where the proxy cannot be
+installed or started.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import fcntl
 import json
 import os
 import signal
@@ -76,14 +77,38 @@ def config(upstream: str, model: str, key: str) -> str:
     )
 
 
+VENV = Path(tempfile.gettempdir()) / f"sse-tape-litellm-proxy-{sys.version_info[0]}.{sys.version_info[1]}"
+"""Where LiteLLM's proxy is installed, kept from one run to the next."""
+
+
+def proxy_python() -> str:
+    """The Python of a venv of its own with `litellm[proxy]` in it, made the first time (pip picks the newest
+    release it can install), and reused after; skips the test, with pip's word, where it cannot be made.
+
+    The proxy lives apart from the tests' environment: its extra pins what the client libraries there need
+    newer, and from 1.110 on it needs the `litellm-proxy` package, which not every package index holds."""
+    python = VENV / "bin" / "python"
+    with (Path(tempfile.gettempdir()) / f"{VENV.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one pytest-xdist worker makes it; the others wait and use it
+        ready = VENV / "ready"
+        if not ready.exists():
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True, timeout=120)
+            pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "litellm[proxy]"]
+            done = subprocess.run(pip, capture_output=True, text=True, timeout=900)
+            if done.returncode != 0:
+                said = [line for line in done.stderr.splitlines() if line.strip()] or ["no word"]
+                pytest.skip(f"pip could not install litellm[proxy] in a venv of its own: {said[-1]}")
+            ready.touch()
+    return str(python)
+
+
 @contextmanager
 def litellm_proxy(upstream: str, *, model: str = "local-model") -> Iterator[LiteLLM]:
     """LiteLLM's proxy on a free loopback port while the block runs, sending `model` to the OpenAI-compatible
     server at `upstream` (a base URL, such as an sse-tape server's); ready, its health check answered, when the
-    block starts. Ctrl-C stops it after the block. Skips the test where LiteLLM is not installed, or where its
-    proxy cannot start for want of a module."""
-    if importlib.util.find_spec("litellm") is None:
-        pytest.skip("LiteLLM is not installed (pip install 'litellm[proxy]')")
+    block starts. Ctrl-C stops it after the block. Skips the test where LiteLLM's proxy cannot be installed
+    (`proxy_python`), or cannot start for want of a module."""
+    python = proxy_python()
     with tempfile.TemporaryDirectory(prefix="sse-tape-litellm-") as folder:
         directory = Path(folder)
         key = "sk-sse-tape-probe-" + os.urandom(8).hex()
@@ -93,9 +118,9 @@ def litellm_proxy(upstream: str, *, model: str = "local-model") -> Iterator[Lite
             port = probe.getsockname()[1]
         env = {name: value for name, value in os.environ.items() if name.upper() not in _BLOCKED}
         env |= {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_DONT_SHOW_FEEDBACK_BOX": "True"}
-        # `litellm`, the command, run by this Python; in the config's folder, where it reads a `.env` if any.
+        # `litellm`, the command, run by the venv's Python; in the config's folder, where it reads a `.env` if any.
         command = [
-            sys.executable, "-c", "from litellm.proxy.proxy_cli import run_server; run_server()",
+            python, "-c", "from litellm.proxy.proxy_cli import run_server; run_server()",
             "--config", "config.yaml", "--host", "127.0.0.1", "--port", str(port),
         ]  # fmt: skip
         log = directory / "litellm.log"
