@@ -1,0 +1,233 @@
+"""The replay state in Redis: `RedisStore`, so that several servers answer as one.
+
+N `sse-tape serve` processes (or `--workers N`) given the same Redis (`--state
+redis://host:6379/0`) count in one place: a recording's plays and the turns of
+equally good ones, each fault's requests (`times=`, `p=`'s seeded chance), the
+requests received, the misses, and what the protocols' responders keep (the
+Responses API's background responses, A2A's task streams). Each operation of
+`ReplayStore` is one Redis round trip (several commands in a pipeline where it
+needs them), each atomic on its own, so that two servers never count the same
+request twice.
+
+What belongs to this process's connections stays in it: what a `local`
+responder keeps (MCP's sessions, whose `GET` streams are held open by one
+process) is kept in memory here, as `MemoryStore` keeps it.
+
+What responders keep is pickled into Redis: whoever may write to that Redis
+may run code in the servers that read it. Give a Redis of your own.
+
+Needs redis-py (`pip install 'sse-tape[redis]'`).
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator, MutableMapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import msgpack
+
+from ._exceptions import ConfigError
+from .cassette import Request
+from .journal import Miss
+from .state import FaultKey, State
+
+if TYPE_CHECKING:  # redis-py is an optional dependency: imported where a store is made
+    import redis
+
+__all__ = ["RedisStore"]
+
+
+class RedisStore:
+    """A `ReplayStore` in Redis at `url` (`redis://host:port/db`, `rediss://`, `unix://`), its keys named
+    from `prefix`: servers given the same URL and prefix share their replay state.
+
+    What grows with traffic is bounded in count, not in bytes: the last `keep` requests received (bodies and
+    all) and recordings answered, the last `keep_misses` misses. A URL Redis does not answer at, or no
+    redis-py, is a `ConfigError`.
+    """
+
+    def __init__(self, url: str, *, prefix: str = "sse-tape:", keep: int = 1_000, keep_misses: int = 1_000) -> None:
+        self.url = url
+        self.prefix = prefix
+        self.keep = keep
+        self.keep_misses = keep_misses
+        self._redis = _connect(url)
+        self._local: dict[str, dict[str, Any]] = {}  # what `local` responders keep, in this process
+        names = ("requests", "received", "answered", "plays", "turns", "placed", "asked", "injected")
+        (
+            self._requests,
+            self._received,
+            self._answered,
+            self._plays,
+            self._turns,
+            self._placed,
+            self._asked,
+            (self._injected),
+        ) = (prefix + name for name in names)
+        self._misses, self._missed, self._kept_keys = prefix + "misses", prefix + "missed", prefix + "kept"
+
+    @property
+    def redis(self) -> redis.Redis:
+        """The client it talks to Redis with (a pool that starts anew in a forked worker)."""
+        return self._redis
+
+    def next_request(self) -> int:
+        return int(self._redis.incr(self._requests))
+
+    def add_received(self, request: Request) -> None:
+        packed = msgpack.packb(
+            [request.method, request.path, request.query, [list(h) for h in request.headers], request.body]
+        )
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.rpush(self._received, packed)
+        pipe.ltrim(self._received, -self.keep, -1)
+        pipe.execute()
+
+    def next_turn(self, key: str) -> int:
+        return int(self._redis.hincrby(self._turns, key, 1)) - 1
+
+    def played(self, recording_id: str) -> int:
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.hincrby(self._plays, recording_id, 1)
+        pipe.rpush(self._answered, recording_id)
+        pipe.ltrim(self._answered, -self.keep, -1)
+        return int(pipe.execute()[0]) - 1
+
+    def plays(self, recording_id: str) -> int:
+        found = self._redis.hget(self._plays, recording_id)
+        return int(found) if found is not None else 0
+
+    def count(self, fault_key: FaultKey) -> int:
+        if isinstance(fault_key, int):
+            return int(self._redis.hincrby(self._placed, str(fault_key), 1)) - 1
+        return int(self._redis.hincrby(self._asked, fault_key, 1)) - 1
+
+    def restart_counts(self) -> None:
+        self._redis.delete(self._placed)
+
+    def note_injected(self, spec: str) -> None:
+        self._redis.hincrby(self._injected, spec, 1)
+
+    def add_miss(self, miss: Miss) -> None:
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.rpush(self._misses, msgpack.packb([miss.request, miss.method, miss.path, miss.reason]))
+        pipe.ltrim(self._misses, -self.keep_misses, -1)
+        pipe.incr(self._missed)
+        pipe.execute()
+
+    def kept(self, key: str, *, local: bool = False) -> MutableMapping[str, Any]:
+        if local:
+            found = self._local.get(key)
+            if found is None:
+                found = self._local[key] = {}
+            return found
+        return _Kept(self._redis, self._kept_keys, f"{self.prefix}kept:{key}", key)
+
+    def snapshot(self) -> State:
+        pipe = self._redis.pipeline(transaction=True)  # every part at the same moment
+        pipe.get(self._requests)
+        pipe.lrange(self._received, 0, -1)
+        pipe.lrange(self._answered, 0, -1)
+        pipe.hgetall(self._plays)
+        pipe.lrange(self._misses, 0, -1)
+        pipe.get(self._missed)
+        pipe.hgetall(self._injected)
+        pipe.hgetall(self._placed)
+        pipe.hgetall(self._asked)
+        pipe.smembers(self._kept_keys)
+        requests, received, answered, plays, misses, missed, injected, placed, asked, kept_keys = pipe.execute()
+        kept: dict[str, tuple[str, ...]] = {}
+        if kept_keys:
+            read = self._redis.pipeline(transaction=False)
+            keys = sorted(k.decode() for k in kept_keys)
+            for key in keys:
+                read.hkeys(f"{self.prefix}kept:{key}")
+            for key, ids in zip(keys, read.execute(), strict=True):
+                if ids:
+                    kept[key] = tuple(i.decode() for i in ids)
+        kept.update({key: tuple(values) for key, values in self._local.items()})
+        counts: dict[FaultKey, int] = {int(k): int(n) for k, n in placed.items()}
+        counts.update({k.decode(): int(n) for k, n in asked.items()})
+        return State(
+            requests=int(requests or 0),
+            received=tuple(_request(packed) for packed in received),
+            answered=tuple(rid.decode() for rid in answered),
+            plays={rid.decode(): int(n) for rid, n in plays.items()},
+            misses=tuple(Miss(*msgpack.unpackb(packed)) for packed in misses),
+            missed=int(missed or 0),
+            injected={spec.decode(): int(n) for spec, n in injected.items()},
+            counts=counts,
+            kept=kept,
+        )
+
+    def reset(self) -> None:
+        kept = [f"{self.prefix}kept:{_text(k)}" for k in self._redis.smembers(self._kept_keys)]
+        names = (self._requests, self._received, self._answered, self._plays, self._turns, self._placed)
+        self._redis.delete(*names, self._asked, self._injected, self._misses, self._missed, self._kept_keys, *kept)
+        self._local.clear()
+
+
+class _Kept(MutableMapping[str, Any]):
+    """What a responder keeps, in a Redis hash: each value pickled. A value read is a copy: a responder that
+    changes one sets it again."""
+
+    def __init__(self, client: redis.Redis, index: str, name: str, key: str) -> None:
+        self._redis = client
+        self._index = index  # the set of the responders' keys that keep anything, for `reset` and `snapshot`
+        self._name = name
+        self._key = key
+
+    def __getitem__(self, item: str) -> Any:
+        found = self._redis.hget(self._name, item)
+        if found is None:
+            raise KeyError(item)
+        return pickle.loads(
+            found if isinstance(found, bytes) else found.encode()
+        )  # what these servers wrote: see the module on trusting Redis
+
+    def __setitem__(self, item: str, value: Any) -> None:
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.hset(self._name, item, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+        pipe.sadd(self._index, self._key)
+        pipe.execute()
+
+    def __delitem__(self, item: str) -> None:
+        if not self._redis.hdel(self._name, item):
+            raise KeyError(item)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([_text(k) for k in self._redis.hkeys(self._name)])
+
+    def __len__(self) -> int:
+        return int(self._redis.hlen(self._name))
+
+
+def _connect(url: str) -> redis.Redis:
+    """A client of the Redis at `url`, once it has answered; a `ConfigError` saying why not (the URL shown
+    without its password)."""
+    parts = urlsplit(url)
+    shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+    try:
+        import redis
+    except ImportError:
+        raise ConfigError(f"state {shown}: needs redis-py: pip install 'sse-tape[redis]'") from None
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
+        client.ping()
+    except ValueError:
+        raise ConfigError(f"state {shown}: not a Redis URL") from None
+    except redis.RedisError as exc:
+        raise ConfigError(f"state {shown}: Redis does not answer there ({type(exc).__name__})") from None
+    return client
+
+
+def _text(value: bytes | str) -> str:
+    """A Redis key or member as text (the client answers bytes)."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _request(packed: bytes) -> Request:
+    method, path, query, headers, body = msgpack.unpackb(packed)
+    return Request(method, path, query, tuple((name, value) for name, value in headers), body)
