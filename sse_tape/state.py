@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter, OrderedDict, deque
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -112,6 +112,16 @@ class ReplayStore(Protocol):
 
     def note_injected(self, spec: str) -> None:
         """Count one more application of a fault, by its text."""
+        ...
+
+    def share_settings(self, faults: Sequence[str], seed: int) -> None:
+        """The server's faults (their texts, in order) and seed, as they are set now (at its start, or through
+        its control): a store several servers share hands them to the others (`settings`)."""
+        ...
+
+    def settings(self) -> tuple[tuple[str, ...], int] | None:
+        """The faults (their texts) and seed another server sharing the store set (`share_settings`) since this
+        one last asked, or None: none did (always None for a store of one server)."""
         ...
 
     def add_miss(self, miss: Miss) -> None:
@@ -223,6 +233,12 @@ class MemoryStore:
         self._injected[spec] += 1
         if len(self._injected) > self.keep:
             del self._injected[next(iter(self._injected))]
+
+    def share_settings(self, faults: Sequence[str], seed: int) -> None:
+        return  # one server: its own are the only ones
+
+    def settings(self) -> tuple[tuple[str, ...], int] | None:
+        return None
 
     def add_miss(self, miss: Miss) -> None:
         self._misses.append(miss)

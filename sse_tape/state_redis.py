@@ -3,8 +3,10 @@
 N `sse-tape serve` processes (or `--workers N`) given the same Redis (`--state
 redis://host:6379/0`) count in one place: a recording's plays and the turns of
 equally good ones, each fault's requests (`times=`, `p=`'s seeded chance), the
-requests received, the misses, and what the protocols' responders keep (the
-Responses API's background responses, A2A's task streams). Each operation of
+requests received, the misses, what the protocols' responders keep (the
+Responses API's background responses, A2A's task streams), and the faults and
+seed as last set (at a server's start, or through any server's control: the
+others take them at their next request). Each operation of
 `ReplayStore` is one Redis round trip (several commands in a pipeline where it
 needs them), each atomic on its own, so that two servers never count the same
 request twice.
@@ -21,8 +23,9 @@ Needs redis-py (`pip install 'sse-tape[redis]'`).
 
 from __future__ import annotations
 
+import json
 import pickle
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -67,6 +70,9 @@ class RedisStore:
             (self._injected),
         ) = (prefix + name for name in names)
         self._misses, self._missed, self._kept_keys = prefix + "misses", prefix + "missed", prefix + "kept"
+        self._settings, self._version = prefix + "settings", prefix + "settings-version"
+        self._latest: int | None = None  # the settings' version as Redis last said it
+        self._taken: int | None = None  # the version of the settings this server has (its own or taken)
 
     @property
     def redis(self) -> redis.Redis:
@@ -74,7 +80,12 @@ class RedisStore:
         return self._redis
 
     def next_request(self) -> int:
-        return int(self._redis.incr(self._requests))
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.incr(self._requests)
+        pipe.get(self._version)  # in the same round trip: whether another server set new faults
+        number, version = pipe.execute()
+        self._latest = int(version) if version is not None else None
+        return int(number)
 
     def add_received(self, request: Request) -> None:
         packed = msgpack.packb(
@@ -110,6 +121,25 @@ class RedisStore:
     def note_injected(self, spec: str) -> None:
         self._redis.hincrby(self._injected, spec, 1)
 
+    def share_settings(self, faults: Sequence[str], seed: int) -> None:
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.set(self._settings, json.dumps({"faults": list(faults), "seed": seed}))
+        pipe.incr(self._version)
+        self._taken = self._latest = int(pipe.execute()[1])
+
+    def settings(self) -> tuple[tuple[str, ...], int] | None:
+        if self._latest == self._taken:
+            return None
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.get(self._settings)
+        pipe.get(self._version)
+        settings, version = pipe.execute()
+        self._taken = self._latest = int(version) if version is not None else None
+        if settings is None:
+            return None
+        found = json.loads(settings)
+        return tuple(found["faults"]), int(found["seed"])
+
     def add_miss(self, miss: Miss) -> None:
         pipe = self._redis.pipeline(transaction=False)
         pipe.rpush(self._misses, msgpack.packb([miss.request, miss.method, miss.path, miss.reason]))
@@ -137,7 +167,11 @@ class RedisStore:
         pipe.hgetall(self._placed)
         pipe.hgetall(self._asked)
         pipe.smembers(self._kept_keys)
-        requests, received, answered, plays, misses, missed, injected, placed, asked, kept_keys = pipe.execute()
+        pipe.get(self._version)
+        requests, received, answered, plays, misses, missed, injected, placed, asked, kept_keys, version = (
+            pipe.execute()
+        )
+        self._latest = int(version) if version is not None else None
         kept: dict[str, tuple[str, ...]] = {}
         if kept_keys:
             read = self._redis.pipeline(transaction=False)

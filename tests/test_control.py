@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, MutableMapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -265,6 +265,12 @@ class KeyValues:
 
     def note_injected(self, spec: str) -> None:
         self._add(f"injected {spec}")
+
+    def share_settings(self, faults: Sequence[str], seed: int) -> None:
+        self.values["settings"] = (tuple(faults), seed)
+
+    def settings(self) -> tuple[tuple[str, ...], int] | None:
+        return None  # the only server: what it set is what it has
 
     def add_miss(self, miss: Miss) -> None:
         self._list("misses").append(miss)

@@ -79,6 +79,28 @@ def test_a_recordings_turns_advance_across_both_servers_and_a_reset_through_one_
         assert one.control.snapshot().requests == 1
 
 
+def test_faults_and_the_seed_set_through_one_servers_control_reach_the_other(url: str) -> None:
+    with replicas(url, [numbered(1)], ServeOptions.build(pace="instant")) as (one, other):
+        one.control.set_faults(["status:503,times=2"])
+        one.control.set_seed(7)
+        assert (other.control.snapshot().faults[0].spec, other.control.snapshot().seed) == ("status:503,times=2", 7)
+        statuses = [httpx.post(s.url + "/stream", content=b"{}").status_code for s in (other, one, other)]
+        assert statuses == [503, 503, 200]  # one budget of two, spent across both
+        # Over HTTP too, and set again: the counts start over for both.
+        control = {"faults": ["status:500,times=1"]}
+        assert httpx.post(other.url + "/__sse_tape__/faults", json=control).status_code == 200
+        statuses = [httpx.post(s.url + "/stream", content=b"{}").status_code for s in (one, other)]
+        assert statuses == [500, 200]
+
+
+def test_a_server_that_starts_sets_its_faults_for_all(url: str) -> None:
+    with replicas(url, [numbered(1)], ServeOptions.build(pace="instant"), count=1) as (one,):
+        options = ServeOptions.build(pace="instant", faults=["status:429"], seed=3)
+        with run_in_thread(MockServer([numbered(1)], options=options, state=RedisStore(url))):
+            assert httpx.post(one.url + "/stream", content=b"{}").status_code == 429
+            assert one.control.snapshot().seed == 3
+
+
 def test_each_recording_plays_once_across_both_servers_without_repeats(url: str) -> None:
     options = ServeOptions.build(pace="instant", allow_repeats=False)
     with replicas(url, [numbered(2)], options) as (one, other):

@@ -407,6 +407,7 @@ class MockServer:
         url = http.rel_url
         request = Request(http.method, url.raw_path, url.raw_query_string, headers)
         number = self._state.next_request()
+        self._injector.refresh()  # the faults another server sharing the store set
         query = request.query
         shown = self.shown_query(query) if query else query
         self.journal.add(Received(request=number, method=request.method, path=request.path, query=shown))

@@ -157,10 +157,7 @@ class Control:
     def set_seed(self, seed: int) -> None:
         """Draw the faults' random choices from `seed` from now on."""
 
-        def reseed() -> None:
-            self._injector.seed = seed
-
-        self._call(reseed)
+        self._call(lambda: self._injector.reseed(seed))
 
     def snapshot(self) -> Snapshot:
         """What the server holds now, every part of it taken at the same moment."""
@@ -254,6 +251,7 @@ class Control:
 
     def _snapshot(self) -> Snapshot:
         state = self._state.snapshot()
+        self._injector.refresh()  # the faults another server sharing the store set
         matcher = self._matcher
         recordings = tuple(matcher.recordings)
         return Snapshot(
