@@ -23,15 +23,16 @@ Needs redis-py (`pip install 'sse-tape[redis]'`).
 
 from __future__ import annotations
 
+import functools
 import json
 import pickle
-from collections.abc import Iterator, MutableMapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import msgpack
 
-from ._exceptions import ConfigError
+from ._exceptions import ConfigError, StateError
 from .cassette import Request
 from .journal import Miss
 from .state import FaultKey, State
@@ -40,6 +41,24 @@ if TYPE_CHECKING:  # redis-py is an optional dependency: imported where a store 
     import redis
 
 __all__ = ["RedisStore"]
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _answered(operation: F) -> F:
+    """`operation`, raising `StateError` where Redis fails (gone, or too slow to answer)."""
+
+    @functools.wraps(operation)
+    def wrapped(self: RedisStore | _Kept, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return operation(self, *args, **kwargs)
+        except self.failures as exc:
+            raise StateError(
+                f"the replay state's Redis at {self.shown} does not answer ({type(exc).__name__})"
+            ) from None
+
+    return wrapped  # type: ignore[return-value]
 
 
 class RedisStore:
@@ -56,7 +75,10 @@ class RedisStore:
         self.prefix = prefix
         self.keep = keep
         self.keep_misses = keep_misses
-        self._redis = _connect(url)
+        self._redis, self.failures = _connect(url)
+        """What redis-py raises when Redis fails: each operation raises `StateError` in its place."""
+        self.shown = _shown(url)
+        """The URL as messages show it: without its password."""
         self._local: dict[str, dict[str, Any]] = {}  # what `local` responders keep, in this process
         names = ("requests", "received", "answered", "plays", "turns", "placed", "asked", "injected")
         (
@@ -79,6 +101,7 @@ class RedisStore:
         """The client it talks to Redis with (a pool that starts anew in a forked worker)."""
         return self._redis
 
+    @_answered
     def next_request(self) -> int:
         pipe = self._redis.pipeline(transaction=False)
         pipe.incr(self._requests)
@@ -87,6 +110,7 @@ class RedisStore:
         self._latest = int(version) if version is not None else None
         return int(number)
 
+    @_answered
     def add_received(self, request: Request) -> None:
         packed = msgpack.packb(
             [request.method, request.path, request.query, [list(h) for h in request.headers], request.body]
@@ -96,9 +120,11 @@ class RedisStore:
         pipe.ltrim(self._received, -self.keep, -1)
         pipe.execute()
 
+    @_answered
     def next_turn(self, key: str) -> int:
         return int(self._redis.hincrby(self._turns, key, 1)) - 1
 
+    @_answered
     def played(self, recording_id: str) -> int:
         pipe = self._redis.pipeline(transaction=False)
         pipe.hincrby(self._plays, recording_id, 1)
@@ -106,27 +132,33 @@ class RedisStore:
         pipe.ltrim(self._answered, -self.keep, -1)
         return int(pipe.execute()[0]) - 1
 
+    @_answered
     def plays(self, recording_id: str) -> int:
         found = self._redis.hget(self._plays, recording_id)
         return int(found) if found is not None else 0
 
+    @_answered
     def count(self, fault_key: FaultKey) -> int:
         if isinstance(fault_key, int):
             return int(self._redis.hincrby(self._placed, str(fault_key), 1)) - 1
         return int(self._redis.hincrby(self._asked, fault_key, 1)) - 1
 
+    @_answered
     def restart_counts(self) -> None:
         self._redis.delete(self._placed)
 
+    @_answered
     def note_injected(self, spec: str) -> None:
         self._redis.hincrby(self._injected, spec, 1)
 
+    @_answered
     def share_settings(self, faults: Sequence[str], seed: int) -> None:
         pipe = self._redis.pipeline(transaction=True)
         pipe.set(self._settings, json.dumps({"faults": list(faults), "seed": seed}))
         pipe.incr(self._version)
         self._taken = self._latest = int(pipe.execute()[1])
 
+    @_answered
     def settings(self) -> tuple[tuple[str, ...], int] | None:
         if self._latest == self._taken:
             return None
@@ -140,6 +172,7 @@ class RedisStore:
         found = json.loads(settings)
         return tuple(found["faults"]), int(found["seed"])
 
+    @_answered
     def add_miss(self, miss: Miss) -> None:
         pipe = self._redis.pipeline(transaction=False)
         pipe.rpush(self._misses, msgpack.packb([miss.request, miss.method, miss.path, miss.reason]))
@@ -153,8 +186,9 @@ class RedisStore:
             if found is None:
                 found = self._local[key] = {}
             return found
-        return _Kept(self._redis, self._kept_keys, f"{self.prefix}kept:{key}", key)
+        return _Kept(self, self._kept_keys, f"{self.prefix}kept:{key}", key)
 
+    @_answered
     def snapshot(self) -> State:
         pipe = self._redis.pipeline(transaction=True)  # every part at the same moment
         pipe.get(self._requests)
@@ -196,6 +230,7 @@ class RedisStore:
             kept=kept,
         )
 
+    @_answered
     def reset(self) -> None:
         kept = [f"{self.prefix}kept:{_text(k)}" for k in self._redis.smembers(self._kept_keys)]
         names = (self._requests, self._received, self._answered, self._plays, self._turns, self._placed)
@@ -207,12 +242,14 @@ class _Kept(MutableMapping[str, Any]):
     """What a responder keeps, in a Redis hash: each value pickled. A value read is a copy: a responder that
     changes one sets it again."""
 
-    def __init__(self, client: redis.Redis, index: str, name: str, key: str) -> None:
-        self._redis = client
+    def __init__(self, store: RedisStore, index: str, name: str, key: str) -> None:
+        self._redis = store.redis
+        self.failures, self.shown = store.failures, store.shown
         self._index = index  # the set of the responders' keys that keep anything, for `reset` and `snapshot`
         self._name = name
         self._key = key
 
+    @_answered
     def __getitem__(self, item: str) -> Any:
         found = self._redis.hget(self._name, item)
         if found is None:
@@ -221,28 +258,31 @@ class _Kept(MutableMapping[str, Any]):
             found if isinstance(found, bytes) else found.encode()
         )  # what these servers wrote: see the module on trusting Redis
 
+    @_answered
     def __setitem__(self, item: str, value: Any) -> None:
         pipe = self._redis.pipeline(transaction=False)
         pipe.hset(self._name, item, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
         pipe.sadd(self._index, self._key)
         pipe.execute()
 
+    @_answered
     def __delitem__(self, item: str) -> None:
         if not self._redis.hdel(self._name, item):
             raise KeyError(item)
 
+    @_answered
     def __iter__(self) -> Iterator[str]:
         return iter([_text(k) for k in self._redis.hkeys(self._name)])
 
+    @_answered
     def __len__(self) -> int:
         return int(self._redis.hlen(self._name))
 
 
-def _connect(url: str) -> redis.Redis:
-    """A client of the Redis at `url`, once it has answered; a `ConfigError` saying why not (the URL shown
-    without its password)."""
-    parts = urlsplit(url)
-    shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+def _connect(url: str) -> tuple[redis.Redis, type[Exception]]:
+    """A client of the Redis at `url`, once it has answered, and what its failures raise; a `ConfigError`
+    saying why not (the URL shown without its password)."""
+    shown = _shown(url)
     try:
         import redis
     except ImportError:
@@ -254,7 +294,13 @@ def _connect(url: str) -> redis.Redis:
         raise ConfigError(f"state {shown}: not a Redis URL") from None
     except redis.RedisError as exc:
         raise ConfigError(f"state {shown}: Redis does not answer there ({type(exc).__name__})") from None
-    return client
+    return client, redis.RedisError
+
+
+def _shown(url: str) -> str:
+    """`url` without its password."""
+    parts = urlsplit(url)
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
 
 
 def _text(value: bytes | str) -> str:

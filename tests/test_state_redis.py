@@ -188,3 +188,20 @@ def test_workers_and_a_second_serve_share_one_fault_budget_and_one_turn_order(ur
         for process, _ in started:
             process.terminate()
             process.communicate(timeout=60)
+
+
+def test_while_redis_is_gone_each_request_is_a_503_in_one_line() -> None:
+    lines: list[str] = []
+    with redis_server() as gone:
+        server = MockServer(
+            [numbered(1)], options=ServeOptions.build(pace="instant"), state=RedisStore(gone), log=lines.append
+        )
+        stack = contextlib.ExitStack()
+        stack.enter_context(run_in_thread(server))
+    with stack:  # the Redis has stopped; the server goes on
+        answer = httpx.post(server.url + "/stream", content=b"{}")
+        assert answer.status_code == 503
+        message = answer.json()["error"]
+        assert message.startswith(f"the replay state's Redis at {gone} does not answer (")
+        assert lines[-1] == f"POST /stream -> 503 {message}"
+        assert not any("Traceback" in line for line in lines)

@@ -23,7 +23,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from .. import _json
-from .._exceptions import ConfigError
+from .._exceptions import ConfigError, StateError
 from ..cassette import (
     Cassette,
     End,
@@ -386,6 +386,12 @@ class MockServer:
         self._handlers.add(handler)
         try:
             return await self.answer(http)
+        except StateError as exc:  # a shared store gone: each request is refused, in a line, until it is back
+            if http.writer.output_size:  # an answer begun: it breaks off
+                raise
+            if self._log is not None:
+                self._log(f"{http.method} {self.shown_path(http.rel_url.raw_path)} -> 503 {exc}")
+            return web.json_response({"error": str(exc)}, status=503)
         finally:
             self._handlers.discard(handler)
             self._guard.busy(http.transport, False)
