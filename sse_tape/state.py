@@ -81,6 +81,11 @@ class ReplayStore(Protocol):
     answers at once, so that one shared by several servers can make it atomic.
     """
 
+    @property
+    def shared(self) -> bool:
+        """Whether several servers may share it: then it keeps their journal entries too (`add_entries`)."""
+        ...
+
     def next_request(self) -> int:
         """Count a request that arrived; returns its number, from 1 since the start or the last reset."""
         ...
@@ -137,6 +142,16 @@ class ReplayStore(Protocol):
         A value read from a shared store may be a copy: a responder that changes one sets it again."""
         ...
 
+    def add_entries(self, entries: Sequence[Mapping[str, Any]]) -> None:
+        """Keep journal entries (as JSON objects: `journal.Entry.to_json`), for every server sharing the store
+        to read (`entries`); a store that is not `shared` is never asked (each server's journal is its own)."""
+        ...
+
+    def entries(self, limit: int | None) -> list[Mapping[str, Any]]:
+        """The last `limit` journal entries kept (`add_entries`; all of them, if None), by every server sharing
+        the store, oldest first."""
+        ...
+
     def snapshot(self) -> State:
         """What the store holds now."""
         ...
@@ -158,6 +173,9 @@ class MemoryStore:
     their bodies (`body` empty; their `Content-Length` header, if they sent one, still says how long it was),
     and past it in heads alone, they go. The newest request is always kept whole.
     """
+
+    shared = False
+    """A store of one server's: its journal is its own."""
 
     def __init__(self, *, keep: int = 10_000, keep_misses: int = 1_000, keep_bytes: int = 64 * 2**20) -> None:
         self.keep = keep
@@ -249,6 +267,12 @@ class MemoryStore:
         if found is None:
             found = self._kept[key] = {}
         return found
+
+    def add_entries(self, entries: Sequence[Mapping[str, Any]]) -> None:
+        return  # never asked: not shared
+
+    def entries(self, limit: int | None) -> list[Mapping[str, Any]]:
+        return []  # the server's own journal holds them
 
     def snapshot(self) -> State:
         counts: dict[FaultKey, int] = {key: n for counted in (self._placed, self._asked) for key, n in counted.items()}

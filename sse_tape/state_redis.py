@@ -4,9 +4,10 @@ N `sse-tape serve` processes (or `--workers N`) given the same Redis (`--state
 redis://host:6379/0`) count in one place: a recording's plays and the turns of
 equally good ones, each fault's requests (`times=`, `p=`'s seeded chance), the
 requests received, the misses, what the protocols' responders keep (the
-Responses API's background responses, A2A's task streams), and the faults and
+Responses API's background responses, A2A's task streams), the faults and
 seed as last set (at a server's start, or through any server's control: the
-others take them at their next request). Each operation of
+others take them at their next request), and the journal's entries (each
+server's a batch at a time: `journal.Journal`'s `share`). Each operation of
 `ReplayStore` is one Redis round trip (several commands in a pipeline where it
 needs them), each atomic on its own, so that two servers never count the same
 request twice.
@@ -26,7 +27,7 @@ from __future__ import annotations
 import functools
 import json
 import pickle
-from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -70,11 +71,23 @@ class RedisStore:
     redis-py, is a `ConfigError`.
     """
 
-    def __init__(self, url: str, *, prefix: str = "sse-tape:", keep: int = 1_000, keep_misses: int = 1_000) -> None:
+    shared = True
+    """Several servers share it: it keeps their journal entries too."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "sse-tape:",
+        keep: int = 1_000,
+        keep_misses: int = 1_000,
+        keep_entries: int = 10_000,
+    ) -> None:
         self.url = url
         self.prefix = prefix
         self.keep = keep
         self.keep_misses = keep_misses
+        self.keep_entries = keep_entries
         self._redis, self.failures = _connect(url)
         """What redis-py raises when Redis fails: each operation raises `StateError` in its place."""
         self.shown = _shown(url)
@@ -93,6 +106,7 @@ class RedisStore:
         ) = (prefix + name for name in names)
         self._misses, self._missed, self._kept_keys = prefix + "misses", prefix + "missed", prefix + "kept"
         self._settings, self._version = prefix + "settings", prefix + "settings-version"
+        self._journal = prefix + "journal"
         self._latest: int | None = None  # the settings' version as Redis last said it
         self._taken: int | None = None  # the version of the settings this server has (its own or taken)
 
@@ -189,6 +203,21 @@ class RedisStore:
         return _Kept(self, self._kept_keys, f"{self.prefix}kept:{key}", key)
 
     @_answered
+    def add_entries(self, entries: Sequence[Mapping[str, Any]]) -> None:
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.rpush(self._journal, *(json.dumps(entry) for entry in entries))
+        pipe.ltrim(self._journal, -self.keep_entries, -1)
+        pipe.execute()
+
+    @_answered
+    def entries(self, limit: int | None) -> list[Mapping[str, Any]]:
+        if limit is not None and limit <= 0:
+            return []
+        start = -limit if limit is not None else 0
+        found = [json.loads(entry) for entry in self._redis.lrange(self._journal, start, -1)]
+        return sorted(found, key=lambda entry: entry.get("time", 0))  # each server's batches, in one order
+
+    @_answered
     def snapshot(self) -> State:
         pipe = self._redis.pipeline(transaction=True)  # every part at the same moment
         pipe.get(self._requests)
@@ -234,7 +263,8 @@ class RedisStore:
     def reset(self) -> None:
         kept = [f"{self.prefix}kept:{_text(k)}" for k in self._redis.smembers(self._kept_keys)]
         names = (self._requests, self._received, self._answered, self._plays, self._turns, self._placed)
-        self._redis.delete(*names, self._asked, self._injected, self._misses, self._missed, self._kept_keys, *kept)
+        others = (self._asked, self._injected, self._misses, self._missed, self._kept_keys, self._journal)
+        self._redis.delete(*names, *others, *kept)
         self._local.clear()
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Iterator, MutableMapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -222,6 +222,8 @@ class KeyValues:
     """A store of our own, kept as a shared store would keep it: every value under a string key (see
     `sse_tape.state.ReplayStore`). Replay must answer through it exactly as through the default one."""
 
+    shared = False  # one server's
+
     def __init__(self) -> None:
         self.values: dict[str, object] = {}
 
@@ -274,6 +276,12 @@ class KeyValues:
 
     def add_miss(self, miss: Miss) -> None:
         self._list("misses").append(miss)
+
+    def add_entries(self, entries: Sequence[Mapping[str, Any]]) -> None:
+        raise AssertionError("a store that is not shared keeps no journal")
+
+    def entries(self, limit: int | None) -> list[Mapping[str, Any]]:
+        raise AssertionError("a store that is not shared keeps no journal")
 
     def kept(self, key: str, *, local: bool = False) -> MutableMapping[str, Any]:
         found = self.values.setdefault(f"kept {key}", {})

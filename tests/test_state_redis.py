@@ -17,6 +17,7 @@ import processes
 import pytest
 from clients import openai_client
 from redis_server import redis_server
+from waits import until
 
 from sse_tape import Cassette, Chunk, ConfigError, Interaction, MockServer, Request, Response, ServeOptions
 from sse_tape.server import run_in_thread
@@ -99,6 +100,26 @@ def test_a_server_that_starts_sets_its_faults_for_all(url: str) -> None:
         with run_in_thread(MockServer([numbered(1)], options=options, state=RedisStore(url))):
             assert httpx.post(one.url + "/stream", content=b"{}").status_code == 429
             assert one.control.snapshot().seed == 3
+
+
+def test_the_journal_is_one_whichever_server_is_asked_and_a_reset_empties_it(url: str) -> None:
+    options = ServeOptions.build(pace="instant", faults=["status:429,times=1"])
+    with replicas(url, [numbered(1)], options) as (one, other):
+        assert httpx.post(one.url + "/stream", content=b"{}").status_code == 429
+        assert httpx.post(other.url + "/nowhere", content=b"{}").status_code == 404
+        wanted = [("received", 1), ("fault", 1), ("received", 2), ("missed", 2)]
+        for server in (one, other):
+
+            def steps(server: MockServer = server) -> list[tuple[str, int]]:
+                entries = httpx.get(server.url + "/__sse_tape__/journal").json()["entries"]
+                return [(e["type"], e["request"]) for e in entries if e["type"] in ("received", "fault", "missed")]
+
+            # Each server shares its entries a batch at a time: the other's come a moment later.
+            until(lambda steps=steps: steps() == wanted, "the journal of both servers")
+            injections = httpx.get(server.url + "/__sse_tape__/faults").json()["injections"]
+            assert [i["fault"] for i in injections] == ["status:429,times=1"]
+        httpx.post(other.url + "/__sse_tape__/reset", json={})
+        assert httpx.get(one.url + "/__sse_tape__/journal").json()["entries"] == []
 
 
 def test_each_recording_plays_once_across_both_servers_without_repeats(url: str) -> None:

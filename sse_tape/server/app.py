@@ -177,7 +177,8 @@ class MockServer:
             redact=self._redacted,
         )
         self._injector = Injector(self.options.faults, self.options.seed, self._state)
-        self.journal = Journal(log=log, report=self.options.report, shown_path=self.shown_path)
+        shared = self._state.add_entries if self._state.shared else None  # one journal for all who share it
+        self.journal = Journal(log=log, report=self.options.report, shown_path=self.shown_path, share=shared)
         self._log = log
         """What happened to each request, newest last."""
         recording = self.options.on_miss in (MissPolicy.RECORD, MissPolicy.SYNTH)
@@ -590,8 +591,7 @@ class MockServer:
                 limit = int(http.query.get("limit", "100"))
             except ValueError:
                 return web.json_response({"error": "limit must be a whole number"}, status=400)
-            entries = self.control.journal.last(max(limit, 0))
-            return web.json_response({"entries": [e.to_json() for e in entries]})
+            return web.json_response({"entries": self.control.entries(max(limit, 0))})
         if endpoint == "reset" and http.method == "POST":
             self.control.reset()
             return web.json_response({"reset": True})
@@ -629,7 +629,7 @@ class MockServer:
             self.control.set_faults([])
         elif http.method != "GET":
             return web.json_response({"error": "use GET, POST or DELETE"}, status=405)
-        injections = [e.to_json() for e in self.control.journal if isinstance(e, FaultInjected)]
+        injections = [e for e in self.control.entries() if e.get("type") == FaultInjected.kind]
         now = self.control.snapshot()
         return web.json_response(
             {

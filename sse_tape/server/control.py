@@ -163,6 +163,18 @@ class Control:
         """What the server holds now, every part of it taken at the same moment."""
         return self._call(self._snapshot)
 
+    def entries(self, limit: int | None = None) -> list[Mapping[str, Any]]:
+        """The last `limit` journal entries (all those kept, if None), as JSON objects (`journal.Entry.to_json`), oldest first: of every
+        server sharing the replay state's store where it is shared (`ReplayStore.shared`), else this one's."""
+
+        def read() -> list[Mapping[str, Any]]:
+            if not self._state.shared:
+                return [entry.to_json() for entry in self._journal.last(limit)]
+            self._journal.flush()  # this server's own first
+            return self._state.entries(limit)
+
+        return self._call(read)
+
     async def idle(self) -> None:
         """Wait until no request is being answered and the recorder has nothing in flight, from any event loop
         (`asyncio.timeout` bounds it). A server that is not running is idle."""
