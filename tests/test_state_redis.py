@@ -16,7 +16,10 @@ import openai
 import processes
 import pytest
 from clients import openai_client
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
 from redis_server import redis_server
+from sdk_servers import mcp_tools, on_loopback
 from waits import until
 
 from sse_tape import Cassette, Chunk, ConfigError, Interaction, MockServer, Request, Response, ServeOptions
@@ -159,6 +162,32 @@ def test_a_background_response_started_on_one_server_is_polled_and_cancelled_on_
         other.control.reset()
         with openai_client(one.url + "/v1") as first, pytest.raises(openai.NotFoundError):
             first.responses.retrieve(created.id)
+
+
+async def test_an_mcp_session_replays_through_a_server_on_redis_and_stays_in_its_process(
+    url: str, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "mcp.toml"
+    with (
+        on_loopback(mcp_tools().streamable_http_app(), "the MCP server") as upstream,
+        processes.recording_proxy(upstream, cassette) as proxy,
+    ):
+        async with streamable_http_client(f"{proxy}/mcp") as (read, write, *_), ClientSession(read, write) as live:
+            await live.initialize()
+            recorded = await live.call_tool("add", {"a": 2, "b": 3})
+    server = MockServer([Cassette.load(cassette)], state=RedisStore(url))
+    async with (
+        server,
+        streamable_http_client(f"{server.url}/mcp") as (read, write, *_),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        added = await session.call_tool("add", {"a": 2, "b": 3})
+        assert (added.structured_content, added.is_error) == (recorded.structured_content, False)
+        [(key, sessions)] = server.control.snapshot().kept.items()
+        assert key.startswith("mcp")
+        assert len(sessions) == 1
+        assert RedisStore(url).snapshot().kept == {}  # nothing of it in Redis: it lives with its connections
 
 
 def test_what_belongs_to_a_servers_connections_stays_in_its_process(url: str) -> None:
