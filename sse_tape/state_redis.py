@@ -10,7 +10,9 @@ others take them at their next request), and the journal's entries (each
 server's a batch at a time: `journal.Journal`'s `share`). Each operation of
 `ReplayStore` is one Redis round trip (several commands in a pipeline where it
 needs them), each atomic on its own, so that two servers never count the same
-request twice.
+request twice; but a request received (`add_received`) goes with the next
+operation that writes (a play, a miss, a batch of journal entries, a
+snapshot), so that a replayed stream costs two round trips, not three.
 
 What belongs to this process's connections stays in it: what a `local`
 responder keeps (MCP's sessions, whose `GET` streams are held open by one
@@ -93,6 +95,7 @@ class RedisStore:
         self.shown = _shown(url)
         """The URL as messages show it: without its password."""
         self._local: dict[str, dict[str, Any]] = {}  # what `local` responders keep, in this process
+        self._unsent: list[bytes] = []  # requests received, packed, not sent yet (see `_send`)
         names = ("requests", "received", "answered", "plays", "turns", "placed", "asked", "injected")
         (
             self._requests,
@@ -129,10 +132,7 @@ class RedisStore:
         packed = msgpack.packb(
             [request.method, request.path, request.query, [list(h) for h in request.headers], request.body]
         )
-        pipe = self._redis.pipeline(transaction=False)
-        pipe.rpush(self._received, packed)
-        pipe.ltrim(self._received, -self.keep, -1)
-        pipe.execute()
+        self._unsent.append(packed)  # sent with the next operation that writes (see `_send`): a round trip less
 
     @_answered
     def next_turn(self, key: str) -> int:
@@ -144,7 +144,7 @@ class RedisStore:
         pipe.hincrby(self._plays, recording_id, 1)
         pipe.rpush(self._answered, recording_id)
         pipe.ltrim(self._answered, -self.keep, -1)
-        return int(pipe.execute()[0]) - 1
+        return int(self._send(pipe)[0]) - 1
 
     @_answered
     def plays(self, recording_id: str) -> int:
@@ -192,7 +192,7 @@ class RedisStore:
         pipe.rpush(self._misses, msgpack.packb([miss.request, miss.method, miss.path, miss.reason]))
         pipe.ltrim(self._misses, -self.keep_misses, -1)
         pipe.incr(self._missed)
-        pipe.execute()
+        self._send(pipe)
 
     def kept(self, key: str, *, local: bool = False) -> MutableMapping[str, Any]:
         if local:
@@ -207,7 +207,7 @@ class RedisStore:
         pipe = self._redis.pipeline(transaction=False)
         pipe.rpush(self._journal, *(json.dumps(entry) for entry in entries))
         pipe.ltrim(self._journal, -self.keep_entries, -1)
-        pipe.execute()
+        self._send(pipe)
 
     @_answered
     def entries(self, limit: int | None) -> list[Mapping[str, Any]]:
@@ -219,6 +219,8 @@ class RedisStore:
 
     @_answered
     def snapshot(self) -> State:
+        if self._unsent:
+            self._send(self._redis.pipeline(transaction=False))
         pipe = self._redis.pipeline(transaction=True)  # every part at the same moment
         pipe.get(self._requests)
         pipe.lrange(self._received, 0, -1)
@@ -266,6 +268,20 @@ class RedisStore:
         others = (self._asked, self._injected, self._misses, self._missed, self._kept_keys, self._journal)
         self._redis.delete(*names, *others, *kept)
         self._local.clear()
+        self._unsent.clear()
+
+    def _send(self, pipe: Any) -> list[Any]:
+        """Send `pipe` with the requests received since the last write (`add_received`) after its own
+        commands; its own commands' results."""
+        unsent = self._unsent
+        if unsent:
+            pipe.rpush(self._received, *unsent)
+            pipe.ltrim(self._received, -self.keep, -1)
+        results: list[Any] = pipe.execute()
+        if unsent:
+            del unsent[:]
+            del results[-2:]
+        return results
 
 
 class _Kept(MutableMapping[str, Any]):
