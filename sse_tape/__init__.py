@@ -13,6 +13,7 @@ from ._exceptions import (
     ConfigError,
     NoMatchError,
     SSETapeError,
+    StateError,
     StreamError,
     UpstreamError,
 )
@@ -90,6 +91,7 @@ __all__ = [
     "SSETapeError",
     "ServeOptions",
     "ServerSentEvent",
+    "StateError",
     "StreamError",
     "UpstreamError",
     "__version__",

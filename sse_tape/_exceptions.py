@@ -10,6 +10,7 @@ a caller would already catch for that kind of failure::
     ├── ConfigError                 (also ValueError): a bad option, such as a pacing spec
     ├── ModelError                  a model that cannot be found, read or loaded, or cannot take a request
     ├── NoMatchError                (also LookupError): no recorded interaction answers a request
+    ├── StateError                  (also ConnectionError): a shared replay state's store does not answer
     ├── StreamError                 (also ValueError): an event stream breaks a limit, such as a line too long
     └── UpstreamError               (also ConnectionError): the upstream sent no response to record
 
@@ -29,6 +30,7 @@ __all__ = [
     "ModelError",
     "NoMatchError",
     "SSETapeError",
+    "StateError",
     "StreamError",
     "UpstreamError",
     "cannot_listen",
@@ -68,6 +70,11 @@ class ModelError(SSETapeError):
 
 class NoMatchError(SSETapeError, LookupError):
     """No recorded interaction answers a request; the message names the closest ones."""
+
+
+class StateError(SSETapeError, ConnectionError):
+    """The store the replay state lives in, shared with other servers (Redis), does not answer: the server
+    answers 503 until it does."""
 
 
 class StreamError(SSETapeError, ValueError):

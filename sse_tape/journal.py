@@ -13,6 +13,7 @@ one `Journal`. What replay counts between requests is in `state`.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any, ClassVar
 
 from . import _json
-from ._exceptions import ConfigError
+from ._exceptions import ConfigError, StateError
 from .cassette import End
 
 __all__ = [
@@ -297,8 +298,14 @@ class Journal:
 
     It keeps the last `keep` entries in memory and counts every entry by its
     kind; `log` gets the line of each logged entry as it is added; `report`
-    (a file) gets every entry as one JSON line.
+    (a file) gets every entry as one JSON line; `share` (a store several
+    servers share: `ReplayStore.add_entries`) gets them as JSON objects, a
+    batch at a time: those added on an event loop within `SHARE_AFTER`
+    seconds go together, as do those before a `flush`.
     """
+
+    SHARE_AFTER: ClassVar[float] = 0.02
+    """How long entries wait to be shared with others added meanwhile."""
 
     def __init__(
         self,
@@ -307,6 +314,7 @@ class Journal:
         log: Callable[[str], None] | None = None,
         report: str | Path | None = None,
         shown_path: Callable[[str], str] | None = None,
+        share: Callable[[list[dict[str, Any]]], None] | None = None,
     ) -> None:
         self.shown_path = shown_path
         """What an entry's path is shown as (its credentials redacted); None: as it is."""
@@ -314,6 +322,9 @@ class Journal:
         self.counts: Counter[str] = Counter()
         """How many entries of each kind were added (also those no longer kept)."""
         self.log = log
+        self._share = share
+        self._unshared: list[dict[str, Any]] = []  # entries waiting for a flush
+        self._flushing: asyncio.TimerHandle | None = None
         self.report_path = Path(report) if report is not None else None
         self._report: IO[str] | None = None
         if self.report_path is not None:
@@ -329,6 +340,13 @@ class Journal:
             entry = replace(entry, path=shown)  # type: ignore[call-arg]
         self.entries.append(entry)
         self.counts[entry.kind] += 1
+        if self._share is not None:
+            self._unshared.append(entry.to_json())
+            if self._flushing is None:
+                try:
+                    self._flushing = asyncio.get_running_loop().call_later(self.SHARE_AFTER, self.flush)
+                except RuntimeError:  # no event loop here: at once
+                    self.flush()
         if self.log is not None and (line := entry.line()) is not None:
             self.log(line)
         if self._report is not None:
@@ -350,13 +368,29 @@ class Journal:
         entries = list(self.entries)
         return entries if limit is None else entries[max(len(entries) - limit, 0) :]
 
+    def flush(self) -> None:
+        """Share the entries not shared yet (see `share`) now. Where the store fails, they are lost, in a log
+        line."""
+        if self._flushing is not None:
+            self._flushing.cancel()
+            self._flushing = None
+        unshared, self._unshared = self._unshared, []
+        if unshared and self._share is not None:
+            try:
+                self._share(unshared)
+            except StateError as exc:
+                if self.log is not None:
+                    self.log(f"could not share {len(unshared)} journal entries: {exc}")
+
     def clear(self) -> None:
-        """Forget the entries and their counts (the report keeps what it has)."""
+        """Forget the entries and their counts, and those not shared yet (the report keeps what it has)."""
         self.entries.clear()
         self.counts.clear()
+        self._unshared.clear()
 
     def close(self) -> None:
-        """Close the report file."""
+        """Share what is left to share, and close the report file."""
+        self.flush()
         if self._report is not None:
             self._report.close()
             self._report = None

@@ -126,6 +126,12 @@ def _record_mode(word: RecordMode | str) -> RecordMode:
         raise ConfigError(f"record mode {word!r}: choose from {', '.join(RecordMode)}") from None
 
 
+def _state_url(url: str) -> str:
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError(f"state {url!r}: give a Redis URL, such as redis://127.0.0.1:6379/0")
+    return url
+
+
 def _body_fields(names: Iterable[str]) -> tuple[str, ...]:
     fields = tuple(names)
     for name in fields:
@@ -401,7 +407,17 @@ _TABLE = (
         bounds=(1, 256),
         flags=(Flag(names=("--workers",), commands=(_SERVE,)),),
         help="Processes answering on the one port (SO_REUSEPORT), each with the cassettes loaded once before it "
-        "starts. Replay counts, fault budgets, the journal and the control endpoints are each worker's own.",
+        "starts. Replay counts and fault budgets are each worker's own, unless --state shares them.",
+    ),
+    Option(
+        name="state",
+        group=Group.SOURCE,
+        metavar="URL",
+        parse=_state_url,
+        flags=(Flag(names=("--state",), commands=(_SERVE,)),),
+        help="Keep the replay state (plays, turns, fault budgets, misses, background responses) in the Redis at "
+        "this URL (redis://127.0.0.1:6379/0), shared by every server and worker given it, so that they answer as "
+        "one. Needs sse-tape[redis].",
     ),
     Option(
         name="idle_timeout",

@@ -9,7 +9,10 @@ keep between requests (the Responses API's background responses). They sit
 behind `ReplayStore`, a handful of operations keyed by stable values (a
 recording by its `recording_id`, a fault by its place or its text), never by
 an object of this process: so `MemoryStore`, the default, can give way to a
-store shared by several processes without touching replay.
+store shared by several processes without touching replay
+(`state_redis.RedisStore`). A shared store also hands the faults and seed set
+on one server to the others (`share_settings`, `settings`), and keeps their
+journal entries (`shared`, `add_entries`).
 
 Only the server's own parts (the matcher, the injector, the responders)
 call a store, on the server's event loop; everything else goes through the
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter, OrderedDict, deque
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -81,6 +84,11 @@ class ReplayStore(Protocol):
     answers at once, so that one shared by several servers can make it atomic.
     """
 
+    @property
+    def shared(self) -> bool:
+        """Whether several servers may share it: then it keeps their journal entries too (`add_entries`)."""
+        ...
+
     def next_request(self) -> int:
         """Count a request that arrived; returns its number, from 1 since the start or the last reset."""
         ...
@@ -114,13 +122,37 @@ class ReplayStore(Protocol):
         """Count one more application of a fault, by its text."""
         ...
 
+    def share_settings(self, faults: Sequence[str], seed: int) -> None:
+        """The server's faults (their texts, in order) and seed, as they are set now (at its start, or through
+        its control): a store several servers share hands them to the others (`settings`)."""
+        ...
+
+    def settings(self) -> tuple[tuple[str, ...], int] | None:
+        """The faults (their texts) and seed another server sharing the store set (`share_settings`) since this
+        one last asked, or None: none did (always None for a store of one server)."""
+        ...
+
     def add_miss(self, miss: Miss) -> None:
         """Keep a request nothing answered, with why, and count it (a store may keep only the last ones)."""
         ...
 
-    def kept(self, key: str) -> MutableMapping[str, Any]:
+    def kept(self, key: str, *, local: bool = False) -> MutableMapping[str, Any]:
         """What a protocol's responder keeps between requests (the Responses API's background responses, by
-        id), under its `key`: a mapping the store holds, which a reset empties."""
+        id), under its `key`: a mapping the store holds, which a reset empties. `local`: what it keeps belongs
+        to this process's connections (MCP's sessions), and a store shared by several processes keeps it in
+        this one.
+
+        A value read from a shared store may be a copy: a responder that changes one sets it again."""
+        ...
+
+    def add_entries(self, entries: Sequence[Mapping[str, Any]]) -> None:
+        """Keep journal entries (as JSON objects: `journal.Entry.to_json`), for every server sharing the store
+        to read (`entries`); a store that is not `shared` is never asked (each server's journal is its own)."""
+        ...
+
+    def entries(self, limit: int | None) -> list[Mapping[str, Any]]:
+        """The last `limit` journal entries kept (`add_entries`; all of them, if None), by every server sharing
+        the store, oldest first."""
         ...
 
     def snapshot(self) -> State:
@@ -144,6 +176,9 @@ class MemoryStore:
     their bodies (`body` empty; their `Content-Length` header, if they sent one, still says how long it was),
     and past it in heads alone, they go. The newest request is always kept whole.
     """
+
+    shared = False
+    """A store of one server's: its journal is its own."""
 
     def __init__(self, *, keep: int = 10_000, keep_misses: int = 1_000, keep_bytes: int = 64 * 2**20) -> None:
         self.keep = keep
@@ -220,15 +255,27 @@ class MemoryStore:
         if len(self._injected) > self.keep:
             del self._injected[next(iter(self._injected))]
 
+    def share_settings(self, faults: Sequence[str], seed: int) -> None:
+        return  # one server: its own are the only ones
+
+    def settings(self) -> tuple[tuple[str, ...], int] | None:
+        return None
+
     def add_miss(self, miss: Miss) -> None:
         self._misses.append(miss)
         self._missed += 1
 
-    def kept(self, key: str) -> MutableMapping[str, Any]:
+    def kept(self, key: str, *, local: bool = False) -> MutableMapping[str, Any]:
         found = self._kept.get(key)
         if found is None:
             found = self._kept[key] = {}
         return found
+
+    def add_entries(self, entries: Sequence[Mapping[str, Any]]) -> None:
+        return  # never asked: not shared
+
+    def entries(self, limit: int | None) -> list[Mapping[str, Any]]:
+        return []  # the server's own journal holds them
 
     def snapshot(self) -> State:
         counts: dict[FaultKey, int] = {key: n for counted in (self._placed, self._asked) for key, n in counted.items()}

@@ -47,6 +47,11 @@ http {{
     fastcgi_temp_path {dir}/fastcgi;
     uwsgi_temp_path {dir}/uwsgi;
     scgi_temp_path {dir}/scgi;
+{site}
+}}
+"""
+
+_NGINX_SITE = """\
     server {{
         listen 127.0.0.1:{port};
         location / {{
@@ -56,7 +61,6 @@ http {{
             proxy_buffering {buffering};
         }}
     }}
-}}
 """
 
 
@@ -70,13 +74,22 @@ def nginx(upstream_port: int, *, buffering: bool, http_version: str = "1.1") -> 
     (nginx's default, a body that ends when the connection does) it keeps everything until a buffer fills or
     the body ends; over HTTP/1.1 it hands on each chunk of a chunked body as it completes, buffering or not. An
     upstream's `X-Accel-Buffering: no` turns buffering off for that response."""
+    settings = {"buffering": "on" if buffering else "off", "http_version": http_version}
+    with nginx_site(lambda port: _NGINX_SITE.format(port=port, upstream_port=upstream_port, **settings)) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def nginx_site(site: Callable[[int], str]) -> Iterator[str]:
+    """Debian's nginx with what `site(port)` says inside its `http { }` block (servers, upstreams), listening
+    on `port`, a free loopback one, while the block runs: its base URL. Skips the test where nginx is not
+    installed; a start that fails raises with nginx's error log."""
     if NGINX is None:
         pytest.skip("nginx is not installed (apt-get install nginx)")
     with tempfile.TemporaryDirectory(prefix="sse-tape-nginx-") as folder:
         port = _free_port()
         conf = Path(folder, "nginx.conf")
-        settings = {"buffering": "on" if buffering else "off", "http_version": http_version}
-        conf.write_text(_NGINX_CONF.format(dir=folder, port=port, upstream_port=upstream_port, **settings))
+        conf.write_text(_NGINX_CONF.format(dir=folder, site=site(port)))
         # -e: the error log from the start, before the configuration names it (else /var/log/nginx).
         command = [NGINX, "-p", folder, "-c", str(conf), "-e", f"{folder}/error.log", "-g", "daemon off;"]
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)

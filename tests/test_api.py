@@ -36,6 +36,7 @@ def test_public_api_is_pinned() -> None:
         "SSETapeError",
         "ServeOptions",
         "ServerSentEvent",
+        "StateError",
         "StreamError",
         "UpstreamError",
         "__version__",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ import httpx
 import openai
 import pytest
 from clients import openai_client
+from redis_server import redis_server
 from upstream import Upstream
 from waits import SAFETY_NET
 
@@ -35,7 +36,8 @@ from sse_tape import (
 )
 from sse_tape.journal import Ended, Miss
 from sse_tape.server import Snapshot, run_in_thread
-from sse_tape.state import FaultKey, State
+from sse_tape.state import FaultKey, ReplayStore, State
+from sse_tape.state_redis import RedisStore
 
 SSE = (("content-type", "text/event-stream"),)
 
@@ -220,6 +222,8 @@ class KeyValues:
     """A store of our own, kept as a shared store would keep it: every value under a string key (see
     `sse_tape.state.ReplayStore`). Replay must answer through it exactly as through the default one."""
 
+    shared = False  # one server's
+
     def __init__(self) -> None:
         self.values: dict[str, object] = {}
 
@@ -264,10 +268,22 @@ class KeyValues:
     def note_injected(self, spec: str) -> None:
         self._add(f"injected {spec}")
 
+    def share_settings(self, faults: Sequence[str], seed: int) -> None:
+        self.values["settings"] = (tuple(faults), seed)
+
+    def settings(self) -> tuple[tuple[str, ...], int] | None:
+        return None  # the only server: what it set is what it has
+
     def add_miss(self, miss: Miss) -> None:
         self._list("misses").append(miss)
 
-    def kept(self, key: str) -> MutableMapping[str, Any]:
+    def add_entries(self, entries: Sequence[Mapping[str, Any]]) -> None:
+        raise AssertionError("a store that is not shared keeps no journal")
+
+    def entries(self, limit: int | None) -> list[Mapping[str, Any]]:
+        raise AssertionError("a store that is not shared keeps no journal")
+
+    def kept(self, key: str, *, local: bool = False) -> MutableMapping[str, Any]:
         found = self.values.setdefault(f"kept {key}", {})
         assert isinstance(found, dict)
         return found
@@ -298,11 +314,26 @@ class KeyValues:
         self.values.clear()
 
 
-@pytest.mark.parametrize("store", [MemoryStore, KeyValues], ids=["memory", "key-values"])
-def test_replay_answers_alike_through_any_store(store: type[MemoryStore] | type[KeyValues]) -> None:
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    with redis_server() as url:
+        yield url
+
+
+@pytest.fixture(params=["memory", "key-values", "redis"])
+def store(request: pytest.FixtureRequest) -> ReplayStore:
+    """A new store of each kind: the default, one of our own, and one in a real Redis (emptied first)."""
+    if request.param == "redis":
+        shared = RedisStore(request.getfixturevalue("redis_url"))
+        shared.redis.flushdb()
+        return shared
+    return MemoryStore() if request.param == "memory" else KeyValues()
+
+
+def test_replay_answers_alike_through_any_store(store: ReplayStore) -> None:
     cassettes = [numbered(3), numbered(2, "/once")]
     options = ServeOptions.build(faults=["empty:times=2,path=/stream"], pace="instant")
-    with run_in_thread(MockServer(cassettes, options=options, state=store())) as server:
+    with run_in_thread(MockServer(cassettes, options=options, state=store)) as server:
 
         def bodies(path: str, times: int) -> list[bytes]:
             return [httpx.post(server.url + path, content=b"{}").content for _ in range(times)]
@@ -320,15 +351,14 @@ def test_replay_answers_alike_through_any_store(store: type[MemoryStore] | type[
         assert server.control.snapshot().requests == 3
 
 
-@pytest.mark.parametrize("store", [MemoryStore, KeyValues], ids=["memory", "key-values"])
 def test_a_background_response_is_kept_in_any_store_and_a_reset_forgets_it(
-    store: type[MemoryStore] | type[KeyValues], bundled: dict[str, Cassette]
+    store: ReplayStore, bundled: dict[str, Cassette]
 ) -> None:
     recorded = bundled["openai-responses"].interactions[0]
     body = {**recorded.request.json(), "background": True}
     greeting = replace(recorded, request=replace(recorded.request, body=json.dumps(body).encode()))
     options = ServeOptions.build(pace="instant")
-    with run_in_thread(MockServer([Cassette([greeting])], options=options, state=store())) as server:
+    with run_in_thread(MockServer([Cassette([greeting])], options=options, state=store)) as server:
         client = openai_client(server.url + "/v1")
         created = client.responses.create(model=body["model"], input=body["input"], background=True)
         assert client.responses.retrieve(created.id).status == "completed"

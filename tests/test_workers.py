@@ -14,6 +14,8 @@ import httpx
 import processes
 import pytest
 from clients import openai_client
+from gateways import nginx_site
+from redis_server import redis_server
 from waits import SAFETY_NET, until
 
 from sse_tape import Cassette, Chunk, Interaction, Request, Response
@@ -88,34 +90,38 @@ def test_bad_workers_are_one_line(args: list[str], message: str) -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_two_replicas_behind_the_balancer_in_docs_scaling_md(tmp_path: Path) -> None:
+def test_two_replicas_on_one_redis_behind_the_nginx_in_docs_scaling_md_answer_as_one() -> None:
     docs = (ROOT / "docs" / "scaling.md").read_text(encoding="utf-8")
-    (name, code), *_ = re.findall(r"<!-- docs-test: (\S+) -->\n```python\n(.*?)\n```", docs, re.DOTALL)
-    (tmp_path / name).write_text(code, encoding="utf-8")
-    replicas = [processes.start(["serve", "--port", "0"]) for _ in range(2)]
-    balancer = subprocess.Popen(
-        [sys.executable, str(tmp_path / name), "0", *(url for _, url in replicas)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert balancer.stdout is not None
-        url = balancer.stdout.readline().split(" at ")[1].strip()
-        with httpx.Client(base_url=url, timeout=30) as http:
-            pids = [http.get("/__sse_tape__/stats").json()["pid"] for _ in range(4)]
-        assert pids[0] != pids[1]
-        assert pids[:2] == pids[2:]  # round robin over the two replicas
-        with openai_client(url + "/v1") as client:
-            stream = client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": "Hi"}], stream=True
-            )
-            text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
-        assert text == "Hi there! How can I help you today?"
-    finally:
-        for process in [balancer, *(p for p, _ in replicas)]:
-            process.terminate()
-            process.communicate(timeout=60)
+    [block] = re.findall(r"<!-- docs-test: nginx.conf -->\n```nginx\n(.*?)\n```", docs, re.DOTALL)
+    with redis_server() as state:
+        args = ["serve", "--port", "0", "--fault", "status:429,times=1", "--state", state, "--allow-host", "sse_tape"]
+        replicas = [processes.start([*args, "-q"]) for _ in range(2)]
+        try:
+            ports = [url.rsplit(":", 1)[1] for _, url in replicas]
+
+            def site(port: int) -> str:
+                ours = block.replace("10.0.0.11:8000", f"127.0.0.1:{ports[0]}")
+                ours = ours.replace("10.0.0.12:8000", f"127.0.0.1:{ports[1]}")
+                return ours.replace("listen 8080;", f"listen 127.0.0.1:{port};")
+
+            with nginx_site(site) as url, httpx.Client(base_url=url, timeout=30) as http:
+                pids = [http.get("/__sse_tape__/stats").json()["pid"] for _ in range(4)]
+                first = http.post("/v1/chat/completions", json=CHAT)
+                assert pids[0] != pids[1]
+                assert pids[:2] == pids[2:]  # round robin over the two replicas
+                assert first.status_code == 429  # once across both
+                with openai_client(url + "/v1") as client:
+                    for _ in range(2):  # one from each replica
+                        stream = client.chat.completions.create(
+                            model="m", messages=[{"role": "user", "content": "Hi"}], stream=True
+                        )
+                        text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+                        assert text == "Hi there! How can I help you today?"
+                assert http.get("/__sse_tape__/stats").json()["requests"] == 3  # counted across both
+        finally:
+            for process, _ in replicas:
+                process.terminate()
+                process.communicate(timeout=60)
 
 
 def test_workers_on_a_busy_port_are_one_line_and_exit_2() -> None:

@@ -58,6 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 OPTIONAL: Mapping[str, str] = {
     "llama_cpp": "llama-cpp-python, the `synth` extra: installed only where synthesis is wanted",
+    "redis": "redis-py, the `redis` extra: installed only where replicas share their replay state",
 }
 """Outside packages a function may import: optional dependencies (an extra), by top-level name, with why."""
 

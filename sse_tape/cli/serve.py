@@ -10,7 +10,8 @@ from typing import Any
 import click
 
 from .._exceptions import ConfigError
-from ..options import Group, MissPolicy, check_sources
+from ..options import OPTIONS, Group, MissPolicy, check_sources
+from ..state_redis import RedisStore
 from .loading import refuse_nothing
 from .model import synthesizer
 from .option_lists import command_options, take_group, take_serving_options
@@ -28,6 +29,7 @@ def serve(
     model: str | None,
     max_queue: int,
     workers: int,
+    state: str | None,
     **words: Any,
 ) -> None:
     """Replay cassettes as a mock HTTP server.
@@ -48,6 +50,7 @@ def serve(
     check_sources(options.on_miss, upstream=upstream is not None, model=model is not None)
     if workers > 1 and model is not None:
         raise ConfigError("--workers is for replay: each worker would load the model again; run one")
+    shared = OPTIONS["state"].read(state)
     # The server, once the words are understood: a mistyped option is said without it.
     from ..server import build_server, load_cassettes
     from .serving import say_what_stays_whole, serve_until_stopped, serve_until_stopped_quietly, server_arguments
@@ -55,6 +58,7 @@ def serve(
     cassettes = load_cassettes(paths) if paths or model is None else []
     if options.on_miss is MissPolicy.ERROR:  # forwarding, even nothing recorded leaves something to answer
         refuse_nothing(cassettes, paths, "serve")
+    store = RedisStore(shared) if shared is not None else None
     model_answers = synthesizer(model, model_words, options.seed, max_queue) if model is not None else None
     if model_answers is not None:
         say_what_stays_whole(options, "the model's answers")
@@ -68,6 +72,7 @@ def serve(
             upstream=upstream,
             model=model_answers,
             models=models,
+            state=store,
             **server_arguments(listening),
         )
         count = sum(len(c) for c in cassettes)

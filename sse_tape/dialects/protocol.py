@@ -390,7 +390,8 @@ class ProtocolResponder(ABC):
     lasting: ClassVar[bool] = False
     """Whether what it keeps belongs to connections that outlive a test (MCP's sessions), and so is kept when
     replay starts over for the clients already there (`Control.reset(protocols=False)`); False: it is
-    forgotten with the rest (the Responses API's background responses, A2A's task streams)."""
+    forgotten with the rest (the Responses API's background responses, A2A's task streams). What lasts lives
+    with this process's connections: a store shared by several servers keeps it in each (`ReplayStore.kept`)."""
 
     @abstractmethod
     async def respond(self, incoming: Incoming) -> web.StreamResponse | None:

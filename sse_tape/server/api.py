@@ -26,6 +26,7 @@ from ..options import OPTIONS, MissPolicy, RecordMode, ServeOptions, check_sourc
 from ..recorder import Recorder
 from ..redaction import Redaction
 from ..responder import Responder
+from ..state import ReplayStore
 from ..upstream import AiohttpUpstream, Upstream
 from .app import Limits, MockServer
 from .threaded import run_in_thread
@@ -87,6 +88,7 @@ def build_server(
     allow_remote_control: bool = False,
     allowed_hosts: Iterable[str] = (),
     cors_origins: Iterable[str] = (),
+    state: ReplayStore | None = None,
 ) -> MockServer:
     """A server answering from `cassettes` as `options` say, with what the miss policy puts behind replay:
     the one function `sse-tape serve` and `record`, `serve`, `aserve`, the recording servers and the pytest
@@ -105,7 +107,9 @@ def build_server(
     upstream may send nothing.
 
     A miss policy without what it needs, or an upstream or model it would
-    leave unused, is a `ConfigError` (see `options.check_sources`).
+    leave unused, is a `ConfigError` (see `options.check_sources`). What replay counts and keeps between
+    requests is in `state` (a `MemoryStore` unless given: a `state_redis.RedisStore` shares it with other
+    servers).
     """
     chosen = options or ServeOptions()
     policy = chosen.on_miss
@@ -123,6 +127,7 @@ def build_server(
         "allow_remote_control": allow_remote_control,
         "allowed_hosts": tuple(allowed_hosts),
         "cors_origins": tuple(cors_origins),
+        "state": state,
     }
     if record_into is None:
         return MockServer(cassettes, options=chosen, upstream=upstream, model=model, models=models, **where)

@@ -23,7 +23,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from .. import _json
-from .._exceptions import ConfigError
+from .._exceptions import ConfigError, StateError
 from ..cassette import (
     Cassette,
     End,
@@ -180,7 +180,8 @@ class MockServer:
             redact=self._redacted,
         )
         self._injector = Injector(self.options.faults, self.options.seed, self._state)
-        self.journal = Journal(log=log, report=self.options.report, shown_path=self.shown_path)
+        shared = self._state.add_entries if self._state.shared else None  # one journal for all who share it
+        self.journal = Journal(log=log, report=self.options.report, shown_path=self.shown_path, share=shared)
         self._log = log
         """What happened to each request, newest last."""
         recording = self.options.on_miss in (MissPolicy.RECORD, MissPolicy.SYNTH)
@@ -389,6 +390,12 @@ class MockServer:
         self._handlers.add(handler)
         try:
             return await self.answer(http)
+        except StateError as exc:  # a shared store gone: each request is refused, in a line, until it is back
+            if http.writer.output_size:  # an answer begun: it breaks off
+                raise
+            if self._log is not None:
+                self._log(f"{http.method} {self.shown_path(http.rel_url.raw_path)} -> 503 {exc}")
+            return web.json_response({"error": str(exc)}, status=503)
         finally:
             self._handlers.discard(handler)
             self._guard.busy(http.transport, False)
@@ -410,6 +417,7 @@ class MockServer:
         url = http.rel_url
         request = Request(http.method, url.raw_path, url.raw_query_string, headers)
         number = self._state.next_request()
+        self._injector.refresh()  # the faults another server sharing the store set
         query = request.query
         shown = self.shown_query(query) if query else query
         self.journal.add(Received(request=number, method=request.method, path=request.path, query=shown))
@@ -586,8 +594,7 @@ class MockServer:
                 limit = int(http.query.get("limit", "100"))
             except ValueError:
                 return web.json_response({"error": "limit must be a whole number"}, status=400)
-            entries = self.control.journal.last(max(limit, 0))
-            return web.json_response({"entries": [e.to_json() for e in entries]})
+            return web.json_response({"entries": self.control.entries(max(limit, 0))})
         if endpoint == "reset" and http.method == "POST":
             self.control.reset()
             return web.json_response({"reset": True})
@@ -625,7 +632,7 @@ class MockServer:
             self.control.set_faults([])
         elif http.method != "GET":
             return web.json_response({"error": "use GET, POST or DELETE"}, status=405)
-        injections = [e.to_json() for e in self.control.journal if isinstance(e, FaultInjected)]
+        injections = [e for e in self.control.entries() if e.get("type") == FaultInjected.kind]
         now = self.control.snapshot()
         return web.json_response(
             {

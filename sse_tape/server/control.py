@@ -157,14 +157,23 @@ class Control:
     def set_seed(self, seed: int) -> None:
         """Draw the faults' random choices from `seed` from now on."""
 
-        def reseed() -> None:
-            self._injector.seed = seed
-
-        self._call(reseed)
+        self._call(lambda: self._injector.reseed(seed))
 
     def snapshot(self) -> Snapshot:
         """What the server holds now, every part of it taken at the same moment."""
         return self._call(self._snapshot)
+
+    def entries(self, limit: int | None = None) -> list[Mapping[str, Any]]:
+        """The last `limit` journal entries (all those kept, if None), as JSON objects (`journal.Entry.to_json`), oldest first: of every
+        server sharing the replay state's store where it is shared (`ReplayStore.shared`), else this one's."""
+
+        def read() -> list[Mapping[str, Any]]:
+            if not self._state.shared:
+                return [entry.to_json() for entry in self._journal.last(limit)]
+            self._journal.flush()  # this server's own first
+            return self._state.entries(limit)
+
+        return self._call(read)
 
     async def idle(self) -> None:
         """Wait until no request is being answered and the recorder has nothing in flight, from any event loop
@@ -235,13 +244,14 @@ class Control:
         # What lasts is kept through the store's own reset, as any store keeps it: by its key; the rest ends first.
         kept: dict[str, dict[str, Any]] = {}
         for key, responder in self._protocols.items():
-            if protocols or not responder.lasting:
-                responder.forget(state.kept(key))
+            local = responder.lasting  # what lasts belongs to this process's connections
+            if protocols or not local:
+                responder.forget(state.kept(key, local=local))
             else:
-                kept[key] = dict(state.kept(key))
+                kept[key] = dict(state.kept(key, local=local))
         state.reset()
         for key, values in kept.items():
-            state.kept(key).update(values)
+            state.kept(key, local=True).update(values)
         self._journal.clear()
         # What the state and the journal held is freed to the allocator, which keeps it for the process: after
         # much traffic (a flood of misses, large bodies), hand it back to the system.
@@ -253,6 +263,7 @@ class Control:
 
     def _snapshot(self) -> Snapshot:
         state = self._state.snapshot()
+        self._injector.refresh()  # the faults another server sharing the store set
         matcher = self._matcher
         recordings = tuple(matcher.recordings)
         return Snapshot(

@@ -204,6 +204,7 @@ class Background(ProtocolResponder):
                 status = str(kept.at(now).get("status"))
                 article = "an" if status[:1] in tuple("aeiou") else "a"
                 return await self._refuse(incoming, kept, f"Cannot cancel {article} {status} response.")
+            incoming.state[kept.id] = kept  # a shared store's value is a copy: set again, the cancel holds for all
             return await self._json(incoming, kept, cancelled, f"background response {kept.id}, cancelled")
         stream = incoming.query.get("stream", "false")
         if stream not in ("true", "false"):

@@ -1,0 +1,359 @@
+"""The replay state in Redis: `RedisStore`, so that several servers answer as one.
+
+N `sse-tape serve` processes (or `--workers N`) given the same Redis (`--state
+redis://host:6379/0`) count in one place: a recording's plays and the turns of
+equally good ones, each fault's requests (`times=`, `p=`'s seeded chance), the
+requests received, the misses, what the protocols' responders keep (the
+Responses API's background responses, A2A's task streams), the faults and
+seed as last set (at a server's start, or through any server's control: the
+others take them at their next request), and the journal's entries (each
+server's a batch at a time: `journal.Journal`'s `share`). Each operation of
+`ReplayStore` is one Redis round trip (several commands in a pipeline where it
+needs them), each atomic on its own, so that two servers never count the same
+request twice; but a request received (`add_received`) goes with the next
+operation that writes (a play, a miss, a batch of journal entries, a
+snapshot), so that a replayed stream costs two round trips, not three.
+
+What belongs to this process's connections stays in it: what a `local`
+responder keeps (MCP's sessions, whose `GET` streams are held open by one
+process) is kept in memory here, as `MemoryStore` keeps it.
+
+What responders keep is pickled into Redis: whoever may write to that Redis
+may run code in the servers that read it. Give a Redis of your own.
+
+Needs redis-py (`pip install 'sse-tape[redis]'`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import pickle
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
+
+import msgpack
+
+from ._exceptions import ConfigError, StateError
+from .cassette import Request
+from .journal import Miss
+from .state import FaultKey, State
+
+if TYPE_CHECKING:  # redis-py is an optional dependency: imported where a store is made
+    import redis
+
+__all__ = ["RedisStore"]
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _answered(operation: F) -> F:
+    """`operation`, raising `StateError` where Redis fails (gone, or too slow to answer)."""
+
+    @functools.wraps(operation)
+    def wrapped(self: RedisStore | _Kept, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return operation(self, *args, **kwargs)
+        except self.failures as exc:
+            raise StateError(
+                f"the replay state's Redis at {self.shown} does not answer ({type(exc).__name__})"
+            ) from None
+
+    return wrapped  # type: ignore[return-value]
+
+
+class RedisStore:
+    """A `ReplayStore` in Redis at `url` (`redis://host:port/db`, `rediss://`, `unix://`), its keys named
+    from `prefix`: servers given the same URL and prefix share their replay state.
+
+    What grows with traffic is bounded in count, not in bytes: the last `keep` requests received (bodies and
+    all) and recordings answered, the last `keep_misses` misses. A URL Redis does not answer at, or no
+    redis-py, is a `ConfigError`.
+    """
+
+    shared = True
+    """Several servers share it: it keeps their journal entries too."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "sse-tape:",
+        keep: int = 1_000,
+        keep_misses: int = 1_000,
+        keep_entries: int = 10_000,
+    ) -> None:
+        self.url = url
+        self.prefix = prefix
+        self.keep = keep
+        self.keep_misses = keep_misses
+        self.keep_entries = keep_entries
+        self._redis, self.failures = _connect(url)
+        """What redis-py raises when Redis fails: each operation raises `StateError` in its place."""
+        self.shown = _shown(url)
+        """The URL as messages show it: without its password."""
+        self._local: dict[str, dict[str, Any]] = {}  # what `local` responders keep, in this process
+        self._unsent: list[bytes] = []  # requests received, packed, not sent yet (see `_send`)
+        names = ("requests", "received", "answered", "plays", "turns", "placed", "asked", "injected")
+        (
+            self._requests,
+            self._received,
+            self._answered,
+            self._plays,
+            self._turns,
+            self._placed,
+            self._asked,
+            (self._injected),
+        ) = (prefix + name for name in names)
+        self._misses, self._missed, self._kept_keys = prefix + "misses", prefix + "missed", prefix + "kept"
+        self._settings, self._version = prefix + "settings", prefix + "settings-version"
+        self._journal = prefix + "journal"
+        self._latest: int | None = None  # the settings' version as Redis last said it
+        self._taken: int | None = None  # the version of the settings this server has (its own or taken)
+
+    @property
+    def redis(self) -> redis.Redis:
+        """The client it talks to Redis with (a pool that starts anew in a forked worker)."""
+        return self._redis
+
+    @_answered
+    def next_request(self) -> int:
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.incr(self._requests)
+        pipe.get(self._version)  # in the same round trip: whether another server set new faults
+        number, version = pipe.execute()
+        self._latest = int(version) if version is not None else None
+        return int(number)
+
+    @_answered
+    def add_received(self, request: Request) -> None:
+        packed = msgpack.packb(
+            [request.method, request.path, request.query, [list(h) for h in request.headers], request.body]
+        )
+        self._unsent.append(packed)  # sent with the next operation that writes (see `_send`): a round trip less
+
+    @_answered
+    def next_turn(self, key: str) -> int:
+        return int(self._redis.hincrby(self._turns, key, 1)) - 1
+
+    @_answered
+    def played(self, recording_id: str) -> int:
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.hincrby(self._plays, recording_id, 1)
+        pipe.rpush(self._answered, recording_id)
+        pipe.ltrim(self._answered, -self.keep, -1)
+        return int(self._send(pipe)[0]) - 1
+
+    @_answered
+    def plays(self, recording_id: str) -> int:
+        found = self._redis.hget(self._plays, recording_id)
+        return int(found) if found is not None else 0
+
+    @_answered
+    def count(self, fault_key: FaultKey) -> int:
+        if isinstance(fault_key, int):
+            return int(self._redis.hincrby(self._placed, str(fault_key), 1)) - 1
+        return int(self._redis.hincrby(self._asked, fault_key, 1)) - 1
+
+    @_answered
+    def restart_counts(self) -> None:
+        self._redis.delete(self._placed)
+
+    @_answered
+    def note_injected(self, spec: str) -> None:
+        self._redis.hincrby(self._injected, spec, 1)
+
+    @_answered
+    def share_settings(self, faults: Sequence[str], seed: int) -> None:
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.set(self._settings, json.dumps({"faults": list(faults), "seed": seed}))
+        pipe.incr(self._version)
+        self._taken = self._latest = int(pipe.execute()[1])
+
+    @_answered
+    def settings(self) -> tuple[tuple[str, ...], int] | None:
+        if self._latest == self._taken:
+            return None
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.get(self._settings)
+        pipe.get(self._version)
+        settings, version = pipe.execute()
+        self._taken = self._latest = int(version) if version is not None else None
+        if settings is None:
+            return None
+        found = json.loads(settings)
+        return tuple(found["faults"]), int(found["seed"])
+
+    @_answered
+    def add_miss(self, miss: Miss) -> None:
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.rpush(self._misses, msgpack.packb([miss.request, miss.method, miss.path, miss.reason]))
+        pipe.ltrim(self._misses, -self.keep_misses, -1)
+        pipe.incr(self._missed)
+        self._send(pipe)
+
+    def kept(self, key: str, *, local: bool = False) -> MutableMapping[str, Any]:
+        if local:
+            found = self._local.get(key)
+            if found is None:
+                found = self._local[key] = {}
+            return found
+        return _Kept(self, self._kept_keys, f"{self.prefix}kept:{key}", key)
+
+    @_answered
+    def add_entries(self, entries: Sequence[Mapping[str, Any]]) -> None:
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.rpush(self._journal, *(json.dumps(entry) for entry in entries))
+        pipe.ltrim(self._journal, -self.keep_entries, -1)
+        self._send(pipe)
+
+    @_answered
+    def entries(self, limit: int | None) -> list[Mapping[str, Any]]:
+        if limit is not None and limit <= 0:
+            return []
+        start = -limit if limit is not None else 0
+        found = [json.loads(entry) for entry in self._redis.lrange(self._journal, start, -1)]
+        return sorted(found, key=lambda entry: entry.get("time", 0))  # each server's batches, in one order
+
+    @_answered
+    def snapshot(self) -> State:
+        if self._unsent:
+            self._send(self._redis.pipeline(transaction=False))
+        pipe = self._redis.pipeline(transaction=True)  # every part at the same moment
+        pipe.get(self._requests)
+        pipe.lrange(self._received, 0, -1)
+        pipe.lrange(self._answered, 0, -1)
+        pipe.hgetall(self._plays)
+        pipe.lrange(self._misses, 0, -1)
+        pipe.get(self._missed)
+        pipe.hgetall(self._injected)
+        pipe.hgetall(self._placed)
+        pipe.hgetall(self._asked)
+        pipe.smembers(self._kept_keys)
+        pipe.get(self._version)
+        requests, received, answered, plays, misses, missed, injected, placed, asked, kept_keys, version = (
+            pipe.execute()
+        )
+        self._latest = int(version) if version is not None else None
+        kept: dict[str, tuple[str, ...]] = {}
+        if kept_keys:
+            read = self._redis.pipeline(transaction=False)
+            keys = sorted(k.decode() for k in kept_keys)
+            for key in keys:
+                read.hkeys(f"{self.prefix}kept:{key}")
+            for key, ids in zip(keys, read.execute(), strict=True):
+                if ids:
+                    kept[key] = tuple(i.decode() for i in ids)
+        kept.update({key: tuple(values) for key, values in self._local.items()})
+        counts: dict[FaultKey, int] = {int(k): int(n) for k, n in placed.items()}
+        counts.update({k.decode(): int(n) for k, n in asked.items()})
+        return State(
+            requests=int(requests or 0),
+            received=tuple(_request(packed) for packed in received),
+            answered=tuple(rid.decode() for rid in answered),
+            plays={rid.decode(): int(n) for rid, n in plays.items()},
+            misses=tuple(Miss(*msgpack.unpackb(packed)) for packed in misses),
+            missed=int(missed or 0),
+            injected={spec.decode(): int(n) for spec, n in injected.items()},
+            counts=counts,
+            kept=kept,
+        )
+
+    @_answered
+    def reset(self) -> None:
+        kept = [f"{self.prefix}kept:{_text(k)}" for k in self._redis.smembers(self._kept_keys)]
+        names = (self._requests, self._received, self._answered, self._plays, self._turns, self._placed)
+        others = (self._asked, self._injected, self._misses, self._missed, self._kept_keys, self._journal)
+        self._redis.delete(*names, *others, *kept)
+        self._local.clear()
+        self._unsent.clear()
+
+    def _send(self, pipe: Any) -> list[Any]:
+        """Send `pipe` with the requests received since the last write (`add_received`) after its own
+        commands; its own commands' results."""
+        unsent = self._unsent
+        if unsent:
+            pipe.rpush(self._received, *unsent)
+            pipe.ltrim(self._received, -self.keep, -1)
+        results: list[Any] = pipe.execute()
+        if unsent:
+            del unsent[:]
+            del results[-2:]
+        return results
+
+
+class _Kept(MutableMapping[str, Any]):
+    """What a responder keeps, in a Redis hash: each value pickled. A value read is a copy: a responder that
+    changes one sets it again."""
+
+    def __init__(self, store: RedisStore, index: str, name: str, key: str) -> None:
+        self._redis = store.redis
+        self.failures, self.shown = store.failures, store.shown
+        self._index = index  # the set of the responders' keys that keep anything, for `reset` and `snapshot`
+        self._name = name
+        self._key = key
+
+    @_answered
+    def __getitem__(self, item: str) -> Any:
+        found = self._redis.hget(self._name, item)
+        if found is None:
+            raise KeyError(item)
+        return pickle.loads(
+            found if isinstance(found, bytes) else found.encode()
+        )  # what these servers wrote: see the module on trusting Redis
+
+    @_answered
+    def __setitem__(self, item: str, value: Any) -> None:
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.hset(self._name, item, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+        pipe.sadd(self._index, self._key)
+        pipe.execute()
+
+    @_answered
+    def __delitem__(self, item: str) -> None:
+        if not self._redis.hdel(self._name, item):
+            raise KeyError(item)
+
+    @_answered
+    def __iter__(self) -> Iterator[str]:
+        return iter([_text(k) for k in self._redis.hkeys(self._name)])
+
+    @_answered
+    def __len__(self) -> int:
+        return int(self._redis.hlen(self._name))
+
+
+def _connect(url: str) -> tuple[redis.Redis, type[Exception]]:
+    """A client of the Redis at `url`, once it has answered, and what its failures raise; a `ConfigError`
+    saying why not (the URL shown without its password)."""
+    shown = _shown(url)
+    try:
+        import redis
+    except ImportError:
+        raise ConfigError(f"state {shown}: needs redis-py: pip install 'sse-tape[redis]'") from None
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
+        client.ping()
+    except ValueError:
+        raise ConfigError(f"state {shown}: not a Redis URL") from None
+    except redis.RedisError as exc:
+        raise ConfigError(f"state {shown}: Redis does not answer there ({type(exc).__name__})") from None
+    return client, redis.RedisError
+
+
+def _shown(url: str) -> str:
+    """`url` without its password."""
+    parts = urlsplit(url)
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+
+
+def _text(value: bytes | str) -> str:
+    """A Redis key or member as text (the client answers bytes)."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _request(packed: bytes) -> Request:
+    method, path, query, headers, body = msgpack.unpackb(packed)
+    return Request(method, path, query, tuple((name, value) for name, value in headers), body)

@@ -1,0 +1,257 @@
+"""The replay state in Redis (`state_redis.RedisStore`): two servers on one real `redis-server` answer as one."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import openai
+import processes
+import pytest
+from clients import openai_client
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from redis_server import redis_server
+from sdk_servers import mcp_tools, on_loopback
+from waits import until
+
+from sse_tape import Cassette, Chunk, ConfigError, Interaction, MockServer, Request, Response, ServeOptions
+from sse_tape.server import run_in_thread
+from sse_tape.state_redis import RedisStore
+
+SSE = (("content-type", "text/event-stream"),)
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    with redis_server() as url:
+        yield url
+
+
+@pytest.fixture
+def url(redis_url: str) -> str:
+    """The module's Redis, emptied for each test."""
+    RedisStore(redis_url).redis.flushdb()
+    return redis_url
+
+
+def numbered(count: int, path: str = "/stream") -> Cassette:
+    """A cassette of `count` recordings of one request, the nth answering `data: n`."""
+    request = Request("POST", path, body=b"{}")
+    return Cassette(
+        [Interaction(request, Response(200, SSE, (Chunk(0.0, f"data: {n}\n\n".encode()),))) for n in range(count)]
+    )
+
+
+@contextlib.contextmanager
+def replicas(url: str, cassettes: list[Cassette], options: ServeOptions, count: int = 2) -> Iterator[list[MockServer]]:
+    """`count` servers over the same cassettes, each with a store of its own on the Redis at `url`."""
+    with contextlib.ExitStack() as stack:
+        yield [
+            stack.enter_context(run_in_thread(MockServer(cassettes, options=options, state=RedisStore(url))))
+            for _ in range(count)
+        ]
+
+
+def test_a_fault_for_one_request_fires_once_across_both_servers(url: str) -> None:
+    options = ServeOptions.build(faults=["status:429,times=1"], pace="instant")
+    with replicas(url, [numbered(1)], options) as (one, other):
+        statuses = [httpx.post(s.url + "/stream", content=b"{}").status_code for s in (one, other, one, other)]
+        assert statuses == [429, 200, 200, 200]
+        assert one.control.snapshot().injected == other.control.snapshot().injected == {"status:429,times=1": 1}
+
+
+def test_a_recordings_turns_advance_across_both_servers_and_a_reset_through_one_reaches_the_other(url: str) -> None:
+    with replicas(url, [numbered(3)], ServeOptions.build(pace="instant")) as (one, other):
+
+        def bodies(*servers: MockServer) -> list[bytes]:
+            return [httpx.post(s.url + "/stream", content=b"{}").content for s in servers]
+
+        assert bodies(one, other, one, other) == [b"data: 0\n\n", b"data: 1\n\n", b"data: 2\n\n", b"data: 0\n\n"]
+        seen = other.control.snapshot()
+        assert (seen.requests, len(seen.received), len(seen.played)) == (4, 4, 4)
+        assert seen.unplayed == ()
+        one.control.reset()
+        assert bodies(other) == [b"data: 0\n\n"]
+        assert one.control.snapshot().requests == 1
+
+
+def test_faults_and_the_seed_set_through_one_servers_control_reach_the_other(url: str) -> None:
+    with replicas(url, [numbered(1)], ServeOptions.build(pace="instant")) as (one, other):
+        one.control.set_faults(["status:503,times=2"])
+        one.control.set_seed(7)
+        assert (other.control.snapshot().faults[0].spec, other.control.snapshot().seed) == ("status:503,times=2", 7)
+        statuses = [httpx.post(s.url + "/stream", content=b"{}").status_code for s in (other, one, other)]
+        assert statuses == [503, 503, 200]  # one budget of two, spent across both
+        # Over HTTP too, and set again: the counts start over for both.
+        control = {"faults": ["status:500,times=1"]}
+        assert httpx.post(other.url + "/__sse_tape__/faults", json=control).status_code == 200
+        statuses = [httpx.post(s.url + "/stream", content=b"{}").status_code for s in (one, other)]
+        assert statuses == [500, 200]
+
+
+def test_a_server_that_starts_sets_its_faults_for_all(url: str) -> None:
+    with replicas(url, [numbered(1)], ServeOptions.build(pace="instant"), count=1) as (one,):
+        options = ServeOptions.build(pace="instant", faults=["status:429"], seed=3)
+        with run_in_thread(MockServer([numbered(1)], options=options, state=RedisStore(url))):
+            assert httpx.post(one.url + "/stream", content=b"{}").status_code == 429
+            assert one.control.snapshot().seed == 3
+
+
+def test_the_journal_is_one_whichever_server_is_asked_and_a_reset_empties_it(url: str) -> None:
+    options = ServeOptions.build(pace="instant", faults=["status:429,times=1"])
+    with replicas(url, [numbered(1)], options) as (one, other):
+        assert httpx.post(one.url + "/stream", content=b"{}").status_code == 429
+        assert httpx.post(other.url + "/nowhere", content=b"{}").status_code == 404
+        wanted = [("received", 1), ("fault", 1), ("received", 2), ("missed", 2)]
+        for server in (one, other):
+
+            def steps(server: MockServer = server) -> list[tuple[str, int]]:
+                entries = httpx.get(server.url + "/__sse_tape__/journal").json()["entries"]
+                return [(e["type"], e["request"]) for e in entries if e["type"] in ("received", "fault", "missed")]
+
+            # Each server shares its entries a batch at a time: the other's come a moment later.
+            until(lambda steps=steps: steps() == wanted, "the journal of both servers")
+            injections = httpx.get(server.url + "/__sse_tape__/faults").json()["injections"]
+            assert [i["fault"] for i in injections] == ["status:429,times=1"]
+        httpx.post(other.url + "/__sse_tape__/reset", json={})
+        assert httpx.get(one.url + "/__sse_tape__/journal").json()["entries"] == []
+
+
+def test_each_recording_plays_once_across_both_servers_without_repeats(url: str) -> None:
+    options = ServeOptions.build(pace="instant", allow_repeats=False)
+    with replicas(url, [numbered(2)], options) as (one, other):
+        answers = [httpx.post(s.url + "/stream", content=b"{}") for s in (one, other, one)]
+        assert [a.content for a in answers[:2]] == [b"data: 0\n\n", b"data: 1\n\n"]
+        assert answers[2].status_code == 404  # both played already, one on each server
+
+
+def test_the_misses_are_one_list_counted_once(url: str) -> None:
+    with replicas(url, [numbered(1)], ServeOptions.build(pace="instant")) as (one, other):
+        for server in (one, other):
+            assert httpx.post(server.url + "/nowhere", content=b"{}").status_code == 404
+        seen = one.control.snapshot()
+        assert ([m.path for m in seen.misses], seen.missed) == (["/nowhere", "/nowhere"], 2)
+        assert [m.request for m in seen.misses] == [1, 2]  # numbered across both
+
+
+def test_a_background_response_started_on_one_server_is_polled_and_cancelled_on_the_other(
+    url: str, bundled: dict[str, Cassette]
+) -> None:
+    recorded = bundled["openai-responses"].interactions[0]
+    body = {**recorded.request.json(), "background": True}
+    chunks = recorded.response.chunks  # the first two events at once, the rest long after any test: in progress
+    held = [Chunk(0.0, c.data) for c in chunks[:2]] + [Chunk(c.t + 600, c.data) for c in chunks[2:]]
+    greeting = Interaction(
+        replace(recorded.request, body=json.dumps(body).encode()), replace(recorded.response, chunks=tuple(held))
+    )
+    with replicas(url, [Cassette([greeting])], ServeOptions.build(pace="recorded")) as (one, other):
+        with openai_client(one.url + "/v1") as first, openai_client(other.url + "/v1") as second:
+            created = first.responses.create(model=body["model"], input=body["input"], background=True)
+            assert second.responses.retrieve(created.id).status == "in_progress"
+            assert second.responses.cancel(created.id).status == "cancelled"
+            assert first.responses.retrieve(created.id).status == "cancelled"  # the cancel holds on the other
+        assert one.control.snapshot().kept == {"openai-responses:0": (created.id,)}
+        other.control.reset()
+        with openai_client(one.url + "/v1") as first, pytest.raises(openai.NotFoundError):
+            first.responses.retrieve(created.id)
+
+
+async def test_an_mcp_session_replays_through_a_server_on_redis_and_stays_in_its_process(
+    url: str, tmp_path: Path
+) -> None:
+    cassette = tmp_path / "mcp.toml"
+    with (
+        on_loopback(mcp_tools().streamable_http_app(), "the MCP server") as upstream,
+        processes.recording_proxy(upstream, cassette) as proxy,
+    ):
+        async with streamable_http_client(f"{proxy}/mcp") as (read, write, *_), ClientSession(read, write) as live:
+            await live.initialize()
+            recorded = await live.call_tool("add", {"a": 2, "b": 3})
+    server = MockServer([Cassette.load(cassette)], state=RedisStore(url))
+    async with (
+        server,
+        streamable_http_client(f"{server.url}/mcp") as (read, write, *_),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        added = await session.call_tool("add", {"a": 2, "b": 3})
+        assert (added.structured_content, added.is_error) == (recorded.structured_content, False)
+        [(key, sessions)] = server.control.snapshot().kept.items()
+        assert key.startswith("mcp")
+        assert len(sessions) == 1
+        assert RedisStore(url).snapshot().kept == {}  # nothing of it in Redis: it lives with its connections
+
+
+def test_what_belongs_to_a_servers_connections_stays_in_its_process(url: str) -> None:
+    one, other = RedisStore(url), RedisStore(url)
+    one.kept("mcp:0", local=True)["session"] = object()  # a live object: never pickled
+    assert dict(other.kept("mcp:0", local=True)) == {}
+    assert one.snapshot().kept == {"mcp:0": ("session",)}
+    one.reset()
+    assert one.snapshot().kept == {}
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ("http://127.0.0.1:6379", "state 'http://127.0.0.1:6379': give a Redis URL, such as redis://127.0.0.1:6379/0"),
+        ("redis://:secret@127.0.0.1:1/0", "state redis://127.0.0.1:1/0: Redis does not answer there (ConnectionError)"),
+    ],
+    ids=["not-redis", "nobody-there"],
+)
+def test_a_bad_state_is_one_line_without_its_password(given: str, message: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "sse_tape", "serve", "--state", given], capture_output=True, text=True, timeout=60
+    )
+    assert (result.returncode, result.stderr) == (2, f"Error: {message}\n")
+
+
+def test_a_bad_state_url_is_a_config_error_in_python() -> None:
+    with pytest.raises(ConfigError, match=re.escape("state redis://127.0.0.1:1/0: Redis does not answer there")):
+        RedisStore("redis://127.0.0.1:1/0")
+
+
+def test_workers_and_a_second_serve_share_one_fault_budget_and_one_turn_order(url: str, tmp_path: Path) -> None:
+    numbered(3).save(tmp_path / "n.toml")
+    common = ["--port", "0", "--pace", "instant", "--fault", "status:429,times=1", "--state", url, "-q"]
+    started = [processes.start(["serve", str(tmp_path), *common, *more]) for more in (["--workers", "2"], [])]
+    try:
+        answers = []
+        for n in range(8):  # a new connection each time: the system shares them out among the workers
+            with httpx.Client(timeout=30) as client:
+                answers.append(client.post(started[n % 2][1] + "/stream", content=b"{}"))
+        assert [a.status_code for a in answers] == [429] + [200] * 7
+        # The 429 took the first recording's turn; the rest follow in turn, whichever process answered.
+        assert [a.text for a in answers[1:]] == [f"data: {n % 3}\n\n" for n in range(1, 8)]
+        with httpx.Client(timeout=30) as client:
+            stats = client.get(started[1][1] + "/__sse_tape__/stats").json()
+        assert stats["requests"] == 8
+    finally:
+        for process, _ in started:
+            process.terminate()
+            process.communicate(timeout=60)
+
+
+def test_while_redis_is_gone_each_request_is_a_503_in_one_line() -> None:
+    lines: list[str] = []
+    with redis_server() as gone:
+        server = MockServer(
+            [numbered(1)], options=ServeOptions.build(pace="instant"), state=RedisStore(gone), log=lines.append
+        )
+        stack = contextlib.ExitStack()
+        stack.enter_context(run_in_thread(server))
+    with stack:  # the Redis has stopped; the server goes on
+        answer = httpx.post(server.url + "/stream", content=b"{}")
+        assert answer.status_code == 503
+        message = answer.json()["error"]
+        assert message.startswith(f"the replay state's Redis at {gone} does not answer (")
+        assert lines[-1] == f"POST /stream -> 503 {message}"
+        assert not any("Traceback" in line for line in lines)
