@@ -29,6 +29,7 @@ from ._units import parse_duration, parse_size
 from .faults import FAULTS, PROFILES, Fault, load_profile, parse_fault
 from .matching import MATCHERS
 from .pacing import Pacing
+from .redaction import shown_url
 
 __all__ = [
     "OPTIONS",
@@ -128,7 +129,7 @@ def _record_mode(word: RecordMode | str) -> RecordMode:
 
 def _state_url(url: str) -> str:
     if not url.startswith(("redis://", "rediss://", "unix://")):
-        raise ConfigError(f"state {url!r}: give a Redis URL, such as redis://127.0.0.1:6379/0")
+        raise ConfigError(f"state {shown_url(url)!r}: give a Redis URL, such as redis://127.0.0.1:6379/0")
     return url
 
 

@@ -48,14 +48,14 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import quote, unquote, unquote_plus
+from urllib.parse import quote, unquote, unquote_plus, urlsplit
 
 from . import _json
 from ._paths import locate
 from .cassette import REDACTED, Headers, Interaction, Request, Response
 from .credentials import Shapes
 
-__all__ = ["REDACTED", "Redaction", "find_secrets"]
+__all__ = ["REDACTED", "Redaction", "find_secrets", "shown_url"]
 
 # A header word that begins with one of these marks a secret: authentication, tokens, passwords, keys.
 _SECRET_STEMS = (
@@ -390,3 +390,10 @@ def _query_secrets(redaction: Redaction, query: str, what: str, whole: str) -> l
         else:
             found += [f"{what} {shown} holds {kind}" for kind in redaction.shapes.kinds(unquote_plus(value))]
     return found
+
+
+def shown_url(url: str) -> str:
+    """A URL as a log line or an error may show it: without the user and password before its host, and without
+    its query, which may carry them too (Redis's `?password=`)."""
+    parts = urlsplit(url)
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2], query="").geturl()

@@ -31,13 +31,13 @@ import json
 import pickle
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit
 
 import msgpack
 
 from ._exceptions import ConfigError, StateError
 from .cassette import Request
 from .journal import Miss
+from .redaction import shown_url
 from .state import FaultKey, State
 
 if TYPE_CHECKING:  # redis-py is an optional dependency: imported where a store is made
@@ -92,7 +92,7 @@ class RedisStore:
         self.keep_entries = keep_entries
         self._redis, self.failures = _connect(url)
         """What redis-py raises when Redis fails: each operation raises `StateError` in its place."""
-        self.shown = _shown(url)
+        self.shown = shown_url(url)
         """The URL as messages show it: without its password."""
         self._local: dict[str, dict[str, Any]] = {}  # what `local` responders keep, in this process
         self._unsent: list[bytes] = []  # requests received, packed, not sent yet (see `_send`)
@@ -328,7 +328,7 @@ class _Kept(MutableMapping[str, Any]):
 def _connect(url: str) -> tuple[redis.Redis, type[Exception]]:
     """A client of the Redis at `url`, once it has answered, and what its failures raise; a `ConfigError`
     saying why not (the URL shown without its password)."""
-    shown = _shown(url)
+    shown = shown_url(url)
     try:
         import redis
     except ImportError:
@@ -341,12 +341,6 @@ def _connect(url: str) -> tuple[redis.Redis, type[Exception]]:
     except redis.RedisError as exc:
         raise ConfigError(f"state {shown}: Redis does not answer there ({type(exc).__name__})") from None
     return client, redis.RedisError
-
-
-def _shown(url: str) -> str:
-    """`url` without its password."""
-    parts = urlsplit(url)
-    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
 
 
 def _text(value: bytes | str) -> str:

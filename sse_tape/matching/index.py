@@ -24,19 +24,25 @@ from ..cassette import Request
 from ..dialects.protocol import RequestMatcher
 from .matchers import KEYS, WILD
 
-__all__ = ["Index"]
+__all__ = ["FEW", "Index"]
 
 R = TypeVar("R", bound=Hashable)
+
+FEW = 32
+"""A group of at most this many recordings is compared whole, unkeyed."""
 
 
 class _Group(Generic[R]):
     """The recordings of one rule keyed by the same matchers, by the hash of their keys."""
 
-    __slots__ = ("keyed", "rule", "slots")
+    __slots__ = ("few", "keyed", "rule", "slots")
 
     def __init__(self, rule: R, keyed: tuple[RequestMatcher, ...]) -> None:
         self.rule = rule
         self.keyed = keyed
+        self.few: list[int] | None = []
+        """Every recording of the group while it holds at most `FEW`: comparing those costs less than keying the
+        request (a large body's key walks all of it in Python; comparing it is C's `==`)."""
         self.slots: dict[int, int | list[int]] = {}
         """The recordings under each hash: one alone as its number (most are alone: a list each would be
         memory, and objects for the collector to walk)."""
@@ -55,6 +61,10 @@ class Index(Generic[R]):
         group = self._groups.get((rule, keyed))
         if group is None:
             group = self._groups[rule, keyed] = _Group(rule, keyed)
+        if group.few is not None:
+            group.few.append(number)
+            if len(group.few) > FEW:
+                group.few = None
         key = _key(keyed, recorded)
         slot = group.slots.get(key)
         if slot is None:
@@ -70,7 +80,7 @@ class Index(Generic[R]):
         found: list[int] = []
         many = False
         for group in self._groups.values():
-            slot = group.slots.get(_key(group.keyed, compared(group.rule)))
+            slot = group.few if group.few is not None else group.slots.get(_key(group.keyed, compared(group.rule)))
             if slot is None:
                 continue
             many = many or bool(found)

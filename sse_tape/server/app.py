@@ -632,7 +632,7 @@ class MockServer:
             self.control.set_faults([])
         elif http.method != "GET":
             return web.json_response({"error": "use GET, POST or DELETE"}, status=405)
-        injections = [e for e in self.control.entries() if e.get("type") == FaultInjected.kind]
+        injections = self.control.entries(kind=FaultInjected.kind)
         now = self.control.snapshot()
         return web.json_response(
             {

@@ -163,15 +163,18 @@ class Control:
         """What the server holds now, every part of it taken at the same moment."""
         return self._call(self._snapshot)
 
-    def entries(self, limit: int | None = None) -> list[Mapping[str, Any]]:
-        """The last `limit` journal entries (all those kept, if None), as JSON objects (`journal.Entry.to_json`), oldest first: of every
-        server sharing the replay state's store where it is shared (`ReplayStore.shared`), else this one's."""
+    def entries(self, limit: int | None = None, *, kind: str | None = None) -> list[Mapping[str, Any]]:
+        """The last `limit` journal entries (all those kept, if None), as JSON objects (`journal.Entry.to_json`),
+        oldest first, only those of `kind` (`FaultInjected.kind`) if given: of every server sharing the replay
+        state's store where it is shared (`ReplayStore.shared`), else this one's."""
 
         def read() -> list[Mapping[str, Any]]:
             if not self._state.shared:
-                return [entry.to_json() for entry in self._journal.last(limit)]
+                kept = self._journal.last(limit)
+                return [entry.to_json() for entry in kept if kind is None or entry.kind == kind]
             self._journal.flush()  # this server's own first
-            return self._state.entries(limit)
+            shared = self._state.entries(limit)
+            return shared if kind is None else [entry for entry in shared if entry.get("type") == kind]
 
         return self._call(read)
 
