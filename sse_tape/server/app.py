@@ -318,7 +318,7 @@ class MockServer:
         )
         try:
             if (every := dual_stack_socket(self.host, self.port, reuse_port=self.reuse_port)) is not None:
-                self._listener = await loop.create_server(self._guard, sock=every, backlog=1024)
+                self._listener = await loop.create_server(self._guard, sock=every, backlog=4096)
             else:
                 self._listener = await loop.create_server(
                     self._guard,
@@ -326,7 +326,7 @@ class MockServer:
                     self.port,
                     reuse_address=True,
                     reuse_port=self.reuse_port or None,
-                    backlog=1024,
+                    backlog=4096,
                 )
         except OSError:
             await runner.cleanup()
