@@ -380,21 +380,24 @@ class MockServer:
 
     async def _handle(self, http: web.Request) -> web.StreamResponse:
         assert self._guard is not None
+        arrived = self._guard.arrival(http.transport)
         self._guard.busy(http.transport, True)
         handler = asyncio.current_task()
         assert handler is not None
         self._handlers.add(handler)
         try:
-            return await self.answer(http)
+            return await self.answer(http, arrived=arrived)
         finally:
             self._handlers.discard(handler)
             self._guard.busy(http.transport, False)
 
-    async def answer(self, http: web.Request) -> web.StreamResponse:
+    async def answer(self, http: web.Request, *, arrived: float | None = None) -> web.StreamResponse:
         """Answer one aiohttp request as this server does (the chain, the control endpoints, the fault
         header), less the bookkeeping of its own connections: for an aiohttp application of your own that
         routes requests to the mock, whose runner must leave request bodies as sent (`auto_decompress=False`):
-        the server decompresses them itself, under its body limit."""
+        the server decompresses them itself, under its body limit. A plan's times count from `arrived`, when
+        the request came (on the event loop's clock), or else from now: a server with many requests at once
+        comes to each a while after it came, and the recorded pace counts from the client's sending."""
         is_control = http.rel_url.path.startswith(CONTROL_PREFIX)
         if http.method == "OPTIONS" and "Access-Control-Request-Method" in http.headers:
             return self._preflight(http, control=is_control)
@@ -419,7 +422,7 @@ class MockServer:
             [],
             found or dialect_for(request.path),
             api=api,
-            started=asyncio.get_running_loop().time(),
+            started=asyncio.get_running_loop().time() if arrived is None else arrived,
         )
         self._answering += 1
         try:
