@@ -427,12 +427,14 @@ class MockServer:
         self._answering += 1
         try:
             try:
-                # Most bodies come with the head: one that is still on its way has a deadline.
-                reading = read_body(http, self.options.max_body)
+                # Most bodies come with the head: one that is still on its way has a deadline. (No name holds
+                # the reading: its finished coroutine would stay as long as the answer, a stream's hour say.)
                 if http.content.is_eof():
-                    body, decompressed = await reading
+                    body, decompressed = await read_body(http, self.options.max_body)
                 else:
-                    body, decompressed = await asyncio.wait_for(reading, self.limits.request_timeout)
+                    body, decompressed = await asyncio.wait_for(
+                        read_body(http, self.options.max_body), self.limits.request_timeout
+                    )
             except TimeoutError:
                 if http.transport is not None:
                     http.transport.close()  # whatever of the body is still coming is not read

@@ -159,6 +159,20 @@ class _Guarded(asyncio.Protocol):
     read nothing meanwhile.
     """
 
+    __slots__ = (
+        "arrived",
+        "deadline",
+        "guard",
+        "idle",
+        "inner",
+        "loop",
+        "paused_at",
+        "stall_timer",
+        "timer",
+        "transport",
+        "unsent",
+    )  # one for every open connection
+
     def __init__(self, guard: ConnectionGuard) -> None:
         self.guard = guard
         self.loop = asyncio.get_running_loop()  # made by the listener, on its loop
