@@ -147,10 +147,11 @@ class Replay(Attached):
         if known is None:
             known = self._known[recording] = _Known.of(recording)
         prepared = await self._prepare(recording, known, request)
+        last_id = last_event_id(request)
         if prepared.plan is not None:
             # Sent as it is, unless a fault or a resumption may change it.
             faultless = not (server.injector.faults or exchange.faults or server.options.recorded_faults)
-            stream = prepared.plan if faultless and last_event_id(request) is None else prepared.plan.copy()
+            stream = prepared.plan if faultless and last_id is None else prepared.plan.copy()
         else:  # a schedule of this replay's own: jitter, seeded by the recording and how often it played
             key = f"{known.name}:{server.matcher.plays(recording) - 1}"
             paced = prepared.stands_for if prepared.stands_for is not None else prepared.response
@@ -158,7 +159,6 @@ class Replay(Attached):
             stream.framing = prepared.framing
         kept = exchange.keep(stream) if exchange.keep is not None else None
         resumed, cut = None, False
-        last_id = last_event_id(request)
         if prepared.stands_for is None and last_id is not None:
             if known.last_id == last_id:  # a recording of this very reconnection
                 resumed = f"as recorded after event id {last_id!r}"
