@@ -4,13 +4,15 @@ Both servers run in their own process and send the same bytes on the same
 schedule; one client process measures both, alternately, in one run:
 
 - held: many concurrent streams with 50 ms gaps; how late each event arrives
-  against its schedule (p50/p99), and how many streams completed;
+  against its schedule (p50/p99), how late each stream's first event, how
+  much the server's memory grows per stream held, and how many streams
+  completed;
 - instant: events per second when no pacing applies;
 - fidelity: a bundled cassette replayed at its recorded pace; how far the
   gaps a client observes are from the recorded gaps, and how late the first
   event comes.
 
-Run: python bench/replay_bench.py [--streams 1000] [--events 60] [--rounds 3]
+Run: python bench/replay_bench.py [--streams 1000] [--events 60] [--rounds 3] [--held-only]
 Figures vary with the machine and its load; compare the ratios.
 """
 
@@ -167,10 +169,16 @@ class _Held:
         self.tail = b""
 
 
-def held_streams(port: int, offsets: Sequence[float], streams: int, ramp: float) -> dict[str, float]:
+def rss_kib(pid: int) -> int:
+    """A process's resident memory, KiB."""
+    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def held_streams(port: int, pid: int, offsets: Sequence[float], streams: int, ramp: float) -> dict[str, float]:
     """`streams` requests started evenly over `ramp` seconds, read to their end by one epoll loop over raw
     sockets (an asyncio client of 1,000 streams takes a core of its own and measures its own lateness):
-    how late each event arrives against its recorded offset from the request's sending."""
+    how late each event arrives against its recorded offset from the request's sending, and how much the
+    server process `pid`'s resident memory grew at its most, per stream."""
     request = (
         f"POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         "Content-Length: 2\r\nConnection: close\r\n\r\n{}"
@@ -178,9 +186,13 @@ def held_streams(port: int, offsets: Sequence[float], streams: int, ramp: float)
     poller = select.epoll()
     open_, done = dict[int, _Held](), list[_Held]()
     started = 0
+    idle_rss = peak_rss = rss_kib(pid)
+    sampled = 0.0
     begin, client_cpu = time.perf_counter(), time.process_time()
     while started < streams or open_:
         now = time.perf_counter()
+        if now - sampled > 0.05:
+            peak_rss, sampled = max(peak_rss, rss_kib(pid)), now
         while started < streams and now >= begin + ramp * started / streams:
             sock = socket.create_connection(("127.0.0.1", port))
             sock.setblocking(False)
@@ -213,10 +225,14 @@ def held_streams(port: int, offsets: Sequence[float], streams: int, ramp: float)
     poller.close()
     client_cpu = (time.process_time() - client_cpu) / (time.perf_counter() - begin)
     late = [(a - h.sent - t) * 1000 for h in done for a, t in zip(h.arrivals, offsets, strict=True)]
+    first = [(h.arrivals[0] - h.sent - offsets[0]) * 1000 for h in done]
     return {
         "completed": len(done),
         "p50": percentile(late, 0.5) if late else float("nan"),
         "p99": percentile(late, 0.99) if late else float("nan"),
+        "first50": percentile(first, 0.5) if first else float("nan"),
+        "first99": percentile(first, 0.99) if first else float("nan"),
+        "memory": (peak_rss - idle_rss) / streams * 1.024,
         "client": client_cpu,
     }
 
@@ -252,6 +268,7 @@ def main() -> None:
     parser.add_argument("--gap", type=float, default=0.05, help="seconds between events (default 0.05)")
     parser.add_argument("--ramp", type=float, default=1.0, help="seconds over which streams start (default 1)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per server (default 3)")
+    parser.add_argument("--held-only", action="store_true", help="only the held streams: no instant, no fidelity")
     args = parser.parse_args()
 
     held = make_interaction(args.events, args.gap)
@@ -263,26 +280,34 @@ def main() -> None:
         for kind in ("baseline", "sse-tape"):
             with ServerProcess(kind, held, "recorded") as server:
                 cpu = cpu_seconds(server.proc.pid)
-                result = held_streams(server.port, offsets, args.streams, args.ramp)
+                result = held_streams(server.port, server.proc.pid, offsets, args.streams, args.ramp)
                 result["cpu"] = (cpu_seconds(server.proc.pid) - cpu) / (args.streams * args.events) * 1e6
             for key, value in result.items():
                 table[kind].setdefault(key, []).append(value)
+            if args.held_only:
+                continue
             with ServerProcess(kind, instant, "instant") as server:
                 rate = asyncio.run(instant_rate(server.port, 4))
             table[kind].setdefault("events/s", []).append(rate)
 
     print(f"{args.streams} streams x {args.events} events, {args.gap * 1000:.0f} ms gaps, started over {args.ramp} s;")
-    print(f"instant: 4 streams x 20000 events. Median of {args.rounds} alternating rounds [min-max]; ratio of medians.")
+    instant_line = "" if args.held_only else "instant: 4 streams x 20000 events. "
+    print(f"{instant_line}Median of {args.rounds} alternating rounds [min-max]; ratio of medians.")
     print(f"{'':22}{'baseline':>24}{'sse-tape':>24}{'ratio':>8}")
     rows = [
         ("streams completed", "completed", "{:.0f}"),
         ("lateness p50 (ms)", "p50", "{:.2f}"),
         ("lateness p99 (ms)", "p99", "{:.1f}"),
+        ("first event late p50", "first50", "{:.2f}"),
+        ("first event late p99", "first99", "{:.1f}"),
+        ("memory/stream (kB)", "memory", "{:.1f}"),
         ("server CPU/event (µs)", "cpu", "{:.1f}"),
         ("client CPU (cores)", "client", "{:.2f}"),
         ("instant events/s", "events/s", "{:.0f}"),
     ]
     for label, key, fmt in rows:
+        if key not in table["sse-tape"]:
+            continue
         cells = []
         for kind in ("baseline", "sse-tape"):
             values = table[kind][key]
@@ -290,6 +315,8 @@ def main() -> None:
             cells.append(f"{fmt.format(statistics.median(values))} {spread}")
         a, b = (statistics.median(table[kind][key]) for kind in ("baseline", "sse-tape"))
         print(f"{label:22}{cells[0]:>24}{cells[1]:>24}{b / a if a else float('nan'):>8.2f}")
+    if args.held_only:
+        return
 
     bundled = next(c for c in map(Cassette.load, bundled_cassettes()) if c.path and c.path.stem == "openai-chat")
     recording = bundled.interactions[0]

@@ -7,7 +7,7 @@ import asyncio
 import functools
 import socket
 import struct
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -94,7 +94,7 @@ class Live:
     recorder keeps the recording then: the client has its end only once it is on the disk)."""
 
 
-async def send(
+def send(
     http: web.Request,
     plan: Plan,
     progress: Progress,
@@ -103,7 +103,7 @@ async def send(
     started: float,
     writes: list[Write] | None = None,
     live: Live | None = None,
-) -> tuple[web.StreamResponse, End]:
+) -> Coroutine[None, None, tuple[web.StreamResponse, End]]:
     """Send a response, the one way every response goes to the wire: the plan's status and headers (plus
     `headers`), when `plan.headers_at` says; then the body: the plan's writes, each at its offset from the
     request's arrival at `started` (on the loop's clock), or, with `live`, a body still being made, each
@@ -113,10 +113,24 @@ async def send(
     Returns the response and how it ended, or `End.CLIENT_GONE` when the client hung up between writes.
     A client that hangs up during a wait cancels the handler, and the cancellation propagates.
     """
+    # The coroutine that sends it, as it is: one more waiting a whole stream would hold memory for nothing.
+    if live is None:
+        return _send_plan(http, plan, progress, headers, started=started, writes=writes)
+    return _send_live(http, plan, progress, headers, started=started, live=live)
+
+
+async def _send_live(
+    http: web.Request,
+    plan: Plan,
+    progress: Progress,
+    headers: Mapping[str, str] | None,
+    *,
+    started: float,
+    live: Live,
+) -> tuple[web.StreamResponse, End]:
+    """Send a body still being made (see `send`)."""
     if plan.hang:
         await asyncio.Event().wait()  # until the client goes or the server stops
-    if live is None:
-        return await _send_plan(http, plan, progress, headers, started=started, writes=writes)
     added = tuple(headers.items()) if headers else ()
     fields = (*end_to_end(plan.headers, also_drop=[name for name, _ in added]), *added)
     out = web.StreamResponse(status=plan.status, headers=fields)
@@ -153,6 +167,8 @@ async def _send_plan(
     writes: list[Write] | None = None,
 ) -> tuple[web.StreamResponse, End]:
     """Send a plan known whole in advance (see `send`)."""
+    if plan.hang:
+        await asyncio.Event().wait()  # until the client goes or the server stops
     loop = asyncio.get_running_loop()
     fields, recorded_length = _head(tuple(plan.headers), tuple(headers.items()) if headers else ())
     # A recorded length, or one a fault set, is sent again for the body as it is now.
@@ -310,6 +326,20 @@ class _Pacer:
     transport's buffer is past its high-water mark (the caller drains it),
     and when the client has gone (the caller's next write says so).
     """
+
+    __slots__ = (
+        "chunked",
+        "full",
+        "loop",
+        "pending",
+        "progress",
+        "start",
+        "stopped",
+        "timer",
+        "transport",
+        "writer",
+        "writes",
+    )  # one for every stream being paced
 
     def __init__(
         self,

@@ -16,10 +16,12 @@ import time
 from pathlib import Path
 from typing import IO
 
+import aiohttp
 import httpx
 import openai
 import processes
 import pytest
+from aiohttp import web
 from clients import never_reading, openai_client, unread
 from httpx_sse import connect_sse
 from hypothesis import HealthCheck, given, settings
@@ -1155,3 +1157,61 @@ def test_a_client_that_reconnects_after_a_disconnect_loses_no_event() -> None:
     assert resumed == [None, "after event id '3'", "after event id '6'"]  # each time from the last event it had
     assert [e.data for e in seen] == [f"note {n}" for n in range(1, 9)]  # each event once, in order
     assert decoder.retry == 50
+
+
+def _first_at(seconds: float) -> Cassette:
+    """One recording of POST /stream whose only event comes `seconds` after the request, then the end."""
+    response = Response(200, (("content-type", "text/event-stream"),), (Chunk(seconds, b"data: late\n\n"),))
+    return Cassette([Interaction(Request("POST", "/stream", body=b"{}"), response)])
+
+
+async def test_a_plan_counts_from_when_its_request_arrived() -> None:
+    # An application of the user's that came to the request 9.5 s after it arrived: the event recorded 10 s
+    # after the request is due half a second later, not 10 s.
+    mock = MockServer([_first_at(10.0)], options=ServeOptions.build(pace="recorded", match_on=["path"]))
+
+    async def handler(http: web.Request) -> web.StreamResponse:
+        return await mock.answer(http, arrived=asyncio.get_running_loop().time() - 9.5)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = web.AppRunner(app, access_log=None, auto_decompress=False)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        async with mock, aiohttp.ClientSession() as session:
+            sent = time.perf_counter()
+            async with session.post(f"http://127.0.0.1:{port}/stream", data=b"{}") as response:
+                assert await response.read() == b"data: late\n\n"
+            assert time.perf_counter() - sent < 5.0
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_request_on_a_kept_connection_counts_from_its_own_arrival() -> None:
+    # Never from bytes that came before: a request sent on a connection left idle counts from its own
+    # arrival, and one sent behind another (pipelined) from when the server comes to it, after the first's end.
+    request = b"POST /stream HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}"
+    options = ServeOptions.build(pace="recorded", match_on=["path"])
+    async with MockServer([_first_at(0.5)], options=options) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+
+        async def answer() -> float:
+            """Read one chunked answer to its end; when its event came."""
+            await reader.readuntil(b"data: late")
+            came = time.perf_counter()
+            await reader.readuntil(b"0\r\n\r\n")
+            return came
+
+        writer.write(request)
+        await answer()
+        await asyncio.sleep(1.0)  # idle
+        sent = time.perf_counter()
+        writer.write(request)
+        assert await answer() - sent >= 0.45
+        writer.write(request + request)  # the second sent behind the first
+        first = await answer()
+        assert await answer() - first >= 0.45
+        writer.close()

@@ -322,7 +322,7 @@ class MockServer:
         )
         try:
             if (every := dual_stack_socket(self.host, self.port, reuse_port=self.reuse_port)) is not None:
-                self._listener = await loop.create_server(self._guard, sock=every, backlog=1024)
+                self._listener = await loop.create_server(self._guard, sock=every, backlog=4096)
             else:
                 self._listener = await loop.create_server(
                     self._guard,
@@ -330,7 +330,7 @@ class MockServer:
                     self.port,
                     reuse_address=True,
                     reuse_port=self.reuse_port or None,
-                    backlog=1024,
+                    backlog=4096,
                 )
         except OSError:
             await runner.cleanup()
@@ -384,12 +384,13 @@ class MockServer:
 
     async def _handle(self, http: web.Request) -> web.StreamResponse:
         assert self._guard is not None
+        arrived = self._guard.arrival(http.transport)
         self._guard.busy(http.transport, True)
         handler = asyncio.current_task()
         assert handler is not None
         self._handlers.add(handler)
         try:
-            return await self.answer(http)
+            return await self.answer(http, arrived=arrived)
         except StateError as exc:  # a shared store gone: each request is refused, in a line, until it is back
             if http.writer.output_size:  # an answer begun: it breaks off
                 raise
@@ -400,11 +401,13 @@ class MockServer:
             self._handlers.discard(handler)
             self._guard.busy(http.transport, False)
 
-    async def answer(self, http: web.Request) -> web.StreamResponse:
+    async def answer(self, http: web.Request, *, arrived: float | None = None) -> web.StreamResponse:
         """Answer one aiohttp request as this server does (the chain, the control endpoints, the fault
         header), less the bookkeeping of its own connections: for an aiohttp application of your own that
         routes requests to the mock, whose runner must leave request bodies as sent (`auto_decompress=False`):
-        the server decompresses them itself, under its body limit."""
+        the server decompresses them itself, under its body limit. A plan's times count from `arrived`, when
+        the request came (on the event loop's clock), or else from now: a server with many requests at once
+        comes to each a while after it came, and the recorded pace counts from the client's sending."""
         is_control = http.rel_url.path.startswith(CONTROL_PREFIX)
         if http.method == "OPTIONS" and "Access-Control-Request-Method" in http.headers:
             return self._preflight(http, control=is_control)
@@ -430,17 +433,19 @@ class MockServer:
             [],
             found or dialect_for(request.path),
             api=api,
-            started=asyncio.get_running_loop().time(),
+            started=asyncio.get_running_loop().time() if arrived is None else arrived,
         )
         self._answering += 1
         try:
             try:
-                # Most bodies come with the head: one that is still on its way has a deadline.
-                reading = read_body(http, self.options.max_body)
+                # Most bodies come with the head: one that is still on its way has a deadline. (No name holds
+                # the reading: its finished coroutine would stay as long as the answer, a stream's hour say.)
                 if http.content.is_eof():
-                    body, decompressed = await reading
+                    body, decompressed = await read_body(http, self.options.max_body)
                 else:
-                    body, decompressed = await asyncio.wait_for(reading, self.limits.request_timeout)
+                    body, decompressed = await asyncio.wait_for(
+                        read_body(http, self.options.max_body), self.limits.request_timeout
+                    )
             except TimeoutError:
                 if http.transport is not None:
                     http.transport.close()  # whatever of the body is still coming is not read

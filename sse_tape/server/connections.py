@@ -76,6 +76,16 @@ class ConnectionGuard:
     def __call__(self) -> asyncio.Protocol:
         return _Guarded(self)
 
+    def arrival(self, transport: asyncio.BaseTransport | None) -> float | None:
+        """When the request about to be answered on this connection arrived (the last bytes it came in before
+        its answer began), on the event loop's clock, once; None when it is not known (a request sent behind
+        another, whose bytes came while that one was answered)."""
+        guarded = self.open.get(transport) if transport is not None else None
+        if guarded is None:
+            return None
+        arrived, guarded.arrived = guarded.arrived, None
+        return arrived
+
     def busy(self, transport: asyncio.BaseTransport | None, busy: bool) -> None:
         """A request on this connection is being answered (True), or its answer is over (False)."""
         guarded = self.open.get(transport) if transport is not None else None
@@ -149,8 +159,23 @@ class _Guarded(asyncio.Protocol):
     read nothing meanwhile.
     """
 
+    __slots__ = (
+        "arrived",
+        "deadline",
+        "guard",
+        "idle",
+        "inner",
+        "loop",
+        "paused_at",
+        "stall_timer",
+        "timer",
+        "transport",
+        "unsent",
+    )  # one for every open connection
+
     def __init__(self, guard: ConnectionGuard) -> None:
         self.guard = guard
+        self.loop = asyncio.get_running_loop()  # made by the listener, on its loop
         self.inner: asyncio.Protocol | None = None
         self.transport: asyncio.Transport | None = None
         self.timer: asyncio.TimerHandle | None = None
@@ -161,6 +186,8 @@ class _Guarded(asyncio.Protocol):
         """When writing was paused (the socket's buffer full), on the event loop's clock; None: it is not."""
         self.unsent = 0  # what the buffer held when the stall timer was last set
         self.stall_timer: asyncio.TimerHandle | None = None
+        self.arrived: float | None = None
+        """When bytes last came while no request was being answered (see `ConnectionGuard.arrival`)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -181,6 +208,8 @@ class _Guarded(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.inner is None:
             return
+        if self.deadline is not None:  # no request is being answered: these bytes are (part of) the next one
+            self.arrived = self.loop.time()
         if self.idle:  # the first bytes of the next request: its head has the request deadline
             self.idle = False
             self._yield(self.paused_at is not None)

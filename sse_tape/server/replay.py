@@ -17,6 +17,7 @@ from ..cassette import (
     Response,
 )
 from ..dialects import Protocol, detect, dialect_for, generation
+from ..dialects.protocol import Kept
 from ..faults import Fault, parse_fault
 from ..framing import SSE, Framing
 from ..journal import Matched
@@ -146,10 +147,11 @@ class Replay(Attached):
         if known is None:
             known = self._known[recording] = _Known.of(recording)
         prepared = await self._prepare(recording, known, request)
+        last_id = last_event_id(request)
         if prepared.plan is not None:
             # Sent as it is, unless a fault or a resumption may change it.
             faultless = not (server.injector.faults or exchange.faults or server.options.recorded_faults)
-            stream = prepared.plan if faultless and last_event_id(request) is None else prepared.plan.copy()
+            stream = prepared.plan if faultless and last_id is None else prepared.plan.copy()
         else:  # a schedule of this replay's own: jitter, seeded by the recording and how often it played
             key = f"{known.name}:{server.matcher.plays(recording) - 1}"
             paced = prepared.stands_for if prepared.stands_for is not None else prepared.response
@@ -157,7 +159,6 @@ class Replay(Attached):
             stream.framing = prepared.framing
         kept = exchange.keep(stream) if exchange.keep is not None else None
         resumed, cut = None, False
-        last_id = last_event_id(request)
         if prepared.stands_for is None and last_id is not None:
             if known.last_id == last_id:  # a recording of this very reconnection
                 resumed = f"as recorded after event id {last_id!r}"
@@ -166,28 +167,12 @@ class Replay(Attached):
                 resumed = f"after event id {last_id!r}" if cut else f"from the start: no event id {last_id!r}"
         # A recording's own faults act again (not on a resumption: they were the first connection's).
         again = self._faults_of(recording) if server.options.recorded_faults and not cut else []
-
-        def matched(status: int) -> None:
-            # After the faults, with the status they leave: a `status` fault's 429 is said, not the recording's 200.
-            if kept is not None and kept.answered is not None:
-                kept.answered(status)
-            server.journal.add(
-                Matched(
-                    request=exchange.number,
-                    method=request.method,
-                    path=request.path,
-                    recording=known.name,
-                    status=status,
-                    converted=prepared.converted if kept is None or kept.answer is None else None,
-                    resumed=resumed,
-                    kept=kept.note if kept is not None else None,
-                )
-            )
-
+        # Noted after the faults, with the status they leave: a `status` fault's 429 is said, not the recording's 200.
+        converted = prepared.converted if kept is None or kept.answer is None else None
         dialect = exchange.api or known.dialect
         if kept is not None and kept.answer is not None and not kept.stream:  # in replay's place: one JSON document
             inject(server, exchange, kept.answer, dialect=dialect, recording=known.name, stream=False)
-            matched(kept.answer.status)
+            self._matched(exchange, known, kept.answer.status, converted, resumed, kept)
             return await server.send(exchange, kept.answer)
         replacement = kept.answer if kept is not None else None
         if replacement is not None:  # in replay's place: a stream, resumed as replay's is
@@ -195,7 +180,9 @@ class Replay(Attached):
             if cut and last_id is not None:
                 stream.resume_after(last_id)
         injected = inject(server, exchange, stream, dialect=dialect, recording=known.name, also=again)
-        matched(stream.status if injected else prepared.response.status)
+        self._matched(
+            exchange, known, stream.status if injected else prepared.response.status, converted, resumed, kept
+        )
         if prepared.stands_for is not None:
             if injected:
                 api = generation(dialect, "an answer converted to JSON")  # only an LLM API's is converted
@@ -216,6 +203,32 @@ class Replay(Attached):
                 events = plan.events if sent else []
                 last = events[sent - 1].event if 0 < sent <= len(events) else None
                 kept.ended(sent, last is not None and dialect.is_terminal(last))
+
+    def _matched(
+        self,
+        exchange: Exchange,
+        known: _Known,
+        status: int,
+        converted: str | None,
+        resumed: str | None,
+        kept: Kept | None,
+    ) -> None:
+        """Note in the journal (and tell the protocol that kept it) that the request is answered by a recording."""
+        if kept is not None and kept.answered is not None:
+            kept.answered(status)
+        request = exchange.request
+        self.host.journal.add(
+            Matched(
+                request=exchange.number,
+                method=request.method,
+                path=request.path,
+                recording=known.name,
+                status=status,
+                converted=converted,
+                resumed=resumed,
+                kept=kept.note if kept is not None else None,
+            )
+        )
 
     def find(self, exchange: Exchange) -> Recording:
         """The recording that answers the request: the matcher's choice, or `NoMatchError` saying why none does.
