@@ -150,13 +150,11 @@ def measure(url: str, interaction: Interaction, streams: int, per_process: int) 
     return [seen for seen, _, _ in got], [cpu / wall for _, cpu, wall in got]
 
 
-def figures(seen: list[Fidelity], gaps: int) -> dict[str, float]:
-    """Percentiles, in ms, of what the readings saw; `gaps` per stream read whole."""
+def figures(seen: list[Fidelity]) -> dict[str, float]:
+    """Percentiles, in ms, of what the readings saw."""
     errors = [abs(e) * 1000 for f in seen for e in f.gap_errors]
     first = [t * 1000 for f in seen for t in f.first_late]
-    # A stream's last event: its first's lateness plus each of its gaps' errors (fidelity lists a stream's
-    # gaps together, stream after stream, in the order of `first_late`).
-    last = [(t + sum(f.gap_errors[i * gaps : (i + 1) * gaps])) * 1000 for f in seen for i, t in enumerate(f.first_late)]
+    last = [t * 1000 for f in seen for t in f.last_late]
     nan = float("nan")
     return {
         "completed": sum(f.completed for f in seen),
@@ -184,7 +182,6 @@ def main() -> None:
     header(aimock, None)
 
     interaction = chat_stream(args.events, args.gap)
-    gaps = args.events - 1
     request = http_request(interaction.request.body)
     results: dict[int, dict[str, dict[str, list[float]]]] = {n: {k: {} for k in _CONTENDERS} for n in loads}
     cpu: dict[int, list[float]] = {n: [] for n in loads}
@@ -209,7 +206,7 @@ def main() -> None:
                             got, share = measure(url, interaction, n, args.per_process)
                             seen += got
                             shares += share
-                        for key, value in figures(seen, gaps).items():
+                        for key, value in figures(seen).items():
                             results[n][name].setdefault(key, []).append(value)
                         cpu[n] += shares
             print(f"  round {r + 1} of {args.rounds} done", file=sys.stderr)

@@ -24,13 +24,30 @@ __all__ = ["Fidelity", "fidelity"]
 class Fidelity:
     """What the streams read showed of the pace, in seconds."""
 
-    gap_errors: list[float]
-    """Each gap between consecutive events as read, less the gap recorded, over every stream read whole."""
-    first_late: list[float]
-    """Each stream's first event: when it came after the request was sent, less when it was recorded to."""
-    completed: int
-    """Streams read whole, with every event the recording has."""
+    late: list[list[float]]
+    """For each stream read whole (with every event the recording has), each event's arrival after the request
+    was sent, less the time it was recorded at."""
     streams: int
+
+    @property
+    def completed(self) -> int:
+        """Streams read whole."""
+        return len(self.late)
+
+    @property
+    def gap_errors(self) -> list[float]:
+        """Each gap between consecutive events as read, less the gap recorded, stream after stream."""
+        return [b - a for stream in self.late for a, b in itertools.pairwise(stream)]
+
+    @property
+    def first_late(self) -> list[float]:
+        """Each stream's first event, late by."""
+        return [stream[0] for stream in self.late]
+
+    @property
+    def last_late(self) -> list[float]:
+        """Each stream's last event, late by: its first's lateness and every gap's error, added up."""
+        return [stream[-1] for stream in self.late]
 
 
 async def fidelity(url: str, interaction: Interaction, *, streams: int = 1, silence: float = 60.0) -> Fidelity:
@@ -39,13 +56,9 @@ async def fidelity(url: str, interaction: Interaction, *, streams: int = 1, sile
     framing = framing_of(interaction)
     recorded = [t for t, _ in (framing.events(interaction.response.chunks) if framing else [])]
     readings = await asyncio.gather(*(read(url, interaction.request, silence=silence) for _ in range(streams)))
-    errors, first, completed = [], [], 0
+    late = []
     for reading in readings:
         came = [b.t for b in blocks(reading, framing) if b.event is not None]
-        if reading.ending is not Ending.COMPLETE or len(came) != len(recorded) or not came:
-            continue
-        completed += 1
-        first.append(came[0] - recorded[0])
-        for (a, b), (r1, r2) in zip(itertools.pairwise(came), itertools.pairwise(recorded), strict=True):
-            errors.append((b - a) - (r2 - r1))
-    return Fidelity(errors, first, completed, streams)
+        if reading.ending is Ending.COMPLETE and len(came) == len(recorded) and came:
+            late.append([t - r for t, r in zip(came, recorded, strict=True)])
+    return Fidelity(late, streams)

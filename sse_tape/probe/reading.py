@@ -68,10 +68,6 @@ class Reading:
     ending: Ending
     detail: str = ""
     """What broke, for an answer that did not end whole."""
-    head_at: float | None = None
-    """When the answer's head came, in seconds since the request was sent."""
-    reads: int = 0
-    """How many socket reads brought the answer."""
 
     @property
     def body(self) -> bytes:
@@ -105,9 +101,7 @@ class _Reader(asyncio.Protocol):
         self.sent = 0.0
         self.status: int | None = None
         self.headers: tuple[tuple[str, str], ...] = ()
-        self.head_at: float | None = None
         self.pieces: list[Piece] = []
-        self.reads = 0
         self.last = 0.0
         self.ending: Ending | None = None
         self.detail = ""
@@ -119,7 +113,6 @@ class _Reader(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         now = time.perf_counter()
         self.last = now
-        self.reads += 1
         self._parse(data, now - self.sent)
 
     def eof_received(self) -> bool:
@@ -144,7 +137,7 @@ class _Reader(asyncio.Protocol):
                 if event is h11.NEED_DATA or event is h11.PAUSED:
                     return
                 if isinstance(event, h11.Response):
-                    self.status, self.head_at = event.status_code, t
+                    self.status = event.status_code
                     self.headers = tuple(
                         (k.decode("latin-1"), v.decode("latin-1")) for k, v in event.headers.raw_items()
                     )
@@ -243,6 +236,4 @@ async def read(
         tuple(reader.pieces),
         reader.ending or Ending.CUT,
         reader.detail,
-        reader.head_at,
-        reader.reads,
     )
