@@ -10,9 +10,12 @@ others take them at their next request), and the journal's entries (each
 server's a batch at a time: `journal.Journal`'s `share`). Each operation of
 `ReplayStore` is one Redis round trip (several commands in a pipeline where it
 needs them), each atomic on its own, so that two servers never count the same
-request twice; but a request received (`add_received`) goes with the next
-operation that writes (a play, a miss, a batch of journal entries, a
-snapshot), so that a replayed stream costs two round trips, not three.
+request twice; one that must read and write in one step is a Lua script
+(`claim`: the check that a recording never played and its play, so that two
+servers never both play it). A request received (`add_received`) goes with
+the next operation that writes (a play, a claim, a miss, a batch of journal
+entries, a snapshot), so that a replayed stream costs two round trips, not
+three.
 
 What belongs to this process's connections stays in it: what a `local`
 responder keeps (MCP's sessions, whose `GET` streams are held open by one
@@ -47,6 +50,27 @@ __all__ = ["RedisStore"]
 
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+_CLAIM = """
+-- RedisStore.claim: the first recording id never played, counted as played, in one step (a script runs whole,
+-- alone). KEYS: the plays, the recordings answered, the requests received. ARGV: how many of the last answered
+-- and received to keep, how many ids, the ids in order, then the requests received not sent yet.
+local keep, count = tonumber(ARGV[1]), tonumber(ARGV[2])
+for i = count + 3, #ARGV, 1000 do  -- (a thousand at a time: Lua's unpack has a limit)
+    redis.call('RPUSH', KEYS[3], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
+if #ARGV > count + 2 then
+    redis.call('LTRIM', KEYS[3], -keep, -1)
+end
+for i = 3, count + 2 do
+    if redis.call('HSETNX', KEYS[1], ARGV[i], 1) == 1 then  -- a count is never 0: missing is never played
+        redis.call('RPUSH', KEYS[2], ARGV[i])
+        redis.call('LTRIM', KEYS[2], -keep, -1)
+        return ARGV[i]
+    end
+end
+return false
+"""
 
 
 def _answered(operation: F) -> F:
@@ -111,6 +135,7 @@ class RedisStore:
         self._settings, self._version = prefix + "settings", prefix + "settings-version"
         self._journal = prefix + "journal"
         self._latest: int | None = None  # the settings' version as Redis last said it
+        self._claim = self._redis.register_script(_CLAIM)
         self._taken: int | None = None  # the version of the settings this server has (its own or taken)
 
     @property
@@ -150,6 +175,14 @@ class RedisStore:
     def plays(self, recording_id: str) -> int:
         found = self._redis.hget(self._plays, recording_id)
         return int(found) if found is not None else 0
+
+    @_answered
+    def claim(self, recording_ids: Sequence[str]) -> str | None:
+        unsent = self._unsent  # sent in the script: one round trip (see `_send`)
+        keys = [self._plays, self._answered, self._received]
+        found = self._claim(keys=keys, args=[self.keep, len(recording_ids), *recording_ids, *unsent])
+        del unsent[:]
+        return _text(found) if found is not None else None
 
     @_answered
     def count(self, fault_key: FaultKey) -> int:

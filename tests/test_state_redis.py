@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
@@ -24,6 +25,7 @@ from waits import until
 
 from sse_tape import Cassette, Chunk, ConfigError, Interaction, MockServer, Request, Response, ServeOptions
 from sse_tape.server import run_in_thread
+from sse_tape.state import MemoryStore, ReplayStore
 from sse_tape.state_redis import RedisStore
 
 SSE = (("content-type", "text/event-stream"),)
@@ -131,6 +133,39 @@ def test_each_recording_plays_once_across_both_servers_without_repeats(url: str)
         answers = [httpx.post(s.url + "/stream", content=b"{}") for s in (one, other, one)]
         assert [a.content for a in answers[:2]] == [b"data: 0\n\n", b"data: 1\n\n"]
         assert answers[2].status_code == 404  # both played already, one on each server
+
+
+@pytest.mark.parametrize("count", [1, 2], ids=["alone", "two-replicas"])
+async def test_under_concurrent_requests_each_recording_plays_once_without_repeats(url: str, count: int) -> None:
+    recordings = 30
+    options = ServeOptions.build(pace="instant", allow_repeats=False)
+    with replicas(url, [numbered(recordings)], options, count=count) as servers:
+        limits = httpx.Limits(max_connections=2 * recordings)
+        async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+            # Twice as many requests as recordings, all at once, shared out among the servers.
+            answers = await asyncio.gather(
+                *(client.post(servers[n % count].url + "/stream", content=b"{}") for n in range(2 * recordings))
+            )
+        played = sorted(a.text for a in answers if a.status_code == 200)
+        assert played == sorted(f"data: {n}\n\n" for n in range(recordings))  # each one once: none twice
+        assert [a.status_code for a in answers].count(404) == recordings
+        seen = servers[0].control.snapshot()
+        assert (seen.unplayed, sorted(seen.plays.values())) == ((), [1] * recordings)
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_a_claim_takes_the_first_recording_never_played_and_plays_it(kind: str, redis_url: str) -> None:
+    store: ReplayStore = MemoryStore() if kind == "memory" else RedisStore(redis_url, prefix="claims:")
+    store.reset()
+    store.played("b")
+    store.add_received(Request("POST", "/stream", body=b"{}"))
+    assert store.claim(["b", "c", "a"]) == "c"  # "b" has played: the first after it that has not
+    assert store.claim(["b", "c", "a"]) == "a"
+    assert store.claim(["b", "c", "a"]) is None  # every one has: nothing noted
+    assert store.claim([]) is None
+    state = store.snapshot()
+    assert (state.answered, dict(state.plays)) == (("b", "c", "a"), {"b": 1, "c": 1, "a": 1})
+    assert state.received == (Request("POST", "/stream", body=b"{}"),)  # sent with the claim
 
 
 def test_the_misses_are_one_list_counted_once(url: str) -> None:
