@@ -72,6 +72,23 @@ end
 return false
 """
 
+_BUMP = """
+-- RedisStore.count (a fault asked for in a header) and note_injected: one more in a hash of counts, which keeps
+-- the last `keep` distinct fields counted: the one counted longest ago goes (and starts over if it comes again).
+-- KEYS: the hash, a sorted set of its fields by when each was last counted. ARGV: the field, keep.
+local n = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+redis.call('ZADD', KEYS[2], last[2] and tonumber(last[2]) + 1 or 0, ARGV[1])
+local over = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[2])
+if over > 0 then
+    local gone = redis.call('ZPOPMIN', KEYS[2], over)
+    for i = 1, #gone, 2 do
+        redis.call('HDEL', KEYS[1], gone[i])
+    end
+end
+return n
+"""
+
 
 def _answered(operation: F) -> F:
     """`operation`, raising `StateError` where Redis fails (gone, or too slow to answer)."""
@@ -93,8 +110,10 @@ class RedisStore:
     from `prefix`: servers given the same URL and prefix share their replay state.
 
     What grows with traffic is bounded in count, not in bytes: the last `keep` requests received (bodies and
-    all) and recordings answered, the last `keep_misses` misses. A URL Redis does not answer at, or no
-    redis-py, is a `ConfigError`.
+    all) and recordings answered, the counts of the last `keep` distinct faults asked for in request headers
+    and applied (one counted longest ago starts over if it comes again), the last `keep_misses` misses, the
+    last `keep_entries` journal entries. What grows with the cassettes (the plays, the turns) or the faults set
+    on the servers is not trimmed. A URL Redis does not answer at, or no redis-py, is a `ConfigError`.
     """
 
     shared = True
@@ -136,6 +155,9 @@ class RedisStore:
         self._journal = prefix + "journal"
         self._latest: int | None = None  # the settings' version as Redis last said it
         self._claim = self._redis.register_script(_CLAIM)
+        self._bump = self._redis.register_script(_BUMP)
+        # When each fault asked for and applied was last counted: the counts kept are of the last `keep`.
+        self._asked_order, self._injected_order = prefix + "asked-order", prefix + "injected-order"
         self._taken: int | None = None  # the version of the settings this server has (its own or taken)
 
     @property
@@ -188,7 +210,7 @@ class RedisStore:
     def count(self, fault_key: FaultKey) -> int:
         if isinstance(fault_key, int):
             return int(self._redis.hincrby(self._placed, str(fault_key), 1)) - 1
-        return int(self._redis.hincrby(self._asked, fault_key, 1)) - 1
+        return int(self._bump(keys=[self._asked, self._asked_order], args=[fault_key, self.keep])) - 1
 
     @_answered
     def restart_counts(self) -> None:
@@ -196,7 +218,7 @@ class RedisStore:
 
     @_answered
     def note_injected(self, spec: str) -> None:
-        self._redis.hincrby(self._injected, spec, 1)
+        self._bump(keys=[self._injected, self._injected_order], args=[spec, self.keep])
 
     @_answered
     def share_settings(self, faults: Sequence[str], seed: int) -> None:
@@ -299,7 +321,8 @@ class RedisStore:
         kept = [f"{self.prefix}kept:{_text(k)}" for k in self._redis.smembers(self._kept_keys)]
         names = (self._requests, self._received, self._answered, self._plays, self._turns, self._placed)
         others = (self._asked, self._injected, self._misses, self._missed, self._kept_keys, self._journal)
-        self._redis.delete(*names, *others, *kept)
+        orders = (self._asked_order, self._injected_order)
+        self._redis.delete(*names, *others, *orders, *kept)
         self._local.clear()
         self._unsent.clear()
 

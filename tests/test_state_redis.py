@@ -168,6 +168,24 @@ def test_a_claim_takes_the_first_recording_never_played_and_plays_it(kind: str, 
     assert state.received == (Request("POST", "/stream", body=b"{}"),)  # sent with the claim
 
 
+def test_the_counts_of_faults_asked_for_and_applied_are_kept_for_the_last_distinct_ones(url: str) -> None:
+    store = RedisStore(url, keep=3)
+    for spec in ["a", "b", "c", "a", "d"]:  # "b" is the one counted longest ago when "d" comes
+        store.count(spec)
+        store.note_injected(spec)
+    state = store.snapshot()
+    assert (state.counts, state.injected) == ({"a": 2, "c": 1, "d": 1}, {"a": 2, "c": 1, "d": 1})
+    assert store.count("b") == 0  # forgotten: it starts over
+    for n in range(1_000):  # a flood of distinct faults in request headers leaves Redis as it was
+        store.count(f"status:{n}")
+        store.note_injected(f"status:{n}")
+    assert [len(store.redis.keys(f"sse-tape:{name}*")) for name in ("asked", "injected")] == [2, 2]
+    assert [store.redis.hlen(f"sse-tape:{name}") for name in ("asked", "injected")] == [3, 3]
+    assert [store.redis.zcard(f"sse-tape:{name}-order") for name in ("asked", "injected")] == [3, 3]
+    store.reset()
+    assert store.redis.keys("sse-tape:*") == []
+
+
 def test_the_misses_are_one_list_counted_once(url: str) -> None:
     with replicas(url, [numbered(1)], ServeOptions.build(pace="instant")) as (one, other):
         for server in (one, other):
