@@ -17,6 +17,10 @@ the next operation that writes (a play, a claim, a miss, a batch of journal
 entries, a snapshot), so that a replayed stream costs two round trips, not
 three.
 
+Where Redis does not answer, each operation raises `StateError`: the server
+answers that request with a 503, or, where its answer has begun, closes its
+connection where it is, in one log line.
+
 What belongs to this process's connections stays in it: what a `local`
 responder keeps (MCP's sessions, whose `GET` streams are held open by one
 process) is kept in memory here, as `MemoryStore` keeps it.

@@ -8,9 +8,11 @@ import json
 import re
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -308,3 +310,80 @@ def test_while_redis_is_gone_each_request_is_a_503_in_one_line() -> None:
         assert message.startswith(f"the replay state's Redis at {gone} does not answer (")
         assert lines[-1] == f"POST /stream -> 503 {message}"
         assert not any("Traceback" in line for line in lines)
+
+
+def test_when_redis_stops_in_the_middle_of_a_forwarded_stream_it_breaks_off_in_one_line() -> None:
+    # The fault acts (and is counted in Redis) at the stream's 4th event, which the upstream sends only once the
+    # test has stopped Redis.
+    go = threading.Event()
+    lines: list[str] = []
+    with (
+        on_loopback(_gated_upstream(go, 6), "the upstream") as upstream,
+        contextlib.ExitStack() as redis,
+    ):
+        url = redis.enter_context(redis_server())
+        options = ServeOptions.build(on_miss="forward", faults=["error:at=4"])
+        server = MockServer([], options=options, upstream=upstream, state=RedisStore(url), log=lines.append)
+        with run_in_thread(server), httpx.stream("POST", server.url + "/v1/chat/completions", json={}) as answer:
+            events = answer.iter_lines()
+            assert [next(events), next(events)] == ['data: {"n": 0}', ""]
+            redis.close()  # Redis stops
+            go.set()
+            got = []
+            with pytest.raises(httpx.RemoteProtocolError, match="incomplete chunked read"):
+                got.extend(events)
+    assert 'data: {"n": 1}' in got
+    assert "data: [DONE]" not in got
+    [broken] = [line for line in lines if "broken off" in line]
+    assert broken.startswith(f"POST /v1/chat/completions -> broken off: the replay state's Redis at {url} does not")
+    assert any(line.startswith("POST /v1/chat/completions ended: 200,") and "interrupted" in line for line in lines)
+    assert not any("Traceback" in line for line in lines)
+
+
+def test_when_redis_stops_in_the_middle_of_a_replayed_task_stream_it_ends_in_one_line() -> None:
+    # A2A keeps how much of a task's stream its client got, in Redis, when the stream ends; the recording's last
+    # events come a while after its first, and Redis stops in between.
+    task = {"task": {"id": "t1", "contextId": "c1", "status": {"state": "TASK_STATE_SUBMITTED"}}}
+    update = {"taskId": "t1", "contextId": "c1", "status": {"state": "TASK_STATE_COMPLETED"}}
+    results = [task, {"statusUpdate": {**update, "status": {"state": "TASK_STATE_WORKING"}}}, {"statusUpdate": update}]
+    frames = [json.dumps({"jsonrpc": "2.0", "id": "r1", "result": r}) for r in results]
+    body = b'{"jsonrpc":"2.0","id":"r1","method":"SendStreamingMessage","params":{"message":{}}}'
+    chunks = tuple(Chunk(0.0 if n < 2 else 2.0, f"data: {frame}\n\n".encode()) for n, frame in enumerate(frames))
+    cassette = Cassette([Interaction(Request("POST", "/a2a", body=body), Response(200, SSE, chunks))])
+    lines: list[str] = []
+    with contextlib.ExitStack() as redis:
+        url = redis.enter_context(redis_server())
+        server = MockServer(
+            [cassette], options=ServeOptions.build(pace="recorded"), state=RedisStore(url), log=lines.append
+        )
+        with run_in_thread(server), httpx.stream("POST", server.url + "/a2a", content=body) as answer:
+            events = answer.iter_lines()
+            assert next(events) == f"data: {frames[0]}"
+            redis.close()  # Redis stops
+            got = [line for line in events if line]
+    assert got == [f"data: {frame}" for frame in frames[1:]]  # the whole stream, which ended before the store was asked
+    [broken] = [line for line in lines if "broken off" in line]
+    assert broken.startswith(f"POST /a2a -> broken off: the replay state's Redis at {url} does not answer (")
+    assert not any("Traceback" in line for line in lines)
+
+
+def _gated_upstream(go: threading.Event, count: int) -> Any:
+    """An ASGI upstream that streams `count` events (`{"n": 0}`...) and `[DONE]`, holding all but the first two
+    until `go` is set."""
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        for n in range(count):
+            if n == 2:
+                await asyncio.to_thread(go.wait, 60)
+            await send({"type": "http.response.body", "body": b'data: {"n": %d}\n\n' % n, "more_body": True})
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
+
+    return app
