@@ -93,6 +93,16 @@ end
 return n
 """
 
+_RESET = """
+-- RedisStore.reset: the store's keys and every hash a responder keeps (named in a set), gone in one step, so that
+-- nothing kept at the same moment outlives the reset unnamed. KEYS: the store's keys, that set last. ARGV: the
+-- prefix of a responder's hash.
+for _, key in ipairs(redis.call('SMEMBERS', KEYS[#KEYS])) do
+    redis.call('DEL', ARGV[1] .. key)
+end
+return redis.call('DEL', unpack(KEYS))
+"""
+
 
 def _answered(operation: F) -> F:
     """`operation`, raising `StateError` where Redis fails (gone, or too slow to answer)."""
@@ -160,6 +170,7 @@ class RedisStore:
         self._latest: int | None = None  # the settings' version as Redis last said it
         self._claim = self._redis.register_script(_CLAIM)
         self._bump = self._redis.register_script(_BUMP)
+        self._reset = self._redis.register_script(_RESET)
         # When each fault asked for and applied was last counted: the counts kept are of the last `keep`.
         self._asked_order, self._injected_order = prefix + "asked-order", prefix + "injected-order"
         self._taken: int | None = None  # the version of the settings this server has (its own or taken)
@@ -322,11 +333,9 @@ class RedisStore:
 
     @_answered
     def reset(self) -> None:
-        kept = [f"{self.prefix}kept:{_text(k)}" for k in self._redis.smembers(self._kept_keys)]
         names = (self._requests, self._received, self._answered, self._plays, self._turns, self._placed)
-        others = (self._asked, self._injected, self._misses, self._missed, self._kept_keys, self._journal)
-        orders = (self._asked_order, self._injected_order)
-        self._redis.delete(*names, *others, *orders, *kept)
+        others = (self._asked, self._injected, self._asked_order, self._injected_order, self._misses, self._missed)
+        self._reset(keys=[*names, *others, self._journal, self._kept_keys], args=[f"{self.prefix}kept:"])
         self._local.clear()
         self._unsent.clear()
 
@@ -366,7 +375,7 @@ class _Kept(MutableMapping[str, Any]):
 
     @_answered
     def __setitem__(self, item: str, value: Any) -> None:
-        pipe = self._redis.pipeline(transaction=False)
+        pipe = self._redis.pipeline(transaction=True)  # the value and its key's name together: a reset takes both
         pipe.hset(self._name, item, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
         pipe.sadd(self._index, self._key)
         pipe.execute()

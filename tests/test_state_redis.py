@@ -188,6 +188,26 @@ def test_the_counts_of_faults_asked_for_and_applied_are_kept_for_the_last_distin
     assert store.redis.keys("sse-tape:*") == []
 
 
+def test_a_reset_at_the_moment_another_server_keeps_something_leaves_nothing_unnamed(url: str) -> None:
+    # One server keeps a background response under a new key again and again while another resets: whatever a
+    # reset leaves, the next reset finds, so that after the last one nothing is kept.
+    writer, resetter = RedisStore(url), RedisStore(url)
+    done = threading.Event()
+
+    def keep() -> None:
+        for n in range(2_000):
+            writer.kept(f"responses:{n}")["resp_1"] = n
+        done.set()
+
+    thread = threading.Thread(target=keep)
+    thread.start()
+    while not done.is_set():
+        resetter.reset()
+    thread.join()
+    resetter.reset()
+    assert resetter.redis.keys("sse-tape:*") == []
+
+
 def test_the_misses_are_one_list_counted_once(url: str) -> None:
     with replicas(url, [numbered(1)], ServeOptions.build(pace="instant")) as (one, other):
         for server in (one, other):
