@@ -11,9 +11,10 @@ background responses). They sit behind `ReplayStore`, a handful of
 operations keyed by stable values (a recording by its `recording_id`, a fault
 by its place or its text), never by an object of this process: so
 `MemoryStore`, the default, can give way to a store shared by several
-processes without touching replay (`state_redis.RedisStore`). A shared store also hands the faults and seed set
-on one server to the others (`share_settings`, `settings`), and keeps their
-journal entries (`shared`, `add_entries`).
+processes without touching replay (`state_redis.RedisStore`). A shared store
+also hands the faults and seed set on one server to the others
+(`share_settings`, `settings`), and keeps their journal entries (`shared`,
+`add_entries`).
 
 Only the server's own parts (the matcher, the injector, the responders)
 call a store, on the server's event loop; everything else goes through the
