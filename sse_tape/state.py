@@ -2,17 +2,19 @@
 
 Replay depends on a few counters and lists: the number of each request, the
 turns of equally good matches (so that repeated identical requests get their
-recordings in order), how often each recording has played, how many requests
-each fault has seen (for `times=` and `p=`), how often each was applied, the
-misses, the requests received, and what the responders the protocols bring
-keep between requests (the Responses API's background responses). They sit
-behind `ReplayStore`, a handful of operations keyed by stable values (a
-recording by its `recording_id`, a fault by its place or its text), never by
-an object of this process: so `MemoryStore`, the default, can give way to a
-store shared by several processes without touching replay
-(`state_redis.RedisStore`). A shared store also hands the faults and seed set
-on one server to the others (`share_settings`, `settings`), and keeps their
-journal entries (`shared`, `add_entries`).
+recordings in order), how often each recording has played (and, where each
+plays once, which one a request takes: `claim`, the check and the play in one
+step), how many requests each fault has seen (for `times=` and `p=`), how
+often each was applied, the misses, the requests received, and what the
+responders the protocols bring keep between requests (the Responses API's
+background responses). They sit behind `ReplayStore`, a handful of
+operations keyed by stable values (a recording by its `recording_id`, a fault
+by its place or its text), never by an object of this process: so
+`MemoryStore`, the default, can give way to a store shared by several
+processes without touching replay (`state_redis.RedisStore`). A shared store
+also hands the faults and seed set on one server to the others
+(`share_settings`, `settings`), and keeps their journal entries (`shared`,
+`add_entries`).
 
 Only the server's own parts (the matcher, the injector, the responders)
 call a store, on the server's event loop; everything else goes through the
@@ -108,6 +110,13 @@ class ReplayStore(Protocol):
 
     def plays(self, recording_id: str) -> int:
         """How many times a recording has answered."""
+        ...
+
+    def claim(self, recording_ids: Sequence[str]) -> str | None:
+        """The first of `recording_ids` that has never answered (`plays` 0), noted as answering this request (as
+        `played` notes it: its plays at 1, its id last of those answered); None, noting nothing, when every one
+        has answered. One atomic step, the check with the play: of servers sharing a store that claim at the
+        same moment, no two get the same recording (each recording answers once, with `allow_repeats` off)."""
         ...
 
     def count(self, fault_key: FaultKey) -> int:
@@ -233,6 +242,13 @@ class MemoryStore:
 
     def plays(self, recording_id: str) -> int:
         return self._plays[recording_id]
+
+    def claim(self, recording_ids: Sequence[str]) -> str | None:
+        for rid in recording_ids:
+            if not self._plays[rid]:
+                self.played(rid)
+                return rid
+        return None
 
     def count(self, fault_key: FaultKey) -> int:
         if isinstance(fault_key, int):

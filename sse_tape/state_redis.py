@@ -10,9 +10,16 @@ others take them at their next request), and the journal's entries (each
 server's a batch at a time: `journal.Journal`'s `share`). Each operation of
 `ReplayStore` is one Redis round trip (several commands in a pipeline where it
 needs them), each atomic on its own, so that two servers never count the same
-request twice; but a request received (`add_received`) goes with the next
-operation that writes (a play, a miss, a batch of journal entries, a
-snapshot), so that a replayed stream costs two round trips, not three.
+request twice; one that must read and write in one step is a Lua script
+(`claim`: the check that a recording never played and its play, so that two
+servers never both play it). A request received (`add_received`) goes with
+the next operation that writes (a play, a claim, a miss, a batch of journal
+entries, a snapshot), so that a replayed stream costs two round trips, not
+three.
+
+Where Redis does not answer, each operation raises `StateError`: the server
+answers that request with a 503, or, where its answer has begun, closes its
+connection where it is, in one log line.
 
 What belongs to this process's connections stays in it: what a `local`
 responder keeps (MCP's sessions, whose `GET` streams are held open by one
@@ -48,6 +55,54 @@ __all__ = ["RedisStore"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+_CLAIM = """
+-- RedisStore.claim: the first recording id never played, counted as played, in one step (a script runs whole,
+-- alone). KEYS: the plays, the recordings answered, the requests received. ARGV: how many of the last answered
+-- and received to keep, how many ids, the ids in order, then the requests received not sent yet.
+local keep, count = tonumber(ARGV[1]), tonumber(ARGV[2])
+for i = count + 3, #ARGV, 1000 do  -- (a thousand at a time: Lua's unpack has a limit)
+    redis.call('RPUSH', KEYS[3], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
+if #ARGV > count + 2 then
+    redis.call('LTRIM', KEYS[3], -keep, -1)
+end
+for i = 3, count + 2 do
+    if redis.call('HSETNX', KEYS[1], ARGV[i], 1) == 1 then  -- a count is never 0: missing is never played
+        redis.call('RPUSH', KEYS[2], ARGV[i])
+        redis.call('LTRIM', KEYS[2], -keep, -1)
+        return ARGV[i]
+    end
+end
+return false
+"""
+
+_BUMP = """
+-- RedisStore.count (a fault asked for in a header) and note_injected: one more in a hash of counts, which keeps
+-- the last `keep` distinct fields counted: the one counted longest ago goes (and starts over if it comes again).
+-- KEYS: the hash, a sorted set of its fields by when each was last counted. ARGV: the field, keep.
+local n = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+redis.call('ZADD', KEYS[2], last[2] and tonumber(last[2]) + 1 or 0, ARGV[1])
+local over = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[2])
+if over > 0 then
+    local gone = redis.call('ZPOPMIN', KEYS[2], over)
+    for i = 1, #gone, 2 do
+        redis.call('HDEL', KEYS[1], gone[i])
+    end
+end
+return n
+"""
+
+_RESET = """
+-- RedisStore.reset: the store's keys and every hash a responder keeps (named in a set), gone in one step, so that
+-- nothing kept at the same moment outlives the reset unnamed. KEYS: the store's keys, that set last. ARGV: the
+-- prefix of a responder's hash.
+for _, key in ipairs(redis.call('SMEMBERS', KEYS[#KEYS])) do
+    redis.call('DEL', ARGV[1] .. key)
+end
+return redis.call('DEL', unpack(KEYS))
+"""
+
 
 def _answered(operation: F) -> F:
     """`operation`, raising `StateError` where Redis fails (gone, or too slow to answer)."""
@@ -69,8 +124,10 @@ class RedisStore:
     from `prefix`: servers given the same URL and prefix share their replay state.
 
     What grows with traffic is bounded in count, not in bytes: the last `keep` requests received (bodies and
-    all) and recordings answered, the last `keep_misses` misses. A URL Redis does not answer at, or no
-    redis-py, is a `ConfigError`.
+    all) and recordings answered, the counts of the last `keep` distinct faults asked for in request headers
+    and applied (one counted longest ago starts over if it comes again), the last `keep_misses` misses, the
+    last `keep_entries` journal entries. What grows with the cassettes (the plays, the turns) or the faults set
+    on the servers is not trimmed. A URL Redis does not answer at, or no redis-py, is a `ConfigError`.
     """
 
     shared = True
@@ -111,6 +168,11 @@ class RedisStore:
         self._settings, self._version = prefix + "settings", prefix + "settings-version"
         self._journal = prefix + "journal"
         self._latest: int | None = None  # the settings' version as Redis last said it
+        self._claim = self._redis.register_script(_CLAIM)
+        self._bump = self._redis.register_script(_BUMP)
+        self._reset = self._redis.register_script(_RESET)
+        # When each fault asked for and applied was last counted: the counts kept are of the last `keep`.
+        self._asked_order, self._injected_order = prefix + "asked-order", prefix + "injected-order"
         self._taken: int | None = None  # the version of the settings this server has (its own or taken)
 
     @property
@@ -152,10 +214,18 @@ class RedisStore:
         return int(found) if found is not None else 0
 
     @_answered
+    def claim(self, recording_ids: Sequence[str]) -> str | None:
+        unsent = self._unsent  # sent in the script: one round trip (see `_send`)
+        keys = [self._plays, self._answered, self._received]
+        found = self._claim(keys=keys, args=[self.keep, len(recording_ids), *recording_ids, *unsent])
+        del unsent[:]
+        return _text(found) if found is not None else None
+
+    @_answered
     def count(self, fault_key: FaultKey) -> int:
         if isinstance(fault_key, int):
             return int(self._redis.hincrby(self._placed, str(fault_key), 1)) - 1
-        return int(self._redis.hincrby(self._asked, fault_key, 1)) - 1
+        return int(self._bump(keys=[self._asked, self._asked_order], args=[fault_key, self.keep])) - 1
 
     @_answered
     def restart_counts(self) -> None:
@@ -163,7 +233,7 @@ class RedisStore:
 
     @_answered
     def note_injected(self, spec: str) -> None:
-        self._redis.hincrby(self._injected, spec, 1)
+        self._bump(keys=[self._injected, self._injected_order], args=[spec, self.keep])
 
     @_answered
     def share_settings(self, faults: Sequence[str], seed: int) -> None:
@@ -263,10 +333,9 @@ class RedisStore:
 
     @_answered
     def reset(self) -> None:
-        kept = [f"{self.prefix}kept:{_text(k)}" for k in self._redis.smembers(self._kept_keys)]
         names = (self._requests, self._received, self._answered, self._plays, self._turns, self._placed)
-        others = (self._asked, self._injected, self._misses, self._missed, self._kept_keys, self._journal)
-        self._redis.delete(*names, *others, *kept)
+        others = (self._asked, self._injected, self._asked_order, self._injected_order, self._misses, self._missed)
+        self._reset(keys=[*names, *others, self._journal, self._kept_keys], args=[f"{self.prefix}kept:"])
         self._local.clear()
         self._unsent.clear()
 
@@ -306,7 +375,7 @@ class _Kept(MutableMapping[str, Any]):
 
     @_answered
     def __setitem__(self, item: str, value: Any) -> None:
-        pipe = self._redis.pipeline(transaction=False)
+        pipe = self._redis.pipeline(transaction=True)  # the value and its key's name together: a reset takes both
         pipe.hset(self._name, item, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
         pipe.sadd(self._index, self._key)
         pipe.execute()

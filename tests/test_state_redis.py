@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -24,6 +27,7 @@ from waits import until
 
 from sse_tape import Cassette, Chunk, ConfigError, Interaction, MockServer, Request, Response, ServeOptions
 from sse_tape.server import run_in_thread
+from sse_tape.state import MemoryStore, ReplayStore
 from sse_tape.state_redis import RedisStore
 
 SSE = (("content-type", "text/event-stream"),)
@@ -131,6 +135,79 @@ def test_each_recording_plays_once_across_both_servers_without_repeats(url: str)
         answers = [httpx.post(s.url + "/stream", content=b"{}") for s in (one, other, one)]
         assert [a.content for a in answers[:2]] == [b"data: 0\n\n", b"data: 1\n\n"]
         assert answers[2].status_code == 404  # both played already, one on each server
+
+
+@pytest.mark.parametrize("count", [1, 2], ids=["alone", "two-replicas"])
+async def test_under_concurrent_requests_each_recording_plays_once_without_repeats(url: str, count: int) -> None:
+    recordings = 30
+    options = ServeOptions.build(pace="instant", allow_repeats=False)
+    with replicas(url, [numbered(recordings)], options, count=count) as servers:
+        limits = httpx.Limits(max_connections=2 * recordings)
+        async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+            # Twice as many requests as recordings, all at once, shared out among the servers.
+            answers = await asyncio.gather(
+                *(client.post(servers[n % count].url + "/stream", content=b"{}") for n in range(2 * recordings))
+            )
+        played = sorted(a.text for a in answers if a.status_code == 200)
+        assert played == sorted(f"data: {n}\n\n" for n in range(recordings))  # each one once: none twice
+        assert [a.status_code for a in answers].count(404) == recordings
+        seen = servers[0].control.snapshot()
+        assert (seen.unplayed, sorted(seen.plays.values())) == ((), [1] * recordings)
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_a_claim_takes_the_first_recording_never_played_and_plays_it(kind: str, redis_url: str) -> None:
+    store: ReplayStore = MemoryStore() if kind == "memory" else RedisStore(redis_url, prefix="claims:")
+    store.reset()
+    store.played("b")
+    store.add_received(Request("POST", "/stream", body=b"{}"))
+    assert store.claim(["b", "c", "a"]) == "c"  # "b" has played: the first after it that has not
+    if isinstance(store, RedisStore):
+        store.redis.script_flush()  # as a Redis that restarted has forgotten the scripts: loaded again
+    assert store.claim(["b", "c", "a"]) == "a"
+    assert store.claim(["b", "c", "a"]) is None  # every one has: nothing noted
+    assert store.claim([]) is None
+    state = store.snapshot()
+    assert (state.answered, dict(state.plays)) == (("b", "c", "a"), {"b": 1, "c": 1, "a": 1})
+    assert state.received == (Request("POST", "/stream", body=b"{}"),)  # sent with the claim
+
+
+def test_the_counts_of_faults_asked_for_and_applied_are_kept_for_the_last_distinct_ones(url: str) -> None:
+    store = RedisStore(url, keep=3)
+    for spec in ["a", "b", "c", "a", "d"]:  # "b" is the one counted longest ago when "d" comes
+        store.count(spec)
+        store.note_injected(spec)
+    state = store.snapshot()
+    assert (state.counts, state.injected) == ({"a": 2, "c": 1, "d": 1}, {"a": 2, "c": 1, "d": 1})
+    assert store.count("b") == 0  # forgotten: it starts over
+    for n in range(1_000):  # a flood of distinct faults in request headers leaves Redis as it was
+        store.count(f"status:{n}")
+        store.note_injected(f"status:{n}")
+    assert [len(store.redis.keys(f"sse-tape:{name}*")) for name in ("asked", "injected")] == [2, 2]
+    assert [store.redis.hlen(f"sse-tape:{name}") for name in ("asked", "injected")] == [3, 3]
+    assert [store.redis.zcard(f"sse-tape:{name}-order") for name in ("asked", "injected")] == [3, 3]
+    store.reset()
+    assert store.redis.keys("sse-tape:*") == []
+
+
+def test_a_reset_at_the_moment_another_server_keeps_something_leaves_nothing_unnamed(url: str) -> None:
+    # One server keeps a background response under a new key again and again while another resets: whatever a
+    # reset leaves, the next reset finds, so that after the last one nothing is kept.
+    writer, resetter = RedisStore(url), RedisStore(url)
+    done = threading.Event()
+
+    def keep() -> None:
+        for n in range(2_000):
+            writer.kept(f"responses:{n}")["resp_1"] = n
+        done.set()
+
+    thread = threading.Thread(target=keep)
+    thread.start()
+    while not done.is_set():
+        resetter.reset()
+    thread.join()
+    resetter.reset()
+    assert resetter.redis.keys("sse-tape:*") == []
 
 
 def test_the_misses_are_one_list_counted_once(url: str) -> None:
@@ -255,3 +332,80 @@ def test_while_redis_is_gone_each_request_is_a_503_in_one_line() -> None:
         assert message.startswith(f"the replay state's Redis at {gone} does not answer (")
         assert lines[-1] == f"POST /stream -> 503 {message}"
         assert not any("Traceback" in line for line in lines)
+
+
+def test_when_redis_stops_in_the_middle_of_a_forwarded_stream_it_breaks_off_in_one_line() -> None:
+    # The fault acts (and is counted in Redis) at the stream's 4th event, which the upstream sends only once the
+    # test has stopped Redis.
+    go = threading.Event()
+    lines: list[str] = []
+    with (
+        on_loopback(_gated_upstream(go, 6), "the upstream") as upstream,
+        contextlib.ExitStack() as redis,
+    ):
+        url = redis.enter_context(redis_server())
+        options = ServeOptions.build(on_miss="forward", faults=["error:at=4"])
+        server = MockServer([], options=options, upstream=upstream, state=RedisStore(url), log=lines.append)
+        with run_in_thread(server), httpx.stream("POST", server.url + "/v1/chat/completions", json={}) as answer:
+            events = answer.iter_lines()
+            assert [next(events), next(events)] == ['data: {"n": 0}', ""]
+            redis.close()  # Redis stops
+            go.set()
+            got = []
+            with pytest.raises(httpx.RemoteProtocolError, match="incomplete chunked read"):
+                got.extend(events)
+    assert 'data: {"n": 1}' in got
+    assert "data: [DONE]" not in got
+    [broken] = [line for line in lines if "broken off" in line]
+    assert broken.startswith(f"POST /v1/chat/completions -> broken off: the replay state's Redis at {url} does not")
+    assert any(line.startswith("POST /v1/chat/completions ended: 200,") and "interrupted" in line for line in lines)
+    assert not any("Traceback" in line for line in lines)
+
+
+def test_when_redis_stops_in_the_middle_of_a_replayed_task_stream_it_ends_in_one_line() -> None:
+    # A2A keeps how much of a task's stream its client got, in Redis, when the stream ends; the recording's last
+    # events come a while after its first, and Redis stops in between.
+    task = {"task": {"id": "t1", "contextId": "c1", "status": {"state": "TASK_STATE_SUBMITTED"}}}
+    update = {"taskId": "t1", "contextId": "c1", "status": {"state": "TASK_STATE_COMPLETED"}}
+    results = [task, {"statusUpdate": {**update, "status": {"state": "TASK_STATE_WORKING"}}}, {"statusUpdate": update}]
+    frames = [json.dumps({"jsonrpc": "2.0", "id": "r1", "result": r}) for r in results]
+    body = b'{"jsonrpc":"2.0","id":"r1","method":"SendStreamingMessage","params":{"message":{}}}'
+    chunks = tuple(Chunk(0.0 if n < 2 else 2.0, f"data: {frame}\n\n".encode()) for n, frame in enumerate(frames))
+    cassette = Cassette([Interaction(Request("POST", "/a2a", body=body), Response(200, SSE, chunks))])
+    lines: list[str] = []
+    with contextlib.ExitStack() as redis:
+        url = redis.enter_context(redis_server())
+        server = MockServer(
+            [cassette], options=ServeOptions.build(pace="recorded"), state=RedisStore(url), log=lines.append
+        )
+        with run_in_thread(server), httpx.stream("POST", server.url + "/a2a", content=body) as answer:
+            events = answer.iter_lines()
+            assert next(events) == f"data: {frames[0]}"
+            redis.close()  # Redis stops
+            got = [line for line in events if line]
+    assert got == [f"data: {frame}" for frame in frames[1:]]  # the whole stream, which ended before the store was asked
+    [broken] = [line for line in lines if "broken off" in line]
+    assert broken.startswith(f"POST /a2a -> broken off: the replay state's Redis at {url} does not answer (")
+    assert not any("Traceback" in line for line in lines)
+
+
+def _gated_upstream(go: threading.Event, count: int) -> Any:
+    """An ASGI upstream that streams `count` events (`{"n": 0}`...) and `[DONE]`, holding all but the first two
+    until `go` is set."""
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        for n in range(count):
+            if n == 2:
+                await asyncio.to_thread(go.wait, 60)
+            await send({"type": "http.response.body", "body": b'data: {"n": %d}\n\n' % n, "more_body": True})
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
+
+    return app

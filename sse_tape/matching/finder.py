@@ -369,14 +369,15 @@ class Matcher:
         if not self.allow_repeats:
             # The most alike recording that has not answered yet.
             ranked = sorted(agreeing, key=lambda n: (scores[n], -n), reverse=True)
-            fresh = [n for n in ranked if not self.state.plays(self._id(n))]
-            if not fresh:
+            # Taken in one step with its play: two servers sharing the store never both take one.
+            claimed = self.state.claim([self._id(n) for n in ranked])
+            if claimed is None:
                 count = len(agreeing)
                 raise NoMatchError(
                     f"the {count} recording{'s'[: count != 1]} matching {request.method} {request.path} "
                     f"{'have' if count != 1 else 'has'} been played already: {self.recordings[agreeing[0]]}"
                 )
-            return self._play(fresh[0])
+            return self._by_id[claimed]
         best = max(scores.values())
         # Repeats take turns among the best of one phase only: the first recorded's.
         first = next(n for n in agreeing if scores[n] == best)

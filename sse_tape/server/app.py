@@ -42,7 +42,7 @@ from ..redaction import Redaction
 from ..responder import Exchange, Responder, thorough
 from ..state import MemoryStore, ReplayStore
 from ..upstream import AiohttpUpstream, Upstream
-from ..wire import Live, send
+from ..wire import Live, drop_connection, send
 from .access import Access, is_loopback
 from .bodies import BodyRefused, parsed_body, read_body
 from .connections import ConnectionGuard, dual_stack_socket
@@ -392,10 +392,14 @@ class MockServer:
         try:
             return await self.answer(http, arrived=arrived)
         except StateError as exc:  # a shared store gone: each request is refused, in a line, until it is back
-            if http.writer.output_size:  # an answer begun: it breaks off
-                raise
+            asked = f"{http.method} {self.shown_path(http.rel_url.raw_path)}"
+            if http.writer.output_size:  # an answer begun: its connection closes where it is, in a line
+                if self._log is not None:
+                    self._log(f"{asked} -> broken off: {exc}")
+                drop_connection(http, reset=False)
+                return web.StreamResponse()  # never sent: aiohttp lets a write to a closed connection go
             if self._log is not None:
-                self._log(f"{http.method} {self.shown_path(http.rel_url.raw_path)} -> 503 {exc}")
+                self._log(f"{asked} -> 503 {exc}")
             return web.json_response({"error": str(exc)}, status=503)
         finally:
             self._handlers.discard(handler)
@@ -484,6 +488,10 @@ class MockServer:
             return await self._miss(exchange)
         except asyncio.CancelledError:
             exchange.end = End.INTERRUPTED if self.closing else End.CLIENT_GONE
+            raise
+        except StateError:
+            if http.writer.output_size:  # an answer begun breaks off (see `_handle`)
+                exchange.end = End.INTERRUPTED
             raise
         finally:
             if not exchange.held:
