@@ -1,10 +1,13 @@
-"""The cost of the replay state in Redis (`serve --state redis://...`) against the default, in memory.
+"""The cost of a shared replay state (`serve --state redis://...`, `serve --workers N`) against the default, in
+memory.
 
 Two measurements, on a redis-server of the bench's own (Debian's, on a free loopback port, nothing saved):
 
 - CPU per stream: `sse-tape serve` (the bundled cassettes, `--pace instant`) in a process of its own, with
-  `MemoryStore` and with `RedisStore` in alternating rounds, one keep-alive client asking for the bundled chat
-  greeting (13 events) `--streams` times; the server's CPU per stream, and redis-server's, from /proc;
+  `MemoryStore`, with `RedisStore`, in 2 workers whose parent holds the state (`WorkersStore`) and in 2
+  workers on Redis, in alternating rounds, one keep-alive client asking for the bundled chat greeting (13
+  events) `--streams` times (so one worker answers them all); the server's CPU per stream (its workers' and
+  its parent's together), and redis-server's, from /proc;
 - Redis round trips per request: a `MockServer` in this process on a `RedisStore`, each request sent to Redis
   counted (redis-py's `Connection.send_packed_command`: one per command, or per pipeline), for a replayed stream,
   the same with a fault set on the server, and a miss.
@@ -38,10 +41,12 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pid: int) -> float:
-    """The CPU time (user and system) process `pid` has used."""
+    """The CPU time (user and system) process `pid` and its children running now have used."""
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    with open(f"/proc/{pid}/task/{pid}/children") as children:
+        running = [int(child) for child in children.read().split()]
+    return (int(fields[11]) + int(fields[12])) / TICK + sum(cpu_seconds(child) for child in running)
 
 
 @contextmanager
@@ -129,20 +134,29 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     with redis_server() as (url, pid):
-        results: dict[str, list[tuple[float, float, float]]] = {"memory": [], "redis": []}
+        cases = {
+            "memory": [],
+            "redis": ["--state", url],
+            "2 workers, the parent's": ["--workers", "2"],
+            "2 workers, redis": ["--workers", "2", "--state", url],
+        }
+        results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in cases}
         for _ in range(args.rounds):
-            results["memory"].append(one_round([], args.streams, pid))
-            results["redis"].append(one_round(["--state", url], args.streams, pid))
+            for name, words in cases.items():
+                results[name].append(one_round(words, args.streams, pid))
         load = os.getloadavg()[0]
         print(f"{args.streams} instant streams x {args.rounds} rounds, alternating; load {load:.1f}")
         for name, runs in results.items():
             cpu = statistics.median(r[0] for r in runs)
             store = statistics.median(r[1] for r in runs)
             rate = statistics.median(r[2] for r in runs)
-            print(f"  {name:6}: serve {cpu:6.0f} us/stream, redis-server {store:5.0f} us/stream, {rate:6.0f} streams/s")
+            print(
+                f"  {name:24}: serve {cpu:6.0f} us/stream, redis-server {store:5.0f} us/stream, {rate:6.0f} streams/s"
+            )
         memory = statistics.median(r[0] for r in results["memory"])
-        shared = statistics.median(r[0] + r[1] for r in results["redis"])
-        print(f"  redis / memory, serve's CPU + redis-server's: {shared / memory:.2f}")
+        for name in list(cases)[1:]:
+            shared = statistics.median(r[0] + r[1] for r in results[name])
+            print(f"  {name} / memory, serve's CPU + redis-server's: {shared / memory:.2f}")
         for name, trips in round_trips(url).items():
             print(f"  round trips per request, {name}: {trips:g}")
         used = redis.Redis.from_url(url).info("memory")["used_memory"]

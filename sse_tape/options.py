@@ -408,7 +408,7 @@ _TABLE = (
         bounds=(1, 256),
         flags=(Flag(names=("--workers",), commands=(_SERVE,)),),
         help="Processes answering on the one port (SO_REUSEPORT), each with the cassettes loaded once before it "
-        "starts. Replay counts and fault budgets are each worker's own, unless --state shares them.",
+        "starts. They answer as one server: the parent holds their replay state, unless --state holds it.",
     ),
     Option(
         name="state",

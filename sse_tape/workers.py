@@ -9,10 +9,13 @@ listening: no connection goes to it), waits until every worker listens, and
 then only watches: Ctrl-C or SIGTERM stops them all, and a worker that dies
 stops the rest.
 
-What each worker keeps is its own: replay counts (which recording plays
-next, `times=` budgets of faults, seeded chance), the journal and the
-control endpoints' faults. The `--report` file is shared, each line written
-whole (`docs/scaling.md`).
+The workers answer as one server: their replay state (which recording plays
+next, `times=` budgets of faults, seeded chance, the journal, the faults set
+through the control endpoints) is in one store, the server's. A shared one
+(`--state redis://...`) needs nothing more; one the parent holds for them
+(`state_workers.WorkersStore`, given as `held`) is handed each worker's end
+as it is forked, and answered by the parent once they all are. The
+`--report` file is shared, each line written whole (`docs/scaling.md`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Any
 from ._exceptions import SSETapeError, cannot_listen
 from .server import MockServer
 from .server.connections import dual_stack_socket
+from .state_workers import WorkersStore
 
 __all__ = ["run"]
 
@@ -43,22 +47,25 @@ def run(
     *,
     listening: Callable[[list[int]], None],
     say: Callable[[str], None],
+    held: WorkersStore | None = None,
 ) -> int:
     """Serve `server` from `workers` processes on its port; returns the exit status.
 
     `serve(server, ready)` runs one worker until it is told to stop, calling
     `ready()` once it listens; `listening(pids)` is called once every worker
-    does. `say` gets the lines about what went wrong.
+    does. `say` gets the lines about what went wrong. `held`: the server's
+    store, where it is one this process holds for its workers (made for
+    `workers` of them).
     """
     try:
-        held = _held(server.host, server.port)
+        port = _port(server.host, server.port)
     except OSError as exc:
         raise cannot_listen(server.host, server.port, exc) from None
-    server.port, server.reuse_port = held.getsockname()[1], True
+    server.port, server.reuse_port = port.getsockname()[1], True
     gc.freeze()  # what the children share stays shared: the collector never writes to those pages
     ready_read, ready_write = os.pipe()
     parent, pids = os.getpid(), []
-    for _ in range(workers):
+    for n in range(workers):
         sys.stdout.flush()
         sys.stderr.flush()
         # Ctrl-C is the parent's to answer: it stops every worker (SIGTERM). A worker keeps SIGINT blocked
@@ -73,27 +80,31 @@ def run(
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         if pid == 0:
             _die_with(parent)
-            held.close()
+            port.close()
             os.close(ready_read)
+            if held is not None:
+                held.in_worker(n)
             os._exit(_worker(server, serve, ready_write, say))
         pids.append(pid)
     os.close(ready_write)
-    return _watch(pids, ready_read, held, listening, say)
+    if held is not None:
+        held.hold(say)
+    return _watch(pids, ready_read, port, listening, say)
 
 
-def _held(host: str, port: int) -> socket.socket:
+def _port(host: str, port: int) -> socket.socket:
     """The port the workers will share, bound as they bind it (`::` for IPv4 too), never listening."""
     if (every := dual_stack_socket(host, port, reuse_port=True)) is not None:
         return every
-    held = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    bound = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
-        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        held.bind((host, port))
+        bound.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        bound.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        bound.bind((host, port))
     except OSError:
-        held.close()
+        bound.close()
         raise
-    return held
+    return bound
 
 
 def _die_with(parent: int) -> None:
@@ -128,7 +139,7 @@ def _worker(
 
 
 def _watch(
-    pids: list[int], ready: int, held: socket.socket, listening: Callable[[list[int]], None], say: Callable[[str], None]
+    pids: list[int], ready: int, port: socket.socket, listening: Callable[[list[int]], None], say: Callable[[str], None]
 ) -> int:
     """Wait until the workers listen, then until they end; stop them all when told to or when one dies.
     Ctrl-C before they all listen interrupts the server, as it does a server of one process: exit status 130."""
@@ -164,7 +175,7 @@ def _watch(
             status = code if code > 0 else 1
             stop(signal.SIGTERM, None)
     os.close(ready)
-    held.close()
+    port.close()
     if interrupted:
         say("interrupted")
         return 130

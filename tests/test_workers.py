@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
+import openai
 import processes
 import pytest
 from clients import openai_client
@@ -59,6 +64,115 @@ def test_two_workers_share_one_port_answer_alike_and_stop_together() -> None:
     finally:
         process.kill()
         process.communicate()
+
+
+SSE = (("content-type", "text/event-stream"),)
+
+
+def numbered(count: int) -> Cassette:
+    """A cassette of `count` recordings of one request, the nth answering `data: n`."""
+    request = Request("POST", "/stream", body=b"{}")
+    return Cassette(
+        [Interaction(request, Response(200, SSE, (Chunk(0.0, f"data: {n}\n\n".encode()),))) for n in range(count)]
+    )
+
+
+@contextlib.contextmanager
+def served(args: list[str]) -> Iterator[tuple[str, list[int]]]:
+    """`sse-tape serve ARGS` in 2 workers while the block runs: its URL and the workers' pids."""
+    process, url = processes.start(["serve", *args, "--workers", "2", "--port", "0", "-q"])
+    try:
+        yield url, workers_of(process)
+    finally:
+        process.terminate()
+        _, err = process.communicate(timeout=60)
+        assert "Traceback" not in err
+
+
+@contextlib.contextmanager
+def connected(url: str, pid: int) -> Iterator[httpx.Client]:
+    """A client whose one connection the system gave to the worker `pid` (a new connection until it does)."""
+    for _ in range(1000):
+        client = httpx.Client(base_url=url, timeout=30, limits=httpx.Limits(max_connections=1))
+        try:
+            if client.get("/__sse_tape__/stats").json()["pid"] == pid:
+                yield client
+                return
+        finally:
+            client.close()
+    raise AssertionError(f"no connection reached worker {pid}")
+
+
+def test_workers_answer_as_one_server_one_fault_budget_and_one_turn_order(tmp_path: Path) -> None:
+    numbered(3).save(tmp_path / "n.toml")
+    with served([str(tmp_path), "--pace", "instant", "--fault", "status:429,times=1"]) as (url, (one, other)):
+        answers = []
+        for pid in (one, other, one, other, other, one):
+            with connected(url, pid) as client:
+                answers.append(client.post("/stream", content=b"{}"))
+        assert [a.status_code for a in answers] == [429] + [200] * 5
+        # The 429 took the first recording's turn; the rest follow in turn, whichever worker answered.
+        assert [a.text for a in answers[1:]] == [f"data: {n % 3}\n\n" for n in range(1, 6)]
+        with connected(url, other) as client:
+            stats = client.get("/__sse_tape__/stats").json()
+            injections = client.get("/__sse_tape__/faults").json()["injections"]
+        assert stats["requests"] == 6
+        assert [i["fault"] for i in injections] == ["status:429,times=1"]
+
+
+def test_faults_set_through_one_worker_and_a_reset_through_the_other_reach_both(tmp_path: Path) -> None:
+    numbered(2).save(tmp_path / "n.toml")
+    with served([str(tmp_path), "--pace", "instant"]) as (url, (one, other)):
+        with connected(url, one) as client:
+            assert client.post("/__sse_tape__/faults", json={"faults": ["status:503,times=2"]}).status_code == 200
+        statuses = []
+        for pid in (other, one, other):
+            with connected(url, pid) as client:
+                statuses.append(client.post("/stream", content=b"{}").status_code)
+        assert statuses == [503, 503, 200]  # one budget of two, spent across both
+        with connected(url, one) as client:
+            assert client.post("/stream", content=b"{}").text == "data: 1\n\n"
+        with connected(url, other) as client:
+            client.post("/__sse_tape__/reset", json={})
+        with connected(url, one) as client:
+            assert client.post("/stream", content=b"{}").status_code == 503  # the budget starts over
+            assert client.get("/__sse_tape__/stats").json()["requests"] == 1
+
+        def journal() -> list[tuple[str, int]]:
+            with connected(url, other) as client:  # the entries of the request `one` answered
+                entries = client.get("/__sse_tape__/journal").json()["entries"]
+            return [(e["type"], e["request"]) for e in entries if e["type"] in ("received", "fault")]
+
+        # Each worker shares its entries a batch at a time: the other's come a moment later.
+        until(lambda: journal() == [("received", 1), ("fault", 1)], "one journal for both workers")
+
+
+def test_a_background_response_started_on_one_worker_is_polled_and_cancelled_on_the_other(
+    tmp_path: Path, bundled: dict[str, Cassette]
+) -> None:
+    recorded = bundled["openai-responses"].interactions[0]
+    body = {**recorded.request.json(), "background": True}
+    chunks = recorded.response.chunks  # the first two events at once, the rest long after any test: in progress
+    held = [Chunk(0.0, c.data) for c in chunks[:2]] + [Chunk(c.t + 600, c.data) for c in chunks[2:]]
+    greeting = Interaction(
+        replace(recorded.request, body=json.dumps(body).encode()), replace(recorded.response, chunks=tuple(held))
+    )
+    Cassette([greeting]).save(tmp_path / "background.toml")
+    with served([str(tmp_path), "--pace", "recorded"]) as (url, (one, other)):
+
+        def sdk(client: httpx.Client) -> openai.OpenAI:
+            return openai.OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0, http_client=client)
+
+        with connected(url, one) as client:
+            created = sdk(client).responses.create(model=body["model"], input=body["input"], background=True)
+        with connected(url, other) as client:
+            assert sdk(client).responses.retrieve(created.id).status == "in_progress"
+            assert sdk(client).responses.cancel(created.id).status == "cancelled"
+        with connected(url, one) as client:
+            assert sdk(client).responses.retrieve(created.id).status == "cancelled"  # the cancel holds on the other
+            client.post("/__sse_tape__/reset", json={})
+        with connected(url, other) as client, pytest.raises(openai.NotFoundError):
+            sdk(client).responses.retrieve(created.id)
 
 
 def test_a_worker_that_dies_stops_the_others_and_the_exit_status_says_so() -> None:

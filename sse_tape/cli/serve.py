@@ -12,6 +12,7 @@ import click
 from .._exceptions import ConfigError
 from ..options import OPTIONS, Group, MissPolicy, check_sources
 from ..state_redis import RedisStore
+from ..state_workers import WorkersStore
 from .loading import refuse_nothing
 from .model import synthesizer
 from .option_lists import command_options, take_group, take_serving_options
@@ -58,7 +59,9 @@ def serve(
     cassettes = load_cassettes(paths) if paths or model is None else []
     if options.on_miss is MissPolicy.ERROR:  # forwarding, even nothing recorded leaves something to answer
         refuse_nothing(cassettes, paths, "serve")
-    store = RedisStore(shared) if shared is not None else None
+    # Workers answer as one server: through the shared store, or one the parent holds for them.
+    held = WorkersStore(workers) if workers > 1 and shared is None else None
+    store = RedisStore(shared) if shared is not None else held
     model_answers = synthesizer(model, model_words, options.seed, max_queue) if model is not None else None
     if model_answers is not None:
         say_what_stays_whole(options, "the model's answers")
@@ -92,7 +95,7 @@ def serve(
                 f"sse-tape: {what} at {server.url} in {workers} workers (pids {' '.join(map(str, pids))}; Ctrl-C stops)"
             )
 
-        sys.exit(run(server, workers, serve_until_stopped_quietly, listening=listening_in, say=log))
+        sys.exit(run(server, workers, serve_until_stopped_quietly, listening=listening_in, say=log, held=held))
     finally:
         if model_answers is not None:
             model_answers.engine.close()
