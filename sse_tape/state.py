@@ -95,6 +95,11 @@ class ReplayStore(Protocol):
         """Count a request that arrived; returns its number, from 1 since the start or the last reset."""
         ...
 
+    def requests(self) -> int:
+        """How many requests arrived since the start or the last reset (`snapshot().requests`, without the
+        rest)."""
+        ...
+
     def add_received(self, request: Request) -> None:
         """Keep a request as it arrived, body and all (a store may drop the bodies of the oldest it keeps)."""
         ...
@@ -104,8 +109,9 @@ class ReplayStore(Protocol):
         counting this one."""
         ...
 
-    def played(self, recording_id: str) -> int:
-        """Note that a recording answers a request; returns how many times it had answered before."""
+    def played(self, recording_id: str) -> None:
+        """Note that a recording answers a request. Nothing waits on it: a store several processes share may
+        send it on without waiting for its answer."""
         ...
 
     def plays(self, recording_id: str) -> int:
@@ -211,6 +217,9 @@ class MemoryStore:
         self._requests += 1
         return self._requests
 
+    def requests(self) -> int:
+        return self._requests
+
     def add_received(self, request: Request) -> None:
         received = self._received
         received.append(request)
@@ -234,11 +243,9 @@ class MemoryStore:
         self._turns[key] = turn + 1
         return turn
 
-    def played(self, recording_id: str) -> int:
-        turn = self._plays[recording_id]
-        self._plays[recording_id] = turn + 1
+    def played(self, recording_id: str) -> None:
+        self._plays[recording_id] += 1
         self._answered.append(recording_id)
-        return turn
 
     def plays(self, recording_id: str) -> int:
         return self._plays[recording_id]

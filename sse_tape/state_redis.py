@@ -190,6 +190,10 @@ class RedisStore:
         return int(number)
 
     @_answered
+    def requests(self) -> int:
+        return int(self._redis.get(self._requests) or 0)
+
+    @_answered
     def add_received(self, request: Request) -> None:
         packed = msgpack.packb(
             [request.method, request.path, request.query, [list(h) for h in request.headers], request.body]
@@ -201,12 +205,12 @@ class RedisStore:
         return int(self._redis.hincrby(self._turns, key, 1)) - 1
 
     @_answered
-    def played(self, recording_id: str) -> int:
+    def played(self, recording_id: str) -> None:
         pipe = self._redis.pipeline(transaction=False)
         pipe.hincrby(self._plays, recording_id, 1)
         pipe.rpush(self._answered, recording_id)
         pipe.ltrim(self._answered, -self.keep, -1)
-        return int(self._send(pipe)[0]) - 1
+        self._send(pipe)
 
     @_answered
     def plays(self, recording_id: str) -> int:

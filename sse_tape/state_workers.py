@@ -9,9 +9,10 @@ length): the workers answer as one server. The parent answers on a thread of
 its own, one message at a time, so that each operation is atomic across the
 workers.
 
-An operation whose answer replay needs (which turn, how many plays, a
-snapshot) is a round trip; one that only tells (a request received, a fault
-applied, a miss, journal entries, what a responder keeps) is sent without
+An operation whose answer replay needs (a request's number, which turn, a
+claim, a snapshot) is a round trip; one that only tells (a request received,
+a recording played, a fault applied, a miss, journal entries, what a
+responder keeps) is sent without
 waiting for an answer, and the parent takes it before the same worker's
 next message. Whether another worker set new faults comes back with each
 request's number, as `RedisStore` has it. What belongs to one process's
@@ -36,10 +37,12 @@ from .state import FaultKey, MemoryStore, State
 __all__ = ["WorkersStore"]
 
 _ASKS: Final = frozenset(
-    {"next_request", "next_turn", "played", "plays", "count", "share_settings", "settings", "entries", "snapshot"}
-    | {"reset", "kept_get", "kept_pop", "kept_keys"}
+    {"next_request", "requests", "next_turn", "plays", "claim", "count", "share_settings", "settings", "entries"}
+    | {"snapshot", "reset", "kept_get", "kept_pop", "kept_keys"}
 )
-_TELLS: Final = frozenset({"add_received", "restart_counts", "note_injected", "add_miss", "add_entries", "kept_set"})
+_TELLS: Final = frozenset(
+    {"add_received", "played", "restart_counts", "note_injected", "add_miss", "add_entries", "kept_set"}
+)
 
 
 class WorkersStore:
@@ -72,8 +75,8 @@ class WorkersStore:
         self._parent_ends, self._worker_ends = [], []
 
     def hold(self, say: Callable[[str], None]) -> None:
-        """In the parent, once every worker is forked: answer them, on a thread, until they all end. `say` gets a
-        line for an operation that failed."""
+        """In the parent, once every worker is forked: answer them, on a thread, until they all end (the parent
+        asks nothing of it meanwhile). `say` gets a line for an operation that failed."""
         for connection in self._worker_ends:
             connection.close()
         answering = threading.Thread(
@@ -86,17 +89,24 @@ class WorkersStore:
         number, self._latest = self._ask("next_request")
         return int(number)
 
+    def requests(self) -> int:
+        return int(self._ask("requests"))
+
     def add_received(self, request: Request) -> None:
         self._tell("add_received", request)
 
     def next_turn(self, key: str) -> int:
         return int(self._ask("next_turn", key))
 
-    def played(self, recording_id: str) -> int:
-        return int(self._ask("played", recording_id))
+    def played(self, recording_id: str) -> None:
+        self._tell("played", recording_id)
 
     def plays(self, recording_id: str) -> int:
         return int(self._ask("plays", recording_id))
+
+    def claim(self, recording_ids: Sequence[str]) -> str | None:
+        claimed: str | None = self._ask("claim", list(recording_ids))
+        return claimed
 
     def count(self, fault_key: FaultKey) -> int:
         return int(self._ask("count", fault_key))
@@ -259,11 +269,17 @@ class _Held:
     def next_turn(self, key: str) -> int:
         return self.store.next_turn(key)
 
-    def played(self, recording_id: str) -> int:
-        return self.store.played(recording_id)
+    def requests(self) -> int:
+        return self.store.requests()
+
+    def played(self, recording_id: str) -> None:
+        self.store.played(recording_id)
 
     def plays(self, recording_id: str) -> int:
         return self.store.plays(recording_id)
+
+    def claim(self, recording_ids: list[str]) -> str | None:
+        return self.store.claim(recording_ids)
 
     def count(self, fault_key: FaultKey) -> int:
         return self.store.count(fault_key)

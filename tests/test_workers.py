@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -24,6 +25,7 @@ from redis_server import redis_server
 from waits import SAFETY_NET, until
 
 from sse_tape import Cassette, Chunk, Interaction, Request, Response
+from sse_tape.state_workers import WorkersStore
 
 ROOT = Path(__file__).parent.parent
 
@@ -118,6 +120,32 @@ def test_workers_answer_as_one_server_one_fault_budget_and_one_turn_order(tmp_pa
             injections = client.get("/__sse_tape__/faults").json()["injections"]
         assert stats["requests"] == 6
         assert [i["fault"] for i in injections] == ["status:429,times=1"]
+
+
+def test_forked_workers_claim_each_recording_once_from_the_store_their_parent_holds() -> None:
+    # With `allow_repeats` off (Python and pytest), a claim is one step across the workers: none plays twice.
+    store, ids, pids = WorkersStore(2), [f"r{n}" for n in range(1000)], []
+    claimed = tempfile.TemporaryDirectory()
+    with claimed:
+        for n in range(2):
+            pid = os.fork()
+            if pid == 0:  # a worker: claims until nothing is left, and writes what it got
+                store.in_worker(n)
+                store.played("told")  # sent without waiting for an answer
+                got = []
+                while (one := store.claim(ids)) is not None:
+                    got.append(one)
+                Path(claimed.name, str(n)).write_text(" ".join(got))
+                os._exit(0)
+            pids.append(pid)
+        failures: list[str] = []
+        store.hold(failures.append)
+        assert [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids] == [0, 0]
+        got = [Path(claimed.name, str(n)).read_text().split() for n in range(2)]
+    assert sorted(got[0] + got[1]) == sorted(ids)  # each once, in all
+    assert store.claim(ids) is None  # the parent's own view: every one played
+    assert store.snapshot().plays["told"] == 2
+    assert failures == []
 
 
 def test_faults_set_through_one_worker_and_a_reset_through_the_other_reach_both(tmp_path: Path) -> None:

@@ -284,7 +284,7 @@ class MockServer:
             "connections": len(self._guard.open) if self._guard is not None else 0,
             "active_streams": self._answering,
             "tasks": len(asyncio.all_tasks()),
-            "requests": self._state.snapshot().requests,
+            "requests": self._state.requests(),
             "journal_entries": len(self.journal),
             "refused_connections": self._guard.refused if self._guard is not None else 0,
             "stalled_connections": self._guard.stalled if self._guard is not None else 0,
