@@ -9,8 +9,10 @@ between them round after round (the order turns each round):
   connections and with a new connection for each stream: streams/s, and the
   server process's CPU time (user + system, all its threads, from /proc) per
   stream. Contenders: the aiohttp floor (replay_bench's hand-written server),
-  sse-tape's `MockServer` in a process, the `sse-tape serve` command, and
-  aimock's `llmock` command.
+  sse-tape's `MockServer` in a process, the `sse-tape serve` command,
+  aimock's `llmock` command, and the bare aiohttp app of the cold start (one
+  route that reads the body and writes the recorded bytes: what aiohttp
+  itself costs a request, all that sse-tape adds left out).
 - events: 60-event instant streams at 1, 50 and 500 clients, keep-alive:
   events/s, sse-tape's `MockServer` against the aiohttp floor.
 - with --baseline DIR (another checkout, or `git archive` of an earlier
@@ -513,6 +515,7 @@ def instant_figure(servers: dict[str, Server], body: bytes, events: int, run: Ru
         ("sse-tape", "aimock"),
         ("sse-tape serve", "aimock"),
         ("sse-tape", "aiohttp floor"),
+        ("sse-tape serve", "aiohttp app"),
         ("baseline", "aimock"),
         ("baseline", "aiohttp floor"),
         ("sse-tape", "baseline"),
@@ -724,7 +727,7 @@ def main() -> None:
         }
         if aimock:
             starts["aimock"] = lambda port: aimock_argv(aimock.cli, fixture, port)
-        for name in ("sse-tape serve", "aimock"):
+        for name in ("sse-tape serve", "aiohttp app", "aimock"):
             if name in starts:
                 servers[name] = command_server(starts[name], http_request(body), name)
 
