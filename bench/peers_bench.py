@@ -4,13 +4,15 @@ Every server runs in a fresh process of its own (the Python ones through this
 script's `--server`); one client process measures them all, alternating
 between them round after round (the order turns each round):
 
-- instant: the 13-event chat stream of openai-chat.toml #1, sent with no
+- instant: the 14-event chat stream of openai-chat.toml #1, sent with no
   pacing, to 1 client and to 50 concurrent clients, over keep-alive
   connections and with a new connection for each stream: streams/s, and the
   server process's CPU time (user + system, all its threads, from /proc) per
   stream. Contenders: the aiohttp floor (replay_bench's hand-written server),
-  sse-tape's `MockServer` in a process, the `sse-tape serve` command, and
-  aimock's `llmock` command.
+  sse-tape's `MockServer` in a process, the `sse-tape serve` command,
+  aimock's `llmock` command, and the bare aiohttp app of the cold start (one
+  route that reads the body and writes the recorded bytes: what aiohttp
+  itself costs a request, all that sse-tape adds left out).
 - events: 60-event instant streams at 1, 50 and 500 clients, keep-alive:
   events/s, sse-tape's `MockServer` against the aiohttp floor.
 - with --baseline DIR (another checkout, or `git archive` of an earlier
@@ -33,8 +35,9 @@ a few thousand requests to settle, while Node's JIT compiles its hot paths.
 
 aimock cannot be given bytes to send: it builds its chunks from a fixture's
 content. Its fixture here holds the recording's id, created, model and each
-content delta as a text block, so it sends the same 13 events with the same
-content; its JSON adds `"logprobs":null` to every chunk and `"content":""` to
+content delta as a text block, and it makes the usage chunk itself, as the
+request asks for it (with token counts of its own estimate), so it sends the
+same 14 events with the same content; its JSON adds `"logprobs":null` to every chunk and `"content":""` to
 the first (the run prints the sizes).
 
 Run: python bench/peers_bench.py [--aimock PATH] [--rounds 5] [--only instant|events|workers|cold]
@@ -292,6 +295,8 @@ def find_aimock(given: str) -> Aimock:
 def aimock_fixture(interaction: Interaction) -> dict[str, object]:
     """An aimock fixture that sends the recording's chat stream: its id, created, model and content deltas."""
     chunks = [json.loads(e.data) for _, e in interaction.response.events() if e.data != "[DONE]"]
+    # The usage chunk (no choices) aimock makes itself, as the request asks for it (`include_usage`).
+    chunks = [c for c in chunks if c["choices"]]
     deltas = [c["choices"][0]["delta"] for c in chunks]
     if deltas[0] != {"role": "assistant"} or deltas[-1] != {} or any(set(d) != {"content"} for d in deltas[1:-1]):
         raise SystemExit("aimock's fixture: the recording must be a role chunk, content deltas and a stop")
@@ -503,13 +508,14 @@ def instant_figure(servers: dict[str, Server], body: bytes, events: int, run: Ru
                     client_share.append(load.client_cpu / load.seconds)
         print(f"  instant: round {n + 1} of {rounds} done", file=sys.stderr)
     title = (
-        f"instant replay, 13-event chat stream; {streams // 5} streams from 1 client, {streams} from 50 clients at "
+        f"instant replay, {events}-event chat stream; {streams // 5} streams from 1 client, {streams} from 50 clients at "
         f"once; keep-alive connections, or a new one per stream. Median of {rounds} alternating rounds [min-max]"
     )
     ratios = [
         ("sse-tape", "aimock"),
         ("sse-tape serve", "aimock"),
         ("sse-tape", "aiohttp floor"),
+        ("sse-tape serve", "aiohttp app"),
         ("baseline", "aimock"),
         ("baseline", "aiohttp floor"),
         ("sse-tape", "baseline"),
@@ -574,7 +580,7 @@ def workers_figure(cassette: Path, body: bytes, events: int, run: Run) -> None:
                     results[name].setdefault(f"{label} cpu", []).append(load.server_cpu / load.streams * 1e6)
         print(f"  workers: round {n + 1} of {run.rounds} done", file=sys.stderr)
     title = (
-        f"`sse-tape serve --workers N`, the 13-event stream instant, {run.streams} streams from 50 and from 500 "
+        f"`sse-tape serve --workers N`, the {events}-event stream instant, {run.streams} streams from 50 and from 500 "
         f"keep-alive clients at once; {os.cpu_count()} cores here. Median of {run.rounds} alternating rounds "
         "[min-max]\nstreams/s"
     )
@@ -584,7 +590,9 @@ def workers_figure(cassette: Path, body: bytes, events: int, run: Run) -> None:
     table("server CPU time (user + system, all workers) per stream, µs; same loads", results, cpus, ratios)
 
 
-def cold_figure(starts: dict[str, Callable[[int], list[str]]], request: bytes, samples: int, tmp: Path) -> None:
+def cold_figure(
+    starts: dict[str, Callable[[int], list[str]]], request: bytes, events: int, samples: int, tmp: Path
+) -> None:
     # Python contenders start from compiled bytecode, as an installed package does (pip compiles it): with
     # PYTHONDONTWRITEBYTECODE set (as on this project's machines) a checkout's modules would be compiled
     # again at every start. Their caches go to a folder of this run's, written by the untimed starts.
@@ -597,8 +605,8 @@ def cold_figure(starts: dict[str, Callable[[int], list[str]]], request: bytes, s
         names = list(starts)
         for name in names[n % len(names) :] + names[: n % len(names)]:
             seconds, cpu, answer = cold_start(starts[name](port := free_port()), port, request, name, env)
-            if body_of(answer).count(b"\n\n") != 13:
-                raise SystemExit(f"{name}: its first answer is not the 13-event stream")
+            if body_of(answer).count(b"\n\n") != events:
+                raise SystemExit(f"{name}: its first answer is not the {events}-event stream")
             results[name]["ms"].append(seconds * 1000)
             results[name]["cpu"].append(cpu * 1000)
     title = (
@@ -609,14 +617,14 @@ def cold_figure(starts: dict[str, Callable[[int], list[str]]], request: bytes, s
     table(title, results, [("first answer", "ms", "{:.0f}"), ("its CPU", "cpu", "{:.0f}")], ratios)
 
 
-def profile_instant(kind: str, source: Path, root: Path, body: bytes, run: Run, out: Path) -> pstats.Stats:
+def profile_instant(kind: str, source: Path, root: Path, body: bytes, events: int, run: Run, out: Path) -> pstats.Stats:
     """One more 50-client instant load, against `kind` from `root` under cProfile; its stats, also written
     to `out`."""
     with python_process(kind, source, root) as (proc, port):
         request = http_request(body)
-        warm(port, proc.pid, request, 13, run.warmup)
+        warm(port, proc.pid, request, events, run.warmup)
         tell(proc, "start")
-        drive(port, proc.pid, request, 50, run.streams, 13, keep_alive=True)
+        drive(port, proc.pid, request, 50, run.streams, events, keep_alive=True)
         tell(proc, str(out))
     return pstats.Stats(str(out))
 
@@ -631,14 +639,16 @@ def tell(proc: subprocess.Popen[str], word: str) -> None:
         raise SystemExit(f"the server process {proc.pid} did not answer {word!r}")
 
 
-def profile(folder: Path, body: bytes, cassette: Path, run: Run, baseline: Path | None) -> None:
+def profile(folder: Path, body: bytes, events: int, cassette: Path, run: Run, baseline: Path | None) -> None:
     """The floor and sse-tape (and the baseline) under cProfile, one 50-client instant load each; the calls
     each makes per stream, and sse-tape's costliest functions."""
     folder.mkdir(parents=True, exist_ok=True)
-    stats = {"the floor": profile_instant("floor", cassette, HERE, body, run, folder / "floor.prof")}
+    stats = {"the floor": profile_instant("floor", cassette, HERE, body, events, run, folder / "floor.prof")}
     if baseline is not None:
-        stats["the baseline"] = profile_instant("sse-tape", cassette, baseline, body, run, folder / "baseline.prof")
-    stats["sse-tape"] = ours = profile_instant("sse-tape", cassette, HERE, body, run, folder / "sse-tape.prof")
+        stats["the baseline"] = profile_instant(
+            "sse-tape", cassette, baseline, body, events, run, folder / "baseline.prof"
+        )
+    stats["sse-tape"] = ours = profile_instant("sse-tape", cassette, HERE, body, events, run, folder / "sse-tape.prof")
     print(f"\nunder cProfile, {run.streams} streams from 50 keep-alive clients; stats in {folder}")
     calls = ", ".join(f"{name} {s.total_calls / run.streams:.0f}" for name, s in stats.items())  # type: ignore[attr-defined]
     print(f"function calls per stream: {calls}; sse-tape's by own time:")
@@ -717,7 +727,7 @@ def main() -> None:
         }
         if aimock:
             starts["aimock"] = lambda port: aimock_argv(aimock.cli, fixture, port)
-        for name in ("sse-tape serve", "aimock"):
+        for name in ("sse-tape serve", "aiohttp app", "aimock"):
             if name in starts:
                 servers[name] = command_server(starts[name], http_request(body), name)
 
@@ -731,13 +741,13 @@ def main() -> None:
                 print(f"  {name}: {same}")
             instant_figure(servers, body, events, run)
             if args.profile:
-                profile(args.profile, body, cassette, run, baseline)
+                profile(args.profile, body, events, cassette, run, baseline)
         if args.only in (None, "events"):
             events_figure(run, Path(tmp), baseline)
         if args.only in (None, "workers"):
             workers_figure(cassette, body, events, run)
         if args.only in (None, "cold"):
-            cold_figure(starts, http_request(body, keep_alive=False), args.starts, Path(tmp))
+            cold_figure(starts, http_request(body, keep_alive=False), events, args.starts, Path(tmp))
     if not aimock:
         print("\naimock not given: pass --aimock PATH to compare with it (see this script's docstring)")
 

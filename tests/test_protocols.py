@@ -15,6 +15,7 @@ from aiohttp import web
 from upstream import on_loopback
 
 from sse_tape import Cassette, arecording, aserve
+from sse_tape.cassette import Request
 from sse_tape.dialects import DIALECTS, ENTRY_POINTS, Protocol, detect
 from sse_tape.matching import MATCHERS
 from sse_tape.sse import ServerSentEvent, SSEDecoder
@@ -174,3 +175,21 @@ async def test_a_protocol_from_outside_is_recorded_replayed_by_its_own_matcher_a
             assert trouble(got[1]) == {"trouble": "frozen", "after": 1}
             got, clean = await events(client, forwarder.url, "snow", "disconnect:after=2,mode=reset")
             assert ([e.event for e in got], clean) == (["tick"] * 2, False)
+
+
+def test_a_protocols_responder_is_lent_only_the_requests_that_may_concern_it() -> None:
+    # The server asks each protocol's responder first whether a request may be its feature's (`concerns`), and
+    # lends it no other: a chat request concerns neither A2A's replies nor the Responses API's background mode.
+    responders = {type(r).__name__: r for d in DIALECTS.values() for r in d.responders()}
+    chat = Request("POST", "/v1/chat/completions", body=b'{"model": "m", "messages": [], "stream": true}')
+    a2a = Request("POST", "/", body=b'{"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {}}')
+    started = Request("POST", "/v1/responses", body=b'{"model": "m", "input": "hi", "background": true}')
+    retrieved = Request("GET", "/v1/responses/resp_1")
+    replies, background = responders["Replies"], responders["Background"]
+    assert not replies.concerns(chat)
+    assert not background.concerns(chat)
+    assert replies.concerns(a2a)
+    assert not background.concerns(a2a)
+    assert background.concerns(started)
+    assert background.concerns(retrieved)
+    assert not background.concerns(Request("POST", "/v1/responses", body=b'{"model": "m", "input": "hi"}'))

@@ -150,7 +150,10 @@ class Response:
 
 def _first(headers: Headers, name: str) -> str | None:
     name = name.lower()
-    return next((v for k, v in headers if k.lower() == name), None)
+    for key, value in headers:  # a loop, not a generator: every request's headers are looked up several times
+        if key.lower() == name:
+            return value
+    return None
 
 
 @dataclass(frozen=True, slots=True)

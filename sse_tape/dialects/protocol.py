@@ -397,6 +397,12 @@ class ProtocolResponder(ABC):
     async def respond(self, incoming: Incoming) -> web.StreamResponse | None:
         """Answer the request (see `Incoming`), or return None to leave it to the responders behind."""
 
+    def concerns(self, request: Request) -> bool:
+        """Whether `request` may be one of its feature's: False only for a request `respond` would pass on
+        untouched (keeping nothing, saying nothing), which the server then does not lend it. A cheap look (the
+        path, the method, a header), asked of every request; True by default."""
+        return True
+
     def forget(self, kept: MutableMapping[str, Any]) -> None:
         """What it keeps (`kept`, its `Incoming.state`) is about to be forgotten by a reset: end what would
         outlive it (MCP's `GET` streams held open); nothing by default."""

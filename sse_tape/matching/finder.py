@@ -494,7 +494,7 @@ class Matcher:
     def _misfit(self, asked: _Asked, n: int) -> str | None:
         """Why recording n cannot answer the request in its phase (see `Phase.fits`); None when it can, or when
         either has no phase (an API that is not an LLM's, a body that is not JSON)."""
-        here, there = asked.phase(), self._phase(n)
+        here, there = asked.phase_beside(n), self._phase(n)
         if here is None or there is None:
             return None
         calls = self._calls[n]
@@ -624,6 +624,17 @@ class _Asked:
         if self._phase is _NOT_YET:
             self._phase = self.matcher._phase_of(self.api(), self.request)
         return self._phase
+
+    def phase_beside(self, n: int) -> Phase | None:
+        """Its phase, read from recording n's when the two requests are the same to it (the same API, path and
+        body bytes: most replays send what was recorded), rather than worked out from its body again."""
+        if self._phase is _NOT_YET:
+            matcher = self.matcher
+            recorded = matcher.recordings[n].interaction.request
+            request = self.request
+            if self.api() is matcher._apis[n] and request.path == recorded.path and request.body == recorded.body:
+                self._phase = matcher._phase(n)
+        return self.phase()
 
     def compared(self, rule: _Rule) -> Request:
         """The request as `rule` compares it."""

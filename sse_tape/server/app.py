@@ -482,6 +482,8 @@ class MockServer:
             if exchange.faults and (why := self.refused(http, peer=True)) is not None:
                 return await self.error(exchange, 403, f"{FAULT_HEADER} refused: {why}", "forbidden")
             for responder in self.responders:
+                if isinstance(responder, Lent) and not responder.concerns(exchange):
+                    continue  # a protocol's responder would pass it on untouched: not lent it
                 answer = await responder.respond(exchange)
                 if answer is not None:
                     return answer

@@ -76,7 +76,13 @@ async def read_body(http: web.Request, limit: int) -> tuple[bytes, bool]:
     if length is not None and length > limit:
         raise _too_large(limit)
     if coding is None:
-        return await _plain(http.content.iter_any(), limit), False
+        content = http.content
+        if content.is_eof():  # all of it came with the head (most bodies): taken as it is, with no reading loop
+            body = content.read_nowait()
+            if len(body) > limit:
+                raise _too_large(limit)
+            return body, False
+        return await _plain(content.iter_any(), limit), False
     return await _decompressed(http.content.iter_any(), coding, limit), True
 
 

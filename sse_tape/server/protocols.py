@@ -30,6 +30,11 @@ class Lent(Attached):
         self.responder = responder
         self.key = key
 
+    def concerns(self, exchange: Exchange) -> bool:
+        """Whether the request may be one of the protocol's feature's (`ProtocolResponder.concerns`): the server
+        lends it no other."""
+        return self.responder.concerns(exchange.request)
+
     async def respond(self, exchange: Exchange) -> web.StreamResponse | None:
         return await self.responder.respond(_Incoming(self.host, exchange, self.key, local=self.responder.lasting))
 

@@ -68,6 +68,9 @@ class Replies(ProtocolResponder):
     def __init__(self, dialect: Protocol) -> None:
         self.dialect = dialect
 
+    def concerns(self, request: Request) -> bool:
+        return self.dialect.speaks(request)
+
     async def respond(self, incoming: Incoming) -> web.StreamResponse | None:
         request = incoming.request
         if not self.dialect.speaks(request):

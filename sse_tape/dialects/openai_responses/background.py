@@ -181,6 +181,12 @@ class Background(ProtocolResponder):
         self.dialect = dialect
         """The Responses API, whose requests it keeps and whose words it answers in."""
 
+    def concerns(self, request: Request) -> bool:
+        # A request for a background response (retrieve, resume, cancel), or one that starts one.
+        return _RESOURCE.search(request.path) is not None or (
+            asks_for_background(request) and self.dialect.serves_path(request.path)
+        )
+
     async def respond(self, incoming: Incoming) -> web.StreamResponse | None:
         request = incoming.request
         if asks_for_background(request) and self.dialect.serves_path(request.path):
