@@ -86,7 +86,8 @@ SESSION_HEADER = "mcp-session-id"
 
 MOST_SESSIONS = 1000
 """How many sessions replay keeps open at most: a new one past them ends the oldest (its `GET` streams close, and
-its client gets 404 and starts another), so that a long `serve` whose clients never end theirs holds no more."""
+its client gets 404 and starts another), so that a long `serve` whose clients never end theirs holds no more. In
+Redis, the one its hash lists first: not always the oldest."""
 MOST_EVENT_IDS = 10_000
 """How many event ids a session keeps its streams under, at most: the newest (an older one resumes nothing)."""
 
