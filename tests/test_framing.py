@@ -4,6 +4,7 @@ it is cut and written as its API writes it, and a recorded stream reframed from 
 from __future__ import annotations
 
 import json
+import pickle
 from random import Random
 
 import pytest
@@ -300,3 +301,10 @@ def test_dropping_the_done_of_a_stream_that_has_none_says_so() -> None:
     notes = apply([parse_fault("drop:at=done")], plan, dialect=DIALECTS["ollama-chat"], rng=Random(0))
     assert plan.body == OLLAMAS
     assert notes[0][1] == "no [DONE] in ollama-chat's stream: left alone"
+
+
+@pytest.mark.parametrize("framing", [SSE, JSON_ARRAY, NDJSON, EVENT_STREAM])
+def test_a_framing_read_back_from_a_pickle_is_the_one_instance(framing: Framing) -> None:
+    # What a shared replay state keeps (an MCP session's streams) is pickled: the plan read back frames as before.
+    plan = Plan(200, [("content-type", framing.content_type)], [(0.0, b"x")], framing=framing)
+    assert pickle.loads(pickle.dumps(plan)).framing is framing

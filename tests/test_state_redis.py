@@ -241,9 +241,7 @@ def test_a_background_response_started_on_one_server_is_polled_and_cancelled_on_
             first.responses.retrieve(created.id)
 
 
-async def test_an_mcp_session_replays_through_a_server_on_redis_and_stays_in_its_process(
-    url: str, tmp_path: Path
-) -> None:
+async def test_an_mcp_session_replays_through_a_server_on_redis_and_lives_there(url: str, tmp_path: Path) -> None:
     cassette = tmp_path / "mcp.toml"
     with (
         on_loopback(mcp_tools().streamable_http_app(), "the MCP server") as upstream,
@@ -264,7 +262,8 @@ async def test_an_mcp_session_replays_through_a_server_on_redis_and_stays_in_its
         [(key, sessions)] = server.control.snapshot().kept.items()
         assert key.startswith("mcp")
         assert len(sessions) == 1
-        assert RedisStore(url).snapshot().kept == {}  # nothing of it in Redis: it lives with its connections
+        # In Redis, for every server sharing it to answer (see test_mcp_replicas.py); its GET stream is this one's.
+        assert RedisStore(url).snapshot().kept == {key: sessions}
 
 
 def test_what_belongs_to_a_servers_connections_stays_in_its_process(url: str) -> None:

@@ -352,6 +352,9 @@ class Incoming(ABC):
     """Its query's parameters (the first value of each)."""
     state: MutableMapping[str, Any]
     """What this responder keeps between requests, in the server's replay state: a reset empties it."""
+    shared: bool = False
+    """Whether that state is shared by several servers (`ReplayStore.shared`): what it holds may then change in
+    another process between two requests, and a value read from it is a copy."""
 
     @abstractmethod
     def keep(self, hook: Callable[[Plan], Kept | None]) -> None:
@@ -390,8 +393,7 @@ class ProtocolResponder(ABC):
     lasting: ClassVar[bool] = False
     """Whether what it keeps belongs to connections that outlive a test (MCP's sessions), and so is kept when
     replay starts over for the clients already there (`Control.reset(protocols=False)`); False: it is
-    forgotten with the rest (the Responses API's background responses, A2A's task streams). What lasts lives
-    with this process's connections: a store shared by several servers keeps it in each (`ReplayStore.kept`)."""
+    forgotten with the rest (the Responses API's background responses, A2A's task streams)."""
 
     @abstractmethod
     async def respond(self, incoming: Incoming) -> web.StreamResponse | None:

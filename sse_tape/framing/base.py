@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -49,6 +50,12 @@ class Framing(ABC):
     """The content type a stream in this framing is sent with."""
     lines: ClassVar[bool] = True
     """Whether it is text whose line ends may be written otherwise (CRLF, CR); not a binary framing's bytes."""
+
+    def __reduce__(self) -> str:
+        """Pickled as the name of the one instance its module holds (`SSE`...): read back, it is that instance,
+        so that a plan kept in a shared replay state and read back is framed as it was (`plan.framing is SSE`)."""
+        held = vars(sys.modules[type(self).__module__])
+        return next(name for name, value in held.items() if value is self)
 
     @abstractmethod
     def blocks(self, body: bytes, at: int = 0) -> list[Block]:

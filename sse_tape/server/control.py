@@ -247,14 +247,13 @@ class Control:
         # What lasts is kept through the store's own reset, as any store keeps it: by its key; the rest ends first.
         kept: dict[str, dict[str, Any]] = {}
         for key, responder in self._protocols.items():
-            local = responder.lasting  # what lasts belongs to this process's connections
-            if protocols or not local:
-                responder.forget(state.kept(key, local=local))
+            if protocols or not responder.lasting:
+                responder.forget(state.kept(key))
             else:
-                kept[key] = dict(state.kept(key, local=local))
+                kept[key] = dict(state.kept(key))
         state.reset()
         for key, values in kept.items():
-            state.kept(key, local=True).update(values)
+            state.kept(key).update(values)
         self._journal.clear()
         # What the state and the journal held is freed to the allocator, which keeps it for the process: after
         # much traffic (a flood of misses, large bodies), hand it back to the system.

@@ -36,16 +36,16 @@ class Lent(Attached):
         return self.responder.concerns(exchange.request)
 
     async def respond(self, exchange: Exchange) -> web.StreamResponse | None:
-        return await self.responder.respond(_Incoming(self.host, exchange, self.key, local=self.responder.lasting))
+        return await self.responder.respond(_Incoming(self.host, exchange, self.key))
 
 
 class _Incoming(Incoming):
     """A `Incoming` over the server's exchange. Its query and state are looked up when a responder asks for
     them: most requests are passed on without either."""
 
-    def __init__(self, host: Host, exchange: Exchange, key: str, *, local: bool) -> None:
+    def __init__(self, host: Host, exchange: Exchange, key: str) -> None:
         self._host = host
-        self._local = local  # what it keeps belongs to this process's connections
+        self.shared = host.state.shared
         self._exchange = exchange
         self._key = key
         self.request = exchange.request
@@ -58,7 +58,7 @@ class _Incoming(Incoming):
 
     @property
     def state(self) -> MutableMapping[str, Any]:  # type: ignore[override]  # read where asked, not set
-        return self._host.state.kept(self._key, local=self._local)
+        return self._host.state.kept(self._key)
 
     def keep(self, hook: Callable[[Plan], Kept | None]) -> None:
         if self._exchange.keep is None:  # the first protocol in the registry's order to keep a request has it

@@ -7,7 +7,9 @@ that the client initializes again, and 400 to a request without one
 (https://modelcontextprotocol.io/specification/2025-11-25/basic/transports#session-management).
 On replay, `Sessions` does the same: an `initialize` answered by a recording
 whose server minted a session id gets a fresh one (a `uuid4`, as the SDKs
-mint them), kept in the server's replay state (a reset forgets them); a
+mint them), kept in the server's replay state (a reset forgets them), so
+that servers sharing one (`serve --state redis://...`, `--workers N`)
+answer a session as one server, whichever gets each request; a
 request with a session id the server did not mint, or ended since, is
 answered 404, and one with none, 400, when a recording made within a session
 answers it (a request no recording answers is left to what follows replay:
@@ -33,6 +35,20 @@ client, stays open after its recorded events, as the server's would, for
 `HELD` seconds at most: until its session ends (`DELETE`: its connection
 closes), its client goes away or the server stops.
 
+What the replay state keeps of a session is what any server may need: that
+it is open, and its streams by event id (`_Session`, pickled where the state
+is shared). The `GET` streams held open are the process's that holds them
+(`Sessions`): it closes them when the session ends there, and, where the
+state is shared, looks every `LOOK` seconds, in one read of the ids of the
+sessions open, whether a session ended elsewhere (a `DELETE` or a 404
+through another server, a reset), to close its streams too. A look per
+process, not a message per end: the replay state needs no channel of its own,
+and a server that missed a message (restarted, or Redis gone a moment) still
+closes them. A request reads its session once, and writes it once more where
+its answer's events have ids to keep: the last write wins, so two streams of
+one session answered at the same moment by two servers may leave one of them
+not to resume.
+
 A 2026-07-28 exchange has no session: nothing is minted for it, nor asked
 of it. Its `subscriptions/listen` stream, which the server holds open until
 its client leaves, is held so on replay after its last recorded event when
@@ -44,6 +60,7 @@ work in flight (`MCP.holds`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import uuid
 import weakref
@@ -52,6 +69,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ... import _json
+from ..._exceptions import StateError
 from ...cassette import End
 from ...plan import Plan
 from ..json_rpc import MISSING
@@ -61,20 +79,24 @@ from .jsonrpc import client_ids, event_ids, rewritten
 if TYPE_CHECKING:  # what an answer is: the server's, which imports aiohttp
     from aiohttp import web
 
-__all__ = ["HELD", "MOST_EVENT_IDS", "MOST_SESSIONS", "SESSION_HEADER", "Sessions"]
+__all__ = ["HELD", "LOOK", "MOST_EVENT_IDS", "MOST_SESSIONS", "SESSION_HEADER", "Sessions"]
 
 SESSION_HEADER = "mcp-session-id"
 """The header that carries a session's id, both ways."""
 
 MOST_SESSIONS = 1000
 """How many sessions replay keeps open at most: a new one past them ends the oldest (its `GET` streams close, and
-its client gets 404 and starts another), so that a long `serve` whose clients never end theirs holds no more."""
+its client gets 404 and starts another), so that a long `serve` whose clients never end theirs holds no more. In
+Redis, the one its hash lists first: not always the oldest."""
 MOST_EVENT_IDS = 10_000
 """How many event ids a session keeps its streams under, at most: the newest (an older one resumes nothing)."""
 
 HELD = 3600.0
 """How long, at most, a replayed `GET` stream stays open after its recorded events, in seconds (unless its
 session ends, its client goes away or the server stops first)."""
+LOOK = 1.0
+"""Where several servers share the replay state: how often, in seconds, one holding `GET` streams open looks
+whether their sessions are still open (ended by another server, they close)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,11 +113,11 @@ class _Stream:
 
 @dataclass(slots=True)
 class _Session:
-    """An open session on replay: the streams it was answered with, by the ids of their events, and its
-    `GET` streams held open (their handlers' tasks), to end with it."""
+    """An open session on replay, as the replay state keeps it (pickled, where several servers share it): the
+    streams it was answered with, by the ids of their events. Its `GET` streams held open are this process's
+    (`Sessions`)."""
 
     streams: dict[str, _Stream] = field(default_factory=dict)
-    held: weakref.WeakSet[asyncio.Task[Any]] = field(default_factory=weakref.WeakSet)
 
     def ids_for(self, ids: list[str]) -> dict[str, str]:
         """New ids for a stream's `ids` where this session gave any of them already (the same recording played
@@ -114,18 +136,6 @@ class _Session:
         while len(self.streams) > MOST_EVENT_IDS:
             del self.streams[next(iter(self.streams))]
 
-    def hold(self) -> None:
-        """Keep the task answering now (a `GET` stream held open), to cancel when the session ends."""
-        task = asyncio.current_task()
-        if task is not None:
-            self.held.add(task)
-
-    def end(self) -> None:
-        """End the session's `GET` streams held open (their connections close)."""
-        for task in list(self.held):
-            if task is not asyncio.current_task():
-                task.cancel()
-
 
 #: How a stream the server still held open was recorded: its client left it, or the recorder stopped.
 _LEFT_OPEN = frozenset({End.CLIENT_GONE, End.INTERRUPTED})
@@ -143,12 +153,14 @@ class Sessions(ProtocolResponder):
 
     def __init__(self, dialect: Protocol) -> None:
         self.dialect = dialect
+        self._held: dict[str, weakref.WeakSet[asyncio.Task[Any]]] = {}  # this process's `GET` streams, by session
+        self._watch: asyncio.Task[None] | None = None  # where the state is shared: ends those of sessions gone
 
     def forget(self, kept: MutableMapping[str, Any]) -> None:
-        """The sessions a reset forgets end as a `DELETE` ends them: their `GET` streams held open close."""
-        for session in kept.values():
-            if isinstance(session, _Session):
-                session.end()
+        """The sessions a reset forgets end as a `DELETE` ends them: their `GET` streams held open close (those
+        of other servers sharing the state, at their next look: see the module)."""
+        for session in list(self._held):
+            self._end(session)
 
     async def respond(self, incoming: Incoming) -> web.StreamResponse | None:
         request = incoming.request
@@ -159,46 +171,45 @@ class Sessions(ProtocolResponder):
         if request.method.upper() == "GET" and session is not None and last:
             known = incoming.state.get(session)
             if isinstance(known, _Session) and (stream := known.streams.get(last)) is not None:
-                return await self._resume(incoming, known, stream, last)
+                return await self._resume(incoming, session, stream, last)
         incoming.keep(functools.partial(self._answer, incoming, session))
         return None
 
-    async def _resume(self, incoming: Incoming, session: _Session, stream: _Stream, last: str) -> web.StreamResponse:
+    async def _resume(self, incoming: Incoming, session: str, stream: _Stream, last: str) -> web.StreamResponse:
         """A reconnection (`GET` with `Last-Event-ID`): the stream that event was in, from after it, as the
         server that replays its event store does, whichever stream of the session it was."""
         plan = stream.plan.copy()
         plan.resume_after(last)
         incoming.note(plan.status, f"the stream of request {stream.request} resumed after event id {last!r}")
         if stream.held:
-            session.hold()
+            self._hold(incoming, session)
         return await incoming.send(plan, stream=True, dialect=self.dialect)
 
     def _answer(self, incoming: Incoming, session: str | None, plan: Plan) -> Kept | None:
         """The recorded answer `plan` as this request gets it: in its session, with its ids (see the module)."""
         request = incoming.request
+        state = incoming.state
         body = request.json() if request.method.upper() == "POST" else None
         id, token = client_ids(body)
         recorded = next((v for k, v in plan.headers if k.lower() == SESSION_HEADER), None)
         initialize = isinstance(body, dict) and body.get("method") == "initialize"
         notes: list[str] = []
-        known = incoming.state.get(session) if session is not None else None
+        known = state.get(session) if session is not None else None
         if session is not None and not isinstance(known, _Session):
             return Kept(f"refused: no session {session!r} open", _error(self.dialect, 404, "Session not found"))
         if recorded is not None and session is None and not initialize:
             return Kept("refused: no session id", _error(self.dialect, 400, "Bad Request: Missing session ID"))
         ok = 200 <= plan.status < 300
+        changed = False  # whether `known` is to be set in the state again (read from a shared one, it is a copy)
         if recorded is not None and initialize and ok:
             session = uuid.uuid4().hex
-            while len(incoming.state) >= MOST_SESSIONS:  # the oldest ends, as one a server expired
-                oldest = next(iter(incoming.state))
-                ended = incoming.state.pop(oldest)
-                if isinstance(ended, _Session):
-                    ended.end()
-            known = incoming.state[session] = _Session()
+            while len(state) >= MOST_SESSIONS:  # the oldest ends, as one a server expired
+                self._forget(state, next(iter(state)))
+            known, changed = _Session(), True
             notes.append(f"in a new session {session}")
         if request.method.upper() == "DELETE" and session is not None and isinstance(known, _Session) and ok:
-            incoming.state.pop(session, None)
-            known.end()
+            self._forget(state, session)
+            known = None  # gone: nothing of it is kept again
             notes.append(f"session {session} ended")
         stream = plan.is_event_stream()
         ids = event_ids(plan) if stream and ok and isinstance(known, _Session) else []
@@ -221,20 +232,71 @@ class Sessions(ProtocolResponder):
             # A copy: the faults that follow act on the plan that goes out, in place.
             kept = _Stream((out if out is not None else plan).copy(), incoming.number, held)
             known.keep([renamed.get(i, i) for i in ids], kept)
-        if isinstance(known, _Session) and held:
-            known.hold()
+            changed = True
+        if session is not None and isinstance(known, _Session):
+            if changed:  # one write, its streams and all (read from a shared state, `known` is a copy)
+                state[session] = known
+            if held:
+                self._hold(incoming, session)
         if out is None:
             return Kept("; ".join(notes)) if notes else None
-        ends = functools.partial(_ends, incoming.state, session) if session is not None else None
+        ends = functools.partial(self._expired, state, session) if session is not None else None
         return Kept("; ".join(notes) or "in its session", out, stream=stream, answered=ends)
 
+    def _expired(self, state: MutableMapping[str, Any], session: str, status: int) -> None:
+        """A session whose request is answered 404 (a fault's `session-expired`) is over, as its client takes
+        it: forgotten, and its `GET` streams held open end, as a `DELETE` ends them."""
+        if status == 404:
+            self._forget(state, session)
 
-def _ends(state: MutableMapping[str, Any], session: str, status: int) -> None:
-    """A session whose request is answered 404 (a fault's `session-expired`) is over, as its client takes it:
-    forgotten, and its `GET` streams held open end, as a `DELETE` ends them."""
-    known = state.pop(session, None) if status == 404 else None
-    if isinstance(known, _Session):
-        known.end()
+    def _forget(self, state: MutableMapping[str, Any], session: str) -> None:
+        """End `session`: gone from the state (unless another server sharing it ended it already), and its `GET`
+        streams held open here closed."""
+        with contextlib.suppress(KeyError):
+            del state[session]
+        self._end(session)
+
+    def _end(self, session: str) -> None:
+        """Close the `GET` streams this process holds open for `session` (their connections close), but the one
+        answering now."""
+        for task in list(self._held.pop(session, ())):
+            if task is not asyncio.current_task():
+                task.cancel()
+
+    def _hold(self, incoming: Incoming, session: str) -> None:
+        """Keep the task answering now (a `GET` stream held open) among `session`'s, to cancel when the session
+        ends: where the state is shared, it may end in another server, which this one sees at its next look."""
+        task = asyncio.current_task()
+        if task is None:
+            return
+        self._held.setdefault(session, weakref.WeakSet()).add(task)
+        task.add_done_callback(functools.partial(self._let_go, session))
+        if incoming.shared and self._watch is None:
+            self._watch = asyncio.get_running_loop().create_task(self._watching(incoming.state))
+
+    def _let_go(self, session: str, task: asyncio.Task[Any]) -> None:
+        """A `GET` stream held open has ended: one less of `session`'s (and, the last of all, no more looks)."""
+        held = self._held.get(session)
+        if held is not None:
+            held.discard(task)
+            if not held:
+                del self._held[session]
+        if not self._held and self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+
+    async def _watching(self, state: MutableMapping[str, Any]) -> None:
+        """Where the state is shared, every `LOOK` seconds while this process holds `GET` streams open: close
+        those of the sessions ended since (by another server's `DELETE`, a 404, a reset), in one look at the ids
+        of the sessions open."""
+        while self._held:
+            await asyncio.sleep(LOOK)
+            try:
+                open = set(state)
+            except StateError:  # the state does not answer now: look again later
+                continue
+            for session in [s for s in self._held if s not in open]:
+                self._end(session)
 
 
 def _error(dialect: Protocol, status: int, message: str) -> Plan:
