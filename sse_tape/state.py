@@ -151,11 +151,9 @@ class ReplayStore(Protocol):
         """Keep a request nothing answered, with why, and count it (a store may keep only the last ones)."""
         ...
 
-    def kept(self, key: str, *, local: bool = False) -> MutableMapping[str, Any]:
-        """What a protocol's responder keeps between requests (the Responses API's background responses, by
-        id), under its `key`: a mapping the store holds, which a reset empties. `local`: what it keeps belongs
-        to this process's connections (MCP's sessions), and a store shared by several processes keeps it in
-        this one.
+    def kept(self, key: str) -> MutableMapping[str, Any]:
+        """What a protocol's responder keeps between requests (the Responses API's background responses, MCP's
+        sessions, by id), under its `key`: a mapping the store holds, which a reset empties.
 
         A value read from a shared store may be a copy: a responder that changes one sets it again."""
         ...
@@ -288,7 +286,7 @@ class MemoryStore:
         self._misses.append(miss)
         self._missed += 1
 
-    def kept(self, key: str, *, local: bool = False) -> MutableMapping[str, Any]:
+    def kept(self, key: str) -> MutableMapping[str, Any]:
         found = self._kept.get(key)
         if found is None:
             found = self._kept[key] = {}

@@ -21,10 +21,6 @@ Where Redis does not answer, each operation raises `StateError`: the server
 answers that request with a 503, or, where its answer has begun, closes its
 connection where it is, in one log line.
 
-What belongs to this process's connections stays in it: what a `local`
-responder keeps (MCP's sessions, whose `GET` streams are held open by one
-process) is kept in memory here, as `MemoryStore` keeps it.
-
 What responders keep is pickled into Redis: whoever may write to that Redis
 may run code in the servers that read it. Give a Redis of your own.
 
@@ -151,7 +147,6 @@ class RedisStore:
         """What redis-py raises when Redis fails: each operation raises `StateError` in its place."""
         self.shown = shown_url(url)
         """The URL as messages show it: without its password."""
-        self._local: dict[str, dict[str, Any]] = {}  # what `local` responders keep, in this process
         self._unsent: list[bytes] = []  # requests received, packed, not sent yet (see `_send`)
         names = ("requests", "received", "answered", "plays", "turns", "placed", "asked", "injected")
         (
@@ -268,12 +263,7 @@ class RedisStore:
         pipe.incr(self._missed)
         self._send(pipe)
 
-    def kept(self, key: str, *, local: bool = False) -> MutableMapping[str, Any]:
-        if local:
-            found = self._local.get(key)
-            if found is None:
-                found = self._local[key] = {}
-            return found
+    def kept(self, key: str) -> MutableMapping[str, Any]:
         return _Kept(self, self._kept_keys, f"{self.prefix}kept:{key}", key)
 
     @_answered
@@ -320,7 +310,6 @@ class RedisStore:
             for key, ids in zip(keys, read.execute(), strict=True):
                 if ids:
                     kept[key] = tuple(i.decode() for i in ids)
-        kept.update({key: tuple(values) for key, values in self._local.items()})
         counts: dict[FaultKey, int] = {int(k): int(n) for k, n in placed.items()}
         counts.update({k.decode(): int(n) for k, n in asked.items()})
         return State(
@@ -340,7 +329,6 @@ class RedisStore:
         names = (self._requests, self._received, self._answered, self._plays, self._turns, self._placed)
         others = (self._asked, self._injected, self._asked_order, self._injected_order, self._misses, self._missed)
         self._reset(keys=[*names, *others, self._journal, self._kept_keys], args=[f"{self.prefix}kept:"])
-        self._local.clear()
         self._unsent.clear()
 
     def _send(self, pipe: Any) -> list[Any]:

@@ -14,9 +14,10 @@ claim, a snapshot) is a round trip; one that only tells (a request received,
 a recording played, a fault applied, a miss, journal entries, what a
 responder keeps) is sent without
 waiting for an answer, and the parent takes it before the same worker's
-next message. Whether another worker set new faults comes back with each
-request's number, as `RedisStore` has it. What belongs to one process's
-connections (a `local` responder's, MCP's sessions) stays in that worker.
+next message, and before any other worker's message sent after it (it reads
+the sockets in the order their messages came: Linux's epoll), so that what
+one worker tells, another that a client turns to next finds. Whether another worker set new faults comes back with each
+request's number, as `RedisStore` has it.
 """
 
 from __future__ import annotations
@@ -62,7 +63,6 @@ class WorkersStore:
         self._parent_ends = [parent for parent, _ in pairs]
         self._worker_ends = [worker for _, worker in pairs]
         self._connection: _Frames | None = None  # a worker's end, in that worker
-        self._local: dict[str, dict[str, Any]] = {}  # what `local` responders keep, in this process
         self._latest = self._taken = 0  # the settings' version as the parent last said it, and as this one has it
 
     def in_worker(self, n: int) -> None:
@@ -130,12 +130,7 @@ class WorkersStore:
     def add_miss(self, miss: Miss) -> None:
         self._tell("add_miss", miss)
 
-    def kept(self, key: str, *, local: bool = False) -> MutableMapping[str, Any]:
-        if local:
-            found = self._local.get(key)
-            if found is None:
-                found = self._local[key] = {}
-            return found
+    def kept(self, key: str) -> MutableMapping[str, Any]:
         return _Kept(self._ask, self._tell, key)
 
     def add_entries(self, entries: Sequence[Mapping[str, Any]]) -> None:
@@ -146,25 +141,10 @@ class WorkersStore:
 
     def snapshot(self) -> State:
         state: State = self._ask("snapshot")
-        if not self._local:
-            return state
-        kept = dict(state.kept)
-        kept.update({key: tuple(values) for key, values in self._local.items()})
-        return State(
-            requests=state.requests,
-            received=state.received,
-            answered=state.answered,
-            plays=state.plays,
-            misses=state.misses,
-            missed=state.missed,
-            injected=state.injected,
-            counts=state.counts,
-            kept=kept,
-        )
+        return state
 
     def reset(self) -> None:
         self._ask("reset")
-        self._local.clear()
 
     def _ask(self, operation: str, *args: Any) -> Any:
         """What the parent answers to `operation` (in the parent itself, until `in_worker`)."""

@@ -266,15 +266,6 @@ async def test_an_mcp_session_replays_through_a_server_on_redis_and_lives_there(
         assert RedisStore(url).snapshot().kept == {key: sessions}
 
 
-def test_what_belongs_to_a_servers_connections_stays_in_its_process(url: str) -> None:
-    one, other = RedisStore(url), RedisStore(url)
-    one.kept("mcp:0", local=True)["session"] = object()  # a live object: never pickled
-    assert dict(other.kept("mcp:0", local=True)) == {}
-    assert one.snapshot().kept == {"mcp:0": ("session",)}
-    one.reset()
-    assert one.snapshot().kept == {}
-
-
 @pytest.mark.parametrize(
     ("given", "message"),
     [
