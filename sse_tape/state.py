@@ -272,7 +272,7 @@ class MemoryStore:
         self._placed.clear()
 
     def note_injected(self, spec: str) -> None:
-        self._injected[spec] += 1
+        self._injected[spec] = self._injected.pop(spec, 0) + 1  # last: the one applied longest ago goes first
         if len(self._injected) > self.keep:
             del self._injected[next(iter(self._injected))]
 

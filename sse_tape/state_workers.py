@@ -26,6 +26,7 @@ import pickle
 import selectors
 import socket
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from typing import Any, Final
@@ -151,8 +152,9 @@ class WorkersStore:
         connection = self._connection
         if connection is None:
             return getattr(self._held, operation)(*args)
+        message = _message(operation, args, asked=True)
         try:
-            connection.send((operation, args, True))
+            connection.end.sendall(message)
             failed, answer = connection.receive()
         except OSError:
             raise StateError("the parent process holding the replay state is gone") from None
@@ -167,8 +169,9 @@ class WorkersStore:
         if connection is None:
             getattr(self._held, operation)(*args)
             return
+        message = _message(operation, args, asked=False)
         try:
-            connection.send((operation, args, False))
+            connection.end.sendall(message)
         except OSError:
             raise StateError("the parent process holding the replay state is gone") from None
 
@@ -211,23 +214,41 @@ class _Held:
         self.version = 0  # of the faults and seed set
         self.faults_and_seed: tuple[tuple[str, ...], int] | None = None
         self.journal: deque[Mapping[str, Any]] = deque(maxlen=keep_entries)
+        self.reset_at = 0.0  # when the state was last reset (the time of journal entries, since the epoch)
 
     def answer(self, ends: list[socket.socket], say: Callable[[str], None]) -> None:
-        """Answer the workers at `ends` until every worker has closed its end."""
+        """Answer the workers at `ends` until every worker has closed its end.
+
+        Before it answers a question, it takes every message already sent on any end: what one worker told
+        (a session it keeps, a play) is applied before another worker's question that came after it, as the
+        client that turned from one to the other expects. A worker sends its messages in order and waits after
+        a question, so an end holds what it told, then at most one question."""
+        workers = [_Frames(end) for end in ends]
         with selectors.DefaultSelector() as selector:
-            for end in ends:
-                selector.register(end, selectors.EVENT_READ, _Frames(end))
-            while selector.get_map():
+            for frames in workers:
+                selector.register(frames.end, selectors.EVENT_READ, frames)
+            while workers:
                 for key, _ in selector.select():
-                    frames: _Frames = key.data
-                    try:
-                        for operation, args, asked in frames.read():
-                            answer = self._answer(operation, args, asked, say)
-                            if asked:
-                                frames.end.sendall(answer)
-                    except OSError:  # the worker ended
-                        selector.unregister(frames.end)
-                        frames.end.close()
+                    key.data.take(say)
+                if any(frames.asked for frames in workers):
+                    for frames in workers:
+                        frames.take(say)
+                for frames in workers:  # what they told first, then their questions
+                    for operation, args in frames.told:
+                        self._answer(operation, args, asked=False, say=say)
+                    frames.told.clear()
+                for frames in workers:
+                    if frames.asked is not None and not frames.gone:
+                        operation, args = frames.asked
+                        frames.asked = None
+                        try:
+                            frames.end.sendall(self._answer(operation, args, asked=True, say=say))
+                        except OSError:  # the worker ended meanwhile
+                            frames.gone = True
+                for frames in [frames for frames in workers if frames.gone]:
+                    workers.remove(frames)
+                    selector.unregister(frames.end)
+                    frames.end.close()
 
     def _answer(self, operation: str, args: tuple[Any, ...], asked: bool, say: Callable[[str], None]) -> bytes:
         """The message answering an operation, `(failed, answer)` framed (see `_Frames`), whether it was asked or
@@ -282,7 +303,9 @@ class _Held:
         self.store.add_miss(miss)
 
     def add_entries(self, entries: list[Mapping[str, Any]]) -> None:
-        self.journal.extend(entries)
+        # A worker sends its entries a batch at a time: those made before a reset another worker was asked
+        # for may come after it, and belong to what it forgot.
+        self.journal.extend(entry for entry in entries if entry.get("time", 0) >= self.reset_at)
 
     def entries(self, limit: int | None) -> list[Mapping[str, Any]]:
         if limit is not None and limit <= 0:
@@ -296,6 +319,7 @@ class _Held:
     def reset(self) -> None:
         self.store.reset()
         self.journal.clear()
+        self.reset_at = time.time()
 
     def kept_get(self, key: str, item: str) -> tuple[bool, Any]:
         kept = self.store.kept(key)
@@ -314,6 +338,15 @@ class _Held:
 _GONE: Final = object()
 
 
+def _message(operation: str, args: tuple[Any, ...], *, asked: bool) -> bytes:
+    """A worker's message to its parent, framed; `StateError` where what it carries cannot be pickled (a
+    responder that keeps a live object)."""
+    try:
+        return _framed((operation, args, asked))
+    except Exception as exc:
+        raise StateError(f"the replay state cannot keep what {operation} carries: {exc}") from None
+
+
 def _framed(message: Any) -> bytes:
     """`message` as it goes over a socket pair: pickled, after its length (4 bytes)."""
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
@@ -326,27 +359,44 @@ class _Frames:
     def __init__(self, end: socket.socket) -> None:
         self.end = end
         self._buffer = bytearray()
-
-    def send(self, message: Any) -> None:
-        self.end.sendall(_framed(message))
+        self.told: list[tuple[str, tuple[Any, ...]]] = []
+        """In the parent: what the worker told, not applied yet, in order."""
+        self.asked: tuple[str, tuple[Any, ...]] | None = None
+        """In the parent: the worker's question not answered yet (it waits for its answer)."""
+        self.gone = False
+        """In the parent: whether the worker closed its end (or sent what cannot be read)."""
 
     def receive(self) -> Any:
-        """The next message, waiting for it; `OSError` where the other end is gone."""
+        """In a worker: the next message, waiting for it; `OSError` where the other end is gone."""
         while True:
             for message in self._complete():
                 return message
-            self._fill()
+            data = self.end.recv(1 << 16)
+            if not data:
+                raise ConnectionResetError("the other end closed")
+            self._buffer += data
 
-    def read(self) -> Iterator[Any]:
-        """The messages that came, reading once; `OSError` where the other end is gone."""
-        self._fill()
-        yield from self._complete()
-
-    def _fill(self) -> None:
-        data = self.end.recv(1 << 16)
-        if not data:
-            raise ConnectionResetError("the other end closed")
-        self._buffer += data
+    def take(self, say: Callable[[str], None]) -> None:
+        """In the parent: read all the worker has sent so far, without waiting, into `told` and `asked`."""
+        if self.gone:
+            return
+        try:
+            while data := self.end.recv(1 << 16, socket.MSG_DONTWAIT):
+                self._buffer += data
+            self.gone = True  # an end of file: the worker ended
+        except BlockingIOError:
+            pass  # all it sent is read
+        except OSError:
+            self.gone = True
+        try:
+            for operation, args, asked in self._complete():
+                if asked:
+                    self.asked = operation, args
+                else:
+                    self.told.append((operation, args))
+        except Exception as exc:  # a message that cannot be read: that worker's end closes, the others go on
+            say(f"the replay state failed: a worker's message cannot be read: {exc!r}")
+            self.gone = True
 
     def _complete(self) -> Iterator[Any]:
         buffer = self._buffer

@@ -245,18 +245,27 @@ class KeyValues:
     def next_request(self) -> int:
         return self._add("requests") + 1
 
+    def requests(self) -> int:
+        return self._number("requests")
+
     def add_received(self, request: Request) -> None:
         self._list("received").append(request)
 
     def next_turn(self, key: str) -> int:
         return self._add(f"turn {key}")
 
-    def played(self, recording_id: str) -> int:
+    def played(self, recording_id: str) -> None:
         self._list("answered").append(recording_id)
-        return self._add(f"plays {recording_id}")
+        self._add(f"plays {recording_id}")
 
     def plays(self, recording_id: str) -> int:
         return self._number(f"plays {recording_id}")
+
+    def claim(self, recording_ids: Sequence[str]) -> str | None:
+        fresh = next((rid for rid in recording_ids if not self.plays(rid)), None)
+        if fresh is not None:
+            self.played(fresh)
+        return fresh
 
     def count(self, fault_key: FaultKey) -> int:
         return self._add(f"placed {fault_key}" if isinstance(fault_key, int) else f"asked {fault_key}")
@@ -283,7 +292,7 @@ class KeyValues:
     def entries(self, limit: int | None) -> list[Mapping[str, Any]]:
         raise AssertionError("a store that is not shared keeps no journal")
 
-    def kept(self, key: str, *, local: bool = False) -> MutableMapping[str, Any]:
+    def kept(self, key: str) -> MutableMapping[str, Any]:
         found = self.values.setdefault(f"kept {key}", {})
         assert isinstance(found, dict)
         return found
@@ -349,6 +358,16 @@ def test_replay_answers_alike_through_any_store(store: ReplayStore) -> None:
         server.control.reset()  # every count starts over: the turns, and the fault's times
         assert bodies("/stream", 3) == [b"", b"", b"data: 2\n\n"]
         assert server.control.snapshot().requests == 3
+        assert httpx.get(server.url + "/__sse_tape__/stats").json()["requests"] == 3
+
+
+def test_each_recording_answers_once_through_any_store_without_repeats(store: ReplayStore) -> None:
+    options = ServeOptions.build(pace="instant", allow_repeats=False)
+    with run_in_thread(MockServer([numbered(2)], options=options, state=store)) as server:
+        answers = [httpx.post(server.url + "/stream", content=b"{}") for _ in range(3)]
+        assert [a.content for a in answers[:2]] == [b"data: 0\n\n", b"data: 1\n\n"]
+        assert answers[2].status_code == 404  # both played
+        assert sorted(server.control.snapshot().plays.values()) == [1, 1]
 
 
 def test_a_background_response_is_kept_in_any_store_and_a_reset_forgets_it(

@@ -116,10 +116,13 @@ def test_workers_answer_as_one_server_one_fault_budget_and_one_turn_order(tmp_pa
         # The 429 took the first recording's turn; the rest follow in turn, whichever worker answered.
         assert [a.text for a in answers[1:]] == [f"data: {n % 3}\n\n" for n in range(1, 6)]
         with connected(url, other) as client:
-            stats = client.get("/__sse_tape__/stats").json()
-            injections = client.get("/__sse_tape__/faults").json()["injections"]
-        assert stats["requests"] == 6
-        assert [i["fault"] for i in injections] == ["status:429,times=1"]
+            assert client.get("/__sse_tape__/stats").json()["requests"] == 6
+
+            def injections() -> list[str]:
+                return [i["fault"] for i in client.get("/__sse_tape__/faults").json()["injections"]]
+
+            # The 429 was `one`'s: its journal entries come to the other a batch at a time, a moment later.
+            until(lambda: injections() == ["status:429,times=1"], "the other worker's injection")
 
 
 def test_forked_workers_claim_each_recording_once_from_the_store_their_parent_holds() -> None:
@@ -146,6 +149,37 @@ def test_forked_workers_claim_each_recording_once_from_the_store_their_parent_ho
     assert store.claim(ids) is None  # the parent's own view: every one played
     assert store.snapshot().plays["told"] == 2
     assert failures == []
+
+
+def test_what_one_worker_told_its_parent_is_found_by_the_next_worker_a_client_turns_to() -> None:
+    # A worker tells its parent what it keeps (an MCP session, a background response) without waiting, behind
+    # the bodies of the requests it received; the client then turns to the other worker, which asks for it.
+    store, rounds, pids = WorkersStore(2), 50, []
+    told_read, told_write = os.pipe()  # the first worker's answer reached the client
+    asked_read, asked_write = os.pipe()  # the other's did
+    for n in range(2):
+        pid = os.fork()
+        if pid == 0:
+            store.in_worker(n)
+            missing = 0
+            for i in range(rounds):
+                if n == 0:
+                    store.next_request()
+                    for _ in range(20):
+                        store.add_received(Request("POST", "/v1/responses", body=b"x" * 50_000))
+                    store.kept("responses")[f"resp_{i}"] = i
+                    os.write(told_write, b".")
+                    os.read(asked_read, 1)
+                else:
+                    os.read(told_read, 1)
+                    missing += f"resp_{i}" not in store.kept("responses")
+                    os.write(asked_write, b".")
+            os._exit(min(missing, 100))
+        pids.append(pid)
+    store.hold(print)
+    assert [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids] == [0, 0]  # none missing
+    for end in (told_read, told_write, asked_read, asked_write):
+        os.close(end)
 
 
 def test_faults_set_through_one_worker_and_a_reset_through_the_other_reach_both(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import sys
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ..cassette import Chunk
 from ..sse import ServerSentEvent, SSEDecoder
@@ -51,11 +51,13 @@ class Framing(ABC):
     lines: ClassVar[bool] = True
     """Whether it is text whose line ends may be written otherwise (CRLF, CR); not a binary framing's bytes."""
 
-    def __reduce__(self) -> str:
+    def __reduce__(self) -> str | tuple[Any, ...]:
         """Pickled as the name of the one instance its module holds (`SSE`...): read back, it is that instance,
-        so that a plan kept in a shared replay state and read back is framed as it was (`plan.framing is SSE`)."""
+        so that a plan kept in a shared replay state and read back is framed as it was (`plan.framing is SSE`).
+        One its module holds under no name is pickled as any object is."""
         held = vars(sys.modules[type(self).__module__])
-        return next(name for name, value in held.items() if value is self)
+        named = next((name for name, value in held.items() if value is self), None)
+        return named if named is not None else super().__reduce__()
 
     @abstractmethod
     def blocks(self, body: bytes, at: int = 0) -> list[Block]:
