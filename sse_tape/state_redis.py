@@ -367,8 +367,12 @@ class _Kept(MutableMapping[str, Any]):
 
     @_answered
     def __setitem__(self, item: str, value: Any) -> None:
+        try:
+            packed = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # a live object a responder keeps: said as the store's failure, not a 500
+            raise StateError(f"the replay state cannot keep {self._key}'s {item!r}: {exc}") from None
         pipe = self._redis.pipeline(transaction=True)  # the value and its key's name together: a reset takes both
-        pipe.hset(self._name, item, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+        pipe.hset(self._name, item, packed)
         pipe.sadd(self._index, self._key)
         pipe.execute()
 

@@ -25,7 +25,7 @@ from redis_server import redis_server
 from sdk_servers import mcp_tools, on_loopback
 from waits import until
 
-from sse_tape import Cassette, Chunk, ConfigError, Interaction, MockServer, Request, Response, ServeOptions
+from sse_tape import Cassette, Chunk, ConfigError, Interaction, MockServer, Request, Response, ServeOptions, StateError
 from sse_tape.server import run_in_thread
 from sse_tape.state import MemoryStore, ReplayStore
 from sse_tape.state_redis import RedisStore
@@ -399,3 +399,8 @@ def _gated_upstream(go: threading.Event, count: int) -> Any:
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
 
     return app
+
+
+def test_what_cannot_be_pickled_is_the_stores_failure_not_a_500(url: str) -> None:
+    with pytest.raises(StateError, match="cannot keep responses's 'live': cannot pickle"):
+        RedisStore(url).kept("responses")["live"] = threading.Lock()
