@@ -11,17 +11,19 @@ workers.
 
 An operation whose answer replay needs (a request's number, which turn, a
 claim, a snapshot) is a round trip; one that only tells (a request received,
-a recording played, a fault applied, a miss, journal entries, what a
-responder keeps) is sent without
-waiting for an answer, and the parent takes it before the same worker's
-next message, and before any other worker's message sent after it (it reads
-the sockets in the order their messages came: Linux's epoll), so that what
-one worker tells, another that a client turns to next finds. Whether another worker set new faults comes back with each
-request's number, as `RedisStore` has it.
+a recording played, a fault applied, a miss, journal entries) is sent
+without waiting for an answer, with the worker's next question or at the end
+of its event loop's turn, all it told meanwhile in one write (what a
+responder keeps goes at once). Before it answers any question, the parent
+takes every message any worker sent until then: what one worker kept, the
+next worker a client turns to finds. Whether another worker set new faults
+comes back with each request's number, as `RedisStore` has it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import pickle
 import selectors
 import socket
@@ -42,6 +44,9 @@ _ASKS: Final = frozenset(
     {"next_request", "requests", "next_turn", "plays", "claim", "count", "share_settings", "settings", "entries"}
     | {"snapshot", "reset", "kept_get", "kept_pop", "kept_keys"}
 )
+#: What a worker tells at once, not at the end of its event loop's turn: what a responder keeps, which the next
+#: worker a client turns to may ask for (a new MCP session, a background response).
+_AT_ONCE: Final = frozenset({"kept_set"})
 _TELLS: Final = frozenset(
     {"add_received", "played", "restart_counts", "note_injected", "add_miss", "add_entries", "kept_set"}
 )
@@ -64,6 +69,8 @@ class WorkersStore:
         self._parent_ends = [parent for parent, _ in pairs]
         self._worker_ends = [worker for _, worker in pairs]
         self._connection: _Frames | None = None  # a worker's end, in that worker
+        self._unsent: list[bytes] = []  # what a worker told, not sent yet (see `_tell`)
+        self._sending = False  # whether they are to be sent at the end of the event loop's turn
         self._latest = self._taken = 0  # the settings' version as the parent last said it, and as this one has it
 
     def in_worker(self, n: int) -> None:
@@ -153,6 +160,9 @@ class WorkersStore:
         if connection is None:
             return getattr(self._held, operation)(*args)
         message = _message(operation, args, asked=True)
+        if self._unsent:  # what it told since, first: one write
+            message = b"".join((*self._unsent, message))
+            self._unsent.clear()
         try:
             connection.end.sendall(message)
             failed, answer = connection.receive()
@@ -164,16 +174,30 @@ class WorkersStore:
 
     def _tell(self, operation: str, *args: Any) -> None:
         """Send `operation` to the parent without waiting for its answer (in the parent itself, until
-        `in_worker`)."""
-        connection = self._connection
-        if connection is None:
+        `in_worker`): with the worker's next question, or at the end of its event loop's turn, whichever is
+        first, with all it told meanwhile in one write; what a responder keeps at once."""
+        if self._connection is None:
             getattr(self._held, operation)(*args)
             return
-        message = _message(operation, args, asked=False)
-        try:
-            connection.end.sendall(message)
-        except OSError:
-            raise StateError("the parent process holding the replay state is gone") from None
+        self._unsent.append(_message(operation, args, asked=False))
+        if operation in _AT_ONCE:
+            self._send_told()
+        elif not self._sending:
+            try:
+                asyncio.get_running_loop().call_soon(self._send_told)
+                self._sending = True
+            except RuntimeError:  # not on an event loop: now
+                self._send_told()
+
+    def _send_told(self) -> None:
+        """Send what was told and not sent yet (see `_tell`); where the parent is gone, the next question
+        says so."""
+        self._sending = False
+        if self._unsent and self._connection is not None:
+            told = b"".join(self._unsent)
+            self._unsent.clear()
+            with contextlib.suppress(OSError):
+                self._connection.end.sendall(told)
 
 
 class _Kept(MutableMapping[str, Any]):
