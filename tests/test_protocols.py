@@ -179,14 +179,18 @@ async def test_a_protocol_from_outside_is_recorded_replayed_by_its_own_matcher_a
 
 def test_a_protocols_responder_is_lent_only_the_requests_that_may_concern_it() -> None:
     # The server asks each protocol's responder first whether a request may be its feature's (`concerns`), and
-    # lends it no other: a chat request concerns neither A2A's replies nor the Responses API's background mode.
+    # lends it no other: a chat request concerns neither A2A's replies, MCP's sessions nor the Responses API's
+    # background mode.
     responders = {type(r).__name__: r for d in DIALECTS.values() for r in d.responders()}
     chat = Request("POST", "/v1/chat/completions", body=b'{"model": "m", "messages": [], "stream": true}')
     a2a = Request("POST", "/", body=b'{"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {}}')
     started = Request("POST", "/v1/responses", body=b'{"model": "m", "input": "hi", "background": true}')
     retrieved = Request("GET", "/v1/responses/resp_1")
-    replies, background = responders["Replies"], responders["Background"]
+    replies, background, sessions = responders["Replies"], responders["Background"], responders["Sessions"]
     assert not replies.concerns(chat)
+    assert not sessions.concerns(chat)
+    assert sessions.concerns(Request("POST", "/mcp", body=b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}'))
+    assert sessions.concerns(Request("GET", "/anywhere", headers=[("Mcp-Session-Id", "s1")]))
     assert not background.concerns(chat)
     assert replies.concerns(a2a)
     assert not background.concerns(a2a)

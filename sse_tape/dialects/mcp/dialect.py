@@ -42,8 +42,9 @@ _INVALID_REQUEST = -32600
 
 def is_mcp_request(request: Request) -> bool:
     """Whether a request is MCP's by what it carries: MCP's headers, or a JSON-RPC 2.0 message as its body."""
-    if any(request.header(name) is not None for name in _HEADERS):
-        return True
+    for key, _ in request.headers:  # one pass over them: asked of every request (`Sessions.concerns`)
+        if key.lower() in _HEADERS:
+            return True
     if b'"jsonrpc"' not in request.body:
         return False  # most requests: no need to read their body
     body = request.json()

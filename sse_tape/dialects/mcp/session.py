@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Any
 
 from ... import _json
 from ..._exceptions import StateError
-from ...cassette import End
+from ...cassette import End, Request
 from ...plan import Plan
 from ..json_rpc import MISSING
 from ..protocol import Incoming, Kept, Protocol, ProtocolResponder
@@ -161,6 +161,10 @@ class Sessions(ProtocolResponder):
         of other servers sharing the state, at their next look: see the module)."""
         for session in list(self._held):
             self._end(session)
+
+    def concerns(self, request: Request) -> bool:
+        # MCP's request, by its path or what it carries (`MCP.speaks`): no other is answered or kept here.
+        return self.dialect.speaks(request)
 
     async def respond(self, incoming: Incoming) -> web.StreamResponse | None:
         request = incoming.request
