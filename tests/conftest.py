@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import os
 import re
 import socket
@@ -8,14 +9,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from hypothesis import settings
 from tiny_model import write_tiny_gguf
 
-from sse_tape import Cassette, MockServer, bundled_cassettes, serve
+from sse_tape import Cassette, Chunk, Interaction, MockServer, bundled_cassettes, serve
 
 # The plugin's tests run generated test modules in sessions of their own.
 pytest_plugins = ("pytester",)
@@ -63,6 +66,20 @@ def bundled() -> dict[str, Cassette]:
     """The bundled cassettes of the APIs sse-tape speaks, by name (openai-chat, lmstudio-chat, ...); not the
     plain event stream for EventSource (events), which has tests of its own."""
     return {path.stem: Cassette.load(path) for path in bundled_cassettes() if path.stem != "events"}
+
+
+@pytest.fixture
+def in_progress(bundled: dict[str, Cassette]) -> tuple[Interaction, dict[str, Any]]:
+    """The bundled Responses API greeting asked for in the background, and its request's body: its first two
+    events at once, the rest long after any test, so that it stays in progress."""
+    recorded = bundled["openai-responses"].interactions[0]
+    body = {**recorded.request.json(), "background": True}
+    chunks = recorded.response.chunks
+    held = [Chunk(0.0, c.data) for c in chunks[:2]] + [Chunk(c.t + 600, c.data) for c in chunks[2:]]
+    greeting = Interaction(
+        replace(recorded.request, body=json.dumps(body).encode()), replace(recorded.response, chunks=tuple(held))
+    )
+    return greeting, body
 
 
 @pytest.fixture(scope="module")

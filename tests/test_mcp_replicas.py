@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,12 +23,10 @@ import httpx
 import httpx2
 import processes
 import pytest
-from mcp import types
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
 from redis_server import redis_server
-from sdk_servers import mcp_tools, on_loopback
+from sdk_servers import Events, mcp_tools, on_loopback
 from test_workers import connected, served
 
 from sse_tape import Cassette, MockServer
@@ -39,28 +36,6 @@ from sse_tape.state_redis import RedisStore
 
 HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 LISTED = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
-
-
-class Events(EventStore):
-    """Every event in memory, each under an id of its own, as the SDK's example store keeps them."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[StreamId, EventId, types.JSONRPCMessage | None]] = []
-
-    async def store_event(self, stream_id: StreamId, message: types.JSONRPCMessage | None) -> EventId:
-        event_id = uuid.uuid4().hex
-        self.events.append((stream_id, event_id, message))
-        return event_id
-
-    async def replay_events_after(self, last_event_id: EventId, send_callback: EventCallback) -> StreamId | None:
-        at = next((n for n, (_, i, _) in enumerate(self.events) if i == last_event_id), None)
-        if at is None:
-            return None
-        stream = self.events[at][0]
-        for s, i, message in self.events[at + 1 :]:
-            if s == stream and message is not None:
-                await send_callback(EventMessage(message, i))
-        return stream
 
 
 async def session(url: str, http: httpx2.AsyncClient | None = None) -> dict[str, Any]:
@@ -133,6 +108,18 @@ async def replicas(url: str, cassette: Path) -> AsyncIterator[tuple[MockServer, 
         yield one, other
 
 
+@contextlib.asynccontextmanager
+async def clients(url: str, cassette: Path) -> AsyncIterator[tuple[MockServer, httpx.AsyncClient, httpx.AsyncClient]]:
+    """The two `replicas`, a client of the first and one of the other speaking MCP's HTTP: the other replica and
+    both clients."""
+    async with (
+        replicas(url, cassette) as (one, other),
+        httpx.AsyncClient(base_url=one.url, headers=HEADERS) as first,
+        httpx.AsyncClient(base_url=other.url, headers=HEADERS) as second,
+    ):
+        yield other, first, second
+
+
 class _InTurn(httpx2.AsyncBaseTransport):
     """Deals each request to the next of `urls` in turn, as a round-robin balancer in front of them would."""
 
@@ -179,11 +166,7 @@ async def test_a_delete_through_one_replica_ends_the_session_on_both_and_closes_
     redis_url: str, recorded: tuple[Path, dict[str, Any]]
 ) -> None:
     cassette, _ = recorded
-    async with (
-        replicas(redis_url, cassette) as (one, other),
-        httpx.AsyncClient(base_url=one.url, headers=HEADERS) as first,
-        httpx.AsyncClient(base_url=other.url, headers=HEADERS) as second,
-    ):
+    async with clients(redis_url, cassette) as (_, first, second):
         headers = await opened(first, cassette)
         assert (await second.post("/mcp", json=LISTED, headers=headers)).status_code == 200  # known on the other
         async with first.stream("GET", "/mcp", headers=headers) as stream:
@@ -205,11 +188,7 @@ async def test_a_stream_one_replica_answered_resumes_on_the_other_and_its_ids_st
     cassette, _ = recorded
     [interaction] = [i for i in Cassette.load(cassette) if b'"count"' in i.request.body]
     ids = [e.id for e in events(interaction.response.body)]
-    async with (
-        replicas(redis_url, cassette) as (one, other),
-        httpx.AsyncClient(base_url=one.url, headers=HEADERS) as first,
-        httpx.AsyncClient(base_url=other.url, headers=HEADERS) as second,
-    ):
+    async with clients(redis_url, cassette) as (other, first, second):
         headers = await opened(first, cassette)
         answered = await first.post("/mcp", json=count(11), headers=headers)
         again = await second.post("/mcp", json=count(12), headers=headers)  # the same recording, on the other
@@ -229,11 +208,7 @@ async def test_a_reset_through_one_replica_ends_the_sessions_on_both_unless_it_k
     redis_url: str, recorded: tuple[Path, dict[str, Any]]
 ) -> None:
     cassette, _ = recorded
-    async with (
-        replicas(redis_url, cassette) as (one, other),
-        httpx.AsyncClient(base_url=one.url, headers=HEADERS) as first,
-        httpx.AsyncClient(base_url=other.url, headers=HEADERS) as second,
-    ):
+    async with clients(redis_url, cassette) as (other, first, second):
         headers = await opened(first, cassette)
         other.control.reset(protocols=False)  # for the clients already there: their sessions go on
         assert (await first.post("/mcp", json=LISTED, headers=headers)).status_code == 200

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,9 +26,8 @@ from mcp.client.context import ClientRequestContext
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
 from pydantic import BaseModel
-from sdk_servers import on_loopback
+from sdk_servers import Events, on_loopback
 from waits import auntil
 
 from sse_tape import Cassette, aserve
@@ -43,28 +41,6 @@ from sse_tape.sse import ServerSentEvent, SSEDecoder
 
 # Sampling is revision 2025-11-25's (the SDK, speaking 2026-07-28 too, warns that that revision drops it).
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
-
-
-class _EventStore(EventStore):
-    """Every event in memory, each under an id of its own, as the SDK's example store keeps them."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[StreamId, EventId, types.JSONRPCMessage | None]] = []
-
-    async def store_event(self, stream_id: StreamId, message: types.JSONRPCMessage | None) -> EventId:
-        event_id = uuid.uuid4().hex
-        self.events.append((stream_id, event_id, message))
-        return event_id
-
-    async def replay_events_after(self, last_event_id: EventId, send_callback: EventCallback) -> StreamId | None:
-        stream = next((s for s, i, _ in self.events if i == last_event_id), None)
-        if stream is None:
-            return None
-        at = next(n for n, (_, i, _) in enumerate(self.events) if i == last_event_id)
-        for s, i, message in self.events[at + 1 :]:
-            if s == stream and message is not None:
-                await send_callback(EventMessage(message, i))
-        return stream
 
 
 class _Name(BaseModel):
@@ -109,9 +85,7 @@ def _server() -> MCPServer:
 @pytest.fixture
 def upstream() -> Iterator[str]:
     """A real MCP server over Streamable HTTP with an event store on a free loopback port: its base URL."""
-    with on_loopback(
-        _server().streamable_http_app(event_store=_EventStore(), retry_interval=50), "the MCP server"
-    ) as url:
+    with on_loopback(_server().streamable_http_app(event_store=Events(), retry_interval=50), "the MCP server") as url:
         yield url
 
 

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -220,15 +219,9 @@ def test_the_misses_are_one_list_counted_once(url: str) -> None:
 
 
 def test_a_background_response_started_on_one_server_is_polled_and_cancelled_on_the_other(
-    url: str, bundled: dict[str, Cassette]
+    url: str, in_progress: tuple[Interaction, dict[str, Any]]
 ) -> None:
-    recorded = bundled["openai-responses"].interactions[0]
-    body = {**recorded.request.json(), "background": True}
-    chunks = recorded.response.chunks  # the first two events at once, the rest long after any test: in progress
-    held = [Chunk(0.0, c.data) for c in chunks[:2]] + [Chunk(c.t + 600, c.data) for c in chunks[2:]]
-    greeting = Interaction(
-        replace(recorded.request, body=json.dumps(body).encode()), replace(recorded.response, chunks=tuple(held))
-    )
+    greeting, body = in_progress
     with replicas(url, [Cassette([greeting])], ServeOptions.build(pace="recorded")) as (one, other):
         with openai_client(one.url + "/v1") as first, openai_client(other.url + "/v1") as second:
             created = first.responses.create(model=body["model"], input=body["input"], background=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import signal
@@ -12,8 +11,8 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -210,15 +209,9 @@ def test_faults_set_through_one_worker_and_a_reset_through_the_other_reach_both(
 
 
 def test_a_background_response_started_on_one_worker_is_polled_and_cancelled_on_the_other(
-    tmp_path: Path, bundled: dict[str, Cassette]
+    tmp_path: Path, in_progress: tuple[Interaction, dict[str, Any]]
 ) -> None:
-    recorded = bundled["openai-responses"].interactions[0]
-    body = {**recorded.request.json(), "background": True}
-    chunks = recorded.response.chunks  # the first two events at once, the rest long after any test: in progress
-    held = [Chunk(0.0, c.data) for c in chunks[:2]] + [Chunk(c.t + 600, c.data) for c in chunks[2:]]
-    greeting = Interaction(
-        replace(recorded.request, body=json.dumps(body).encode()), replace(recorded.response, chunks=tuple(held))
-    )
+    greeting, body = in_progress
     Cassette([greeting]).save(tmp_path / "background.toml")
     with served([str(tmp_path), "--pace", "recorded"]) as (url, (one, other)):
 
