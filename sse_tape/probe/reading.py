@@ -68,6 +68,8 @@ class Reading:
     ending: Ending
     detail: str = ""
     """What broke, for an answer that did not end whole."""
+    head_at: float | None = None
+    """When the answer's head came, in seconds since the request was sent."""
 
     @property
     def body(self) -> bytes:
@@ -101,6 +103,7 @@ class _Reader(asyncio.Protocol):
         self.sent = 0.0
         self.status: int | None = None
         self.headers: tuple[tuple[str, str], ...] = ()
+        self.head_at: float | None = None
         self.pieces: list[Piece] = []
         self.last = 0.0
         self.ending: Ending | None = None
@@ -137,7 +140,7 @@ class _Reader(asyncio.Protocol):
                 if event is h11.NEED_DATA or event is h11.PAUSED:
                     return
                 if isinstance(event, h11.Response):
-                    self.status = event.status_code
+                    self.status, self.head_at = event.status_code, t
                     self.headers = tuple(
                         (k.decode("latin-1"), v.decode("latin-1")) for k, v in event.headers.raw_items()
                     )
@@ -236,4 +239,5 @@ async def read(
         tuple(reader.pieces),
         reader.ending or Ending.CUT,
         reader.detail,
+        reader.head_at,
     )
