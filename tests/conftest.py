@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import processes
 import pytest
 from hypothesis import settings
 from tiny_model import write_tiny_gguf
@@ -134,12 +135,7 @@ def llama_server(tiny_model_path: Path, tmp_path_factory: pytest.TempPathFactory
             time.sleep(0.05)
         yield base_url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        processes.stop(process, timeout=10)
 
 
 @pytest.fixture(scope="module")

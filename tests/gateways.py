@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import aiohttp
+import processes
 import pytest
 from aiohttp import web
 from multidict import CIMultiDict
@@ -101,12 +102,7 @@ def nginx_site(site: Callable[[int], str]) -> Iterator[str]:
             yield f"http://127.0.0.1:{port}"
         finally:
             if process.poll() is None:
-                process.terminate()  # SIGTERM: nginx's fast shutdown, which does not wait for open streams
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+                processes.stop(process, timeout=30)  # SIGTERM: nginx's fast shutdown, not waiting for streams
 
 
 def _free_port() -> int:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import processes
 import pytest
 
 STARTUP_NET = 300.0
@@ -131,12 +132,7 @@ def litellm_proxy(upstream: str, *, model: str = "local-model") -> Iterator[Lite
             _wait_ready(process, gateway)
             yield gateway
         finally:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            processes.stop(process, timeout=30, signum=signal.SIGINT)
 
 
 def _wait_ready(process: subprocess.Popen[bytes], gateway: LiteLLM) -> None:

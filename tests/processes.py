@@ -1,5 +1,6 @@
 """sse-tape in a process of its own, for the tests that need one: a limit set on it, a signal sent to it, a
-recording proxy in front of an upstream (`recording_proxy`); and the descriptors for a thousand clients of it."""
+recording proxy in front of an upstream (`recording_proxy`); the descriptors for a thousand clients of it; and
+any process a test started, stopped (`stop`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 def start(args: list[str], *, setup: str = "") -> tuple[subprocess.Popen[str], str]:
@@ -42,3 +44,13 @@ def descriptors(wanted: int) -> int:
         soft = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     return wanted if soft == resource.RLIM_INFINITY else soft
+
+
+def stop(process: subprocess.Popen[Any], *, timeout: float, signum: int = signal.SIGTERM) -> None:
+    """Stop `process`: `signum`, then SIGKILL if it has not ended within `timeout` seconds; waits for it."""
+    process.send_signal(signum)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

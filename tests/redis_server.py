@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import processes
 import pytest
 from waits import until
 
@@ -38,12 +39,7 @@ def redis_server() -> Iterator[str]:
                 raise RuntimeError(f"redis-server did not start: {Path(log).read_text(errors='replace')}")
             yield f"redis://127.0.0.1:{port}/0"
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            processes.stop(process, timeout=30)
 
 
 def _listens(port: int) -> bool:
