@@ -7,7 +7,10 @@ requests received, the misses, what the protocols' responders keep (the
 Responses API's background responses, A2A's task streams), the faults and
 seed as last set (at a server's start, or through any server's control: the
 others take them at their next request), and the journal's entries (each
-server's a batch at a time: `journal.Journal`'s `share`). Each operation of
+server's a batch at a time: `journal.Journal`'s `share`; a batch made before
+a reset another server was asked for is dropped, as the reset forgot what
+came before it: each reset counts a generation, which a server learns with
+each request's number). Each operation of
 `ReplayStore` is one Redis round trip (several commands in a pipeline where it
 needs them), each atomic on its own, so that two servers never count the same
 request twice; one that must read and write in one step is a Lua script
@@ -32,6 +35,7 @@ from __future__ import annotations
 import functools
 import json
 import pickle
+import time
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -91,12 +95,27 @@ return n
 
 _RESET = """
 -- RedisStore.reset: the store's keys and every hash a responder keeps (named in a set), gone in one step, so that
--- nothing kept at the same moment outlives the reset unnamed. KEYS: the store's keys, that set last. ARGV: the
--- prefix of a responder's hash.
+-- nothing kept at the same moment outlives the reset unnamed; the reset's generation one more, which it returns.
+-- KEYS: the generation, the store's keys, that set last. ARGV: the prefix of a responder's hash.
 for _, key in ipairs(redis.call('SMEMBERS', KEYS[#KEYS])) do
     redis.call('DEL', ARGV[1] .. key)
 end
-return redis.call('DEL', unpack(KEYS))
+redis.call('DEL', unpack(KEYS, 2))
+return redis.call('INCR', KEYS[1])
+"""
+
+_APPEND = """
+-- RedisStore.add_entries: journal entries appended, the last `keep` kept, unless a reset came since the server
+-- that made them last heard of one (they belong to what it forgot); the reset's generation. KEYS: the journal,
+-- the generation. ARGV: the generation the server knows, keep, the entries.
+local generation = tonumber(redis.call('GET', KEYS[2]) or '0')
+if generation == tonumber(ARGV[1]) then
+    for i = 3, #ARGV, 1000 do  -- (a thousand at a time: Lua's unpack has a limit)
+        redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+    end
+    redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)
+end
+return generation
 """
 
 
@@ -161,11 +180,17 @@ class RedisStore:
         ) = (prefix + name for name in names)
         self._misses, self._missed, self._kept_keys = prefix + "misses", prefix + "missed", prefix + "kept"
         self._settings, self._version = prefix + "settings", prefix + "settings-version"
-        self._journal = prefix + "journal"
+        self._journal, self._generation = prefix + "journal", prefix + "generation"
+        try:  # the reset's generation as this server last heard it (see `add_entries`)
+            self._known = int(self._redis.get(self._generation) or 0)
+        except self.failures as exc:
+            raise ConfigError(f"state {self.shown}: Redis does not answer there ({type(exc).__name__})") from None
+        self._heard = 0.0  # when it heard of the last reset it knows (the time of journal entries, in Unix seconds)
         self._latest: int | None = None  # the settings' version as Redis last said it
         self._claim = self._redis.register_script(_CLAIM)
         self._bump = self._redis.register_script(_BUMP)
         self._reset = self._redis.register_script(_RESET)
+        self._append = self._redis.register_script(_APPEND)
         # When each fault asked for and applied was last counted: the counts kept are of the last `keep`.
         self._asked_order, self._injected_order = prefix + "asked-order", prefix + "injected-order"
         self._taken: int | None = None  # the version of the settings this server has (its own or taken)
@@ -179,9 +204,11 @@ class RedisStore:
     def next_request(self) -> int:
         pipe = self._redis.pipeline(transaction=False)
         pipe.incr(self._requests)
-        pipe.get(self._version)  # in the same round trip: whether another server set new faults
-        number, version = pipe.execute()
+        pipe.get(self._version)  # in the same round trip: whether another server set new faults,
+        pipe.get(self._generation)  # and whether one reset the state
+        number, version, generation = pipe.execute()
         self._latest = int(version) if version is not None else None
+        self._hear(int(generation or 0))
         return int(number)
 
     @_answered
@@ -268,10 +295,14 @@ class RedisStore:
 
     @_answered
     def add_entries(self, entries: Sequence[Mapping[str, Any]]) -> None:
+        # Those made before this server heard of the last reset belong to what it forgot; a reset it has not
+        # heard of yet, the script sees.
+        made = [json.dumps(entry) for entry in entries if entry.get("time", 0) >= self._heard]
+        if not made:
+            return
         pipe = self._redis.pipeline(transaction=False)
-        pipe.rpush(self._journal, *(json.dumps(entry) for entry in entries))
-        pipe.ltrim(self._journal, -self.keep_entries, -1)
-        self._send(pipe)
+        self._append(keys=[self._journal, self._generation], args=[self._known, self.keep_entries, *made], client=pipe)
+        self._hear(int(self._send(pipe)[0]))
 
     @_answered
     def entries(self, limit: int | None) -> list[Mapping[str, Any]]:
@@ -328,8 +359,15 @@ class RedisStore:
     def reset(self) -> None:
         names = (self._requests, self._received, self._answered, self._plays, self._turns, self._placed)
         others = (self._asked, self._injected, self._asked_order, self._injected_order, self._misses, self._missed)
-        self._reset(keys=[*names, *others, self._journal, self._kept_keys], args=[f"{self.prefix}kept:"])
+        keys = [self._generation, *names, *others, self._journal, self._kept_keys]
+        self._hear(int(self._reset(keys=keys, args=[f"{self.prefix}kept:"])))
         self._unsent.clear()
+
+    def _hear(self, generation: int) -> None:
+        """Note the reset's generation Redis said: a newer one than this server knew is a reset since, and the
+        journal entries made before now belong to what it forgot."""
+        if generation != self._known:
+            self._known, self._heard = generation, time.time()
 
     def _send(self, pipe: Any) -> list[Any]:
         """Send `pipe` with the requests received since the last write (`add_received`) after its own
