@@ -36,7 +36,7 @@ import functools
 import json
 import pickle
 import time
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, KeysView, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgpack
@@ -385,7 +385,8 @@ class RedisStore:
 
 class _Kept(MutableMapping[str, Any]):
     """What a responder keeps, in a Redis hash: each value pickled. A value read is a copy: a responder that
-    changes one sets it again."""
+    changes one sets it again. Whether one is kept (`in`, `keys() & items`) is asked without reading it, and
+    several are set in one round trip (`update`)."""
 
     def __init__(self, store: RedisStore, index: str, name: str, key: str) -> None:
         self._redis = store.redis
@@ -403,21 +404,53 @@ class _Kept(MutableMapping[str, Any]):
             found if isinstance(found, bytes) else found.encode()
         )  # what these servers wrote: see the module on trusting Redis
 
-    @_answered
     def __setitem__(self, item: str, value: Any) -> None:
-        try:
-            packed = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception as exc:  # a live object a responder keeps: said as the store's failure, not a 500
-            raise StateError(f"the replay state cannot keep {self._key}'s {item!r}: {exc}") from None
-        pipe = self._redis.pipeline(transaction=True)  # the value and its key's name together: a reset takes both
-        pipe.hset(self._name, item, packed)
-        pipe.sadd(self._index, self._key)
-        pipe.execute()
+        self._set({item: self._packed(item, value)})
 
     @_answered
     def __delitem__(self, item: str) -> None:
         if not self._redis.hdel(self._name, item):
             raise KeyError(item)
+
+    @_answered
+    def __contains__(self, item: object) -> bool:
+        return isinstance(item, str) and bool(self._redis.hexists(self._name, item))
+
+    def keys(self) -> KeysView[str]:
+        """The keys, as a view whose `&` (which of these are kept?) is one round trip."""
+        return _Keys(self)
+
+    @_answered
+    def present(self, items: Iterable[Any]) -> set[str]:
+        """Which of `items` are kept, in one round trip (`keys() & items`)."""
+        asked = [item for item in items if isinstance(item, str)]
+        pipe = self._redis.pipeline(transaction=False)
+        for item in asked:
+            pipe.hexists(self._name, item)
+        return {item for item, found in zip(asked, pipe.execute(), strict=True) if found}
+
+    def update(self, other: Any = (), /, **more: Any) -> None:
+        """Set several values in one round trip (each pickled, as `__setitem__` does)."""
+        values = dict(other, **more)
+        if not values:
+            return
+        packed = {item: self._packed(item, value) for item, value in values.items()}
+        self._set(packed)
+
+    @_answered
+    def _set(self, packed: Mapping[str, bytes]) -> None:
+        pipe = self._redis.pipeline(transaction=True)  # the values and their key's name together: a reset takes all
+        values: dict[Any, Any] = dict(packed)  # (redis-py's types want a wider key than `str`)
+        pipe.hset(self._name, mapping=values)
+        pipe.sadd(self._index, self._key)
+        pipe.execute()
+
+    def _packed(self, item: str, value: Any) -> bytes:
+        """`value` pickled; what cannot be is the store's failure (`StateError`), said as such, not a 500."""
+        try:
+            return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # a live object a responder keeps
+            raise StateError(f"the replay state cannot keep {self._key}'s {item!r}: {exc}") from None
 
     @_answered
     def __iter__(self) -> Iterator[str]:
@@ -426,6 +459,18 @@ class _Kept(MutableMapping[str, Any]):
     @_answered
     def __len__(self) -> int:
         return int(self._redis.hlen(self._name))
+
+
+class _Keys(KeysView[str]):
+    """The keys of what a responder keeps in Redis: `&` asks Redis which of the others are kept, in one round
+    trip, without listing them all."""
+
+    def __init__(self, kept: _Kept) -> None:
+        super().__init__(kept)
+        self._kept = kept
+
+    def __and__(self, other: Iterable[Any]) -> set[str]:
+        return self._kept.present(other)
 
 
 def _connect(url: str) -> tuple[redis.Redis, type[Exception]]:

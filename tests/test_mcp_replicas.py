@@ -7,14 +7,20 @@ Redis: a session initialized through one goes on through the other (the
 official SDK client, its requests dealt to them in turn), a `DELETE` through
 one ends it on both (the other's `GET` stream held open closes), a stream
 one answered resumes on the other (`Last-Event-ID`), and a reset through one
-ends the sessions on both unless it keeps what lasts.
+ends the sessions on both unless it keeps what lasts. Where the order of two
+replicas' steps matters (one answering a session's request while the other
+answers another, or ends the session), a proxy between one replica and Redis
+(`Between`) holds that replica's write until the other has answered.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import itertools
+import socket
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,9 +34,11 @@ from mcp.client.streamable_http import streamable_http_client
 from redis_server import redis_server
 from sdk_servers import Events, mcp_tools, on_loopback
 from test_workers import connected, served
+from waits import until
 
 from sse_tape import Cassette, MockServer
 from sse_tape.journal import Answered, Matched
+from sse_tape.server import run_in_thread
 from sse_tape.sse import ServerSentEvent, SSEDecoder
 from sse_tape.state_redis import RedisStore
 
@@ -118,6 +126,105 @@ async def clients(url: str, cassette: Path) -> AsyncIterator[tuple[MockServer, h
         httpx.AsyncClient(base_url=other.url, headers=HEADERS) as second,
     ):
         yield other, first, second
+
+
+class Between:
+    """A TCP proxy on loopback between one replica's store and the Redis at `url`: it counts the bytes each way,
+    and, once `hold()` is called, holds that replica's next write to a hash (`HSET`: what a responder keeps) until
+    `release()`, so that another replica's request comes between that replica's reads and its write."""
+
+    WRITE = b"$4\r\nHSET\r\n"
+
+    def __init__(self, url: str) -> None:
+        host, port = url.split("//")[1].split("/")[0].split(":")
+        self._to = (host, int(port))
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"redis://127.0.0.1:{self._listener.getsockname()[1]}/0"
+        self.read = 0
+        """Bytes Redis sent the replica."""
+        self._armed = threading.Event()
+        self.holding = threading.Event()
+        """Set while it holds a write."""
+        self._released = threading.Event()
+        self._sockets: list[socket.socket] = [self._listener]
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def hold(self) -> None:
+        self._released.clear()
+        self._armed.set()
+
+    def release(self) -> None:
+        self._released.set()
+
+    def close(self) -> None:
+        self._released.set()
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        for thread in self._threads:
+            thread.join(30)
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = self._listener.accept()
+                server = socket.create_connection(self._to)
+                self._sockets += [client, server]
+                for args in ((client, server, True), (server, client, False)):
+                    thread = threading.Thread(target=self._pump, args=args, daemon=True)
+                    self._threads.append(thread)
+                    thread.start()
+
+    def _pump(self, source: socket.socket, to: socket.socket, writes: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(1 << 16):
+                if writes and self._armed.is_set() and self.WRITE in data:
+                    self._armed.clear()
+                    self.holding.set()
+                    self._released.wait(60)
+                    self.holding.clear()
+                if not writes:
+                    self.read += len(data)
+                to.sendall(data)
+            to.shutdown(socket.SHUT_WR)
+
+
+@contextlib.contextmanager
+def threaded_replicas(url: str, cassette: Path) -> Iterator[tuple[Between, httpx.Client, httpx.Client]]:
+    """Two servers over `cassette` on the Redis at `url` (emptied first), each in a thread of its own, the first
+    through a `Between`: it, and a client of each speaking MCP's HTTP."""
+    RedisStore(url).redis.flushdb()
+    between = Between(url)
+    try:
+        with (
+            run_in_thread(MockServer([Cassette.load(cassette)], state=RedisStore(between.url))) as one,
+            run_in_thread(MockServer([Cassette.load(cassette)], state=RedisStore(url))) as other,
+            httpx.Client(base_url=one.url, headers=HEADERS, timeout=30) as first,
+            httpx.Client(base_url=other.url, headers=HEADERS, timeout=30) as second,
+        ):
+            yield between, first, second
+    finally:
+        between.close()
+
+
+def opened_in(client: httpx.Client, cassette: Path) -> dict[str, str]:
+    """`opened`, for a client of a server in a thread."""
+    answer = client.post("/mcp", content=Cassette.load(cassette).interactions[0].request.body)
+    headers = {"mcp-session-id": answer.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+    notified = client.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+    assert notified.status_code == 202
+    return headers
+
+
+def add(id: int) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": id,
+        "method": "tools/call",
+        "params": {"name": "add", "arguments": {"a": 2, "b": 3}},
+    }
 
 
 class _InTurn(httpx2.AsyncBaseTransport):
@@ -238,3 +345,68 @@ def test_two_workers_answer_a_session_as_one_server(recorded: tuple[Path, dict[s
                 with pytest.raises(httpx.RemoteProtocolError):  # closed by its worker, the session ended
                     stream.read()
             assert second.post("/mcp", json=LISTED, headers=headers).status_code == 404
+
+
+def test_a_sessions_request_reads_only_its_session_being_open_however_many_streams_it_kept(
+    redis_url: str, recorded: tuple[Path, dict[str, Any]]
+) -> None:
+    cassette, _ = recorded
+    with threaded_replicas(redis_url, cassette) as (between, first, _):
+        headers = opened_in(first, cassette)
+
+        def read_by_a_request() -> int:
+            before = between.read
+            assert first.post("/mcp", json=LISTED, headers=headers).status_code == 200
+            return between.read - before
+
+        alone = read_by_a_request()
+        for n in range(10):  # ten streams kept, each of six events with ids
+            assert first.post("/mcp", json=count(20 + n), headers=headers).status_code == 200
+        hash = RedisStore(redis_url).redis
+        [name] = hash.keys("sse-tape:kept:mcp*")
+        sizes = [hash.hstrlen(name, field) for field in hash.hkeys(name)]
+        # Each stream (the initialize's, the listing's, ten counts) under a key of its own, none holding another's:
+        assert sum(size > 1000 for size in sizes) == 12
+        assert max(sizes) < 2 * min(size for size in sizes if size > 1000)
+        # and a request of the session reads none of them (a round trip's small answers may land in either).
+        assert read_by_a_request() < alone + 200
+
+
+def test_two_streams_of_one_session_answered_at_once_by_two_replicas_both_resume(
+    redis_url: str, recorded: tuple[Path, dict[str, Any]]
+) -> None:
+    cassette, _ = recorded
+    with (
+        threaded_replicas(redis_url, cassette) as (between, first, second),
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+    ):
+        headers = opened_in(first, cassette)
+        between.hold()  # the first replica's `count` has read the session, and waits to keep its stream
+        counted = pool.submit(first.post, "/mcp", json=count(31), headers=headers)
+        until(between.holding.is_set, "the first replica's write")
+        added = second.post("/mcp", json=add(32), headers=headers)  # the other's stream, kept meanwhile
+        between.release()
+        for answer, client in ((counted.result(30), second), (added, first)):
+            after = events(answer.content)[1].id
+            resumed = client.get("/mcp", headers={**headers, "last-event-id": after})
+            assert resumed.status_code == 200
+            assert [e.data for e in events(resumed.content)] == [e.data for e in events(answer.content)[2:]]
+
+
+def test_a_stream_kept_as_another_replica_ends_the_session_does_not_bring_it_back(
+    redis_url: str, recorded: tuple[Path, dict[str, Any]]
+) -> None:
+    cassette, _ = recorded
+    with (
+        threaded_replicas(redis_url, cassette) as (between, first, second),
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+    ):
+        headers = opened_in(first, cassette)
+        between.hold()
+        counted = pool.submit(first.post, "/mcp", json=count(41), headers=headers)
+        until(between.holding.is_set, "the first replica's write")
+        assert second.delete("/mcp", headers=headers).status_code == 200  # ended, as the first keeps its stream
+        between.release()
+        assert counted.result(30).status_code == 200
+        for client in (first, second):
+            assert client.post("/mcp", json=LISTED, headers=headers).status_code == 404
