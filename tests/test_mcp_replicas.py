@@ -37,6 +37,7 @@ from test_workers import connected, served
 from waits import until
 
 from sse_tape import Cassette, MockServer
+from sse_tape.dialects.mcp import session as session_module
 from sse_tape.journal import Answered, Matched
 from sse_tape.server import run_in_thread
 from sse_tape.sse import ServerSentEvent, SSEDecoder
@@ -362,9 +363,10 @@ def test_a_sessions_request_reads_only_its_session_being_open_however_many_strea
         alone = read_by_a_request()
         for n in range(10):  # ten streams kept, each of six events with ids
             assert first.post("/mcp", json=count(20 + n), headers=headers).status_code == 200
-        hash = RedisStore(redis_url).redis
-        [name] = hash.keys("sse-tape:kept:mcp*")
-        sizes = [hash.hstrlen(name, field) for field in hash.hkeys(name)]
+        redis = RedisStore(redis_url).redis
+        [name] = redis.keys("sse-tape:kept:mcp*")
+        sizes = [redis.hstrlen(name, field) for field in redis.hkeys(name)]
+        redis.close()
         # Each stream (the initialize's, the listing's, ten counts) under a key of its own, none holding another's:
         assert sum(size > 1000 for size in sizes) == 12
         assert max(sizes) < 2 * min(size for size in sizes if size > 1000)
@@ -394,7 +396,7 @@ def test_two_streams_of_one_session_answered_at_once_by_two_replicas_both_resume
 
 
 def test_a_stream_kept_as_another_replica_ends_the_session_does_not_bring_it_back(
-    redis_url: str, recorded: tuple[Path, dict[str, Any]]
+    redis_url: str, recorded: tuple[Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cassette, _ = recorded
     with (
@@ -410,3 +412,12 @@ def test_a_stream_kept_as_another_replica_ends_the_session_does_not_bring_it_bac
         assert counted.result(30).status_code == 200
         for client in (first, second):
             assert client.post("/mcp", json=LISTED, headers=headers).status_code == 404
+        # What that stream left of the session goes as a new one opens past the things kept (here, one).
+        monkeypatch.setattr(session_module, "MOST_SESSIONS", 1)
+        new = opened_in(second, cassette)["mcp-session-id"]
+        redis = RedisStore(redis_url).redis
+        [name] = redis.keys("sse-tape:kept:mcp*")
+        kept = [key.decode() for key in redis.hkeys(name)]
+        assert new in kept
+        assert all(key.startswith(new) for key in kept)
+        redis.close()
