@@ -279,6 +279,17 @@ async def test_a_session_keeps_its_streams_under_its_newest_event_ids_only(
         assert [e.resumed for e in opened] == [f"from the start: no event id {older!r}"]
 
 
+async def test_a_session_id_naming_what_a_session_keeps_is_no_session(recorded: tuple[Path, dict[str, Any]]) -> None:
+    cassette, _ = recorded
+    async with aserve(cassette) as mock, httpx.AsyncClient(base_url=mock.url, headers=_HEADERS) as client:
+        session = await _opened(client, cassette)
+        answer = await client.post("/mcp", json=_count(31), headers=session)
+        forged = {**session, "mcp-session-id": f"{session['mcp-session-id']} {_events(answer.content)[0].id}"}
+        listing = {"jsonrpc": "2.0", "id": 32, "method": "tools/list"}
+        assert (await client.post("/mcp", json=listing, headers=forged)).status_code == 404
+        assert (await client.post("/mcp", json=listing, headers=session)).status_code == 200
+
+
 async def _rest(pieces: AsyncIterator[bytes]) -> bytes:
     return b"".join([piece async for piece in pieces])
 

@@ -215,7 +215,7 @@ class Sessions(ProtocolResponder):
         recorded = next((v for k, v in plan.headers if k.lower() == SESSION_HEADER), None)
         initialize = isinstance(body, dict) and body.get("method") == "initialize"
         notes: list[str] = []
-        live = session is not None and session in state  # its header alone: what it keeps is read where needed
+        live = session is not None and _opened(state, session)  # what it keeps is read where needed
         if session is not None and not live:
             return Kept(f"refused: no session {session!r} open", _error(self.dialect, 404, "Session not found"))
         if recorded is not None and session is None and not initialize:
@@ -355,7 +355,13 @@ def _stream(state: Mapping[str, Any], session: str, last: str) -> _Stream | None
     found = state.get(_key(session, last))
     if isinstance(found, str):  # one of its later ids: the stream is under its first
         found = state.get(_key(session, found))
-    return found if isinstance(found, _Stream) and session in state else None
+    return found if isinstance(found, _Stream) and _opened(state, session) else None
+
+
+def _opened(state: Mapping[str, Any], session: str) -> bool:
+    """Whether `session` is open: its header kept (an id with a space in it, never minted, names none: see
+    `_IN`)."""
+    return _IN not in session and session in state
 
 
 def _error(dialect: Protocol, status: int, message: str) -> Plan:
