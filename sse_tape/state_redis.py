@@ -385,8 +385,8 @@ class RedisStore:
 
 class _Kept(MutableMapping[str, Any]):
     """What a responder keeps, in a Redis hash: each value pickled. A value read is a copy: a responder that
-    changes one sets it again. Whether one is kept (`in`, `keys() & items`) is asked without reading it, and
-    several are set in one round trip (`update`)."""
+    changes one sets it again. Whether one is kept (`in`, `keys() & items`) is asked without reading it, several
+    are set in one round trip (`update`), and `setdefault` is one step."""
 
     def __init__(self, store: RedisStore, index: str, name: str, key: str) -> None:
         self._redis = store.redis
@@ -428,6 +428,19 @@ class _Kept(MutableMapping[str, Any]):
         for item in asked:
             pipe.hexists(self._name, item)
         return {item for item, found in zip(asked, pipe.execute(), strict=True) if found}
+
+    def setdefault(self, item: str, default: Any = None) -> Any:
+        """The value kept under `item`; where there is none, `default`, kept there: in one step (`HSETNX`), so
+        that of servers setting one item at the same moment, one sets it and the others read it."""
+        packed = self._packed(item, default)
+        return default if self._claim(item, packed) else self[item]
+
+    @_answered
+    def _claim(self, item: str, packed: bytes) -> bool:
+        pipe = self._redis.pipeline(transaction=True)  # the value and its key's name together: a reset takes both
+        pipe.hsetnx(self._name, item, packed)
+        pipe.sadd(self._index, self._key)
+        return bool(pipe.execute()[0])
 
     def update(self, other: Any = (), /, **more: Any) -> None:
         """Set several values in one round trip (each pickled, as `__setitem__` does)."""

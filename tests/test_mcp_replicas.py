@@ -130,11 +130,12 @@ async def clients(url: str, cassette: Path) -> AsyncIterator[tuple[MockServer, h
 
 
 class Between:
-    """A TCP proxy on loopback between one replica's store and the Redis at `url`: it counts the bytes each way,
-    and, once `hold()` is called, holds that replica's next write to a hash (`HSET`: what a responder keeps) until
-    `release()`, so that another replica's request comes between that replica's reads and its write."""
+    """A TCP proxy on loopback between one replica's store and the Redis at `url`: it counts the bytes Redis
+    sends, and, once `hold()` is called, holds that replica's next write to a hash (`HSET`: what a responder
+    keeps; or the command `hold` names) until `release()`, so that another replica's request comes between that
+    replica's reads and its write."""
 
-    WRITE = b"$4\r\nHSET\r\n"
+    WRITE = b"HSET"
 
     def __init__(self, url: str) -> None:
         host, port = url.split("//")[1].split("/")[0].split(":")
@@ -144,6 +145,7 @@ class Between:
         self.read = 0
         """Bytes Redis sent the replica."""
         self._armed = threading.Event()
+        self._command = b""
         self.holding = threading.Event()
         """Set while it holds a write."""
         self._released = threading.Event()
@@ -151,7 +153,8 @@ class Between:
         self._threads = [threading.Thread(target=self._accept, daemon=True)]
         self._threads[0].start()
 
-    def hold(self) -> None:
+    def hold(self, command: bytes = WRITE) -> None:
+        self._command = b"$%d\r\n%s\r\n" % (len(command), command)  # as the command's name goes in Redis's protocol
         self._released.clear()
         self._armed.set()
 
@@ -181,7 +184,7 @@ class Between:
     def _pump(self, source: socket.socket, to: socket.socket, writes: bool) -> None:
         with contextlib.suppress(OSError):
             while data := source.recv(1 << 16):
-                if writes and self._armed.is_set() and self.WRITE in data:
+                if writes and self._armed.is_set() and self._command in data:
                     self._armed.clear()
                     self.holding.set()
                     self._released.wait(60)
@@ -421,3 +424,32 @@ def test_a_stream_kept_as_another_replica_ends_the_session_does_not_bring_it_bac
         assert new in kept
         assert all(key.startswith(new) for key in kept)
         redis.close()
+
+
+@pytest.mark.parametrize(
+    ("held", "renamed"),
+    [(b"HSET", 1), (b"HSETNX", 0)],
+    ids=["held-as-it-keeps-its-stream", "held-as-it-claims-its-ids"],
+)
+def test_one_recording_answered_in_one_session_at_once_by_two_replicas_gives_each_stream_ids_of_its_own(
+    redis_url: str, recorded: tuple[Path, dict[str, Any]], held: bytes, renamed: int
+) -> None:
+    # The first replica found the recording's ids new in the session: held as it keeps its stream (it claimed the
+    # ids), or before it claims them (the other claims them first).
+    cassette, _ = recorded
+    with (
+        threaded_replicas(redis_url, cassette) as (between, first, second),
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+    ):
+        headers = opened_in(first, cassette)
+        between.hold(held)
+        counted = pool.submit(first.post, "/mcp", json=count(51), headers=headers)
+        until(between.holding.is_set, "the first replica's write")
+        again = second.post("/mcp", json=count(52), headers=headers)  # the same recording, on the other
+        between.release()
+        answers = (counted.result(30), again)
+        ids = [[e.id for e in events(answer.content)] for answer in answers]
+        assert ids[renamed] == [f"{i}~2" for i in ids[1 - renamed]]
+        for answer, client in zip(answers, (second, first), strict=True):
+            resumed = client.get("/mcp", headers={**headers, "last-event-id": events(answer.content)[1].id})
+            assert [e.data for e in events(resumed.content)] == [e.data for e in events(answer.content)[2:]]

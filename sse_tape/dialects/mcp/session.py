@@ -41,11 +41,12 @@ needs (pickled, where the state is shared): that the session is open (a
 header under its id, written once, as it opens), and each stream it was
 answered with, under the stream's first event id, and that id under each of
 its others. A request reads the header (is it open?); one whose answer's
-events have ids looks once whether the session gave any of them already, and
-keeps its stream in one write, which touches none of the session's other
-streams: two streams of one session answered at the same moment by two
-servers are both kept, and a stream kept as another server ends the session
-brings nothing of it back (the header is never written again: what the
+events have ids looks once whether the session gave any of them already,
+claims the first (so that two answers of one recording at the same moment,
+by two servers, never give the same ids), and keeps its stream in one write,
+which touches none of the session's other streams: two streams of one
+session answered at the same moment by two servers are both kept, and a
+stream kept as another server ends the session brings nothing of it back (the header is never written again: what the
 stream left, the next tidy takes, `Sessions._tidy`). A reconnection reads
 the stream it resumes (and the header). Ending a session (`DELETE`, a 404, a
 reset) deletes its header and what it keeps, which it finds among the
@@ -56,9 +57,7 @@ sessions are still open, whether a session ended elsewhere (a `DELETE` or a
 404 through another server, a reset), to close its streams too. A look per
 process, not a message per end: the replay state needs no channel of its
 own, and a server that missed a message (restarted, or Redis gone a moment)
-still closes them. Two answers of one recording in one session at the same
-moment, by two servers, may both give its ids as recorded: each looks before
-either keeps.
+still closes them.
 
 A 2026-07-28 exchange has no session: nothing is minted for it, nor asked
 of it. Its `subscriptions/listen` stream, which the server holds open until
@@ -141,16 +140,20 @@ def _key(session: str, event_id: str) -> str:
     return f"{session}{_IN}{event_id}"
 
 
-def _renamed(state: Mapping[str, Any], session: str, ids: list[str]) -> dict[str, str]:
+def _claimed(state: MutableMapping[str, Any], session: str, ids: list[str]) -> dict[str, str]:
     """New ids for a stream's `ids` where `session` gave any of them already (the same recording played again):
-    each with the first suffix `~2`, `~3`... that makes them all new; none where they are new. One look at the
-    keys for each suffix tried."""
-    if not state.keys() & {_key(session, i) for i in ids}:
-        return {}
-    n = 2
-    while state.keys() & {_key(session, f"{i}~{n}") for i in ids}:
+    each with the first suffix `~2`, `~3`... that makes them all new; none where they are new. The first of them
+    is claimed (`setdefault`, one step where the state is shared, its stream set there later), so that two
+    answers of one recording at the same moment, by two servers, never name their streams alike: where another
+    claimed it first, the next suffix. One look at the keys for each suffix tried, and the claim."""
+    claim = "#" + uuid.uuid4().hex  # names no stream (see `_stream`) until the stream is set in its place
+    n = 1
+    while True:
+        names = [i if n == 1 else f"{i}~{n}" for i in ids]
+        new = not state.keys() & {_key(session, name) for name in names}
+        if new and state.setdefault(_key(session, names[0]), claim) == claim:
+            return dict(zip(ids, names, strict=True)) if n > 1 else {}
         n += 1
-    return {i: f"{i}~{n}" for i in ids}
 
 
 #: How a stream the server still held open was recorded: its client left it, or the recorder stopped.
@@ -233,7 +236,7 @@ class Sessions(ProtocolResponder):
             notes.append(f"session {session} ended")
         stream = plan.is_event_stream()
         ids = event_ids(plan) if stream and ok and live else []
-        renamed = _renamed(state, session, ids) if session is not None and ids else {}
+        renamed = _claimed(state, session, ids) if session is not None and ids else {}
         out = rewritten(plan, id, token, stream=stream, ids=renamed) if (id is not MISSING or renamed) and ok else None
         if out is not None and id is not MISSING:
             notes.append(f"with the request's id {_json.dumps(id)}")
@@ -351,7 +354,8 @@ class Sessions(ProtocolResponder):
 
 
 def _stream(state: Mapping[str, Any], session: str, last: str) -> _Stream | None:
-    """The stream `session` gave the event id `last` in, while the session is open; None where it gave none."""
+    """The stream `session` gave the event id `last` in, while the session is open; None where it gave none (or
+    the stream is not kept yet: see `_claimed`)."""
     found = state.get(_key(session, last))
     if isinstance(found, str):  # one of its later ids: the stream is under its first
         found = state.get(_key(session, found))
