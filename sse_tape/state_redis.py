@@ -106,14 +106,23 @@ return redis.call('INCR', KEYS[1])
 
 _APPEND = """
 -- RedisStore.add_entries: journal entries appended, the last `keep` kept, unless a reset came since the server
--- that made them last heard of one (they belong to what it forgot); the reset's generation. KEYS: the journal,
--- the generation. ARGV: the generation the server knows, keep, the entries.
+-- that made them last heard of one (they belong to what it forgot); with them, the requests received not sent
+-- yet. Returns the reset's generation. KEYS: the journal, the generation, the requests received. ARGV: the
+-- generation the server knows, how many entries to keep, how many requests received, how many entries, the
+-- entries, then the requests.
 local generation = tonumber(redis.call('GET', KEYS[2]) or '0')
-if generation == tonumber(ARGV[1]) then
-    for i = 3, #ARGV, 1000 do  -- (a thousand at a time: Lua's unpack has a limit)
-        redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+local count = tonumber(ARGV[4])
+if generation == tonumber(ARGV[1]) and count > 0 then
+    for i = 5, count + 4, 1000 do  -- (a thousand at a time: Lua's unpack has a limit)
+        redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, count + 4)))
     end
     redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)
+end
+if #ARGV > count + 4 then
+    for i = count + 5, #ARGV, 1000 do
+        redis.call('RPUSH', KEYS[3], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+    end
+    redis.call('LTRIM', KEYS[3], -tonumber(ARGV[3]), -1)
 end
 return generation
 """
@@ -296,13 +305,17 @@ class RedisStore:
     @_answered
     def add_entries(self, entries: Sequence[Mapping[str, Any]]) -> None:
         # Those made before this server heard of the last reset belong to what it forgot; a reset it has not
-        # heard of yet, the script sees.
+        # heard of yet, the script sees. One script, not a pipeline, with the requests received not sent yet:
+        # a pipeline with a script asks Redis first whether it has the script, a round trip more.
         made = [json.dumps(entry) for entry in entries if entry.get("time", 0) >= self._heard]
-        if not made:
+        unsent = self._unsent
+        if not made and not unsent:
             return
-        pipe = self._redis.pipeline(transaction=False)
-        self._append(keys=[self._journal, self._generation], args=[self._known, self.keep_entries, *made], client=pipe)
-        self._hear(int(self._send(pipe)[0]))
+        keys = [self._journal, self._generation, self._received]
+        args: list[int | str | bytes] = [self._known, self.keep_entries, self.keep, len(made), *made, *unsent]
+        generation = self._append(keys=keys, args=args)
+        del unsent[:]
+        self._hear(int(generation))
 
     @_answered
     def entries(self, limit: int | None) -> list[Mapping[str, Any]]:
