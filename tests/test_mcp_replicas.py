@@ -131,7 +131,7 @@ async def clients(url: str, cassette: Path) -> AsyncIterator[tuple[MockServer, h
 
 class Between:
     """A TCP proxy on loopback between one replica's store and the Redis at `url`: it counts the bytes Redis
-    sends, and, once `hold()` is called, holds that replica's next write to a hash (`HSET`: what a responder
+    sends and the replica's looks, and, once `hold()` is called, holds that replica's next write to a hash (`HSET`: what a responder
     keeps; or the command `hold` names) until `release()`, so that another replica's request comes between that
     replica's reads and its write."""
 
@@ -144,6 +144,8 @@ class Between:
         self.url = f"redis://127.0.0.1:{self._listener.getsockname()[1]}/0"
         self.read = 0
         """Bytes Redis sent the replica."""
+        self.looks = 0
+        """How many of the replica's writes asked whether something is kept (`HEXISTS`), as a look does."""
         self._armed = threading.Event()
         self._command = b""
         self.holding = threading.Event()
@@ -191,6 +193,8 @@ class Between:
                     self.holding.clear()
                 if not writes:
                     self.read += len(data)
+                elif b"$7\r\nHEXISTS\r\n" in data:
+                    self.looks += 1
                 to.sendall(data)
             to.shutdown(socket.SHUT_WR)
 
@@ -453,3 +457,40 @@ def test_one_recording_answered_in_one_session_at_once_by_two_replicas_gives_eac
         for answer, client in zip(answers, (second, first), strict=True):
             resumed = client.get("/mcp", headers={**headers, "last-event-id": events(answer.content)[1].id})
             assert [e.data for e in events(resumed.content)] == [e.data for e in events(answer.content)[2:]]
+
+
+def test_a_reset_that_keeps_the_sessions_through_one_replica_leaves_the_others_get_stream_open(
+    redis_url: str, recorded: tuple[Path, dict[str, Any]]
+) -> None:
+    # The reset empties the state, then writes back the sessions it keeps: the other replica, holding a GET stream
+    # open, looks in between (its write back held), and once more after.
+    cassette, _ = recorded
+    RedisStore(redis_url).redis.flushdb()
+    resetting, holding = Between(redis_url), Between(redis_url)
+    with (
+        contextlib.closing(resetting),
+        contextlib.closing(holding),
+        run_in_thread(MockServer([Cassette.load(cassette)], state=RedisStore(resetting.url))) as one,
+        run_in_thread(MockServer([Cassette.load(cassette)], state=RedisStore(holding.url))) as other,
+        httpx.Client(base_url=other.url, headers=HEADERS, timeout=30) as client,
+        concurrent.futures.ThreadPoolExecutor(2) as pool,
+    ):
+        headers = opened_in(client, cassette)
+        stream = client.send(client.build_request("GET", "/mcp", headers=headers), stream=True)
+        assert stream.status_code == 200
+        rest = pool.submit(stream.read)
+        looks = holding.looks
+        until(lambda: holding.looks > looks, "a look")  # its watcher looks, and finds the session open
+        resetting.hold()
+        reset = pool.submit(one.control.reset, protocols=False)
+        until(resetting.holding.is_set, "the reset's write back")
+        looks = holding.looks
+        until(lambda: holding.looks > looks, "a look while the state is empty")
+        resetting.release()
+        reset.result(30)
+        until(lambda: holding.looks > looks + 2 or rest.done(), "two looks after, or the stream's end")
+        assert not rest.done()  # still open
+        assert client.delete("/mcp", headers=headers).status_code == 200  # its session ends: it closes
+        with pytest.raises(httpx.RemoteProtocolError):
+            rest.result(30)
+        stream.close()
