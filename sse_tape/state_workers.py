@@ -42,7 +42,7 @@ __all__ = ["WorkersStore"]
 
 _ASKS: Final = frozenset(
     {"next_request", "requests", "next_turn", "plays", "claim", "count", "share_settings", "settings", "entries"}
-    | {"snapshot", "reset", "kept_get", "kept_pop", "kept_keys"}
+    | {"snapshot", "reset", "kept_get", "kept_pop", "kept_keys", "kept_setdefault"}
 )
 #: What a worker tells at once, not at the end of its event loop's turn: what a responder keeps, which the next
 #: worker a client turns to may ask for (a new MCP session, a background response).
@@ -222,6 +222,11 @@ class _Kept(MutableMapping[str, Any]):
         if not self._ask("kept_pop", self._key, item):
             raise KeyError(item)
 
+    def setdefault(self, item: str, default: Any = None) -> Any:
+        """The value kept under `item`; where there is none, `default`, kept there: one question to the parent,
+        so that of workers setting one item at the same moment, one sets it and the others read it."""
+        return self._ask("kept_setdefault", self._key, item, default)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._ask("kept_keys", self._key))
 
@@ -351,6 +356,9 @@ class _Held:
 
     def kept_set(self, key: str, item: str, value: Any) -> None:
         self.store.kept(key)[item] = value
+
+    def kept_setdefault(self, key: str, item: str, value: Any) -> Any:
+        return self.store.kept(key).setdefault(item, value)
 
     def kept_pop(self, key: str, item: str) -> bool:
         return self.store.kept(key).pop(item, _GONE) is not _GONE

@@ -19,7 +19,9 @@ import asyncio
 import concurrent.futures
 import contextlib
 import itertools
+import os
 import socket
+import tempfile
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -42,6 +44,7 @@ from sse_tape.journal import Answered, Matched
 from sse_tape.server import run_in_thread
 from sse_tape.sse import ServerSentEvent, SSEDecoder
 from sse_tape.state_redis import RedisStore
+from sse_tape.state_workers import WorkersStore
 
 HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 LISTED = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
@@ -494,3 +497,27 @@ def test_a_reset_that_keeps_the_sessions_through_one_replica_leaves_the_others_g
         with pytest.raises(httpx.RemoteProtocolError):
             rest.result(30)
         stream.close()
+
+
+def test_forked_workers_setting_one_item_at_once_leave_it_to_one_of_them() -> None:
+    # As two workers claim the same stream's event ids (`setdefault`): each item is the one worker's that set it,
+    # the other reads that worker's.
+    store, items, pids = WorkersStore(2), [f"session {n}" for n in range(500)], []
+    with tempfile.TemporaryDirectory() as claimed:
+        for n in range(2):
+            pid = os.fork()
+            if pid == 0:  # a worker: sets each item, and writes down those it set
+                store.in_worker(n)
+                kept = store.kept("mcp:0")
+                won = [item for item in items if kept.setdefault(item, f"worker {n}") == f"worker {n}"]
+                Path(claimed, str(n)).write_text("\n".join(won))
+                os._exit(0)
+            pids.append(pid)
+        failures: list[str] = []
+        store.hold(failures.append)
+        assert [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids] == [0, 0]
+        won = [Path(claimed, str(n)).read_text().splitlines() for n in range(2)]
+    assert sorted(won[0] + won[1]) == sorted(items)  # each set by one of them, the other read it
+    kept = store.kept("mcp:0")
+    assert all(kept[item] == f"worker {n}" for n in range(2) for item in won[n])
+    assert failures == []
