@@ -385,8 +385,7 @@ class MockServer:
 
     async def _handle(self, http: web.BaseRequest) -> web.StreamResponse:
         assert self._guard is not None
-        arrived = self._guard.arrival(http.transport)
-        self._guard.busy(http.transport, True)
+        arrived = self._guard.begin(http.transport)
         handler = asyncio.current_task()
         assert handler is not None
         self._handlers.add(handler)
@@ -406,7 +405,7 @@ class MockServer:
             return web.json_response({"error": str(exc)}, status=503)
         finally:
             self._handlers.discard(handler)
-            self._guard.busy(http.transport, False)
+            self._guard.end(http.transport)
 
     async def answer(self, http: web.BaseRequest, *, arrived: float | None = None) -> web.StreamResponse:
         """Answer one aiohttp request as this server does (the chain, the control endpoints, the fault
@@ -758,7 +757,7 @@ def _protocols_responders() -> list[Lent]:
     """The responders each protocol brings (`Protocol.responders`), made anew for this server, in the
     dialects' order, each keeping what it keeps under a key of its own."""
     return [
-        Lent(responder, f"{dialect.name}:{n}")
+        Lent(responder, f"{dialect.name}:{n}", dialect)
         for dialect in DIALECTS.values()
         for n, responder in enumerate(dialect.responders())
     ]
