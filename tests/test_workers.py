@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from gateways import nginx_site
 from redis_server import redis_server
 from waits import SAFETY_NET, until
 
-from sse_tape import Cassette, Chunk, Interaction, Request, Response
+from sse_tape import Cassette, Chunk, Interaction, Request, Response, StateError
 from sse_tape.state_workers import WorkersStore
 
 ROOT = Path(__file__).parent.parent
@@ -179,6 +180,39 @@ def test_what_one_worker_told_its_parent_is_found_by_the_next_worker_a_client_tu
     assert [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids] == [0, 0]  # none missing
     for end in (told_read, told_write, asked_read, asked_write):
         os.close(end)
+
+
+def test_forked_workers_number_their_requests_as_one_without_waiting_for_their_parent() -> None:
+    # A request's number is no question to the parent: the workers count while it answers nothing yet.
+    store, each, pids = WorkersStore(2), 500, []
+    numbered = tempfile.TemporaryDirectory()
+    with numbered:
+        for n in range(2):
+            pid = os.fork()
+            if pid == 0:
+                signal.alarm(int(SAFETY_NET))  # a worker left waiting for an answer ends, and the test fails
+                store.in_worker(n)
+                got = [store.next_request() for _ in range(each)]
+                Path(numbered.name, str(n)).write_text(" ".join(map(str, got)))
+                os._exit(0)
+            pids.append(pid)
+        statuses = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+        store.hold(print)  # only now
+        assert statuses == [0, 0]
+        got = [[int(n) for n in Path(numbered.name, str(n)).read_text().split()] for n in range(2)]
+    assert all(numbers == sorted(numbers) for numbers in got)  # each worker's in the order it took them
+    assert sorted(got[0] + got[1]) == list(range(1, 2 * each + 1))  # one count: none taken twice, none left out
+    assert store.requests() == store.snapshot().requests == 2 * each
+    store.reset()
+    assert (store.requests(), store.next_request()) == (0, 1)
+
+
+def test_what_a_worker_cannot_pickle_is_the_stores_failure() -> None:
+    store = WorkersStore(0)  # the parent's own (no worker): what it keeps is pickled as a worker's would be
+    with pytest.raises(StateError, match="cannot keep responses's 'live': cannot pickle"):
+        store.kept("responses")["live"] = threading.Lock()
+    store.kept("responses")["kept"] = {"id": "resp_1"}
+    assert store.kept("responses")["kept"] == {"id": "resp_1"}
 
 
 def test_faults_set_through_one_worker_and_a_reset_through_the_other_reach_both(tmp_path: Path) -> None:
