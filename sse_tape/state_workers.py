@@ -73,6 +73,8 @@ class WorkersStore:
         self._unsent: list[tuple[str, tuple[Any, ...]]] = []  # what a worker told, not sent yet (see `_tell`)
         self._sending = False  # whether they are to be sent at the end of the event loop's turn
         self._latest = self._taken = 0  # the settings' version as last counted, and as this one has it
+        self.asked = 0
+        """How many questions this worker has asked its parent: its round trips (`bench/state_bench.py`)."""
 
     def in_worker(self, n: int) -> None:
         """Become worker `n`'s store: every operation asks the parent, over the worker's own end."""
@@ -163,6 +165,7 @@ class WorkersStore:
         if connection is None:
             return getattr(self._held, operation)(*args)
         told, self._unsent = self._unsent, []
+        self.asked += 1
         try:
             connection.end.sendall(_framed((told, (operation, args))))
             failed, answer = connection.receive()

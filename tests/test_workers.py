@@ -194,7 +194,7 @@ def test_forked_workers_number_their_requests_as_one_without_waiting_for_their_p
                 store.in_worker(n)
                 got = [store.next_request() for _ in range(each)]
                 Path(numbered.name, str(n)).write_text(" ".join(map(str, got)))
-                os._exit(0)
+                os._exit(store.asked)  # 0: no question to the parent
             pids.append(pid)
         statuses = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
         store.hold(print)  # only now
