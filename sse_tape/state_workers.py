@@ -9,15 +9,21 @@ length): the workers answer as one server. The parent answers on a thread of
 its own, one message at a time, so that each operation is atomic across the
 workers.
 
-An operation whose answer replay needs (a request's number, which turn, a
-claim, a snapshot) is a round trip; one that only tells (a request received,
+A request's number, which every request takes, is no question to the
+parent: the count sits in memory the parent and its workers share (mapped
+before the fork), behind a lock they share, beside the version of the
+faults and seed last set, so that a worker takes a number, and learns
+whether another worker set new faults (as `RedisStore` has it), without
+waiting for the parent. A plain replayed stream asks the parent nothing.
+
+Another operation whose answer replay needs (which turn, a claim, a fault's
+count, a snapshot) is a round trip; one that only tells (a request received,
 a recording played, a fault applied, a miss, journal entries) is sent
-without waiting for an answer, with the worker's next question or at the end
-of its event loop's turn, all it told meanwhile in one write (what a
-responder keeps goes at once). Before it answers any question, the parent
-takes every message any worker sent until then: what one worker kept, the
-next worker a client turns to finds. Whether another worker set new faults
-comes back with each request's number, as `RedisStore` has it.
+without waiting for an answer, with the worker's next question or at the
+end of its event loop's turn: all it told meanwhile in one message, pickled
+once (what a responder keeps goes at once). Before it answers any question,
+the parent takes every message any worker sent until then: what one worker
+kept, the next worker a client turns to finds.
 """
 
 from __future__ import annotations
@@ -167,7 +173,11 @@ class WorkersStore:
         told, self._unsent = self._unsent, []
         self.asked += 1
         try:
-            connection.end.sendall(_framed((told, (operation, args))))
+            message = _framed((told, (operation, args)))
+        except Exception as exc:
+            raise StateError(f"the replay state cannot take what {operation} carries: {exc}") from None
+        try:
+            connection.end.sendall(message)
             failed, answer = connection.receive()
         except OSError:
             raise StateError("the parent process holding the replay state is gone") from None
