@@ -12,12 +12,14 @@ workers.
 A request's number, which every request takes, is no question to the
 parent: the count sits in memory the parent and its workers share (mapped
 before the fork), behind a lock they share, beside the version of the
-faults and seed last set, so that a worker takes a number, and learns
-whether another worker set new faults (as `RedisStore` has it), without
-waiting for the parent. A plain replayed stream asks the parent nothing.
+faults and seed last set and the counts of the faults set on the server (the
+first `_PLACES` of them), so that a worker takes a number, learns whether
+another worker set new faults (as `RedisStore` has it), and counts a fault's
+requests for `times=` and `p=`, without waiting for the parent. A replayed
+stream asks the parent nothing, with faults set on the server or without.
 
-Another operation whose answer replay needs (which turn, a claim, a fault's
-count, a snapshot) is a round trip; one that only tells (a request received,
+Another operation whose answer replay needs (which turn, a claim, the count
+of a fault a request header asks for, a snapshot) is a round trip; one that only tells (a request received,
 a recording played, a fault applied, a miss, journal entries) is sent
 without waiting for an answer, with the worker's next question or at the
 end of its event loop's turn: all it told meanwhile in one message, pickled
@@ -127,10 +129,13 @@ class WorkersStore:
         return claimed
 
     def count(self, fault_key: FaultKey) -> int:
+        if isinstance(fault_key, int) and 0 <= fault_key < _PLACES:
+            return self._counted.count_placed(fault_key)  # no question to the parent (see the module)
         return int(self._ask("count", fault_key))
 
     def restart_counts(self) -> None:
-        self._tell("restart_counts")
+        self._counted.restart_placed()
+        self._tell("restart_counts")  # those past the first `_PLACES`, which the parent counts
 
     def note_injected(self, spec: str) -> None:
         self._tell("note_injected", spec)
@@ -251,11 +256,13 @@ class _Kept(MutableMapping[str, Any]):
 
 
 class _Counted:
-    """The requests' count and the version of the faults and seed last set, in memory the parent and its workers
-    share (mapped before the fork: a write in one process is seen by all), behind a lock they share."""
+    """The requests' count, the version of the faults and seed last set, and the counts of the first `_PLACES`
+    faults set on the server, in memory the parent and its workers share (mapped before the fork: a write in
+    one process is seen by all), behind a lock they share."""
 
     def __init__(self) -> None:
-        self._values = memoryview(mmap.mmap(-1, 16)).cast("q")  # the count, then the version
+        self._memory = mmap.mmap(-1, (_PLACED + _PLACES) * 8)
+        self._values = memoryview(self._memory).cast("q")  # the count, the version, then each place's count
         self._lock = multiprocessing.get_context("fork").Lock()
 
     def next_request(self) -> tuple[int, int]:
@@ -276,11 +283,37 @@ class _Counted:
         """The settings' version now."""
         return self._values[1]
 
+    def count_placed(self, place: int) -> int:
+        """How many requests the server's fault at `place` (below `_PLACES`) has seen before this one, counting
+        this one."""
+        values = self._values
+        self._acquire()
+        try:
+            seen = values[_PLACED + place]
+            values[_PLACED + place] = seen + 1
+            return seen
+        finally:
+            self._lock.release()
+
+    def placed(self) -> dict[FaultKey, int]:
+        """The counts of the server's faults, by place, of those counted."""
+        values = self._values
+        return {place: seen for place in range(_PLACES) if (seen := values[_PLACED + place])}
+
+    def restart_placed(self) -> None:
+        """Start the counts of the server's faults over (new faults set)."""
+        self._acquire()
+        try:
+            self._memory[_PLACED * 8 :] = bytes(_PLACES * 8)
+        finally:
+            self._lock.release()
+
     def restart(self) -> None:
-        """Count the requests from 0 again (a reset)."""
+        """Count the requests, and the requests each of the server's faults has seen, from 0 again (a reset)."""
         self._acquire()
         try:
             self._values[0] = 0
+            self._memory[_PLACED * 8 :] = bytes(_PLACES * 8)
         finally:
             self._lock.release()
 
@@ -296,10 +329,16 @@ class _Counted:
     def _acquire(self) -> None:
         # Held for a few instructions: a lock held longer was taken by a worker killed meanwhile.
         if not self._lock.acquire(timeout=_LOCK_WAIT):
-            raise StateError("the replay state's request count is locked by a worker gone")
+            raise StateError("the replay state's counts are locked by a worker gone")
 
 
-#: How long a worker waits for the request count's lock before it gives up on it (see `_Counted`).
+#: How many values come before the places' counts in `_Counted`'s memory: the requests' count and the version.
+_PLACED: Final = 2
+#: How many of the faults set on the server have their counts in memory the workers share (see the module); the
+#: parent counts those past them, each a round trip.
+_PLACES: Final = 256
+
+#: How long a worker waits for the counts' lock before it gives up on it (see `_Counted`).
 _LOCK_WAIT: Final = 10.0
 
 
@@ -406,7 +445,8 @@ class _Held:
         return sorted(found, key=lambda entry: entry.get("time", 0))  # each worker's batches, in one order
 
     def snapshot(self) -> State:
-        return replace(self.store.snapshot(), requests=self.counted.requests())
+        state = self.store.snapshot()
+        return replace(state, requests=self.counted.requests(), counts={**self.counted.placed(), **state.counts})
 
     def reset(self) -> None:
         self.store.reset()

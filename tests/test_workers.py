@@ -182,8 +182,9 @@ def test_what_one_worker_told_its_parent_is_found_by_the_next_worker_a_client_tu
         os.close(end)
 
 
-def test_forked_workers_number_their_requests_as_one_without_waiting_for_their_parent() -> None:
-    # A request's number is no question to the parent: the workers count while it answers nothing yet.
+def test_forked_workers_number_their_requests_and_count_a_faults_as_one_without_waiting_for_their_parent() -> None:
+    # A request's number and the count of a fault set on the server (for `times=` and `p=`) are no question to
+    # the parent: the workers count while it answers nothing yet.
     store, each, pids = WorkersStore(2), 500, []
     numbered = tempfile.TemporaryDirectory()
     with numbered:
@@ -192,19 +193,28 @@ def test_forked_workers_number_their_requests_as_one_without_waiting_for_their_p
             if pid == 0:
                 signal.alarm(int(SAFETY_NET))  # a worker left waiting for an answer ends, and the test fails
                 store.in_worker(n)
-                got = [store.next_request() for _ in range(each)]
-                Path(numbered.name, str(n)).write_text(" ".join(map(str, got)))
+                got = [(store.next_request(), store.count(0)) for _ in range(each)]
+                Path(numbered.name, str(n)).write_text(" ".join(f"{number},{seen}" for number, seen in got))
                 os._exit(store.asked)  # 0: no question to the parent
             pids.append(pid)
         statuses = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
         store.hold(print)  # only now
         assert statuses == [0, 0]
-        got = [[int(n) for n in Path(numbered.name, str(n)).read_text().split()] for n in range(2)]
-    assert all(numbers == sorted(numbers) for numbers in got)  # each worker's in the order it took them
-    assert sorted(got[0] + got[1]) == list(range(1, 2 * each + 1))  # one count: none taken twice, none left out
-    assert store.requests() == store.snapshot().requests == 2 * each
+        got = [
+            [tuple(map(int, pair.split(","))) for pair in Path(numbered.name, str(n)).read_text().split()]
+            for n in (0, 1)
+        ]
+    assert all(pairs == sorted(pairs) for pairs in got)  # each worker's in the order it took them
+    numbers, seen = (sorted(values) for values in zip(*got[0], *got[1], strict=True))
+    assert numbers == list(range(1, 2 * each + 1))  # one count: none taken twice, none left out
+    assert seen == list(range(2 * each))  # one fault budget
+    state = store.snapshot()
+    assert store.requests() == state.requests == 2 * each
+    assert state.counts == {0: 2 * each}
+    store.restart_counts()
+    assert store.count(0) == 0
     store.reset()
-    assert (store.requests(), store.next_request()) == (0, 1)
+    assert (store.requests(), store.next_request(), store.snapshot().counts) == (0, 1, {})
 
 
 def test_what_a_worker_cannot_pickle_is_the_stores_failure() -> None:
