@@ -125,6 +125,19 @@ def test_workers_answer_as_one_server_one_fault_budget_and_one_turn_order(tmp_pa
             until(lambda: injections() == ["status:429,times=1"], "the other worker's injection")
 
 
+def test_a_fault_asked_for_in_a_header_has_one_budget_across_workers(tmp_path: Path) -> None:
+    # A fault set on the server is counted in the memory the workers share; one a header asks for, by its
+    # text, by the parent (a round trip): one budget too.
+    numbered(1).save(tmp_path / "n.toml")
+    with served([str(tmp_path), "--pace", "instant"]) as (url, (one, other)):
+        statuses = []
+        for pid in (other, one, other, one):
+            with connected(url, pid) as client:
+                answer = client.post("/stream", content=b"{}", headers={"X-SSE-Tape-Fault": "status:429,times=2"})
+                statuses.append(answer.status_code)
+        assert statuses == [429, 429, 200, 200]
+
+
 def test_forked_workers_claim_each_recording_once_from_the_store_their_parent_holds() -> None:
     # With `allow_repeats` off (Python and pytest), a claim is one step across the workers: none plays twice.
     store, ids, pids = WorkersStore(2), [f"r{n}" for n in range(1000)], []
