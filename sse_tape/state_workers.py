@@ -12,14 +12,18 @@ workers.
 A request's number, which every request takes, is no question to the
 parent: the count sits in memory the parent and its workers share (mapped
 before the fork), behind a lock they share, beside the version of the
-faults and seed last set and the counts of the faults set on the server (the
-first `_PLACES` of them), so that a worker takes a number, learns whether
-another worker set new faults (as `RedisStore` has it), and counts a fault's
-requests for `times=` and `p=`, without waiting for the parent. A replayed
-stream asks the parent nothing, with faults set on the server or without.
+faults and seed last set, the counts of the faults set on the server (the
+first `_PLACES` of them) and the turns of groups of equal recordings (of
+the first `_TURNS` groups the parent was asked about, each at a place it
+gives once), so that a worker takes a number, learns whether another worker
+set new faults (as `RedisStore` has it), counts a fault's requests for
+`times=` and `p=`, and takes a group's next turn, without waiting for the
+parent. A replayed stream asks the parent nothing, with faults set on the
+server or without.
 
-Another operation whose answer replay needs (which turn, a claim, the count
-of a fault a request header asks for, a snapshot) is a round trip; one that only tells (a request received,
+Another operation whose answer replay needs (a group's place, the first
+time a worker meets it; a claim; the count of a fault a request header asks
+for; a snapshot) is a round trip; one that only tells (a request received,
 a recording played, a fault applied, a miss, journal entries) is sent
 without waiting for an answer, with the worker's next question or at the
 end of its event loop's turn: all it told meanwhile in one message, pickled
@@ -52,7 +56,7 @@ from .state import FaultKey, MemoryStore, State
 __all__ = ["WorkersStore"]
 
 _ASKS: Final = frozenset(
-    {"next_turn", "plays", "claim", "count", "share_settings", "settings", "entries", "snapshot", "reset"}
+    {"turn_place", "next_turn", "plays", "claim", "count", "share_settings", "settings", "entries", "snapshot", "reset"}
     | {"kept_get", "kept_pop", "kept_keys"}
 )
 _TELLS: Final = frozenset(
@@ -81,6 +85,7 @@ class WorkersStore:
         self._unsent: list[tuple[str, tuple[Any, ...]]] = []  # what a worker told, not sent yet (see `_tell`)
         self._sending = False  # whether they are to be sent at the end of the event loop's turn
         self._latest = self._taken = 0  # the settings' version as last counted, and as this one has it
+        self._turn_places: dict[str, int | None] = {}  # each group's place in `_Counted`, as the parent gave it
         self.asked = 0
         """How many questions this worker has asked its parent: its round trips (`bench/state_bench.py`)."""
 
@@ -116,7 +121,12 @@ class WorkersStore:
         self._tell("add_received", (request.method, request.path, request.query, request.headers, request.body))
 
     def next_turn(self, key: str) -> int:
-        return int(self._ask("next_turn", key))
+        if key not in self._turn_places:  # the first time this process meets the group: where are its turns?
+            self._turn_places[key] = self._ask("turn_place", key)
+        place = self._turn_places[key]
+        if place is None:  # past the first `_TURNS` groups: the parent counts its turns
+            return int(self._ask("next_turn", key))
+        return self._counted.next_turn(place)
 
     def played(self, recording_id: str) -> None:
         self._tell("played", recording_id)
@@ -256,13 +266,14 @@ class _Kept(MutableMapping[str, Any]):
 
 
 class _Counted:
-    """The requests' count, the version of the faults and seed last set, and the counts of the first `_PLACES`
-    faults set on the server, in memory the parent and its workers share (mapped before the fork: a write in
-    one process is seen by all), behind a lock they share."""
+    """The requests' count, the version of the faults and seed last set, the counts of the first `_PLACES`
+    faults set on the server, and the turns of `_TURNS` groups of equal recordings, in memory the parent and its
+    workers share (mapped before the fork: a write in one process is seen by all), behind a lock they share."""
 
     def __init__(self) -> None:
-        self._memory = mmap.mmap(-1, (_PLACED + _PLACES) * 8)
-        self._values = memoryview(self._memory).cast("q")  # the count, the version, then each place's count
+        self._memory = mmap.mmap(-1, (_PLACED + _PLACES + _TURNS) * 8)
+        # The count, the version, each place's count, then each group's turns.
+        self._values = memoryview(self._memory).cast("q")
         self._lock = multiprocessing.get_context("fork").Lock()
 
     def next_request(self) -> tuple[int, int]:
@@ -295,6 +306,19 @@ class _Counted:
         finally:
             self._lock.release()
 
+    def next_turn(self, place: int) -> int:
+        """How many requests the group of equal recordings at `place` (below `_TURNS`) has answered before this
+        one, counting this one."""
+        values = self._values
+        at = _PLACED + _PLACES + place
+        self._acquire()
+        try:
+            turn = values[at]
+            values[at] = turn + 1
+            return turn
+        finally:
+            self._lock.release()
+
     def placed(self) -> dict[FaultKey, int]:
         """The counts of the server's faults, by place, of those counted."""
         values = self._values
@@ -304,16 +328,17 @@ class _Counted:
         """Start the counts of the server's faults over (new faults set)."""
         self._acquire()
         try:
-            self._memory[_PLACED * 8 :] = bytes(_PLACES * 8)
+            self._memory[_PLACED * 8 : (_PLACED + _PLACES) * 8] = bytes(_PLACES * 8)
         finally:
             self._lock.release()
 
     def restart(self) -> None:
-        """Count the requests, and the requests each of the server's faults has seen, from 0 again (a reset)."""
+        """Count the requests, the requests each of the server's faults has seen, and the groups' turns from 0
+        again (a reset)."""
         self._acquire()
         try:
             self._values[0] = 0
-            self._memory[_PLACED * 8 :] = bytes(_PLACES * 8)
+            self._memory[_PLACED * 8 :] = bytes((_PLACES + _TURNS) * 8)
         finally:
             self._lock.release()
 
@@ -337,6 +362,9 @@ _PLACED: Final = 2
 #: How many of the faults set on the server have their counts in memory the workers share (see the module); the
 #: parent counts those past them, each a round trip.
 _PLACES: Final = 256
+#: How many groups of equal recordings have their turns in memory the workers share; the parent counts those of
+#: the groups past them, each a round trip.
+_TURNS: Final = 4096
 
 #: How long a worker waits for the counts' lock before it gives up on it (see `_Counted`).
 _LOCK_WAIT: Final = 10.0
@@ -350,6 +378,7 @@ class _Held:
         self.store = MemoryStore()
         self.counted = counted
         self.faults_and_seed: tuple[tuple[str, ...], int] | None = None
+        self.turn_places: dict[str, int] = {}  # the groups whose turns are counted in `counted`, by their places
         self.journal: deque[Mapping[str, Any]] = deque(maxlen=keep_entries)
         self.reset_at = 0.0  # when the state was last reset (the time of journal entries, since the epoch)
 
@@ -401,6 +430,14 @@ class _Held:
 
     def add_received(self, fields: tuple[str, str, str, Any, bytes]) -> None:
         self.store.add_received(Request(*fields))
+
+    def turn_place(self, key: str) -> int | None:
+        """Where the group `key`'s turns are counted in the memory the workers share (the same for all); None
+        past the first `_TURNS` groups."""
+        place = self.turn_places.get(key)
+        if place is None and len(self.turn_places) < _TURNS:
+            place = self.turn_places[key] = len(self.turn_places)
+        return place
 
     def next_turn(self, key: str) -> int:
         return self.store.next_turn(key)

@@ -230,6 +230,26 @@ def test_forked_workers_number_their_requests_and_count_a_faults_as_one_without_
     assert (store.requests(), store.next_request(), store.snapshot().counts) == (0, 1, {})
 
 
+def test_forked_workers_take_turns_as_one_asking_their_parent_once_where_a_groups_turns_are() -> None:
+    store, each, pids = WorkersStore(2), 300, []
+    turns = tempfile.TemporaryDirectory()
+    with turns:
+        for n in range(2):
+            pid = os.fork()
+            if pid == 0:
+                store.in_worker(n)
+                got = [store.next_turn("r1 r2 r3") for _ in range(each)]
+                Path(turns.name, str(n)).write_text(" ".join(map(str, got)))
+                os._exit(store.asked)  # 1: where the group's turns are, once
+            pids.append(pid)
+        store.hold(print)
+        assert [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids] == [1, 1]
+        got = [[int(turn) for turn in Path(turns.name, str(n)).read_text().split()] for n in range(2)]
+    assert sorted(got[0] + got[1]) == list(range(2 * each))  # one turn order: none taken twice
+    store.reset()
+    assert (store.next_turn("r1 r2 r3"), store.next_turn("another")) == (0, 0)
+
+
 def test_what_a_worker_cannot_pickle_is_the_stores_failure() -> None:
     store = WorkersStore(0)  # the parent's own (no worker): what it keeps is pickled as a worker's would be
     with pytest.raises(StateError, match="cannot keep responses's 'live': cannot pickle"):
