@@ -271,7 +271,7 @@ class _Counted:
     workers share (mapped before the fork: a write in one process is seen by all), behind a lock they share."""
 
     def __init__(self) -> None:
-        self._memory = mmap.mmap(-1, (_PLACED + _PLACES + _TURNS) * 8)
+        self._memory = mmap.mmap(-1, (_HEAD + _PLACES + _TURNS) * 8)
         # The count, the version, each place's count, then each group's turns.
         self._values = memoryview(self._memory).cast("q")
         self._lock = multiprocessing.get_context("fork").Lock()
@@ -300,8 +300,8 @@ class _Counted:
         values = self._values
         self._acquire()
         try:
-            seen = values[_PLACED + place]
-            values[_PLACED + place] = seen + 1
+            seen = values[_HEAD + place]
+            values[_HEAD + place] = seen + 1
             return seen
         finally:
             self._lock.release()
@@ -310,7 +310,7 @@ class _Counted:
         """How many requests the group of equal recordings at `place` (below `_TURNS`) has answered before this
         one, counting this one."""
         values = self._values
-        at = _PLACED + _PLACES + place
+        at = _HEAD + _PLACES + place
         self._acquire()
         try:
             turn = values[at]
@@ -322,13 +322,13 @@ class _Counted:
     def placed(self) -> dict[FaultKey, int]:
         """The counts of the server's faults, by place, of those counted."""
         values = self._values
-        return {place: seen for place in range(_PLACES) if (seen := values[_PLACED + place])}
+        return {place: seen for place in range(_PLACES) if (seen := values[_HEAD + place])}
 
     def restart_placed(self) -> None:
         """Start the counts of the server's faults over (new faults set)."""
         self._acquire()
         try:
-            self._memory[_PLACED * 8 : (_PLACED + _PLACES) * 8] = bytes(_PLACES * 8)
+            self._memory[_HEAD * 8 : (_HEAD + _PLACES) * 8] = bytes(_PLACES * 8)
         finally:
             self._lock.release()
 
@@ -338,7 +338,7 @@ class _Counted:
         self._acquire()
         try:
             self._values[0] = 0
-            self._memory[_PLACED * 8 :] = bytes((_PLACES + _TURNS) * 8)
+            self._memory[_HEAD * 8 :] = bytes((_PLACES + _TURNS) * 8)
         finally:
             self._lock.release()
 
@@ -357,8 +357,8 @@ class _Counted:
             raise StateError("the replay state's counts are locked by a worker gone")
 
 
-#: How many values come before the places' counts in `_Counted`'s memory: the requests' count and the version.
-_PLACED: Final = 2
+#: How many values come first in `_Counted`'s memory: the requests' count and the settings' version.
+_HEAD: Final = 2
 #: How many of the faults set on the server have their counts in memory the workers share (see the module); the
 #: parent counts those past them, each a round trip.
 _PLACES: Final = 256
