@@ -391,7 +391,9 @@ class Matcher:
             if chosen is not None:
                 return chosen
         # A recorder fetches what it cut short again.
-        agreeing = [n for n in hits.numbers() if not (self.refetch and self._cut[n]) and self._agrees(asked, n)]
+        numbers = hits.numbers()
+        agrees = self._agrees_as_sent if len(numbers) == 1 else self._agrees
+        agreeing = [n for n in numbers if not (self.refetch and self._cut[n]) and agrees(asked, n)]
         same = [n for n in agreeing if self._last_ids[n] == last_id]
         if not same and last_id is not None and self.resume:
             same = [n for n in agreeing if self._last_ids[n] is None]  # to resume after that event
@@ -441,7 +443,7 @@ class Matcher:
             return []
         splits = hits.split(self._split_key)
         if last_id is not None and self.resume and not any(last_id in split for split in splits):
-            last_id = None  # no recording of this reconnection: those made without one, to resume
+            pass
         key = _phase_key(here)
         found: list[int] = []
         for split in splits:
@@ -454,7 +456,7 @@ class Matcher:
             n
             for n in found
             if not (self.refetch and self._cut[n])
-            and self._agrees(asked, n)
+            and self._agrees_as_sent(asked, n)
             and self._misfit(asked, n) is None
             and (there := self._phase(n)) is not None
             and here.closeness(there) == _CLOSEST  # not two phases sharing a key's hash
@@ -637,12 +639,18 @@ class Matcher:
             n += 1
         return sorted(chosen)
 
-    def _agrees(self, asked: _Asked, n: int) -> bool:
+    def _agrees_as_sent(self, asked: _Asked, n: int) -> bool:
+        """`_agrees`, asked first whether the request was sent as recording n's was: worth it where few are
+        compared, as comparing one copies the request as its rule compares it (once for all of them)."""
         rule = self._rules[n]
         if rule.as_sent is not None and asked.sent_as(n) and _NAN not in asked.request.body:
             # Compared as recording n is, with no copy of the body made: equal as data (a NaN equals nothing).
             request, recorded = asked.request, self.recordings[n].interaction.request
             return all(agrees(request, recorded) for agrees in rule.as_sent)
+        return self._agrees(asked, n)
+
+    def _agrees(self, asked: _Asked, n: int) -> bool:
+        rule = self._rules[n]
         here, there = asked.compared(rule), self._compared[n]
         return all(agrees(here, there) for agrees in rule.agrees)
 
@@ -742,8 +750,12 @@ class _Asked:
 
 def _phase_key(phase: Phase) -> int:
     """What two phases as close as can be (`Phase.closeness`) share: a hash of every part of them that it
-    compares, their conversations as data."""
-    return digest((phase.answering, phase.tools, phase.choice, phase.named, phase.turns, phase.conversation))
+    compares, their conversations as data (most are strings alone: hashed as they are, else as `digest` does)."""
+    parts = (phase.answering, phase.tools, phase.choice, phase.named, phase.turns, phase.conversation)
+    try:
+        return hash(parts)
+    except TypeError:  # a list or an object in a turn's content
+        return digest(parts)
 
 
 def _as_compared(request: Request, ignore: tuple[tuple[str, ...], ...], reshape: bool, api: Dialect | None) -> Request:
