@@ -267,3 +267,64 @@ def test_a_request_sent_as_recorded_still_differs_in_its_method_and_query() -> N
         matcher.find(Request("POST", CHAT, "a=2", sent.headers, sent.body))
     with pytest.raises(NoMatchError, match="method is 'PUT', recorded 'POST'"):
         matcher.find(Request("PUT", CHAT, "a=1", sent.headers, sent.body))
+
+
+# --- MCP's `jsonrpc` matcher: keyed by the JSON-RPC method and params it compares -----------------------------
+
+
+def _rpc(id_: int | None, name: str, **meta: Any) -> bytes:
+    params: dict[str, Any] = {"name": name, "arguments": {"city": name}}
+    if meta:
+        params["_meta"] = meta
+    body: dict[str, Any] = {"jsonrpc": "2.0", "method": "tools/call", "params": params}
+    if id_ is not None:
+        body["id"] = id_
+    return json.dumps(body).encode()
+
+
+def _mcp(body: bytes, said: str) -> Interaction:
+    headers = (("content-type", "application/json"),)
+    return Interaction(
+        Request("POST", "/mcp", headers=headers, body=body), Response(200, headers, (Chunk(0.0, said.encode()),))
+    )
+
+
+def _said(matcher: Matcher, body: bytes) -> str:
+    return matcher.find(
+        Request("POST", "/mcp", headers=(("content-type", "application/json"),), body=body)
+    ).interaction.response.body.decode()
+
+
+def test_jsonrpc_requests_are_found_by_method_and_params_whatever_their_ids() -> None:
+    recorded = [_mcp(_rpc(n, f"tool{n}"), f"call {n}") for n in range(100)]
+    recorded.append(_mcp(_rpc(None, "tool7"), "notified 7"))  # a notification: another request than a call
+    recorded.append(
+        _mcp(
+            json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "<redacted>"}}).encode(),
+            "redacted",
+        )
+    )
+    recorded.append(_mcp(b"not json", "raw"))
+    matcher = Matcher([Cassette(recorded)], match_on=["method", "path", "jsonrpc"])
+    assert _said(matcher, _rpc(9000, "tool42", progressToken=7, traceparent="00-aa-bb-01")) == "call 42"
+    assert _said(matcher, _rpc(None, "tool7")) == "notified 7"
+    assert _said(matcher, _rpc(3, "tool7")) == "call 7"
+    secret = {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "sk-live-1"}}
+    assert _said(matcher, json.dumps(secret).encode()) == "redacted"
+    assert _said(matcher, b"not json") == "raw"
+    with pytest.raises(NoMatchError, match=r"params\.name is \"tool100\", recorded \"tool"):
+        _said(matcher, _rpc(1, "tool100"))
+
+
+def test_what_a_jsonrpc_hit_costs_does_not_grow_with_the_calls_recorded() -> None:
+    # A bound that only the bug breaks, not a time (see the phase's): with every call compared, a library 80
+    # times larger cost about 80 times as much a hit.
+    def loaded(size: int) -> tuple[Matcher, list[Request]]:
+        cassette = Cassette([_mcp(_rpc(n, f"tool{n}"), str(n)) for n in range(size)])
+        matcher = Matcher([cassette], match_on=["method", "path", "jsonrpc"])
+        return matcher, [cassette.interactions[n].request for n in range(0, size, size // 32)]
+
+    small, large = loaded(64), loaded(64 * 80)
+    assert _said(large[0], _rpc(1, "tool5000")) == "5000"
+    _finding(*small), _finding(*large)  # each path of the code run once before it is timed
+    assert _finding(*large) < 10 * max(_finding(*small), 1e-4)

@@ -1,17 +1,19 @@
 """`Index`: the recordings a request may agree with, found by key, not by comparing it with each.
 
 Recordings are grouped by their rule (the matchers and ignored fields of
-their cassette, see `finder`) and by which of its built-in matchers can key
-them (`matchers.KEYS`: method, path, query, body; not one whose recorded
-part holds a redacted value, `matchers.WILD`, nor a protocol's own matcher).
+their cassette, see `finder`) and by which of its matchers can key them:
+the built-in ones (`matchers.KEYS`: method, path, query, body) and a
+protocol's that says what it compares (`KeyedMatcher`: MCP's `jsonrpc`, by
+the JSON-RPC method and params), not one whose recorded part holds a
+redacted value (`matchers.WILD`, `KeyedMatcher.wild`).
 Within a group, each recording sits under the hash of its keyed parts. A
 request is keyed once for each group, as that group's rule compares it, and
 gets the recordings under its key (`Hits`): an exact hit is found in the
 same time whatever the number loaded. What the index gives is a superset, in
 the order the recordings were added: every recording that agrees is in it,
 and the matchers still decide (two parts may share a hash). A group keyed by
-no part (a rule of protocol matchers only, a recording redacted everywhere
-it is compared) gives all its recordings: they are compared one by one, as
+no part (a rule of matchers that say nothing of what they compare, a
+recording redacted everywhere it is compared) gives all its recordings: they are compared one by one, as
 before there was an index, and only they.
 
 A rule that keys no body (`method,path`, common for a library of LLM
@@ -29,8 +31,8 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Generic, TypeVar
 
 from ..cassette import Request
-from ..dialects.protocol import RequestMatcher
-from .matchers import KEYS, WILD
+from ..dialects.protocol import KeyedMatcher, RequestMatcher
+from .matchers import KEYS, WILD, digest
 
 __all__ = ["FEW", "Hits", "Index", "Split"]
 
@@ -75,11 +77,12 @@ class _Splitting:
 class _Group(Generic[R]):
     """The recordings of one rule keyed by the same matchers, by the hash of their keys."""
 
-    __slots__ = ("few", "keyed", "rule", "slots", "splits")
+    __slots__ = ("few", "keys", "rule", "slots", "splits")
 
     def __init__(self, rule: R, keyed: tuple[RequestMatcher, ...]) -> None:
         self.rule = rule
-        self.keyed = keyed
+        self.keys = tuple(keying[0] for m in keyed if (keying := _keying(m)) is not None)
+        """The key of the part each of its keyed matchers compares, of a request as its rule compares it."""
         self.few: list[int] | None = []
         """Every recording of the group while it holds at most `FEW`: comparing those costs less than keying the
         request (a large body's key walks all of it in Python; comparing it is C's `==`)."""
@@ -140,7 +143,7 @@ class Index(Generic[R]):
     def add(self, number: int, rule: R, matchers: Sequence[RequestMatcher], recorded: Request) -> None:
         """Put recording `number` (greater than any added before) in the index: `rule` is how it is matched,
         `matchers` that rule's matchers, and `recorded` its request as that rule compares it."""
-        keyed = tuple(m for m in matchers if m in KEYS and not WILD[m](recorded))
+        keyed = tuple(m for m in matchers if (keying := _keying(m)) is not None and not keying[1](recorded))
         group = self._groups.get((rule, keyed))
         if group is None:
             group = self._groups[rule, keyed] = _Group(rule, keyed)
@@ -149,7 +152,7 @@ class Index(Generic[R]):
             if len(group.few) > FEW:
                 group.few = None
                 group.splits.pop(_WHOLE, None)
-        key = _key(keyed, recorded)
+        key = _key(group.keys, recorded)
         slot = group.slots.get(key)
         if slot is None:
             group.slots[key] = number
@@ -165,13 +168,25 @@ class Index(Generic[R]):
             if group.few is not None:
                 found.append((group, _WHOLE, group.few))
                 continue
-            key = _key(group.keyed, compared(group.rule))
+            key = _key(group.keys, compared(group.rule))
             slot = group.slots.get(key)
             if slot is not None:
                 found.append((group, key, slot))
         return Hits(found)
 
 
-def _key(keyed: tuple[RequestMatcher, ...], request: Request) -> int:
-    """The hash of the parts of `request` the `keyed` matchers compare (the same for every request when none)."""
-    return hash(tuple(KEYS[m](request) for m in keyed))
+def _keying(matcher: RequestMatcher) -> tuple[Callable[[Request], Hashable], Callable[[Request], bool]] | None:
+    """How a matcher's part of a request is keyed, and whether a recorded request's says nothing (it holds a
+    redacted value); None for a matcher that says nothing of what it compares."""
+    key = KEYS.get(matcher)
+    if key is not None:
+        return key, WILD[matcher]
+    if isinstance(matcher, KeyedMatcher):
+        part = matcher.part
+        return (lambda request: digest(part(request))), matcher.wild
+    return None
+
+
+def _key(keys: tuple[Callable[[Request], Hashable], ...], request: Request) -> int:
+    """The hash of the parts of `request` its group's matchers key (the same for every request when none)."""
+    return hash(tuple(key(request) for key in keys))
