@@ -20,8 +20,8 @@ The process reports:
   it, are asked for. The same 10 asked at every size is the like-for-like figure: what the library's size
   costs. 1,000 asked in turn touch 100 times the data per round, which costs the processor's caches some
   whatever the size;
-- the first find: the CPU time of the first request of all (in the `loose` library, the first request to the
-  path reads every recording's phase once).
+- the first find: the CPU time of the first request of all, and the memory the process grew by in it (in the
+  `loose` library, the first request to the path reads every recording's phase once, and indexes them).
 
 With `--server`, the same through `sse-tape serve --pace instant` in a process of its own, one client sending
 `--streams` requests one after another over one connection (the 10 asked at every size), each read whole:
@@ -142,9 +142,10 @@ def _measure(
         "build_mb": (after_build - after_load) / 1e6,
     }
     headers = (("content-type", "application/json"),)
-    first = time.process_time()
+    first, before_first = time.process_time(), _rss()
     matcher.find(Request("POST", PATH, headers=headers, body=_body(size // 2, library)))
     figures["first_ms"] = (time.process_time() - first) * 1e3
+    figures["first_mb"] = (_rss() - before_first) / 1e6
     for count in (c for c in asked if c <= size):
         bodies = [_body(n, library) for n in range(0, size, size // count)][:count]
         for body in bodies:  # each recording asked for played once
@@ -280,7 +281,7 @@ def _table(medians: dict[int, dict[str, float]], asked: list[int], server: bool)
     """One code's figures for one library, a line a size (see the module)."""
     sizes = list(medians)
     print(
-        f"{'interactions':>12} | load s | Matcher s | load MB | Matcher MB | first find ms | "
+        f"{'interactions':>12} | load s | Matcher s | load MB | Matcher MB | first find ms, MB | "
         + " | ".join(f"CPU per request, {c:,} asked: us (ratio)" for c in asked)
     )
     for size, m in medians.items():
@@ -291,7 +292,7 @@ def _table(medians: dict[int, dict[str, float]], asked: list[int], server: bool)
             cells.append(f"{m[key]:.1f} ({m[key] / first:.2f})" if key in m and first else "-")
         print(
             f"{size:>12,} | {m['load_s']:6.2f} | {m['build_s']:9.2f} | {m['load_mb']:7.0f} | {m['build_mb']:10.0f} | "
-            f"{m['first_ms']:13.1f} | " + " | ".join(cells)
+            f"{m['first_ms']:10.1f}, {m['first_mb']:3.0f} | " + " | ".join(cells)
         )
     if server:
         first = medians[sizes[0]]["stream_us"]
