@@ -1,9 +1,12 @@
-"""The index of phases: a request of a rule that keys no body (`method,path`) finds its recordings by its phase.
+"""The index beyond the built-in parts: phases, and a protocol's own matcher.
 
-Each test drives one generated library of LLM recordings on one path through two matchers: one as it runs, the
-other with the phase index out of the way (a threshold past any library's size, so that every request is
-compared with every recording, as before there was one). They must choose the very same recordings, take the
-same turns and explain the same misses, with repeats allowed and not, and with recordings added mid-run.
+A request of a rule that keys no body (`method,path`) finds its recordings by its phase. Most tests here drive
+one generated library of LLM recordings on one path through two matchers: one as it runs, the other with the
+phase index out of the way (a threshold past any library's size, so that every request is compared with every
+recording its key finds, as before there was one). They must choose the very same recordings, take the same
+turns and explain the same misses, with repeats allowed and not, and with recordings added mid-run. MCP's
+`jsonrpc` matcher is keyed by the JSON-RPC method and params it compares. What a hit costs is bounded whatever
+the library's size, by a ratio only the bug breaks.
 """
 
 from __future__ import annotations
