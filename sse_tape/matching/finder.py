@@ -443,7 +443,7 @@ class Matcher:
             return []
         splits = hits.split(self._split_key)
         if last_id is not None and self.resume and not any(last_id in split for split in splits):
-            pass
+            last_id = None  # no recording of this reconnection: those made without one, to resume
         key = _phase_key(here)
         found: list[int] = []
         for split in splits:
