@@ -1,8 +1,15 @@
 """Matching at scale: what a request costs, and what loading costs, as the cassette library grows.
 
-For each size (`--sizes`, interactions loaded), generated MessagePack cassettes of distinct chat requests
-(1,000 interactions a file, each cassette saying `match = ["method", "path", "body"]`) are loaded by a process
-of its own, which reports:
+For each library (`--libraries`) and size (`--sizes`, interactions loaded), generated MessagePack cassettes
+(1,000 interactions a file) are loaded by a process of its own. The libraries:
+
+- `body`: distinct chat requests, each cassette saying `match = ["method", "path", "body"]` (the default rule);
+- `loose`: many conversations on one path, each recorded in three phases (a question; the same with a tool
+  offered, answered by a call; the call's result, with the tool, answered in words), each cassette saying
+  `match = ["method", "path"]`, as a library of LLM recordings often does: every recording agrees with every
+  request, and the phase decides.
+
+The process reports:
 
 - load: CPU seconds to load the files (`Cassette.load`) and to build the `Matcher`, and the memory the process
   grew by for each (resident set size);
@@ -12,7 +19,9 @@ of its own, which reports:
   for each count of `--asked` (default 10 and 1,000) that the library holds: that many recordings, spread over
   it, are asked for. The same 10 asked at every size is the like-for-like figure: what the library's size
   costs. 1,000 asked in turn touch 100 times the data per round, which costs the processor's caches some
-  whatever the size.
+  whatever the size;
+- the first find: the CPU time of the first request of all, and the memory the process grew by in it (in the
+  `loose` library, the first request to the path reads every recording's phase once, and indexes them).
 
 With `--server`, the same through `sse-tape serve --pace instant` in a process of its own, one client sending
 `--streams` requests one after another over one connection (the 10 asked at every size), each read whole:
@@ -23,8 +32,12 @@ The sizes run in turn, their order turning each round, `--rounds` times; each fi
 rounds, and each ratio that of CPU per request to the smallest size's with the same count asked, which is what
 to compare on a busy machine.
 
-Run: python bench/matching_scale_bench.py [--sizes 10,1000,10000,100000] [--finds 2000] [--rounds 3]
-To compare two commits, run it from each (PYTHONPATH=<worktree>); `--budget` keeps a slow one's rounds short.
+With `--baseline DIR` (another checkout, or a `git archive` of an earlier commit unpacked there), every figure
+is measured of that code too, in the same rounds, each size's processes one after the other: its processes
+import `sse_tape` from DIR, this script's harness the same. `--budget` keeps a slow one's rounds short.
+
+Run: python bench/matching_scale_bench.py [--libraries body,loose] [--sizes 10,1000,10000,100000] [--finds 2000]
+[--rounds 3] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -40,9 +53,23 @@ import tempfile
 import time
 from pathlib import Path
 
+import sse_tape
 from sse_tape import Cassette, Chunk, Interaction, Matcher, Request, Response
 
 PATH = "/v1/chat/completions"
+#: Where this script's `sse_tape` is imported from: what its processes import, beside a baseline.
+HERE = Path(sse_tape.__file__).resolve().parent.parent
+#: What each library's cassettes are matched by.
+RULES = {"body": ["method", "path", "body"], "loose": ["method", "path"]}
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+CALL = (
+    b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant",'
+    b'"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather",'
+    b'"arguments":"{}"}}]}}]}\n\n',
+    b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}'
+    b"\n\n",
+    b"data: [DONE]\n\n",
+)
 PER_FILE = 1000
 FRAMES = (
     b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n',
@@ -52,32 +79,43 @@ FRAMES = (
 )
 
 
-def _body(n: int) -> bytes:
-    """The request body of interaction n: distinct from every other's in its question."""
-    messages = [
+def _body(n: int, library: str = "body") -> bytes:
+    """The request body of interaction n of a library: in `body`, distinct from every other's in its question; in
+    `loose`, conversation n // 3 in phase n % 3 (asked; a tool offered; the tool's result given)."""
+    number, phase = (n, 0) if library == "body" else divmod(n, 3)
+    messages: list[dict[str, object]] = [
         {"role": "system", "content": "You are a helpful assistant."},
-        {"role": "user", "content": f"Question number {n}: what is {n} times {n + 1}?"},
+        {"role": "user", "content": f"Question number {number}: what is {number} times {number + 1}?"},
     ]
-    return json.dumps({"model": "gpt-4o-mini", "messages": messages, "temperature": 0.2, "stream": True}).encode()
+    body: dict[str, object] = {"model": "gpt-4o-mini", "messages": messages, "temperature": 0.2, "stream": True}
+    if phase:
+        body["tools"] = [WEATHER]
+    if phase == 2:
+        call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": "call_1", "content": "18C"})
+    return json.dumps(body).encode()
 
 
-def _interaction(n: int) -> Interaction:
+def _interaction(n: int, library: str) -> Interaction:
     headers = (("content-type", "text/event-stream"),)
-    chunks = tuple(Chunk(0.01 * i, frame) for i, frame in enumerate(FRAMES))
-    request = Request("POST", PATH, headers=(("content-type", "application/json"),), body=_body(n))
+    frames = CALL if library == "loose" and n % 3 == 1 else FRAMES
+    chunks = tuple(Chunk(0.01 * i, frame) for i, frame in enumerate(frames))
+    request = Request("POST", PATH, headers=(("content-type", "application/json"),), body=_body(n, library))
     return Interaction(request, Response(200, headers, chunks))
 
 
-def _library(folder: Path, size: int) -> list[Path]:
+def _library(folder: Path, library: str, size: int) -> list[Path]:
     """The cassette files of a library of `size` interactions, written once into a folder of its own in `folder`."""
     files = []
-    (folder / str(size)).mkdir(exist_ok=True)
+    where = folder / library / str(size)
+    where.mkdir(parents=True, exist_ok=True)
     for start in range(0, size, PER_FILE):
-        path = folder / str(size) / f"{start // PER_FILE:04d}.msgpack"
+        path = where / f"{start // PER_FILE:04d}.msgpack"
         if not path.exists():
             count = min(PER_FILE, size - start)
-            interactions = [_interaction(n) for n in range(start, start + count)]
-            Cassette(interactions, match_on=["method", "path", "body"]).save(path)
+            interactions = [_interaction(n, library) for n in range(start, start + count)]
+            Cassette(interactions, match_on=RULES[library]).save(path)
         files.append(path)
     return files
 
@@ -88,7 +126,9 @@ def _rss() -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _measure(files: list[Path], size: int, asked: list[int], finds: int, budget: float) -> dict[str, float]:
+def _measure(
+    files: list[Path], library: str, size: int, asked: list[int], finds: int, budget: float
+) -> dict[str, float]:
     """One size's figures, in this process (see the module)."""
     base, started = _rss(), time.process_time()
     cassettes = [Cassette.load(path) for path in files]
@@ -102,8 +142,12 @@ def _measure(files: list[Path], size: int, asked: list[int], finds: int, budget:
         "build_mb": (after_build - after_load) / 1e6,
     }
     headers = (("content-type", "application/json"),)
+    first, before_first = time.process_time(), _rss()
+    matcher.find(Request("POST", PATH, headers=headers, body=_body(size // 2, library)))
+    figures["first_ms"] = (time.process_time() - first) * 1e3
+    figures["first_mb"] = (_rss() - before_first) / 1e6
     for count in (c for c in asked if c <= size):
-        bodies = [_body(n) for n in range(0, size, size // count)][:count]
+        bodies = [_body(n, library) for n in range(0, size, size // count)][:count]
         for body in bodies:  # each recording asked for played once
             matcher.find(Request("POST", PATH, headers=headers, body=body))
         done, start = 0, time.process_time()
@@ -122,14 +166,26 @@ def _cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _serve(folder: Path, size: int, streams: int) -> dict[str, float]:
-    """One size's figures through a server in a process of its own (see the module)."""
+def _environment(root: Path) -> dict[str, str]:
+    """This process's environment, with `sse_tape` imported from `root`."""
+    return {**os.environ, "PYTHONPATH": str(root)}
+
+
+def _serve(folder: Path, library: str, size: int, streams: int, root: Path) -> dict[str, float]:
+    """One size's figures through a server in a process of its own, importing `sse_tape` from `root` (see the
+    module)."""
     code = "import sys; from sse_tape.__main__ import main; sys.argv[0] = 'sse-tape'; main()"
-    command = [sys.executable, "-c", code, "serve", str(folder / str(size)), "--pace", "instant", "--port", "0"]
+    where = folder / library / str(size)
+    command = [sys.executable, "-c", code, "serve", str(where), "--pace", "instant", "--port", "0"]
     # Started in the cassettes' folder: `-c` puts the working directory first on the path, where a checkout
     # would shadow the `sse_tape` that PYTHONPATH names.
     server = subprocess.Popen(
-        [*command, "-q"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=folder
+        [*command, "-q"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=folder,
+        env=_environment(root),
     )
     try:
         assert server.stdout is not None
@@ -138,7 +194,7 @@ def _serve(folder: Path, size: int, streams: int) -> dict[str, float]:
         with open(f"/proc/{server.pid}/statm") as statm:
             rss = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
         client = http.client.HTTPConnection(host, int(port))
-        bodies = [_body(n) for n in range(0, size, max(1, size // 10))][:10]
+        bodies = [_body(n, library) for n in range(0, size, max(1, size // 10))][:10]
 
         def ask(body: bytes) -> None:
             client.request("POST", PATH, body=body, headers={"content-type": "application/json"})
@@ -161,6 +217,7 @@ def _serve(folder: Path, size: int, streams: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--libraries", default="body,loose", help="the libraries measured: body, loose (both)")
     parser.add_argument("--sizes", default="10,1000,10000,100000", help="interactions loaded, comma-separated")
     parser.add_argument("--asked", default="10,1000", help="how many recordings are asked for, comma-separated")
     parser.add_argument("--finds", type=int, default=2000, help="requests timed a size and round (default 2000)")
@@ -169,48 +226,75 @@ def main() -> None:
     parser.add_argument("--server", action="store_true", help="measure through a server process too")
     parser.add_argument("--streams", type=int, default=2000, help="streams a size and round, with --server")
     parser.add_argument("--folder", help="where the cassettes are written and kept (default: a temporary one)")
-    parser.add_argument("--one", help=argparse.SUPPRESS)  # a child's size, its files' folder
+    parser.add_argument("--baseline", type=Path, help="another checkout or export, measured alongside")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # a child's library, size and its files' folder
     args = parser.parse_args()
     asked = [int(c) for c in args.asked.split(",")]
     if args.one:
-        size, folder = args.one.split(":", 1)
-        print(json.dumps(_measure(_library(Path(folder), int(size)), int(size), asked, args.finds, args.budget)))
+        library, size, folder = args.one.split(":", 2)
+        files = _library(Path(folder), library, int(size))
+        print(json.dumps(_measure(files, library, int(size), asked, args.finds, args.budget)))
         return
+    libraries = [name for name in args.libraries.split(",") if name]
+    if not libraries or any(name not in RULES for name in libraries):
+        raise SystemExit(f"--libraries {args.libraries!r}: choose from {', '.join(RULES)}")
+    codes = {"sse-tape": HERE}
+    if args.baseline is not None:
+        if not (args.baseline / "sse_tape" / "__init__.py").is_file():
+            raise SystemExit(f"--baseline {args.baseline}: no sse_tape package there")
+        codes["baseline"] = args.baseline.resolve()
     sizes = [int(s) for s in args.sizes.split(",")]
     with tempfile.TemporaryDirectory() as temporary:
         folder = Path(args.folder or temporary).resolve()
         folder.mkdir(parents=True, exist_ok=True)
-        for size in sizes:
-            _library(folder, size)
-        figures: dict[int, list[dict[str, float]]] = {size: [] for size in sizes}
+        for library in libraries:
+            for size in sizes:
+                _library(folder, library, size)
+        figures: dict[tuple[str, str, int], list[dict[str, float]]] = {}
         for r in range(args.rounds):
             for size in sizes[r % len(sizes) :] + sizes[: r % len(sizes)]:
-                command = [sys.executable, __file__, "--one", f"{size}:{folder}", "--asked", args.asked]
-                command += ["--finds", str(args.finds), "--budget", str(args.budget)]
-                out = subprocess.run(command, capture_output=True, check=True)
-                figures[size].append(json.loads(out.stdout))
-                if args.server:
-                    figures[size][-1].update(_serve(folder, size, args.streams))
-    medians = {
-        size: {key: statistics.median(f[key] for f in rows) for key in rows[0]} for size, rows in figures.items()
-    }
+                for library in libraries:
+                    for code, root in codes.items():
+                        command = [sys.executable, __file__, "--one", f"{library}:{size}:{folder}"]
+                        command += ["--asked", args.asked, "--finds", str(args.finds), "--budget", str(args.budget)]
+                        out = subprocess.run(command, capture_output=True, check=True, env=_environment(root))
+                        row = json.loads(out.stdout)
+                        if args.server:
+                            row.update(_serve(folder, library, size, args.streams, root))
+                        figures.setdefault((code, library, size), []).append(row)
+    medians = {key: {k: statistics.median(f[k] for f in rows) for k in rows[0]} for key, rows in figures.items()}
+    for library in libraries:
+        for code, root in codes.items():
+            print(f"{library} library ({','.join(RULES[library])}), {code} from {root}:")
+            _table({size: medians[code, library, size] for size in sizes}, asked, args.server)
+        if "baseline" in codes:
+            print(f"{library} library: sse-tape's figures over the baseline's")
+            cells = ["first_ms", *(f"find_us_{c}" for c in asked), *(["stream_us"] if args.server else [])]
+            print(f"{'interactions':>12} | " + " | ".join(cells))
+            for size in sizes:
+                now, then = medians["sse-tape", library, size], medians["baseline", library, size]
+                shown = [f"{now[c] / then[c]:.3f}" if c in now and then.get(c) else "-" for c in cells]
+                print(f"{size:>12,} | " + " | ".join(shown))
+
+
+def _table(medians: dict[int, dict[str, float]], asked: list[int], server: bool) -> None:
+    """One code's figures for one library, a line a size (see the module)."""
+    sizes = list(medians)
     print(
-        f"{'interactions':>12} | load s | Matcher s | load MB | Matcher MB | "
+        f"{'interactions':>12} | load s | Matcher s | load MB | Matcher MB | first find ms, MB | "
         + " | ".join(f"CPU per request, {c:,} asked: us (ratio)" for c in asked)
     )
-    rows = []
     for size, m in medians.items():
         cells = []
         for count in asked:
             key = f"find_us_{count}"
             first = next((medians[s][key] for s in sizes if key in medians[s]), None)
             cells.append(f"{m[key]:.1f} ({m[key] / first:.2f})" if key in m and first else "-")
-        rows.append(
+        print(
             f"{size:>12,} | {m['load_s']:6.2f} | {m['build_s']:9.2f} | {m['load_mb']:7.0f} | {m['build_mb']:10.0f} | "
-            + " | ".join(cells)
+            f"{m['first_ms']:10.1f}, {m['first_mb']:3.0f} | " + " | ".join(cells)
         )
-    print("\n".join(rows))
-    if args.server:
+    if server:
         first = medians[sizes[0]]["stream_us"]
         print(f"{'interactions':>12} | server start CPU s | server RSS MB | server CPU per stream us (ratio)")
         for size, m in medians.items():

@@ -21,7 +21,8 @@ between them round after round (the order turns each round):
   this script's harness, so before and after are measured in one run.
 - workers: `sse-tape serve --workers N` for N = 1 and 2, the same instant
   stream from 50 and 500 keep-alive clients: streams/s, and the CPU time of
-  the server and all its workers per stream.
+  the server and all its workers per stream; with --baseline DIR, that
+  code's `serve --workers 2` too.
 - cold: from spawning a process to the first complete answer, polling its
   port: `python -m sse_tape serve` of one cassette and of the bundled ones,
   a bare aiohttp app that serves one route, and aimock's `llmock`. The
@@ -559,15 +560,23 @@ def events_figure(run: Run, folder: Path, baseline: Path | None) -> None:
     table("server CPU time (user + system) per stream, µs; same loads", results, cpus, ratios)
 
 
-def workers_figure(cassette: Path, body: bytes, events: int, run: Run) -> None:
-    """`serve --workers N` for N = 1 and 2: the same instant stream from 50 and 500 keep-alive clients, whose
-    connections the system shares out among the workers."""
+def workers_figure(cassette: Path, body: bytes, events: int, run: Run, baseline: Path | None) -> None:
+    """`serve --workers N` for N = 1 and 2 (and the baseline's for 2): the same instant stream from 50 and 500
+    keep-alive clients, whose connections the system shares out among the workers."""
     servers = {
         f"--workers {n}": command_server(
             lambda port, n=n: [*serve_argv(cassette, port), "--workers", str(n)], http_request(body), f"workers {n}"
         )
         for n in (1, 2)
     }
+    if baseline is not None:
+        # `python -c CODE ARGS`: the command's arguments are ARGS; `sse_tape` is imported from the baseline.
+        code = f"import sys; sys.path.insert(0, {str(baseline)!r}); from sse_tape.cli import main; main()"
+        servers["baseline --workers 2"] = command_server(
+            lambda port: [sys.executable, "-c", code, *serve_argv(cassette, port)[3:], "--workers", "2"],
+            http_request(body),
+            "baseline workers 2",
+        )
     loads = [("50 clients", 50, run.streams), ("500 clients", 500, run.streams)]
     results: dict[str, dict[str, list[float]]] = {name: {} for name in servers}
     for n in range(run.rounds):
@@ -584,7 +593,8 @@ def workers_figure(cassette: Path, body: bytes, events: int, run: Run) -> None:
         f"keep-alive clients at once; {os.cpu_count()} cores here. Median of {run.rounds} alternating rounds "
         "[min-max]\nstreams/s"
     )
-    ratios = [("--workers 2", "--workers 1")]
+    ratios = [("--workers 2", "--workers 1"), ("baseline --workers 2", "--workers 1")]
+    ratios += [("--workers 2", "baseline --workers 2")]
     table(title, results, [(label, f"{label} rate", "{:.0f}") for label, *_ in loads], ratios)
     cpus = [(label, f"{label} cpu", "{:.0f}") for label, *_ in loads]
     table("server CPU time (user + system, all workers) per stream, µs; same loads", results, cpus, ratios)
@@ -745,7 +755,7 @@ def main() -> None:
         if args.only in (None, "events"):
             events_figure(run, Path(tmp), baseline)
         if args.only in (None, "workers"):
-            workers_figure(cassette, body, events, run)
+            workers_figure(cassette, body, events, run, baseline)
         if args.only in (None, "cold"):
             cold_figure(starts, http_request(body, keep_alive=False), events, args.starts, Path(tmp))
     if not aimock:

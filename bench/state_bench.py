@@ -8,9 +8,10 @@ Two measurements, on a redis-server of the bench's own (Debian's, on a free loop
   workers on Redis, in alternating rounds, one keep-alive client asking for the bundled chat greeting (13
   events) `--streams` times (so one worker answers them all); the server's CPU per stream (its workers' and
   its parent's together), and redis-server's, from /proc;
-- Redis round trips per request: a `MockServer` in this process on a `RedisStore`, each request sent to Redis
-  counted (redis-py's `Connection.send_packed_command`: one per command, or per pipeline), for a replayed stream,
-  the same with a fault set on the server, and a miss.
+- round trips per request, for a replayed stream, the same with a fault set on the server, and a miss: to Redis,
+  from a `MockServer` in this process on a `RedisStore`, each request sent to Redis counted (redis-py's
+  `Connection.send_packed_command`: one per command, or per pipeline); and to the parent holding the state, from
+  a `MockServer` on a `WorkersStore` in a forked worker (its `asked`).
 
 Run: python bench/state_bench.py [--streams 2000] [--rounds 3]
 """
@@ -32,9 +33,10 @@ from contextlib import contextmanager
 import httpx
 import redis.connection
 
-from sse_tape import MockServer, ServeOptions, bundled_cassettes
+from sse_tape import Cassette, MockServer, ServeOptions, bundled_cassettes
 from sse_tape.server import load_cassettes, run_in_thread
 from sse_tape.state_redis import RedisStore
+from sse_tape.state_workers import WorkersStore
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "Hello!"}], "stream": True}
 TICK = os.sysconf("SC_CLK_TCK")
@@ -96,6 +98,30 @@ def one_round(state: list[str], streams: int, redis_pid: int) -> tuple[float, fl
     return cpu / streams * 1e6, store_cpu / streams * 1e6, streams / wall
 
 
+#: What `round_trips` measures: a name, the server's faults, and the path asked for.
+CASES = [
+    ("a replayed stream", [], "/v1/chat/completions"),
+    ("the same, one fault set", ["ttfb:1ms"], "/v1/chat/completions"),
+    ("a miss", [], "/v1/nowhere"),
+]
+
+
+def chat_cassettes() -> list[Cassette]:
+    """The bundled chat cassette, loaded."""
+    return load_cassettes([p for p in bundled_cassettes() if p.name == "openai-chat.toml"])
+
+
+def asked_per_request(server: MockServer, path: str, counted: Callable[[], int]) -> float:
+    """The round trips (`counted()`, a running count) per request for `path`, over 100 requests, after a first one
+    (which takes the settings the server set at its start)."""
+    with run_in_thread(server), httpx.Client(base_url=server.url, timeout=60) as client:
+        client.post(path, json=CHAT)
+        before = counted()
+        for _ in range(100):
+            client.post(path, json=CHAT)
+        return (counted() - before) / 100
+
+
 def round_trips(url: str) -> dict[str, float]:
     """Redis round trips per request, by what the request met."""
     sent = [0]
@@ -106,25 +132,37 @@ def round_trips(url: str) -> dict[str, float]:
         original(self, *args, **kwargs)  # type: ignore[arg-type]
 
     redis.connection.Connection.send_packed_command = counted  # type: ignore[method-assign]
-    found: dict[str, float] = {}
     try:
-        cassettes = load_cassettes([p for p in bundled_cassettes() if p.name == "openai-chat.toml"])
-        cases: list[tuple[str, list[str], Callable[[httpx.Client], object]]] = [
-            ("a replayed stream", [], lambda c: c.post("/v1/chat/completions", json=CHAT)),
-            ("the same, one fault set", ["ttfb:1ms"], lambda c: c.post("/v1/chat/completions", json=CHAT)),
-            ("a miss", [], lambda c: c.post("/v1/nowhere", json=CHAT)),
-        ]
-        for name, faults, ask in cases:
+        found: dict[str, float] = {}
+        for name, faults, path in CASES:
             options = ServeOptions.build(pace="instant", faults=faults)
-            server = MockServer(cassettes, options=options, state=RedisStore(url))
-            with run_in_thread(server), httpx.Client(base_url=server.url, timeout=60) as client:
-                ask(client)  # a first request takes the settings the server set at its start
-                sent[0] = 0
-                for _ in range(100):
-                    ask(client)
-                found[name] = sent[0] / 100
+            server = MockServer(chat_cassettes(), options=options, state=RedisStore(url))
+            found[name] = asked_per_request(server, path, lambda: sent[0])
+        return found
     finally:
         redis.connection.Connection.send_packed_command = original  # type: ignore[method-assign]
+
+
+def parent_round_trips() -> dict[str, float]:
+    """Round trips to the parent holding the state, per request, by what the request met: each case's server in
+    a worker forked from this process, as `serve --workers` forks it."""
+    found: dict[str, float] = {}
+    for name, faults, path in CASES:
+        store = WorkersStore(1)
+        server = MockServer(chat_cassettes(), options=ServeOptions.build(pace="instant", faults=faults), state=store)
+        answer_read, answer_write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(answer_read)
+            store.in_worker(0)
+            trips = asked_per_request(server, path, lambda store=store: store.asked)
+            os.write(answer_write, str(trips).encode())
+            os._exit(0)
+        os.close(answer_write)
+        store.hold(print)
+        with os.fdopen(answer_read) as answer:
+            found[name] = float(answer.read())
+        os.waitpid(pid, 0)
     return found
 
 
@@ -158,7 +196,9 @@ def main() -> None:
             shared = statistics.median(r[0] + r[1] for r in results[name])
             print(f"  {name} / memory, serve's CPU + redis-server's: {shared / memory:.2f}")
         for name, trips in round_trips(url).items():
-            print(f"  round trips per request, {name}: {trips:g}")
+            print(f"  Redis round trips per request, {name}: {trips:g}")
+        for name, trips in parent_round_trips().items():
+            print(f"  round trips to the workers' parent per request, {name}: {trips:g}")
         used = redis.Redis.from_url(url).info("memory")["used_memory"]
         print(f"  redis-server's memory after the runs: {used / 2**20:.1f} MiB")
 

@@ -49,7 +49,10 @@ def check(data: bytes, *, max_depth: int | None = MAX_DEPTH, max_values: int | N
     with a few passes of bytes methods, not a loop of Python steps, and parses nothing."""
     # One pass, a window at a time (a thread checking a large body lets others run between windows); a body of
     # long strings leaves little.
-    marks = b"".join(data[n : n + _WINDOW].translate(None, _NOT_MARKS) for n in range(0, len(data), _WINDOW))
+    if len(data) <= _WINDOW:  # most bodies: one window
+        marks = data.translate(None, _NOT_MARKS)
+    else:
+        marks = b"".join(data[n : n + _WINDOW].translate(None, _NOT_MARKS) for n in range(0, len(data), _WINDOW))
     brackets = marks.count(b"[") + marks.count(b"{")
     if (max_depth is None or brackets <= max_depth) and (max_values is None or len(marks) - brackets <= max_values):
         return  # counted with what strings hold too, and still within bounds

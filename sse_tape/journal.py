@@ -17,7 +17,7 @@ import asyncio
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
@@ -44,6 +44,16 @@ __all__ = [
 ]
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # each kind of entry's fields, by name, looked up once
+
+
+def _field_names(kind: type) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(kind)
+    if names is None:
+        names = _FIELD_NAMES[kind] = tuple(f.name for f in fields(kind))
+    return names
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Entry:
     """One step of answering request number `request` (counted from 1 since the server started)."""
@@ -54,8 +64,12 @@ class Entry:
     """When it happened, in Unix seconds."""
 
     def to_json(self) -> dict[str, Any]:
-        """The entry as a JSON object whose `type` names its kind."""
-        return {"type": self.kind, **asdict(self)}
+        """The entry as a JSON object whose `type` names its kind. Its values are the entry's own, not copies:
+        every field holds plain, immutable values (`asdict` would copy each deeply, a shared journal's cost)."""
+        found: dict[str, Any] = {"type": self.kind}
+        for name in _field_names(type(self)):
+            found[name] = getattr(self, name)
+        return found
 
     def line(self) -> str | None:
         """The log line for this entry, or None when it is not logged."""

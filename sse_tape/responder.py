@@ -61,7 +61,7 @@ NOTED_FAULTS = 64
 class Exchange:
     """One request on its way through the responders, and how its answer went."""
 
-    http: web.Request
+    http: web.BaseRequest
     request: Request
     number: int
     """The request's number, counted from 1 since the server started (or was reset)."""
@@ -130,11 +130,11 @@ class Host(Protocol):
         """Answer the exchange with the API's JSON error."""
         ...
 
-    def cors(self, http: web.Request) -> dict[str, str]:
+    def cors(self, http: web.BaseRequest) -> dict[str, str]:
         """The CORS headers an answer carries."""
         ...
 
-    def refused(self, http: web.Request) -> str | None:
+    def refused(self, http: web.BaseRequest) -> str | None:
         """Why `http` may not reach what only the user's own clients may (the upstream, with the credentials of
         its URL): a `Host` or an `Origin` that is not the server's own, nor one the user allows; None when it may."""
         ...

@@ -9,21 +9,35 @@ length): the workers answer as one server. The parent answers on a thread of
 its own, one message at a time, so that each operation is atomic across the
 workers.
 
-An operation whose answer replay needs (a request's number, which turn, a
-claim, a snapshot) is a round trip; one that only tells (a request received,
+A request's number, which every request takes, is no question to the
+parent: the count sits in memory the parent and its workers share (mapped
+before the fork), behind a lock they share, beside the version of the
+faults and seed last set, the counts of the faults set on the server (the
+first `_PLACES` of them) and the turns of groups of equal recordings (of
+the first `_TURNS` groups the parent was asked about, each at a place it
+gives once), so that a worker takes a number, learns whether another worker
+set new faults (as `RedisStore` has it), counts a fault's requests for
+`times=` and `p=`, and takes a group's next turn, without waiting for the
+parent. A replayed stream asks the parent nothing, with faults set on the
+server or without.
+
+Another operation whose answer replay needs (a group's place, the first
+time a worker meets it; a claim; the count of a fault a request header asks
+for; a snapshot) is a round trip; one that only tells (a request received,
 a recording played, a fault applied, a miss, journal entries) is sent
-without waiting for an answer, with the worker's next question or at the end
-of its event loop's turn, all it told meanwhile in one write (what a
-responder keeps goes at once). Before it answers any question, the parent
-takes every message any worker sent until then: what one worker kept, the
-next worker a client turns to finds. Whether another worker set new faults
-comes back with each request's number, as `RedisStore` has it.
+without waiting for an answer, with the worker's next question or at the
+end of its event loop's turn: all it told meanwhile in one message, pickled
+once (what a responder keeps goes at once). Before it answers any question,
+the parent takes every message any worker sent until then: what one worker
+kept, the next worker a client turns to finds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import mmap
+import multiprocessing
 import pickle
 import selectors
 import socket
@@ -31,6 +45,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from dataclasses import replace
 from typing import Any, Final
 
 from ._exceptions import StateError
@@ -41,12 +56,9 @@ from .state import FaultKey, MemoryStore, State
 __all__ = ["WorkersStore"]
 
 _ASKS: Final = frozenset(
-    {"next_request", "requests", "next_turn", "plays", "claim", "count", "share_settings", "settings", "entries"}
-    | {"snapshot", "reset", "kept_get", "kept_pop", "kept_keys", "kept_setdefault"}
+    {"turn_place", "next_turn", "plays", "claim", "count", "share_settings", "settings", "entries", "snapshot", "reset"}
+    | {"kept_get", "kept_pop", "kept_keys", "kept_setdefault"}
 )
-#: What a worker tells at once, not at the end of its event loop's turn: what a responder keeps, which the next
-#: worker a client turns to may ask for (a new MCP session, a background response).
-_AT_ONCE: Final = frozenset({"kept_set"})
 _TELLS: Final = frozenset(
     {"add_received", "played", "restart_counts", "note_injected", "add_miss", "add_entries", "kept_set"}
 )
@@ -64,14 +76,18 @@ class WorkersStore:
     """Its workers share it: it keeps their journal entries too."""
 
     def __init__(self, workers: int, *, keep_entries: int = 10_000) -> None:
-        self._held = _Held(keep_entries)
+        self._counted = _Counted()
+        self._held = _Held(self._counted, keep_entries)
         pairs = [socket.socketpair() for _ in range(workers)]
         self._parent_ends = [parent for parent, _ in pairs]
         self._worker_ends = [worker for _, worker in pairs]
         self._connection: _Frames | None = None  # a worker's end, in that worker
-        self._unsent: list[bytes] = []  # what a worker told, not sent yet (see `_tell`)
+        self._unsent: list[tuple[str, tuple[Any, ...]]] = []  # what a worker told, not sent yet (see `_tell`)
         self._sending = False  # whether they are to be sent at the end of the event loop's turn
-        self._latest = self._taken = 0  # the settings' version as the parent last said it, and as this one has it
+        self._latest = self._taken = 0  # the settings' version as last counted, and as this one has it
+        self._turn_places: dict[str, int | None] = {}  # each group's place in `_Counted`, as the parent gave it
+        self.asked = 0
+        """How many questions this worker has asked its parent: its round trips (`bench/state_bench.py`)."""
 
     def in_worker(self, n: int) -> None:
         """Become worker `n`'s store: every operation asks the parent, over the worker's own end."""
@@ -94,17 +110,23 @@ class WorkersStore:
         answering.start()
 
     def next_request(self) -> int:
-        number, self._latest = self._ask("next_request")
-        return int(number)
+        number, self._latest = self._counted.next_request()  # no question to the parent (see the module)
+        return number
 
     def requests(self) -> int:
-        return int(self._ask("requests"))
+        return self._counted.requests()
 
     def add_received(self, request: Request) -> None:
-        self._tell("add_received", request)
+        # Its fields, not the request: a dataclass pickles slower than the tuple of its fields.
+        self._tell("add_received", (request.method, request.path, request.query, request.headers, request.body))
 
     def next_turn(self, key: str) -> int:
-        return int(self._ask("next_turn", key))
+        if key not in self._turn_places:  # the first time this process meets the group: where are its turns?
+            self._turn_places[key] = self._ask("turn_place", key)
+        place = self._turn_places[key]
+        if place is None:  # past the first `_TURNS` groups: the parent counts its turns
+            return int(self._ask("next_turn", key))
+        return self._counted.next_turn(place)
 
     def played(self, recording_id: str) -> None:
         self._tell("played", recording_id)
@@ -117,10 +139,13 @@ class WorkersStore:
         return claimed
 
     def count(self, fault_key: FaultKey) -> int:
+        if isinstance(fault_key, int) and 0 <= fault_key < _PLACES:
+            return self._counted.count_placed(fault_key)  # no question to the parent (see the module)
         return int(self._ask("count", fault_key))
 
     def restart_counts(self) -> None:
-        self._tell("restart_counts")
+        self._counted.restart_placed()
+        self._tell("restart_counts")  # those past the first `_PLACES`, which the parent counts
 
     def note_injected(self, spec: str) -> None:
         self._tell("note_injected", spec)
@@ -139,7 +164,7 @@ class WorkersStore:
         self._tell("add_miss", miss)
 
     def kept(self, key: str) -> MutableMapping[str, Any]:
-        return _Kept(self._ask, self._tell, key)
+        return _Kept(self._ask, self._keep, key)
 
     def add_entries(self, entries: Sequence[Mapping[str, Any]]) -> None:
         self._tell("add_entries", list(entries))
@@ -155,14 +180,17 @@ class WorkersStore:
         self._ask("reset")
 
     def _ask(self, operation: str, *args: Any) -> Any:
-        """What the parent answers to `operation` (in the parent itself, until `in_worker`)."""
+        """What the parent answers to `operation` (in the parent itself, until `in_worker`), sent with all this
+        worker told and has not sent yet, in one message."""
         connection = self._connection
         if connection is None:
             return getattr(self._held, operation)(*args)
-        message = _message(operation, args, asked=True)
-        if self._unsent:  # what it told since, first: one write
-            message = b"".join((*self._unsent, message))
-            self._unsent.clear()
+        told, self._unsent = self._unsent, []
+        self.asked += 1
+        try:
+            message = _framed((told, (operation, args)))
+        except Exception as exc:
+            raise StateError(f"the replay state cannot take what {operation} carries: {exc}") from None
         try:
             connection.end.sendall(message)
             failed, answer = connection.receive()
@@ -175,14 +203,12 @@ class WorkersStore:
     def _tell(self, operation: str, *args: Any) -> None:
         """Send `operation` to the parent without waiting for its answer (in the parent itself, until
         `in_worker`): with the worker's next question, or at the end of its event loop's turn, whichever is
-        first, with all it told meanwhile in one write; what a responder keeps at once."""
+        first, with all it told meanwhile in one message."""
         if self._connection is None:
             getattr(self._held, operation)(*args)
             return
-        self._unsent.append(_message(operation, args, asked=False))
-        if operation in _AT_ONCE:
-            self._send_told()
-        elif not self._sending:
+        self._unsent.append((operation, args))
+        if not self._sending:
             try:
                 asyncio.get_running_loop().call_soon(self._send_told)
                 self._sending = True
@@ -193,20 +219,30 @@ class WorkersStore:
         """Send what was told and not sent yet (see `_tell`); where the parent is gone, the next question
         says so."""
         self._sending = False
-        if self._unsent and self._connection is not None:
-            told = b"".join(self._unsent)
-            self._unsent.clear()
+        told, self._unsent = self._unsent, []
+        if told and self._connection is not None:
             with contextlib.suppress(OSError):
-                self._connection.end.sendall(told)
+                self._connection.end.sendall(_framed((told, None)))
+
+    def _keep(self, key: str, item: str, value: Any) -> None:
+        """Keep `value` under `item` of what a responder keeps under `key`: at once, not at the end of the event
+        loop's turn, for the next worker a client turns to may ask for it (a new MCP session, a background
+        response); `StateError` where it cannot be pickled (a responder that keeps a live object)."""
+        try:
+            pickled = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            raise StateError(f"the replay state cannot keep {key}'s {item!r}: {exc}") from None
+        self._tell("kept_set", key, item, pickled)
+        self._send_told()
 
 
 class _Kept(MutableMapping[str, Any]):
     """What a responder keeps, held by the parent under `key`, asked and told as its store asks and tells: a
     value read is a copy, and a responder that changes one sets it again."""
 
-    def __init__(self, ask: Callable[..., Any], tell: Callable[..., None], key: str) -> None:
+    def __init__(self, ask: Callable[..., Any], keep: Callable[[str, str, Any], None], key: str) -> None:
         self._ask = ask
-        self._tell = tell
+        self._keep = keep
         self._key = key
 
     def __getitem__(self, item: str) -> Any:
@@ -216,7 +252,7 @@ class _Kept(MutableMapping[str, Any]):
         return value
 
     def __setitem__(self, item: str, value: Any) -> None:
-        self._tell("kept_set", self._key, item, value)
+        self._keep(self._key, item, value)
 
     def __delitem__(self, item: str) -> None:
         if not self._ask("kept_pop", self._key, item):
@@ -234,14 +270,120 @@ class _Kept(MutableMapping[str, Any]):
         return len(self._ask("kept_keys", self._key))
 
 
+class _Counted:
+    """The requests' count, the version of the faults and seed last set, the counts of the first `_PLACES`
+    faults set on the server, and the turns of `_TURNS` groups of equal recordings, in memory the parent and its
+    workers share (mapped before the fork: a write in one process is seen by all), behind a lock they share."""
+
+    def __init__(self) -> None:
+        self._memory = mmap.mmap(-1, (_HEAD + _PLACES + _TURNS) * 8)
+        # The count, the version, each place's count, then each group's turns.
+        self._values = memoryview(self._memory).cast("q")
+        self._lock = multiprocessing.get_context("fork").Lock()
+
+    def next_request(self) -> tuple[int, int]:
+        """Count a request: its number, and the settings' version now."""
+        values = self._values
+        self._acquire()
+        try:
+            number = values[0] = values[0] + 1
+            return number, values[1]
+        finally:
+            self._lock.release()
+
+    def requests(self) -> int:
+        """How many requests were counted since the start or the last reset."""
+        return self._values[0]
+
+    def version(self) -> int:
+        """The settings' version now."""
+        return self._values[1]
+
+    def count_placed(self, place: int) -> int:
+        """How many requests the server's fault at `place` (below `_PLACES`) has seen before this one, counting
+        this one."""
+        values = self._values
+        self._acquire()
+        try:
+            seen = values[_HEAD + place]
+            values[_HEAD + place] = seen + 1
+            return seen
+        finally:
+            self._lock.release()
+
+    def next_turn(self, place: int) -> int:
+        """How many requests the group of equal recordings at `place` (below `_TURNS`) has answered before this
+        one, counting this one."""
+        values = self._values
+        at = _HEAD + _PLACES + place
+        self._acquire()
+        try:
+            turn = values[at]
+            values[at] = turn + 1
+            return turn
+        finally:
+            self._lock.release()
+
+    def placed(self) -> dict[FaultKey, int]:
+        """The counts of the server's faults, by place, of those counted."""
+        values = self._values
+        return {place: seen for place in range(_PLACES) if (seen := values[_HEAD + place])}
+
+    def restart_placed(self) -> None:
+        """Start the counts of the server's faults over (new faults set)."""
+        self._acquire()
+        try:
+            self._memory[_HEAD * 8 : (_HEAD + _PLACES) * 8] = bytes(_PLACES * 8)
+        finally:
+            self._lock.release()
+
+    def restart(self) -> None:
+        """Count the requests, the requests each of the server's faults has seen, and the groups' turns from 0
+        again (a reset)."""
+        self._acquire()
+        try:
+            self._values[0] = 0
+            self._memory[_HEAD * 8 :] = bytes((_PLACES + _TURNS) * 8)
+        finally:
+            self._lock.release()
+
+    def new_version(self) -> int:
+        """Note that the faults and seed were set again: their new version (only the parent sets them)."""
+        self._acquire()
+        try:
+            version = self._values[1] = self._values[1] + 1
+            return version
+        finally:
+            self._lock.release()
+
+    def _acquire(self) -> None:
+        # Held for a few instructions: a lock held longer was taken by a worker killed meanwhile.
+        if not self._lock.acquire(timeout=_LOCK_WAIT):
+            raise StateError("the replay state's counts are locked by a worker gone")
+
+
+#: How many values come first in `_Counted`'s memory: the requests' count and the settings' version.
+_HEAD: Final = 2
+#: How many of the faults set on the server have their counts in memory the workers share (see the module); the
+#: parent counts those past them, each a round trip.
+_PLACES: Final = 256
+#: How many groups of equal recordings have their turns in memory the workers share; the parent counts those of
+#: the groups past them, each a round trip.
+_TURNS: Final = 4096
+
+#: How long a worker waits for the counts' lock before it gives up on it (see `_Counted`).
+_LOCK_WAIT: Final = 10.0
+
+
 class _Held:
     """What the parent holds for its workers, and its answer to each operation (named as `ReplayStore`'s,
     and `kept_*` for what responders keep)."""
 
-    def __init__(self, keep_entries: int) -> None:
+    def __init__(self, counted: _Counted, keep_entries: int) -> None:
         self.store = MemoryStore()
-        self.version = 0  # of the faults and seed set
+        self.counted = counted
         self.faults_and_seed: tuple[tuple[str, ...], int] | None = None
+        self.turn_places: dict[str, int] = {}  # the groups whose turns are counted in `counted`, by their places
         self.journal: deque[Mapping[str, Any]] = deque(maxlen=keep_entries)
         self.reset_at = 0.0  # when the state was last reset (the time of journal entries, since the epoch)
 
@@ -281,26 +423,29 @@ class _Held:
 
     def _answer(self, operation: str, args: tuple[Any, ...], asked: bool, say: Callable[[str], None]) -> bytes:
         """The message answering an operation, `(failed, answer)` framed (see `_Frames`), whether it was asked or
-        only told (`asked`)."""
+        only told (`asked`: then nothing is framed)."""
         try:
             if operation not in (_ASKS if asked else _TELLS):
                 raise ValueError(f"no operation {operation!r}")
-            return _framed((False, getattr(self, operation)(*args)))
+            answer = getattr(self, operation)(*args)
+            return _framed((False, answer)) if asked else b""
         except Exception as exc:  # said, and the worker's request refused: the others go on
             say(f"the replay state failed: {operation}: {exc!r}")
             return _framed((True, f"{operation}: {exc!r}"))
 
-    def next_request(self) -> tuple[int, int]:
-        return self.store.next_request(), self.version
+    def add_received(self, fields: tuple[str, str, str, Any, bytes]) -> None:
+        self.store.add_received(Request(*fields))
 
-    def add_received(self, request: Request) -> None:
-        self.store.add_received(request)
+    def turn_place(self, key: str) -> int | None:
+        """Where the group `key`'s turns are counted in the memory the workers share (the same for all); None
+        past the first `_TURNS` groups."""
+        place = self.turn_places.get(key)
+        if place is None and len(self.turn_places) < _TURNS:
+            place = self.turn_places[key] = len(self.turn_places)
+        return place
 
     def next_turn(self, key: str) -> int:
         return self.store.next_turn(key)
-
-    def requests(self) -> int:
-        return self.store.requests()
 
     def played(self, recording_id: str) -> None:
         self.store.played(recording_id)
@@ -322,11 +467,10 @@ class _Held:
 
     def share_settings(self, faults: tuple[str, ...], seed: int) -> int:
         self.faults_and_seed = faults, seed
-        self.version += 1
-        return self.version
+        return self.counted.new_version()
 
     def settings(self) -> tuple[tuple[tuple[str, ...], int] | None, int]:
-        return self.faults_and_seed, self.version
+        return self.faults_and_seed, self.counted.version()
 
     def add_miss(self, miss: Miss) -> None:
         self.store.add_miss(miss)
@@ -343,10 +487,12 @@ class _Held:
         return sorted(found, key=lambda entry: entry.get("time", 0))  # each worker's batches, in one order
 
     def snapshot(self) -> State:
-        return self.store.snapshot()
+        state = self.store.snapshot()
+        return replace(state, requests=self.counted.requests(), counts={**self.counted.placed(), **state.counts})
 
     def reset(self) -> None:
         self.store.reset()
+        self.counted.restart()
         self.journal.clear()
         self.reset_at = time.time()
 
@@ -354,8 +500,8 @@ class _Held:
         kept = self.store.kept(key)
         return (True, kept[item]) if item in kept else (False, None)
 
-    def kept_set(self, key: str, item: str, value: Any) -> None:
-        self.store.kept(key)[item] = value
+    def kept_set(self, key: str, item: str, pickled: bytes) -> None:
+        self.store.kept(key)[item] = pickle.loads(pickled)
 
     def kept_setdefault(self, key: str, item: str, value: Any) -> Any:
         return self.store.kept(key).setdefault(item, value)
@@ -370,15 +516,6 @@ class _Held:
 _GONE: Final = object()
 
 
-def _message(operation: str, args: tuple[Any, ...], *, asked: bool) -> bytes:
-    """A worker's message to its parent, framed; `StateError` where what it carries cannot be pickled (a
-    responder that keeps a live object)."""
-    try:
-        return _framed((operation, args, asked))
-    except Exception as exc:
-        raise StateError(f"the replay state cannot keep what {operation} carries: {exc}") from None
-
-
 def _framed(message: Any) -> bytes:
     """`message` as it goes over a socket pair: pickled, after its length (4 bytes)."""
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
@@ -386,7 +523,9 @@ def _framed(message: Any) -> bytes:
 
 
 class _Frames:
-    """Messages over one end of a socket pair: each pickled, after its length (4 bytes)."""
+    """Messages over one end of a socket pair: each pickled, after its length (4 bytes). A worker's message is
+    what it told, `[(operation, args), ...]`, and its question, `(operation, args)` or None; the parent's is its
+    answer, `(failed, answer)`."""
 
     def __init__(self, end: socket.socket) -> None:
         self.end = end
@@ -421,11 +560,10 @@ class _Frames:
         except OSError:
             self.gone = True
         try:
-            for operation, args, asked in self._complete():
-                if asked:
-                    self.asked = operation, args
-                else:
-                    self.told.append((operation, args))
+            for told, asked in self._complete():
+                self.told += told
+                if asked is not None:
+                    self.asked = asked
         except Exception as exc:  # a message that cannot be read: that worker's end closes, the others go on
             say(f"the replay state failed: a worker's message cannot be read: {exc!r}")
             self.gone = True

@@ -51,7 +51,7 @@ def has_header(headers: Iterable[tuple[str, str]], name: str) -> bool:
     return any(k.lower() == name for k, _ in headers)
 
 
-def drop_connection(http: web.Request, *, reset: bool) -> None:
+def drop_connection(http: web.BaseRequest, *, reset: bool) -> None:
     """Close the client's connection without ending the response: with a TCP reset, or a plain close."""
     transport = http.transport
     if transport is None:
@@ -95,7 +95,7 @@ class Live:
 
 
 def send(
-    http: web.Request,
+    http: web.BaseRequest,
     plan: Plan,
     progress: Progress,
     headers: Mapping[str, str] | None = None,
@@ -120,7 +120,7 @@ def send(
 
 
 async def _send_live(
-    http: web.Request,
+    http: web.BaseRequest,
     plan: Plan,
     progress: Progress,
     headers: Mapping[str, str] | None,
@@ -158,7 +158,7 @@ async def _send_live(
 
 
 async def _send_plan(
-    http: web.Request,
+    http: web.BaseRequest,
     plan: Plan,
     progress: Progress,
     headers: Mapping[str, str] | None = None,
@@ -247,7 +247,7 @@ def _ends_with(plan: Plan, last: Write) -> bool:
 
 
 async def _write_whole(
-    http: web.Request,
+    http: web.BaseRequest,
     plan: Plan,
     fields: _Fields,
     write: Write,
@@ -343,7 +343,7 @@ class _Pacer:
 
     def __init__(
         self,
-        http: web.Request,
+        http: web.BaseRequest,
         out: web.StreamResponse,
         start: float,
         pending: Write,
@@ -390,7 +390,7 @@ class _Pacer:
         self.timer.cancel()
 
 
-async def _write(http: web.Request, out: web.StreamResponse, data: bytes, progress: Progress) -> None:
+async def _write(http: web.BaseRequest, out: web.StreamResponse, data: bytes, progress: Progress) -> None:
     if not out.prepared:
         await out.prepare(http)  # the headers go out with the first chunk
     await out.write(data)
@@ -432,7 +432,7 @@ async def _stream_live(out: web.StreamResponse, live: Live, *, started: float, p
 
 
 async def _end_live(
-    http: web.Request, out: web.StreamResponse, live: Live, *, started: float, progress: Progress
+    http: web.BaseRequest, out: web.StreamResponse, live: Live, *, started: float, progress: Progress
 ) -> End:
     """End a body `_stream_live` sent: as its faults ended it, else as its source ended: the body's end when
     its faults are through with it (heartbeats until then), or a dropped connection (after any random or

@@ -520,5 +520,7 @@ def test_a_short_scale_benchmark_finds_every_request_and_serves_every_stream(tmp
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert [line.split("|")[0].strip() for line in lines] == ["interactions", "10", "100"] * 2
-    assert len(list((tmp_path / "100").glob("*.msgpack"))) == 1
+    titles = [line.split(",")[0] for line in lines if "|" not in line]
+    assert titles == ["body library (method", "loose library (method"]
+    assert [line.split("|")[0].strip() for line in lines if "|" in line] == ["interactions", "10", "100"] * 4
+    assert len(list((tmp_path / "loose" / "100").glob("*.msgpack"))) == 1

@@ -756,6 +756,39 @@ async def test_slow_heads_idle_connections_and_bodies_that_never_come_are_cut_of
 FEED = Cassette([Interaction(Request("GET", "/feed"), Response(chunks=(Chunk(0.0, b"data: x\n\n"),)))])
 
 
+def _head(sock: socket.socket) -> bytes:
+    """What `sock` reads up to the end of a response's head (a 100 Continue's, say)."""
+    sock.settimeout(SAFETY_NET)
+    head = b""
+    while b"\r\n\r\n" not in head:
+        data = sock.recv(1)
+        assert data, f"the connection closed before a whole head: {head!r}"
+        head += data
+    return head
+
+
+async def test_a_client_expecting_100_continue_is_told_to_send_its_body_and_an_unknown_expectation_gets_417() -> None:
+    posted = Cassette([Interaction(Request("POST", "/feed"), Response(chunks=(Chunk(0.0, b"data: x\n\n"),)))])
+    async with MockServer([posted], options=ServeOptions.build(match_on="method,path")) as server:
+
+        def scenario() -> tuple[bytes, bytes, bytes]:
+            with socket.create_connection(("127.0.0.1", server.port)) as waiting:
+                waiting.sendall(b"POST /feed HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n")
+                told = _head(waiting)  # the body is sent only once the server says so, as curl does
+                waiting.sendall(b"{}")
+                answer = _answered(waiting)
+            with socket.create_connection(("127.0.0.1", server.port)) as odd:
+                odd.sendall(b"POST /feed HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: teapot\r\n\r\n{}")
+                refused = _head(odd)
+            return told, answer, refused
+
+        told, answer, refused = await asyncio.get_running_loop().run_in_executor(None, scenario)
+    assert told == b"HTTP/1.1 100 Continue\r\n\r\n"
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    assert b"data: x" in answer
+    assert refused.startswith(b"HTTP/1.1 417 ")
+
+
 def _answered(sock: socket.socket) -> bytes:
     """A whole chunked answer read from `sock`."""
     sock.settimeout(30)

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from gateways import nginx_site
 from redis_server import redis_server
 from waits import SAFETY_NET, until
 
-from sse_tape import Cassette, Chunk, Interaction, Request, Response
+from sse_tape import Cassette, Chunk, Interaction, Request, Response, StateError
 from sse_tape.state_workers import WorkersStore
 
 ROOT = Path(__file__).parent.parent
@@ -124,6 +125,19 @@ def test_workers_answer_as_one_server_one_fault_budget_and_one_turn_order(tmp_pa
             until(lambda: injections() == ["status:429,times=1"], "the other worker's injection")
 
 
+def test_a_fault_asked_for_in_a_header_has_one_budget_across_workers(tmp_path: Path) -> None:
+    # A fault set on the server is counted in the memory the workers share; one a header asks for, by its
+    # text, by the parent (a round trip): one budget too.
+    numbered(1).save(tmp_path / "n.toml")
+    with served([str(tmp_path), "--pace", "instant"]) as (url, (one, other)):
+        statuses = []
+        for pid in (other, one, other, one):
+            with connected(url, pid) as client:
+                answer = client.post("/stream", content=b"{}", headers={"X-SSE-Tape-Fault": "status:429,times=2"})
+                statuses.append(answer.status_code)
+        assert statuses == [429, 429, 200, 200]
+
+
 def test_forked_workers_claim_each_recording_once_from_the_store_their_parent_holds() -> None:
     # With `allow_repeats` off (Python and pytest), a claim is one step across the workers: none plays twice.
     store, ids, pids = WorkersStore(2), [f"r{n}" for n in range(1000)], []
@@ -179,6 +193,69 @@ def test_what_one_worker_told_its_parent_is_found_by_the_next_worker_a_client_tu
     assert [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids] == [0, 0]  # none missing
     for end in (told_read, told_write, asked_read, asked_write):
         os.close(end)
+
+
+def test_forked_workers_number_their_requests_and_count_a_faults_as_one_without_waiting_for_their_parent() -> None:
+    # A request's number and the count of a fault set on the server (for `times=` and `p=`) are no question to
+    # the parent: the workers count while it answers nothing yet.
+    store, each, pids = WorkersStore(2), 500, []
+    numbered = tempfile.TemporaryDirectory()
+    with numbered:
+        for n in range(2):
+            pid = os.fork()
+            if pid == 0:
+                signal.alarm(int(SAFETY_NET))  # a worker left waiting for an answer ends, and the test fails
+                store.in_worker(n)
+                got = [(store.next_request(), store.count(0)) for _ in range(each)]
+                Path(numbered.name, str(n)).write_text(" ".join(f"{number},{seen}" for number, seen in got))
+                os._exit(store.asked)  # 0: no question to the parent
+            pids.append(pid)
+        statuses = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+        store.hold(print)  # only now
+        assert statuses == [0, 0]
+        got = [
+            [tuple(map(int, pair.split(","))) for pair in Path(numbered.name, str(n)).read_text().split()]
+            for n in (0, 1)
+        ]
+    assert all(pairs == sorted(pairs) for pairs in got)  # each worker's in the order it took them
+    numbers, seen = (sorted(values) for values in zip(*got[0], *got[1], strict=True))
+    assert numbers == list(range(1, 2 * each + 1))  # one count: none taken twice, none left out
+    assert seen == list(range(2 * each))  # one fault budget
+    state = store.snapshot()
+    assert store.requests() == state.requests == 2 * each
+    assert state.counts == {0: 2 * each}
+    store.restart_counts()
+    assert store.count(0) == 0
+    store.reset()
+    assert (store.requests(), store.next_request(), store.snapshot().counts) == (0, 1, {})
+
+
+def test_forked_workers_take_turns_as_one_asking_their_parent_once_where_a_groups_turns_are() -> None:
+    store, each, pids = WorkersStore(2), 300, []
+    turns = tempfile.TemporaryDirectory()
+    with turns:
+        for n in range(2):
+            pid = os.fork()
+            if pid == 0:
+                store.in_worker(n)
+                got = [store.next_turn("r1 r2 r3") for _ in range(each)]
+                Path(turns.name, str(n)).write_text(" ".join(map(str, got)))
+                os._exit(store.asked)  # 1: where the group's turns are, once
+            pids.append(pid)
+        store.hold(print)
+        assert [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids] == [1, 1]
+        got = [[int(turn) for turn in Path(turns.name, str(n)).read_text().split()] for n in range(2)]
+    assert sorted(got[0] + got[1]) == list(range(2 * each))  # one turn order: none taken twice
+    store.reset()
+    assert (store.next_turn("r1 r2 r3"), store.next_turn("another")) == (0, 0)
+
+
+def test_what_a_worker_cannot_pickle_is_the_stores_failure() -> None:
+    store = WorkersStore(0)  # the parent's own (no worker): what it keeps is pickled as a worker's would be
+    with pytest.raises(StateError, match="cannot keep responses's 'live': cannot pickle"):
+        store.kept("responses")["live"] = threading.Lock()
+    store.kept("responses")["kept"] = {"id": "resp_1"}
+    assert store.kept("responses")["kept"] == {"id": "resp_1"}
 
 
 def test_faults_set_through_one_worker_and_a_reset_through_the_other_reach_both(tmp_path: Path) -> None:

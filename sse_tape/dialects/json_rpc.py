@@ -8,17 +8,20 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import _json
-from ..cassette import Request
+from ..cassette import REDACTED, Request
 from ..cassette.model import agrees_as_recorded
 from .events import Error
 
-__all__ = ["INTERNAL_ERROR", "MISSING", "error_response", "matched", "shown"]
+__all__ = ["INTERNAL_ERROR", "MISSING", "error_response", "matched", "matched_part", "shown", "wild"]
 
 MISSING: Any = object()
 """What a member a message does not carry is looked up as, to tell it from a `null` one."""
 
 INTERNAL_ERROR = -32603
 """JSON-RPC's code for an internal error."""
+
+# A redacted value as it is written in a body.
+_MARKER = REDACTED.encode()
 
 #: JSON-RPC codes are integers; the SDKs read them as such (a JSON number past 2**53 is not one to every reader).
 _LARGEST = 2**53
@@ -61,6 +64,33 @@ def matched(
     if isinstance(a, dict) and isinstance(b, dict) and a.get("method") != b.get("method"):
         return f"method is {shown(a.get('method', MISSING))}, recorded {shown(b.get('method', MISSING))}"
     return explain(a, b) or "body differs"
+
+
+def matched_part(request: Request, comparable: Callable[[Any], Any]) -> Any:
+    """What `matched` compares of a request, as data: its JSON value once `comparable` has made it as it is
+    compared, or its bytes where it has none (a body that is not JSON, or is `null`). Two requests it finds agree
+    have equal parts, unless the recorded one is `wild`."""
+    value = request.json()
+    return request.body if value is None else comparable(value)
+
+
+def wild(recorded: Request, comparable: Callable[[Any], Any]) -> bool:
+    """Whether a recorded request's JSON value, as `comparable` makes it, holds a redacted value (`REDACTED`),
+    which `matched` finds agrees with any value there."""
+    raw = recorded.body
+    # The marker, in the text as it was recorded or escaped (JSON may spell any character `\u....`).
+    if _MARKER not in raw and b"\\u" not in raw:
+        return False
+    value = recorded.json()
+    return value is not None and _holds_redacted(comparable(value))
+
+
+def _holds_redacted(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(map(_holds_redacted, value.values()))
+    if isinstance(value, list):
+        return any(map(_holds_redacted, value))
+    return isinstance(value, str) and value == REDACTED
 
 
 def shown(value: Any) -> str:

@@ -44,6 +44,7 @@ __all__ = [
     "Checker",
     "Incoming",
     "Kept",
+    "KeyedMatcher",
     "Protocol",
     "ProtocolResponder",
     "RequestMatcher",
@@ -59,6 +60,27 @@ __all__ = [
 
 RequestMatcher = Callable[[Request, Request], "str | None"]
 """A matcher a protocol brings: `(request, recorded)` -> how they differ, in words, or None when they match."""
+
+
+class KeyedMatcher:
+    """A `RequestMatcher` that decides by whether one part of two requests is equal, as data (`part`: a JSON
+    value, or bytes), but where the recorded part holds a redacted value (`wild`), which agrees with any: two
+    requests it finds agree, the recorded one not wild, have equal parts. Matching's index then finds the
+    recordings a request may agree with by that part's hash rather than by asking it of each
+    (`matching.index`); it still decides among them."""
+
+    def __init__(
+        self, matcher: RequestMatcher, part: Callable[[Request], Any], wild: Callable[[Request], bool]
+    ) -> None:
+        self.matcher = matcher
+        self.part = part
+        """The part of a request (as the rule compares it) the matcher compares: equal in two that agree."""
+        self.wild = wild
+        """Whether a recorded request's part holds a redacted value: it agrees with requests whose parts differ."""
+        self.__doc__ = matcher.__doc__
+
+    def __call__(self, request: Request, recorded: Request) -> str | None:
+        return self.matcher(request, recorded)
 
 
 def to_json(obj: Any) -> str:

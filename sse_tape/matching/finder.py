@@ -19,6 +19,19 @@ comparing it with each (`index`: by the parts the built-in matchers compare,
 as each cassette's rule compares them), so that an exact hit costs the same
 whatever the number loaded; the matchers then decide among those only, and
 all that follows (the phase, turns, repeats) is as it would be among all.
+Where the key leaves many (a rule that keys no body, `method,path`, puts
+every recording of a path under one), those of the request's very phase are
+looked up among them (`index.Hits.split`, by each recording's
+`Last-Event-ID` and phase, worked out the first time a request asks): when
+some of those agree and can answer, they are exactly the ones a comparison
+of all would rank first, and only they are compared. When none does (no
+recording of the very phase), when all have been played (repeats not
+allowed), or when a recording of another phase would decide their order
+(whether an answer is in the shape asked for ranks them only when one that
+can answer is), every recording the key found is compared, as before.
+A request sent as a recording was (the same API, path and body bytes)
+agrees with it on the path and the body as the built-in matchers compare
+them, and is not copied to be compared.
 
 A reconnection (a request with `Last-Event-ID`, as an `EventSource` sends
 it) is answered by a recording of the same reconnection, made with the same
@@ -65,7 +78,7 @@ over when all have been played: repeats never take turns across phases.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any
@@ -82,8 +95,8 @@ from ..dialects.phase import Phase, answer_of, calls_of, phase_of
 from ..dialects.protocol import RequestMatcher
 from ..framing import SSE, Framing, by_content_type
 from ..state import MemoryStore, ReplayStore, recording_id
-from .index import Index
-from .matchers import AGREES, BUILT_IN, MatchOn, body_differences, shown
+from .index import FEW, Hits, Index
+from .matchers import AGREES, BUILT_IN, MatchOn, body_differences, digest, shown
 from .registry import MATCHERS, STRICT
 
 __all__ = [
@@ -107,8 +120,16 @@ _SHAPE_FIELDS = ("stream", "stream_options")
 
 _NOT_YET: Any = object()  # a part of a request not worked out yet
 
+_NAN = b"NaN"  # in a JSON body, a value that equals nothing, not even itself
+
+# The built-in matchers that compare parts of a request that comparing leaves as they came (see `_as_compared`).
+_AS_SENT = (MatchOn.METHOD, MatchOn.QUERY)
+
 # What the very same request agrees on: every built-in matcher.
 _EVERY_PART = tuple(AGREES[matcher] for matcher in BUILT_IN.values())
+
+# What `Phase.closeness` says of two phases as close as can be.
+_CLOSEST = (True, True, True, True, 0)
 
 #: How many recordings back a continuation's phase is followed (`previous_response_id` after
 #: `previous_response_id`): a longer chain's oldest are read as requests that continue nothing.
@@ -177,6 +198,10 @@ class _Rule:
     """Matched on everything (`STRICT`): the fields that choose the answer's shape are compared too."""
     reading: tuple[tuple[tuple[str, ...], ...], bool]
     """What decides how a request is compared under this rule: its ignored fields, and whether it is strict."""
+    as_sent: tuple[Callable[[Request, Request], bool], ...] | None
+    """When every matcher is built in: how those that compare what comparing leaves as it came (the method, the
+    query) decide. A request sent as a recording was (`_Asked.sent_as`) is compared as that one is, so it agrees
+    on the path and the body, and these alone decide; None when a protocol's matcher is one."""
 
     @classmethod
     def of(cls, names: tuple[str, ...], ignore: tuple[str, ...]) -> _Rule:
@@ -186,7 +211,9 @@ class _Rule:
         matchers = tuple(MATCHERS[name] for name in names)
         agrees = tuple(AGREES.get(matcher) or _agreeing(matcher) for matcher in matchers)
         fields = tuple(tuple(f.split(".")) for f in ignore)
-        return cls(names, matchers, agrees, fields, strict, (fields, strict))
+        plain = all(name in BUILT_IN for name in names)
+        as_sent = tuple(a for name, a in zip(names, agrees, strict=True) if name in _AS_SENT) if plain else None
+        return cls(names, matchers, agrees, fields, strict, (fields, strict), as_sent)
 
 
 def _agreeing(matcher: RequestMatcher) -> Callable[[Request, Request], bool]:
@@ -260,6 +287,7 @@ class Matcher:
         self._compared: list[Request] = []  # each one's request as the matchers compare it
         self._shapes: list[bool | None] = []  # whether each successful answer streams; None: an error answer
         self._last_ids: list[str | None] = []  # the Last-Event-ID each was recorded with
+        self._reconnections = 0  # how many were recorded with one
         self._cut: list[bool] = []  # whether each was cut short on the recording side
         self._cut_ones: list[int] = []  # those that were
         self._index: Index[_Rule] = Index()  # the recordings that may agree with a request, by key
@@ -310,6 +338,7 @@ class Matcher:
         response = recording.interaction.response
         self._shapes.append(is_streamed(recording.interaction) if 200 <= response.status < 300 else None)
         self._last_ids.append(last_event_id(recording.interaction.request))
+        self._reconnections += self._last_ids[-1] is not None
         self._cut.append(response.end in CUT_SHORT)
         if self._cut[-1]:
             self._cut_ones.append(len(self.recordings) - 1)
@@ -352,32 +381,47 @@ class Matcher:
         (with `explain` off, when none agrees, with no message: `explain_miss` says it, in a thread say, as it
         walks the request's body and every recording's)."""
         asked = _Asked(request, self)
-        last_id = last_event_id(request)
+        # With no recording of a reconnection, a reconnection's recordings are those made without one, when
+        # replay resumes them: `Last-Event-ID` changes nothing, and is not read.
+        last_id = last_event_id(request) if self._reconnections or not self.resume else None
+        hits = self._index.hits(asked.compared)
+        if len(hits) > FEW:  # many to compare: those of the request's very phase, looked up, when there are any
+            closest = self._closest(asked, hits, last_id)
+            chosen = self._choose(asked, closest) if closest else None
+            if chosen is not None:
+                return chosen
         # A recorder fetches what it cut short again.
-        agreeing = [
-            n
-            for n in self._index.candidates(asked.compared)
-            if not (self.refetch and self._cut[n]) and self._agrees(asked, n)
-        ]
+        numbers = hits.numbers()
+        agrees = self._agrees_as_sent if len(numbers) == 1 else self._agrees
+        agreeing = [n for n in numbers if not (self.refetch and self._cut[n]) and agrees(asked, n)]
         same = [n for n in agreeing if self._last_ids[n] == last_id]
         if not same and last_id is not None and self.resume:
             same = [n for n in agreeing if self._last_ids[n] is None]  # to resume after that event
         agreeing = [n for n in same if self._misfit(asked, n) is None]  # only recordings of its phase answer
         if not agreeing:
             raise NoMatchError(self.explain_miss(request) if explain else "")
+        chosen = self._choose(asked, agreeing)
+        if chosen is None:
+            count = len(agreeing)
+            raise NoMatchError(
+                f"the {count} recording{'s'[: count != 1]} matching {request.method} {request.path} "
+                f"{'have' if count != 1 else 'has'} been played already: {self.recordings[agreeing[0]]}"
+            )
+        return chosen
+
+    def _choose(self, asked: _Asked, agreeing: list[int]) -> Recording | None:
+        """Of the recordings that can answer a request (in the order loaded), the one that does, noted as played:
+        the best (see `_scores`), repeats taking turns; with `allow_repeats` off, the best not played yet, or
+        None when all have been."""
+        if len(agreeing) == 1 and self.allow_repeats:
+            return self._play(agreeing[0])
         scores = self._scores(asked, agreeing) if len(agreeing) > 1 else dict.fromkeys(agreeing, ((), 0, True))
         if not self.allow_repeats:
             # The most alike recording that has not answered yet.
             ranked = sorted(agreeing, key=lambda n: (scores[n], -n), reverse=True)
             # Taken in one step with its play: two servers sharing the store never both take one.
             claimed = self.state.claim([self._id(n) for n in ranked])
-            if claimed is None:
-                count = len(agreeing)
-                raise NoMatchError(
-                    f"the {count} recording{'s'[: count != 1]} matching {request.method} {request.path} "
-                    f"{'have' if count != 1 else 'has'} been played already: {self.recordings[agreeing[0]]}"
-                )
-            return self._by_id[claimed]
+            return None if claimed is None else self._by_id[claimed]
         best = max(scores.values())
         # Repeats take turns among the best of one phase only: the first recorded's.
         first = next(n for n in agreeing if scores[n] == best)
@@ -388,6 +432,47 @@ class Matcher:
         if key is None:
             key = self._groups[group] = " ".join(self._id(n) for n in group)
         return self._play(group[self.state.next_turn(key) % len(group)])
+
+    def _closest(self, asked: _Asked, hits: Hits[_Rule], last_id: str | None) -> list[int]:
+        """Of the recordings found by key, those that `find`'s comparison of all of them would rank first, found by
+        their phase: the agreeing recordings of the request's very phase (`Phase.closeness` at its greatest),
+        all of them, of the `Last-Event-ID` that comparison would take. Empty when there are none, or when what
+        a comparison of all would choose among them is not theirs alone to say: `find` then compares all."""
+        here = asked.phase()
+        if here is None:
+            return []
+        splits = hits.split(self._split_key)
+        if last_id is not None and self.resume and not any(last_id in split for split in splits):
+            last_id = None  # no recording of this reconnection: those made without one, to resume
+        key = _phase_key(here)
+        found: list[int] = []
+        for split in splits:
+            slot = split.get(last_id, {}).get(key)
+            if slot is not None:
+                found.extend((slot,) if isinstance(slot, int) else slot)
+        if len(splits) > 1:
+            found.sort()
+        closest = [
+            n
+            for n in found
+            if not (self.refetch and self._cut[n])
+            and self._agrees_as_sent(asked, n)
+            and self._misfit(asked, n) is None
+            and (there := self._phase(n)) is not None
+            and here.closeness(there) == _CLOSEST  # not two phases sharing a key's hash
+        ]
+        # Whether an answer is in the shape asked for ranks it only when one of those that can answer is (see
+        # `_scores`): where none of these is, but one of another phase may be, their order is not theirs to say.
+        shapes = {self._shapes[n] for n in closest}
+        stream = asked.stream()
+        if None in shapes and (shapes - {None}) and not (stream is not None and stream in shapes):
+            return []
+        return closest
+
+    def _split_key(self, n: int) -> tuple[Hashable, Hashable]:
+        """Recording n's key in the index of phases (`Hits.split`): its `Last-Event-ID`, then its phase's key."""
+        phase = self._phase(n)
+        return self._last_ids[n], (None if phase is None else _phase_key(phase))
 
     def cut_short(self, request: Request) -> list[Recording]:
         """The recordings cut short on the recording side (see `CUT_SHORT`) of the very same request: the same
@@ -554,6 +639,16 @@ class Matcher:
             n += 1
         return sorted(chosen)
 
+    def _agrees_as_sent(self, asked: _Asked, n: int) -> bool:
+        """`_agrees`, asked first whether the request was sent as recording n's was: worth it where few are
+        compared, as comparing one copies the request as its rule compares it (once for all of them)."""
+        rule = self._rules[n]
+        if rule.as_sent is not None and asked.sent_as(n) and _NAN not in asked.request.body:
+            # Compared as recording n is, with no copy of the body made: equal as data (a NaN equals nothing).
+            request, recorded = asked.request, self.recordings[n].interaction.request
+            return all(agrees(request, recorded) for agrees in rule.as_sent)
+        return self._agrees(asked, n)
+
     def _agrees(self, asked: _Asked, n: int) -> bool:
         rule = self._rules[n]
         here, there = asked.compared(rule), self._compared[n]
@@ -608,6 +703,7 @@ class _Asked:
         self._api: Dialect | None = _NOT_YET
         self._compared: dict[tuple[tuple[tuple[str, ...], ...], bool], Request] = {}
         self._phase: Phase | None = _NOT_YET
+        self._sent = (-1, False)  # the recording last asked about in `sent_as`, and the answer
 
     def api(self) -> Dialect | None:
         """The API of the request (`for_request`), looked up once."""
@@ -626,15 +722,22 @@ class _Asked:
         return self._phase
 
     def phase_beside(self, n: int) -> Phase | None:
-        """Its phase, read from recording n's when the two requests are the same to it (the same API, path and
-        body bytes: most replays send what was recorded), rather than worked out from its body again."""
-        if self._phase is _NOT_YET:
+        """Its phase, read from recording n's when it was sent as that one was (`sent_as`: most replays send
+        what was recorded), rather than worked out from its body again."""
+        if self._phase is _NOT_YET and self.sent_as(n):
+            self._phase = self.matcher._phase(n)
+        return self.phase()
+
+    def sent_as(self, n: int) -> bool:
+        """Whether it was sent as recording n's request was, to what reads it: the same API, path and body bytes
+        (whatever its headers, method and query)."""
+        if self._sent[0] != n:
             matcher = self.matcher
             recorded = matcher.recordings[n].interaction.request
             request = self.request
-            if self.api() is matcher._apis[n] and request.path == recorded.path and request.body == recorded.body:
-                self._phase = matcher._phase(n)
-        return self.phase()
+            same = request.body == recorded.body and request.path == recorded.path and self.api() is matcher._apis[n]
+            self._sent = (n, same)
+        return self._sent[1]
 
     def compared(self, rule: _Rule) -> Request:
         """The request as `rule` compares it."""
@@ -643,6 +746,16 @@ class _Asked:
             reshape = self.matcher.reshape and not rule.strict
             found = self._compared[rule.reading] = _as_compared(self.request, rule.ignore, reshape, self.api())
         return found
+
+
+def _phase_key(phase: Phase) -> int:
+    """What two phases as close as can be (`Phase.closeness`) share: a hash of every part of them that it
+    compares, their conversations as data (most are strings alone: hashed as they are, else as `digest` does)."""
+    parts = (phase.answering, phase.tools, phase.choice, phase.named, phase.turns, phase.conversation)
+    try:
+        return hash(parts)
+    except TypeError:  # a list or an object in a turn's content
+        return digest(parts)
 
 
 def _as_compared(request: Request, ignore: tuple[tuple[str, ...], ...], reshape: bool, api: Dialect | None) -> Request:

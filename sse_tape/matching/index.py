@@ -1,18 +1,28 @@
 """`Index`: the recordings a request may agree with, found by key, not by comparing it with each.
 
 Recordings are grouped by their rule (the matchers and ignored fields of
-their cassette, see `finder`) and by which of its built-in matchers can key
-them (`matchers.KEYS`: method, path, query, body; not one whose recorded
-part holds a redacted value, `matchers.WILD`, nor a protocol's own matcher).
+their cassette, see `finder`) and by which of its matchers can key them:
+the built-in ones (`matchers.KEYS`: method, path, query, body) and a
+protocol's that says what it compares (`KeyedMatcher`: MCP's `jsonrpc`, by
+the JSON-RPC method and params), not one whose recorded part holds a
+redacted value (`matchers.WILD`, `KeyedMatcher.wild`).
 Within a group, each recording sits under the hash of its keyed parts. A
 request is keyed once for each group, as that group's rule compares it, and
-gets the recordings under its key: an exact hit is found in the same time
-whatever the number loaded. What the index gives is a superset, in the order
-the recordings were added: every recording that agrees is in it, and the
-matchers still decide (two parts may share a hash). A group keyed by no
-part (a rule of protocol matchers only, a recording redacted everywhere it
-is compared) gives all its recordings: they are compared one by one, as
+gets the recordings under its key (`Hits`): an exact hit is found in the
+same time whatever the number loaded. What the index gives is a superset, in
+the order the recordings were added: every recording that agrees is in it,
+and the matchers still decide (two parts may share a hash). A group keyed by
+no part (a rule of matchers that say nothing of what they compare, a
+recording redacted everywhere it is compared) gives all its recordings: they are compared one by one, as
 before there was an index, and only they.
+
+A rule that keys no body (`method,path`, common for a library of LLM
+recordings) puts every recording of a path under one key. Those can be told
+apart further by what the finder knows of each (`Hits.split`: its
+conversation's phase, see `finder`): each key's recordings are split by a
+key of the finder's the first time a request asks, and those added since
+when a request next asks, so that loading stays as quick as it was and a
+library whose requests never ask splits nothing.
 """
 
 from __future__ import annotations
@@ -21,31 +31,107 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Generic, TypeVar
 
 from ..cassette import Request
-from ..dialects.protocol import RequestMatcher
-from .matchers import KEYS, WILD
+from ..dialects.protocol import KeyedMatcher, RequestMatcher
+from .matchers import KEYS, WILD, digest
 
-__all__ = ["FEW", "Index"]
+__all__ = ["FEW", "Hits", "Index", "Split"]
 
 R = TypeVar("R", bound=Hashable)
 
 FEW = 32
 """A group of at most this many recordings is compared whole, unkeyed."""
 
+_WHOLE = object()  # the key a group's split of all its recordings (while they are `FEW`) is kept under
+
+Split = dict[Hashable, dict[Hashable, "int | list[int]"]]
+"""Recordings by the two parts of a key of the finder's (`Hits.split`): the outer, then the inner; one alone
+under a key as its number, more as a list, in the order they were added."""
+
+
+class _Splitting:
+    """The recordings of one slot split by a key (see `Hits.split`), and how many of them it holds so far."""
+
+    __slots__ = ("held", "split")
+
+    def __init__(self) -> None:
+        self.split: Split = {}
+        self.held = 0
+
+    def catch_up(self, slot: int | list[int], key_of: Callable[[int], tuple[Hashable, Hashable]]) -> Split:
+        """The split, with the recordings of `slot` added since it was last asked for put in it."""
+        numbers = (slot,) if isinstance(slot, int) else slot
+        for n in numbers[self.held :]:
+            outer, inner = key_of(n)
+            under = self.split.setdefault(outer, {})
+            found = under.get(inner)
+            if found is None:
+                under[inner] = n
+            elif isinstance(found, int):
+                under[inner] = [found, n]
+            else:
+                found.append(n)
+        self.held = len(numbers)
+        return self.split
+
 
 class _Group(Generic[R]):
     """The recordings of one rule keyed by the same matchers, by the hash of their keys."""
 
-    __slots__ = ("few", "keyed", "rule", "slots")
+    __slots__ = ("few", "keys", "rule", "slots", "splits")
 
     def __init__(self, rule: R, keyed: tuple[RequestMatcher, ...]) -> None:
         self.rule = rule
-        self.keyed = keyed
+        self.keys = tuple(keying[0] for m in keyed if (keying := _keying(m)) is not None)
+        """The key of the part each of its keyed matchers compares, of a request as its rule compares it."""
         self.few: list[int] | None = []
         """Every recording of the group while it holds at most `FEW`: comparing those costs less than keying the
         request (a large body's key walks all of it in Python; comparing it is C's `==`)."""
         self.slots: dict[int, int | list[int]] = {}
         """The recordings under each hash: one alone as its number (most are alone: a list each would be
         memory, and objects for the collector to walk)."""
+        self.splits: dict[object, _Splitting] = {}
+        """Each slot's split (`Hits.split`), by its hash (`_WHOLE`: of `few`), made when a request first asks."""
+
+
+class Hits(Generic[R]):
+    """What a request's keys find in an index: for each group, the recordings under the request's key."""
+
+    __slots__ = ("found",)
+
+    def __init__(self, found: list[tuple[_Group[R], object, int | list[int]]]) -> None:
+        self.found = found
+        """Each group with a recording under the request's key, that key, and those recordings."""
+
+    def __len__(self) -> int:
+        count = 0
+        for _, _, slot in self.found:
+            count += 1 if isinstance(slot, int) else len(slot)
+        return count
+
+    def numbers(self) -> list[int]:
+        """The recordings found, in the order they were added."""
+        if len(self.found) == 1:
+            slot = self.found[0][2]
+            return [slot] if isinstance(slot, int) else list(slot)
+        numbers: list[int] = []
+        for _, _, slot in self.found:
+            if isinstance(slot, int):
+                numbers.append(slot)
+            else:
+                numbers.extend(slot)
+        return sorted(numbers)
+
+    def split(self, key_of: Callable[[int], tuple[Hashable, Hashable]]) -> list[Split]:
+        """The recordings found, split by `key_of` (a key in two parts, of a recording by its number): one split
+        for each group, kept from one request to the next. The same `key_of` must be given every time (it is
+        asked once for each recording, the first time a request finds it); it must not change for a recording."""
+        splits = []
+        for group, key, slot in self.found:
+            splitting = group.splits.get(key)
+            if splitting is None:
+                splitting = group.splits[key] = _Splitting()
+            splits.append(splitting.catch_up(slot, key_of))
+        return splits
 
 
 class Index(Generic[R]):
@@ -57,7 +143,7 @@ class Index(Generic[R]):
     def add(self, number: int, rule: R, matchers: Sequence[RequestMatcher], recorded: Request) -> None:
         """Put recording `number` (greater than any added before) in the index: `rule` is how it is matched,
         `matchers` that rule's matchers, and `recorded` its request as that rule compares it."""
-        keyed = tuple(m for m in matchers if m in KEYS and not WILD[m](recorded))
+        keyed = tuple(m for m in matchers if (keying := _keying(m)) is not None and not keying[1](recorded))
         group = self._groups.get((rule, keyed))
         if group is None:
             group = self._groups[rule, keyed] = _Group(rule, keyed)
@@ -65,7 +151,8 @@ class Index(Generic[R]):
             group.few.append(number)
             if len(group.few) > FEW:
                 group.few = None
-        key = _key(keyed, recorded)
+                group.splits.pop(_WHOLE, None)
+        key = _key(group.keys, recorded)
         slot = group.slots.get(key)
         if slot is None:
             group.slots[key] = number
@@ -74,23 +161,32 @@ class Index(Generic[R]):
         else:
             slot.append(number)
 
-    def candidates(self, compared: Callable[[R], Request]) -> list[int]:
-        """The recordings a request may agree with, in the order they were added: `compared` gives the request
-        as a rule compares it."""
-        found: list[int] = []
-        many = False
+    def hits(self, compared: Callable[[R], Request]) -> Hits[R]:
+        """The recordings a request may agree with: `compared` gives the request as a rule compares it."""
+        found: list[tuple[_Group[R], object, int | list[int]]] = []
         for group in self._groups.values():
-            slot = group.few if group.few is not None else group.slots.get(_key(group.keyed, compared(group.rule)))
-            if slot is None:
+            if group.few is not None:
+                found.append((group, _WHOLE, group.few))
                 continue
-            many = many or bool(found)
-            if isinstance(slot, int):
-                found.append(slot)
-            else:
-                found.extend(slot)
-        return sorted(found) if many else found
+            key = _key(group.keys, compared(group.rule))
+            slot = group.slots.get(key)
+            if slot is not None:
+                found.append((group, key, slot))
+        return Hits(found)
 
 
-def _key(keyed: tuple[RequestMatcher, ...], request: Request) -> int:
-    """The hash of the parts of `request` the `keyed` matchers compare (the same for every request when none)."""
-    return hash(tuple(KEYS[m](request) for m in keyed))
+def _keying(matcher: RequestMatcher) -> tuple[Callable[[Request], Hashable], Callable[[Request], bool]] | None:
+    """How a matcher's part of a request is keyed, and whether a recorded request's says nothing (it holds a
+    redacted value); None for a matcher that says nothing of what it compares."""
+    key = KEYS.get(matcher)
+    if key is not None:
+        return key, WILD[matcher]
+    if isinstance(matcher, KeyedMatcher):
+        part = matcher.part
+        return (lambda request: digest(part(request))), matcher.wild
+    return None
+
+
+def _key(keys: tuple[Callable[[Request], Hashable], ...], request: Request) -> int:
+    """The hash of the parts of `request` its group's matchers key (the same for every request when none)."""
+    return hash(tuple(key(request) for key in keys))

@@ -39,6 +39,7 @@ __all__ = [
     "MatchOn",
     "body",
     "body_differences",
+    "digest",
     "method",
     "path",
     "query",
@@ -49,8 +50,8 @@ _MISSING: Any = object()
 # The marker as a redacted path segment or form field holds it.
 _QUOTED_MARKER = quote(REDACTED, safe="")
 _MARKER = REDACTED.encode()
-# The JSON values that hold others.
-_NESTED = (dict, list)
+# The values that hold others: JSON's, and the tuples a finder's keys are made of.
+_NESTED = (dict, list, tuple)
 # What a body's digest keeps of the numbers it is made of.
 _BITS = (1 << 64) - 1
 
@@ -172,7 +173,7 @@ KEYS: dict[RequestMatcher, Callable[[Request], Hashable]] = {
     method: lambda request: request.method.upper(),
     path: lambda request: request.path,
     query: lambda request: _query_key(request.query),
-    body: lambda request: _digest(_comparable(request)),
+    body: lambda request: digest(_comparable(request)),
 }
 """The part of a request each built-in matcher compares, as a key: two requests it finds agree have equal keys,
 unless the recorded one holds a redacted value there (see `WILD`). Unequal requests may share a key (the body's
@@ -214,19 +215,19 @@ def _holds_redacted(value: Any) -> bool:
     return isinstance(value, str) and value == REDACTED
 
 
-def _digest(value: Any) -> int:
-    """A hash of a JSON value (or bytes, or None), equal for equal values as Python compares them (`1`, `1.0`
-    and `true` alike; objects in any key order). Made of numbers only: a recording's costs the collector
-    nothing to keep track of, as a tuple of its parts would."""
+def digest(value: Any) -> int:
+    """A hash of a JSON value (or bytes, or None; or tuples of them, hashed as lists are), equal for equal values
+    as Python compares them (`1`, `1.0` and `true` alike; objects in any key order). Made of numbers only: a
+    recording's costs the collector nothing to keep track of, as a tuple of its parts would."""
     if isinstance(value, dict):
         total = len(value)
         for key, item in value.items():  # summed: in any order
-            total += hash(key) * 31 ^ (_digest(item) if isinstance(item, _NESTED) else hash(item))
+            total += hash(key) * 31 ^ (digest(item) if isinstance(item, _NESTED) else hash(item))
         return total & _BITS
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         total = len(value)
         for item in value:
-            total = (total * 1000003 ^ (_digest(item) if isinstance(item, _NESTED) else hash(item))) & _BITS
+            total = (total * 1000003 ^ (digest(item) if isinstance(item, _NESTED) else hash(item))) & _BITS
         return total
     return hash(value)
 

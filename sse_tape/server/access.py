@@ -76,7 +76,7 @@ class Access:
     cors_origins: tuple[str, ...] = ()
     listen_host: str = "127.0.0.1"
 
-    def refused(self, http: web.Request, port: int, *, peer: bool = False) -> str | None:
+    def refused(self, http: web.BaseRequest, port: int, *, peer: bool = False) -> str | None:
         """Why `http` may not use what only the user's own clients may, in a few words (after "refused: ");
         None when it may. `port` is the server's; with `peer`, a client on another machine is refused too, unless
         `allow_remote_control`."""
@@ -106,7 +106,7 @@ class Access:
             name = name.removesuffix(f":{origin_port}")
         return parsed.scheme == "http" and origin_port == port and self._name_obeyed(name, origin_port)
 
-    def cors(self, http: web.Request, port: int) -> dict[str, str]:
+    def cors(self, http: web.BaseRequest, port: int) -> dict[str, str]:
         """The CORS headers for what is not the replay API's ordinary answers (the control endpoints, what
         an upstream forwards): only for a page the user named, or the server's own."""
         origin = http.headers.get("Origin")

@@ -67,7 +67,7 @@ def _coding_of(header: str | None) -> str | None:
     return codings[0]
 
 
-async def read_body(http: web.Request, limit: int) -> tuple[bytes, bool]:
+async def read_body(http: web.BaseRequest, limit: int) -> tuple[bytes, bool]:
     """The body of `http`, decompressed, and whether it was compressed; raises `BodyRefused` when it is larger
     than `limit` bytes (as sent or decompressed), claims an encoding it does not have, or has one sse-tape
     cannot read. Refused for its `Content-Length` alone, none of it is read."""

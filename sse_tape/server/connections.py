@@ -76,21 +76,22 @@ class ConnectionGuard:
     def __call__(self) -> asyncio.Protocol:
         return _Guarded(self)
 
-    def arrival(self, transport: asyncio.BaseTransport | None) -> float | None:
-        """When the request about to be answered on this connection arrived (the last bytes it came in before
-        its answer began), on the event loop's clock, once; None when it is not known (a request sent behind
-        another, whose bytes came while that one was answered)."""
+    def begin(self, transport: asyncio.BaseTransport | None) -> float | None:
+        """A request on this connection is being answered (until `end`): when it arrived (the last bytes it came
+        in before its answer began), on the event loop's clock; None when that is not known (a request sent
+        behind another, whose bytes came while that one was answered)."""
         guarded = self.open.get(transport) if transport is not None else None
         if guarded is None:
             return None
         arrived, guarded.arrived = guarded.arrived, None
+        guarded.set_busy(True)
         return arrived
 
-    def busy(self, transport: asyncio.BaseTransport | None, busy: bool) -> None:
-        """A request on this connection is being answered (True), or its answer is over (False)."""
+    def end(self, transport: asyncio.BaseTransport | None) -> None:
+        """The answer to the request on this connection is over."""
         guarded = self.open.get(transport) if transport is not None else None
         if guarded is not None:
-            guarded.set_busy(busy)
+            guarded.set_busy(False)
 
     @property
     def idle_or_stalled(self) -> int:
@@ -315,7 +316,7 @@ class _Guarded(asyncio.Protocol):
 
     def _close_in(self, seconds: float) -> None:
         """Close the connection `seconds` from now, unless a request is being answered by then."""
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         self.deadline = loop.time() + seconds
         if self.timer is not None and self.timer.when() > self.deadline:
             self.timer.cancel()  # it would fire too late (never so while the step below holds)

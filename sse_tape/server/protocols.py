@@ -25,15 +25,19 @@ class Lent(Attached):
     """A protocol's responder in the server's chain, lent each request as `Incoming`; what it keeps lives in the
     server's replay state under `key`."""
 
-    def __init__(self, responder: ProtocolResponder, key: str) -> None:
+    def __init__(self, responder: ProtocolResponder, key: str, dialect: Protocol) -> None:
         super().__init__()
         self.responder = responder
         self.key = key
+        self.dialect = dialect
+        """The protocol that brought it."""
 
     def concerns(self, exchange: Exchange) -> bool:
         """Whether the request may be one of the protocol's feature's (`ProtocolResponder.concerns`): the server
-        lends it no other."""
-        return self.responder.concerns(exchange.request)
+        lends it no other. A request to the path of another LLM API, which that API speaks (`Exchange.api`), is
+        that API's: no other protocol's responder is lent it."""
+        api = exchange.api
+        return (api is None or api is self.dialect) and self.responder.concerns(exchange.request)
 
     async def respond(self, exchange: Exchange) -> web.StreamResponse | None:
         return await self.responder.respond(_Incoming(self.host, exchange, self.key))

@@ -39,6 +39,7 @@ from ...cassette.model import agrees_as_recorded
 from ...plan import Plan, data_swapped
 from .. import json_rpc
 from ..json_rpc import MISSING, shown
+from ..protocol import KeyedMatcher
 
 __all__ = ["SUBSCRIPTION_ID", "client_ids", "comparable", "event_ids", "jsonrpc", "rewritten"]
 
@@ -78,10 +79,20 @@ def comparable(body: Any) -> Any:
     return out
 
 
-def jsonrpc(request: Request, recorded: Request) -> str | None:
+def _jsonrpc(request: Request, recorded: Request) -> str | None:
     """The body as JSON-RPC: method and params compared as data, never the client's `id`, its
     `progressToken` nor a trace context; a body that is not JSON-RPC compared whole, as the `body` matcher does."""
     return json_rpc.matched(request, recorded, comparable, _explained)
+
+
+jsonrpc = KeyedMatcher(
+    _jsonrpc,
+    part=lambda request: json_rpc.matched_part(request, comparable),
+    wild=lambda recorded: json_rpc.wild(recorded, comparable),
+)
+"""MCP's matcher: the body as JSON-RPC, method and params compared as data, never the client's `id`, its
+`progressToken` nor a trace context; a body that is not JSON-RPC compared whole, as the `body` matcher does.
+Keyed by that (`KeyedMatcher`): an index finds a request's recordings by its method and params."""
 
 
 def _explained(a: Any, b: Any) -> str | None:

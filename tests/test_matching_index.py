@@ -1,0 +1,358 @@
+"""The index beyond the built-in parts: phases, and a protocol's own matcher.
+
+A request of a rule that keys no body (`method,path`) finds its recordings by its phase. Most tests here drive
+one generated library of LLM recordings on one path through two matchers: one as it runs, the other with the
+phase index out of the way (a threshold past any library's size, so that every request is compared with every
+recording its key finds, as before there was one). They must choose the very same recordings, take the same
+turns and explain the same misses, with repeats allowed and not, and with recordings added mid-run. MCP's
+`jsonrpc` matcher is keyed by the JSON-RPC method and params it compares. What a hit costs is bounded whatever
+the library's size, by a ratio only the bug breaks.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from sse_tape import Cassette, Chunk, End, Interaction, Matcher, NoMatchError, Request, Response
+from sse_tape.matching import finder
+
+CHAT = "/v1/chat/completions"
+RESPONSES = "/v1/responses"
+LOOSE = ["method", "path"]
+
+_WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+_TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return b"data: " + json.dumps({"id": "c", "object": "chat.completion.chunk", "choices": [choice]}).encode()
+
+
+def _text(tag: str) -> Response:
+    frames = [_chunk({"role": "assistant", "content": tag}), _chunk({}, "stop"), b"data: [DONE]"]
+    return Response(200, (("content-type", "text/event-stream"),), tuple(Chunk(0.0, f + b"\n\n") for f in frames))
+
+
+def _calls(tag: str, name: str) -> Response:
+    call = {"index": 0, "id": f"call_{tag}", "type": "function", "function": {"name": name, "arguments": "{}"}}
+    frames = [_chunk({"role": "assistant", "tool_calls": [call]}), _chunk({}, "tool_calls"), b"data: [DONE]"]
+    return Response(200, (("content-type", "text/event-stream"),), tuple(Chunk(0.0, f + b"\n\n") for f in frames))
+
+
+def _json(tag: str) -> Response:
+    message = {"role": "assistant", "content": tag}
+    answer = {"id": "c", "object": "chat.completion", "choices": [{"index": 0, "message": message}]}
+    return Response(200, (("content-type", "application/json"),), (Chunk(0.0, json.dumps(answer).encode()),))
+
+
+def _limited() -> Response:
+    error = {"error": {"type": "rate_limit_error", "message": "slow down"}}
+    return Response(429, (("content-type", "application/json"),), (Chunk(0.0, json.dumps(error).encode()),))
+
+
+def _conversation(n: int, after: bool) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."}]
+    messages.append({"role": "user", "content": f"Question {n}"})
+    if after:
+        call = {"id": f"call_{n}", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": f"call_{n}", "content": "18C"})
+    return messages
+
+
+def _body(n: int, *, after: bool = False, tools: list[Any] | None = None, **more: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": "m", "messages": _conversation(n, after), "stream": True}
+    if tools is not None:
+        body["tools"] = tools
+    return body | more
+
+
+def _post(body: dict[str, Any], last_id: str | None = None, path: str = CHAT) -> Request:
+    headers = (("content-type", "application/json"),) + ((("last-event-id", last_id),) if last_id else ())
+    return Request("POST", path, headers=headers, body=json.dumps(body).encode())
+
+
+def _library(conversations: int, seed: int) -> tuple[list[Interaction], list[Request]]:
+    """Recordings of many conversations on one path, in every phase, some recorded more than once, some of an
+    error or a JSON answer, some of reconnections; and requests for each, and for what none recorded."""
+    pick = random.Random(seed)
+    recorded: list[Interaction] = []
+    asked: list[Request] = []
+    for n in range(conversations):
+        plain, offered = _body(n), _body(n, tools=[_WEATHER])
+        after = _body(n, after=True, tools=[_WEATHER])
+        forced = offered | {"tool_choice": "required"}
+        recorded.append(Interaction(_post(plain), _text(f"plain {n}")))
+        recorded.append(Interaction(_post(offered), _calls(f"{n}", "get_weather")))
+        if pick.random() < 0.7:
+            recorded.append(Interaction(_post(after), _text(f"after {n}")))
+        if pick.random() < 0.3:  # recorded again: repeats take turns
+            recorded.append(Interaction(_post(plain), _text(f"plain {n} again")))
+        if pick.random() < 0.4:  # a 429 then an answer in the other shape (reshaped), of one phase
+            recorded.append(Interaction(_post(after), _limited()))
+            recorded.append(Interaction(_post(after | {"stream": False}), _json(f"after {n} as JSON")))
+        if pick.random() < 0.2:  # a reconnection, recorded
+            recorded.append(Interaction(_post(plain, last_id="2"), _text(f"plain {n} from 2")))
+        if pick.random() < 0.2:  # a model that ignored tool_choice: its answer fits no request of its phase
+            recorded.append(Interaction(_post(forced), _text(f"forced {n} ignored")))
+        if pick.random() < 0.2:  # cut short on the recording side: a recorder fetches it again
+            cut = replace(_text(f"plain {n} cut"), end=End.INTERRUPTED)
+            recorded.append(Interaction(_post(plain), cut))
+        asked += [_post(plain), _post(offered), _post(after), _post(plain, last_id="2"), _post(plain, last_id="7")]
+        asked += [
+            _post(offered | {"tool_choice": "none"}),  # no recording of its phase fits: a miss or a lesser phase
+            _post(forced),
+            _post(_body(n, tools=[_TIME], tool_choice="required")),  # nothing recorded calls get_time: a miss
+            _post(_body(n, tools=[_WEATHER, _TIME])),  # other tools: the closest phase that fits
+            _post(after | {"tool_choice": "auto"}),
+            _post(after | {"stream": False}),
+            _post(plain | {"temperature": 0.5}),  # the same phase, another setting: the most alike body
+            _post(_body(n + conversations)),  # a conversation never recorded: the nearest one
+        ]
+    pick.shuffle(asked)
+    return recorded, asked
+
+
+def _answers(matcher: Matcher, requests: list[Request]) -> Iterator[str]:
+    """What the matcher answers each request with: a recording, or the miss's message."""
+    for request in requests:
+        fresh = Request(request.method, request.path, request.query, request.headers, request.body)
+        try:
+            found = matcher.find(fresh)
+            yield f"{found}: {found.interaction.response.body.decode()}"
+        except NoMatchError as miss:
+            yield f"miss: {miss}"
+
+
+@contextmanager
+def _unindexed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Within it, matchers compare every request with every recording its key finds: the phase index out of the
+    way (past a threshold no library reaches)."""
+    with monkeypatch.context() as patched:
+        patched.setattr(finder, "FEW", 10**9)
+        yield
+
+
+def _compare(
+    monkeypatch: pytest.MonkeyPatch,
+    interactions: list[Interaction],
+    asked: list[Request],
+    *,
+    split: bool = False,
+    **options: Any,
+) -> list[str]:
+    """What the two matchers answer, asserted the same; with `split`, the recordings go in two cassettes (their
+    halves, interleaved) matched alike but for a field the second ignores: two groups of the index."""
+    cassettes = [Cassette(interactions, match_on=LOOSE)]
+    if split:
+        cassettes = [
+            Cassette(interactions[::2], match_on=LOOSE),
+            Cassette(interactions[1::2], match_on=LOOSE, ignore_body_fields=("temperature",)),
+        ]
+    indexed, compared = Matcher(cassettes, **options), Matcher(cassettes, **options)
+    got = list(_answers(indexed, asked))
+    with _unindexed(monkeypatch):
+        expected = list(_answers(compared, asked))
+    assert got == expected
+    return got
+
+
+SETTINGS = {
+    "replay": {},
+    "no repeats": {"allow_repeats": False},
+    "a recorder's": {"reshape": False, "resume": False, "refetch": True},
+    "two cassettes": {"split": True},
+}
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_the_index_of_phases_chooses_what_comparing_every_recording_chooses(
+    monkeypatch: pytest.MonkeyPatch, seed: int, setting: str
+) -> None:
+    recorded, asked = _library(40, seed)
+    got = _compare(monkeypatch, recorded, asked * 3, **SETTINGS[setting])
+    allow_repeats = SETTINGS[setting].get("allow_repeats", True)
+    # The library has what the index must get right: hits of every kind, turns, misses.
+    for kind in ("again", "from 2", "JSON"):
+        assert any(kind in g for g in got), kind
+    assert any(g.startswith("miss: no recorded interaction") for g in got)
+    if not allow_repeats:
+        assert any("played already" in g for g in got)
+
+
+def test_recordings_added_mid_run_are_found_by_their_phase_from_the_next_request_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    recorded, asked = _library(40, 3)
+    later = [Interaction(_post(_body(n + 40)), _text(f"new {n}")) for n in range(40)]
+    later += [Interaction(_post(_body(n)), _text(f"plain {n} added")) for n in range(40)]  # a repeat, added
+    later += [Interaction(_post(_body(n, tools=[_WEATHER, _TIME])), _calls(f"t{n}", "get_time")) for n in range(40)]
+    cassette = Cassette(recorded, match_on=LOOSE)
+    indexed, compared = Matcher([cassette]), Matcher([cassette])
+    got: list[str] = []
+    expected: list[str] = []
+    for step in range(4):
+        got += _answers(indexed, asked[step::4])
+        with _unindexed(monkeypatch):
+            expected += _answers(compared, asked[step::4])
+        for n, interaction in enumerate(later[step::4]):
+            for matcher in (indexed, compared):
+                matcher.add(interaction, cassette, len(recorded) + step * 100 + n + 1)
+    assert got == expected
+    # What was added answers its own phase: a conversation never recorded before, tools never offered before.
+    assert b"new 5" in indexed.find(_post(_body(45))).interaction.response.body
+    assert b"get_time" in indexed.find(_post(_body(3, tools=[_WEATHER, _TIME]))).interaction.response.body
+
+
+def _turn(n: int, previous: int | None, tools: bool, said: int | None = None) -> Interaction:
+    """A Responses API request saying `turn {said}` (n's by default) continuing the response of another
+    (`previous_response_id`), answered in JSON."""
+    asked: dict[str, Any] = {"model": "m", "input": f"turn {n if said is None else said}"}
+    if previous is not None:
+        asked["previous_response_id"] = f"resp_{previous}"
+    if tools:
+        asked["tools"] = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
+    message = {"type": "message", "id": f"msg_{n}", "role": "assistant", "status": "completed"}
+    message["content"] = [{"type": "output_text", "text": f"ok {n}", "annotations": []}]
+    answer = {"id": f"resp_{n}", "object": "response", "status": "completed", "model": "m", "output": [message]}
+    headers = (("content-type", "application/json"),)
+    return Interaction(
+        Request("POST", RESPONSES, headers=headers, body=json.dumps(asked).encode()),
+        Response(200, headers, (Chunk(0.0, json.dumps(answer).encode()),)),
+    )
+
+
+def test_continuations_are_found_by_the_phase_they_continue(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Turns whose phase is that of the conversation they continue: the same text in another conversation is
+    # another phase. Some continue a response recorded later than them, some one a recorder adds mid-run.
+    chains = [_turn(n, n - 1 if n % 5 else None, tools=n % 3 == 0) for n in range(200)]
+    same_words = [_turn(1000 + n, None, tools=n % 3 == 0, said=n) for n in range(200)]  # continuing nothing
+    asked = [t.request for t in chains + same_words] * 2
+    random.Random(4).shuffle(asked)
+    _compare(monkeypatch, chains[::2] + same_words + chains[1::2], asked)
+    cassette = Cassette(chains[::4] + same_words + chains[1::4], match_on=LOOSE)
+    indexed, compared = Matcher([cassette]), Matcher([cassette])
+    got, expected = list(_answers(indexed, asked[:100])), []
+    with _unindexed(monkeypatch):
+        expected += _answers(compared, asked[:100])
+    for n, turn in enumerate(chains[2::4] + chains[3::4]):  # a recorder's, mid-run
+        for matcher in (indexed, compared):
+            matcher.add(turn, cassette, 1000 + n)
+    got += _answers(indexed, asked)
+    with _unindexed(monkeypatch):
+        expected += _answers(compared, asked)
+    assert got == expected
+    assert sum("ok" in answer for answer in got) > len(got) / 2
+
+
+def _finding(matcher: Matcher, requests: list[Request]) -> float:
+    """The least CPU time of a few rounds of finding each of `requests` (fresh copies: a server parses each)."""
+    spent = []
+    for _ in range(5):
+        fresh = [Request(r.method, r.path, r.query, r.headers, r.body) for r in requests]
+        start = time.process_time()
+        for request in fresh:
+            matcher.find(request)
+        spent.append(time.process_time() - start)
+    return min(spent)
+
+
+def test_what_an_exact_phase_hit_costs_does_not_grow_with_the_conversations_on_its_path() -> None:
+    # A bound that only the bug breaks, not a time: a library 80 times larger, all of it on one path and matched
+    # by method and path, costs about as much a hit (compared with every recording, it cost about 80 times as much).
+    # Reconnections too, with an id no recording was made with: those made without one resume.
+    def loaded(size: int) -> tuple[Matcher, list[Request]]:
+        recorded = [Interaction(_post(_body(n)), _text(str(n))) for n in range(size)]
+        recorded.append(Interaction(_post(_body(0), last_id="2"), _text("0 from 2")))
+        cassette = Cassette(recorded, match_on=LOOSE)
+        asked = [_post(_body(n), last_id="7" if i % 2 else None) for i, n in enumerate(range(0, size, size // 32))]
+        return Matcher([cassette]), asked
+
+    small, large = loaded(64), loaded(64 * 80)
+    assert large[0].find(_post(_body(5000))).interaction.response.body.count(b"5000") == 1
+    _finding(*small), _finding(*large)  # each path of the code run once before it is timed
+    assert _finding(*large) < 10 * max(_finding(*small), 1e-4)
+
+
+def test_a_request_sent_as_recorded_still_differs_in_its_method_and_query() -> None:
+    # Its body and path are compared as the recording's are, with no copy made; what else the rule compares is
+    # compared still.
+    sent = _post(_body(1))
+    cassette = Cassette([Interaction(Request("POST", CHAT, "a=1", sent.headers, sent.body), _text("hit"))])
+    matcher = Matcher([cassette], match_on=["method", "path", "query", "body"])
+    assert b"hit" in matcher.find(Request("POST", CHAT, "a=1", sent.headers, sent.body)).interaction.response.body
+    with pytest.raises(NoMatchError, match="query is 'a=2', recorded 'a=1'"):
+        matcher.find(Request("POST", CHAT, "a=2", sent.headers, sent.body))
+    with pytest.raises(NoMatchError, match="method is 'PUT', recorded 'POST'"):
+        matcher.find(Request("PUT", CHAT, "a=1", sent.headers, sent.body))
+
+
+# --- MCP's `jsonrpc` matcher: keyed by the JSON-RPC method and params it compares -----------------------------
+
+
+def _rpc(id_: int | None, name: str, **meta: Any) -> bytes:
+    params: dict[str, Any] = {"name": name, "arguments": {"city": name}}
+    if meta:
+        params["_meta"] = meta
+    body: dict[str, Any] = {"jsonrpc": "2.0", "method": "tools/call", "params": params}
+    if id_ is not None:
+        body["id"] = id_
+    return json.dumps(body).encode()
+
+
+def _mcp(body: bytes, said: str) -> Interaction:
+    headers = (("content-type", "application/json"),)
+    return Interaction(
+        Request("POST", "/mcp", headers=headers, body=body), Response(200, headers, (Chunk(0.0, said.encode()),))
+    )
+
+
+def _said(matcher: Matcher, body: bytes) -> str:
+    return matcher.find(
+        Request("POST", "/mcp", headers=(("content-type", "application/json"),), body=body)
+    ).interaction.response.body.decode()
+
+
+def test_jsonrpc_requests_are_found_by_method_and_params_whatever_their_ids() -> None:
+    recorded = [_mcp(_rpc(n, f"tool{n}"), f"call {n}") for n in range(100)]
+    recorded.append(_mcp(_rpc(None, "tool7"), "notified 7"))  # a notification: another request than a call
+    recorded.append(
+        _mcp(
+            json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "<redacted>"}}).encode(),
+            "redacted",
+        )
+    )
+    recorded.append(_mcp(b"not json", "raw"))
+    matcher = Matcher([Cassette(recorded)], match_on=["method", "path", "jsonrpc"])
+    assert _said(matcher, _rpc(9000, "tool42", progressToken=7, traceparent="00-aa-bb-01")) == "call 42"
+    assert _said(matcher, _rpc(None, "tool7")) == "notified 7"
+    assert _said(matcher, _rpc(3, "tool7")) == "call 7"
+    secret = {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "sk-live-1"}}
+    assert _said(matcher, json.dumps(secret).encode()) == "redacted"
+    assert _said(matcher, b"not json") == "raw"
+    with pytest.raises(NoMatchError, match=r"params\.name is \"tool100\", recorded \"tool"):
+        _said(matcher, _rpc(1, "tool100"))
+
+
+def test_what_a_jsonrpc_hit_costs_does_not_grow_with_the_calls_recorded() -> None:
+    # A bound that only the bug breaks, not a time (see the phase's): with every call compared, a library 80
+    # times larger cost about 80 times as much a hit.
+    def loaded(size: int) -> tuple[Matcher, list[Request]]:
+        cassette = Cassette([_mcp(_rpc(n, f"tool{n}"), str(n)) for n in range(size)])
+        matcher = Matcher([cassette], match_on=["method", "path", "jsonrpc"])
+        return matcher, [cassette.interactions[n].request for n in range(0, size, size // 32)]
+
+    small, large = loaded(64), loaded(64 * 80)
+    assert _said(large[0], _rpc(1, "tool5000")) == "5000"
+    _finding(*small), _finding(*large)  # each path of the code run once before it is timed
+    assert _finding(*large) < 10 * max(_finding(*small), 1e-4)
