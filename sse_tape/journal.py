@@ -339,6 +339,7 @@ class Journal:
         self._share = share
         self._unshared: list[dict[str, Any]] = []  # entries waiting for a flush
         self._flushing: asyncio.TimerHandle | None = None
+        self._lost = 0  # entries that could not be shared since the store started failing (none: it answers)
         self.report_path = Path(report) if report is not None else None
         self._report: IO[str] | None = None
         if self.report_path is not None:
@@ -383,8 +384,8 @@ class Journal:
         return entries if limit is None else entries[max(len(entries) - limit, 0) :]
 
     def flush(self) -> None:
-        """Share the entries not shared yet (see `share`) now. Where the store fails, they are lost, in a log
-        line."""
+        """Share the entries not shared yet (see `share`) now. Where the store fails, they are lost: one log line
+        when it starts failing, and one, with how many were lost, when it answers again."""
         if self._flushing is not None:
             self._flushing.cancel()
             self._flushing = None
@@ -392,9 +393,15 @@ class Journal:
         if unshared and self._share is not None:
             try:
                 self._share(unshared)
-            except StateError as exc:
+            except StateError as exc:  # said once, when the store starts failing; counted until it is back
+                if not self._lost and self.log is not None:
+                    self.log(f"could not share journal entries, until the replay state answers again: {exc}")
+                self._lost += len(unshared)
+                return
+            if self._lost:
                 if self.log is not None:
-                    self.log(f"could not share {len(unshared)} journal entries: {exc}")
+                    self.log(f"sharing journal entries again: {self._lost} could not be shared meanwhile")
+                self._lost = 0
 
     def clear(self) -> None:
         """Forget the entries and their counts, and those not shared yet (the report keeps what it has)."""

@@ -155,7 +155,9 @@ class ReplayStore(Protocol):
         """What a protocol's responder keeps between requests (the Responses API's background responses, MCP's
         sessions, by id), under its `key`: a mapping the store holds, which a reset empties.
 
-        A value read from a shared store may be a copy: a responder that changes one sets it again."""
+        A value read from a shared store may be a copy: a responder that changes one sets it again. Its
+        `setdefault` is one step: of servers setting one item at the same moment, one sets it, and the others
+        read it (MCP claims a stream's event ids so)."""
         ...
 
     def add_entries(self, entries: Sequence[Mapping[str, Any]]) -> None:

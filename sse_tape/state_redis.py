@@ -7,7 +7,10 @@ requests received, the misses, what the protocols' responders keep (the
 Responses API's background responses, A2A's task streams), the faults and
 seed as last set (at a server's start, or through any server's control: the
 others take them at their next request), and the journal's entries (each
-server's a batch at a time: `journal.Journal`'s `share`). Each operation of
+server's a batch at a time: `journal.Journal`'s `share`; a batch made before
+a reset another server was asked for is dropped, as the reset forgot what
+came before it: each reset counts a generation, which a server learns with
+each request's number). Each operation of
 `ReplayStore` is one Redis round trip (several commands in a pipeline where it
 needs them), each atomic on its own, so that two servers never count the same
 request twice; one that must read and write in one step is a Lua script
@@ -32,7 +35,8 @@ from __future__ import annotations
 import functools
 import json
 import pickle
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, KeysView, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgpack
@@ -91,12 +95,36 @@ return n
 
 _RESET = """
 -- RedisStore.reset: the store's keys and every hash a responder keeps (named in a set), gone in one step, so that
--- nothing kept at the same moment outlives the reset unnamed. KEYS: the store's keys, that set last. ARGV: the
--- prefix of a responder's hash.
+-- nothing kept at the same moment outlives the reset unnamed; the reset's generation one more, which it returns.
+-- KEYS: the generation, the store's keys, that set last. ARGV: the prefix of a responder's hash.
 for _, key in ipairs(redis.call('SMEMBERS', KEYS[#KEYS])) do
     redis.call('DEL', ARGV[1] .. key)
 end
-return redis.call('DEL', unpack(KEYS))
+redis.call('DEL', unpack(KEYS, 2))
+return redis.call('INCR', KEYS[1])
+"""
+
+_APPEND = """
+-- RedisStore.add_entries: journal entries appended, the last `keep` kept, unless a reset came since the server
+-- that made them last heard of one (they belong to what it forgot); with them, the requests received not sent
+-- yet. Returns the reset's generation. KEYS: the journal, the generation, the requests received. ARGV: the
+-- generation the server knows, how many entries to keep, how many requests received, how many entries, the
+-- entries, then the requests.
+local generation = tonumber(redis.call('GET', KEYS[2]) or '0')
+local count = tonumber(ARGV[4])
+if generation == tonumber(ARGV[1]) and count > 0 then
+    for i = 5, count + 4, 1000 do  -- (a thousand at a time: Lua's unpack has a limit)
+        redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, count + 4)))
+    end
+    redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)
+end
+if #ARGV > count + 4 then
+    for i = count + 5, #ARGV, 1000 do
+        redis.call('RPUSH', KEYS[3], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+    end
+    redis.call('LTRIM', KEYS[3], -tonumber(ARGV[3]), -1)
+end
+return generation
 """
 
 
@@ -161,11 +189,17 @@ class RedisStore:
         ) = (prefix + name for name in names)
         self._misses, self._missed, self._kept_keys = prefix + "misses", prefix + "missed", prefix + "kept"
         self._settings, self._version = prefix + "settings", prefix + "settings-version"
-        self._journal = prefix + "journal"
+        self._journal, self._generation = prefix + "journal", prefix + "generation"
+        try:  # the reset's generation as this server last heard it (see `add_entries`)
+            self._known = int(self._redis.get(self._generation) or 0)
+        except self.failures as exc:
+            raise ConfigError(f"state {self.shown}: Redis does not answer there ({type(exc).__name__})") from None
+        self._heard = 0.0  # when it heard of the last reset it knows (the time of journal entries, in Unix seconds)
         self._latest: int | None = None  # the settings' version as Redis last said it
         self._claim = self._redis.register_script(_CLAIM)
         self._bump = self._redis.register_script(_BUMP)
         self._reset = self._redis.register_script(_RESET)
+        self._append = self._redis.register_script(_APPEND)
         # When each fault asked for and applied was last counted: the counts kept are of the last `keep`.
         self._asked_order, self._injected_order = prefix + "asked-order", prefix + "injected-order"
         self._taken: int | None = None  # the version of the settings this server has (its own or taken)
@@ -179,9 +213,11 @@ class RedisStore:
     def next_request(self) -> int:
         pipe = self._redis.pipeline(transaction=False)
         pipe.incr(self._requests)
-        pipe.get(self._version)  # in the same round trip: whether another server set new faults
-        number, version = pipe.execute()
+        pipe.get(self._version)  # in the same round trip: whether another server set new faults,
+        pipe.get(self._generation)  # and whether one reset the state
+        number, version, generation = pipe.execute()
         self._latest = int(version) if version is not None else None
+        self._hear(int(generation or 0))
         return int(number)
 
     @_answered
@@ -268,10 +304,18 @@ class RedisStore:
 
     @_answered
     def add_entries(self, entries: Sequence[Mapping[str, Any]]) -> None:
-        pipe = self._redis.pipeline(transaction=False)
-        pipe.rpush(self._journal, *(json.dumps(entry) for entry in entries))
-        pipe.ltrim(self._journal, -self.keep_entries, -1)
-        self._send(pipe)
+        # Those made before this server heard of the last reset belong to what it forgot; a reset it has not
+        # heard of yet, the script sees. One script, not a pipeline, with the requests received not sent yet:
+        # a pipeline with a script asks Redis first whether it has the script, a round trip more.
+        made = [json.dumps(entry) for entry in entries if entry.get("time", 0) >= self._heard]
+        unsent = self._unsent
+        if not made and not unsent:
+            return
+        keys = [self._journal, self._generation, self._received]
+        args: list[int | str | bytes] = [self._known, self.keep_entries, self.keep, len(made), *made, *unsent]
+        generation = self._append(keys=keys, args=args)
+        del unsent[:]
+        self._hear(int(generation))
 
     @_answered
     def entries(self, limit: int | None) -> list[Mapping[str, Any]]:
@@ -328,8 +372,15 @@ class RedisStore:
     def reset(self) -> None:
         names = (self._requests, self._received, self._answered, self._plays, self._turns, self._placed)
         others = (self._asked, self._injected, self._asked_order, self._injected_order, self._misses, self._missed)
-        self._reset(keys=[*names, *others, self._journal, self._kept_keys], args=[f"{self.prefix}kept:"])
+        keys = [self._generation, *names, *others, self._journal, self._kept_keys]
+        self._hear(int(self._reset(keys=keys, args=[f"{self.prefix}kept:"])))
         self._unsent.clear()
+
+    def _hear(self, generation: int) -> None:
+        """Note the reset's generation Redis said: a newer one than this server knew is a reset since, and the
+        journal entries made before now belong to what it forgot."""
+        if generation != self._known:
+            self._known, self._heard = generation, time.time()
 
     def _send(self, pipe: Any) -> list[Any]:
         """Send `pipe` with the requests received since the last write (`add_received`) after its own
@@ -347,7 +398,8 @@ class RedisStore:
 
 class _Kept(MutableMapping[str, Any]):
     """What a responder keeps, in a Redis hash: each value pickled. A value read is a copy: a responder that
-    changes one sets it again."""
+    changes one sets it again. Whether one is kept (`in`, `keys() & items`) is asked without reading it, several
+    are set in one round trip (`update`), and `setdefault` is one step."""
 
     def __init__(self, store: RedisStore, index: str, name: str, key: str) -> None:
         self._redis = store.redis
@@ -365,21 +417,66 @@ class _Kept(MutableMapping[str, Any]):
             found if isinstance(found, bytes) else found.encode()
         )  # what these servers wrote: see the module on trusting Redis
 
-    @_answered
     def __setitem__(self, item: str, value: Any) -> None:
-        try:
-            packed = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception as exc:  # a live object a responder keeps: said as the store's failure, not a 500
-            raise StateError(f"the replay state cannot keep {self._key}'s {item!r}: {exc}") from None
-        pipe = self._redis.pipeline(transaction=True)  # the value and its key's name together: a reset takes both
-        pipe.hset(self._name, item, packed)
-        pipe.sadd(self._index, self._key)
-        pipe.execute()
+        self._set({item: self._packed(item, value)})
 
     @_answered
     def __delitem__(self, item: str) -> None:
         if not self._redis.hdel(self._name, item):
             raise KeyError(item)
+
+    @_answered
+    def __contains__(self, item: object) -> bool:
+        return isinstance(item, str) and bool(self._redis.hexists(self._name, item))
+
+    def keys(self) -> KeysView[str]:
+        """The keys, as a view whose `&` (which of these are kept?) is one round trip."""
+        return _Keys(self)
+
+    @_answered
+    def present(self, items: Iterable[Any]) -> set[str]:
+        """Which of `items` are kept, in one round trip (`keys() & items`)."""
+        asked = [item for item in items if isinstance(item, str)]
+        pipe = self._redis.pipeline(transaction=False)
+        for item in asked:
+            pipe.hexists(self._name, item)
+        return {item for item, found in zip(asked, pipe.execute(), strict=True) if found}
+
+    def setdefault(self, item: str, default: Any = None) -> Any:
+        """The value kept under `item`; where there is none, `default`, kept there: in one step (`HSETNX`), so
+        that of servers setting one item at the same moment, one sets it and the others read it."""
+        packed = self._packed(item, default)
+        return default if self._claim(item, packed) else self[item]
+
+    @_answered
+    def _claim(self, item: str, packed: bytes) -> bool:
+        pipe = self._redis.pipeline(transaction=True)  # the value and its key's name together: a reset takes both
+        pipe.hsetnx(self._name, item, packed)
+        pipe.sadd(self._index, self._key)
+        return bool(pipe.execute()[0])
+
+    def update(self, other: Any = (), /, **more: Any) -> None:
+        """Set several values in one round trip (each pickled, as `__setitem__` does)."""
+        values = dict(other, **more)
+        if not values:
+            return
+        packed = {item: self._packed(item, value) for item, value in values.items()}
+        self._set(packed)
+
+    @_answered
+    def _set(self, packed: Mapping[str, bytes]) -> None:
+        pipe = self._redis.pipeline(transaction=True)  # the values and their key's name together: a reset takes all
+        values: dict[Any, Any] = dict(packed)  # (redis-py's types want a wider key than `str`)
+        pipe.hset(self._name, mapping=values)
+        pipe.sadd(self._index, self._key)
+        pipe.execute()
+
+    def _packed(self, item: str, value: Any) -> bytes:
+        """`value` pickled; what cannot be is the store's failure (`StateError`), said as such, not a 500."""
+        try:
+            return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # a live object a responder keeps
+            raise StateError(f"the replay state cannot keep {self._key}'s {item!r}: {exc}") from None
 
     @_answered
     def __iter__(self) -> Iterator[str]:
@@ -388,6 +485,18 @@ class _Kept(MutableMapping[str, Any]):
     @_answered
     def __len__(self) -> int:
         return int(self._redis.hlen(self._name))
+
+
+class _Keys(KeysView[str]):
+    """The keys of what a responder keeps in Redis: `&` asks Redis which of the others are kept, in one round
+    trip, without listing them all."""
+
+    def __init__(self, kept: _Kept) -> None:
+        super().__init__(kept)
+        self._kept = kept
+
+    def __and__(self, other: Iterable[Any]) -> set[str]:
+        return self._kept.present(other)
 
 
 def _connect(url: str) -> tuple[redis.Redis, type[Exception]]:

@@ -57,7 +57,7 @@ __all__ = ["WorkersStore"]
 
 _ASKS: Final = frozenset(
     {"turn_place", "next_turn", "plays", "claim", "count", "share_settings", "settings", "entries", "snapshot", "reset"}
-    | {"kept_get", "kept_pop", "kept_keys"}
+    | {"kept_get", "kept_pop", "kept_keys", "kept_setdefault"}
 )
 _TELLS: Final = frozenset(
     {"add_received", "played", "restart_counts", "note_injected", "add_miss", "add_entries", "kept_set"}
@@ -257,6 +257,11 @@ class _Kept(MutableMapping[str, Any]):
     def __delitem__(self, item: str) -> None:
         if not self._ask("kept_pop", self._key, item):
             raise KeyError(item)
+
+    def setdefault(self, item: str, default: Any = None) -> Any:
+        """The value kept under `item`; where there is none, `default`, kept there: one question to the parent,
+        so that of workers setting one item at the same moment, one sets it and the others read it."""
+        return self._ask("kept_setdefault", self._key, item, default)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._ask("kept_keys", self._key))
@@ -497,6 +502,9 @@ class _Held:
 
     def kept_set(self, key: str, item: str, pickled: bytes) -> None:
         self.store.kept(key)[item] = pickle.loads(pickled)
+
+    def kept_setdefault(self, key: str, item: str, value: Any) -> Any:
+        return self.store.kept(key).setdefault(item, value)
 
     def kept_pop(self, key: str, item: str) -> bool:
         return self.store.kept(key).pop(item, _GONE) is not _GONE

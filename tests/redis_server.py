@@ -20,16 +20,17 @@ REDIS_SERVER = shutil.which("redis-server") or shutil.which("redis-server", path
 
 
 @contextlib.contextmanager
-def redis_server() -> Iterator[str]:
-    """A redis-server of its own on a free loopback port while the block runs: its URL (database 0). Skips the
-    test where redis-server or redis-py is not installed."""
+def redis_server(port: int | None = None) -> Iterator[str]:
+    """A redis-server of its own on a free loopback port (or `port`, to start one again where one stopped) while
+    the block runs: its URL (database 0). Skips the test where redis-server or redis-py is not installed."""
     if REDIS_SERVER is None:
         pytest.skip("redis-server is not installed (apt-get install redis-server)")
     pytest.importorskip("redis", reason="redis-py is not installed (pip install 'sse-tape[redis]')")
     with tempfile.TemporaryDirectory(prefix="sse-tape-redis-") as folder:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+        if port is None:
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
         command = [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
         log = f"{folder}/redis.log"
         process = subprocess.Popen([*command, "--dir", folder, "--logfile", log], stdout=subprocess.DEVNULL)

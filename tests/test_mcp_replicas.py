@@ -7,14 +7,22 @@ Redis: a session initialized through one goes on through the other (the
 official SDK client, its requests dealt to them in turn), a `DELETE` through
 one ends it on both (the other's `GET` stream held open closes), a stream
 one answered resumes on the other (`Last-Event-ID`), and a reset through one
-ends the sessions on both unless it keeps what lasts.
+ends the sessions on both unless it keeps what lasts. Where the order of two
+replicas' steps matters (one answering a session's request while the other
+answers another, or ends the session), a proxy between one replica and Redis
+(`Between`) holds that replica's write until the other has answered.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import itertools
+import os
+import socket
+import tempfile
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,11 +36,15 @@ from mcp.client.streamable_http import streamable_http_client
 from redis_server import redis_server
 from sdk_servers import Events, mcp_tools, on_loopback
 from test_workers import connected, served
+from waits import until
 
 from sse_tape import Cassette, MockServer
+from sse_tape.dialects.mcp import session as session_module
 from sse_tape.journal import Answered, Matched
+from sse_tape.server import run_in_thread
 from sse_tape.sse import ServerSentEvent, SSEDecoder
 from sse_tape.state_redis import RedisStore
+from sse_tape.state_workers import WorkersStore
 
 HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 LISTED = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
@@ -118,6 +130,112 @@ async def clients(url: str, cassette: Path) -> AsyncIterator[tuple[MockServer, h
         httpx.AsyncClient(base_url=other.url, headers=HEADERS) as second,
     ):
         yield other, first, second
+
+
+class Between:
+    """A TCP proxy on loopback between one replica's store and the Redis at `url`: it counts the bytes Redis
+    sends and the replica's looks, and, once `hold()` is called, holds that replica's next write to a hash (`HSET`: what a responder
+    keeps; or the command `hold` names) until `release()`, so that another replica's request comes between that
+    replica's reads and its write."""
+
+    WRITE = b"HSET"
+
+    def __init__(self, url: str) -> None:
+        host, port = url.split("//")[1].split("/")[0].split(":")
+        self._to = (host, int(port))
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"redis://127.0.0.1:{self._listener.getsockname()[1]}/0"
+        self.read = 0
+        """Bytes Redis sent the replica."""
+        self.looks = 0
+        """How many of the replica's writes asked whether something is kept (`HEXISTS`), as a look does."""
+        self._armed = threading.Event()
+        self._command = b""
+        self.holding = threading.Event()
+        """Set while it holds a write."""
+        self._released = threading.Event()
+        self._sockets: list[socket.socket] = [self._listener]
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def hold(self, command: bytes = WRITE) -> None:
+        self._command = b"$%d\r\n%s\r\n" % (len(command), command)  # as the command's name goes in Redis's protocol
+        self._released.clear()
+        self._armed.set()
+
+    def release(self) -> None:
+        self._released.set()
+
+    def close(self) -> None:
+        self._released.set()
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        for thread in self._threads:
+            thread.join(30)
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = self._listener.accept()
+                server = socket.create_connection(self._to)
+                self._sockets += [client, server]
+                for args in ((client, server, True), (server, client, False)):
+                    thread = threading.Thread(target=self._pump, args=args, daemon=True)
+                    self._threads.append(thread)
+                    thread.start()
+
+    def _pump(self, source: socket.socket, to: socket.socket, writes: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(1 << 16):
+                if writes and self._armed.is_set() and self._command in data:
+                    self._armed.clear()
+                    self.holding.set()
+                    self._released.wait(60)
+                    self.holding.clear()
+                if not writes:
+                    self.read += len(data)
+                elif b"$7\r\nHEXISTS\r\n" in data:
+                    self.looks += 1
+                to.sendall(data)
+            to.shutdown(socket.SHUT_WR)
+
+
+@contextlib.contextmanager
+def threaded_replicas(url: str, cassette: Path) -> Iterator[tuple[Between, httpx.Client, httpx.Client]]:
+    """Two servers over `cassette` on the Redis at `url` (emptied first), each in a thread of its own, the first
+    through a `Between`: it, and a client of each speaking MCP's HTTP."""
+    RedisStore(url).redis.flushdb()
+    between = Between(url)
+    try:
+        with (
+            run_in_thread(MockServer([Cassette.load(cassette)], state=RedisStore(between.url))) as one,
+            run_in_thread(MockServer([Cassette.load(cassette)], state=RedisStore(url))) as other,
+            httpx.Client(base_url=one.url, headers=HEADERS, timeout=30) as first,
+            httpx.Client(base_url=other.url, headers=HEADERS, timeout=30) as second,
+        ):
+            yield between, first, second
+    finally:
+        between.close()
+
+
+def opened_in(client: httpx.Client, cassette: Path) -> dict[str, str]:
+    """`opened`, for a client of a server in a thread."""
+    answer = client.post("/mcp", content=Cassette.load(cassette).interactions[0].request.body)
+    headers = {"mcp-session-id": answer.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+    notified = client.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+    assert notified.status_code == 202
+    return headers
+
+
+def add(id: int) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": id,
+        "method": "tools/call",
+        "params": {"name": "add", "arguments": {"a": 2, "b": 3}},
+    }
 
 
 class _InTurn(httpx2.AsyncBaseTransport):
@@ -238,3 +356,168 @@ def test_two_workers_answer_a_session_as_one_server(recorded: tuple[Path, dict[s
                 with pytest.raises(httpx.RemoteProtocolError):  # closed by its worker, the session ended
                     stream.read()
             assert second.post("/mcp", json=LISTED, headers=headers).status_code == 404
+
+
+def test_a_sessions_request_reads_only_its_session_being_open_however_many_streams_it_kept(
+    redis_url: str, recorded: tuple[Path, dict[str, Any]]
+) -> None:
+    cassette, _ = recorded
+    with threaded_replicas(redis_url, cassette) as (between, first, _):
+        headers = opened_in(first, cassette)
+
+        def read_by_a_request() -> int:
+            before = between.read
+            assert first.post("/mcp", json=LISTED, headers=headers).status_code == 200
+            return between.read - before
+
+        alone = read_by_a_request()
+        for n in range(10):  # ten streams kept, each of six events with ids
+            assert first.post("/mcp", json=count(20 + n), headers=headers).status_code == 200
+        redis = RedisStore(redis_url).redis
+        [name] = redis.keys("sse-tape:kept:mcp*")
+        sizes = [redis.hstrlen(name, field) for field in redis.hkeys(name)]
+        redis.close()
+        # Each stream (the initialize's, the listing's, ten counts) under a key of its own, none holding another's:
+        assert sum(size > 1000 for size in sizes) == 12
+        assert max(sizes) < 2 * min(size for size in sizes if size > 1000)
+        # and a request of the session reads none of them (a round trip's small answers may land in either).
+        assert read_by_a_request() < alone + 200
+
+
+def test_two_streams_of_one_session_answered_at_once_by_two_replicas_both_resume(
+    redis_url: str, recorded: tuple[Path, dict[str, Any]]
+) -> None:
+    cassette, _ = recorded
+    with (
+        threaded_replicas(redis_url, cassette) as (between, first, second),
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+    ):
+        headers = opened_in(first, cassette)
+        between.hold()  # the first replica's `count` has read the session, and waits to keep its stream
+        counted = pool.submit(first.post, "/mcp", json=count(31), headers=headers)
+        until(between.holding.is_set, "the first replica's write")
+        added = second.post("/mcp", json=add(32), headers=headers)  # the other's stream, kept meanwhile
+        between.release()
+        for answer, client in ((counted.result(30), second), (added, first)):
+            after = events(answer.content)[1].id
+            resumed = client.get("/mcp", headers={**headers, "last-event-id": after})
+            assert resumed.status_code == 200
+            assert [e.data for e in events(resumed.content)] == [e.data for e in events(answer.content)[2:]]
+
+
+def test_a_stream_kept_as_another_replica_ends_the_session_does_not_bring_it_back(
+    redis_url: str, recorded: tuple[Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cassette, _ = recorded
+    with (
+        threaded_replicas(redis_url, cassette) as (between, first, second),
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+    ):
+        headers = opened_in(first, cassette)
+        between.hold()
+        counted = pool.submit(first.post, "/mcp", json=count(41), headers=headers)
+        until(between.holding.is_set, "the first replica's write")
+        assert second.delete("/mcp", headers=headers).status_code == 200  # ended, as the first keeps its stream
+        between.release()
+        assert counted.result(30).status_code == 200
+        for client in (first, second):
+            assert client.post("/mcp", json=LISTED, headers=headers).status_code == 404
+        # What that stream left of the session goes as a new one opens past the things kept (here, one).
+        monkeypatch.setattr(session_module, "MOST_SESSIONS", 1)
+        new = opened_in(second, cassette)["mcp-session-id"]
+        redis = RedisStore(redis_url).redis
+        [name] = redis.keys("sse-tape:kept:mcp*")
+        kept = [key.decode() for key in redis.hkeys(name)]
+        assert new in kept
+        assert all(key.startswith(new) for key in kept)
+        redis.close()
+
+
+@pytest.mark.parametrize(
+    ("held", "renamed"),
+    [(b"HSET", 1), (b"HSETNX", 0)],
+    ids=["held-as-it-keeps-its-stream", "held-as-it-claims-its-ids"],
+)
+def test_one_recording_answered_in_one_session_at_once_by_two_replicas_gives_each_stream_ids_of_its_own(
+    redis_url: str, recorded: tuple[Path, dict[str, Any]], held: bytes, renamed: int
+) -> None:
+    # The first replica found the recording's ids new in the session: held as it keeps its stream (it claimed the
+    # ids), or before it claims them (the other claims them first).
+    cassette, _ = recorded
+    with (
+        threaded_replicas(redis_url, cassette) as (between, first, second),
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+    ):
+        headers = opened_in(first, cassette)
+        between.hold(held)
+        counted = pool.submit(first.post, "/mcp", json=count(51), headers=headers)
+        until(between.holding.is_set, "the first replica's write")
+        again = second.post("/mcp", json=count(52), headers=headers)  # the same recording, on the other
+        between.release()
+        answers = (counted.result(30), again)
+        ids = [[e.id for e in events(answer.content)] for answer in answers]
+        assert ids[renamed] == [f"{i}~2" for i in ids[1 - renamed]]
+        for answer, client in zip(answers, (second, first), strict=True):
+            resumed = client.get("/mcp", headers={**headers, "last-event-id": events(answer.content)[1].id})
+            assert [e.data for e in events(resumed.content)] == [e.data for e in events(answer.content)[2:]]
+
+
+def test_a_reset_that_keeps_the_sessions_through_one_replica_leaves_the_others_get_stream_open(
+    redis_url: str, recorded: tuple[Path, dict[str, Any]]
+) -> None:
+    # The reset empties the state, then writes back the sessions it keeps: the other replica, holding a GET stream
+    # open, looks in between (its write back held), and once more after.
+    cassette, _ = recorded
+    RedisStore(redis_url).redis.flushdb()
+    resetting, holding = Between(redis_url), Between(redis_url)
+    with (
+        contextlib.closing(resetting),
+        contextlib.closing(holding),
+        run_in_thread(MockServer([Cassette.load(cassette)], state=RedisStore(resetting.url))) as one,
+        run_in_thread(MockServer([Cassette.load(cassette)], state=RedisStore(holding.url))) as other,
+        httpx.Client(base_url=other.url, headers=HEADERS, timeout=30) as client,
+        concurrent.futures.ThreadPoolExecutor(2) as pool,
+    ):
+        headers = opened_in(client, cassette)
+        stream = client.send(client.build_request("GET", "/mcp", headers=headers), stream=True)
+        assert stream.status_code == 200
+        rest = pool.submit(stream.read)
+        looks = holding.looks
+        until(lambda: holding.looks > looks, "a look")  # its watcher looks, and finds the session open
+        resetting.hold()
+        reset = pool.submit(one.control.reset, protocols=False)
+        until(resetting.holding.is_set, "the reset's write back")
+        looks = holding.looks
+        until(lambda: holding.looks > looks, "a look while the state is empty")
+        resetting.release()
+        reset.result(30)
+        until(lambda: holding.looks > looks + 2 or rest.done(), "two looks after, or the stream's end")
+        assert not rest.done()  # still open
+        assert client.delete("/mcp", headers=headers).status_code == 200  # its session ends: it closes
+        with pytest.raises(httpx.RemoteProtocolError):
+            rest.result(30)
+        stream.close()
+
+
+def test_forked_workers_setting_one_item_at_once_leave_it_to_one_of_them() -> None:
+    # As two workers claim the same stream's event ids (`setdefault`): each item is the one worker's that set it,
+    # the other reads that worker's.
+    store, items, pids = WorkersStore(2), [f"session {n}" for n in range(500)], []
+    with tempfile.TemporaryDirectory() as claimed:
+        for n in range(2):
+            pid = os.fork()
+            if pid == 0:  # a worker: sets each item, and writes down those it set
+                store.in_worker(n)
+                kept = store.kept("mcp:0")
+                won = [item for item in items if kept.setdefault(item, f"worker {n}") == f"worker {n}"]
+                Path(claimed, str(n)).write_text("\n".join(won))
+                os._exit(0)
+            pids.append(pid)
+        failures: list[str] = []
+        store.hold(failures.append)
+        assert [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids] == [0, 0]
+        won = [Path(claimed, str(n)).read_text().splitlines() for n in range(2)]
+    assert sorted(won[0] + won[1]) == sorted(items)  # each set by one of them, the other read it
+    kept = store.kept("mcp:0")
+    assert all(kept[item] == f"worker {n}" for n in range(2) for item in won[n])
+    assert failures == []

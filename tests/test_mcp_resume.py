@@ -34,6 +34,7 @@ from sse_tape import Cassette, aserve
 from sse_tape.cassette import Request
 from sse_tape.checking import check_interactions
 from sse_tape.dialects.mcp import jsonrpc
+from sse_tape.dialects.mcp import session as session_module
 from sse_tape.dialects.mcp.jsonrpc import event_ids, rewritten
 from sse_tape.journal import Answered, Ended, Matched, Missed
 from sse_tape.plan import Plan
@@ -259,6 +260,34 @@ async def test_a_recording_played_again_in_a_session_gives_event_ids_of_its_own_
             assert elsewhere.status_code == 200
             opened = await auntil(lambda: [e for e in _gets(mock.control.journal) if isinstance(e, Matched)])
         assert [(e.resumed, e.kept) for e in opened] == [(f"from the start: no event id {ids[2]!r}", "held open")]
+
+
+async def test_a_session_keeps_its_streams_under_its_newest_event_ids_only(
+    recorded: tuple[Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(session_module, "MOST_EVENT_IDS", 6)  # one `count` stream's: the newest stream alone
+    cassette, _ = recorded
+    async with aserve(cassette) as mock, httpx.AsyncClient(base_url=mock.url, headers=_HEADERS) as client:
+        session = await _opened(client, cassette)
+        answers = [await client.post("/mcp", json=_count(id), headers=session) for id in (21, 22)]
+        older, newer = (_events(answer.content)[2].id for answer in answers)
+        resumed = await client.get("/mcp", headers={**session, "last-event-id": newer})
+        assert [e.data for e in _events(resumed.content)] == [e.data for e in _events(answers[1].content)[3:]]
+        async with client.stream("GET", "/mcp", headers={**session, "last-event-id": older}) as forgotten:
+            assert forgotten.status_code == 200  # left to replay: the recorded GET stream, from the start
+            opened = await auntil(lambda: [e for e in _gets(mock.control.journal) if isinstance(e, Matched)])
+        assert [e.resumed for e in opened] == [f"from the start: no event id {older!r}"]
+
+
+async def test_a_session_id_naming_what_a_session_keeps_is_no_session(recorded: tuple[Path, dict[str, Any]]) -> None:
+    cassette, _ = recorded
+    async with aserve(cassette) as mock, httpx.AsyncClient(base_url=mock.url, headers=_HEADERS) as client:
+        session = await _opened(client, cassette)
+        answer = await client.post("/mcp", json=_count(31), headers=session)
+        forged = {**session, "mcp-session-id": f"{session['mcp-session-id']} {_events(answer.content)[0].id}"}
+        listing = {"jsonrpc": "2.0", "id": 32, "method": "tools/list"}
+        assert (await client.post("/mcp", json=listing, headers=forged)).status_code == 404
+        assert (await client.post("/mcp", json=listing, headers=session)).status_code == 200
 
 
 async def _rest(pieces: AsyncIterator[bytes]) -> bytes:

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from sdk_servers import mcp_tools, on_loopback
 from waits import until
 
 from sse_tape import Cassette, Chunk, ConfigError, Interaction, MockServer, Request, Response, ServeOptions, StateError
+from sse_tape.journal import Journal, Received
 from sse_tape.server import run_in_thread
 from sse_tape.state import MemoryStore, ReplayStore
 from sse_tape.state_redis import RedisStore
@@ -128,6 +130,28 @@ def test_the_journal_is_one_whichever_server_is_asked_and_a_reset_empties_it(url
         assert httpx.get(one.url + "/__sse_tape__/journal").json()["entries"] == []
 
 
+def test_a_batch_of_journal_entries_made_before_a_reset_elsewhere_does_not_land_after_it(
+    url: str, request: pytest.FixtureRequest
+) -> None:
+    # A server shares its journal a batch at a time: one made before another server's reset comes after it.
+    one, other = RedisStore(url), RedisStore(url)
+    for store in (one, other):
+        request.addfinalizer(store.redis.close)
+    one.next_request()
+    before = {"type": "received", "request": 1, "time": time.time()}
+    other.reset()
+    one.add_entries([before])  # not heard of the reset yet: Redis says it
+    assert other.entries(None) == []
+    one.next_request()  # heard of it, with its next request's number
+    after = {"type": "received", "request": 1, "time": time.time()}
+    one.add_entries([before, after])
+    assert other.entries(None) == [after]
+    one.reset()  # its own reset: what it makes next lands
+    later = {"type": "received", "request": 1, "time": time.time()}
+    one.add_entries([later])
+    assert other.entries(None) == [later]
+
+
 def test_each_recording_plays_once_across_both_servers_without_repeats(url: str) -> None:
     options = ServeOptions.build(pace="instant", allow_repeats=False)
     with replicas(url, [numbered(2)], options) as (one, other):
@@ -186,7 +210,7 @@ def test_the_counts_of_faults_asked_for_and_applied_are_kept_for_the_last_distin
     assert [store.redis.hlen(f"sse-tape:{name}") for name in ("asked", "injected")] == [3, 3]
     assert [store.redis.zcard(f"sse-tape:{name}-order") for name in ("asked", "injected")] == [3, 3]
     store.reset()
-    assert store.redis.keys("sse-tape:*") == []
+    assert store.redis.keys("sse-tape:*") == [b"sse-tape:generation"]  # the resets counted: it outlives them
 
 
 def test_a_reset_at_the_moment_another_server_keeps_something_leaves_nothing_unnamed(url: str) -> None:
@@ -206,7 +230,7 @@ def test_a_reset_at_the_moment_another_server_keeps_something_leaves_nothing_unn
         resetter.reset()
     thread.join()
     resetter.reset()
-    assert resetter.redis.keys("sse-tape:*") == []
+    assert resetter.redis.keys("sse-tape:*") == [b"sse-tape:generation"]  # the resets counted, and nothing else
 
 
 def test_the_misses_are_one_list_counted_once(url: str) -> None:
@@ -315,6 +339,27 @@ def test_while_redis_is_gone_each_request_is_a_503_in_one_line() -> None:
         assert message.startswith(f"the replay state's Redis at {gone} does not answer (")
         assert lines[-1] == f"POST /stream -> 503 {message}"
         assert not any("Traceback" in line for line in lines)
+
+
+def test_while_redis_is_gone_the_journal_says_once_that_it_cannot_share_and_how_many_when_it_is_back(
+    request: pytest.FixtureRequest,
+) -> None:
+    lines: list[str] = []
+    with redis_server() as first:
+        store = RedisStore(first)
+        request.addfinalizer(store.redis.close)
+        journal = Journal(log=lines.append, share=store.add_entries)  # off an event loop: each entry shared at once
+        journal.add(Received(request=1, method="POST", path="/stream"))
+    for n in (2, 3, 4):  # the Redis has stopped: each lost
+        journal.add(Received(request=n, method="POST", path="/stream"))
+    assert lines == [
+        f"could not share journal entries, until the replay state answers again: the replay state's Redis at {first}"
+        " does not answer (ConnectionError)"
+    ]
+    with redis_server(port=int(first.split(":")[2].split("/")[0])):  # back, where it was
+        journal.add(Received(request=5, method="POST", path="/stream"))
+        assert lines[1:] == ["sharing journal entries again: 3 could not be shared meanwhile"]
+        assert [entry["request"] for entry in store.entries(None)] == [5]  # a Redis started anew, holding nothing
 
 
 def test_when_redis_stops_in_the_middle_of_a_forwarded_stream_it_breaks_off_in_one_line() -> None:

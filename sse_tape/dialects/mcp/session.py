@@ -35,19 +35,31 @@ client, stays open after its recorded events, as the server's would, for
 `HELD` seconds at most: until its session ends (`DELETE`: its connection
 closes), its client goes away or the server stops.
 
-What the replay state keeps of a session is what any server may need: that
-it is open, and its streams by event id (`_Session`, pickled where the state
-is shared). The `GET` streams held open are the process's that holds them
+What the replay state keeps of a session is what any server may need, each
+under a key of its own, so that a request reads and writes only what it
+needs (pickled, where the state is shared): that the session is open (a
+header under its id, written once, as it opens), and each stream it was
+answered with, under the stream's first event id, and that id under each of
+its others. A request reads the header (is it open?); one whose answer's
+events have ids looks once whether the session gave any of them already,
+claims the first (so that two answers of one recording at the same moment,
+by two servers, never give the same ids), and keeps its stream in one write,
+which touches none of the session's other streams: two streams of one
+session answered at the same moment by two servers are both kept, and a
+stream kept as another server ends the session brings nothing of it back (the header is never written again: what the
+stream left, the next tidy takes, `Sessions._tidy`). A reconnection reads
+the stream it resumes (and the header). Ending a session (`DELETE`, a 404, a
+reset) deletes its header and what it keeps, which it finds among the
+state's keys. The `GET` streams held open are the process's that holds them
 (`Sessions`): it closes them when the session ends there, and, where the
-state is shared, looks every `LOOK` seconds, in one read of the ids of the
-sessions open, whether a session ended elsewhere (a `DELETE` or a 404
-through another server, a reset), to close its streams too. A look per
-process, not a message per end: the replay state needs no channel of its own,
-and a server that missed a message (restarted, or Redis gone a moment) still
-closes them. A request reads its session once, and writes it once more where
-its answer's events have ids to keep: the last write wins, so two streams of
-one session answered at the same moment by two servers may leave one of them
-not to resume.
+state is shared, looks every `LOOK` seconds, in one look at whether their
+sessions are still open, whether a session ended elsewhere (a `DELETE` or a
+404 through another server, a reset), to close its streams too, once two
+looks in a row found it ended: a reset that keeps what lasts empties the
+state a moment before it writes the sessions back. A look per
+process, not a message per end: the replay state needs no channel of its
+own, and a server that missed a message (restarted, or Redis gone a moment)
+still closes them.
 
 A 2026-07-28 exchange has no session: nothing is minted for it, nor asked
 of it. Its `subscriptions/listen` stream, which the server holds open until
@@ -64,8 +76,8 @@ import contextlib
 import functools
 import uuid
 import weakref
-from collections.abc import MutableMapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ... import _json
@@ -89,14 +101,16 @@ MOST_SESSIONS = 1000
 its client gets 404 and starts another), so that a long `serve` whose clients never end theirs holds no more. In
 Redis, the one its hash lists first: not always the oldest."""
 MOST_EVENT_IDS = 10_000
-"""How many event ids a session keeps its streams under, at most: the newest (an older one resumes nothing)."""
+"""How many event ids a session keeps its streams under: the newest (an older one resumes nothing). Held to it
+as a new session opens past `MOST_SESSIONS` keys kept, and by each server once it kept as many since it last
+did so: between, a session may keep more."""
 
 HELD = 3600.0
 """How long, at most, a replayed `GET` stream stays open after its recorded events, in seconds (unless its
 session ends, its client goes away or the server stops first)."""
 LOOK = 1.0
 """Where several servers share the replay state: how often, in seconds, one holding `GET` streams open looks
-whether their sessions are still open (ended by another server, they close)."""
+whether their sessions are still open (ended by another server, they close: found so by two looks in a row)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,30 +125,37 @@ class _Stream:
     """Whether it is a `GET` stream, held open after its events."""
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Session:
-    """An open session on replay, as the replay state keeps it (pickled, where several servers share it): the
-    streams it was answered with, by the ids of their events. Its `GET` streams held open are this process's
-    (`Sessions`)."""
+    """An open session on replay, as the replay state keeps it under its id: written once, as it opens, and
+    never again (its streams are kept under keys of their own: see `_key`). Its `GET` streams held open are this
+    process's (`Sessions`)."""
 
-    streams: dict[str, _Stream] = field(default_factory=dict)
 
-    def ids_for(self, ids: list[str]) -> dict[str, str]:
-        """New ids for a stream's `ids` where this session gave any of them already (the same recording played
-        again): each with the first suffix `~2`, `~3`... that makes them all new; none where they are new."""
-        if not any(i in self.streams for i in ids):
-            return {}
-        n = 2
-        while any(f"{i}~{n}" in self.streams for i in ids):
-            n += 1
-        return {i: f"{i}~{n}" for i in ids}
+#: Between a session's id (a `uuid4`'s hex, with no space) and an event id, in the key of what the session keeps
+#: under that event id: its stream, under the stream's first id; the first id, under each of the others.
+_IN = " "
 
-    def keep(self, ids: list[str], stream: _Stream) -> None:
-        """Keep `stream` under each of `ids`, forgetting the oldest ids past `MOST_EVENT_IDS`."""
-        for i in ids:
-            self.streams[i] = stream
-        while len(self.streams) > MOST_EVENT_IDS:
-            del self.streams[next(iter(self.streams))]
+
+def _key(session: str, event_id: str) -> str:
+    """The key of what `session` keeps under `event_id` (see `_IN`)."""
+    return f"{session}{_IN}{event_id}"
+
+
+def _claimed(state: MutableMapping[str, Any], session: str, ids: list[str]) -> dict[str, str]:
+    """New ids for a stream's `ids` where `session` gave any of them already (the same recording played again):
+    each with the first suffix `~2`, `~3`... that makes them all new; none where they are new. The first of them
+    is claimed (`setdefault`, one step where the state is shared, its stream set there later), so that two
+    answers of one recording at the same moment, by two servers, never name their streams alike: where another
+    claimed it first, the next suffix. One look at the keys for each suffix tried, and the claim."""
+    claim = "#" + uuid.uuid4().hex  # names no stream (see `_stream`) until the stream is set in its place
+    n = 1
+    while True:
+        names = [i if n == 1 else f"{i}~{n}" for i in ids]
+        new = not state.keys() & {_key(session, name) for name in names}
+        if new and state.setdefault(_key(session, names[0]), claim) == claim:
+            return dict(zip(ids, names, strict=True)) if n > 1 else {}
+        n += 1
 
 
 #: How a stream the server still held open was recorded: its client left it, or the recorder stopped.
@@ -155,6 +176,7 @@ class Sessions(ProtocolResponder):
         self.dialect = dialect
         self._held: dict[str, weakref.WeakSet[asyncio.Task[Any]]] = {}  # this process's `GET` streams, by session
         self._watch: asyncio.Task[None] | None = None  # where the state is shared: ends those of sessions gone
+        self._kept = 0  # event ids this process kept since it last tidied the state (see `_tidy`)
 
     def forget(self, kept: MutableMapping[str, Any]) -> None:
         """The sessions a reset forgets end as a `DELETE` ends them: their `GET` streams held open close (those
@@ -173,8 +195,8 @@ class Sessions(ProtocolResponder):
         session = request.header(SESSION_HEADER)
         last = request.header("Last-Event-ID")
         if request.method.upper() == "GET" and session is not None and last:
-            known = incoming.state.get(session)
-            if isinstance(known, _Session) and (stream := known.streams.get(last)) is not None:
+            stream = _stream(incoming.state, session, last)
+            if stream is not None:
                 return await self._resume(incoming, session, stream, last)
         incoming.keep(functools.partial(self._answer, incoming, session))
         return None
@@ -198,26 +220,25 @@ class Sessions(ProtocolResponder):
         recorded = next((v for k, v in plan.headers if k.lower() == SESSION_HEADER), None)
         initialize = isinstance(body, dict) and body.get("method") == "initialize"
         notes: list[str] = []
-        known = state.get(session) if session is not None else None
-        if session is not None and not isinstance(known, _Session):
+        live = session is not None and _opened(state, session)  # what it keeps is read where needed
+        if session is not None and not live:
             return Kept(f"refused: no session {session!r} open", _error(self.dialect, 404, "Session not found"))
         if recorded is not None and session is None and not initialize:
             return Kept("refused: no session id", _error(self.dialect, 400, "Bad Request: Missing session ID"))
         ok = 200 <= plan.status < 300
-        changed = False  # whether `known` is to be set in the state again (read from a shared one, it is a copy)
         if recorded is not None and initialize and ok:
             session = uuid.uuid4().hex
-            while len(state) >= MOST_SESSIONS:  # the oldest ends, as one a server expired
-                self._forget(state, next(iter(state)))
-            known, changed = _Session(), True
+            if len(state) >= MOST_SESSIONS:  # the oldest end, as sessions a server expired
+                self._tidy(state, room=1)
+            state[session], live = _Session(), True
             notes.append(f"in a new session {session}")
-        if request.method.upper() == "DELETE" and session is not None and isinstance(known, _Session) and ok:
+        if request.method.upper() == "DELETE" and session is not None and live and ok:
             self._forget(state, session)
-            known = None  # gone: nothing of it is kept again
+            live = False  # gone: nothing of it is kept again
             notes.append(f"session {session} ended")
         stream = plan.is_event_stream()
-        ids = event_ids(plan) if stream and ok and isinstance(known, _Session) else []
-        renamed = known.ids_for(ids) if isinstance(known, _Session) and ids else {}
+        ids = event_ids(plan) if stream and ok and live else []
+        renamed = _claimed(state, session, ids) if session is not None and ids else {}
         out = rewritten(plan, id, token, stream=stream, ids=renamed) if (id is not MISSING or renamed) and ok else None
         if out is not None and id is not MISSING:
             notes.append(f"with the request's id {_json.dumps(id)}")
@@ -227,21 +248,23 @@ class Sessions(ProtocolResponder):
             out = out if out is not None else plan.copy()
             out.headers = [(k, session if k.lower() == SESSION_HEADER else v) for k, v in out.headers]
         listening = isinstance(body, dict) and body.get("method") == "subscriptions/listen" and plan.end in _LEFT_OPEN
-        held = stream and ok and (listening or (request.method.upper() == "GET" and isinstance(known, _Session)))
+        held = stream and ok and (listening or (request.method.upper() == "GET" and live))
         if held:  # as the server's: open after its events, until the session ends or the client goes away
             out = out if out is not None else plan.copy()
             out.end, out.end_at, out.headers_at = End.COMPLETE, max(out.end_at, HELD), 0.0
             notes.append("held open")
-        if isinstance(known, _Session) and ids:
-            # A copy: the faults that follow act on the plan that goes out, in place.
+        if session is not None and live and ids:
+            # A copy: the faults that follow act on the plan that goes out, in place. Under keys of its own, in one
+            # write: what the session keeps of its other streams is neither read nor written, and a stream kept
+            # as another server ends the session brings nothing of it back (what it leaves, `_tidy` takes).
             kept = _Stream((out if out is not None else plan).copy(), incoming.number, held)
-            known.keep([renamed.get(i, i) for i in ids], kept)
-            changed = True
-        if session is not None and isinstance(known, _Session):
-            if changed:  # one write, its streams and all (read from a shared state, `known` is a copy)
-                state[session] = known
-            if held:
-                self._hold(incoming, session)
+            first, *others = [renamed.get(i, i) for i in ids]
+            state.update({_key(session, first): kept, **{_key(session, i): first for i in others}})
+            self._kept += len(ids)
+            if self._kept >= MOST_EVENT_IDS:
+                self._tidy(state, room=0)
+        if session is not None and live and held:
+            self._hold(incoming, session)
         if out is None:
             return Kept("; ".join(notes)) if notes else None
         ends = functools.partial(self._expired, state, session) if session is not None else None
@@ -253,12 +276,41 @@ class Sessions(ProtocolResponder):
         if status == 404:
             self._forget(state, session)
 
-    def _forget(self, state: MutableMapping[str, Any], session: str) -> None:
-        """End `session`: gone from the state (unless another server sharing it ended it already), and its `GET`
-        streams held open here closed."""
+    def _forget(self, state: MutableMapping[str, Any], session: str, keys: list[str] | None = None) -> None:
+        """End `session`: gone from the state with what it keeps (unless another server sharing it ended it
+        already), and its `GET` streams held open here closed. `keys`: what it keeps, where the caller listed
+        them (else they are looked for among all the state's keys)."""
         with contextlib.suppress(KeyError):
             del state[session]
+        if keys is None:
+            keys = [key for key in state if key.startswith(session + _IN)]
+        for key in keys:
+            with contextlib.suppress(KeyError):
+                del state[key]
         self._end(session)
+
+    def _tidy(self, state: MutableMapping[str, Any], room: int) -> None:
+        """Hold the state to its bounds, in one look at its keys: what sessions ended left (a stream kept as
+        another server ended its session) goes, so do each session's oldest event ids past `MOST_EVENT_IDS`, and
+        the oldest sessions past `MOST_SESSIONS`, less `room` (for sessions about to open), end. Done as a new
+        session opens where the state holds `MOST_SESSIONS` keys or more, and by each process once it kept
+        `MOST_EVENT_IDS` event ids since it last did: the oldest are the first the state lists (in Redis, not
+        always the oldest)."""
+        self._kept = 0
+        keys = list(state)
+        sessions = [key for key in keys if _IN not in key]
+        kept: dict[str, list[str]] = {session: [] for session in sessions}
+        gone: list[str] = []
+        for key in keys:
+            if _IN in key:
+                kept.get(key.partition(_IN)[0], gone).append(key)
+        for session in sessions[: max(len(sessions) - MOST_SESSIONS + room, 0)]:
+            self._forget(state, session, kept.pop(session))
+        for session_keys in kept.values():
+            gone.extend(session_keys[: max(len(session_keys) - MOST_EVENT_IDS, 0)])
+        for key in gone:
+            with contextlib.suppress(KeyError):
+                del state[key]
 
     def _end(self, session: str) -> None:
         """Close the `GET` streams this process holds open for `session` (their connections close), but the one
@@ -291,16 +343,35 @@ class Sessions(ProtocolResponder):
 
     async def _watching(self, state: MutableMapping[str, Any]) -> None:
         """Where the state is shared, every `LOOK` seconds while this process holds `GET` streams open: close
-        those of the sessions ended since (by another server's `DELETE`, a 404, a reset), in one look at the ids
-        of the sessions open."""
+        those of the sessions ended since (by another server's `DELETE`, a 404, a reset), in one look at whether
+        they are open. A session is ended where two looks in a row find it gone: a reset that keeps what lasts
+        (`reset(protocols=False)`) empties the state a moment before it writes back the sessions it keeps."""
+        gone: set[str] = set()  # the sessions the last look found gone
         while self._held:
             await asyncio.sleep(LOOK)
+            held = set(self._held)
             try:
-                open = set(state)
+                missing = held - (state.keys() & held)
             except StateError:  # the state does not answer now: look again later
                 continue
-            for session in [s for s in self._held if s not in open]:
+            for session in missing & gone:
                 self._end(session)
+            gone = missing - gone
+
+
+def _stream(state: Mapping[str, Any], session: str, last: str) -> _Stream | None:
+    """The stream `session` gave the event id `last` in, while the session is open; None where it gave none (or
+    the stream is not kept yet: see `_claimed`)."""
+    found = state.get(_key(session, last))
+    if isinstance(found, str):  # one of its later ids: the stream is under its first
+        found = state.get(_key(session, found))
+    return found if isinstance(found, _Stream) and _opened(state, session) else None
+
+
+def _opened(state: Mapping[str, Any], session: str) -> bool:
+    """Whether `session` is open: its header kept (an id with a space in it, never minted, names none: see
+    `_IN`)."""
+    return _IN not in session and session in state
 
 
 def _error(dialect: Protocol, status: int, message: str) -> Plan:
