@@ -263,7 +263,8 @@ async def _write_whole(
     if not length:
         out.enable_chunked_encoding()
     try:
-        await sleep_until(started + at)
+        if at > 0:  # at 0 (an instant replay's), its time has come: `started` is past
+            await sleep_until(started + at)
         await out.prepare(http)
         await out.write_eof()
     except (ConnectionResetError, ConnectionAbortedError):
