@@ -756,6 +756,22 @@ async def test_slow_heads_idle_connections_and_bodies_that_never_come_are_cut_of
 FEED = Cassette([Interaction(Request("GET", "/feed"), Response(chunks=(Chunk(0.0, b"data: x\n\n"),)))])
 
 
+def test_the_server_answers_on_uvloop() -> None:
+    # aiohttp applications often run on uvloop, whose transports are not of asyncio's classes.
+    import uvloop
+
+    async def scenario() -> tuple[int, str]:
+        async with MockServer([FEED], options=ServeOptions.build(match_on="method,path")) as server:
+            async with httpx.AsyncClient() as client:
+                answer = await client.get(server.url + "/feed")
+            return answer.status_code, answer.text
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        status, text = runner.run(scenario())
+    assert status == 200
+    assert text == "data: x\n\n"
+
+
 def _head(sock: socket.socket) -> bytes:
     """What `sock` reads up to the end of a response's head (a 100 Continue's, say)."""
     sock.settimeout(SAFETY_NET)

@@ -10,6 +10,7 @@ import ipaddress
 import socket
 import weakref
 from collections.abc import Callable
+from typing import cast
 
 __all__ = ["ConnectionGuard", "dual_stack_socket"]
 
@@ -188,11 +189,11 @@ class _Guarded(asyncio.Protocol):
         self.unsent = 0  # what the buffer held when the stall timer was last set
         self.stall_timer: asyncio.TimerHandle | None = None
         self.arrived: float | None = None
-        """When bytes last came while no request was being answered (see `ConnectionGuard.arrival`)."""
+        """When bytes last came while no request was being answered (see `ConnectionGuard.begin`)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream's transport (uvloop's is one too, though not of asyncio's class).
+        self.transport = transport = cast(asyncio.Transport, transport)
         guard = self.guard
         if not guard._admit():
             guard.refused += 1
