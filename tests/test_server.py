@@ -783,26 +783,34 @@ def _head(sock: socket.socket) -> bytes:
     return head
 
 
-async def test_a_client_expecting_100_continue_is_told_to_send_its_body_and_an_unknown_expectation_gets_417() -> None:
+async def test_a_client_expecting_100_continue_is_told_to_send_its_body_unless_it_is_too_large() -> None:
     posted = Cassette([Interaction(Request("POST", "/feed"), Response(chunks=(Chunk(0.0, b"data: x\n\n"),)))])
-    async with MockServer([posted], options=ServeOptions.build(match_on="method,path")) as server:
+    options = ServeOptions.build(match_on="method,path", max_body=1000)
+    async with MockServer([posted], options=options) as server:
 
-        def scenario() -> tuple[bytes, bytes, bytes]:
+        def scenario() -> tuple[bytes, bytes, bytes, bytes]:
             with socket.create_connection(("127.0.0.1", server.port)) as waiting:
-                waiting.sendall(b"POST /feed HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n")
+                head = b"POST /feed HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue, x-other\r\n\r\n"
+                waiting.sendall(head)
                 told = _head(waiting)  # the body is sent only once the server says so, as curl does
                 waiting.sendall(b"{}")
                 answer = _answered(waiting)
-            with socket.create_connection(("127.0.0.1", server.port)) as odd:
-                odd.sendall(b"POST /feed HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: teapot\r\n\r\n{}")
-                refused = _head(odd)
-            return told, answer, refused
+            with socket.create_connection(("127.0.0.1", server.port)) as large:
+                large.sendall(
+                    b"POST /feed HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\nExpect: 100-continue\r\n\r\n"
+                )
+                refused = _head(large)  # refused for its length, never asked for
+            with socket.create_connection(("127.0.0.1", server.port)) as odd:  # an expectation it cannot meet: ignored
+                odd.sendall(b"POST /feed HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: x-teapot\r\n\r\n{}")
+                ignored = _answered(odd)
+            return told, answer, refused, ignored
 
-        told, answer, refused = await asyncio.get_running_loop().run_in_executor(None, scenario)
+        told, answer, refused, ignored = await asyncio.get_running_loop().run_in_executor(None, scenario)
     assert told == b"HTTP/1.1 100 Continue\r\n\r\n"
     assert answer.startswith(b"HTTP/1.1 200 ")
     assert b"data: x" in answer
-    assert refused.startswith(b"HTTP/1.1 417 ")
+    assert refused.startswith(b"HTTP/1.1 413 ")
+    assert ignored.startswith(b"HTTP/1.1 200 ")
 
 
 def _answered(sock: socket.socket) -> bytes:

@@ -390,8 +390,9 @@ class MockServer:
         assert handler is not None
         self._handlers.add(handler)
         try:
-            if EXPECT in http.headers and (refused := await _continue(http)) is not None:
-                return refused
+            if EXPECT in http.headers:
+                limit = CONTROL_BODY_LIMIT if http.rel_url.path.startswith(CONTROL_PREFIX) else self.options.max_body
+                await _continue(http, limit)
             return await self.answer(http, arrived=arrived)
         except StateError as exc:  # a shared store gone: each request is refused, in a line, until it is back
             asked = f"{http.method} {self.shown_path(http.rel_url.raw_path)}"
@@ -684,17 +685,15 @@ class MockServer:
         return headers
 
 
-async def _continue(http: web.BaseRequest) -> web.Response | None:
-    """Tell a client that waits for it (`Expect: 100-continue`) to send its body, as HTTP/1.1 says a server
-    does; a 417 for an expectation it cannot meet (any other), None once told."""
-    expect = http.headers[EXPECT]
-    if http.version >= HttpVersion11 and expect.lower() == "100-continue":
+async def _continue(http: web.BaseRequest, limit: int) -> None:
+    """Tell a client that waits for it (`Expect: 100-continue`, RFC 9110 section 10.1.1) to send its body, unless
+    its `Content-Length` is past `limit` bytes: that body is refused for its length alone, unsent (the answer
+    says so). Any other expectation is ignored, as the RFC lets a server do: the request is answered."""
+    members = {member.strip().lower() for value in http.headers.getall(EXPECT) for member in value.split(",")}
+    length = http.content_length
+    if http.version >= HttpVersion11 and "100-continue" in members and (length is None or length <= limit):
         await http.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         http.writer.output_size = 0  # the answer has not begun: a failure now is still a status, not a break
-        return None
-    if http.version < HttpVersion11:
-        return None  # an HTTP/1.0 client expects nothing (RFC 9110: ignored)
-    return web.Response(status=417, text=f"sse-tape: cannot meet Expect: {expect[:100]}\n")
 
 
 class _OneLine(logging.Handler):
