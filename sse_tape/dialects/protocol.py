@@ -424,7 +424,8 @@ class ProtocolResponder(ABC):
     def concerns(self, request: Request) -> bool:
         """Whether `request` may be one of its feature's: False only for a request `respond` would pass on
         untouched (keeping nothing, saying nothing), which the server then does not lend it. A cheap look (the
-        path, the method, a header), asked of every request; True by default."""
+        path, the method, a header), asked of every request but those to another LLM API's own path (which the
+        server lends to that API's responders only); True by default."""
         return True
 
     def forget(self, kept: MutableMapping[str, Any]) -> None:

@@ -36,8 +36,8 @@ class Lent(Attached):
         """Whether the request may be one of the protocol's feature's (`ProtocolResponder.concerns`): the server
         lends it no other. A request to the path of another LLM API, which that API speaks (`Exchange.api`), is
         that API's: no other protocol's responder is lent it."""
-        api = exchange.api
-        return (api is None or api is self.dialect) and self.responder.concerns(exchange.request)
+        api = exchange.api  # by name: a registry refreshed makes its dialects anew
+        return (api is None or api.name == self.dialect.name) and self.responder.concerns(exchange.request)
 
     async def respond(self, exchange: Exchange) -> web.StreamResponse | None:
         return await self.responder.respond(_Incoming(self.host, exchange, self.key))
