@@ -5,23 +5,28 @@ one generated library of LLM recordings on one path through two matchers: one as
 phase index out of the way (a threshold past any library's size, so that every request is compared with every
 recording its key finds, as before there was one). They must choose the very same recordings, take the same
 turns and explain the same misses, with repeats allowed and not, and with recordings added mid-run. MCP's
-`jsonrpc` matcher is keyed by the JSON-RPC method and params it compares. What a hit costs is bounded whatever
-the library's size, by a ratio only the bug breaks.
+`jsonrpc` matcher is keyed by the JSON-RPC method and params it compares. How many recordings a hit is compared
+with does not grow with the library's size: a protocol's matcher installed through the entry point, as any
+package adds one, counts the recordings it is asked about.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import random
-import time
+import sys
+import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sse_tape import Cassette, Chunk, End, Interaction, Matcher, NoMatchError, Request, Response
+from sse_tape.dialects import DIALECTS, ENTRY_POINTS
 from sse_tape.matching import finder
 
 CHAT = "/v1/chat/completions"
@@ -255,33 +260,87 @@ def test_continuations_are_found_by_the_phase_they_continue(monkeypatch: pytest.
     assert sum("ok" in answer for answer in got) > len(got) / 2
 
 
-def _finding(matcher: Matcher, requests: list[Request]) -> float:
-    """The least CPU time of a few rounds of finding each of `requests` (fresh copies: a server parses each)."""
-    spent = []
-    for _ in range(5):
-        fresh = [Request(r.method, r.path, r.query, r.headers, r.body) for r in requests]
-        start = time.process_time()
-        for request in fresh:
-            matcher.find(request)
-        spent.append(time.process_time() - start)
-    return min(spent)
+# A protocol's matcher, as a package of its own would ship it: any request agrees with any recording, and each
+# recording it is asked about is noted. Named first in a rule, it is asked about every recording that `find`
+# compares before the rule's other matchers decide: how many those are is how much a request costs.
+COUNTING = '''
+from sse_tape.dialects.protocol import Protocol
+
+ASKED = []
 
 
-def test_what_an_exact_phase_hit_costs_does_not_grow_with_the_conversations_on_its_path() -> None:
-    # A bound that only the bug breaks, not a time: a library 80 times larger, all of it on one path and matched
-    # by method and path, costs about as much a hit (compared with every recording, it cost about 80 times as much).
-    # Reconnections too, with an id no recording was made with: those made without one resume.
+def asked(request, recorded):
+    """Any request agrees; the recording it was compared with is noted in `ASKED`."""
+    ASKED.append(recorded)
+    return None
+
+
+class Counting(Protocol):
+    """No stream of its own: it brings the `asked` matcher."""
+
+    name = "counting"
+    path = "/counting"
+    matchers = {"asked": asked}
+
+    def is_terminal(self, event):
+        return True
+
+    def error_frames(self, error, before=(), sent=()):
+        return []
+'''
+
+
+@pytest.fixture
+def asked(tmp_path: Path) -> Iterator[list[Request]]:
+    """The recordings the `asked` matcher is asked about, in order: the counting protocol installed in a
+    directory on sys.path as pip leaves a package, its module and its dist-info with its entry point."""
+    root = tmp_path / "site"
+    root.mkdir()
+    (root / "counting_matcher.py").write_text(textwrap.dedent(COUNTING))
+    info = root / "counting_matcher-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: counting-matcher\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[{ENTRY_POINTS}]\ncounting = counting_matcher:Counting\n")
+    sys.path.insert(0, str(root))
+    DIALECTS.refresh()
+    try:
+        noted: list[Request] = importlib.import_module("counting_matcher").ASKED
+        yield noted
+    finally:
+        sys.path.remove(str(root))
+        sys.modules.pop("counting_matcher", None)
+        DIALECTS.refresh()
+
+
+def _most_compared(matcher: Matcher, requests: list[Request], asked: list[Request]) -> int:
+    """The most recordings `find` compared any one of `requests` with (fresh copies: a server parses each), as
+    the `asked` matcher counts them."""
+    most = 0
+    for r in requests:
+        asked.clear()
+        matcher.find(Request(r.method, r.path, r.query, r.headers, r.body))
+        most = max(most, len(asked))
+    return most
+
+
+def test_an_exact_phase_hit_is_compared_with_as_many_recordings_whatever_the_conversations_on_its_path(
+    asked: list[Request],
+) -> None:
+    # A library 80 times larger, all of it on one path and matched by method and path: a hit is compared with
+    # the recordings of its very phase alone, as many in both (compared with every recording, it was compared
+    # with 80 times as many). Reconnections too, with an id no recording was made with: those made without one
+    # resume.
     def loaded(size: int) -> tuple[Matcher, list[Request]]:
         recorded = [Interaction(_post(_body(n)), _text(str(n))) for n in range(size)]
         recorded.append(Interaction(_post(_body(0), last_id="2"), _text("0 from 2")))
-        cassette = Cassette(recorded, match_on=LOOSE)
-        asked = [_post(_body(n), last_id="7" if i % 2 else None) for i, n in enumerate(range(0, size, size // 32))]
-        return Matcher([cassette]), asked
+        cassette = Cassette(recorded, match_on=["asked", *LOOSE])
+        sent = [_post(_body(n), last_id="7" if i % 2 else None) for i, n in enumerate(range(0, size, size // 32))]
+        return Matcher([cassette]), sent
 
     small, large = loaded(64), loaded(64 * 80)
     assert large[0].find(_post(_body(5000))).interaction.response.body.count(b"5000") == 1
-    _finding(*small), _finding(*large)  # each path of the code run once before it is timed
-    assert _finding(*large) < 10 * max(_finding(*small), 1e-4)
+    assert [b"Question 5000" in recorded.body for recorded in asked] == [True]  # the one that answers
+    assert _most_compared(*small, asked) == _most_compared(*large, asked) == 1
 
 
 def test_a_request_sent_as_recorded_still_differs_in_its_method_and_query() -> None:
@@ -344,15 +403,17 @@ def test_jsonrpc_requests_are_found_by_method_and_params_whatever_their_ids() ->
         _said(matcher, _rpc(1, "tool100"))
 
 
-def test_what_a_jsonrpc_hit_costs_does_not_grow_with_the_calls_recorded() -> None:
-    # A bound that only the bug breaks, not a time (see the phase's): with every call compared, a library 80
-    # times larger cost about 80 times as much a hit.
+def test_a_jsonrpc_hit_is_compared_with_as_many_recordings_whatever_the_calls_recorded(
+    asked: list[Request],
+) -> None:
+    # Found by its key, a call is compared with the recordings of its method and params alone, as many in a
+    # library 80 times larger (with every call compared, it was compared with 80 times as many).
     def loaded(size: int) -> tuple[Matcher, list[Request]]:
         cassette = Cassette([_mcp(_rpc(n, f"tool{n}"), str(n)) for n in range(size)])
-        matcher = Matcher([cassette], match_on=["method", "path", "jsonrpc"])
+        matcher = Matcher([cassette], match_on=["asked", "method", "path", "jsonrpc"])
         return matcher, [cassette.interactions[n].request for n in range(0, size, size // 32)]
 
     small, large = loaded(64), loaded(64 * 80)
     assert _said(large[0], _rpc(1, "tool5000")) == "5000"
-    _finding(*small), _finding(*large)  # each path of the code run once before it is timed
-    assert _finding(*large) < 10 * max(_finding(*small), 1e-4)
+    assert [recorded.json()["params"]["name"] for recorded in asked] == ["tool5000"]
+    assert _most_compared(*small, asked) == _most_compared(*large, asked) == 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -27,11 +28,14 @@ __all__ = [
     "Request",
     "Response",
     "agrees_as_recorded",
+    "holds_redacted",
     "storable_headers",
 ]
 
 #: What a recording holds in place of a secret (see `redaction`); on replay it matches any value.
 REDACTED = "<redacted>"
+# The marker as it is written in a body.
+_MARKER = REDACTED.encode()
 
 
 def agrees_as_recorded(here: Any, recorded: Any) -> bool:
@@ -44,6 +48,29 @@ def agrees_as_recorded(here: Any, recorded: Any) -> bool:
     if isinstance(here, list) and isinstance(recorded, list):
         return len(here) == len(recorded) and all(map(agrees_as_recorded, here, recorded))
     return False
+
+
+def holds_redacted(recorded: Request, comparable: Callable[[Any], Any] | None = None) -> bool:
+    """Whether a recorded request's JSON body, as `comparable` makes it (as it is, without one), is or holds a
+    redacted value (`REDACTED`), which `agrees_as_recorded` finds agrees with any value there. False for a body
+    that is empty or not JSON. The body's text is looked at first: without the marker, as it was recorded or
+    escaped (JSON may spell any character `\\u....`), it holds none, and is neither parsed nor made comparable."""
+    body = recorded.body
+    if _MARKER not in body and b"\\u" not in body:
+        return False
+    value = recorded.json()
+    if value is None:
+        return False
+    return _holds_redacted(value if comparable is None else comparable(value))
+
+
+def _holds_redacted(value: Any) -> bool:
+    """Whether a JSON value is, or holds, a redacted value (`REDACTED`)."""
+    if isinstance(value, dict):
+        return any(map(_holds_redacted, value.values()))
+    if isinstance(value, list):
+        return any(map(_holds_redacted, value))
+    return isinstance(value, str) and value == REDACTED
 
 
 #: Header names and values, in the order they crossed the wire; a name may come more than once.

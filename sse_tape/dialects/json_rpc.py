@@ -8,8 +8,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import _json
-from ..cassette import REDACTED, Request
-from ..cassette.model import agrees_as_recorded
+from ..cassette import Request
+from ..cassette.model import agrees_as_recorded, holds_redacted
 from .events import Error
 
 __all__ = ["INTERNAL_ERROR", "MISSING", "error_response", "matched", "matched_part", "shown", "wild"]
@@ -19,9 +19,6 @@ MISSING: Any = object()
 
 INTERNAL_ERROR = -32603
 """JSON-RPC's code for an internal error."""
-
-# A redacted value as it is written in a body.
-_MARKER = REDACTED.encode()
 
 #: JSON-RPC codes are integers; the SDKs read them as such (a JSON number past 2**53 is not one to every reader).
 _LARGEST = 2**53
@@ -77,20 +74,7 @@ def matched_part(request: Request, comparable: Callable[[Any], Any]) -> Any:
 def wild(recorded: Request, comparable: Callable[[Any], Any]) -> bool:
     """Whether a recorded request's JSON value, as `comparable` makes it, holds a redacted value (`REDACTED`),
     which `matched` finds agrees with any value there."""
-    raw = recorded.body
-    # The marker, in the text as it was recorded or escaped (JSON may spell any character `\u....`).
-    if _MARKER not in raw and b"\\u" not in raw:
-        return False
-    value = recorded.json()
-    return value is not None and _holds_redacted(comparable(value))
-
-
-def _holds_redacted(value: Any) -> bool:
-    if isinstance(value, dict):
-        return any(map(_holds_redacted, value.values()))
-    if isinstance(value, list):
-        return any(map(_holds_redacted, value))
-    return isinstance(value, str) and value == REDACTED
+    return holds_redacted(recorded, comparable)
 
 
 def shown(value: Any) -> str:

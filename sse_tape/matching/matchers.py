@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote
 
 from ..cassette import REDACTED, Request
-from ..cassette.model import agrees_as_recorded
+from ..cassette.model import agrees_as_recorded, holds_redacted
 from ..dialects.protocol import RequestMatcher
 
 __all__ = [
@@ -49,7 +49,6 @@ __all__ = [
 _MISSING: Any = object()
 # The marker as a redacted path segment or form field holds it.
 _QUOTED_MARKER = quote(REDACTED, safe="")
-_MARKER = REDACTED.encode()
 # The values that hold others: JSON's, and the tuples a finder's keys are made of.
 _NESTED = (dict, list, tuple)
 # What a body's digest keeps of the numbers it is made of.
@@ -201,18 +200,7 @@ def _body_wild(recorded: Request) -> bool:
     there = _comparable(recorded)
     if isinstance(there, bytes):
         return _QUOTED_MARKER.encode() in there
-    # The marker, in the text as it was recorded or escaped (JSON may spell any character `\u....`).
-    raw = recorded.body
-    return (_MARKER in raw or b"\\u" in raw) and _holds_redacted(there)
-
-
-def _holds_redacted(value: Any) -> bool:
-    """Whether a JSON value is, or holds, a redacted value (`REDACTED`)."""
-    if isinstance(value, dict):
-        return any(map(_holds_redacted, value.values()))
-    if isinstance(value, list):
-        return any(map(_holds_redacted, value))
-    return isinstance(value, str) and value == REDACTED
+    return holds_redacted(recorded)
 
 
 def digest(value: Any) -> int:
