@@ -16,7 +16,6 @@ import importlib
 import json
 import random
 import sys
-import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -24,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from installed import installed_protocol
 
 from sse_tape import Cassette, Chunk, End, Interaction, Matcher, NoMatchError, Request, Response
-from sse_tape.dialects import DIALECTS, ENTRY_POINTS
+from sse_tape.dialects import DIALECTS
 from sse_tape.matching import finder
 
 CHAT = "/v1/chat/completions"
@@ -293,21 +293,10 @@ class Counting(Protocol):
 @pytest.fixture
 def asked(tmp_path: Path) -> Iterator[list[Request]]:
     """The recordings the `asked` matcher is asked about, in order: the counting protocol installed in a
-    directory on sys.path as pip leaves a package, its module and its dist-info with its entry point."""
-    root = tmp_path / "site"
-    root.mkdir()
-    (root / "counting_matcher.py").write_text(textwrap.dedent(COUNTING))
-    info = root / "counting_matcher-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: counting-matcher\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[{ENTRY_POINTS}]\ncounting = counting_matcher:Counting\n")
-    sys.path.insert(0, str(root))
-    DIALECTS.refresh()
-    try:
+    directory on sys.path as pip leaves a package."""
+    with installed_protocol(tmp_path / "site", "counting_matcher", COUNTING, "counting = counting_matcher:Counting"):
         noted: list[Request] = importlib.import_module("counting_matcher").ASKED
         yield noted
-    finally:
-        sys.path.remove(str(root))
         sys.modules.pop("counting_matcher", None)
         DIALECTS.refresh()
 

@@ -4,19 +4,18 @@ and faulted in its own words, against real sockets on loopback."""
 from __future__ import annotations
 
 import json
-import sys
-import textwrap
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from aiohttp import web
+from installed import installed_protocol
 from upstream import on_loopback
 
 from sse_tape import Cassette, arecording, aserve
 from sse_tape.cassette import Request
-from sse_tape.dialects import DIALECTS, ENTRY_POINTS, Protocol, detect
+from sse_tape.dialects import DIALECTS, Protocol, detect
 from sse_tape.matching import MATCHERS
 from sse_tape.sse import ServerSentEvent, SSEDecoder
 
@@ -69,23 +68,9 @@ def stream_of(topic: str) -> bytes:
 
 @pytest.fixture
 def toy(tmp_path: Path) -> Iterator[Protocol]:
-    """The toy protocol, installed in a directory on sys.path as pip leaves a package: its module and its
-    dist-info with its entry point."""
-    root = tmp_path / "site"
-    root.mkdir()
-    (root / "toy_stream.py").write_text(textwrap.dedent(TOY))
-    info = root / "toy_stream-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-stream\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[{ENTRY_POINTS}]\ntoy-stream = toy_stream:Toy\n")
-    sys.path.insert(0, str(root))
-    DIALECTS.refresh()
-    try:
+    """The toy protocol, installed in a directory on sys.path as pip leaves a package."""
+    with installed_protocol(tmp_path / "site", "toy_stream", TOY, "toy-stream = toy_stream:Toy"):
         yield DIALECTS["toy-stream"]
-    finally:
-        sys.path.remove(str(root))
-        sys.modules.pop("toy_stream", None)
-        DIALECTS.refresh()
 
 
 @pytest.fixture
