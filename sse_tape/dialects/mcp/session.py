@@ -50,10 +50,11 @@ stream kept as another server ends the session brings nothing of it back (the he
 stream left, the next tidy takes, `Sessions._tidy`). A reconnection reads
 the stream it resumes (and the header). Ending a session (`DELETE`, a 404, a
 reset) deletes its header and what it keeps, which it finds among the
-state's keys: one look at the keys, and one deletion of them all. The `GET` streams held open are the process's that holds them
-(`Sessions`): it closes them when the session ends there, and, where the
-state is shared, looks every `LOOK` seconds, in one look at whether their
-sessions are still open, whether a session ended elsewhere (a `DELETE` or a
+state's keys: one look at the keys, and one deletion of them all. The `GET`
+streams held open are the process's that holds them (`Sessions`): it
+closes them when the session ends there, and, where the state is shared,
+looks every `LOOK` seconds, in one look at whether their sessions are still
+open, whether a session ended elsewhere (a `DELETE` or a
 404 through another server, a reset), to close its streams too, once two
 looks in a row found it ended: a reset that keeps what lasts empties the
 state a moment before it writes the sessions back. A look per
