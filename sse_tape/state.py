@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter, OrderedDict, deque
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .cassette import Recording, Request
 from .journal import Miss
 
-__all__ = ["FaultKey", "MemoryStore", "ReplayStore", "State", "recording_id"]
+__all__ = ["FaultKey", "MemoryStore", "ReplayStore", "State", "forget", "recording_id"]
 
 #: What a fault's counts are kept by: a fault set on the server by its place in the server's list (an `int`),
 #: one a request asks for in its header by its text (a `str`).
@@ -76,7 +76,20 @@ class State:
     """How many requests each fault has seen (see `FaultKey`)."""
     kept: Mapping[str, tuple[str, ...]]
     """What the protocols' responders keep, by the key of each (see `ReplayStore.kept`): the keys of what it
-    keeps (the ids of the background responses)."""
+    keeps (the Responses API's background responses by id; MCP's sessions by id, each stream a session kept under
+    `"<session> <event id>"`, and, a moment, a `"<session> <event id>"` claimed before its stream is set)."""
+
+
+def forget(kept: MutableMapping[str, Any], keys: Iterable[str]) -> None:
+    """Delete `keys` from what a responder keeps (`ReplayStore.kept`), those not kept passed over: in one step
+    where the mapping has one (`discard(keys)`: a shared store's, one round trip), else one key at a time (a
+    `MemoryStore`'s plain dict)."""
+    discard = getattr(kept, "discard", None)
+    if discard is not None:
+        discard(keys)
+        return
+    for key in keys:
+        kept.pop(key, None)
 
 
 class ReplayStore(Protocol):
@@ -157,7 +170,9 @@ class ReplayStore(Protocol):
 
         A value read from a shared store may be a copy: a responder that changes one sets it again. Its
         `setdefault` is one step: of servers setting one item at the same moment, one sets it, and the others
-        read it (MCP claims a stream's event ids so)."""
+        read it (MCP claims a stream's event ids so). A shared store's mapping also reads all it keeps in one
+        round trip (`items()`), counts it without listing it (`len`), and deletes many keys in one
+        (`discard(keys)`: see `forget`)."""
         ...
 
     def add_entries(self, entries: Sequence[Mapping[str, Any]]) -> None:

@@ -36,7 +36,7 @@ import functools
 import json
 import pickle
 import time
-from collections.abc import Callable, Iterable, Iterator, KeysView, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, ItemsView, Iterable, Iterator, KeysView, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgpack
@@ -128,6 +128,18 @@ return generation
 """
 
 
+_SETDEFAULT = """
+-- _Kept.setdefault: the value kept under a field, or, where there is none, the one given, kept there (and the hash
+-- named in the set of those responders keep, for a reset), in one step: nothing deletes the field between the two.
+-- Returns false where it kept the one given. KEYS: the hash, that set. ARGV: the field, the value, the hash's key.
+redis.call('SADD', KEYS[2], ARGV[3])
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then
+    return false
+end
+return redis.call('HGET', KEYS[1], ARGV[1])
+"""
+
+
 def _answered(operation: F) -> F:
     """`operation`, raising `StateError` where Redis fails (gone, or too slow to answer)."""
 
@@ -200,6 +212,8 @@ class RedisStore:
         self._bump = self._redis.register_script(_BUMP)
         self._reset = self._redis.register_script(_RESET)
         self._append = self._redis.register_script(_APPEND)
+        self.setdefault_script = self._redis.register_script(_SETDEFAULT)
+        """`_Kept.setdefault`'s script."""
         # When each fault asked for and applied was last counted: the counts kept are of the last `keep`.
         self._asked_order, self._injected_order = prefix + "asked-order", prefix + "injected-order"
         self._taken: int | None = None  # the version of the settings this server has (its own or taken)
@@ -399,10 +413,12 @@ class RedisStore:
 class _Kept(MutableMapping[str, Any]):
     """What a responder keeps, in a Redis hash: each value pickled. A value read is a copy: a responder that
     changes one sets it again. Whether one is kept (`in`, `keys() & items`) is asked without reading it, several
-    are set in one round trip (`update`), and `setdefault` is one step."""
+    are set in one round trip (`update`), all are read in one (`items()`), several deleted in one (`discard`),
+    and `setdefault` is one step."""
 
     def __init__(self, store: RedisStore, index: str, name: str, key: str) -> None:
         self._redis = store.redis
+        self._setdefault = store.setdefault_script
         self.failures, self.shown = store.failures, store.shown
         self._index = index  # the set of the responders' keys that keep anything, for `reset` and `snapshot`
         self._name = name
@@ -413,9 +429,7 @@ class _Kept(MutableMapping[str, Any]):
         found = self._redis.hget(self._name, item)
         if found is None:
             raise KeyError(item)
-        return pickle.loads(
-            found if isinstance(found, bytes) else found.encode()
-        )  # what these servers wrote: see the module on trusting Redis
+        return _unpickled(found)
 
     def __setitem__(self, item: str, value: Any) -> None:
         self._set({item: self._packed(item, value)})
@@ -443,17 +457,29 @@ class _Kept(MutableMapping[str, Any]):
         return {item for item, found in zip(asked, pipe.execute(), strict=True) if found}
 
     def setdefault(self, item: str, default: Any = None) -> Any:
-        """The value kept under `item`; where there is none, `default`, kept there: in one step (`HSETNX`), so
-        that of servers setting one item at the same moment, one sets it and the others read it."""
-        packed = self._packed(item, default)
-        return default if self._claim(item, packed) else self[item]
+        """The value kept under `item`; where there is none, `default`, kept there: in one step (a script), so
+        that of servers setting one item at the same moment, one sets it and the others read it (and none finds
+        it deleted between the two)."""
+        found = self._claim(item, self._packed(item, default))
+        return default if found is None else _unpickled(found)
 
     @_answered
-    def _claim(self, item: str, packed: bytes) -> bool:
-        pipe = self._redis.pipeline(transaction=True)  # the value and its key's name together: a reset takes both
-        pipe.hsetnx(self._name, item, packed)
-        pipe.sadd(self._index, self._key)
-        return bool(pipe.execute()[0])
+    def _claim(self, item: str, packed: bytes) -> bytes | None:
+        # The value and its key's name together: a reset takes both.
+        found: bytes | None = self._setdefault(keys=[self._name, self._index], args=[item, packed, self._key])
+        return found
+
+    @_answered
+    def items(self) -> ItemsView[str, Any]:
+        """What it keeps, each key with its value, read in one round trip (`HGETALL`): a copy."""
+        return {_text(k): _unpickled(v) for k, v in self._redis.hgetall(self._name).items()}.items()
+
+    @_answered
+    def discard(self, items: Iterable[str]) -> None:
+        """Delete `items`, those not kept passed over, in one round trip (`HDEL`; see `state.forget`)."""
+        fields = list(items)
+        if fields:
+            self._redis.hdel(self._name, *fields)
 
     def update(self, other: Any = (), /, **more: Any) -> None:
         """Set several values in one round trip (each pickled, as `__setitem__` does)."""
@@ -520,6 +546,11 @@ def _connect(url: str) -> tuple[redis.Redis, type[Exception]]:
 def _text(value: bytes | str) -> str:
     """A Redis key or member as text (the client answers bytes)."""
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _unpickled(found: bytes | str) -> Any:
+    """A value a responder kept, as it was: what these servers wrote (see the module on trusting Redis)."""
+    return pickle.loads(found if isinstance(found, bytes) else found.encode())
 
 
 def _request(packed: bytes) -> Request:

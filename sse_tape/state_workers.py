@@ -44,20 +44,20 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import replace
 from typing import Any, Final
 
 from ._exceptions import StateError
 from .cassette import Request
 from .journal import Miss
-from .state import FaultKey, MemoryStore, State
+from .state import FaultKey, MemoryStore, State, forget
 
 __all__ = ["WorkersStore"]
 
 _ASKS: Final = frozenset(
     {"turn_place", "next_turn", "plays", "claim", "count", "share_settings", "settings", "entries", "snapshot", "reset"}
-    | {"kept_get", "kept_pop", "kept_keys", "kept_setdefault"}
+    | {"kept_get", "kept_pop", "kept_keys", "kept_setdefault", "kept_items", "kept_len", "kept_discard"}
 )
 _TELLS: Final = frozenset(
     {"add_received", "played", "restart_counts", "note_injected", "add_miss", "add_entries", "kept_set"}
@@ -238,7 +238,8 @@ class WorkersStore:
 
 class _Kept(MutableMapping[str, Any]):
     """What a responder keeps, held by the parent under `key`, asked and told as its store asks and tells: a
-    value read is a copy, and a responder that changes one sets it again."""
+    value read is a copy, and a responder that changes one sets it again. All it keeps is read in one question
+    (`items()`), counted in one (`len`), and several deleted in one (`discard`)."""
 
     def __init__(self, ask: Callable[..., Any], keep: Callable[[str, str, Any], None], key: str) -> None:
         self._ask = ask
@@ -267,7 +268,15 @@ class _Kept(MutableMapping[str, Any]):
         return iter(self._ask("kept_keys", self._key))
 
     def __len__(self) -> int:
-        return len(self._ask("kept_keys", self._key))
+        return int(self._ask("kept_len", self._key))
+
+    def items(self) -> ItemsView[str, Any]:
+        """What it keeps, each key with its value, in one question to the parent: a copy."""
+        return dict(self._ask("kept_items", self._key)).items()
+
+    def discard(self, items: Iterable[str]) -> None:
+        """Delete `items`, those not kept passed over, in one question to the parent (see `state.forget`)."""
+        self._ask("kept_discard", self._key, list(items))
 
 
 class _Counted:
@@ -511,6 +520,15 @@ class _Held:
 
     def kept_keys(self, key: str) -> list[str]:
         return list(self.store.kept(key))
+
+    def kept_items(self, key: str) -> list[tuple[str, Any]]:
+        return list(self.store.kept(key).items())
+
+    def kept_len(self, key: str) -> int:
+        return len(self.store.kept(key))
+
+    def kept_discard(self, key: str, items: list[str]) -> None:
+        forget(self.store.kept(key), items)
 
 
 _GONE: Final = object()

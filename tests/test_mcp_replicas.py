@@ -229,6 +229,12 @@ def opened_in(client: httpx.Client, cassette: Path) -> dict[str, str]:
     return headers
 
 
+def calls(redis: Any, command: str) -> int:
+    """How many times Redis has run `command` since it started (`INFO commandstats`)."""
+    found: dict[str, Any] = redis.info("commandstats").get(f"cmdstat_{command}", {})
+    return int(found.get("calls", 0))
+
+
 def add(id: int) -> dict[str, Any]:
     return {
         "jsonrpc": "2.0",
@@ -435,7 +441,7 @@ def test_a_stream_kept_as_another_replica_ends_the_session_does_not_bring_it_bac
 
 @pytest.mark.parametrize(
     ("held", "renamed"),
-    [(b"HSET", 1), (b"HSETNX", 0)],
+    [(b"HSET", 1), (b"EVALSHA", 0)],  # (the claim is a script)
     ids=["held-as-it-keeps-its-stream", "held-as-it-claims-its-ids"],
 )
 def test_one_recording_answered_in_one_session_at_once_by_two_replicas_gives_each_stream_ids_of_its_own(
@@ -521,3 +527,64 @@ def test_forked_workers_setting_one_item_at_once_leave_it_to_one_of_them() -> No
     kept = store.kept("mcp:0")
     assert all(kept[item] == f"worker {n}" for n in range(2) for item in won[n])
     assert failures == []
+
+
+def test_a_session_that_ends_deletes_what_it_kept_in_one_command_however_many_streams(
+    redis_url: str, recorded: tuple[Path, dict[str, Any]]
+) -> None:
+    cassette, _ = recorded
+    with threaded_replicas(redis_url, cassette) as (_, first, second):
+        headers = opened_in(first, cassette)
+        for n in range(10):  # ten streams kept, each of six events with ids
+            assert first.post("/mcp", json=count(60 + n), headers=headers).status_code == 200
+        redis = RedisStore(redis_url).redis
+        [name] = redis.keys("sse-tape:kept:mcp*")
+        assert redis.hlen(name) > 60
+        deletions = calls(redis, "hdel")
+        assert second.delete("/mcp", headers=headers).status_code == 200
+        assert calls(redis, "hdel") == deletions + 1  # the session and all it kept, in one
+        assert redis.hlen(name) == 0
+        redis.close()
+        assert first.post("/mcp", json=LISTED, headers=headers).status_code == 404
+
+
+def test_a_reset_that_keeps_the_sessions_reads_them_in_one_command_however_many_streams(
+    redis_url: str, recorded: tuple[Path, dict[str, Any]]
+) -> None:
+    cassette, _ = recorded
+    RedisStore(redis_url).redis.flushdb()
+    with (
+        run_in_thread(MockServer([Cassette.load(cassette)], state=RedisStore(redis_url))) as server,
+        httpx.Client(base_url=server.url, headers=HEADERS, timeout=30) as client,
+    ):
+        headers = opened_in(client, cassette)
+        answers = [client.post("/mcp", json=count(70 + n), headers=headers) for n in range(10)]
+        redis = RedisStore(redis_url).redis
+        reads = calls(redis, "hget"), calls(redis, "hgetall")
+        server.control.reset(protocols=False)
+        assert (calls(redis, "hget"), calls(redis, "hgetall")) == (reads[0], reads[1] + 1)
+        redis.close()
+        for answer in answers:  # each stream kept through it
+            resumed = client.get("/mcp", headers={**headers, "last-event-id": events(answer.content)[1].id})
+            assert [e.data for e in events(resumed.content)] == [e.data for e in events(answer.content)[2:]]
+
+
+def test_an_item_found_kept_as_a_replica_sets_it_is_read_in_the_same_step_though_another_deletes_it_at_once(
+    redis_url: str,
+) -> None:
+    # As a replica claims a stream's first event id (`setdefault`) that another claimed, and another server ends
+    # the session: the claim reads what it found, never a KeyError. Were the read a step of its own (`HGET`), the
+    # proxy would hold it until the item is gone.
+    RedisStore(redis_url).redis.flushdb()
+    between = Between(redis_url)
+    with contextlib.closing(between), concurrent.futures.ThreadPoolExecutor(1) as pool:
+        mine, other = RedisStore(between.url).kept("mcp:0"), RedisStore(redis_url).kept("mcp:0")
+        other["s 1"] = "the other's"
+        between.hold(b"HGET")
+        claimed = pool.submit(mine.setdefault, "s 1", "mine")
+        until(lambda: between.holding.is_set() or claimed.done(), "the claim, or a read after it")
+        del other["s 1"]
+        between.release()
+        assert claimed.result(30) == "the other's"
+        assert mine.setdefault("s 1", "mine") == "mine"  # none kept: the one given, kept
+        assert other["s 1"] == "mine"

@@ -25,6 +25,7 @@ from redis_server import redis_server
 from waits import SAFETY_NET, until
 
 from sse_tape import Cassette, Chunk, Interaction, Request, Response, StateError
+from sse_tape.state import forget
 from sse_tape.state_workers import WorkersStore
 
 ROOT = Path(__file__).parent.parent
@@ -248,6 +249,29 @@ def test_forked_workers_take_turns_as_one_asking_their_parent_once_where_a_group
     assert sorted(got[0] + got[1]) == list(range(2 * each))  # one turn order: none taken twice
     store.reset()
     assert (store.next_turn("r1 r2 r3"), store.next_turn("another")) == (0, 0)
+
+
+def test_a_worker_reads_counts_and_deletes_many_of_what_a_responder_keeps_in_one_question_each() -> None:
+    # As a reset that keeps MCP's sessions reads them all, an `initialize` counts the sessions, and a session
+    # that ends deletes its streams: one question each, however many are kept.
+    store, kept_here = WorkersStore(1), {f"session {n}": {"n": n} for n in range(200)}
+    with tempfile.TemporaryDirectory() as found:
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(int(SAFETY_NET))
+            store.in_worker(0)
+            kept = store.kept("mcp:0")
+            for item, value in kept_here.items():
+                kept[item] = value  # told, not asked
+            before = store.asked
+            counted, read = len(kept), dict(kept.items())
+            forget(kept, [*list(kept_here)[:150], "never kept"])
+            Path(found, "0").write_text(repr((counted, read == kept_here, len(kept))))
+            os._exit(store.asked - before)
+        store.hold(print)
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 4  # len, items, the deletion, len
+        assert Path(found, "0").read_text() == repr((200, True, 50))
+    assert dict(store.kept("mcp:0").items()) == dict(list(kept_here.items())[150:])
 
 
 def test_what_a_worker_cannot_pickle_is_the_stores_failure() -> None:

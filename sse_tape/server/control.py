@@ -78,8 +78,9 @@ class Snapshot:
     recording: int
     """Streams the server's recorder has yet to record to their end (0 for a server that does not record)."""
     kept: Mapping[str, tuple[str, ...]]
-    """What the protocols' responders keep, by the key of each: the keys of what it keeps (the ids of the
-    Responses API's background responses)."""
+    """What the protocols' responders keep, by the key of each: the keys of what it keeps (the Responses API's
+    background responses by id; MCP's sessions by id, each stream a session kept under `"<session> <event id>"`,
+    and, a moment, a `"<session> <event id>"` claimed before its stream is set)."""
 
 
 class Control:
@@ -250,7 +251,7 @@ class Control:
             if protocols or not responder.lasting:
                 responder.forget(state.kept(key))
             else:
-                kept[key] = dict(state.kept(key))
+                kept[key] = dict(state.kept(key).items())  # in one read where the state is shared
         state.reset()
         for key, values in kept.items():
             state.kept(key).update(values)

@@ -50,10 +50,11 @@ stream kept as another server ends the session brings nothing of it back (the he
 stream left, the next tidy takes, `Sessions._tidy`). A reconnection reads
 the stream it resumes (and the header). Ending a session (`DELETE`, a 404, a
 reset) deletes its header and what it keeps, which it finds among the
-state's keys. The `GET` streams held open are the process's that holds them
-(`Sessions`): it closes them when the session ends there, and, where the
-state is shared, looks every `LOOK` seconds, in one look at whether their
-sessions are still open, whether a session ended elsewhere (a `DELETE` or a
+state's keys: one look at the keys, and one deletion of them all. The `GET`
+streams held open are the process's that holds them (`Sessions`): it
+closes them when the session ends there, and, where the state is shared,
+looks every `LOOK` seconds, in one look at whether their sessions are still
+open, whether a session ended elsewhere (a `DELETE` or a
 404 through another server, a reset), to close its streams too, once two
 looks in a row found it ended: a reset that keeps what lasts empties the
 state a moment before it writes the sessions back. A look per
@@ -72,7 +73,6 @@ work in flight (`MCP.holds`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import uuid
 import weakref
@@ -84,6 +84,7 @@ from ... import _json
 from ..._exceptions import StateError
 from ...cassette import End, Request
 from ...plan import Plan
+from ...state import forget
 from ..json_rpc import MISSING
 from ..protocol import Incoming, Kept, Protocol, ProtocolResponder
 from .jsonrpc import client_ids, event_ids, rewritten
@@ -280,13 +281,9 @@ class Sessions(ProtocolResponder):
         """End `session`: gone from the state with what it keeps (unless another server sharing it ended it
         already), and its `GET` streams held open here closed. `keys`: what it keeps, where the caller listed
         them (else they are looked for among all the state's keys)."""
-        with contextlib.suppress(KeyError):
-            del state[session]
         if keys is None:
             keys = [key for key in state if key.startswith(session + _IN)]
-        for key in keys:
-            with contextlib.suppress(KeyError):
-                del state[key]
+        forget(state, [session, *keys])  # in one step where the state is shared
         self._end(session)
 
     def _tidy(self, state: MutableMapping[str, Any], room: int) -> None:
@@ -308,9 +305,7 @@ class Sessions(ProtocolResponder):
             self._forget(state, session, kept.pop(session))
         for session_keys in kept.values():
             gone.extend(session_keys[: max(len(session_keys) - MOST_EVENT_IDS, 0)])
-        for key in gone:
-            with contextlib.suppress(KeyError):
-                del state[key]
+        forget(state, gone)
 
     def _end(self, session: str) -> None:
         """Close the `GET` streams this process holds open for `session` (their connections close), but the one
