@@ -1,17 +1,34 @@
 """sse-tape in a process of its own, for the tests that need one: a limit set on it, a signal sent to it, a
-recording proxy in front of an upstream (`recording_proxy`); the descriptors for a thousand clients of it; and
-any process a test started, stopped (`stop`)."""
+recording proxy in front of an upstream (`recording_proxy`); the descriptors for a thousand clients of it; a
+child forked to run a part of a test (`fork`); and any process a test started, stopped (`stop`)."""
 
 from __future__ import annotations
 
+import os
 import resource
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+import traceback
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+
+def fork(child: Callable[[], int]) -> int:
+    """Fork a child that runs `child` and exits with the status it returns (70, its traceback on stderr, when it
+    raises): whatever happens in it, it never goes on as a second pytest. The child's pid."""
+    pid = os.fork()
+    if pid == 0:
+        status = 70
+        try:
+            status = child()
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(status)
+    return pid
 
 
 def start(args: list[str], *, setup: str = "") -> tuple[subprocess.Popen[str], str]:

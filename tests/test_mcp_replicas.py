@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import itertools
 import os
 import socket
@@ -508,17 +509,17 @@ def test_a_reset_that_keeps_the_sessions_through_one_replica_leaves_the_others_g
 def test_forked_workers_setting_one_item_at_once_leave_it_to_one_of_them() -> None:
     # As two workers claim the same stream's event ids (`setdefault`): each item is the one worker's that set it,
     # the other reads that worker's.
-    store, items, pids = WorkersStore(2), [f"session {n}" for n in range(500)], []
+    store, items = WorkersStore(2), [f"session {n}" for n in range(500)]
+
+    def worker(claimed: str, n: int) -> int:  # sets each item, and writes down those it set
+        store.in_worker(n)
+        kept = store.kept("mcp:0")
+        won = [item for item in items if kept.setdefault(item, f"worker {n}") == f"worker {n}"]
+        Path(claimed, str(n)).write_text("\n".join(won))
+        return 0
+
     with tempfile.TemporaryDirectory() as claimed:
-        for n in range(2):
-            pid = os.fork()
-            if pid == 0:  # a worker: sets each item, and writes down those it set
-                store.in_worker(n)
-                kept = store.kept("mcp:0")
-                won = [item for item in items if kept.setdefault(item, f"worker {n}") == f"worker {n}"]
-                Path(claimed, str(n)).write_text("\n".join(won))
-                os._exit(0)
-            pids.append(pid)
+        pids = [processes.fork(functools.partial(worker, claimed, n)) for n in range(2)]
         failures: list[str] = []
         store.hold(failures.append)
         assert [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids] == [0, 0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import signal
@@ -141,20 +142,20 @@ def test_a_fault_asked_for_in_a_header_has_one_budget_across_workers(tmp_path: P
 
 def test_forked_workers_claim_each_recording_once_from_the_store_their_parent_holds() -> None:
     # With `allow_repeats` off (Python and pytest), a claim is one step across the workers: none plays twice.
-    store, ids, pids = WorkersStore(2), [f"r{n}" for n in range(1000)], []
+    store, ids = WorkersStore(2), [f"r{n}" for n in range(1000)]
     claimed = tempfile.TemporaryDirectory()
+
+    def worker(n: int) -> int:  # claims until nothing is left, and writes what it got
+        store.in_worker(n)
+        store.played("told")  # sent without waiting for an answer
+        got = []
+        while (one := store.claim(ids)) is not None:
+            got.append(one)
+        Path(claimed.name, str(n)).write_text(" ".join(got))
+        return 0
+
     with claimed:
-        for n in range(2):
-            pid = os.fork()
-            if pid == 0:  # a worker: claims until nothing is left, and writes what it got
-                store.in_worker(n)
-                store.played("told")  # sent without waiting for an answer
-                got = []
-                while (one := store.claim(ids)) is not None:
-                    got.append(one)
-                Path(claimed.name, str(n)).write_text(" ".join(got))
-                os._exit(0)
-            pids.append(pid)
+        pids = [processes.fork(functools.partial(worker, n)) for n in range(2)]
         failures: list[str] = []
         store.hold(failures.append)
         assert [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids] == [0, 0]
@@ -168,28 +169,28 @@ def test_forked_workers_claim_each_recording_once_from_the_store_their_parent_ho
 def test_what_one_worker_told_its_parent_is_found_by_the_next_worker_a_client_turns_to() -> None:
     # A worker tells its parent what it keeps (an MCP session, a background response) without waiting, behind
     # the bodies of the requests it received; the client then turns to the other worker, which asks for it.
-    store, rounds, pids = WorkersStore(2), 50, []
+    store, rounds = WorkersStore(2), 50
     told_read, told_write = os.pipe()  # the first worker's answer reached the client
     asked_read, asked_write = os.pipe()  # the other's did
-    for n in range(2):
-        pid = os.fork()
-        if pid == 0:
-            store.in_worker(n)
-            missing = 0
-            for i in range(rounds):
-                if n == 0:
-                    store.next_request()
-                    for _ in range(20):
-                        store.add_received(Request("POST", "/v1/responses", body=b"x" * 50_000))
-                    store.kept("responses")[f"resp_{i}"] = i
-                    os.write(told_write, b".")
-                    os.read(asked_read, 1)
-                else:
-                    os.read(told_read, 1)
-                    missing += f"resp_{i}" not in store.kept("responses")
-                    os.write(asked_write, b".")
-            os._exit(min(missing, 100))
-        pids.append(pid)
+
+    def worker(n: int) -> int:
+        store.in_worker(n)
+        missing = 0
+        for i in range(rounds):
+            if n == 0:
+                store.next_request()
+                for _ in range(20):
+                    store.add_received(Request("POST", "/v1/responses", body=b"x" * 50_000))
+                store.kept("responses")[f"resp_{i}"] = i
+                os.write(told_write, b".")
+                os.read(asked_read, 1)
+            else:
+                os.read(told_read, 1)
+                missing += f"resp_{i}" not in store.kept("responses")
+                os.write(asked_write, b".")
+        return min(missing, 100)
+
+    pids = [processes.fork(functools.partial(worker, n)) for n in range(2)]
     store.hold(print)
     assert [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids] == [0, 0]  # none missing
     for end in (told_read, told_write, asked_read, asked_write):
@@ -199,18 +200,18 @@ def test_what_one_worker_told_its_parent_is_found_by_the_next_worker_a_client_tu
 def test_forked_workers_number_their_requests_and_count_a_faults_as_one_without_waiting_for_their_parent() -> None:
     # A request's number and the count of a fault set on the server (for `times=` and `p=`) are no question to
     # the parent: the workers count while it answers nothing yet.
-    store, each, pids = WorkersStore(2), 500, []
+    store, each = WorkersStore(2), 500
     numbered = tempfile.TemporaryDirectory()
+
+    def worker(n: int) -> int:
+        signal.alarm(int(SAFETY_NET))  # a worker left waiting for an answer ends, and the test fails
+        store.in_worker(n)
+        got = [(store.next_request(), store.count(0)) for _ in range(each)]
+        Path(numbered.name, str(n)).write_text(" ".join(f"{number},{seen}" for number, seen in got))
+        return store.asked  # 0: no question to the parent
+
     with numbered:
-        for n in range(2):
-            pid = os.fork()
-            if pid == 0:
-                signal.alarm(int(SAFETY_NET))  # a worker left waiting for an answer ends, and the test fails
-                store.in_worker(n)
-                got = [(store.next_request(), store.count(0)) for _ in range(each)]
-                Path(numbered.name, str(n)).write_text(" ".join(f"{number},{seen}" for number, seen in got))
-                os._exit(store.asked)  # 0: no question to the parent
-            pids.append(pid)
+        pids = [processes.fork(functools.partial(worker, n)) for n in range(2)]
         statuses = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
         store.hold(print)  # only now
         assert statuses == [0, 0]
@@ -232,17 +233,17 @@ def test_forked_workers_number_their_requests_and_count_a_faults_as_one_without_
 
 
 def test_forked_workers_take_turns_as_one_asking_their_parent_once_where_a_groups_turns_are() -> None:
-    store, each, pids = WorkersStore(2), 300, []
+    store, each = WorkersStore(2), 300
     turns = tempfile.TemporaryDirectory()
+
+    def worker(n: int) -> int:
+        store.in_worker(n)
+        got = [store.next_turn("r1 r2 r3") for _ in range(each)]
+        Path(turns.name, str(n)).write_text(" ".join(map(str, got)))
+        return store.asked  # 1: where the group's turns are, once
+
     with turns:
-        for n in range(2):
-            pid = os.fork()
-            if pid == 0:
-                store.in_worker(n)
-                got = [store.next_turn("r1 r2 r3") for _ in range(each)]
-                Path(turns.name, str(n)).write_text(" ".join(map(str, got)))
-                os._exit(store.asked)  # 1: where the group's turns are, once
-            pids.append(pid)
+        pids = [processes.fork(functools.partial(worker, n)) for n in range(2)]
         store.hold(print)
         assert [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids] == [1, 1]
         got = [[int(turn) for turn in Path(turns.name, str(n)).read_text().split()] for n in range(2)]
@@ -255,19 +256,21 @@ def test_a_worker_reads_counts_and_deletes_many_of_what_a_responder_keeps_in_one
     # As a reset that keeps MCP's sessions reads them all, an `initialize` counts the sessions, and a session
     # that ends deletes its streams: one question each, however many are kept.
     store, kept_here = WorkersStore(1), {f"session {n}": {"n": n} for n in range(200)}
+
+    def worker(found: str) -> int:
+        signal.alarm(int(SAFETY_NET))
+        store.in_worker(0)
+        kept = store.kept("mcp:0")
+        for item, value in kept_here.items():
+            kept[item] = value  # told, not asked
+        before = store.asked
+        counted, read = len(kept), dict(kept.items())
+        forget(kept, [*list(kept_here)[:150], "never kept"])
+        Path(found, "0").write_text(repr((counted, read == kept_here, len(kept))))
+        return store.asked - before
+
     with tempfile.TemporaryDirectory() as found:
-        pid = os.fork()
-        if pid == 0:
-            signal.alarm(int(SAFETY_NET))
-            store.in_worker(0)
-            kept = store.kept("mcp:0")
-            for item, value in kept_here.items():
-                kept[item] = value  # told, not asked
-            before = store.asked
-            counted, read = len(kept), dict(kept.items())
-            forget(kept, [*list(kept_here)[:150], "never kept"])
-            Path(found, "0").write_text(repr((counted, read == kept_here, len(kept))))
-            os._exit(store.asked - before)
+        pid = processes.fork(functools.partial(worker, found))
         store.hold(print)
         assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 4  # len, items, the deletion, len
         assert Path(found, "0").read_text() == repr((200, True, 50))
