@@ -37,6 +37,7 @@ from .matchers import KEYS, WILD, digest
 __all__ = ["FEW", "Hits", "Index", "Split"]
 
 R = TypeVar("R", bound=Hashable)
+K = TypeVar("K", bound=Hashable)
 
 FEW = 32
 """A group of at most this many recordings is compared whole, unkeyed."""
@@ -62,14 +63,7 @@ class _Splitting:
         numbers = (slot,) if isinstance(slot, int) else slot
         for n in numbers[self.held :]:
             outer, inner = key_of(n)
-            under = self.split.setdefault(outer, {})
-            found = under.get(inner)
-            if found is None:
-                under[inner] = n
-            elif isinstance(found, int):
-                under[inner] = [found, n]
-            else:
-                found.append(n)
+            _put(self.split.setdefault(outer, {}), inner, n)
         self.held = len(numbers)
         return self.split
 
@@ -152,14 +146,7 @@ class Index(Generic[R]):
             if len(group.few) > FEW:
                 group.few = None
                 group.splits.pop(_WHOLE, None)
-        key = _key(group.keys, recorded)
-        slot = group.slots.get(key)
-        if slot is None:
-            group.slots[key] = number
-        elif isinstance(slot, int):
-            group.slots[key] = [slot, number]
-        else:
-            slot.append(number)
+        _put(group.slots, _key(group.keys, recorded), number)
 
     def hits(self, compared: Callable[[R], Request]) -> Hits[R]:
         """The recordings a request may agree with: `compared` gives the request as a rule compares it."""
@@ -173,6 +160,18 @@ class Index(Generic[R]):
             if slot is not None:
                 found.append((group, key, slot))
         return Hits(found)
+
+
+def _put(slots: dict[K, int | list[int]], key: K, number: int) -> None:
+    """Put recording `number` under `key` in `slots`: alone as its number, more as a list in the order they were
+    added (see `_Group.slots`)."""
+    slot = slots.get(key)
+    if slot is None:
+        slots[key] = number
+    elif isinstance(slot, int):
+        slots[key] = [slot, number]
+    else:
+        slot.append(number)
 
 
 def _keying(matcher: RequestMatcher) -> tuple[Callable[[Request], Hashable], Callable[[Request], bool]] | None:
