@@ -9,10 +9,10 @@ from typing import Any
 
 from .. import _json
 from ..cassette import Request
-from ..cassette.model import agrees_as_recorded, holds_redacted
+from ..cassette.model import agrees_as_recorded
 from .events import Error
 
-__all__ = ["INTERNAL_ERROR", "MISSING", "error_response", "matched", "matched_part", "shown", "wild"]
+__all__ = ["INTERNAL_ERROR", "MISSING", "error_response", "matched", "matched_part", "shown"]
 
 MISSING: Any = object()
 """What a member a message does not carry is looked up as, to tell it from a `null` one."""
@@ -66,15 +66,9 @@ def matched(
 def matched_part(request: Request, comparable: Callable[[Any], Any]) -> Any:
     """What `matched` compares of a request, as data: its JSON value once `comparable` has made it as it is
     compared, or its bytes where it has none (a body that is not JSON, or is `null`). Two requests it finds agree
-    have equal parts, unless the recorded one is `wild`."""
+    have equal parts, unless the recorded one holds a redacted value (`cassette.model.holds_redacted`)."""
     value = request.json()
     return request.body if value is None else comparable(value)
-
-
-def wild(recorded: Request, comparable: Callable[[Any], Any]) -> bool:
-    """Whether a recorded request's JSON value, as `comparable` makes it, holds a redacted value (`REDACTED`),
-    which `matched` finds agrees with any value there."""
-    return holds_redacted(recorded, comparable)
 
 
 def shown(value: Any) -> str:

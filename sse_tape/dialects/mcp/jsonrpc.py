@@ -35,7 +35,7 @@ from typing import Any
 
 from ... import _json
 from ...cassette import Request
-from ...cassette.model import agrees_as_recorded
+from ...cassette.model import agrees_as_recorded, holds_redacted
 from ...plan import Plan, data_swapped
 from .. import json_rpc
 from ..json_rpc import MISSING, shown
@@ -88,7 +88,7 @@ def _jsonrpc(request: Request, recorded: Request) -> str | None:
 jsonrpc = KeyedMatcher(
     _jsonrpc,
     part=lambda request: json_rpc.matched_part(request, comparable),
-    wild=lambda recorded: json_rpc.wild(recorded, comparable),
+    wild=lambda recorded: holds_redacted(recorded, comparable),
 )
 """MCP's matcher: the body as JSON-RPC, method and params compared as data, never the client's `id`, its
 `progressToken` nor a trace context; a body that is not JSON-RPC compared whole, as the `body` matcher does.
