@@ -311,27 +311,12 @@ class _Counted:
     def count_placed(self, place: int) -> int:
         """How many requests the server's fault at `place` (below `_PLACES`) has seen before this one, counting
         this one."""
-        values = self._values
-        self._acquire()
-        try:
-            seen = values[_HEAD + place]
-            values[_HEAD + place] = seen + 1
-            return seen
-        finally:
-            self._lock.release()
+        return self._taken(_HEAD + place)
 
     def next_turn(self, place: int) -> int:
         """How many requests the group of equal recordings at `place` (below `_TURNS`) has answered before this
         one, counting this one."""
-        values = self._values
-        at = _HEAD + _PLACES + place
-        self._acquire()
-        try:
-            turn = values[at]
-            values[at] = turn + 1
-            return turn
-        finally:
-            self._lock.release()
+        return self._taken(_HEAD + _PLACES + place)
 
     def placed(self) -> dict[FaultKey, int]:
         """The counts of the server's faults, by place, of those counted."""
@@ -358,10 +343,16 @@ class _Counted:
 
     def new_version(self) -> int:
         """Note that the faults and seed were set again: their new version (only the parent sets them)."""
+        return self._taken(1) + 1
+
+    def _taken(self, at: int) -> int:
+        """The value at `at`, counted one more in the same step."""
+        values = self._values
         self._acquire()
         try:
-            version = self._values[1] = self._values[1] + 1
-            return version
+            value = values[at]
+            values[at] = value + 1
+            return value
         finally:
             self._lock.release()
 
