@@ -228,7 +228,7 @@ async def answer_live(
                     exchange.ends_later = True
 
                     def ended(_: object) -> None:
-                        exchange.end = capture.end
+                        exchange.progress.end = capture.end
                         host.ended(exchange)
 
                     task.add_done_callback(ended)

@@ -16,14 +16,14 @@ from __future__ import annotations
 import asyncio
 import bisect
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from aiohttp import web
 
 from . import dialects
-from .cassette import End, Request
+from .cassette import Request
 from .dialects.protocol import Kept
 from .faults import Fault, Injector, Stage, apply
 from .journal import FaultInjected, Journal
@@ -38,6 +38,7 @@ from .wire import Live, Progress
 __all__ = [
     "IN_PLACE",
     "NOTED_FAULTS",
+    "Answered",
     "Attached",
     "Exchange",
     "Host",
@@ -48,6 +49,12 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+
+Answered = web.StreamResponse | Awaitable[web.StreamResponse] | None
+"""What a responder answers with: the response it sent; the send its answer ends with, not yet awaited
+(`Host.send(...)`), which the server awaits for it; or None, to leave the request to the next responder. A
+responder with nothing to do once its answer is sent hands the server the send, and holds no memory of its own
+while a long stream plays."""
 
 #: A request body of at most this many bytes is parsed, and walked, on the event loop; a larger one in a thread.
 IN_PLACE = 64 * 1024
@@ -77,8 +84,8 @@ class Exchange:
     miss: str | None = None
     """Why replay did not answer: the closest recordings and how each differs."""
     status: int = 0
-    end: End = End.COMPLETE
     progress: Progress = field(default_factory=Progress)
+    """How far its answer got, and how it ended."""
     event_ends: Sequence[int] = ()
     """Where each event of the body sent ends, to count the events that went out."""
     keep: Callable[[Plan], Kept | None] | None = None
@@ -148,7 +155,7 @@ class Host(Protocol):
         """A query string as the journal shows it: its secrets redacted."""
         ...
 
-    async def send(
+    def send(
         self,
         exchange: Exchange,
         plan: Plan,
@@ -156,10 +163,11 @@ class Host(Protocol):
         *,
         live: Live | None = None,
         cors: bool = True,
-    ) -> web.StreamResponse:
-        """Write the exchange's answer: a plan (`writes`: what `coalesced(plan)` gave, for a plan sent
-        unchanged again and again), or with `live` a body still being made (see `wire.send`); with `cors`, the
-        headers any page's fetch needs to read it, else only those for the pages the user named."""
+    ) -> Awaitable[web.StreamResponse]:
+        """Write the exchange's answer, once awaited: a plan (`writes`: what `coalesced(plan)` gave, for a plan
+        sent unchanged again and again), or with `live` a body still being made (see `wire.send`); with `cors`,
+        the headers any page's fetch needs to read it, else only those for the pages the user named. A responder
+        may return it unawaited (see `Answered`)."""
         ...
 
     def ended(self, exchange: Exchange) -> None:
@@ -179,8 +187,9 @@ class Responder(Protocol):
         """Called once the server's event loop runs, before the first request."""
         ...
 
-    async def respond(self, exchange: Exchange) -> web.StreamResponse | None:
-        """Answer the request (streaming as it likes), or return None to leave it to the next responder."""
+    async def respond(self, exchange: Exchange) -> Answered:
+        """Answer the request (streaming as it likes), or return None to leave it to the next responder (see
+        `Answered`)."""
         ...
 
     async def close(self) -> None:

@@ -68,9 +68,11 @@ def drop_connection(http: web.BaseRequest, *, reset: bool) -> None:
 
 @dataclass(slots=True)
 class Progress:
-    """How far a response got: its bytes written so far."""
+    """How far a response got: its bytes written so far, and how it ended."""
 
     bytes: int = 0
+    end: End = End.COMPLETE
+    """How the response ended (once it has): as planned, or cut off by the client, the server or a fault."""
 
 
 @dataclass(slots=True)
@@ -103,15 +105,15 @@ def send(
     started: float,
     writes: list[Write] | None = None,
     live: Live | None = None,
-) -> Coroutine[None, None, tuple[web.StreamResponse, End]]:
+) -> Coroutine[None, None, web.StreamResponse]:
     """Send a response, the one way every response goes to the wire: the plan's status and headers (plus
     `headers`), when `plan.headers_at` says; then the body: the plan's writes, each at its offset from the
     request's arrival at `started` (on the loop's clock), or, with `live`, a body still being made, each
     piece when it comes (and its faults say); then the end the plan, the faults or the source ask for.
     `writes` is what `coalesced(plan)` gave, for a plan sent again and again unchanged.
 
-    Returns the response and how it ended, or `End.CLIENT_GONE` when the client hung up between writes.
-    A client that hangs up during a wait cancels the handler, and the cancellation propagates.
+    Returns the response; `progress` counts its bytes as they go and, once it is over, says how it ended
+    (`End.CLIENT_GONE` when the client hung up between writes). A client that hangs up during a wait cancels the handler, and the cancellation propagates.
     """
     # The coroutine that sends it, as it is: one more waiting a whole stream would hold memory for nothing.
     if live is None:
@@ -127,7 +129,7 @@ async def _send_live(
     *,
     started: float,
     live: Live,
-) -> tuple[web.StreamResponse, End]:
+) -> web.StreamResponse:
     """Send a body still being made (see `send`)."""
     if plan.hang:
         await asyncio.Event().wait()  # until the client goes or the server stops
@@ -149,12 +151,14 @@ async def _send_live(
                 await out.write_eof()
             else:  # the source broke off or went silent: so does the answer
                 drop_connection(http, reset=end is End.UPSTREAM_RESET)
-            return out, end
+            progress.end = end
+            return out
         await _stream_live(out, live, started=started, progress=progress)
         live.finished()
-        return out, await _end_live(http, out, live, started=started, progress=progress)
+        progress.end = await _end_live(http, out, live, started=started, progress=progress)
     except (ConnectionResetError, ConnectionAbortedError):
-        return out, End.CLIENT_GONE
+        progress.end = End.CLIENT_GONE
+    return out
 
 
 async def _send_plan(
@@ -165,7 +169,7 @@ async def _send_plan(
     *,
     started: float,
     writes: list[Write] | None = None,
-) -> tuple[web.StreamResponse, End]:
+) -> web.StreamResponse:
     """Send a plan known whole in advance (see `send`)."""
     if plan.hang:
         await asyncio.Event().wait()  # until the client goes or the server stops
@@ -215,7 +219,8 @@ async def _send_plan(
                     await out.prepare(http)
                 await out.write_eof(pending[1])  # the last write and the body's end, in one
                 progress.bytes += len(pending[1])
-                return out, plan.end
+                progress.end = plan.end
+                return out
             await _write(http, out, pending[1], progress)
         if plan.unframed is not None:
             at, data = plan.unframed
@@ -226,7 +231,8 @@ async def _send_plan(
                 http.transport.write(data)  # under the chunked framing aiohttp puts around each write
                 progress.bytes += len(data)
             drop_connection(http, reset=False)
-            return out, plan.end
+            progress.end = plan.end
+            return out
         await sleep_until(started + plan.end_at)
         if not out.prepared:
             await out.prepare(http)
@@ -236,8 +242,10 @@ async def _send_plan(
             # The recorded response never ended properly, or a fault says so: neither does this one.
             drop_connection(http, reset=plan.end is End.UPSTREAM_RESET)
     except (ConnectionResetError, ConnectionAbortedError):
-        return out, End.CLIENT_GONE  # the client hung up between two writes
-    return out, plan.end
+        progress.end = End.CLIENT_GONE  # the client hung up between two writes
+        return out
+    progress.end = plan.end
+    return out
 
 
 def _ends_with(plan: Plan, last: Write) -> bool:
@@ -255,7 +263,7 @@ async def _write_whole(
     *,
     started: float,
     length: bool,
-) -> tuple[web.StreamResponse, End]:
+) -> web.StreamResponse:
     """Send a plan whose body is one write with its end in one send with the headers (a streamed response
     sends its headers on their own), framed as its stream would be: with its length, or chunked."""
     at, body = write
@@ -268,9 +276,11 @@ async def _write_whole(
         await out.prepare(http)
         await out.write_eof()
     except (ConnectionResetError, ConnectionAbortedError):
-        return out, End.CLIENT_GONE
+        progress.end = End.CLIENT_GONE
+        return out
     progress.bytes += len(body)
-    return out, plan.end
+    progress.end = plan.end
+    return out
 
 
 @functools.lru_cache(maxsize=256)

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import os
 import resource
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -31,7 +31,7 @@ from ..cassette import (
     Request,
 )
 from ..catalog import Catalog
-from ..dialects import DIALECTS, dialect_for, fallback, for_path, speaking
+from ..dialects import DIALECTS, Protocol, dialect_for, fallback, for_path, speaking
 from ..dialects import Generation as Dialect
 from ..faults import MAX_HEADER_FAULTS, Fault, Injector, parse_faults
 from ..journal import Ended, FaultInjected, Journal, Miss, Missed, Received
@@ -40,7 +40,7 @@ from ..options import OPTIONS, MissPolicy, ServeOptions, check_sources
 from ..plan import Plan, Write
 from ..recorder import Recorder
 from ..redaction import Redaction
-from ..responder import Exchange, Responder, thorough
+from ..responder import Answered, Exchange, Responder, thorough
 from ..state import MemoryStore, ReplayStore
 from ..upstream import AiohttpUpstream, Upstream
 from ..wire import Live, drop_connection, send
@@ -383,18 +383,69 @@ class MockServer:
 
     # --- answering -------------------------------------------------------------------------------
 
-    async def _handle(self, http: web.BaseRequest) -> web.StreamResponse:
-        assert self._guard is not None
-        arrived = self._guard.begin(http.transport)
-        handler = asyncio.current_task()
-        assert handler is not None
-        self._handlers.add(handler)
+    def _handle(self, http: web.BaseRequest) -> Coroutine[Any, Any, web.StreamResponse]:
+        # aiohttp's handler: the answer's own coroutine, not one more around it that a stream would keep waiting.
+        return self._answer(http, None, served=True)
+
+    def answer(self, http: web.BaseRequest, *, arrived: float | None = None) -> Coroutine[Any, Any, web.StreamResponse]:
+        """Answer one aiohttp request as this server does (the chain, the control endpoints, the fault
+        header), less the bookkeeping of its own connections: for an aiohttp application of your own that
+        routes requests to the mock, whose runner must leave request bodies as sent (`auto_decompress=False`):
+        the server decompresses them itself, under its body limit. A plan's times count from `arrived`, when
+        the request came (on the event loop's clock), or else from now: a server with many requests at once
+        comes to each a while after it came, and the recorded pace counts from the client's sending."""
+        return self._answer(http, arrived, served=False)
+
+    async def _answer(self, http: web.BaseRequest, arrived: float | None, *, served: bool) -> web.StreamResponse:
+        """Answer a request (see `answer`); `served`: one this server's listener took, whose connection it
+        keeps (the guard's deadlines, `Expect: 100-continue`, its handler cut when the server stops) and
+        whose shared store's failure it answers here. A paced stream waits in this coroutine alone (and the
+        wire's): what only prepares the answer is done in functions that return before it plays."""
+        handler = asyncio.current_task() if served else None
+        if handler is not None:
+            assert self._guard is not None
+            arrived = self._guard.begin(http.transport)
+            self._handlers.add(handler)
         try:
-            if EXPECT in http.headers:
-                limit = CONTROL_BODY_LIMIT if http.rel_url.path.startswith(CONTROL_PREFIX) else self.options.max_body
-                await _continue(http, limit)
-            return await self.answer(http, arrived=arrived)
+            is_control = http.rel_url.path.startswith(CONTROL_PREFIX)
+            if handler is not None and EXPECT in http.headers:
+                await _continue(http, CONTROL_BODY_LIMIT if is_control else self.options.max_body)
+            if http.method == "OPTIONS" and "Access-Control-Request-Method" in http.headers:
+                return self._preflight(http, control=is_control)
+            if is_control:
+                return await self._control(http)
+            found = for_path(http.rel_url.raw_path)  # the only time: every responder reads it from the exchange
+            exchange = self._exchange(http, arrived, found)
+            self._answering += 1
+            try:
+                answered: Answered = await self._take(exchange, found)
+                if answered is None:
+                    for responder in self.responders:
+                        if isinstance(responder, Lent) and not responder.concerns(exchange):
+                            continue  # a protocol's responder would pass it on untouched: not lent it
+                        answered = await responder.respond(exchange)
+                        if answered is not None:
+                            break
+                if answered is None:
+                    answered = self._miss(exchange)
+                # A responder's send handed over unawaited (see `Answered`) is awaited here, in its place.
+                return answered if isinstance(answered, web.StreamResponse) else await answered
+            except asyncio.CancelledError:
+                exchange.progress.end = End.INTERRUPTED if self.closing else End.CLIENT_GONE
+                raise
+            except StateError:
+                if http.writer.output_size:  # an answer begun breaks off (see below)
+                    exchange.progress.end = End.INTERRUPTED
+                raise
+            finally:
+                if not exchange.held:
+                    self._answering -= 1
+                if not exchange.ends_later:
+                    self.ended(exchange)
+                self.control.settle()  # after its end is in the journal: whoever waits for idle reads it there
         except StateError as exc:  # a shared store gone: each request is refused, in a line, until it is back
+            if handler is None:
+                raise
             asked = f"{http.method} {self.shown_path(http.rel_url.raw_path)}"
             if http.writer.output_size:  # an answer begun: its connection closes where it is, in a line
                 if self._log is not None:
@@ -405,23 +456,16 @@ class MockServer:
                 self._log(f"{asked} -> 503 {exc}")
             return web.json_response({"error": str(exc)}, status=503)
         finally:
-            self._handlers.discard(handler)
-            self._guard.end(http.transport)
+            if handler is not None:
+                assert self._guard is not None
+                self._handlers.discard(handler)
+                self._guard.end(http.transport)
 
-    async def answer(self, http: web.BaseRequest, *, arrived: float | None = None) -> web.StreamResponse:
-        """Answer one aiohttp request as this server does (the chain, the control endpoints, the fault
-        header), less the bookkeeping of its own connections: for an aiohttp application of your own that
-        routes requests to the mock, whose runner must leave request bodies as sent (`auto_decompress=False`):
-        the server decompresses them itself, under its body limit. A plan's times count from `arrived`, when
-        the request came (on the event loop's clock), or else from now: a server with many requests at once
-        comes to each a while after it came, and the recorded pace counts from the client's sending."""
-        is_control = http.rel_url.path.startswith(CONTROL_PREFIX)
-        if http.method == "OPTIONS" and "Access-Control-Request-Method" in http.headers:
-            return self._preflight(http, control=is_control)
-        if is_control:
-            return await self._control(http)
+    def _exchange(self, http: web.BaseRequest, arrived: float | None, found: Protocol | None) -> Exchange:
+        """A request to the mock, numbered and in the journal, on its way to the responders (its body not yet
+        read); `found`, the protocol its path names."""
         headers = tuple(http.headers.items())
-        if faults_asked := FAULT_HEADER in http.headers:
+        if FAULT_HEADER in http.headers:
             # The fault header is said to sse-tape, not to the API: never matched on, forwarded or recorded.
             headers = tuple((k, v) for k, v in headers if k.lower() != _FAULT_HEADER_LOWER)
         url = http.rel_url
@@ -431,79 +475,62 @@ class MockServer:
         query = request.query
         shown = self.shown_query(query) if query else query
         self.journal.add(Received(request=number, method=request.method, path=request.path, query=shown))
-        found = for_path(request.path)  # the only time: every responder reads it from the exchange
-        api = found if isinstance(found, Dialect) else None
-        exchange = Exchange(
+        return Exchange(
             http,
             request,
             number,
             [],
             found or dialect_for(request.path),
-            api=api,
+            api=found if isinstance(found, Dialect) else None,
             started=asyncio.get_running_loop().time() if arrived is None else arrived,
         )
-        self._answering += 1
+
+    async def _take(self, exchange: Exchange, found: Protocol | None) -> web.StreamResponse | None:
+        """Read the request's body and what it asks of sse-tape (its fault header), ready for the responders;
+        or answer it with the error that says why not (408, 413, 400, 403), and return that answer. `found`,
+        the protocol the request's path names."""
+        http, request = exchange.http, exchange.request
         try:
-            try:
-                # Most bodies come with the head: one that is still on its way has a deadline. (No name holds
-                # the reading: its finished coroutine would stay as long as the answer, a stream's hour say.)
-                if http.content.is_eof():
-                    body, decompressed = await read_body(http, self.options.max_body)
-                else:
-                    body, decompressed = await asyncio.wait_for(
-                        read_body(http, self.options.max_body), self.limits.request_timeout
-                    )
-            except TimeoutError:
-                if http.transport is not None:
-                    http.transport.close()  # whatever of the body is still coming is not read
-                return await self.error(exchange, 408, "the request body did not arrive in time", "request_timeout")
-            except BodyRefused as exc:
-                return await self.error(exchange, exc.status, str(exc), exc.code)
-            if decompressed:  # kept, matched and forwarded as the plain body it is (see `bodies`)
-                headers = tuple((k, v) for k, v in headers if k.lower() != "content-encoding")
-                request = Request(request.method, request.path, request.query, headers)
-            try:
-                parsed = await parsed_body(body)
-            except _json.TooLarge as exc:
-                return await self.error(exchange, 413, f"the request body's {exc}", "body_too_large")
-            exchange.request = request.with_json(request.path, body, parsed)
-            if found is not None and not found.speaks(exchange.request):
-                # A path two APIs use (Ollama's `/api/chat`, an AI SDK app's chat route), told apart by the body.
-                found = exchange.api = None
-                exchange.dialect = fallback()
-            if found is None and (spoken := speaking(exchange.request)) is not None:
-                exchange.dialect = spoken  # a protocol told by what the request carries frames its errors
-            if exchange.dialect.holds(exchange.request):
-                self.hold(exchange)
-            # Kept as it arrived, in a request of its own: the body that answering parses (and keeps, see
-            # `Request.json`) goes with the answer, not into the last 10,000 requests kept here.
-            self._state.add_received(Request(request.method, request.path, request.query, request.headers, body))
-            try:
-                exchange.faults = self._header_faults(http) if faults_asked else []
-            except ConfigError as exc:
-                return await self.error(exchange, 400, f"{FAULT_HEADER}: {exc}", "bad_fault")
-            if exchange.faults and (why := self.refused(http, peer=True)) is not None:
-                return await self.error(exchange, 403, f"{FAULT_HEADER} refused: {why}", "forbidden")
-            for responder in self.responders:
-                if isinstance(responder, Lent) and not responder.concerns(exchange):
-                    continue  # a protocol's responder would pass it on untouched: not lent it
-                answer = await responder.respond(exchange)
-                if answer is not None:
-                    return answer
-            return await self._miss(exchange)
-        except asyncio.CancelledError:
-            exchange.end = End.INTERRUPTED if self.closing else End.CLIENT_GONE
-            raise
-        except StateError:
-            if http.writer.output_size:  # an answer begun breaks off (see `_handle`)
-                exchange.end = End.INTERRUPTED
-            raise
-        finally:
-            if not exchange.held:
-                self._answering -= 1
-            if not exchange.ends_later:
-                self.ended(exchange)
-            self.control.settle()  # after its end is in the journal: whoever waits for idle reads it there
+            # Most bodies come with the head: one that is still on its way has a deadline. (No name holds
+            # the reading: its finished coroutine would stay as long as the answer, a stream's hour say.)
+            if http.content.is_eof():
+                body, decompressed = await read_body(http, self.options.max_body)
+            else:
+                body, decompressed = await asyncio.wait_for(
+                    read_body(http, self.options.max_body), self.limits.request_timeout
+                )
+        except TimeoutError:
+            if http.transport is not None:
+                http.transport.close()  # whatever of the body is still coming is not read
+            return await self.error(exchange, 408, "the request body did not arrive in time", "request_timeout")
+        except BodyRefused as exc:
+            return await self.error(exchange, exc.status, str(exc), exc.code)
+        if decompressed:  # kept, matched and forwarded as the plain body it is (see `bodies`)
+            headers = tuple((k, v) for k, v in request.headers if k.lower() != "content-encoding")
+            request = Request(request.method, request.path, request.query, headers)
+        try:
+            parsed = await parsed_body(body)
+        except _json.TooLarge as exc:
+            return await self.error(exchange, 413, f"the request body's {exc}", "body_too_large")
+        exchange.request = request.with_json(request.path, body, parsed)
+        if found is not None and not found.speaks(exchange.request):
+            # A path two APIs use (Ollama's `/api/chat`, an AI SDK app's chat route), told apart by the body.
+            found = exchange.api = None
+            exchange.dialect = fallback()
+        if found is None and (spoken := speaking(exchange.request)) is not None:
+            exchange.dialect = spoken  # a protocol told by what the request carries frames its errors
+        if exchange.dialect.holds(exchange.request):
+            self.hold(exchange)
+        # Kept as it arrived, in a request of its own: the body that answering parses (and keeps, see
+        # `Request.json`) goes with the answer, not into the last 10,000 requests kept here.
+        self._state.add_received(Request(request.method, request.path, request.query, request.headers, body))
+        try:
+            exchange.faults = self._header_faults(http) if FAULT_HEADER in http.headers else []
+        except ConfigError as exc:
+            return await self.error(exchange, 400, f"{FAULT_HEADER}: {exc}", "bad_fault")
+        if exchange.faults and (why := self.refused(http, peer=True)) is not None:
+            return await self.error(exchange, 403, f"{FAULT_HEADER} refused: {why}", "forbidden")
+        return None
 
     def ended(self, exchange: Exchange) -> None:
         """Note in the journal how an exchange's answer ended: after how many bytes and events, and how long."""
@@ -514,14 +541,14 @@ class MockServer:
                 method=request.method,
                 path=request.path,
                 status=exchange.status,
-                end=exchange.end,
+                end=exchange.progress.end,
                 bytes=exchange.progress.bytes,
                 events=exchange.events_sent(),
                 seconds=round(asyncio.get_running_loop().time() - exchange.started, 6),
             )
         )
 
-    async def send(
+    def send(
         self,
         exchange: Exchange,
         plan: Plan,
@@ -529,23 +556,24 @@ class MockServer:
         *,
         live: Live | None = None,
         cors: bool = True,
-    ) -> web.StreamResponse:
-        """Write the answer to `exchange` (see `wire.send`: a plan, or with `live` a body still being made),
-        noting its status, its progress, the events it sent and how it ended; `writes`, what
+    ) -> Coroutine[Any, Any, web.StreamResponse]:
+        """Write the answer to `exchange`, once awaited (see `wire.send`: a plan, or with `live` a body still
+        being made), noting its status, its progress, the events it sent and how it ended; `writes`, what
         `coalesced(plan)` gave, for a plan sent unchanged again and again. With `cors`, the headers a web
         page's fetch needs to read it go with it; without, only for the pages the user named (`cors_origins`)
         and the server's own."""
         exchange.status = plan.status
         http = exchange.http
         added = self.cors(http) if cors else self.access.cors(http, self._port(http))
+        if live is None:  # the wire's coroutine, as it is: one more around it would wait as long as a stream
+            return send(http, plan, exchange.progress, added, started=exchange.started, writes=writes)
+        return self._send_live(exchange, plan, added, live)
+
+    async def _send_live(self, exchange: Exchange, plan: Plan, added: dict[str, str], live: Live) -> web.StreamResponse:
         try:
-            response, exchange.end = await send(
-                exchange.http, plan, exchange.progress, added, started=exchange.started, writes=writes, live=live
-            )
+            return await send(exchange.http, plan, exchange.progress, added, started=exchange.started, live=live)
         finally:  # a stream cut off by the server's stop, or its client, too says how many events it sent
-            if live is not None:
-                exchange.event_ends = plan.framing.event_ends(bytes(live.sent))
-        return response
+            exchange.event_ends = plan.framing.event_ends(bytes(live.sent))
 
     async def error(
         self, exchange: Exchange, status: int, message: str, code: str, *, retry_after: int | None = None

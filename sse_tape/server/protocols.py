@@ -7,7 +7,7 @@ chain and makes that contract of the server's own (`Exchange`, `Host`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Coroutine, Mapping, MutableMapping
 from typing import Any
 
 from aiohttp import web
@@ -39,8 +39,9 @@ class Lent(Attached):
         api = exchange.api  # by name: a registry refreshed makes its dialects anew
         return (api is None or api.name == self.dialect.name) and self.responder.concerns(exchange.request)
 
-    async def respond(self, exchange: Exchange) -> web.StreamResponse | None:
-        return await self.responder.respond(_Incoming(self.host, exchange, self.key))
+    def respond(self, exchange: Exchange) -> Coroutine[Any, Any, web.StreamResponse | None]:
+        # The protocol's responder's own coroutine, as it is: one more around it would wait as long as its answer.
+        return self.responder.respond(_Incoming(self.host, exchange, self.key))
 
 
 class _Incoming(Incoming):

@@ -7,8 +7,6 @@ import asyncio
 import functools
 from dataclasses import dataclass, replace
 
-from aiohttp import web
-
 from .._exceptions import ConfigError, NoMatchError
 from ..cassette import (
     Interaction,
@@ -24,7 +22,7 @@ from ..journal import Matched
 from ..matching import last_event_id
 from ..pacing import Pacing
 from ..plan import Plan, Write
-from ..responder import IN_PLACE, Attached, Exchange, Host, inject
+from ..responder import IN_PLACE, Answered, Attached, Exchange, Host, inject
 from ..shape import Recorded, Shape, collapse, reshape
 from ..wire import coalesced
 
@@ -134,7 +132,7 @@ class Replay(Attached):
             task.cancel()  # its thread finishes on its own; no request waits for it any more
         await asyncio.gather(*preparing, return_exceptions=True)
 
-    async def respond(self, exchange: Exchange) -> web.StreamResponse | None:
+    async def respond(self, exchange: Exchange) -> Answered:
         server = self.host
         request = exchange.request
         try:
@@ -173,7 +171,7 @@ class Replay(Attached):
         if kept is not None and kept.answer is not None and not kept.stream:  # in replay's place: one JSON document
             inject(server, exchange, kept.answer, dialect=dialect, recording=known.name, stream=False)
             self._matched(exchange, known, kept.answer.status, converted, resumed, kept)
-            return await server.send(exchange, kept.answer)
+            return server.send(exchange, kept.answer)
         replacement = kept.answer if kept is not None else None
         if replacement is not None:  # in replay's place: a stream, resumed as replay's is
             stream = replacement
@@ -195,14 +193,17 @@ class Replay(Attached):
             exchange.event_ends = (
                 [b.end for b in plan.events] if injected or resumed or replacement is not None else prepared.event_ends
             )
+        sending = server.send(exchange, plan, prepared.writes if plan is prepared.plan else None)
+        ended = kept.ended if kept is not None else None
+        if ended is None:
+            return sending  # the server awaits it: nothing here waits as long as the stream (see `Answered`)
         try:
-            return await server.send(exchange, plan, prepared.writes if plan is prepared.plan else None)
+            return await sending
         finally:
-            if kept is not None and kept.ended is not None:
-                sent = exchange.events_sent()
-                events = plan.events if sent else []
-                last = events[sent - 1].event if 0 < sent <= len(events) else None
-                kept.ended(sent, last is not None and dialect.is_terminal(last))
+            sent = exchange.events_sent()
+            events = plan.events if sent else []
+            last = events[sent - 1].event if 0 < sent <= len(events) else None
+            ended(sent, last is not None and dialect.is_terminal(last))
 
     def _matched(
         self,
