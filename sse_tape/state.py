@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter, OrderedDict, deque
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -189,9 +189,10 @@ class ReplayStore(Protocol):
         """What the store holds now."""
         ...
 
-    def reset(self) -> None:
+    def reset(self, keep: Collection[str] = ()) -> None:
         """Start over: every count at zero, nothing received, no misses, nothing kept by a protocol's
-        responder."""
+        responder but what the responders named in `keep` keep (`kept(key)`), which stays as it is: in one step
+        where the store is shared, so that no other server ever finds it gone."""
         ...
 
 
@@ -329,7 +330,7 @@ class MemoryStore:
             kept={key: tuple(values) for key, values in self._kept.items()},
         )
 
-    def reset(self) -> None:
+    def reset(self, keep: Collection[str] = ()) -> None:
         self._requests = 0
         self._received.clear()
         self._received_bytes = self._headless = 0
@@ -341,7 +342,7 @@ class MemoryStore:
         self._injected.clear()
         self._misses.clear()
         self._missed = 0
-        self._kept.clear()
+        self._kept = {key: values for key, values in self._kept.items() if key in keep}
 
 
 def _size(request: Request) -> int:

@@ -36,7 +36,17 @@ import functools
 import json
 import pickle
 import time
-from collections.abc import Callable, ItemsView, Iterable, Iterator, KeysView, Mapping, MutableMapping, Sequence
+from collections.abc import (
+    Callable,
+    Collection,
+    ItemsView,
+    Iterable,
+    Iterator,
+    KeysView,
+    Mapping,
+    MutableMapping,
+    Sequence,
+)
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgpack
@@ -94,13 +104,21 @@ return n
 """
 
 _RESET = """
--- RedisStore.reset: the store's keys and every hash a responder keeps (named in a set), gone in one step, so that
--- nothing kept at the same moment outlives the reset unnamed; the reset's generation one more, which it returns.
--- KEYS: the generation, the store's keys, that set last. ARGV: the prefix of a responder's hash.
-for _, key in ipairs(redis.call('SMEMBERS', KEYS[#KEYS])) do
-    redis.call('DEL', ARGV[1] .. key)
+-- RedisStore.reset: the store's keys and every hash a responder keeps (named in a set) but those to keep, gone in
+-- one step, so that nothing kept at the same moment outlives the reset unnamed, and no other server ever finds
+-- what is kept gone; the reset's generation one more, which it returns. KEYS: the generation, the store's keys,
+-- that set last. ARGV: the prefix of a responder's hash, then the responders' keys whose hashes stay.
+local keep = {}
+for i = 2, #ARGV do
+    keep[ARGV[i]] = true
 end
-redis.call('DEL', unpack(KEYS, 2))
+for _, key in ipairs(redis.call('SMEMBERS', KEYS[#KEYS])) do
+    if not keep[key] then
+        redis.call('DEL', ARGV[1] .. key)
+        redis.call('SREM', KEYS[#KEYS], key)
+    end
+end
+redis.call('DEL', unpack(KEYS, 2, #KEYS - 1))
 return redis.call('INCR', KEYS[1])
 """
 
@@ -383,11 +401,11 @@ class RedisStore:
         )
 
     @_answered
-    def reset(self) -> None:
+    def reset(self, keep: Collection[str] = ()) -> None:
         names = (self._requests, self._received, self._answered, self._plays, self._turns, self._placed)
         others = (self._asked, self._injected, self._asked_order, self._injected_order, self._misses, self._missed)
         keys = [self._generation, *names, *others, self._journal, self._kept_keys]
-        self._hear(int(self._reset(keys=keys, args=[f"{self.prefix}kept:"])))
+        self._hear(int(self._reset(keys=keys, args=[f"{self.prefix}kept:", *keep])))
         self._unsent.clear()
 
     def _hear(self, generation: int) -> None:

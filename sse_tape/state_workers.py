@@ -44,7 +44,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Collection, ItemsView, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import replace
 from typing import Any, Final
 
@@ -176,8 +176,8 @@ class WorkersStore:
         state: State = self._ask("snapshot")
         return state
 
-    def reset(self) -> None:
-        self._ask("reset")
+    def reset(self, keep: Collection[str] = ()) -> None:
+        self._ask("reset", tuple(keep))
 
     def _ask(self, operation: str, *args: Any) -> Any:
         """What the parent answers to `operation` (in the parent itself, until `in_worker`), sent with all this
@@ -490,8 +490,8 @@ class _Held:
         state = self.store.snapshot()
         return replace(state, requests=self.counted.requests(), counts={**self.counted.placed(), **state.counts})
 
-    def reset(self) -> None:
-        self.store.reset()
+    def reset(self, keep: Collection[str]) -> None:
+        self.store.reset(keep)
         self.counted.restart()
         self.journal.clear()
         self.reset_at = time.time()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -201,9 +201,9 @@ def test_a_call_from_another_thread_runs_on_the_servers_loop() -> None:
             super().__init__()
             self.threads: list[str] = []
 
-        def reset(self) -> None:
+        def reset(self, keep: Collection[str] = ()) -> None:
             self.threads.append(threading.current_thread().name)
-            super().reset()
+            super().reset(keep)
 
         def snapshot(self) -> State:
             self.threads.append(threading.current_thread().name)
@@ -319,8 +319,10 @@ class KeyValues:
             },
         )
 
-    def reset(self) -> None:
-        self.values.clear()
+    def reset(self, keep: Collection[str] = ()) -> None:
+        kept = {f"kept {key}" for key in keep}
+        for key in [k for k in self.values if k not in kept]:
+            del self.values[key]
 
 
 @pytest.fixture(scope="module")

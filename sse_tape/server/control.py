@@ -245,16 +245,15 @@ class Control:
 
     def _reset(self, protocols: bool) -> None:
         state = self._state
-        # What lasts is kept through the store's own reset, as any store keeps it: by its key; the rest ends first.
-        kept: dict[str, dict[str, Any]] = {}
+        # What lasts stays through the store's reset, in the same step (another server never finds it gone); what
+        # ends is told first to the responder that kept it.
+        lasting = []
         for key, responder in self._protocols.items():
             if protocols or not responder.lasting:
                 responder.forget(state.kept(key))
             else:
-                kept[key] = dict(state.kept(key).items())  # in one read where the state is shared
-        state.reset()
-        for key, values in kept.items():
-            state.kept(key).update(values)
+                lasting.append(key)
+        state.reset(keep=lasting)
         self._journal.clear()
         # What the state and the journal held is freed to the allocator, which keeps it for the process: after
         # much traffic (a flood of misses, large bodies), hand it back to the system.

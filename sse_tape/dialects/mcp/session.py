@@ -55,9 +55,9 @@ streams held open are the process's that holds them (`Sessions`): it
 closes them when the session ends there, and, where the state is shared,
 looks every `LOOK` seconds, in one look at whether their sessions are still
 open, whether a session ended elsewhere (a `DELETE` or a
-404 through another server, a reset), to close its streams too, once two
-looks in a row found it ended: a reset that keeps what lasts empties the
-state a moment before it writes the sessions back. A look per
+404 through another server, a reset), to close its streams too. A reset
+that keeps what lasts keeps the sessions in the same step as it forgets the
+rest (`ReplayStore.reset`): no look finds them gone meanwhile. A look per
 process, not a message per end: the replay state needs no channel of its
 own, and a server that missed a message (restarted, or Redis gone a moment)
 still closes them.
@@ -111,7 +111,7 @@ HELD = 3600.0
 session ends, its client goes away or the server stops first)."""
 LOOK = 1.0
 """Where several servers share the replay state: how often, in seconds, one holding `GET` streams open looks
-whether their sessions are still open (ended by another server, they close: found so by two looks in a row)."""
+whether their sessions are still open (ended by another server, they close)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,9 +339,7 @@ class Sessions(ProtocolResponder):
     async def _watching(self, state: MutableMapping[str, Any]) -> None:
         """Where the state is shared, every `LOOK` seconds while this process holds `GET` streams open: close
         those of the sessions ended since (by another server's `DELETE`, a 404, a reset), in one look at whether
-        they are open. A session is ended where two looks in a row find it gone: a reset that keeps what lasts
-        (`reset(protocols=False)`) empties the state a moment before it writes back the sessions it keeps."""
-        gone: set[str] = set()  # the sessions the last look found gone
+        they are open."""
         while self._held:
             await asyncio.sleep(LOOK)
             held = set(self._held)
@@ -349,9 +347,8 @@ class Sessions(ProtocolResponder):
                 missing = held - (state.keys() & held)
             except StateError:  # the state does not answer now: look again later
                 continue
-            for session in missing & gone:
+            for session in missing:
                 self._end(session)
-            gone = missing - gone
 
 
 def _stream(state: Mapping[str, Any], session: str, last: str) -> _Stream | None:
