@@ -114,8 +114,11 @@ def cpu_seconds(pid: int) -> float:
 
 class ServerProcess:
     def __init__(self, kind: str, interaction: Interaction, pace: str) -> None:
-        ready: mp.Queue = mp.Queue()  # type: ignore[type-arg]
-        self.proc = mp.Process(target=run_server, args=(kind, interaction, pace, ready), daemon=True)
+        # A fresh interpreter, not a fork of this one: a forked server would reuse the memory this process
+        # freed, as much as it happens to have, and its resident memory would grow by less than it uses.
+        spawn = mp.get_context("spawn")
+        ready: mp.Queue = spawn.Queue()  # type: ignore[type-arg]
+        self.proc = spawn.Process(target=run_server, args=(kind, interaction, pace, ready), daemon=True)
         self.proc.start()
         self.port = ready.get(timeout=30)
 
