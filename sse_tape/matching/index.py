@@ -4,8 +4,9 @@ Recordings are grouped by their rule (the matchers and ignored fields of
 their cassette, see `finder`) and by which of its matchers can key them:
 the built-in ones (`matchers.KEYS`: method, path, query, body) and a
 protocol's that says what it compares (`KeyedMatcher`: MCP's `jsonrpc`, by
-the JSON-RPC method and params), not one whose recorded part holds a
-redacted value (`matchers.WILD`, `KeyedMatcher.wild`).
+the JSON-RPC method and params; A2A's `a2a`, by what a request asks without
+the ids its client mints), not one whose recorded part holds a redacted
+value (`matchers.WILD`, `KeyedMatcher.wild`).
 Within a group, each recording sits under the hash of its keyed parts. A
 request is keyed once for each group, as that group's rule compares it, and
 gets the recordings under its key (`Hits`): an exact hit is found in the
