@@ -24,12 +24,14 @@ The process reports:
   costs. 1,000 asked in turn touch 100 times the data per round, which costs the processor's caches some
   whatever the size;
 - the first find: the CPU time of the first request of all, and the memory the process grew by in it (in the
-  `loose` library, the first request to the path reads every recording's phase once, and indexes them).
+  `loose` library, until the phases of a path's many recordings were read at load, the first request to the
+  path read every one once, and indexed them).
 
 With `--server`, the same through `sse-tape serve --pace instant` in a process of its own, one client sending
 `--streams` requests one after another over one connection (the 10 asked at every size), each read whole:
-the server's CPU per stream (user and system, from /proc), the CPU it took to start (imports, loading), and its
-resident set size once loaded.
+the server's CPU per stream (user and system, from /proc), the CPU it took to start (imports, loading), its
+resident set size once loaded, and how long (wall clock) its first request took to answer, start to end: what
+any work left for the first request costs, during which the server's event loop answers no other client.
 
 The sizes run in turn, their order turning each round, `--rounds` times; each figure is the median of the
 rounds, and each ratio that of CPU per request to the smallest size's with the same count asked, which is what
@@ -231,7 +233,10 @@ def _serve(folder: Path, library: str, size: int, streams: int, root: Path) -> d
             assert answer.status == 200
             assert LAST[library] in answer.read().rstrip().rsplit(b"\n\n", 1)[-1]
 
-        for body in bodies:
+        began = time.perf_counter()
+        ask(bodies[0])
+        first = time.perf_counter() - began
+        for body in bodies[1:]:
             ask(body)
         before = _cpu(server.pid)
         for n in range(streams):
@@ -241,7 +246,7 @@ def _serve(folder: Path, library: str, size: int, streams: int, root: Path) -> d
     finally:
         server.terminate()
         server.wait(timeout=60)
-    return {"start_s": started, "rss_mb": rss / 1e6, "stream_us": spent / streams * 1e6}
+    return {"start_s": started, "rss_mb": rss / 1e6, "stream_us": spent / streams * 1e6, "first_stream_ms": first * 1e3}
 
 
 def main() -> None:
@@ -298,7 +303,8 @@ def main() -> None:
             _table({size: medians[code, library, size] for size in sizes}, asked, args.server)
         if "baseline" in codes:
             print(f"{library} library: sse-tape's figures over the baseline's")
-            cells = ["first_ms", *(f"find_us_{c}" for c in asked), *(["stream_us"] if args.server else [])]
+            served = ["stream_us", "first_stream_ms"] if args.server else []
+            cells = ["build_s", "first_ms", *(f"find_us_{c}" for c in asked), *served]
             print(f"{'interactions':>12} | " + " | ".join(cells))
             for size in sizes:
                 now, then = medians["sse-tape", library, size], medians["baseline", library, size]
@@ -325,10 +331,16 @@ def _table(medians: dict[int, dict[str, float]], asked: list[int], server: bool)
         )
     if server:
         first = medians[sizes[0]]["stream_us"]
-        print(f"{'interactions':>12} | server start CPU s | server RSS MB | server CPU per stream us (ratio)")
+        print(
+            f"{'interactions':>12} | server start CPU s | server RSS MB | server CPU per stream us (ratio) | "
+            "first request ms"
+        )
         for size, m in medians.items():
             ratio = f"{m['stream_us'] / first:.2f}" if first else "-"  # a few streams may cost less than a tick
-            print(f"{size:>12,} | {m['start_s']:18.2f} | {m['rss_mb']:13.0f} | {m['stream_us']:.0f} ({ratio})")
+            print(
+                f"{size:>12,} | {m['start_s']:18.2f} | {m['rss_mb']:13.0f} | {m['stream_us']:.0f} ({ratio}) | "
+                f"{m['first_stream_ms']:.1f}"
+            )
 
 
 if __name__ == "__main__":

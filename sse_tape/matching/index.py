@@ -20,10 +20,11 @@ before there was an index, and only they.
 A rule that keys no body (`method,path`, common for a library of LLM
 recordings) puts every recording of a path under one key. Those can be told
 apart further by what the finder knows of each (`Hits.split`: its
-conversation's phase, see `finder`): each key's recordings are split by a
-key of the finder's the first time a request asks, and those added since
-when a request next asks, so that loading stays as quick as it was and a
-library whose requests never ask splits nothing.
+conversation's phase, see `finder`): the recordings under each key that
+holds more than `FEW` are split by a key of the finder's when it has loaded
+them (`Index.split`), so that no request waits for all of them to be read
+(a server's first request would hold up every other client meanwhile);
+those added since, and a smaller key's, are split when a request next asks.
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ class _Group(Generic[R]):
         """The recordings under each hash: one alone as its number (most are alone: a list each would be
         memory, and objects for the collector to walk)."""
         self.splits: dict[object, _Splitting] = {}
-        """Each slot's split (`Hits.split`), by its hash (`_WHOLE`: of `few`), made when a request first asks."""
+        """Each slot's split (`Hits.split`), by its hash (`_WHOLE`: of `few`), made by `Index.split` or when a
+        request first asks."""
 
 
 class Hits(Generic[R]):
@@ -118,8 +120,9 @@ class Hits(Generic[R]):
 
     def split(self, key_of: Callable[[int], tuple[Hashable, Hashable]]) -> list[Split]:
         """The recordings found, split by `key_of` (a key in two parts, of a recording by its number): one split
-        for each group, kept from one request to the next. The same `key_of` must be given every time (it is
-        asked once for each recording, the first time a request finds it); it must not change for a recording."""
+        for each group, kept from one request to the next. The same `key_of` must be given every time, and to
+        `Index.split` (it is asked once for each recording, the first time either needs it); it must not change
+        for a recording."""
         splits = []
         for group, key, slot in self.found:
             splitting = group.splits.get(key)
@@ -148,6 +151,19 @@ class Index(Generic[R]):
                 group.few = None
                 group.splits.pop(_WHOLE, None)
         _put(group.slots, _key(group.keys, recorded), number)
+
+    def split(self, key_of: Callable[[int], tuple[Hashable, Hashable]]) -> None:
+        """Split by `key_of` now (see `Hits.split`, given the same) the recordings under every key that holds more
+        than `FEW`, in every group: what a request's `Hits.split` would do the first time it found them."""
+        for group in self._groups.values():
+            if group.few is not None:
+                continue
+            for key, slot in group.slots.items():
+                if isinstance(slot, list) and len(slot) > FEW:
+                    splitting = group.splits.get(key)
+                    if splitting is None:
+                        splitting = group.splits[key] = _Splitting()
+                    splitting.catch_up(slot, key_of)
 
     def hits(self, compared: Callable[[R], Request]) -> Hits[R]:
         """The recordings a request may agree with: `compared` gives the request as a rule compares it."""
