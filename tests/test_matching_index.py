@@ -29,7 +29,7 @@ from installed import installed_protocol
 
 from sse_tape import Cassette, Chunk, End, Interaction, Matcher, NoMatchError, Request, Response
 from sse_tape.dialects import DIALECTS
-from sse_tape.matching import finder, index
+from sse_tape.matching import finder
 
 CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
@@ -494,32 +494,64 @@ def _a2a_library(messages: int, seed: int) -> tuple[list[Interaction], list[Requ
     return recorded, asked
 
 
-@contextmanager
-def _keyless(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Within it, a matcher built is never keyed: every group of its index holds fewer than a threshold no library
-    reaches, so each request is compared with every recording, as before there was an index."""
-    with monkeypatch.context() as patched:
-        patched.setattr(index, "FEW", 10**9)
+# A2A's matcher as a package of its own could wrap it: the same comparison, saying nothing of what it compares, so
+# that the index has no key for it and asks it of every recording the rule's other matchers leave.
+WHOLE = '''
+from sse_tape.dialects.a2a import a2a
+from sse_tape.dialects.protocol import Protocol
+
+
+def a2a_whole(request, recorded):
+    """A2A's `a2a`, with no key: asked of each recording."""
+    return a2a(request, recorded)
+
+
+class Whole(Protocol):
+    """No stream of its own: it brings the `a2a_whole` matcher."""
+
+    name = "whole"
+    path = "/whole"
+    matchers = {"a2a_whole": a2a_whole}
+
+    def is_terminal(self, event):
+        return True
+
+    def error_frames(self, error, before=(), sent=()):
+        return []
+'''
+
+
+@pytest.fixture
+def whole(tmp_path: Path) -> Iterator[None]:
+    """The `a2a_whole` matcher, installed in a directory on sys.path as pip leaves a package."""
+    with installed_protocol(tmp_path / "site", "whole_matcher", WHOLE, "whole = whole_matcher:Whole"):
         yield
 
 
+@pytest.mark.usefixtures("whole")
+@pytest.mark.parametrize("messages", [8, 60])
 @pytest.mark.parametrize("seed", [1, 2])
 @pytest.mark.parametrize("setting", SETTINGS)
-def test_a2a_finds_by_key_what_comparing_every_recording_finds(
-    monkeypatch: pytest.MonkeyPatch, seed: int, setting: str
-) -> None:
-    recorded, asked = _a2a_library(60, seed)
+def test_a2a_finds_by_key_what_comparing_every_recording_finds(messages: int, seed: int, setting: str) -> None:
+    # 8 messages: fewer recordings than a group of built-in parts is compared whole at (`index.FEW`); 60: more.
+    recorded, asked = _a2a_library(messages, seed)
     options = dict(SETTINGS[setting])
-    cassettes = [Cassette(recorded)]  # matched as A2A's recordings are: `method,path,a2a`
-    if options.pop("split", False):
-        cassettes = [Cassette(recorded[::2]), Cassette(recorded[1::2], ignore_body_fields=("params.message.metadata",))]
-    indexed = Matcher(cassettes, **options)
-    with _keyless(monkeypatch):
-        compared = Matcher(cassettes, **options)
-        expected = list(_answers(compared, asked))
-    got = list(_answers(indexed, asked))
-    assert got == expected
-    for kind in ("again", "from 3", "redacted", "raw", "rest 0.3", "subscribe", "busy"):
+    split = options.pop("split", False)
+    found = {}
+    for rule in ("a2a", "a2a_whole"):
+        cassettes = [Cassette(recorded, match_on=["method", "path", rule])]
+        if split:
+            cassettes = [
+                Cassette(recorded[::2], match_on=["method", "path", rule]),
+                Cassette(
+                    recorded[1::2], match_on=["method", "path", rule], ignore_body_fields=("params.message.metadata",)
+                ),
+            ]
+        found[rule] = list(_answers(Matcher(cassettes, **options), asked))
+    got = found["a2a"]
+    assert got == found["a2a_whole"]
+    kinds = ("again", "from 3", "redacted", "raw", "busy") if messages > 8 else ()
+    for kind in ("rest 0.3", "subscribe", *kinds):  # every form; in the larger library, every kind of hit
         assert any(kind in g for g in got), kind
     assert any(g.startswith("miss: no recorded interaction") for g in got)
 

@@ -42,7 +42,7 @@ R = TypeVar("R", bound=Hashable)
 K = TypeVar("K", bound=Hashable)
 
 FEW = 32
-"""A group of at most this many recordings is compared whole, unkeyed."""
+"""A group of at most this many recordings is compared whole, unkeyed (unless a protocol's matcher keys it)."""
 
 _WHOLE = object()  # the key a group's split of all its recordings (while they are `FEW`) is kept under
 
@@ -79,9 +79,11 @@ class _Group(Generic[R]):
         self.rule = rule
         self.keys = tuple(keying[0] for m in keyed if (keying := _keying(m)) is not None)
         """The key of the part each of its keyed matchers compares, of a request as its rule compares it."""
-        self.few: list[int] | None = []
+        self.few: list[int] | None = [] if all(m in KEYS for m in keyed) else None
         """Every recording of the group while it holds at most `FEW`: comparing those costs less than keying the
-        request (a large body's key walks all of it in Python; comparing it is C's `==`)."""
+        request (a large body's key walks all of it in Python; comparing it is C's `==`). Never for a group a
+        protocol's matcher keys: comparing with one walks both requests in Python, which keying the request
+        does once."""
         self.slots: dict[int, int | list[int]] = {}
         """The recordings under each hash: one alone as its number (most are alone: a list each would be
         memory, and objects for the collector to walk)."""
