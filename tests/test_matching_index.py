@@ -6,10 +6,10 @@ phase index out of the way (a threshold past any library's size, so that every r
 recording its key finds, as before there was one). They must choose the very same recordings, take the same
 turns and explain the same misses, with repeats allowed and not, and with recordings added mid-run. MCP's
 `jsonrpc` matcher is keyed by the JSON-RPC method and params it compares, and A2A's `a2a` by what a request asks
-without the ids its client mints: a generated A2A library finds the same recordings by key as a matcher built
-with no key at all (every group under a threshold no library reaches). How many recordings a hit is compared
-with does not grow with the library's size: a protocol's matcher installed through the entry point, as any
-package adds one, counts the recordings it is asked about.
+without the ids its client mints: a generated A2A library finds the same recordings by key as the same
+comparison does when it is installed from outside as a matcher that says nothing of what it compares (no key).
+How many recordings a hit is compared with does not grow with the library's size: a protocol's matcher installed
+through the entry point, as any package adds one, counts the recordings it is asked about.
 """
 
 from __future__ import annotations
