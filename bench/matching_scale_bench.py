@@ -83,7 +83,7 @@ TASK = tuple(
     for result in (
         b'{"task":{"id":"t1","contextId":"c1","status":{"state":"TASK_STATE_SUBMITTED"}}}',
         b'{"statusUpdate":{"taskId":"t1","contextId":"c1","status":{"state":"TASK_STATE_WORKING"}}}',
-        b'{"artifactUpdate":{"taskId":"t1","contextId":"c1","artifact":{"artifactId":"a1","parts":[{"text":"Hello"}]}}}',
+        b'{"artifactUpdate":{"taskId":"t1","artifact":{"artifactId":"a1","parts":[{"text":"Hello"}]}}}',
         b'{"statusUpdate":{"taskId":"t1","contextId":"c1","status":{"state":"TASK_STATE_COMPLETED"}}}',
     )
 )
