@@ -7,7 +7,10 @@ For each library (`--libraries`) and size (`--sizes`, interactions loaded), gene
 - `loose`: many conversations on one path, each recorded in three phases (a question; the same with a tool
   offered, answered by a call; the call's result, with the tool, answered in words), each cassette saying
   `match = ["method", "path"]`, as a library of LLM recordings often does: every recording agrees with every
-  request, and the phase decides.
+  request, and the phase decides;
+- `a2a`: distinct A2A messages (`SendStreamingMessage`, JSON-RPC, one endpoint), each answered by a task's
+  stream, each cassette saying `match = ["method", "path", "a2a"]` (A2A's own rule). A request is sent with ids
+  of its own (the JSON-RPC `id`, the message's `messageId`), as a new client's are, never the recorded ones.
 
 The process reports:
 
@@ -21,12 +24,14 @@ The process reports:
   costs. 1,000 asked in turn touch 100 times the data per round, which costs the processor's caches some
   whatever the size;
 - the first find: the CPU time of the first request of all, and the memory the process grew by in it (in the
-  `loose` library, the first request to the path reads every recording's phase once, and indexes them).
+  `loose` library, until the phases of a path's many recordings were read at load, the first request to the
+  path read every one once, and indexed them).
 
 With `--server`, the same through `sse-tape serve --pace instant` in a process of its own, one client sending
 `--streams` requests one after another over one connection (the 10 asked at every size), each read whole:
-the server's CPU per stream (user and system, from /proc), the CPU it took to start (imports, loading), and its
-resident set size once loaded.
+the server's CPU per stream (user and system, from /proc), the CPU it took to start (imports, loading), its
+resident set size once loaded, and how long (wall clock) its first request took to answer, start to end: what
+any work left for the first request costs, during which the server's event loop answers no other client.
 
 The sizes run in turn, their order turning each round, `--rounds` times; each figure is the median of the
 rounds, and each ratio that of CPU per request to the smallest size's with the same count asked, which is what
@@ -36,7 +41,7 @@ With `--baseline DIR` (another checkout, or a `git archive` of an earlier commit
 is measured of that code too, in the same rounds, each size's processes one after the other: its processes
 import `sse_tape` from DIR, this script's harness the same. `--budget` keeps a slow one's rounds short.
 
-Run: python bench/matching_scale_bench.py [--libraries body,loose] [--sizes 10,1000,10000,100000] [--finds 2000]
+Run: python bench/matching_scale_bench.py [--libraries body,loose,a2a] [--sizes 10,1000,10000,100000] [--finds 2000]
 [--rounds 3] [--baseline DIR]
 """
 
@@ -57,10 +62,12 @@ import sse_tape
 from sse_tape import Cassette, Chunk, Interaction, Matcher, Request, Response
 
 PATH = "/v1/chat/completions"
+#: Where each library's requests are sent.
+PATHS = {"body": PATH, "loose": PATH, "a2a": "/a2a"}
 #: Where this script's `sse_tape` is imported from: what its processes import, beside a baseline.
 HERE = Path(sse_tape.__file__).resolve().parent.parent
 #: What each library's cassettes are matched by.
-RULES = {"body": ["method", "path", "body"], "loose": ["method", "path"]}
+RULES = {"body": ["method", "path", "body"], "loose": ["method", "path"], "a2a": ["method", "path", "a2a"]}
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
 CALL = (
     b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant",'
@@ -70,6 +77,18 @@ CALL = (
     b"\n\n",
     b"data: [DONE]\n\n",
 )
+#: A task's stream, as an a2a-sdk agent sends it over JSON-RPC (1.0): replay gives each response the request's id.
+TASK = tuple(
+    b'data: {"jsonrpc":"2.0","id":"r","result":' + result + b"}\n\n"
+    for result in (
+        b'{"task":{"id":"t1","contextId":"c1","status":{"state":"TASK_STATE_SUBMITTED"}}}',
+        b'{"statusUpdate":{"taskId":"t1","contextId":"c1","status":{"state":"TASK_STATE_WORKING"}}}',
+        b'{"artifactUpdate":{"taskId":"t1","artifact":{"artifactId":"a1","parts":[{"text":"Hello"}]}}}',
+        b'{"statusUpdate":{"taskId":"t1","contextId":"c1","status":{"state":"TASK_STATE_COMPLETED"}}}',
+    )
+)
+#: What the last event of each library's answer holds.
+LAST = {"body": b"data: [DONE]", "loose": b"data: [DONE]", "a2a": b"TASK_STATE_COMPLETED"}
 PER_FILE = 1000
 FRAMES = (
     b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n',
@@ -79,9 +98,19 @@ FRAMES = (
 )
 
 
-def _body(n: int, library: str = "body") -> bytes:
+def _body(n: int, library: str = "body", client: str = "recorded") -> bytes:
     """The request body of interaction n of a library: in `body`, distinct from every other's in its question; in
-    `loose`, conversation n // 3 in phase n % 3 (asked; a tool offered; the tool's result given)."""
+    `loose`, conversation n // 3 in phase n % 3 (asked; a tool offered; the tool's result given); in `a2a`, a
+    message distinct from every other's, with the ids `client` mints."""
+    if library == "a2a":
+        message = {"messageId": f"{client}-{n}", "role": "ROLE_USER", "parts": [{"text": f"Question number {n}"}]}
+        rpc = {
+            "jsonrpc": "2.0",
+            "id": f"{client}-{n}",
+            "method": "SendStreamingMessage",
+            "params": {"message": message},
+        }
+        return json.dumps(rpc).encode()
     number, phase = (n, 0) if library == "body" else divmod(n, 3)
     messages: list[dict[str, object]] = [
         {"role": "system", "content": "You are a helpful assistant."},
@@ -99,9 +128,9 @@ def _body(n: int, library: str = "body") -> bytes:
 
 def _interaction(n: int, library: str) -> Interaction:
     headers = (("content-type", "text/event-stream"),)
-    frames = CALL if library == "loose" and n % 3 == 1 else FRAMES
+    frames = TASK if library == "a2a" else CALL if library == "loose" and n % 3 == 1 else FRAMES
     chunks = tuple(Chunk(0.01 * i, frame) for i, frame in enumerate(frames))
-    request = Request("POST", PATH, headers=(("content-type", "application/json"),), body=_body(n, library))
+    request = Request("POST", PATHS[library], headers=(("content-type", "application/json"),), body=_body(n, library))
     return Interaction(request, Response(200, headers, chunks))
 
 
@@ -142,20 +171,22 @@ def _measure(
         "build_mb": (after_build - after_load) / 1e6,
     }
     headers = (("content-type", "application/json"),)
+    path = PATHS[library]
     first, before_first = time.process_time(), _rss()
-    matcher.find(Request("POST", PATH, headers=headers, body=_body(size // 2, library)))
+    matcher.find(Request("POST", path, headers=headers, body=_body(size // 2, library, "client")))
     figures["first_ms"] = (time.process_time() - first) * 1e3
     figures["first_mb"] = (_rss() - before_first) / 1e6
     for count in (c for c in asked if c <= size):
-        bodies = [_body(n, library) for n in range(0, size, size // count)][:count]
+        numbers = list(range(0, size, size // count))[:count]
+        bodies = [_body(n, library, "client") for n in numbers]
         for body in bodies:  # each recording asked for played once
-            matcher.find(Request("POST", PATH, headers=headers, body=body))
+            matcher.find(Request("POST", path, headers=headers, body=body))
         done, start = 0, time.process_time()
         while done < finds and time.process_time() - start < budget:
-            found = matcher.find(Request("POST", PATH, headers=headers, body=bodies[done % len(bodies)]))
+            found = matcher.find(Request("POST", path, headers=headers, body=bodies[done % len(bodies)]))
             done += 1
         figures[f"find_us_{count}"] = (time.process_time() - start) / done * 1e6
-        assert found.interaction.request.body == bodies[(done - 1) % len(bodies)]
+        assert found.interaction.request.body == _body(numbers[(done - 1) % len(bodies)], library)
     return figures
 
 
@@ -194,15 +225,18 @@ def _serve(folder: Path, library: str, size: int, streams: int, root: Path) -> d
         with open(f"/proc/{server.pid}/statm") as statm:
             rss = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
         client = http.client.HTTPConnection(host, int(port))
-        bodies = [_body(n, library) for n in range(0, size, max(1, size // 10))][:10]
+        bodies = [_body(n, library, "client") for n in range(0, size, max(1, size // 10))][:10]
 
         def ask(body: bytes) -> None:
-            client.request("POST", PATH, body=body, headers={"content-type": "application/json"})
+            client.request("POST", PATHS[library], body=body, headers={"content-type": "application/json"})
             answer = client.getresponse()
             assert answer.status == 200
-            assert answer.read().endswith(b"data: [DONE]\n\n")
+            assert LAST[library] in answer.read().rstrip().rsplit(b"\n\n", 1)[-1]
 
-        for body in bodies:
+        began = time.perf_counter()
+        ask(bodies[0])
+        first = time.perf_counter() - began
+        for body in bodies[1:]:
             ask(body)
         before = _cpu(server.pid)
         for n in range(streams):
@@ -212,12 +246,12 @@ def _serve(folder: Path, library: str, size: int, streams: int, root: Path) -> d
     finally:
         server.terminate()
         server.wait(timeout=60)
-    return {"start_s": started, "rss_mb": rss / 1e6, "stream_us": spent / streams * 1e6}
+    return {"start_s": started, "rss_mb": rss / 1e6, "stream_us": spent / streams * 1e6, "first_stream_ms": first * 1e3}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--libraries", default="body,loose", help="the libraries measured: body, loose (both)")
+    parser.add_argument("--libraries", default="body,loose", help="the libraries measured: body, loose, a2a")
     parser.add_argument("--sizes", default="10,1000,10000,100000", help="interactions loaded, comma-separated")
     parser.add_argument("--asked", default="10,1000", help="how many recordings are asked for, comma-separated")
     parser.add_argument("--finds", type=int, default=2000, help="requests timed a size and round (default 2000)")
@@ -269,7 +303,8 @@ def main() -> None:
             _table({size: medians[code, library, size] for size in sizes}, asked, args.server)
         if "baseline" in codes:
             print(f"{library} library: sse-tape's figures over the baseline's")
-            cells = ["first_ms", *(f"find_us_{c}" for c in asked), *(["stream_us"] if args.server else [])]
+            served = ["stream_us", "first_stream_ms"] if args.server else []
+            cells = ["build_s", "first_ms", *(f"find_us_{c}" for c in asked), *served]
             print(f"{'interactions':>12} | " + " | ".join(cells))
             for size in sizes:
                 now, then = medians["sse-tape", library, size], medians["baseline", library, size]
@@ -296,10 +331,16 @@ def _table(medians: dict[int, dict[str, float]], asked: list[int], server: bool)
         )
     if server:
         first = medians[sizes[0]]["stream_us"]
-        print(f"{'interactions':>12} | server start CPU s | server RSS MB | server CPU per stream us (ratio)")
+        print(
+            f"{'interactions':>12} | server start CPU s | server RSS MB | server CPU per stream us (ratio) | "
+            "first request ms"
+        )
         for size, m in medians.items():
             ratio = f"{m['stream_us'] / first:.2f}" if first else "-"  # a few streams may cost less than a tick
-            print(f"{size:>12,} | {m['start_s']:18.2f} | {m['rss_mb']:13.0f} | {m['stream_us']:.0f} ({ratio})")
+            print(
+                f"{size:>12,} | {m['start_s']:18.2f} | {m['rss_mb']:13.0f} | {m['stream_us']:.0f} ({ratio}) | "
+                f"{m['first_stream_ms']:.1f}"
+            )
 
 
 if __name__ == "__main__":

@@ -5,9 +5,11 @@ one generated library of LLM recordings on one path through two matchers: one as
 phase index out of the way (a threshold past any library's size, so that every request is compared with every
 recording its key finds, as before there was one). They must choose the very same recordings, take the same
 turns and explain the same misses, with repeats allowed and not, and with recordings added mid-run. MCP's
-`jsonrpc` matcher is keyed by the JSON-RPC method and params it compares. How many recordings a hit is compared
-with does not grow with the library's size: a protocol's matcher installed through the entry point, as any
-package adds one, counts the recordings it is asked about.
+`jsonrpc` matcher is keyed by the JSON-RPC method and params it compares, and A2A's `a2a` by what a request asks
+without the ids its client mints: a generated A2A library finds the same recordings by key as the same
+comparison does when it is installed from outside as a matcher that says nothing of what it compares (no key).
+How many recordings a hit is compared with does not grow with the library's size: a protocol's matcher installed
+through the entry point, as any package adds one, counts the recordings it is asked about.
 """
 
 from __future__ import annotations
@@ -405,4 +407,172 @@ def test_a_jsonrpc_hit_is_compared_with_as_many_recordings_whatever_the_calls_re
     small, large = loaded(64), loaded(64 * 80)
     assert _said(large[0], _rpc(1, "tool5000")) == "5000"
     assert [recorded.json()["params"]["name"] for recorded in asked] == ["tool5000"]
+    assert _most_compared(*small, asked) == _most_compared(*large, asked) == 1
+
+
+# --- A2A's `a2a` matcher: keyed by what a request asks, never the ids its client mints --------------------------
+
+
+def _a2a_body(n: int, text: str, form: str, fresh: int, **more: Any) -> tuple[str, str, bytes]:
+    """Method, path and body of an A2A request sending message `text` in one of A2A's forms (1.0's and 0.3's
+    JSON-RPC and REST bindings, a subscription again by either version, REST's `:subscribe`), its ids minted
+    anew from `fresh` as each client's are."""
+    ids = f"{fresh}-{n}"
+    if form == "1.0":
+        message = {"messageId": f"m-{ids}", "role": "ROLE_USER", "parts": [{"text": text}], **more}
+        body: Any = {"jsonrpc": "2.0", "id": ids, "method": "SendStreamingMessage", "params": {"message": message}}
+        return "POST", "/a2a", json.dumps(body).encode()
+    if form == "0.3":
+        parts = [{"kind": "text", "text": text}]
+        message = {"kind": "message", "messageId": f"m-{ids}", "role": "user", "parts": parts}
+        if fresh % 2:
+            message["contextId"] = f"c-{ids}"  # a client may name its context, or leave it out
+        body = {"jsonrpc": "2.0", "id": fresh, "method": "message/stream", "params": {"message": message | more}}
+        return "POST", "/a2a", json.dumps(body).encode()
+    if form == "rest":
+        message = {"messageId": f"m-{ids}", "role": "ROLE_USER", "parts": [{"text": text}], **more}
+        return "POST", "/message:stream", json.dumps({"message": message}).encode()
+    if form == "rest 0.3":
+        message = {"message_id": f"m-{ids}", "role": "ROLE_USER", "content": [{"text": text}], **more}
+        return "POST", "/v1/message:stream", json.dumps({"request": message}).encode()
+    if form == "resubscribe":
+        body = {"jsonrpc": "2.0", "id": ids, "method": "tasks/resubscribe", "params": {"id": f"task-{text}"}}
+        return "POST", "/a2a", json.dumps(body).encode()
+    return "GET", f"/tasks/task-{text}:subscribe", b""
+
+
+_A2A_FORMS = ("1.0", "0.3", "rest", "rest 0.3", "resubscribe", "subscribe")
+
+
+def _a2a_request(method: str, path: str, body: bytes, last_id: str | None = None) -> Request:
+    headers = (("content-type", "application/json"),) + ((("last-event-id", last_id),) if last_id else ())
+    return Request(method, path, headers=headers, body=body)
+
+
+def _a2a_answer(said: str, status: int = 200) -> Response:
+    result = {"jsonrpc": "2.0", "id": "1", "result": {"message": {"role": "ROLE_AGENT", "parts": [{"text": said}]}}}
+    chunk = Chunk(0.0, b"data: " + json.dumps(result).encode() + b"\n\n")
+    return Response(status, (("content-type", "text/event-stream"),), (chunk,))
+
+
+def _a2a_library(messages: int, seed: int) -> tuple[list[Interaction], list[Request]]:
+    """Recordings of many A2A messages in every form, some recorded more than once, some with a redacted part
+    (which agrees with any), some of a reconnection, a few bodies that are not JSON; and requests for each with
+    ids of their own, and for what none recorded."""
+    pick = random.Random(seed)
+    recorded: list[Interaction] = []
+    asked: list[Request] = []
+    for n in range(messages):
+        form = _A2A_FORMS[n % len(_A2A_FORMS)]
+        text = f"say {n}"
+        recorded.append(Interaction(_a2a_request(*_a2a_body(n, text, form, 0)), _a2a_answer(f"{form} {n}")))
+        if pick.random() < 0.3:  # recorded again: repeats take turns
+            again = _a2a_body(n, text, form, 1)
+            recorded.append(Interaction(_a2a_request(*again), _a2a_answer(f"{form} {n} again")))
+        if pick.random() < 0.2:  # a reconnection, recorded
+            resumed = _a2a_request(*_a2a_body(n, text, form, 2), last_id="3")
+            recorded.append(Interaction(resumed, _a2a_answer(f"{form} {n} from 3")))
+        if pick.random() < 0.2:  # the message's metadata redacted: it agrees with any
+            secret = _a2a_body(n, text, form, 3, metadata={"key": "<redacted>"})
+            recorded.append(Interaction(_a2a_request(*secret), _a2a_answer(f"{form} {n} redacted")))
+        if pick.random() < 0.2:  # an error, then an answer
+            recorded.append(Interaction(_a2a_request(*_a2a_body(n, text, form, 4)), _a2a_answer("busy", 429)))
+        if pick.random() < 0.1:
+            recorded.append(Interaction(_a2a_request("POST", "/a2a", f"not json {n}".encode()), _a2a_answer("raw")))
+        for fresh in (10, 11):
+            asked.append(_a2a_request(*_a2a_body(n, text, form, fresh)))
+        asked += [
+            _a2a_request(*_a2a_body(n, text, form, 12), last_id="3"),
+            _a2a_request(*_a2a_body(n, text, form, 13), last_id="9"),
+            _a2a_request(*_a2a_body(n, text, form, 14, metadata={"key": "sk-live-1"})),
+            _a2a_request(*_a2a_body(n, text, form, 15, metadata={"key": "sk-live-1", "more": 1})),  # a miss
+            _a2a_request(*_a2a_body(n, f"say {n + messages}", form, 16)),  # never recorded: a miss
+            _a2a_request(*_a2a_body(n, text, _A2A_FORMS[(n + 1) % len(_A2A_FORMS)], 17)),  # another form's
+            _a2a_request("POST", "/a2a", f"not json {n}".encode()),
+        ]
+    pick.shuffle(asked)
+    return recorded, asked
+
+
+# A2A's matcher as a package of its own could wrap it: the same comparison, saying nothing of what it compares, so
+# that the index has no key for it and asks it of every recording the rule's other matchers leave.
+WHOLE = '''
+from sse_tape.dialects.a2a import a2a
+from sse_tape.dialects.protocol import Protocol
+
+
+def a2a_whole(request, recorded):
+    """A2A's `a2a`, with no key: asked of each recording."""
+    return a2a(request, recorded)
+
+
+class Whole(Protocol):
+    """No stream of its own: it brings the `a2a_whole` matcher."""
+
+    name = "whole"
+    path = "/whole"
+    matchers = {"a2a_whole": a2a_whole}
+
+    def is_terminal(self, event):
+        return True
+
+    def error_frames(self, error, before=(), sent=()):
+        return []
+'''
+
+
+@pytest.fixture
+def whole(tmp_path: Path) -> Iterator[None]:
+    """The `a2a_whole` matcher, installed in a directory on sys.path as pip leaves a package."""
+    with installed_protocol(tmp_path / "site", "whole_matcher", WHOLE, "whole = whole_matcher:Whole"):
+        yield
+
+
+@pytest.mark.usefixtures("whole")
+@pytest.mark.parametrize("messages", [8, 60])
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_a2a_finds_by_key_what_comparing_every_recording_finds(messages: int, seed: int, setting: str) -> None:
+    # 8 messages: fewer recordings than a group of built-in parts is compared whole at (`index.FEW`); 60: more.
+    recorded, asked = _a2a_library(messages, seed)
+    options = dict(SETTINGS[setting])
+    split = options.pop("split", False)
+    found = {}
+    for rule in ("a2a", "a2a_whole"):
+        cassettes = [Cassette(recorded, match_on=["method", "path", rule])]
+        if split:
+            cassettes = [
+                Cassette(recorded[::2], match_on=["method", "path", rule]),
+                Cassette(
+                    recorded[1::2], match_on=["method", "path", rule], ignore_body_fields=("params.message.metadata",)
+                ),
+            ]
+        found[rule] = list(_answers(Matcher(cassettes, **options), asked))
+    got = found["a2a"]
+    assert got == found["a2a_whole"]
+    kinds = ("again", "from 3", "redacted", "raw", "busy") if messages > 8 else ()
+    for kind in ("rest 0.3", "subscribe", *kinds):  # every form; in the larger library, every kind of hit
+        assert any(kind in g for g in got), kind
+    assert any(g.startswith("miss: no recorded interaction") for g in got)
+
+
+def test_an_a2a_hit_is_compared_with_as_many_recordings_whatever_the_messages_recorded(
+    asked: list[Request],
+) -> None:
+    # Found by its key, a message sent with ids of its own is compared with the recordings of what it asks alone,
+    # as many in a library 80 times larger (with every message compared, it was compared with 80 times as many).
+    def loaded(size: int) -> tuple[Matcher, list[Request]]:
+        forms = ("1.0", "0.3", "rest")
+        recorded = [
+            Interaction(_a2a_request(*_a2a_body(n, f"say {n}", forms[n % 3], 0)), _a2a_answer(f"said {n}"))
+            for n in range(size)
+        ]
+        matcher = Matcher([Cassette(recorded, match_on=["asked", "method", "path", "a2a"])])
+        sent = [_a2a_request(*_a2a_body(n, f"say {n}", forms[n % 3], 1)) for n in range(0, size, size // 32)]
+        return matcher, sent
+
+    small, large = loaded(64), loaded(64 * 80)
+    found = large[0].find(_a2a_request(*_a2a_body(5002, "say 5002", "0.3", 7)))
+    assert b'"said 5002"' in found.interaction.response.body
+    assert [b'"say 5002"' in recorded.body for recorded in asked] == [True]
     assert _most_compared(*small, asked) == _most_compared(*large, asked) == 1

@@ -8,8 +8,8 @@ The package by concept:
   (`Protocol.matchers`, found through the dialect registry and its entry-point group), and `STRICT`, the
   word for matching on everything.
 - `index`: the recordings a request may agree with, by the hash of the parts the built-in matchers compare
-  (`matchers.KEYS`) and those a protocol's matcher says it compares (MCP's `jsonrpc`), then, where a key
-  leaves many, by the conversation's phase, so that finding one costs the same however many are loaded.
+  (`matchers.KEYS`) and those a protocol's matcher says it compares (MCP's `jsonrpc`, A2A's `a2a`), then, where
+  a key leaves many, by the conversation's phase, so that finding one costs the same however many are loaded.
 - `finder`: the `Matcher` that finds the recording answering a request, with the rule each cassette's
   recordings are matched by, and the explanation of a miss.
 """

@@ -22,9 +22,11 @@ all that follows (the phase, turns, repeats) is as it would be among all.
 Where the key leaves many (a rule that keys no body, `method,path`, puts
 every recording of a path under one), those of the request's very phase are
 looked up among them (`index.Hits.split`, by each recording's
-`Last-Event-ID` and phase, worked out the first time a request asks): when
-some of those agree and can answer, they are exactly the ones a comparison
-of all would rank first, and only they are compared. When none does (no
+`Last-Event-ID` and phase, read as the recordings are loaded, so that no
+request waits for a whole library's to be read; those a recorder adds, when
+a request next asks): when some of those agree and can answer, they are
+exactly the ones a comparison of all would rank first, and only they are
+compared. When none does (no
 recording of the very phase), when all have been played (repeats not
 allowed), or when a recording of another phase would decide their order
 (whether an answer is in the shape asked for ranks them only when one that
@@ -299,6 +301,9 @@ class Matcher:
         for cassette in cassettes:
             for n, interaction in enumerate(cassette.interactions, 1):
                 self._track(Recording(interaction, cassette.name, n), self._rule(cassette, interaction))
+        # The phases of a key's many recordings, read now rather than by the first request that finds them, on a
+        # server's event loop, where every other client would wait for them all (see the module).
+        self._index.split(self._split_key)
 
     def add(self, interaction: Interaction, cassette: Cassette, index: int) -> Recording:
         """Make a new interaction (one just recorded into `cassette`) playable from the next request on."""

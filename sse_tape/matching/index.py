@@ -4,8 +4,9 @@ Recordings are grouped by their rule (the matchers and ignored fields of
 their cassette, see `finder`) and by which of its matchers can key them:
 the built-in ones (`matchers.KEYS`: method, path, query, body) and a
 protocol's that says what it compares (`KeyedMatcher`: MCP's `jsonrpc`, by
-the JSON-RPC method and params), not one whose recorded part holds a
-redacted value (`matchers.WILD`, `KeyedMatcher.wild`).
+the JSON-RPC method and params; A2A's `a2a`, by what a request asks without
+the ids its client mints), not one whose recorded part holds a redacted
+value (`matchers.WILD`, `KeyedMatcher.wild`).
 Within a group, each recording sits under the hash of its keyed parts. A
 request is keyed once for each group, as that group's rule compares it, and
 gets the recordings under its key (`Hits`): an exact hit is found in the
@@ -19,10 +20,11 @@ before there was an index, and only they.
 A rule that keys no body (`method,path`, common for a library of LLM
 recordings) puts every recording of a path under one key. Those can be told
 apart further by what the finder knows of each (`Hits.split`: its
-conversation's phase, see `finder`): each key's recordings are split by a
-key of the finder's the first time a request asks, and those added since
-when a request next asks, so that loading stays as quick as it was and a
-library whose requests never ask splits nothing.
+conversation's phase, see `finder`): the recordings under each key that
+holds more than `FEW` are split by a key of the finder's when it has loaded
+them (`Index.split`), so that no request waits for all of them to be read
+(a server's first request would hold up every other client meanwhile);
+those added since, and a smaller key's, are split when a request next asks.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ R = TypeVar("R", bound=Hashable)
 K = TypeVar("K", bound=Hashable)
 
 FEW = 32
-"""A group of at most this many recordings is compared whole, unkeyed."""
+"""A group of at most this many recordings is compared whole, unkeyed (unless a protocol's matcher keys it)."""
 
 _WHOLE = object()  # the key a group's split of all its recordings (while they are `FEW`) is kept under
 
@@ -77,14 +79,17 @@ class _Group(Generic[R]):
         self.rule = rule
         self.keys = tuple(keying[0] for m in keyed if (keying := _keying(m)) is not None)
         """The key of the part each of its keyed matchers compares, of a request as its rule compares it."""
-        self.few: list[int] | None = []
+        self.few: list[int] | None = [] if all(m in KEYS for m in keyed) else None
         """Every recording of the group while it holds at most `FEW`: comparing those costs less than keying the
-        request (a large body's key walks all of it in Python; comparing it is C's `==`)."""
+        request (a large body's key walks all of it in Python; comparing it is C's `==`). Never for a group a
+        protocol's matcher keys: comparing with one walks both requests in Python, which keying the request
+        does once."""
         self.slots: dict[int, int | list[int]] = {}
         """The recordings under each hash: one alone as its number (most are alone: a list each would be
         memory, and objects for the collector to walk)."""
         self.splits: dict[object, _Splitting] = {}
-        """Each slot's split (`Hits.split`), by its hash (`_WHOLE`: of `few`), made when a request first asks."""
+        """Each slot's split (`Hits.split`), by its hash (`_WHOLE`: of `few`), made by `Index.split` or when a
+        request first asks."""
 
 
 class Hits(Generic[R]):
@@ -117,8 +122,9 @@ class Hits(Generic[R]):
 
     def split(self, key_of: Callable[[int], tuple[Hashable, Hashable]]) -> list[Split]:
         """The recordings found, split by `key_of` (a key in two parts, of a recording by its number): one split
-        for each group, kept from one request to the next. The same `key_of` must be given every time (it is
-        asked once for each recording, the first time a request finds it); it must not change for a recording."""
+        for each group, kept from one request to the next. The same `key_of` must be given every time, and to
+        `Index.split` (it is asked once for each recording, the first time either needs it); it must not change
+        for a recording."""
         splits = []
         for group, key, slot in self.found:
             splitting = group.splits.get(key)
@@ -147,6 +153,19 @@ class Index(Generic[R]):
                 group.few = None
                 group.splits.pop(_WHOLE, None)
         _put(group.slots, _key(group.keys, recorded), number)
+
+    def split(self, key_of: Callable[[int], tuple[Hashable, Hashable]]) -> None:
+        """Split by `key_of` now (see `Hits.split`, given the same) the recordings under every key that holds more
+        than `FEW`, in every group: what a request's `Hits.split` would do the first time it found them."""
+        for group in self._groups.values():
+            if group.few is not None:
+                continue
+            for key, slot in group.slots.items():
+                if isinstance(slot, list) and len(slot) > FEW:
+                    splitting = group.splits.get(key)
+                    if splitting is None:
+                        splitting = group.splits[key] = _Splitting()
+                    splitting.catch_up(slot, key_of)
 
     def hits(self, compared: Callable[[R], Request]) -> Hits[R]:
         """The recordings a request may agree with: `compared` gives the request as a rule compares it."""

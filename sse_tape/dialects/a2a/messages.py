@@ -20,9 +20,10 @@ from __future__ import annotations
 from typing import Any
 
 from ...cassette import Request
-from ...cassette.model import agrees_as_recorded
+from ...cassette.model import agrees_as_recorded, holds_redacted
 from .. import json_rpc
 from ..json_rpc import MISSING, shown
+from ..protocol import KeyedMatcher
 
 __all__ = [
     "CARD_PATHS",
@@ -169,10 +170,20 @@ def comparable(body: Any) -> Any:
     return out
 
 
-def a2a(request: Request, recorded: Request) -> str | None:
+def _a2a(request: Request, recorded: Request) -> str | None:
     """The body as A2A: the method, the message's parts and every other field compared as data, never the ids
     the client mints (see `comparable`); a body that is not JSON compared whole."""
     return json_rpc.matched(request, recorded, comparable, _explained)
+
+
+a2a = KeyedMatcher(
+    _a2a,
+    part=lambda request: json_rpc.matched_part(request, comparable),
+    wild=lambda recorded: holds_redacted(recorded, comparable),
+)
+"""A2A's matcher: the body as A2A, the method, the message's parts and every other field compared as data, never
+the ids the client mints (see `comparable`); a body that is not JSON compared whole. Keyed by that
+(`KeyedMatcher`): an index finds a request's recordings by what it asks, not by comparing it with each."""
 
 
 def _explained(a: Any, b: Any) -> str | None:
