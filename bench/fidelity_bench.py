@@ -52,10 +52,11 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from peers_bench import aimock_argv, aimock_fixture, find_aimock, free_port, header, http_request, spawned, table
-from replay_bench import PATH, ServerProcess, percentile
+from replay_bench import PATH, ServerProcess
 
 from sse_tape import Chunk, Interaction, Request, Response
 from sse_tape.probe import Fidelity, fidelity
+from sse_tape.stats import percentile
 
 Server = Callable[[], AbstractContextManager[str]]
 """Starts a server at the recorded pace; the context yields its URL."""
@@ -158,12 +159,12 @@ def figures(seen: list[Fidelity]) -> dict[str, float]:
     nan = float("nan")
     return {
         "completed": sum(f.completed for f in seen),
-        "gap p50": percentile(errors, 0.5) if errors else nan,
-        "gap p99": percentile(errors, 0.99) if errors else nan,
+        "gap p50": percentile(errors, 0.5),
+        "gap p99": percentile(errors, 0.99),
         "gap max": max(errors, default=nan),
-        "first p50": percentile(first, 0.5) if first else nan,
-        "first p99": percentile(first, 0.99) if first else nan,
-        "last p50": percentile(last, 0.5) if last else nan,
+        "first p50": percentile(first, 0.5),
+        "first p99": percentile(first, 0.99),
+        "last p50": percentile(last, 0.5),
     }
 
 

@@ -47,11 +47,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from aiohttp import web
+
+from sse_tape.stats import percentile
 
 PATH = "/v1/chat/completions"
 _STAMP = re.compile(rb'"t": (\d+)')
@@ -216,11 +218,6 @@ def cpu_seconds(pid: int) -> float:
     """User plus system CPU time a process has used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 SCENARIOS = {

@@ -34,6 +34,7 @@ from pathlib import Path
 from aiohttp import web
 
 from sse_tape import Cassette, Chunk, Interaction, MockServer, Request, Response, ServeOptions, bundled_cassettes
+from sse_tape.stats import percentile
 
 PATH = "/v1/chat/completions"
 
@@ -157,11 +158,6 @@ async def stream(port: int, body: bytes = b"{}") -> tuple[float, list[float]]:
     return sent, arrivals
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 class _Held:
     __slots__ = ("arrivals", "sent", "sock", "tail")
 
@@ -231,10 +227,10 @@ def held_streams(port: int, pid: int, offsets: Sequence[float], streams: int, ra
     first = [(h.arrivals[0] - h.sent - offsets[0]) * 1000 for h in done]
     return {
         "completed": len(done),
-        "p50": percentile(late, 0.5) if late else float("nan"),
-        "p99": percentile(late, 0.99) if late else float("nan"),
-        "first50": percentile(first, 0.5) if first else float("nan"),
-        "first99": percentile(first, 0.99) if first else float("nan"),
+        "p50": percentile(late, 0.5),
+        "p99": percentile(late, 0.99),
+        "first50": percentile(first, 0.5),
+        "first99": percentile(first, 0.99),
         "memory": (peak_rss - idle_rss) / streams * 1.024,
         "client": client_cpu,
     }

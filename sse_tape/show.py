@@ -26,6 +26,7 @@ from .dialects.events import ReasoningDelta, RefusalDelta, TextDelta, ToolCallDe
 from .framing import SSE, Framing
 from .matching import framing_of
 from .sse import ServerSentEvent
+from .stats import percentile
 
 __all__ = ["STALL", "Mark", "Timing", "View", "describe", "html_page", "lines", "view"]
 
@@ -225,8 +226,8 @@ def _timing_lines(view: View) -> list[str]:
         sizes.append(f"{timing.tokens} tokens" + (f" at {rate:.1f} tokens/s" if rate is not None else ""))
     out.append(f"   {', '.join(sizes)}")
     if timing.gaps:
-        ms = sorted(g * 1000 for g in timing.gaps)
-        gaps = f"gaps p50 {_rank(ms, 0.5):.0f} ms, p99 {_rank(ms, 0.99):.0f} ms, max {ms[-1]:.0f} ms"
+        ms = [g * 1000 for g in timing.gaps]
+        gaps = f"gaps p50 {percentile(ms, 0.5):.0f} ms, p99 {percentile(ms, 0.99):.0f} ms, max {max(ms):.0f} ms"
         stalls = timing.stalls
         if stalls:
             at, length = max(stalls, key=lambda s: s[1])
@@ -353,11 +354,6 @@ def _error_of(body: bytes) -> str:
     if isinstance(inner, dict) and "message" in inner:
         return _clip(str(inner["message"]), 300)
     return _clip(_text(body), 200)
-
-
-def _rank(sorted_values: list[float], q: float) -> float:
-    """The nearest-rank percentile of sorted values."""
-    return sorted_values[min(len(sorted_values) - 1, max(0, round(q * len(sorted_values) + 0.5) - 1))]
 
 
 def _text(data: bytes) -> str:

@@ -8,6 +8,7 @@ loop is the one its docs show, by hand.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -190,6 +191,21 @@ def litellm_module() -> Any:
     import litellm
 
     return litellm
+
+
+def close_litellm() -> None:
+    """Close the HTTP clients LiteLLM keeps for the life of the process, if it was imported: its module's own and
+    those it caches by API base and key. It never closes them itself, and each holds its last connection to a
+    server long gone, so that their sockets were left open at exit ("unclosed socket" ResourceWarnings)."""
+    litellm = sys.modules.get("litellm")
+    if litellm is None:
+        return
+    cache = litellm.in_memory_llm_clients_cache
+    for client in [litellm.module_level_client, *cache.cache_dict.values()]:
+        # The async ones it made at import have not connected; closing them would need their event loops.
+        if isinstance(client, (litellm.HTTPHandler, openai.OpenAI)):
+            client.close()
+    cache.flush_cache()
 
 
 def litellm_call(api: Api, url: str, messages: list[Any], **more: Any) -> Any:

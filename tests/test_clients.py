@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from framework_clients import FRAMEWORK_CLIENTS
+from framework_clients import FRAMEWORK_CLIENTS, close_litellm
 from matrix import (
     CHAT,
     GEMINI,
@@ -87,6 +87,13 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
     made = Workers(tmp_path_factory.mktemp("workers"))
     yield made
     made.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def litellm_closed() -> Iterator[None]:
+    """LiteLLM's clients closed at the end of the session (`close_litellm`)."""
+    yield
+    close_litellm()
 
 
 def marks(client: Client) -> list[pytest.MarkDecorator]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import bisect
 import difflib
-import statistics
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from ..framing.base import compact_json
 from ..sse import ServerSentEvent
 from .reading import Reading
 
-__all__ = ["Block", "Comparison", "blocks", "compare", "events_per_read", "header_changes", "median", "percentile"]
+__all__ = ["Block", "Comparison", "blocks", "compare", "events_per_read", "header_changes"]
 
 # Headers that differ on every answer, whoever sends it.
 _EVER_CHANGING = frozenset({"date"})
@@ -237,16 +236,3 @@ def header_changes(sent: Reading, got: Reading) -> tuple[list[str], list[str], l
         f"{name}: {before[name]} -> {after[name]}" for name in before if name in after and before[name] != after[name]
     ]
     return added, removed, changed
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The value below which a share `q` of `values` lie (the nearest rank); NaN for none."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def median(values: Sequence[float]) -> float:
-    """The median; NaN for none."""
-    return statistics.median(values) if values else float("nan")

@@ -14,7 +14,8 @@ from enum import StrEnum
 from typing import Any
 
 from ..cassette import Request
-from .comparison import Comparison, events_per_read, header_changes, median, percentile
+from ..stats import median, percentile
+from .comparison import Comparison, events_per_read, header_changes
 from .reading import Ending, Reading
 
 __all__ = [
