@@ -16,9 +16,9 @@ from __future__ import annotations
 import asyncio
 import bisect
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 
@@ -38,10 +38,10 @@ from .wire import Live, Progress
 __all__ = [
     "IN_PLACE",
     "NOTED_FAULTS",
-    "Answered",
     "Attached",
     "Exchange",
     "Host",
+    "Reply",
     "Responder",
     "inject",
     "note_faults",
@@ -50,7 +50,7 @@ __all__ = [
 
 _T = TypeVar("_T")
 
-Answered = web.StreamResponse | Awaitable[web.StreamResponse] | None
+Reply = web.StreamResponse | Awaitable[web.StreamResponse] | None
 """What a responder answers with: the response it sent; the send its answer ends with, not yet awaited
 (`Host.send(...)`), which the server awaits for it; or None, to leave the request to the next responder. A
 responder with nothing to do once its answer is sent hands the server the send, and holds no memory of its own
@@ -163,11 +163,11 @@ class Host(Protocol):
         *,
         live: Live | None = None,
         cors: bool = True,
-    ) -> Awaitable[web.StreamResponse]:
+    ) -> Coroutine[Any, Any, web.StreamResponse]:
         """Write the exchange's answer, once awaited: a plan (`writes`: what `coalesced(plan)` gave, for a plan
         sent unchanged again and again), or with `live` a body still being made (see `wire.send`); with `cors`,
         the headers any page's fetch needs to read it, else only those for the pages the user named. A responder
-        may return it unawaited (see `Answered`)."""
+        may return it unawaited (see `Reply`)."""
         ...
 
     def ended(self, exchange: Exchange) -> None:
@@ -187,9 +187,9 @@ class Responder(Protocol):
         """Called once the server's event loop runs, before the first request."""
         ...
 
-    async def respond(self, exchange: Exchange) -> Answered:
+    async def respond(self, exchange: Exchange) -> Reply:
         """Answer the request (streaming as it likes), or return None to leave it to the next responder (see
-        `Answered`)."""
+        `Reply`)."""
         ...
 
     async def close(self) -> None:

@@ -113,7 +113,9 @@ def send(
     `writes` is what `coalesced(plan)` gave, for a plan sent again and again unchanged.
 
     Returns the response; `progress` counts its bytes as they go and, once it is over, says how it ended
-    (`End.CLIENT_GONE` when the client hung up between writes). A client that hangs up during a wait cancels the handler, and the cancellation propagates.
+    (`End.CLIENT_GONE` when the client hung up between writes). A client that hangs up during a wait
+    cancels the handler, and the cancellation propagates: `progress.end` is left as it was, for the caller
+    to set.
     """
     # The coroutine that sends it, as it is: one more waiting a whole stream would hold memory for nothing.
     if live is None:

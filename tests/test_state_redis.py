@@ -195,6 +195,24 @@ def test_a_claim_takes_the_first_recording_never_played_and_plays_it(kind: str, 
     assert state.received == (Request("POST", "/stream", body=b"{}"),)  # sent with the claim
 
 
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_a_reset_leaves_what_the_responders_named_keep_and_forgets_the_rest(kind: str, redis_url: str) -> None:
+    store: ReplayStore = MemoryStore() if kind == "memory" else RedisStore(redis_url, prefix="keeping:")
+    store.reset()
+    store.kept("mcp:0").update({"session": {"open": True}, "session 1": "1"})
+    store.kept("responses:0")["resp_1"] = {"status": "in_progress"}
+    store.played("a")
+    store.reset(keep=["mcp:0", "never kept"])
+    assert dict(store.kept("mcp:0").items()) == {"session": {"open": True}, "session 1": "1"}
+    assert not store.kept("responses:0")
+    state = store.snapshot()
+    assert ({k: set(v) for k, v in state.kept.items() if v}, state.plays) == ({"mcp:0": {"session", "session 1"}}, {})
+    store.reset()  # and the next reset that keeps nothing forgets it too
+    assert not store.kept("mcp:0")
+    if isinstance(store, RedisStore):
+        assert store.redis.keys("keeping:*") == [b"keeping:generation"]
+
+
 def test_the_counts_of_faults_asked_for_and_applied_are_kept_for_the_last_distinct_ones(url: str) -> None:
     store = RedisStore(url, keep=3)
     for spec in ["a", "b", "c", "a", "d"]:  # "b" is the one counted longest ago when "d" comes

@@ -253,8 +253,8 @@ def test_forked_workers_take_turns_as_one_asking_their_parent_once_where_a_group
 
 
 def test_a_worker_reads_counts_and_deletes_many_of_what_a_responder_keeps_in_one_question_each() -> None:
-    # As a reset that keeps MCP's sessions reads them all, an `initialize` counts the sessions, and a session
-    # that ends deletes its streams: one question each, however many are kept.
+    # As a snapshot reads all a responder keeps, an `initialize` counts the sessions, and a session that ends
+    # deletes its streams: one question each, however many are kept.
     store, kept_here = WorkersStore(1), {f"session {n}": {"n": n} for n in range(200)}
 
     def worker(found: str) -> int:
@@ -275,6 +275,30 @@ def test_a_worker_reads_counts_and_deletes_many_of_what_a_responder_keeps_in_one
         assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 4  # len, items, the deletion, len
         assert Path(found, "0").read_text() == repr((200, True, 50))
     assert dict(store.kept("mcp:0").items()) == dict(list(kept_here.items())[150:])
+
+
+def test_a_reset_through_a_worker_leaves_what_the_responders_named_keep_and_forgets_the_rest() -> None:
+    store = WorkersStore(1)
+
+    def worker() -> int:
+        signal.alarm(int(SAFETY_NET))
+        store.in_worker(0)
+        store.kept("mcp:0")["session"] = {"open": True}
+        store.kept("responses:0")["resp_1"] = {"status": "in_progress"}
+        store.reset(keep=["mcp:0"])
+        return (
+            0
+            if (dict(store.kept("mcp:0").items()), len(store.kept("responses:0"))) == ({"session": {"open": True}}, 0)
+            else 1
+        )
+
+    pid = processes.fork(worker)
+    store.hold(print)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    assert (dict(store.kept("mcp:0").items()), dict(store.kept("responses:0").items())) == (
+        {"session": {"open": True}},
+        {},
+    )
 
 
 def test_what_a_worker_cannot_pickle_is_the_stores_failure() -> None:

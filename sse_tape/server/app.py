@@ -40,7 +40,7 @@ from ..options import OPTIONS, MissPolicy, ServeOptions, check_sources
 from ..plan import Plan, Write
 from ..recorder import Recorder
 from ..redaction import Redaction
-from ..responder import Answered, Exchange, Responder, thorough
+from ..responder import Exchange, Reply, Responder, thorough
 from ..state import MemoryStore, ReplayStore
 from ..upstream import AiohttpUpstream, Upstream
 from ..wire import Live, drop_connection, send
@@ -387,20 +387,21 @@ class MockServer:
         # aiohttp's handler: the answer's own coroutine, not one more around it that a stream would keep waiting.
         return self._answer(http, None, served=True)
 
-    def answer(self, http: web.BaseRequest, *, arrived: float | None = None) -> Coroutine[Any, Any, web.StreamResponse]:
+    async def answer(self, http: web.BaseRequest, *, arrived: float | None = None) -> web.StreamResponse:
         """Answer one aiohttp request as this server does (the chain, the control endpoints, the fault
         header), less the bookkeeping of its own connections: for an aiohttp application of your own that
         routes requests to the mock, whose runner must leave request bodies as sent (`auto_decompress=False`):
         the server decompresses them itself, under its body limit. A plan's times count from `arrived`, when
         the request came (on the event loop's clock), or else from now: a server with many requests at once
         comes to each a while after it came, and the recorded pace counts from the client's sending."""
-        return self._answer(http, arrived, served=False)
+        return await self._answer(http, arrived, served=False)
 
     async def _answer(self, http: web.BaseRequest, arrived: float | None, *, served: bool) -> web.StreamResponse:
         """Answer a request (see `answer`); `served`: one this server's listener took, whose connection it
         keeps (the guard's deadlines, `Expect: 100-continue`, its handler cut when the server stops) and
-        whose shared store's failure it answers here. A paced stream waits in this coroutine alone (and the
-        wire's): what only prepares the answer is done in functions that return before it plays."""
+        whose shared store's failure it answers here. What only prepares the answer is done in functions that
+        return before it plays, and a responder may hand over its send (`Reply`): a stream that replay plays
+        waits in this coroutine and the wire's alone (one a responder awaits, in its coroutine too)."""
         handler = asyncio.current_task() if served else None
         if handler is not None:
             assert self._guard is not None
@@ -418,7 +419,7 @@ class MockServer:
             exchange = self._exchange(http, arrived, found)
             self._answering += 1
             try:
-                answered: Answered = await self._take(exchange, found)
+                answered: Reply = await self._take(exchange, found)
                 if answered is None:
                     for responder in self.responders:
                         if isinstance(responder, Lent) and not responder.concerns(exchange):
@@ -428,7 +429,7 @@ class MockServer:
                             break
                 if answered is None:
                     answered = self._miss(exchange)
-                # A responder's send handed over unawaited (see `Answered`) is awaited here, in its place.
+                # A responder's send handed over unawaited (see `Reply`) is awaited here, in its place.
                 return answered if isinstance(answered, web.StreamResponse) else await answered
             except asyncio.CancelledError:
                 exchange.progress.end = End.INTERRUPTED if self.closing else End.CLIENT_GONE

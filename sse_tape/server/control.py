@@ -253,7 +253,10 @@ class Control:
                 responder.forget(state.kept(key))
             else:
                 lasting.append(key)
-        state.reset(keep=lasting)
+        if lasting:
+            state.reset(keep=lasting)
+        else:  # as a store written before `reset` took `keep` is asked too
+            state.reset()
         self._journal.clear()
         # What the state and the journal held is freed to the allocator, which keeps it for the process: after
         # much traffic (a flood of misses, large bodies), hand it back to the system.

@@ -72,13 +72,13 @@ class _Incoming(Incoming):
     def pass_on(self, reason: str) -> None:
         self._exchange.miss = reason
 
-    async def send(self, plan: Plan, *, stream: bool, dialect: Protocol | None) -> web.StreamResponse:
+    def send(self, plan: Plan, *, stream: bool, dialect: Protocol | None) -> Coroutine[Any, Any, web.StreamResponse]:
         exchange = self._exchange
         if dialect is not None:
             inject(self._host, exchange, plan, dialect=dialect, stream=stream)
         if stream:
             exchange.event_ends = [b.end for b in plan.events]
-        return await self._host.send(exchange, plan)
+        return self._host.send(exchange, plan)  # the wire's coroutine, as it is (see `Host.send`)
 
     async def error(self, status: int, message: str, code: str, *, dialect: Protocol) -> web.StreamResponse:
         self._exchange.dialect = dialect

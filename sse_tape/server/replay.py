@@ -22,7 +22,7 @@ from ..journal import Matched
 from ..matching import last_event_id
 from ..pacing import Pacing
 from ..plan import Plan, Write
-from ..responder import IN_PLACE, Answered, Attached, Exchange, Host, inject
+from ..responder import IN_PLACE, Attached, Exchange, Host, Reply, inject
 from ..shape import Recorded, Shape, collapse, reshape
 from ..wire import coalesced
 
@@ -132,7 +132,7 @@ class Replay(Attached):
             task.cancel()  # its thread finishes on its own; no request waits for it any more
         await asyncio.gather(*preparing, return_exceptions=True)
 
-    async def respond(self, exchange: Exchange) -> Answered:
+    async def respond(self, exchange: Exchange) -> Reply:
         server = self.host
         request = exchange.request
         try:
@@ -196,7 +196,7 @@ class Replay(Attached):
         sending = server.send(exchange, plan, prepared.writes if plan is prepared.plan else None)
         ended = kept.ended if kept is not None else None
         if ended is None:
-            return sending  # the server awaits it: nothing here waits as long as the stream (see `Answered`)
+            return sending  # the server awaits it: nothing here waits as long as the stream (see `Reply`)
         try:
             return await sending
         finally:
