@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 import tomllib
-import tracemalloc
 import zipfile
 from collections.abc import Sequence
 from dataclasses import replace
@@ -18,6 +17,7 @@ from typing import Any
 
 import msgpack
 import pytest
+from allocations import peak_allocated
 from hatchling.builders.wheel import WheelBuilder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -707,13 +707,9 @@ def test_a_file_made_to_break_the_loader_is_one_clear_error(tmp_path: Path, text
 
 
 def _peak_memory_while(expecting: Any, path: Path) -> int:
-    tracemalloc.start()
-    try:
-        with expecting():
-            Cassette.load(path)
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    with peak_allocated() as peak, expecting():
+        Cassette.load(path)
+    return peak()
 
 
 def test_a_request_body_nested_a_thousand_deep_loads_and_is_compared_as_bytes(tmp_path: Path) -> None:
