@@ -18,6 +18,7 @@ from typing import Any
 import msgpack
 import pytest
 from allocations import peak_allocated
+from appending import append_many
 from hatchling.builders.wheel import WheelBuilder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -371,17 +372,11 @@ def test_bundled_cassettes_ship_in_the_wheel(tmp_path: Path) -> None:
     assert {f"sse_tape/_bundled/{p.name}" for p in bundled_cassettes()} <= set(names)
 
 
-def _append_many(path: str, writer: int, count: int) -> None:
-    for n in range(count):
-        request = Request("POST", f"/w{writer}/{n}")
-        append_interactions(path, [Interaction(request, Response(chunks=(Chunk(0.0, b"data: x\n\n"),)))])
-
-
 @pytest.mark.parametrize("suffix", [".toml", ".msgpack"])
 def test_concurrent_appenders_lose_no_interaction(tmp_path: Path, suffix: str) -> None:
     path = str(tmp_path / f"shared{suffix}")
     context = multiprocessing.get_context("spawn")
-    writers = [context.Process(target=_append_many, args=(path, w, 25)) for w in range(3)]
+    writers = [context.Process(target=append_many, args=(path, w, 25)) for w in range(3)]
     for writer in writers:
         writer.start()
     for writer in writers:
