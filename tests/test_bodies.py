@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import processes
 import pytest
+from waits import SAFETY_NET
 
 from sse_tape import Cassette, Chunk, ConfigError, Interaction, MockServer, Request, Response, serve
 from sse_tape.dialects import dialect_for
@@ -55,7 +56,9 @@ def _raw(server: MockServer, head: bytes, body: bytes = b"", path: bytes = CHAT.
 def _raw_at(port: int, head: bytes, body: bytes = b"", path: bytes = CHAT.encode()) -> tuple[int, bytes]:
     """`_raw`, to the server on `port`."""
     request = b"POST " + path + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + head + b"\r\n" + body
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+    # The timeout is a net for a server that never answers: a megabyte of JSON, parsed on a busy machine, may
+    # take most of it.
+    with socket.create_connection(("127.0.0.1", port), timeout=SAFETY_NET) as sock:
         sock.sendall(request)
         reply = b""
         while chunk := sock.recv(65536):

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 import tomllib
-import tracemalloc
 import zipfile
 from collections.abc import Sequence
 from dataclasses import replace
@@ -18,6 +17,8 @@ from typing import Any
 
 import msgpack
 import pytest
+from allocations import peak_allocated
+from appending import append_many
 from hatchling.builders.wheel import WheelBuilder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -371,17 +372,11 @@ def test_bundled_cassettes_ship_in_the_wheel(tmp_path: Path) -> None:
     assert {f"sse_tape/_bundled/{p.name}" for p in bundled_cassettes()} <= set(names)
 
 
-def _append_many(path: str, writer: int, count: int) -> None:
-    for n in range(count):
-        request = Request("POST", f"/w{writer}/{n}")
-        append_interactions(path, [Interaction(request, Response(chunks=(Chunk(0.0, b"data: x\n\n"),)))])
-
-
 @pytest.mark.parametrize("suffix", [".toml", ".msgpack"])
 def test_concurrent_appenders_lose_no_interaction(tmp_path: Path, suffix: str) -> None:
     path = str(tmp_path / f"shared{suffix}")
     context = multiprocessing.get_context("spawn")
-    writers = [context.Process(target=_append_many, args=(path, w, 25)) for w in range(3)]
+    writers = [context.Process(target=append_many, args=(path, w, 25)) for w in range(3)]
     for writer in writers:
         writer.start()
     for writer in writers:
@@ -707,13 +702,9 @@ def test_a_file_made_to_break_the_loader_is_one_clear_error(tmp_path: Path, text
 
 
 def _peak_memory_while(expecting: Any, path: Path) -> int:
-    tracemalloc.start()
-    try:
-        with expecting():
-            Cassette.load(path)
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    with peak_allocated() as peak, expecting():
+        Cassette.load(path)
+    return peak()
 
 
 def test_a_request_body_nested_a_thousand_deep_loads_and_is_compared_as_bytes(tmp_path: Path) -> None:

@@ -10,7 +10,6 @@ import random
 import re
 import subprocess
 import sys
-import tracemalloc
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import httpx
 import openai
 import processes
 import pytest
+from allocations import peak_allocated
 from clients import openai_client
 from framed import messages
 from httpx_sse import connect_sse
@@ -1132,21 +1132,20 @@ async def test_garbage_is_made_as_it_is_sent_not_joined_up_front() -> None:
     cassette = Cassette([Interaction(Request("POST", "/v1/chat/completions", body=b"{}"), response)])
     async with aserve(cassette, pace="instant") as server:
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-        tracemalloc.start()
         try:
-            writer.write(
-                b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n"
-                b"X-SSE-Tape-Fault: garbage:at=1,size=16777216\r\n\r\n{}"
-            )
-            received = 0
-            while piece := await reader.read(1 << 20):
-                received += len(piece)
-            _, peak = tracemalloc.get_traced_memory()
+            with peak_allocated() as peak:
+                writer.write(
+                    b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n"
+                    b"X-SSE-Tape-Fault: garbage:at=1,size=16777216\r\n\r\n{}"
+                )
+                received = 0
+                while piece := await reader.read(1 << 20):
+                    received += len(piece)
+                held = peak()
         finally:
-            tracemalloc.stop()
             writer.close()
     assert received > 16 * 2**20
-    assert peak < 8 * 2**20
+    assert held < 8 * 2**20
 
 
 @pytest.mark.fuzz

@@ -317,14 +317,17 @@ async def test_a_progress_flood_reaches_the_callback_before_the_result(cassette:
 
 
 async def test_on_a_json_answer_an_error_and_a_tool_error_are_the_whole_answer(json_cassette: Path) -> None:
-    async with _session(json_cassette, "error:code=-32001,message=too slow,times=1") as (session, mock):
+    # The tool call's alone: the client's GET stream, opened again after the faults are set (soon or late, as the
+    # machine goes), would spend the one time and leave the call unfaulted.
+    slow = "error:code=-32001,message=too slow,times=1,rpc=tools/call"
+    async with _session(json_cassette, slow) as (session, mock):
         with pytest.raises(MCPError) as raised:
             await asyncio.wait_for(session.call_tool("count", {"n": 3}), 30)
         assert (raised.value.error.code, raised.value.error.message) == (REQUEST_TIMEOUT, "too slow")
         mock.control.set_faults(["tool-error:message=no adding today"])
         added = await asyncio.wait_for(session.call_tool("add", {"a": 2, "b": 3}), 30)
         assert (added.is_error, added.content) == (True, [TextContent(type="text", text="no adding today")])
-        assert _did(mock, "error:code=-32001,message=too slow,times=1") == ["mcp error in place of the answer"]
+        assert _did(mock, slow) == ["mcp error in place of the answer"]
         assert _did(mock, "tool-error:message=no adding today")[0] == "the tool's error result in place of its answer"
 
 

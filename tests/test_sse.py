@@ -6,9 +6,9 @@ Tests named `test_spec_*` replay the standard's own examples.
 from __future__ import annotations
 
 import itertools
-import tracemalloc
 
 import pytest
+from allocations import peak_allocated
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -326,15 +326,11 @@ def test_encode_then_decode_round_trips_whatever_the_splits_and_line_ends(
 def test_a_line_fed_a_byte_at_a_time_is_held_in_memory_proportional_to_its_length() -> None:
     decoder = SSEDecoder()
     size = 100_000
-    tracemalloc.start()
-    try:
+    with peak_allocated() as peak:
         line = b"data: " + b"x" * size
         for i in range(len(line)):
             decoder.feed(line[i : i + 1])
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak < 3 * size  # a list of pieces held about 90 bytes per byte here
+    assert peak() < 3 * size  # a list of pieces held about 90 bytes per byte here
     [event] = decoder.feed(b"\n\n")
     assert len(event.data) == size
 
