@@ -265,6 +265,26 @@ def test_continuations_are_found_by_the_phase_they_continue(monkeypatch: pytest.
 # A protocol's matcher, as a package of its own would ship it: any request agrees with any recording, and each
 # recording it is asked about is noted. Named first in a rule, it is asked about every recording that `find`
 # compares before the rule's other matchers decide: how many those are is how much a request costs.
+def bringing(name: str, matcher: str) -> str:
+    """The source of a protocol class `name` with no stream of its own that brings the matcher `matcher` (a
+    function defined before it), to install from outside as a package would (`installed_protocol`)."""
+    return f'''
+
+class {name}(Protocol):
+    """No stream of its own: it brings the `{matcher}` matcher."""
+
+    name = "{name.lower()}"
+    path = "/{name.lower()}"
+    matchers = {{"{matcher}": {matcher}}}
+
+    def is_terminal(self, event):
+        return True
+
+    def error_frames(self, error, before=(), sent=()):
+        return []
+'''
+
+
 COUNTING = '''
 from sse_tape.dialects.protocol import Protocol
 
@@ -276,20 +296,7 @@ def asked(request, recorded):
     ASKED.append(recorded)
     return None
 
-
-class Counting(Protocol):
-    """No stream of its own: it brings the `asked` matcher."""
-
-    name = "counting"
-    path = "/counting"
-    matchers = {"asked": asked}
-
-    def is_terminal(self, event):
-        return True
-
-    def error_frames(self, error, before=(), sent=()):
-        return []
-'''
+''' + bringing("Counting", "asked")
 
 
 @pytest.fixture
@@ -505,20 +512,7 @@ def a2a_whole(request, recorded):
     """A2A's `a2a`, with no key: asked of each recording."""
     return a2a(request, recorded)
 
-
-class Whole(Protocol):
-    """No stream of its own: it brings the `a2a_whole` matcher."""
-
-    name = "whole"
-    path = "/whole"
-    matchers = {"a2a_whole": a2a_whole}
-
-    def is_terminal(self, event):
-        return True
-
-    def error_frames(self, error, before=(), sent=()):
-        return []
-'''
+''' + bringing("Whole", "a2a_whole")
 
 
 @pytest.fixture
