@@ -186,7 +186,7 @@ def test_show_puts_together_reasoning_refusals_usage_and_stalls() -> None:
     assert "   refusal: I'm sorry, but I cannot help with that request." in lines
     assert "   finish: stop; usage: 25 in (12 cached), 8 out" in lines
     assert "   finish: stop; usage: 31 in, 636 out (612 reasoning)" in lines
-    assert "   gaps p50 29 ms, p99 17600 ms, max 17600 ms; 1 stall: 17.6 s from 0.463 s" in lines
+    assert "   gaps p50 30 ms, p99 17600 ms, max 17600 ms; 1 stall: 17.6 s from 0.463 s" in lines
     lmstudio = CliRunner().invoke(cli, ["show", str(BUNDLED["lmstudio-chat"])]).output.splitlines()
     assert "   reasoning: Need to call function." in lmstudio
     assert "   tool call: open_browser(), run by the server -> failed: Cannot find tool with name open_browser." in (

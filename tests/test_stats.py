@@ -18,6 +18,8 @@ from sse_tape.stats import median, percentile
         pytest.param([float(v) for v in range(1, 101)], 1.0, 100.0, id="p100, the greatest"),
         pytest.param([float(v) for v in range(1, 101)], 0.0, 1.0, id="p0, the least"),
         pytest.param([10.0, 20.0, 30.0, 40.0], 0.9, 40.0, id="never between two values"),
+        pytest.param([1.0, 2.0, 3.0, 4.0], 0.5, 3.0, id="p50 of four, the upper middle"),
+        pytest.param([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], 0.5, 4.0, id="p50 of six, the upper middle too"),
     ],
 )
 def test_percentile_is_the_value_at_the_nearest_rank(values: list[float], q: float, expected: float) -> None:
