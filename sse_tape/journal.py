@@ -54,9 +54,14 @@ def _field_names(kind: type) -> tuple[str, ...]:
     return names
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Entry:
-    """One step of answering request number `request` (counted from 1 since the server started)."""
+    """One step of answering request number `request` (counted from 1 since the server started).
+
+    An entry is written once, as it happens, and only read after: read it, do not change it. It is not a
+    frozen dataclass, unlike this codebase's other values, because building one is on every request's way
+    (three entries each): a frozen one's `__init__` sets each field through `object.__setattr__`, which
+    made them 4% of the CPU time of an instant replay (docs/benchmarks.md)."""
 
     kind: ClassVar[str] = "entry"
     request: int
@@ -76,7 +81,7 @@ class Entry:
         return None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Received(Entry):
     """A request arrived."""
 
@@ -86,7 +91,7 @@ class Received(Entry):
     query: str = ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Matched(Entry):
     """A recording answers the request."""
 
@@ -113,7 +118,7 @@ class Matched(Entry):
         return f"{self.method} {self.path} -> {self.status} {self.recording}{converted}{resumed}{kept}"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Ended(Entry):
     """The response is over: how it ended, after how many bytes and events, and how long after it arrived."""
 
@@ -134,7 +139,7 @@ class Ended(Entry):
 # Beyond replay: a miss, an injected fault, another responder's answer.
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Answered(Entry):
     """A responder other than replay and forwarding answered the request (the model list, say): `what` it said."""
 
@@ -148,7 +153,7 @@ class Answered(Entry):
         return f"{self.method} {self.path} -> {self.status} {self.what}"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Missed(Entry):
     """Nothing answered the request; `reason` names the closest recordings and how each differs."""
 
@@ -162,7 +167,7 @@ class Missed(Entry):
         return f"{self.method} {self.path} -> {self.status} {self.reason}"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class FaultInjected(Entry):
     """A fault changed the response: which one, and what it did."""
 
@@ -180,7 +185,7 @@ class FaultInjected(Entry):
 # Forwarding to an upstream, and recording.
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Forwarded(Entry):
     """The request went to the upstream, and its response head came back."""
 
@@ -202,7 +207,7 @@ class Forwarded(Entry):
         return f"{self.method} {self.path} -> {self.status} from {self.url}{resumed}"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class UpstreamFailed(Entry):
     """The upstream sent no response: the client got a 502."""
 
@@ -215,7 +220,7 @@ class UpstreamFailed(Entry):
         return f"{self.method} {self.path} -> 502 {self.reason}"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Recorded(Entry):
     """The interaction is on the disk (synced), in the recorder's spool: the cassette's interaction number
     `index` once the recorder stops and writes it there (or a load reads the spool a killed recorder left);
@@ -241,7 +246,7 @@ class Recorded(Entry):
         return f"{self.method} {self.path} recorded in {where} as #{self.index} ({how})"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class SaveFailed(Entry):
     """What was recorded could not be saved (`what`: a stream, or the session's streams), and why."""
 
@@ -254,7 +259,7 @@ class SaveFailed(Entry):
         return f"could not save {self.what} to {self.cassette}: {self.reason}"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class WritingAnew(Entry):
     """A recorder's stop writes its cassette anew (whole answers take the place of streams cut short), which
     takes a while for a big one: said when it starts (`seconds` None) and when it is done."""
@@ -280,7 +285,7 @@ class WritingAnew(Entry):
 # Synthesis.
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Synthesized(Entry):
     """A local model answered the request: its wait in the model's queue, its tokens and their speed."""
 
