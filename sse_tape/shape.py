@@ -42,6 +42,7 @@ from .matching import asks_for_stream, framing_of
 from .plan import Plan
 
 __all__ = [
+    "AS_RECORDED",
     "Recorded",
     "Shape",
     "as_json",
@@ -77,6 +78,20 @@ class Shape:
     """The framing a stream goes out in, when not the one it was recorded (or made) in."""
 
 
+#: The recording's answer as it was recorded: what a request asks that reshaping leaves alone.
+AS_RECORDED = Shape(None)
+_SHAPES: dict[tuple[bool | None, bool, Framing | None], Shape] = {}  # the few there are, each made once
+
+
+def _shape(stream: bool | None, usage: bool, framing: Framing | None) -> Shape:
+    """The one `Shape` of these parts: replay asks for one on every request, and the same few come each time."""
+    parts = (stream, usage, framing)
+    found = _SHAPES.get(parts)
+    if found is None:
+        found = _SHAPES[parts] = Shape(stream, usage, framing)
+    return found
+
+
 @dataclass(frozen=True, slots=True)
 class Recorded:
     """What shapes a recorded answer can take, found once per recording (replay asks on every request)."""
@@ -108,12 +123,12 @@ class Recorded:
         """The shape `request` asks of this answer."""
         dialect, body = self.dialect, request.json()
         if dialect is None or not isinstance(body, dict) or not self.successful:
-            return Shape(None)
+            return AS_RECORDED
         stream, streamed = dialect.wants_stream(body, request.path), self.streamed
         convert = stream != streamed and (not streamed or self.asked_for_stream)
         made = SSE if convert else self.framing  # how the stream that goes out is framed, unless reframed
         framing = dialect.stream_framing(request) if stream and made is not None else None
-        return Shape(
+        return _shape(
             stream if convert else None,
             dialect.reports_usage(body) if stream else True,
             framing if framing is not made else None,

@@ -23,7 +23,7 @@ from ..matching import last_event_id
 from ..pacing import Pacing
 from ..plan import Plan, Write
 from ..responder import IN_PLACE, Attached, Exchange, Host, Reply, inject
-from ..shape import Recorded, Shape, collapse, reshape
+from ..shape import AS_RECORDED, Recorded, Shape, collapse, reshape
 from ..wire import coalesced
 
 __all__ = ["Replay"]
@@ -256,7 +256,7 @@ class Replay(Attached):
 
     async def _prepare(self, recording: Recording, known: _Known, request: Request) -> _Prepared:
         """The recording's response in the shape the request asks for (see `shape`)."""
-        shape = known.recorded.asked(request) if self.host.matcher.reshape else Shape(None)
+        shape = known.recorded.asked(request) if self.host.matcher.reshape else AS_RECORDED
         key = (recording, shape)
         prepared = self._prepared.get(key)
         if prepared is not None:
