@@ -193,6 +193,7 @@ class MockServer:
         replaying: list[Responder] = [*lent, replay if isinstance(replay, Replay) else Replay()] if replay else []
         self.responders: list[Responder] = [*replaying, *behind, Catalog(models)]
         """The chain each request goes through, in order."""
+        self._chains: dict[str | None, list[Responder]] = {}  # the chain of each API's requests (see `_chain`)
         self._answering = 0  # requests being answered right now
         self.control = Control(
             state=self._state,
@@ -421,7 +422,7 @@ class MockServer:
             try:
                 answered: Reply = await self._take(exchange, found)
                 if answered is None:
-                    for responder in self.responders:
+                    for responder in self._chain(exchange.api):
                         if isinstance(responder, Lent) and not responder.concerns(exchange):
                             continue  # a protocol's responder would pass it on untouched: not lent it
                         answered = await responder.respond(exchange)
@@ -461,6 +462,20 @@ class MockServer:
                 assert self._guard is not None
                 self._handlers.discard(handler)
                 self._guard.end(http.transport)
+
+    def _chain(self, api: Dialect | None) -> list[Responder]:
+        """The responders a request to `api` goes through (`Exchange.api`): all of them, less the protocols'
+        responders of other APIs, which are lent no request to an LLM API that is not theirs (`Lent.concerns`).
+        Each API's chain is worked out once, by name, at its first request."""
+        name = api.name if api is not None else None
+        chain = self._chains.get(name)
+        if chain is None:
+            chain = self._chains[name] = [
+                responder
+                for responder in self.responders
+                if name is None or not isinstance(responder, Lent) or responder.dialect.name == name
+            ]
+        return chain
 
     def _exchange(self, http: web.BaseRequest, arrived: float | None, found: Protocol | None) -> Exchange:
         """A request to the mock, numbered and in the journal, on its way to the responders (its body not yet
