@@ -296,6 +296,7 @@ class Matcher:
         self._phases: list[Any] = []  # each one's request's phase (None: it has none), worked out when needed
         self._answers: list[Any] = []  # each one's answer put together (see `answer_of`), worked out when needed
         self._calls: list[Any] = []  # the tools each one's answer calls (see `calls_of`), worked out when needed
+        self._own_misfits: list[Any] = []  # why each one cannot answer its own request (see `_misfit`), likewise
         self._answer_ids: dict[str, int] | None = None  # which recording answered with each response id
         self._paths: dict[str, list[int]] = {}  # the recordings of each path, as compared: a miss's candidates
         for cassette in cassettes:
@@ -351,6 +352,7 @@ class Matcher:
         self._phases.append(_NOT_YET)
         self._answers.append(_NOT_YET)
         self._calls.append(_NOT_YET)
+        self._own_misfits.append(_NOT_YET)
         if self._answer_ids is not None:
             self._note_answer_id(self._answer_ids, len(self.recordings) - 1)
 
@@ -398,10 +400,18 @@ class Matcher:
         # A recorder fetches what it cut short again.
         numbers = hits.numbers()
         agrees = self._agrees_as_sent if len(numbers) == 1 else self._agrees
-        agreeing = [n for n in numbers if not (self.refetch and self._cut[n]) and agrees(asked, n)]
-        same = [n for n in agreeing if self._last_ids[n] == last_id]
+        same: list[int] = []  # those that agree, of the request's `Last-Event-ID`
+        resumable: list[int] = []  # and those made without one, to resume after that event when none is of it
+        for n in numbers:  # a loop, not three comprehensions: one pass over what is found, for every request
+            if (self.refetch and self._cut[n]) or not agrees(asked, n):
+                continue
+            recorded_id = self._last_ids[n]
+            if recorded_id == last_id:
+                same.append(n)
+            elif recorded_id is None:
+                resumable.append(n)
         if not same and last_id is not None and self.resume:
-            same = [n for n in agreeing if self._last_ids[n] is None]  # to resume after that event
+            same = resumable
         agreeing = [n for n in same if self._misfit(asked, n) is None]  # only recordings of its phase answer
         if not agreeing:
             raise NoMatchError(self.explain_miss(request) if explain else "")
@@ -587,10 +597,19 @@ class Matcher:
         here, there = asked.phase_beside(n), self._phase(n)
         if here is None or there is None:
             return None
+        if here is there:  # sent as recording n's was (see `phase_beside`): the answer is the same every time
+            misfit = self._own_misfits[n]
+            if misfit is _NOT_YET:
+                misfit = self._own_misfits[n] = there.fits(there, self._calls_of(n))
+            return misfit  # type: ignore[no-any-return]
+        return here.fits(there, self._calls_of(n))
+
+    def _calls_of(self, n: int) -> frozenset[str] | None:
+        """The tools recording n's answer calls (see `calls_of`)."""
         calls = self._calls[n]
         if calls is _NOT_YET:
             calls = self._calls[n] = calls_of(self._answer(n))
-        return here.fits(there, calls)
+        return calls  # type: ignore[no-any-return]
 
     def _closeness(self, asked: _Asked, n: int) -> tuple[Any, ...]:
         here, there = asked.phase(), self._phase(n)
@@ -701,6 +720,8 @@ class _Asked:
     """A request as one `find` (or `explain_miss`) reads it, each part worked out once, when first needed:
     the API its path names, whether it asks for a stream, and the request as each rule compares it (rules
     differ in the fields they ignore)."""
+
+    __slots__ = ("_api", "_compared", "_phase", "_sent", "matcher", "request")  # one for every request
 
     def __init__(self, request: Request, matcher: Matcher) -> None:
         self.request = request
