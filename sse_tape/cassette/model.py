@@ -177,8 +177,10 @@ class Response:
 
 def _first(headers: Headers, name: str) -> str | None:
     name = name.lower()
+    size = len(name)
     for key, value in headers:  # a loop, not a generator: every request's headers are looked up several times
-        if key.lower() == name:
+        # The length first, which most names differ in: a name lowered to an ASCII one has the same length.
+        if len(key) == size and key.lower() == name:
             return value
     return None
 
