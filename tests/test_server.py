@@ -851,6 +851,35 @@ async def test_a_connection_that_was_answered_is_held_to_the_deadline_of_what_it
         assert await loop.run_in_executor(None, scenario)
 
 
+async def test_a_stream_answered_behind_another_is_not_cut_off_by_the_next_request_s_head() -> None:
+    # Two requests sent at once (pipelined): the second's stream outlasts the request deadline, and the first
+    # bytes of a third come while it plays. Those bytes start no deadline: the connection is busy answering.
+    slow = Interaction(
+        Request("GET", "/slow"), Response(chunks=(Chunk(0.0, b"data: a\n\n"), Chunk(1.5, b"data: b\n\n")))
+    )
+    limits = Limits(request_timeout=0.3, keep_alive=600)
+    async with MockServer([Cassette([*FEED.interactions, slow])], limits=limits) as server:
+        loop = asyncio.get_running_loop()
+
+        def scenario() -> bytes:
+            with socket.create_connection(("127.0.0.1", server.port)) as sock:
+                sock.sendall(b"GET /feed HTTP/1.1\r\nHost: x\r\n\r\nGET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+                sock.settimeout(SAFETY_NET)
+                got = b""
+                while b"data: a" not in got:  # the first answer, and the second's stream has begun
+                    data = sock.recv(4096)
+                    assert data, f"the connection closed: {got!r}"
+                    got += data
+                sock.sendall(b"GET /feed HTTP/1.1\r\n")  # a third, not whole yet
+                while not got.endswith(b"\r\n0\r\n\r\n") or got.count(b"HTTP/1.1 200") < 2:
+                    data = sock.recv(4096)
+                    assert data, f"the connection closed in the middle of the second answer: {got!r}"
+                    got += data
+                return got
+
+        assert (await loop.run_in_executor(None, scenario)).endswith(b"data: b\n\n\r\n0\r\n\r\n")
+
+
 async def test_a_body_that_comes_after_its_head_is_waited_for_and_matched() -> None:
     def recorded(body: bytes, data: bytes) -> Interaction:
         return Interaction(Request("POST", "/echo", body=body), Response(chunks=(Chunk(0.0, data),)))

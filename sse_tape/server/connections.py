@@ -205,18 +205,19 @@ class _Guarded(asyncio.Protocol):
         guard.open[transport] = self
         self.inner = guard.factory()
         self.inner.connection_made(transport)
-        self._close_in(guard.request_timeout)
+        self._close_at(self.loop.time() + guard.request_timeout)
 
     def data_received(self, data: bytes) -> None:
-        if self.inner is None:
+        inner = self.inner
+        if inner is None:
             return
         if self.deadline is not None:  # no request is being answered: these bytes are (part of) the next one
-            self.arrived = self.loop.time()
-        if self.idle:  # the first bytes of the next request: its head has the request deadline
-            self.idle = False
-            self._yield(self.paused_at is not None)
-            self._close_in(self.guard.request_timeout)
-        self.inner.data_received(data)
+            self.arrived = now = self.loop.time()
+            if self.idle:  # the first bytes of the next request: its head has the request deadline
+                self.idle = False
+                self._yield(self.paused_at is not None)
+                self._close_at(now + self.guard.request_timeout)
+        inner.data_received(data)
 
     def eof_received(self) -> bool | None:
         return self.inner.eof_received() if self.inner is not None else None
@@ -254,11 +255,14 @@ class _Guarded(asyncio.Protocol):
     def set_busy(self, busy: bool) -> None:
         if busy:
             self.deadline = None  # a timer set already finds none when it fires, and lapses
+            # Not idle, though no bytes came since the last answer: a request sent behind it (pipelined), read
+            # then, is answered now, and the bytes of one more meanwhile start no deadline.
+            self.idle = False
             self.guard._swept(self)
         else:
             self.idle = True
             self.guard._busy.discard(self)
-            self._close_in(self.guard.keep_alive)
+            self._close_at(self.loop.time() + self.guard.keep_alive)
         self._yield(not busy or self.paused_at is not None)
 
     def gone(self) -> bool:
@@ -315,15 +319,15 @@ class _Guarded(asyncio.Protocol):
             )
         self.cut(stalled=True)
 
-    def _close_in(self, seconds: float) -> None:
-        """Close the connection `seconds` from now, unless a request is being answered by then."""
-        loop = self.loop
-        self.deadline = loop.time() + seconds
-        if self.timer is not None and self.timer.when() > self.deadline:
+    def _close_at(self, deadline: float) -> None:
+        """Close the connection at `deadline` (on the event loop's clock), unless a request is being answered
+        by then."""
+        self.deadline = deadline
+        if self.timer is not None and self.timer.when() > deadline:
             self.timer.cancel()  # it would fire too late (never so while the step below holds)
             self.timer = None
         if self.timer is None:
-            self._set_timer(loop)
+            self._set_timer(self.loop)
 
     def _set_timer(self, loop: asyncio.AbstractEventLoop) -> None:
         assert self.deadline is not None
