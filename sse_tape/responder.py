@@ -81,6 +81,9 @@ class Exchange:
     api: dialects.Generation | None = None
     """The API the request's path names (`dialects.for_path`), looked up once for every responder; None for
     a path that names none (whose errors `dialect` frames as OpenAI's)."""
+    protocol: dialects.Protocol | None = None
+    """The protocol the request speaks by its path (`dialects.for_request`: an LLM API's, as `api`, or another
+    protocol's), looked up once for every responder and for matching; None for none."""
     miss: str | None = None
     """Why replay did not answer: the closest recordings and how each differs."""
     status: int = 0

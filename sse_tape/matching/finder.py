@@ -383,16 +383,17 @@ class Matcher:
             self._by_id[rid] = self.recordings[n]
         return rid
 
-    def find(self, request: Request, *, explain: bool = True) -> Recording:
+    def find(self, request: Request, *, explain: bool = True, protocol: Dialect | None = _NOT_YET) -> Recording:
         """The recording that answers `request`, noted as played; raises `NoMatchError` naming the closest ones
         (with `explain` off, when none agrees, with no message: `explain_miss` says it, in a thread say, as it
-        walks the request's body and every recording's)."""
-        asked = _Asked(request, self)
+        walks the request's body and every recording's). `protocol`, the protocol the request speaks by its
+        path (`dialects.for_request`), when the caller knows it already: it is not looked up again."""
+        asked = _Asked(request, self, protocol)
         # With no recording of a reconnection, a reconnection's recordings are those made without one, when
         # replay resumes them: `Last-Event-ID` changes nothing, and is not read.
         last_id = last_event_id(request) if self._reconnections or not self.resume else None
         hits = self._index.hits(asked.compared)
-        if len(hits) > FEW:  # many to compare: those of the request's very phase, looked up, when there are any
+        if hits.count > FEW:  # many to compare: those of the request's very phase, looked up, when there are any
             closest = self._closest(asked, hits, last_id)
             chosen = self._choose(asked, closest) if closest else None
             if chosen is not None:
@@ -594,14 +595,15 @@ class Matcher:
     def _misfit(self, asked: _Asked, n: int) -> str | None:
         """Why recording n cannot answer the request in its phase (see `Phase.fits`); None when it can, or when
         either has no phase (an API that is not an LLM's, a body that is not JSON)."""
-        here, there = asked.phase_beside(n), self._phase(n)
-        if here is None or there is None:
-            return None
-        if here is there:  # sent as recording n's was (see `phase_beside`): the answer is the same every time
+        if asked.sent_as(n):  # its phase is recording n's own (see `_Asked.phase`): the answer is the same each time
             misfit = self._own_misfits[n]
             if misfit is _NOT_YET:
-                misfit = self._own_misfits[n] = there.fits(there, self._calls_of(n))
+                there = self._phase(n)
+                misfit = self._own_misfits[n] = None if there is None else there.fits(there, self._calls_of(n))
             return misfit  # type: ignore[no-any-return]
+        here, there = asked.phase(), self._phase(n)
+        if here is None or there is None:
+            return None
         return here.fits(there, self._calls_of(n))
 
     def _calls_of(self, n: int) -> frozenset[str] | None:
@@ -723,10 +725,10 @@ class _Asked:
 
     __slots__ = ("_api", "_compared", "_phase", "_sent", "matcher", "request")  # one for every request
 
-    def __init__(self, request: Request, matcher: Matcher) -> None:
+    def __init__(self, request: Request, matcher: Matcher, api: Dialect | None = _NOT_YET) -> None:
         self.request = request
         self.matcher = matcher
-        self._api: Dialect | None = _NOT_YET
+        self._api: Dialect | None = api  # `for_request`'s, when the caller knows it
         self._compared: dict[tuple[tuple[tuple[str, ...], ...], bool], Request] = {}
         self._phase: Phase | None = _NOT_YET
         self._sent = (-1, False)  # the recording last asked about in `sent_as`, and the answer
@@ -742,17 +744,12 @@ class _Asked:
         return _asks_for_stream(self.request, self.api())
 
     def phase(self) -> Phase | None:
-        """Its phase (see `Phase`); None when it has none."""
+        """Its phase (see `Phase`); None when it has none. Read from recording n's when it was sent as that one
+        was (`sent_as`, the last asked: most replays send what was recorded), else worked out from its body."""
         if self._phase is _NOT_YET:
-            self._phase = self.matcher._phase_of(self.api(), self.request)
+            n, same = self._sent
+            self._phase = self.matcher._phase(n) if same else self.matcher._phase_of(self.api(), self.request)
         return self._phase
-
-    def phase_beside(self, n: int) -> Phase | None:
-        """Its phase, read from recording n's when it was sent as that one was (`sent_as`: most replays send
-        what was recorded), rather than worked out from its body again."""
-        if self._phase is _NOT_YET and self.sent_as(n):
-            self._phase = self.matcher._phase(n)
-        return self.phase()
 
     def sent_as(self, n: int) -> bool:
         """Whether it was sent as recording n's request was, to what reads it: the same API, path and body bytes

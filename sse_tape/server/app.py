@@ -498,6 +498,7 @@ class MockServer:
             [],
             found or dialect_for(request.path),
             api=found if isinstance(found, Dialect) else None,
+            protocol=found,
             started=asyncio.get_running_loop().time() if arrived is None else arrived,
         )
 
@@ -531,7 +532,7 @@ class MockServer:
         exchange.request = request.with_json(request.path, body, parsed)
         if found is not None and not found.speaks(exchange.request):
             # A path two APIs use (Ollama's `/api/chat`, an AI SDK app's chat route), told apart by the body.
-            found = exchange.api = None
+            found = exchange.api = exchange.protocol = None
             exchange.dialect = fallback()
         if found is None and (spoken := speaking(exchange.request)) is not None:
             exchange.dialect = spoken  # a protocol told by what the request carries frames its errors

@@ -236,7 +236,7 @@ class Replay(Attached):
         Another replay may choose otherwise (the probe's upstream answers with the interaction under probe)."""
         request = exchange.request
         # A large body's miss is explained later, off the event loop (see `MockServer`).
-        return self.host.matcher.find(request, explain=len(request.body) <= IN_PLACE)
+        return self.host.matcher.find(request, explain=len(request.body) <= IN_PLACE, protocol=exchange.protocol)
 
     def _faults_of(self, recording: Recording) -> list[Fault]:
         """The faults a recording notes its client got, to act on every replay of it (not by chance, nor a
