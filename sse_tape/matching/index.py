@@ -95,17 +95,16 @@ class _Group(Generic[R]):
 class Hits(Generic[R]):
     """What a request's keys find in an index: for each group, the recordings under the request's key."""
 
-    __slots__ = ("found",)
+    __slots__ = ("count", "found")
 
-    def __init__(self, found: list[tuple[_Group[R], object, int | list[int]]]) -> None:
+    def __init__(self, found: list[tuple[_Group[R], object, int | list[int]]], count: int) -> None:
         self.found = found
         """Each group with a recording under the request's key, that key, and those recordings."""
+        self.count = count
+        """How many recordings were found."""
 
     def __len__(self) -> int:
-        count = 0
-        for _, _, slot in self.found:
-            count += 1 if isinstance(slot, int) else len(slot)
-        return count
+        return self.count
 
     def numbers(self) -> list[int]:
         """The recordings found, in the order they were added."""
@@ -170,15 +169,18 @@ class Index(Generic[R]):
     def hits(self, compared: Callable[[R], Request]) -> Hits[R]:
         """The recordings a request may agree with: `compared` gives the request as a rule compares it."""
         found: list[tuple[_Group[R], object, int | list[int]]] = []
+        count = 0
         for group in self._groups.values():
             if group.few is not None:
                 found.append((group, _WHOLE, group.few))
+                count += len(group.few)
                 continue
             key = _key(group.keys, compared(group.rule))
             slot = group.slots.get(key)
             if slot is not None:
                 found.append((group, key, slot))
-        return Hits(found)
+                count += 1 if isinstance(slot, int) else len(slot)
+        return Hits(found, count)
 
 
 def _put(slots: dict[K, int | list[int]], key: K, number: int) -> None:
