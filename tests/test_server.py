@@ -7,6 +7,7 @@ import contextlib
 import gzip
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -1144,6 +1145,31 @@ def test_a_short_peers_benchmark_checks_every_answer_and_leaves_no_process(tmp_p
     for figure in ("instant replay", "60-event instant streams", "cold start"):
         assert figure in result.stdout
     assert _running_with(str(tmp_path)) == []
+
+
+@pytest.mark.slow
+def test_a_short_parts_benchmark_measures_each_tree_and_leaves_no_process(tmp_path: Path) -> None:
+    # bench/parts_bench.py, briefly, with this tree and a copy of it: each is measured (the client checks
+    # every answer whole), and every server it started is gone when it ends (their command lines name the
+    # cassette it writes under TMPDIR, tmp_path).
+    root = Path(__file__).parent.parent
+    copy = tmp_path / "copy"
+    shutil.copytree(root / "sse_tape", copy / "sse_tape")
+    limits = ("--rounds", "2", "--streams", "100")
+    result = subprocess.run(
+        [sys.executable, str(root / "bench" / "parts_bench.py"), str(root), str(copy), *limits],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[1].startswith(f"{root.resolve()}: ")
+    assert lines[1].endswith("1.000 of the first")
+    assert lines[2].startswith(f"{copy.resolve()}: ")
+    assert "µs [quartiles " in lines[2]
+    assert _running_with(str(tmp_path)) == []  # its servers' cassette is under TMPDIR
 
 
 def test_the_peers_benchmark_says_in_one_line_when_aimock_is_not_there(tmp_path: Path) -> None:
