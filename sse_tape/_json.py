@@ -47,10 +47,9 @@ def check(data: bytes, *, max_depth: int | None = MAX_DEPTH, max_values: int | N
     """Raise `TooLarge` when the JSON text `data` nests deeper than `max_depth` or holds more than `max_values`
     keys, items and containers; text that is not JSON may pass (the parser refuses it). It works on the bytes
     with a few passes of bytes methods, not a loop of Python steps, and parses nothing."""
-    # Most bodies are within both bounds by their counts alone: a text of n bytes holds at most (n + 1) / 2 keys,
-    # items and containers (each container takes two bytes, each scalar one, and each one after the first a
-    # comma or a colon), and nests no deeper than it has brackets.
-    if (max_values is None or len(data) < 2 * max_values) and (
+    # Most bodies are within both bounds by their sizes alone: each mark counted below is one of the text's bytes,
+    # and no text nests deeper than it has brackets.
+    if (max_values is None or len(data) <= max_values) and (
         max_depth is None or data.count(b"[") + data.count(b"{") <= max_depth
     ):
         return
