@@ -28,6 +28,7 @@ dialect sse-tape speaks, and any error response.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -80,16 +81,13 @@ class Shape:
 
 #: The recording's answer as it was recorded: what a request asks that reshaping leaves alone.
 AS_RECORDED = Shape(None)
-_SHAPES: dict[tuple[bool | None, bool, Framing | None], Shape] = {}  # the few there are, each made once
 
 
+@functools.lru_cache(maxsize=64)
 def _shape(stream: bool | None, usage: bool, framing: Framing | None) -> Shape:
-    """The one `Shape` of these parts: replay asks for one on every request, and the same few come each time."""
-    parts = (stream, usage, framing)
-    found = _SHAPES.get(parts)
-    if found is None:
-        found = _SHAPES[parts] = Shape(stream, usage, framing)
-    return found
+    """The `Shape` of these parts, made once: replay asks for one on every request, and the same few come each
+    time (a framing a dialect made anew for each request would only pass through the cache)."""
+    return Shape(stream, usage, framing)
 
 
 @dataclass(frozen=True, slots=True)
