@@ -60,8 +60,8 @@ class Entry:
 
     An entry is written once, as it happens, and only read after: read it, do not change it. It is not a
     frozen dataclass, unlike this codebase's other values, because building one is on every request's way
-    (three entries each): a frozen one's `__init__` sets each field through `object.__setattr__`, which
-    made them 4% of the CPU time of an instant replay (docs/benchmarks.md)."""
+    (three entries each), and a frozen one's `__init__` sets each field through `object.__setattr__`: its
+    cost is in docs/benchmarks.md (what each part of an answer costs). Nor is it hashable."""
 
     kind: ClassVar[str] = "entry"
     request: int

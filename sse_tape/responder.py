@@ -83,7 +83,8 @@ class Exchange:
     a path that names none (whose errors `dialect` frames as OpenAI's)."""
     protocol: dialects.Protocol | None = None
     """The protocol the request speaks by its path (`dialects.for_request`: an LLM API's, as `api`, or another
-    protocol's), looked up once for every responder and for matching; None for none."""
+    protocol's), looked up once for every responder and for matching; None for none. The server sets it when
+    it makes the exchange: one made without it tells matching the request speaks none."""
     miss: str | None = None
     """Why replay did not answer: the closest recordings and how each differs."""
     status: int = 0

@@ -192,7 +192,8 @@ class MockServer:
         lent = _protocols_responders() if replay and protocols else []
         replaying: list[Responder] = [*lent, replay if isinstance(replay, Replay) else Replay()] if replay else []
         self.responders: list[Responder] = [*replaying, *behind, Catalog(models)]
-        """The chain each request goes through, in order."""
+        """The chain each request goes through, in order; as it is when the server is made (each API's requests
+        take theirs from it at the first of them: see `_chain`)."""
         self._chains: dict[str | None, list[Responder]] = {}  # the chain of each API's requests (see `_chain`)
         self._answering = 0  # requests being answered right now
         self.control = Control(
