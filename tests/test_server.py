@@ -814,6 +814,16 @@ async def test_a_client_expecting_100_continue_is_told_to_send_its_body_unless_i
     assert ignored.startswith(b"HTTP/1.1 200 ")
 
 
+def _read_until(sock: socket.socket, marker: bytes, got: bytes = b"") -> bytes:
+    """What `sock` reads, after `got` read before, until `marker` is in it."""
+    sock.settimeout(SAFETY_NET)
+    while marker not in got:
+        data = sock.recv(4096)
+        assert data, f"the connection closed before {marker!r}: {got!r}"
+        got += data
+    return got
+
+
 def _answered(sock: socket.socket) -> bytes:
     """A whole chunked answer read from `sock`."""
     sock.settimeout(30)
@@ -865,18 +875,9 @@ async def test_a_stream_answered_behind_another_is_not_cut_off_by_the_next_reque
         def scenario() -> bytes:
             with socket.create_connection(("127.0.0.1", server.port)) as sock:
                 sock.sendall(b"GET /feed HTTP/1.1\r\nHost: x\r\n\r\nGET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
-                sock.settimeout(SAFETY_NET)
-                got = b""
-                while b"data: a" not in got:  # the first answer, and the second's stream has begun
-                    data = sock.recv(4096)
-                    assert data, f"the connection closed: {got!r}"
-                    got += data
+                got = _read_until(sock, b"data: a")  # the first answer, and the second's stream has begun
                 sock.sendall(b"GET /feed HTTP/1.1\r\n")  # a third, not whole yet
-                while not got.endswith(b"\r\n0\r\n\r\n") or got.count(b"HTTP/1.1 200") < 2:
-                    data = sock.recv(4096)
-                    assert data, f"the connection closed in the middle of the second answer: {got!r}"
-                    got += data
-                return got
+                return _read_until(sock, b"data: b\n\n\r\n0\r\n\r\n", got)
 
         assert (await loop.run_in_executor(None, scenario)).endswith(b"data: b\n\n\r\n0\r\n\r\n")
 
@@ -894,12 +895,7 @@ async def test_a_head_begun_while_the_answer_before_it_played_has_the_request_de
         def scenario() -> bool:
             sock = socket.create_connection(("127.0.0.1", server.port))
             sock.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
-            sock.settimeout(SAFETY_NET)
-            got = b""
-            while b"data: a" not in got:
-                data = sock.recv(4096)
-                assert data, f"the connection closed: {got!r}"
-                got += data
+            _read_until(sock, b"data: a")
             sock.sendall(b"GET /slow HTTP/1.1\r\n")  # the next head, begun while the stream plays
             return _closed_within(sock, 30)
 
