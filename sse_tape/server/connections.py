@@ -22,10 +22,9 @@ class ConnectionGuard:
     """Keeps a server's connections in bounds.
 
     Wraps the server's protocol factory. A connection must deliver a whole
-    request head within `request_timeout` of its first byte (or of opening,
-    or, for a head begun while the answer before it played, of that answer's
-    end), and may sit idle between requests for `keep_alive`; past either it
-    is closed. While a request is being answered there is no deadline: streams
+    request head within `request_timeout` of its first byte (or of opening),
+    and may sit idle between requests for `keep_alive`; past either it is
+    closed. While a request is being answered there is no deadline: streams
     last as long as they last, as long as the client takes what it is sent.
     One that takes nothing of it for `send_timeout` (its socket's buffer full,
     and not one byte of it read since) is cut off (`stalled` counts them), so
@@ -166,7 +165,6 @@ class _Guarded(asyncio.Protocol):
         "arrived",
         "deadline",
         "guard",
-        "heard",
         "idle",
         "inner",
         "loop",
@@ -192,8 +190,6 @@ class _Guarded(asyncio.Protocol):
         self.stall_timer: asyncio.TimerHandle | None = None
         self.arrived: float | None = None
         """When bytes last came while no request was being answered (see `ConnectionGuard.begin`)."""
-        self.heard = False
-        """Bytes came while a request was being answered: the next request's head has begun."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream's transport (uvloop's is one too, though not of asyncio's class).
@@ -221,8 +217,6 @@ class _Guarded(asyncio.Protocol):
                 self.idle = False
                 self._yield(self.paused_at is not None)
                 self._close_at(now + self.guard.request_timeout)
-        else:
-            self.heard = True  # the next request began while this one is answered: see `set_busy`
         inner.data_received(data)
 
     def eof_received(self) -> bool | None:
@@ -266,14 +260,10 @@ class _Guarded(asyncio.Protocol):
             self.idle = False
             self.guard._swept(self)
         else:
+            self.idle = True
             self.guard._busy.discard(self)
-            # A head that began while the answer played has the request deadline from the answer's end; a
-            # connection that said nothing meanwhile is idle.
-            heard, self.heard = self.heard, False
-            self.idle = not heard
-            timeout = self.guard.request_timeout if heard else self.guard.keep_alive
-            self._close_at(self.loop.time() + timeout)
-        self._yield(self.idle or self.paused_at is not None)
+            self._close_at(self.loop.time() + self.guard.keep_alive)
+        self._yield(not busy or self.paused_at is not None)
 
     def gone(self) -> bool:
         """Whether the client is known to have hung up on a connection that is not being read (the system has
