@@ -882,6 +882,27 @@ async def test_a_stream_answered_behind_another_is_not_cut_off_by_the_next_reque
         assert (await loop.run_in_executor(None, scenario)).endswith(b"data: b\n\n\r\n0\r\n\r\n")
 
 
+async def test_a_connection_whose_body_came_after_its_head_is_kept_alive_after_the_answer() -> None:
+    # A body sent apart from its head reaches the server while its request is answered: it is no next request,
+    # and the connection, idle once answered, waits for one under the keep-alive, not the request deadline.
+    posted = Interaction(Request("POST", "/feed", body=b"{}"), Response(chunks=(Chunk(0.0, b"data: x\n\n"),)))
+    limits = Limits(request_timeout=0.3, keep_alive=600)
+    async with MockServer([Cassette([posted])], limits=limits) as server:
+        loop = asyncio.get_running_loop()
+
+        def scenario() -> bytes:
+            with socket.create_connection(("127.0.0.1", server.port)) as sock:
+                sock.sendall(b"POST /feed HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n")
+                time.sleep(0.2)  # the head is handed over on its own; the body follows
+                sock.sendall(b"{}")
+                _answered(sock)
+                time.sleep(1.0)  # idle, past the request deadline
+                sock.sendall(b"POST /feed HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+                return _answered(sock)
+
+        assert (await loop.run_in_executor(None, scenario)).startswith(b"HTTP/1.1 200 OK\r\n")
+
+
 async def test_a_body_that_comes_after_its_head_is_waited_for_and_matched() -> None:
     def recorded(body: bytes, data: bytes) -> Interaction:
         return Interaction(Request("POST", "/echo", body=body), Response(chunks=(Chunk(0.0, data),)))
