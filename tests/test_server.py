@@ -1177,6 +1177,9 @@ def test_a_short_parts_benchmark_measures_each_tree_and_leaves_no_process(tmp_pa
     root = Path(__file__).parent.parent
     copy = tmp_path / "copy"
     shutil.copytree(root / "sse_tape", copy / "sse_tape")
+    imported = tmp_path / "imported"  # the copy's server says it imported the copy
+    with (copy / "sse_tape" / "__init__.py").open("a") as init:
+        init.write(f"\nopen({str(imported)!r}, 'w').close()\n")
     limits = ("--rounds", "2", "--streams", "100")
     result = subprocess.run(
         [sys.executable, str(root / "bench" / "parts_bench.py"), str(root), str(copy), *limits],
@@ -1191,6 +1194,7 @@ def test_a_short_parts_benchmark_measures_each_tree_and_leaves_no_process(tmp_pa
     assert lines[1].endswith("1.000 of the first")
     assert lines[2].startswith(f"{copy.resolve()}: ")
     assert "µs [quartiles " in lines[2]
+    assert imported.exists()
     assert _running_with(str(tmp_path)) == []  # its servers' cassette is under TMPDIR
 
 
