@@ -882,6 +882,27 @@ async def test_a_stream_answered_behind_another_is_not_cut_off_by_the_next_reque
         assert (await loop.run_in_executor(None, scenario)).endswith(b"data: b\n\n\r\n0\r\n\r\n")
 
 
+async def test_a_head_begun_while_the_answer_before_it_played_has_the_request_deadline_after_it() -> None:
+    # The first bytes of the next request come while a stream plays, and no more: once the stream is over, the
+    # connection is held to the request deadline (0.3 s), not left idle for the keep-alive (600 s).
+    slow = Interaction(
+        Request("GET", "/slow"), Response(chunks=(Chunk(0.0, b"data: a\n\n"), Chunk(0.5, b"data: b\n\n")))
+    )
+    limits = Limits(request_timeout=0.3, keep_alive=600)
+    async with MockServer([Cassette([slow])], limits=limits) as server:
+        loop = asyncio.get_running_loop()
+
+        def scenario() -> bool:
+            sock = socket.create_connection(("127.0.0.1", server.port))
+            sock.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+            got = _read_until(sock, b"data: a")
+            sock.sendall(b"GET /slow HTTP/1.1\r\n")  # the next head, begun while the stream plays
+            _read_until(sock, b"data: b\n\n\r\n0\r\n\r\n", got)  # the stream whole, not cut
+            return _closed_within(sock, 30)
+
+        assert await loop.run_in_executor(None, scenario)
+
+
 async def test_a_connection_whose_body_came_after_its_head_is_kept_alive_after_the_answer() -> None:
     # A body sent apart from its head reaches the server while its request is answered: it is no next request,
     # and the connection, idle once answered, waits for one under the keep-alive, not the request deadline.

@@ -407,7 +407,7 @@ class MockServer:
         handler = asyncio.current_task() if served else None
         if handler is not None:
             assert self._guard is not None
-            arrived = self._guard.begin(http.transport)
+            arrived = self._guard.begin(http.transport, http.content.is_eof)
             self._handlers.add(handler)
         try:
             is_control = http.rel_url.path.startswith(CONTROL_PREFIX)

@@ -22,9 +22,10 @@ class ConnectionGuard:
     """Keeps a server's connections in bounds.
 
     Wraps the server's protocol factory. A connection must deliver a whole
-    request head within `request_timeout` of its first byte (or of opening),
-    and may sit idle between requests for `keep_alive`; past either it is
-    closed. While a request is being answered there is no deadline: streams
+    request head within `request_timeout` of its first byte (or of opening,
+    or, for a head begun while the answer before it played, of that answer's
+    end), and may sit idle between requests for `keep_alive`; past either it
+    is closed. While a request is being answered there is no deadline: streams
     last as long as they last, as long as the client takes what it is sent.
     One that takes nothing of it for `send_timeout` (its socket's buffer full,
     and not one byte of it read since) is cut off (`stalled` counts them), so
@@ -77,14 +78,16 @@ class ConnectionGuard:
     def __call__(self) -> asyncio.Protocol:
         return _Guarded(self)
 
-    def begin(self, transport: asyncio.BaseTransport | None) -> float | None:
+    def begin(self, transport: asyncio.BaseTransport | None, body_read: Callable[[], bool]) -> float | None:
         """A request on this connection is being answered (until `end`): when it arrived (the last bytes it came
         in before its answer began), on the event loop's clock; None when that is not known (a request sent
-        behind another, whose bytes came while that one was answered)."""
+        behind another, whose bytes came while that one was answered). `body_read` says whether all of the
+        request's body has come: bytes that come after it are the next request's."""
         guarded = self.open.get(transport) if transport is not None else None
         if guarded is None:
             return None
         arrived, guarded.arrived = guarded.arrived, None
+        guarded.body_read = body_read
         guarded.set_busy(True)
         return arrived
 
@@ -163,8 +166,10 @@ class _Guarded(asyncio.Protocol):
 
     __slots__ = (
         "arrived",
+        "body_read",
         "deadline",
         "guard",
+        "heard",
         "idle",
         "inner",
         "loop",
@@ -190,6 +195,10 @@ class _Guarded(asyncio.Protocol):
         self.stall_timer: asyncio.TimerHandle | None = None
         self.arrived: float | None = None
         """When bytes last came while no request was being answered (see `ConnectionGuard.begin`)."""
+        self.body_read: Callable[[], bool] | None = None
+        """Whether the body of the request being answered has all come (see `ConnectionGuard.begin`)."""
+        self.heard = False
+        """The next request's head began while a request was being answered."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream's transport (uvloop's is one too, though not of asyncio's class).
@@ -217,6 +226,8 @@ class _Guarded(asyncio.Protocol):
                 self.idle = False
                 self._yield(self.paused_at is not None)
                 self._close_at(now + self.guard.request_timeout)
+        elif self.body_read is not None and self.body_read():  # past the answered request's body: the next head
+            self.heard = True
         inner.data_received(data)
 
     def eof_received(self) -> bool | None:
@@ -260,10 +271,15 @@ class _Guarded(asyncio.Protocol):
             self.idle = False
             self.guard._swept(self)
         else:
-            self.idle = True
             self.guard._busy.discard(self)
-            self._close_at(self.loop.time() + self.guard.keep_alive)
-        self._yield(not busy or self.paused_at is not None)
+            self.body_read = None
+            # A head begun while the answer played has the request deadline from the answer's end; a connection
+            # that said nothing meanwhile is idle.
+            heard, self.heard = self.heard, False
+            self.idle = not heard
+            timeout = self.guard.request_timeout if heard else self.guard.keep_alive
+            self._close_at(self.loop.time() + timeout)
+        self._yield(self.idle or self.paused_at is not None)
 
     def gone(self) -> bool:
         """Whether the client is known to have hung up on a connection that is not being read (the system has
