@@ -907,7 +907,7 @@ async def test_a_connection_whose_body_came_after_its_head_is_kept_alive_after_t
     # A body sent apart from its head reaches the server while its request is answered: it is no next request,
     # and the connection, idle once answered, waits for one under the keep-alive, not the request deadline.
     posted = Interaction(Request("POST", "/feed", body=b"{}"), Response(chunks=(Chunk(0.0, b"data: x\n\n"),)))
-    limits = Limits(request_timeout=0.3, keep_alive=600)
+    limits = Limits(request_timeout=1.0, keep_alive=600)  # the body, 0.2 s late, well within its deadline
     async with MockServer([Cassette([posted])], limits=limits) as server:
         loop = asyncio.get_running_loop()
 
@@ -917,7 +917,7 @@ async def test_a_connection_whose_body_came_after_its_head_is_kept_alive_after_t
                 time.sleep(0.2)  # the head is handed over on its own; the body follows
                 sock.sendall(b"{}")
                 _answered(sock)
-                time.sleep(1.0)  # idle, past the request deadline
+                time.sleep(3.0)  # idle, past the request deadline
                 sock.sendall(b"POST /feed HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
                 return _answered(sock)
 
