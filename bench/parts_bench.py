@@ -19,15 +19,16 @@ Run: python bench/parts_bench.py DIR [DIR ...] [--rounds 16] [--streams 20000] [
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
 from peers_bench import drive, http_request, python_server, warm
+from replay_bench import bundled_chat
 
-from sse_tape import Cassette, bundled_cassettes
+from sse_tape import Cassette
+from sse_tape.stats import median, percentile
 
 
 def main() -> None:
@@ -42,7 +43,7 @@ def main() -> None:
         if not (root / "sse_tape" / "__init__.py").is_file():
             raise SystemExit(f"{root}: no sse_tape package there")
 
-    bundled = next(c for c in map(Cassette.load, bundled_cassettes()) if c.path and c.path.stem == "openai-chat")
+    bundled = bundled_chat()
     recording = bundled.interactions[0]
     events = len(recording.response.events())
     request = http_request(recording.request.body)
@@ -62,12 +63,11 @@ def main() -> None:
                 load = drive(port, pid, request, args.clients, args.streams, events, keep_alive=True)
                 cpu[name].append(load.server_cpu / load.streams * 1e6)
             print(f"  round {n + 1} of {args.rounds} done", file=sys.stderr)
-    reference = statistics.median(cpu[names[0]])
+    reference = median(cpu[names[0]])
     print(f"server CPU per stream, {args.streams} streams from {args.clients} keep-alive clients, {args.rounds} rounds")
     for name in dict.fromkeys(names):
-        values = sorted(cpu[name])
-        middle = statistics.median(values)
-        low, high = values[len(values) // 4], values[(3 * len(values)) // 4]
+        values = cpu[name]
+        middle, low, high = median(values), percentile(values, 0.25), percentile(values, 0.75)
         print(f"{name}: {middle:.1f} µs [quartiles {low:.1f}-{high:.1f}], {middle / reference:.3f} of the first")
 
 

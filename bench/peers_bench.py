@@ -81,10 +81,10 @@ from typing import IO
 
 import aiohttp
 from aiohttp import web
-from replay_bench import baseline_app, cpu_seconds, make_interaction
+from replay_bench import baseline_app, bundled_chat, cpu_seconds, make_interaction
 
 import sse_tape
-from sse_tape import Cassette, Interaction, MockServer, ServeOptions, bundled_cassettes
+from sse_tape import Cassette, Interaction, MockServer, ServeOptions
 
 PATH = "/v1/chat/completions"
 HERE = Path(sse_tape.__file__).resolve().parent.parent
@@ -712,7 +712,7 @@ def main() -> None:
     aimock = find_aimock(args.aimock) if args.aimock else None
     header(aimock, baseline)
 
-    bundled = next(c for c in map(Cassette.load, bundled_cassettes()) if c.path and c.path.stem == "openai-chat")
+    bundled = bundled_chat()
     recording = bundled.interactions[0]
     events = len(recording.response.events())
     body = recording.request.body

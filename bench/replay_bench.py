@@ -39,6 +39,11 @@ from sse_tape.stats import percentile
 PATH = "/v1/chat/completions"
 
 
+def bundled_chat() -> Cassette:
+    """The bundled `openai-chat.toml`, whose first recording the benchmarks replay as the recorded chat stream."""
+    return next(c for c in map(Cassette.load, bundled_cassettes()) if c.path and c.path.stem == "openai-chat")
+
+
 def make_interaction(events: int, gap: float) -> Interaction:
     chunks = []
     for i in range(events):
@@ -317,8 +322,7 @@ def main() -> None:
     if args.held_only:
         return
 
-    bundled = next(c for c in map(Cassette.load, bundled_cassettes()) if c.path and c.path.stem == "openai-chat")
-    recording = bundled.interactions[0]
+    recording = bundled_chat().interactions[0]
     first: dict[str, list[float]] = {"baseline": [], "sse-tape": []}
     gaps: dict[str, list[float]] = {"baseline": [], "sse-tape": []}
     for _ in range(args.rounds):
