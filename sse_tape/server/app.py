@@ -466,15 +466,13 @@ class MockServer:
 
     def _chain(self, api: Dialect | None) -> list[Responder]:
         """The responders a request to `api` goes through (`Exchange.api`): all of them, less the protocols'
-        responders of other APIs, which are lent no request to an LLM API that is not theirs (`Lent.concerns`).
-        Each API's chain is worked out once, by name, at its first request."""
+        responders that are lent no request to it (`Lent.lent_for`). Each API's chain is worked out once, by name,
+        at its first request."""
         name = api.name if api is not None else None
         chain = self._chains.get(name)
         if chain is None:
             chain = self._chains[name] = [
-                responder
-                for responder in self.responders
-                if name is None or not isinstance(responder, Lent) or responder.dialect.name == name
+                responder for responder in self.responders if not isinstance(responder, Lent) or responder.lent_for(api)
             ]
         return chain
 

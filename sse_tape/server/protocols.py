@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ..dialects import Protocol
+from ..dialects import Generation, Protocol
 from ..dialects.protocol import Incoming, Kept, ProtocolResponder
 from ..journal import Answered
 from ..plan import Plan
@@ -32,12 +32,15 @@ class Lent(Attached):
         self.dialect = dialect
         """The protocol that brought it."""
 
+    def lent_for(self, api: Generation | None) -> bool:
+        """Whether requests to `api` (`Exchange.api`) may be lent it: a request to the path of another LLM API,
+        which that API speaks, is that API's, and no other protocol's responder is lent it."""
+        return api is None or api.name == self.dialect.name  # by name: a registry refreshed makes its dialects anew
+
     def concerns(self, exchange: Exchange) -> bool:
-        """Whether the request may be one of the protocol's feature's (`ProtocolResponder.concerns`): the server
-        lends it no other. A request to the path of another LLM API, which that API speaks (`Exchange.api`), is
-        that API's: no other protocol's responder is lent it."""
-        api = exchange.api  # by name: a registry refreshed makes its dialects anew
-        return (api is None or api.name == self.dialect.name) and self.responder.concerns(exchange.request)
+        """Whether the request may be one of the protocol's feature's (`ProtocolResponder.concerns`), of an API
+        it is lent (`lent_for`): the server lends it no other."""
+        return self.lent_for(exchange.api) and self.responder.concerns(exchange.request)
 
     def respond(self, exchange: Exchange) -> Coroutine[Any, Any, web.StreamResponse | None]:
         # The protocol's responder's own coroutine, as it is: one more around it would wait as long as its answer.
