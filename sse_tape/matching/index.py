@@ -91,6 +91,14 @@ class _Group(Generic[R]):
         """Each slot's split (`Hits.split`), by its hash (`_WHOLE`: of `few`), made by `Index.split` or when a
         request first asks."""
 
+    def split(self, key: object, slot: int | list[int], key_of: Callable[[int], tuple[Hashable, Hashable]]) -> Split:
+        """The split of the recordings under `key` (`slot` of them), those added since it was last asked for put
+        in it (see `Hits.split`)."""
+        splitting = self.splits.get(key)
+        if splitting is None:
+            splitting = self.splits[key] = _Splitting()
+        return splitting.catch_up(slot, key_of)
+
 
 class Hits(Generic[R]):
     """What a request's keys find in an index: for each group, the recordings under the request's key."""
@@ -102,9 +110,6 @@ class Hits(Generic[R]):
         """Each group with a recording under the request's key, that key, and those recordings."""
         self.count = count
         """How many recordings were found."""
-
-    def __len__(self) -> int:
-        return self.count
 
     def numbers(self) -> list[int]:
         """The recordings found, in the order they were added."""
@@ -124,13 +129,7 @@ class Hits(Generic[R]):
         for each group, kept from one request to the next. The same `key_of` must be given every time, and to
         `Index.split` (it is asked once for each recording, the first time either needs it); it must not change
         for a recording."""
-        splits = []
-        for group, key, slot in self.found:
-            splitting = group.splits.get(key)
-            if splitting is None:
-                splitting = group.splits[key] = _Splitting()
-            splits.append(splitting.catch_up(slot, key_of))
-        return splits
+        return [group.split(key, slot, key_of) for group, key, slot in self.found]
 
 
 class Index(Generic[R]):
@@ -161,10 +160,7 @@ class Index(Generic[R]):
                 continue
             for key, slot in group.slots.items():
                 if isinstance(slot, list) and len(slot) > FEW:
-                    splitting = group.splits.get(key)
-                    if splitting is None:
-                        splitting = group.splits[key] = _Splitting()
-                    splitting.catch_up(slot, key_of)
+                    group.split(key, slot, key_of)
 
     def hits(self, compared: Callable[[R], Request]) -> Hits[R]:
         """The recordings a request may agree with: `compared` gives the request as a rule compares it."""
