@@ -205,13 +205,14 @@ class MemoryStore:
     by `keep_misses`, the last misses (the others are counted); by `keep_bytes`, the requests received: past
     that many bytes of bodies, heads (method, path, query and headers) and all, the oldest requests kept lose
     their bodies (`body` empty; their `Content-Length` header, if they sent one, still says how long it was),
-    and past it in heads alone, they go. The newest request is always kept whole.
+    and past it in heads alone, they go. The newest request is always kept whole. The counts are
+    `RedisStore`'s: a server keeps as much whichever store it has.
     """
 
     shared = False
     """A store of one server's: its journal is its own."""
 
-    def __init__(self, *, keep: int = 10_000, keep_misses: int = 1_000, keep_bytes: int = 64 * 2**20) -> None:
+    def __init__(self, *, keep: int = 1_000, keep_misses: int = 1_000, keep_bytes: int = 64 * 2**20) -> None:
         self.keep = keep
         self.keep_misses = keep_misses
         self.keep_bytes = keep_bytes

@@ -145,7 +145,7 @@ class SSETape:
 
     @property
     def requests(self) -> list[Request]:
-        """What the client sent in this test, in order, bodies and all: the last 10,000 requests, and of their
+        """What the client sent in this test, in order, bodies and all: the last 1,000 requests, and of their
         bodies the newest 64 MiB (an older request is kept without its body: see `state.MemoryStore`)."""
         self._settle()
         return list(self.server.control.snapshot().received)

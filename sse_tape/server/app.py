@@ -538,7 +538,7 @@ class MockServer:
         if exchange.dialect.holds(exchange.request):
             self.hold(exchange)
         # Kept as it arrived, in a request of its own: the body that answering parses (and keeps, see
-        # `Request.json`) goes with the answer, not into the last 10,000 requests kept here.
+        # `Request.json`) goes with the answer, not into the last 1,000 requests kept here.
         self._state.add_received(Request(request.method, request.path, request.query, request.headers, body))
         try:
             exchange.faults = self._header_faults(http) if FAULT_HEADER in http.headers else []

@@ -53,10 +53,10 @@ class Snapshot:
     requests: int
     """How many requests arrived since the start or the last reset."""
     received: tuple[Request, ...]
-    """The last requests that arrived (10,000 by default), bodies and all, in order: of their bodies, the
+    """The last requests that arrived (1,000 by default), bodies and all, in order: of their bodies, the
     newest 64 MiB by default, the older ones kept without theirs (see `state.MemoryStore`)."""
     played: tuple[Recording, ...]
-    """The recordings that answered, in order, one each time one answered (the last 10,000 by default)."""
+    """The recordings that answered, in order, one each time one answered (the last 1,000 by default)."""
     plays: Mapping[str, int]
     """How many times each recording answered, by its id (`Control.id_of`); one that never did is not there."""
     recordings: tuple[Recording, ...]
