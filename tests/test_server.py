@@ -924,6 +924,31 @@ async def test_a_connection_whose_body_came_after_its_head_is_kept_alive_after_t
         assert (await loop.run_in_executor(None, scenario)).startswith(b"HTTP/1.1 200 OK\r\n")
 
 
+async def test_a_body_that_came_after_an_answer_given_without_it_is_no_next_request() -> None:
+    # A control POST of the wrong type is refused (415) before its body is read; that body, sent after the
+    # answer, is still the request's, drained by the server: the connection then waits for a next request under
+    # the keep-alive, not under the request deadline of a next request's head begun.
+    posted = Interaction(Request("POST", "/feed", body=b"{}"), Response(chunks=(Chunk(0.0, b"data: x\n\n"),)))
+    limits = Limits(request_timeout=1.0, keep_alive=600)
+    async with MockServer([Cassette([posted])], limits=limits) as server:
+        loop = asyncio.get_running_loop()
+
+        def scenario() -> tuple[bytes, bytes]:
+            with socket.create_connection(("127.0.0.1", server.port)) as sock:
+                host = f"Host: 127.0.0.1:{server.port}\r\n".encode()  # the control endpoints' own
+                head = b"POST /__sse_tape__/reset HTTP/1.1\r\n" + host + b"Content-Type: text/plain\r\n"
+                sock.sendall(head + b"Content-Length: 2\r\n\r\n")
+                refused = _read_until(sock, b'"}')  # the whole JSON error
+                sock.sendall(b"{}")
+                time.sleep(3.0)  # idle, past the request deadline
+                sock.sendall(b"POST /feed HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+                return refused, _answered(sock)
+
+        refused, answer = await loop.run_in_executor(None, scenario)
+    assert refused.startswith(b"HTTP/1.1 415 Unsupported Media Type\r\n")
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+
+
 async def test_a_body_that_comes_after_its_head_is_waited_for_and_matched() -> None:
     def recorded(body: bytes, data: bytes) -> Interaction:
         return Interaction(Request("POST", "/echo", body=body), Response(chunks=(Chunk(0.0, data),)))

@@ -25,7 +25,9 @@ class ConnectionGuard:
     request head within `request_timeout` of its first byte (or of opening,
     or, for a head begun while the answer before it played, of that answer's
     end), and may sit idle between requests for `keep_alive`; past either it
-    is closed. While a request is being answered there is no deadline: streams
+    is closed (the bytes of a body that its request's answer did not wait
+    for, coming after it, are no next request). While a request is being
+    answered there is no deadline: streams
     last as long as they last, as long as the client takes what it is sent.
     One that takes nothing of it for `send_timeout` (its socket's buffer full,
     and not one byte of it read since) is cut off (`stalled` counts them), so
@@ -196,7 +198,8 @@ class _Guarded(asyncio.Protocol):
         self.arrived: float | None = None
         """When bytes last came while no request was being answered (see `ConnectionGuard.begin`)."""
         self.body_read: Callable[[], bool] | None = None
-        """Whether the body of the request being answered has all come (see `ConnectionGuard.begin`)."""
+        """Whether the body of the request being answered has all come (see `ConnectionGuard.begin`); after its
+        answer, while that body is still coming."""
         self.heard = False
         """The next request's head began while a request was being answered."""
 
@@ -222,6 +225,11 @@ class _Guarded(asyncio.Protocol):
             return
         if self.deadline is not None:  # no request is being answered: these bytes are (part of) the next one
             self.arrived = now = self.loop.time()
+            if self.body_read is not None:  # or of the body of one answered without it, which aiohttp drains
+                inner.data_received(data)
+                if self.body_read():  # bytes past its end, in the same read, leave the next head idle
+                    self.body_read = None
+                return
             if self.idle:  # the first bytes of the next request: its head has the request deadline
                 self.idle = False
                 self._yield(self.paused_at is not None)
@@ -272,7 +280,8 @@ class _Guarded(asyncio.Protocol):
             self.guard._swept(self)
         else:
             self.guard._busy.discard(self)
-            self.body_read = None
+            if self.body_read is not None and self.body_read():
+                self.body_read = None  # kept while the body is still coming: an answer need not wait for it
             # A head begun while the answer played has the request deadline from the answer's end; a connection
             # that said nothing meanwhile is idle.
             heard, self.heard = self.heard, False
