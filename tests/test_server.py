@@ -949,6 +949,64 @@ async def test_a_body_that_came_after_an_answer_given_without_it_is_no_next_requ
     assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
 
 
+def _read_to_close(sock: socket.socket) -> bytes:
+    """All `sock` reads until the server closes the connection (within `SAFETY_NET`)."""
+    sock.settimeout(SAFETY_NET)
+    got = b""
+    while data := sock.recv(4096):
+        got += data
+    return got
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/__sse_tape__/reset"])
+async def test_a_body_too_slow_gets_a_408_and_then_its_connection_closes(path: str) -> None:
+    # The 408 reaches the client (an API's path closed the connection before it and sent nothing), and the
+    # connection closes after it, not under the keep-alive (here ten minutes).
+    async with MockServer([Cassette()], limits=Limits(request_timeout=0.5, keep_alive=600)) as server:
+        loop = asyncio.get_running_loop()
+
+        def scenario() -> bytes:
+            with socket.create_connection(("127.0.0.1", server.port)) as sock:
+                host = f"Host: 127.0.0.1:{server.port}\r\n".encode()
+                head = f"POST {path} HTTP/1.1\r\n".encode() + host + b"Content-Type: application/json\r\n"
+                sock.sendall(head + b"Content-Length: 100\r\n\r\n{")  # and never the rest
+                return _read_to_close(sock)
+
+        got = await loop.run_in_executor(None, scenario)
+    assert got.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
+    assert b"did not arrive in time" in got
+
+
+async def test_a_body_its_answer_did_not_read_has_the_request_deadline_to_come_after_it() -> None:
+    # A 415 is answered before its body is read; the body, a byte every 0.1 s, is drained for `request_timeout`
+    # after the answer (0.3 s: about 3 bytes), then the connection closes; not after aiohttp's own 10 s
+    # (about 100 bytes), nor the keep-alive. 50 bytes leave seconds of room either way.
+    async with MockServer([Cassette()], limits=Limits(request_timeout=0.3, keep_alive=600)) as server:
+        loop = asyncio.get_running_loop()
+
+        def scenario() -> tuple[bytes, int]:
+            with socket.create_connection(("127.0.0.1", server.port)) as sock:
+                host = f"Host: 127.0.0.1:{server.port}\r\n".encode()
+                head = b"POST /__sse_tape__/reset HTTP/1.1\r\n" + host + b"Content-Type: text/plain\r\n"
+                sock.sendall(head + b"Content-Length: 1000\r\n\r\n")
+                refused = _read_until(sock, b'"}')
+                sock.settimeout(0.1)
+                for sent in range(1000):
+                    try:
+                        if not sock.recv(1):
+                            return refused, sent  # closed
+                        sock.sendall(b" ")
+                    except TimeoutError:
+                        sock.sendall(b" ")
+                    except (ConnectionResetError, BrokenPipeError):  # a byte sent after the close: a reset
+                        return refused, sent
+                return refused, 1000
+
+        refused, sent = await loop.run_in_executor(None, scenario)
+    assert refused.startswith(b"HTTP/1.1 415 Unsupported Media Type\r\n")
+    assert sent < 50
+
+
 async def test_a_body_that_comes_after_its_head_is_waited_for_and_matched() -> None:
     def recorded(body: bytes, data: bytes) -> Interaction:
         return Interaction(Request("POST", "/echo", body=body), Response(chunks=(Chunk(0.0, data),)))

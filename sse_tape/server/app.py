@@ -83,8 +83,9 @@ class Limits:
 
     A request's head must arrive within `request_timeout` of its first byte
     (or of the connection opening), and its body within `request_timeout` of
-    the head; a connection may sit idle between requests for `keep_alive`.
-    Past either, the connection is closed (a body too slow gets a 408 first).
+    the head (one its answer did not wait for, a 415 say, of that answer's
+    end); a connection may sit idle between requests for `keep_alive`. Past
+    either, the connection is closed (a body too slow gets a 408 first).
     Answers themselves have no deadline, but a client that takes nothing of
     its answer for `send_timeout` is cut off. Beyond `max_connections` (by
     default, what the process's descriptor limit leaves room for), a new
@@ -309,6 +310,8 @@ class MockServer:
             handler_cancellation=True,
             auto_decompress=False,  # request bodies are decompressed under the body limit (see `bodies`)
             keepalive_timeout=self.limits.keep_alive,
+            # A body its answer did not read (a 415, a 413) has as long to come after it as any body has.
+            lingering_time=self.limits.request_timeout,
             logger=_one_line_logger(self._log),  # a bad request is a line, not a traceback
         )
         runner = web.ServerRunner(handling, shutdown_timeout=0.5)
@@ -516,9 +519,9 @@ class MockServer:
                     read_body(http, self.options.max_body), self.limits.request_timeout
                 )
         except TimeoutError:
-            if http.transport is not None:
-                http.transport.close()  # whatever of the body is still coming is not read
-            return await self.error(exchange, 408, "the request body did not arrive in time", "request_timeout")
+            answer = await self.error(exchange, 408, "the request body did not arrive in time", "request_timeout")
+            drop_connection(http, reset=False)  # once the 408 is sent: whatever of the body is still coming is not read
+            return answer
         except BodyRefused as exc:
             return await self.error(exchange, exc.status, str(exc), exc.code)
         if decompressed:  # kept, matched and forwarded as the plain body it is (see `bodies`)
@@ -632,6 +635,10 @@ class MockServer:
             return web.json_response({"error": f"the control endpoints refused: {why}"}, status=403)
         answer = await self._control_answer(http)
         answer.headers.update(self.access.cors(http, self._port(http)))  # for a page the user named
+        if answer.status == 408:  # a body too slow: as `_take` does, its 408 sent, then the connection closed
+            await answer.prepare(http)
+            await answer.write_eof()
+            drop_connection(http, reset=False)
         return answer
 
     async def _control_answer(self, http: web.BaseRequest) -> web.Response:
