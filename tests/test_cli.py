@@ -151,6 +151,13 @@ def test_serve_bad_match_is_one_line_and_exit_2() -> None:
     )
 
 
+def test_record_without_its_cassette_is_told_so_by_click() -> None:
+    # Click 8.3 on takes a default of None as a value: the option's required, and click says so, not the server.
+    result = run_cli("record", "--upstream", "http://127.0.0.1:9")
+    assert result.returncode == 2
+    assert result.stderr.endswith("Error: Missing option '-c' / '--cassette'.\n")
+
+
 def test_serve_on_a_busy_port_is_one_line_and_exit_2() -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

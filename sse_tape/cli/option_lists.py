@@ -47,11 +47,14 @@ def _click_option(option: Option, command: str) -> Callable[[Callable[..., None]
     if isinstance(default, str):  # a StrEnum member: its word
         default = str(default)
     shown = default is not None and option.kind is not bool and not option.multiple
+    # No default given for one that has none: click (8.3 on) takes a default of None as a value, which a
+    # required option then has.
+    given = {} if default is None or option.multiple else {"default": default}
     return click.option(
         *flag.names,
         option.name,
         type=_click_type(option, flag.choices or option.choices),
-        default=None if option.multiple else default,
+        **given,
         show_default=shown,
         multiple=option.multiple,
         is_flag=option.kind is bool,
