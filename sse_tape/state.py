@@ -205,8 +205,8 @@ class MemoryStore:
     by `keep_misses`, the last misses (the others are counted); by `keep_bytes`, the requests received: past
     that many bytes of bodies, heads (method, path, query and headers) and all, the oldest requests kept lose
     their bodies (`body` empty; their `Content-Length` header, if they sent one, still says how long it was),
-    and past it in heads alone, they go. The newest request is always kept whole. The counts are
-    `RedisStore`'s: a server keeps as much whichever store it has.
+    and past it in heads alone, they go. The newest request is always kept whole. Its `keep` and
+    `keep_misses` are `RedisStore`'s, which has no bound in bytes.
     """
 
     shared = False

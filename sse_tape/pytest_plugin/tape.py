@@ -152,7 +152,7 @@ class SSETape:
 
     @property
     def played(self) -> list[Recording]:
-        """The recordings that answered in this test, in order."""
+        """The recordings that answered in this test, in order: the last 1,000 (see `state.MemoryStore`)."""
         self._settle()
         return list(self.server.control.snapshot().played)
 

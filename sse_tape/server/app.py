@@ -670,10 +670,16 @@ class MockServer:
         if endpoint == "stats" and http.method == "GET":
             return web.json_response(self.stats())
         known = ", ".join(
-            f"{method} {CONTROL_PREFIX}{name}"
-            for method, name in (("GET", "faults"), ("GET", "journal"), ("POST", "reset"), ("GET", "stats"))
+            f"{methods} {CONTROL_PREFIX}{name}"
+            for methods, name in (
+                ("GET/POST/DELETE", "faults"),
+                ("GET", "journal"),
+                ("POST", "reset"),
+                ("GET", "stats"),
+            )
         )
-        return web.json_response({"error": f"no such endpoint; use {known}"}, status=404)
+        posts = "a POST is sent Content-Type: application/json"
+        return web.json_response({"error": f"no such endpoint; use {known} ({posts})"}, status=404)
 
     def refused(self, http: web.BaseRequest, *, peer: bool = False) -> str | None:
         """Why `http` may not use what only the user's own clients may (the control endpoints, the fault header,
