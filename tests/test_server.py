@@ -1060,9 +1060,10 @@ def _stopped(process: subprocess.Popen[str]) -> str:
 
 
 async def test_a_flood_of_misses_with_long_paths_leaves_others_answered_and_is_given_back_at_a_reset() -> None:
-    # Eight clients send 4,000 misses with 8 KB paths, while another's ordinary requests are answered; then a reset
-    # gives back what the misses left (the misses kept, the requests received, the journal). A flood half as big
-    # comes first, so that the caches of the process (aiohttp's, yarl's) hold before what they hold after.
+    # Eight clients send 2,000 misses with 8 KB paths (twice the misses and requests a server keeps), while another's
+    # ordinary requests are answered; then a reset gives back what the misses left (the misses kept, the requests
+    # received, the journal). A flood half as big comes first, so that the caches of the process (aiohttp's,
+    # yarl's) hold before what they hold after.
     process, url = processes.start(["serve", "--port", "0", "-q", "--pace", "instant"])
     long = "/v1/chat/completions/" + "a" * 8000
     try:
@@ -1075,10 +1076,10 @@ async def test_a_flood_of_misses_with_long_paths_leaves_others_answered_and_is_g
 
                 await asyncio.gather(*(one(k) for k in range(8)))
 
-            await misses(2000, "warm")
+            await misses(1000, "warm")
             assert (await client.post("/__sse_tape__/reset", json={})).status_code == 200
             before = _rss(process.pid)
-            flood = asyncio.ensure_future(misses(4000, "flood"))
+            flood = asyncio.ensure_future(misses(2000, "flood"))
             answered = 0
             while not flood.done():
                 got = await client.post("/v1/chat/completions", json=CHAT)
