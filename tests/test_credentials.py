@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from planted import PLANTED
@@ -82,11 +83,12 @@ def test_hostile_text_is_read_in_one_pass(text: str) -> None:
     assert shapes.scrub(text, "<r>") == text if not found else len(shapes.scrub(text, "<r>")) < len(text)
 
 
-def test_a_users_pattern_is_a_shape_and_a_bad_one_a_clear_error() -> None:
+def test_a_users_pattern_is_a_shape_and_a_bad_one_a_clear_error(tmp_path: Path) -> None:
     assert Shapes([r"ACME-[0-9]{6}"]).kinds("ticket ACME-424242") == ["a match of --secret-pattern 'ACME-[0-9]{6}'"]
     with pytest.raises(ConfigError, match=r"^--secret-pattern '\(' is no regular expression: "):
         Shapes(["("])
-    for command in (["record", "--upstream", "http://127.0.0.1:9"], ["check", "--secrets", "."]):
+    record = ["record", "--upstream", "http://127.0.0.1:9", "-c", str(tmp_path / "c.toml")]
+    for command in (record, ["check", "--secrets", "."]):
         refused = subprocess.run(
             [sys.executable, "-m", "sse_tape", *command, "--secret-pattern", "("],
             capture_output=True,
