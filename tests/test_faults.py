@@ -193,6 +193,12 @@ def test_every_key_has_its_default_once_parsed() -> None:
         ("latency:delay=61s", "delay '61s' is out of bounds: from 0 s to 60 s"),
         ("empty:p=" + "9" * 400, "p is a probability from 0 to 1"),
         ("empty:p=1," + "x" * 2000, "a spec is at most 2,000 characters"),
+        # Two faults in one, as a header gives them: the `;` told, after what it broke.
+        (
+            "status:code=429;error:at=2",
+            "code '429;error:at=2' is not an HTTP status with a body (200-599, not 204 or 304); `;` separates "
+            "faults in a request's header only: give each fault on its own",
+        ),
     ],
 )
 def test_bad_specs_name_the_bad_part(spec: str, message: str) -> None:

@@ -54,6 +54,18 @@ _COMMON = ("p", "path", "rpc", "times")
 
 def parse_fault(spec: str) -> Fault:
     """A fault from its text; raises `ConfigError` naming the bad part and what is valid."""
+    try:
+        return _parsed(spec)
+    except ConfigError as exc:
+        if ";" not in spec:
+            raise
+        # Two faults in one, as a request's header gives them (a `message=` may hold a `;`: only a bad spec is told).
+        raise ConfigError(
+            f"{exc}; `;` separates faults in a request's header only: give each fault on its own"
+        ) from None
+
+
+def _parsed(spec: str) -> Fault:
     if len(spec) > MAX_SPEC:
         raise ConfigError(f"fault {spec[:40]!r}...: a spec is at most {MAX_SPEC:,} characters")
     name, _, rest = spec.strip().partition(":")
