@@ -436,8 +436,9 @@ _TABLE = (
         parse=parse_match,
         flags=(Flag(names=("--match",), commands=_SERVING),),
         marker=True,
-        help="What a request must share with a recording, comma-separated from method, path, query, body; or "
-        "strict: all of them, stream and stream_options too, any difference a miss that shows it. "
+        help="What a request must share with a recording, comma-separated from method, path, query, body, and "
+        "the protocols' own (jsonrpc: MCP's, a2a: A2A's); or strict: all of them, stream and stream_options "
+        "too, any difference a miss that shows it. "
         "[default: what each cassette says, else method,path,body]",
     ),
     Option(
