@@ -158,6 +158,22 @@ def test_record_without_its_cassette_is_told_so_by_click() -> None:
     assert result.stderr.endswith("Error: Missing option '-c' / '--cassette'.\n")
 
 
+@pytest.mark.parametrize(
+    ("mode", "said"), [("none", "replaying {c}, never asking {u}"), ("all", "recording {u} into {c}")]
+)
+def test_records_banner_says_whether_it_records(tmp_path: Path, mode: str, said: str) -> None:
+    cassette, upstream = tmp_path / "c.toml", "http://127.0.0.1:9"
+    args = ["record", "--upstream", upstream, "-c", str(cassette), "--record-mode", mode, "--port", "0"]
+    proc = subprocess.Popen([sys.executable, "-m", "sse_tape", *args], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        banner = proc.stdout.readline()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    assert banner.startswith(f"sse-tape: {said.format(c=cassette, u=upstream)} (record mode {mode}) at http://")
+
+
 def test_serve_on_a_busy_port_is_one_line_and_exit_2() -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

@@ -11,7 +11,7 @@ import click
 
 from .._exceptions import ConfigError, SSETapeError
 from ..cassette import Cassette, check_cassette_path
-from ..options import OPTIONS, Group, MissPolicy, check_sources
+from ..options import OPTIONS, Group, MissPolicy, RecordMode, check_sources
 from ..redaction import Redaction
 from .model import synthesizer
 from .one_shot import one_shot_request
@@ -101,7 +101,11 @@ def record(
                 **server_arguments(listening),
             )
             source = redaction.url(upstream.rstrip("/")) if upstream is not None else f"what {model} answers"
-            banner = f"recording {source} into {cassette} (record mode {mode})"
+            banner = (
+                f"replaying {cassette}, never asking {source} (record mode none)"
+                if mode is RecordMode.NONE
+                else f"recording {source} into {cassette} (record mode {mode})"
+            )
             asyncio.run(serve_until_stopped(server, banner))
         finally:
             if model_answers is not None:
