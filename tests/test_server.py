@@ -973,8 +973,10 @@ async def test_a_body_too_slow_gets_a_408_and_then_its_connection_closes(path: s
                 return _read_to_close(sock)
 
         got = await loop.run_in_executor(None, scenario)
-    assert got.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
-    assert b"did not arrive in time" in got
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
+    assert b"\r\nconnection: close" in head.lower()  # as RFC 9110 asks of a 408
+    assert b"did not arrive in time" in body
 
 
 async def test_a_body_its_answer_did_not_read_has_the_request_deadline_to_come_after_it() -> None:
@@ -1092,7 +1094,8 @@ async def test_a_flood_of_misses_with_long_paths_leaves_others_answered_and_is_g
     finally:
         _stopped(process)
     assert answered > 0
-    assert flooded > 1.2 * before  # what the flood left: a reset had something to give back
+    # What the flood left (the 8 KB paths the journal keeps are 16 MB alone): a reset had something to give back.
+    assert flooded - before > 8 * 2**20
     assert after < 1.1 * before
 
 

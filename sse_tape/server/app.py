@@ -310,7 +310,8 @@ class MockServer:
             handler_cancellation=True,
             auto_decompress=False,  # request bodies are decompressed under the body limit (see `bodies`)
             keepalive_timeout=self.limits.keep_alive,
-            # A body its answer did not read (a 415, a 413) has as long to come after it as any body has.
+            # A body its answer did not read (a 415, a 413) has as long to come after it as any body has (or
+            # less: the keep-alive counts from the answer's end too).
             lingering_time=self.limits.request_timeout,
             logger=_one_line_logger(self._log),  # a bad request is a line, not a traceback
         )
@@ -519,7 +520,8 @@ class MockServer:
                     read_body(http, self.options.max_body), self.limits.request_timeout
                 )
         except TimeoutError:
-            answer = await self.error(exchange, 408, "the request body did not arrive in time", "request_timeout")
+            late = "the request body did not arrive in time"
+            answer = await self.error(exchange, 408, late, "request_timeout", close=True)
             drop_connection(http, reset=False)  # once the 408 is sent: whatever of the body is still coming is not read
             return answer
         except BodyRefused as exc:
@@ -575,15 +577,19 @@ class MockServer:
         *,
         live: Live | None = None,
         cors: bool = True,
+        close: bool = False,
     ) -> Coroutine[Any, Any, web.StreamResponse]:
         """Write the answer to `exchange`, once awaited (see `wire.send`: a plan, or with `live` a body still
         being made), noting its status, its progress, the events it sent and how it ended; `writes`, what
         `coalesced(plan)` gave, for a plan sent unchanged again and again. With `cors`, the headers a web
         page's fetch needs to read it go with it; without, only for the pages the user named (`cors_origins`)
-        and the server's own."""
+        and the server's own. With `close`, it says `Connection: close`: the caller closes the connection after
+        it."""
         exchange.status = plan.status
         http = exchange.http
         added = self.cors(http) if cors else self.access.cors(http, self._port(http))
+        if close:
+            added = {**added, "Connection": "close"}
         if live is None:  # the wire's coroutine, as it is: one more around it would wait as long as a stream
             return send(http, plan, exchange.progress, added, started=exchange.started, writes=writes)
         return self._send_live(exchange, plan, added, live)
@@ -595,15 +601,23 @@ class MockServer:
             exchange.event_ends = plan.framing.event_ends(bytes(live.sent))
 
     async def error(
-        self, exchange: Exchange, status: int, message: str, code: str, *, retry_after: int | None = None
+        self,
+        exchange: Exchange,
+        status: int,
+        message: str,
+        code: str,
+        *,
+        retry_after: int | None = None,
+        close: bool = False,
     ) -> web.StreamResponse:
         """Answer with a JSON error shaped as the API of the request's path shapes them (OpenAI's by
-        default), with `Retry-After` if given. The official SDKs raise it with its message."""
+        default), with `Retry-After` if given; with `close`, `Connection: close` (see `send`). The official
+        SDKs raise it with its message."""
         _, headers, body = exchange.dialect.http_error(status, f"sse-tape: {message}", code=code)
         fields = [*headers, ("content-length", str(len(body)))]
         if retry_after is not None:
             fields.append(("retry-after", str(retry_after)))
-        return await self.send(exchange, Plan(status, fields, [(0.0, body)]))
+        return await self.send(exchange, Plan(status, fields, [(0.0, body)]), close=close)
 
     async def _miss(self, exchange: Exchange) -> web.StreamResponse:
         request = exchange.request
@@ -636,6 +650,7 @@ class MockServer:
         answer = await self._control_answer(http)
         answer.headers.update(self.access.cors(http, self._port(http)))  # for a page the user named
         if answer.status == 408:  # a body too slow: as `_take` does, its 408 sent, then the connection closed
+            answer.force_close()  # it says Connection: close
             await answer.prepare(http)
             await answer.write_eof()
             drop_connection(http, reset=False)
