@@ -824,6 +824,12 @@ def _read_until(sock: socket.socket, marker: bytes, got: bytes = b"") -> bytes:
     return got
 
 
+def _post_head(port: int, path: str, content_type: str, length: int) -> bytes:
+    """The head of a POST to `path` on the server at `port`, with the `Host` the control endpoints take as its own."""
+    fields = f"Host: 127.0.0.1:{port}\r\nContent-Type: {content_type}\r\nContent-Length: {length}\r\n\r\n"
+    return f"POST {path} HTTP/1.1\r\n{fields}".encode()
+
+
 def _answered(sock: socket.socket) -> bytes:
     """A whole chunked answer read from `sock`."""
     sock.settimeout(30)
@@ -935,9 +941,7 @@ async def test_a_body_that_came_after_an_answer_given_without_it_is_no_next_requ
 
         def scenario() -> tuple[bytes, bytes]:
             with socket.create_connection(("127.0.0.1", server.port)) as sock:
-                host = f"Host: 127.0.0.1:{server.port}\r\n".encode()  # the control endpoints' own
-                head = b"POST /__sse_tape__/reset HTTP/1.1\r\n" + host + b"Content-Type: text/plain\r\n"
-                sock.sendall(head + b"Content-Length: 2\r\n\r\n")
+                sock.sendall(_post_head(server.port, "/__sse_tape__/reset", "text/plain", 2))
                 refused = _read_until(sock, b'"}')  # the whole JSON error
                 sock.sendall(b"{}")
                 time.sleep(3.0)  # idle, past the request deadline
@@ -967,9 +971,7 @@ async def test_a_body_too_slow_gets_a_408_and_then_its_connection_closes(path: s
 
         def scenario() -> bytes:
             with socket.create_connection(("127.0.0.1", server.port)) as sock:
-                host = f"Host: 127.0.0.1:{server.port}\r\n".encode()
-                head = f"POST {path} HTTP/1.1\r\n".encode() + host + b"Content-Type: application/json\r\n"
-                sock.sendall(head + b"Content-Length: 100\r\n\r\n{")  # and never the rest
+                sock.sendall(_post_head(server.port, path, "application/json", 100) + b"{")  # and never the rest
                 return _read_to_close(sock)
 
         got = await loop.run_in_executor(None, scenario)
@@ -988,9 +990,7 @@ async def test_a_body_its_answer_did_not_read_has_the_request_deadline_to_come_a
 
         def scenario() -> tuple[bytes, int]:
             with socket.create_connection(("127.0.0.1", server.port)) as sock:
-                host = f"Host: 127.0.0.1:{server.port}\r\n".encode()
-                head = b"POST /__sse_tape__/reset HTTP/1.1\r\n" + host + b"Content-Type: text/plain\r\n"
-                sock.sendall(head + b"Content-Length: 1000\r\n\r\n")
+                sock.sendall(_post_head(server.port, "/__sse_tape__/reset", "text/plain", 1000))
                 refused = _read_until(sock, b'"}')
                 sock.settimeout(0.1)
                 for sent in range(1000):
