@@ -27,11 +27,11 @@ class ConnectionGuard:
     end), and may sit idle between requests for `keep_alive`; past either it
     is closed. The bytes of a body that its request's answer did not wait
     for, coming after it, are no next request (aiohttp drains them, for
-    `request_timeout` at most). A head whose first bytes come in one read with the
-    end of the body before it counts from its next bytes: until then, the
-    connection is as an idle one. While a request is being answered there is
-    no deadline: streams last as long as they last, as long as the client
-    takes what it is sent.
+    `request_timeout` at most). A head whose first bytes come in one read
+    with the end of the body before it counts from its next bytes: until
+    then, the connection is as an idle one. While a request is being answered
+    there is no deadline: streams last as long as they last, as long as the
+    client takes what it is sent.
     One that takes nothing of it for `send_timeout` (its socket's buffer full,
     and not one byte of it read since) is cut off (`stalled` counts them), so
     that a client that never reads holds nothing for longer.
