@@ -422,3 +422,27 @@ def test_allowed_tools_are_read_by_their_mode(server: MockServer, name: str, cho
     d = DIALECTS[name]
     required = d.ask(True) | d.tools(["get_weather"]) | {"tool_choice": choice}
     assert "tool_choice requires a tool call, the recorded answer calls none" in _answer(server, d, required)
+
+
+@pytest.mark.parametrize("name", DIALECTS)
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (b'{"model": "m", "messages": [{"role": "user", "content": "Hi"}', "has a body that is not a JSON object"),
+        (b'[{"role": "user", "content": "Hi"}]', "has a body that is not a JSON object"),
+        (b"", "has no body"),
+    ],
+)
+def test_a_body_the_api_would_answer_400_gets_no_recording_whatever_match_says(
+    server: MockServer, name: str, body: bytes, said: str
+) -> None:
+    # The bundled cassettes match on method and path: before, broken JSON got the first recording, a 200, where
+    # the API answers 400, and a client's bug passed.
+    d = DIALECTS[name]
+    query = "?alt=sse" if "streamGenerateContent" in d.path else ""
+    answer = httpx.post(server.url + d.path + query, content=body, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 404, answer.text
+    assert f"the request {said}, the recorded one a JSON object (the API answers it 400)" in answer.text
+    missed = [e for e in server.control.journal.last(4) if isinstance(e, Matched | Missed)][-1]
+    assert isinstance(missed, Missed)
+    assert said in missed.reason

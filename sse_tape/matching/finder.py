@@ -593,8 +593,10 @@ class Matcher:
         return found  # type: ignore[no-any-return]
 
     def _misfit(self, asked: _Asked, n: int) -> str | None:
-        """Why recording n cannot answer the request in its phase (see `Phase.fits`); None when it can, or when
-        either has no phase (an API that is not an LLM's, a body that is not JSON)."""
+        """Why recording n cannot answer the request in its phase (see `Phase.fits`), or at all: a request whose
+        body is not a JSON object (none, or broken JSON) to a recording that has a phase. None when it can, when
+        the recording has no phase (an API that is not an LLM's, a body that is not JSON), or when the request's
+        JSON object has none the API reads."""
         if asked.sent_as(n):  # its phase is recording n's own (see `_Asked.phase`): the answer is the same each time
             misfit = self._own_misfits[n]
             if misfit is _NOT_YET:
@@ -602,8 +604,14 @@ class Matcher:
                 misfit = self._own_misfits[n] = None if there is None else there.fits(there, self._calls_of(n))
             return misfit  # type: ignore[no-any-return]
         here, there = asked.phase(), self._phase(n)
-        if here is None or there is None:
+        if there is None:
             return None
+        if here is None:
+            # The API answers a body that is not its JSON object with a 400, never with this recording's answer.
+            if isinstance(asked.request.json(), dict):
+                return None  # an object it cannot read a phase of: other matchers say what they say of it
+            said = "has no body" if not asked.request.body else "has a body that is not a JSON object"
+            return f"the request {said}, the recorded one a JSON object (the API answers it 400)"
         return here.fits(there, self._calls_of(n))
 
     def _calls_of(self, n: int) -> frozenset[str] | None:
