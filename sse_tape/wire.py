@@ -25,6 +25,7 @@ __all__ = [
     "Progress",
     "drop_connection",
     "end_to_end",
+    "half_close",
     "has_header",
     "send",
     "sleep_until",
@@ -62,6 +63,20 @@ def drop_connection(http: web.BaseRequest, *, reset: bool) -> None:
             # Linger on, timeout 0: close() sends RST instead of FIN.
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         transport.abort()
+    else:
+        transport.close()
+
+
+def half_close(http: web.BaseRequest) -> None:
+    """End the connection's output after what is written (a TCP FIN), and read on until it closes: for an answer
+    sent with `close` (see `send`), after which aiohttp drains the body the answer did not read (its
+    `lingering_time`) and then closes. A close at once would meet the bytes the client still sends with a reset,
+    which can cost a client the answer it has not read yet (RFC 9112, section 9.6)."""
+    transport = http.transport
+    if transport is None:
+        return
+    if transport.can_write_eof():
+        transport.write_eof()
     else:
         transport.close()
 
@@ -105,12 +120,15 @@ def send(
     started: float,
     writes: list[Write] | None = None,
     live: Live | None = None,
+    close: bool = False,
 ) -> Coroutine[None, None, web.StreamResponse]:
     """Send a response, the one way every response goes to the wire: the plan's status and headers (plus
     `headers`), when `plan.headers_at` says; then the body: the plan's writes, each at its offset from the
     request's arrival at `started` (on the loop's clock), or, with `live`, a body still being made, each
     piece when it comes (and its faults say); then the end the plan, the faults or the source ask for.
-    `writes` is what `coalesced(plan)` gave, for a plan sent again and again unchanged.
+    `writes` is what `coalesced(plan)` gave, for a plan sent again and again unchanged. With `close`, the
+    response says `Connection: close`, and the connection closes after it (once aiohttp has drained a body the
+    answer did not read: see `half_close`).
 
     Returns the response; `progress` counts its bytes as they go and, once it is over, says how it ended
     (`End.CLIENT_GONE` when the client hung up between writes). A client that hangs up during a wait
@@ -119,8 +137,8 @@ def send(
     """
     # The coroutine that sends it, as it is: one more waiting a whole stream would hold memory for nothing.
     if live is None:
-        return _send_plan(http, plan, progress, headers, started=started, writes=writes)
-    return _send_live(http, plan, progress, headers, started=started, live=live)
+        return _send_plan(http, plan, progress, headers, started=started, writes=writes, close=close)
+    return _send_live(http, plan, progress, headers, started=started, live=live, close=close)
 
 
 async def _send_live(
@@ -131,6 +149,7 @@ async def _send_live(
     *,
     started: float,
     live: Live,
+    close: bool,
 ) -> web.StreamResponse:
     """Send a body still being made (see `send`)."""
     if plan.hang:
@@ -138,6 +157,8 @@ async def _send_live(
     added = tuple(headers.items()) if headers else ()
     fields = (*end_to_end(plan.headers, also_drop=[name for name, _ in added]), *added)
     out = web.StreamResponse(status=plan.status, headers=fields)
+    if close:
+        out.force_close()
     try:
         if plan.headers_at is not None:
             await sleep_until(started + plan.headers_at)
@@ -171,6 +192,7 @@ async def _send_plan(
     *,
     started: float,
     writes: list[Write] | None = None,
+    close: bool = False,
 ) -> web.StreamResponse:
     """Send a plan known whole in advance (see `send`)."""
     if plan.hang:
@@ -196,8 +218,10 @@ async def _send_plan(
         and plan.headers_at is None
         and (length or http.version >= HttpVersion11)  # HTTP/1.0 without a length: ended by the close
     ):
-        return await _write_whole(http, plan, fields, pending, progress, started=started, length=length)
+        return await _write_whole(http, plan, fields, pending, progress, started=started, length=length, close=close)
     out = web.StreamResponse(status=plan.status, headers=fields)
+    if close:
+        out.force_close()
     try:
         if plan.headers_at is not None:
             await sleep_until(started + plan.headers_at)
@@ -265,6 +289,7 @@ async def _write_whole(
     *,
     started: float,
     length: bool,
+    close: bool,
 ) -> web.StreamResponse:
     """Send a plan whose body is one write with its end in one send with the headers (a streamed response
     sends its headers on their own), framed as its stream would be: with its length, or chunked."""
@@ -272,6 +297,8 @@ async def _write_whole(
     out = web.Response(status=plan.status, headers=fields, body=body)
     if not length:
         out.enable_chunked_encoding()
+    if close:
+        out.force_close()
     try:
         if at > 0:  # at 0 (an instant replay's), its time has come: `started` is past
             await sleep_until(started + at)

@@ -981,6 +981,29 @@ async def test_a_body_too_slow_gets_a_408_and_then_its_connection_closes(path: s
     assert b"did not arrive in time" in body
 
 
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/__sse_tape__/reset"])
+async def test_after_a_408_the_rest_of_the_body_is_read_not_met_with_a_reset(path: str) -> None:
+    # After its 408 the server ends its output and reads on (RFC 9112, section 9.6). It used to close at once,
+    # and the system answered what the client still sent with a reset, which can cost a client that is still
+    # sending (a late upload) the 408 it has not read. The rest comes in two sends: the reset the first would
+    # get fails the second. The server drains for `request_timeout` (2 s) after the 408: seconds of room.
+    async with MockServer([Cassette()], limits=Limits(request_timeout=2, keep_alive=600)) as server:
+        loop = asyncio.get_running_loop()
+
+        def scenario() -> tuple[bytes, bytes]:
+            with socket.create_connection(("127.0.0.1", server.port)) as sock:
+                sock.sendall(_post_head(server.port, path, "application/json", 100) + b"{")
+                answer = _read_to_close(sock)  # the 408, then the end of the server's output
+                sock.sendall(b" " * 50)
+                time.sleep(0.1)  # what the system answers to those bytes has come back
+                sock.sendall(b" " * 49)  # the body's end
+                return answer, sock.recv(1)
+
+        answer, after = await loop.run_in_executor(None, scenario)
+    assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
+    assert after == b""  # the end of the output, as before: no reset
+
+
 async def test_a_body_its_answer_did_not_read_has_the_request_deadline_to_come_after_it() -> None:
     # A 415 is answered before its body is read; the body, a byte every 0.1 s, is drained for `request_timeout`
     # after the answer (0.3 s: about 3 bytes), then the connection closes; not after aiohttp's own 10 s

@@ -43,7 +43,7 @@ from ..redaction import Redaction
 from ..responder import Exchange, Reply, Responder, thorough
 from ..state import MemoryStore, ReplayStore
 from ..upstream import AiohttpUpstream, Upstream
-from ..wire import Live, drop_connection, send
+from ..wire import Live, drop_connection, half_close, send
 from .access import Access, is_loopback
 from .bodies import BodyRefused, parsed_body, read_body
 from .connections import ConnectionGuard, dual_stack_socket
@@ -85,7 +85,9 @@ class Limits:
     (or of the connection opening), and its body within `request_timeout` of
     the head (one its answer did not wait for, a 415 say, of that answer's
     end); a connection may sit idle between requests for `keep_alive`. Past
-    either, the connection is closed (a body too slow gets a 408 first).
+    either, the connection is closed (a body too slow gets a 408 first, and
+    what the client still sends of it is read and dropped, for `request_timeout`
+    at most, rather than met with a reset).
     Answers themselves have no deadline, but a client that takes nothing of
     its answer for `send_timeout` is cut off. Beyond `max_connections` (by
     default, what the process's descriptor limit leaves room for), a new
@@ -522,7 +524,7 @@ class MockServer:
         except TimeoutError:
             late = "the request body did not arrive in time"
             answer = await self.error(exchange, 408, late, "request_timeout", close=True)
-            drop_connection(http, reset=False)  # once the 408 is sent: whatever of the body is still coming is not read
+            half_close(http)  # the 408 is all the client gets; what it still sends of the body is drained
             return answer
         except BodyRefused as exc:
             return await self.error(exchange, exc.status, str(exc), exc.code)
@@ -583,20 +585,22 @@ class MockServer:
         being made), noting its status, its progress, the events it sent and how it ended; `writes`, what
         `coalesced(plan)` gave, for a plan sent unchanged again and again. With `cors`, the headers a web
         page's fetch needs to read it go with it; without, only for the pages the user named (`cors_origins`)
-        and the server's own. With `close`, it says `Connection: close`: the caller closes the connection after
-        it."""
+        and the server's own. With `close`, it says `Connection: close`, and the connection closes after it (see
+        `wire.send`)."""
         exchange.status = plan.status
         http = exchange.http
         added = self.cors(http) if cors else self.access.cors(http, self._port(http))
-        if close:
-            added = {**added, "Connection": "close"}
         if live is None:  # the wire's coroutine, as it is: one more around it would wait as long as a stream
-            return send(http, plan, exchange.progress, added, started=exchange.started, writes=writes)
-        return self._send_live(exchange, plan, added, live)
+            return send(http, plan, exchange.progress, added, started=exchange.started, writes=writes, close=close)
+        return self._send_live(exchange, plan, added, live, close)
 
-    async def _send_live(self, exchange: Exchange, plan: Plan, added: dict[str, str], live: Live) -> web.StreamResponse:
+    async def _send_live(
+        self, exchange: Exchange, plan: Plan, added: dict[str, str], live: Live, close: bool
+    ) -> web.StreamResponse:
         try:
-            return await send(exchange.http, plan, exchange.progress, added, started=exchange.started, live=live)
+            return await send(
+                exchange.http, plan, exchange.progress, added, started=exchange.started, live=live, close=close
+            )
         finally:  # a stream cut off by the server's stop, or its client, too says how many events it sent
             exchange.event_ends = plan.framing.event_ends(bytes(live.sent))
 
@@ -649,11 +653,11 @@ class MockServer:
             return web.json_response({"error": f"the control endpoints refused: {why}"}, status=403)
         answer = await self._control_answer(http)
         answer.headers.update(self.access.cors(http, self._port(http)))  # for a page the user named
-        if answer.status == 408:  # a body too slow: as `_take` does, its 408 sent, then the connection closed
-            answer.force_close()  # it says Connection: close
+        if answer.status == 408:  # a body too slow: as `_take` does, its 408 sent, then the connection closes
+            answer.force_close()  # it says Connection: close, as `send`'s `close` does
             await answer.prepare(http)
             await answer.write_eof()
-            drop_connection(http, reset=False)
+            half_close(http)
         return answer
 
     async def _control_answer(self, http: web.BaseRequest) -> web.Response:
