@@ -232,12 +232,22 @@ GEMINI = Dialect(
 DIALECTS = {"openai-chat": CHAT, "openai-responses": RESPONSES, "anthropic-messages": MESSAGES, "gemini": GEMINI}
 
 
-def _answer(server: MockServer, dialect: Dialect, body: dict[str, Any]) -> str:
-    """The recording that answered (`openai-chat.toml #2`), or the miss's reason."""
+def _post(server: MockServer, dialect: Dialect, **given: Any) -> httpx.Response:
+    """A POST to the dialect's path (`json=` a body, or `content=` its bytes), read whole."""
     query = "?alt=sse" if "streamGenerateContent" in dialect.path else ""
-    httpx.post(server.url + dialect.path + query, json=body, timeout=30).read()
+    return httpx.post(server.url + dialect.path + query, timeout=30, **given)
+
+
+def _last(server: MockServer) -> str:
+    """The recording that answered the last request (`openai-chat.toml #2`), or the miss's reason."""
     last = [e for e in server.control.journal.last(4) if isinstance(e, Matched | Missed)][-1]
     return last.recording.split(" (")[0] if isinstance(last, Matched) else f"miss: {last.reason}"
+
+
+def _answer(server: MockServer, dialect: Dialect, body: dict[str, Any]) -> str:
+    """The recording that answered `body` (`openai-chat.toml #2`), or the miss's reason."""
+    _post(server, dialect, json=body)
+    return _last(server)
 
 
 def _twice(server: MockServer, dialect: Dialect, body: dict[str, Any]) -> str:
@@ -438,11 +448,9 @@ def test_a_body_the_api_would_answer_400_gets_no_recording_whatever_match_says(
 ) -> None:
     # The bundled cassettes match on method and path: before, broken JSON got the first recording, a 200, where
     # the API answers 400, and a client's bug passed.
-    d = DIALECTS[name]
-    query = "?alt=sse" if "streamGenerateContent" in d.path else ""
-    answer = httpx.post(server.url + d.path + query, content=body, headers={"Content-Type": "application/json"})
+    answer = _post(server, DIALECTS[name], content=body, headers={"Content-Type": "application/json"})
     assert answer.status_code == 404, answer.text
     assert f"the request {said}, the recorded one a JSON object (the API answers it 400)" in answer.text
-    missed = [e for e in server.control.journal.last(4) if isinstance(e, Matched | Missed)][-1]
-    assert isinstance(missed, Missed)
-    assert said in missed.reason
+    missed = _last(server)
+    assert missed.startswith("miss: ")
+    assert said in missed
