@@ -297,6 +297,7 @@ class Matcher:
         self._answers: list[Any] = []  # each one's answer put together (see `answer_of`), worked out when needed
         self._calls: list[Any] = []  # the tools each one's answer calls (see `calls_of`), worked out when needed
         self._own_misfits: list[Any] = []  # why each one cannot answer its own request (see `_misfit`), likewise
+        self._shown: list[Any] = []  # each one's request as a miss shows it (see `_shown_as`), likewise
         self._answer_ids: dict[str, int] | None = None  # which recording answered with each response id
         self._paths: dict[str, list[int]] = {}  # the recordings of each path, as compared: a miss's candidates
         for cassette in cassettes:
@@ -353,6 +354,7 @@ class Matcher:
         self._answers.append(_NOT_YET)
         self._calls.append(_NOT_YET)
         self._own_misfits.append(_NOT_YET)
+        self._shown.append(_NOT_YET)
         if self._answer_ids is not None:
             self._note_answer_id(self._answer_ids, len(self.recordings) - 1)
 
@@ -688,6 +690,22 @@ class Matcher:
         here, there = asked.compared(rule), self._compared[n]
         return all(agrees(here, there) for agrees in rule.agrees)
 
+    def _shown_as(self, n: int) -> Request:
+        """Recording n's request as a miss's explanation shows it: redacted as `redact` has it, with the fields its
+        rule ignores cut, and the path it came with (not shapeless). Worked out at the first miss that shows it:
+        redacting is most of what explaining a miss costs, and a flood of misses shows the same few again."""
+        shown = self._shown[n]
+        if shown is _NOT_YET:
+            rule, original = self._rules[n], self.recordings[n].interaction.request
+            if self.redact is not None:
+                redacted = _same_json(self.redact(original), original)
+                reshape = self.reshape and not rule.strict
+                recorded = _as_compared(redacted, rule.ignore, reshape, self._apis[n])
+            else:
+                redacted, recorded = original, self._compared[n]
+            shown = self._shown[n] = recorded.with_json(redacted.path, recorded.body, recorded.json())
+        return shown  # type: ignore[no-any-return]
+
     def _differences(self, request: Request, asked: _Asked, shown_as: _Asked, n: int) -> tuple[list[str], int]:
         """How request and recording n disagree: what each disagreeing matcher says, shown on both sides as
         `redact` has them, and how many differences their bodies have when a matcher that reads them (`body`, a
@@ -706,18 +724,8 @@ class Matcher:
             if agrees(here, there):
                 continue
             if said_of is None:
-                original = self.recordings[n].interaction.request
-                if self.redact is not None:
-                    redacted = _same_json(self.redact(original), original)
-                    reshape = self.reshape and not rule.strict
-                    recorded = _as_compared(redacted, rule.ignore, reshape, self._apis[n])
-                else:
-                    redacted, recorded = original, there
                 asked_as = shown_as.compared(rule)
-                said_of = (
-                    asked_as.with_json(shown_as.request.path, asked_as.body, asked_as.json()),
-                    recorded.with_json(redacted.path, recorded.body, recorded.json()),
-                )
+                said_of = (asked_as.with_json(shown_as.request.path, asked_as.body, asked_as.json()), self._shown_as(n))
             said = matcher(*said_of)
             parts.append(said if said is not None else f"{name} differs in secrets only")
             if name == MatchOn.BODY or name not in BUILT_IN:  # a protocol's matcher (MCP's `jsonrpc`) reads the body
