@@ -1,5 +1,6 @@
 """The client matrix: every client library people use, as a new user would set it up (a base URL and a key), on
-the bundled cassettes served as `sse-tape serve` serves them, at instant and at recorded pace.
+the bundled cassettes served as `sse-tape serve` serves them, at instant pace and paced (their recorded gaps, four
+times as fast).
 
 Each client streams the greeting, answers it plainly (one JSON body), and runs its tool loop: it offers
 get_weather, the recording calls it, the client runs it and sends its result back, and gets the recorded
@@ -74,10 +75,12 @@ JS_CLIENTS = [
 CLIENTS = [*SDK_CLIENTS, *FRAMEWORK_CLIENTS, *VENV_CLIENTS, *JS_CLIENTS]
 
 
-@pytest.fixture(params=["instant", "recorded"])
+@pytest.fixture(params=["instant", "x4"])
 def server(request: pytest.FixtureRequest) -> Iterator[MockServer]:
-    """The bundled cassettes at instant pace, or as `sse-tape serve` serves them with no options."""
-    with serve(pace="instant") if request.param == "instant" else serve() as running:
+    """The bundled cassettes at instant pace, or paced: each stream comes in pieces over time, as from `sse-tape
+    serve` with no options (the recorded pace), at four times its speed (a tool loop at the recorded pace waits
+    two to three seconds, and there are a hundred such cases)."""
+    with serve(pace=request.param) as running:
         yield running
 
 
