@@ -17,6 +17,7 @@ import httpx
 import processes
 import pytest
 from hypothesis import settings
+from matrix import Workers
 from tiny_model import write_tiny_gguf
 
 from sse_tape import Cassette, Chunk, Interaction, MockServer, bundled_cassettes, serve
@@ -88,6 +89,17 @@ def instant_server() -> Iterator[MockServer]:
     """The bundled cassettes served at instant pace, matched as they say (method and path), in a background thread."""
     with serve(pace="instant") as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
+    """The client matrix's workers (a venv, node with the npm packages of tests/js), each made when a test first
+    needs it, and built once a run for every xdist worker (see `Workers`). A test that needs one skips, saying
+    why, where node, npm or the packages are missing."""
+    base = tmp_path_factory.getbasetemp()
+    made = Workers((base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "workers")
+    yield made
+    made.close()
 
 
 @pytest.fixture(scope="session")

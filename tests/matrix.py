@@ -8,8 +8,10 @@ its result back and returns the recorded answer after it. A client leaves out a 
 
 from __future__ import annotations
 
+import fcntl
 import inspect
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -148,9 +150,13 @@ TESTS = Path(__file__).parent
 
 
 class Workers:
-    """The workers of a test session, each made the first time a client needs it, under `root`: a venv with
-    `venv_clients.py` running in it, or the npm packages with `js/clients.mjs` running in node. Each imports its
-    clients once, and makes one case after another."""
+    """The workers of a test run, each made the first time a client needs it: a venv with `venv_clients.py` running
+    in it, or the npm packages with `js/clients.mjs` running in node. Each imports its clients once, and makes one
+    case after another.
+
+    What a worker runs in (the venv, `node_modules`) is built once under `root` for every process of the run that
+    shares it (pytest-xdist's workers): the first to need it builds it under a file lock, the others wait for it
+    and start their own worker in it, each with a stderr log of its own."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -160,13 +166,34 @@ class Workers:
         """The worker, made now if it is not yet; the test skips, saying why, when it cannot be made here."""
         made = self._made.get(where.name)
         if made is None:
-            folder = self.root / where.name
-            made = self._made[where.name] = self._venv(where, folder) if isinstance(where, Venv) else self._node(folder)
+            made = self._made[where.name] = self._make(where)
         if isinstance(made, str):
             pytest.skip(made)
         return made
 
-    def _venv(self, venv: Venv, folder: Path) -> subprocess.Popen[str] | str:
+    def _make(self, where: Venv | NodeModules) -> subprocess.Popen[str] | str:
+        folder = self.root / where.name
+        why = self.root / f"{where.name}.why"  # why it could not be built, for every process that asks
+        self.root.mkdir(parents=True, exist_ok=True)
+        with (self.root / f"{where.name}.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if not why.exists() and not (folder / ".built").exists():
+                failed = self._venv(where, folder) if isinstance(where, Venv) else self._node(folder)
+                if failed is None:
+                    (folder / ".built").touch()
+                else:
+                    why.write_text(failed)
+        if why.exists():
+            return why.read_text()
+        if isinstance(where, Venv):
+            return self._start([str(folder / "bin" / "python"), str(TESTS / "venv_clients.py")], where)
+        node = shutil.which("node")
+        assert node is not None  # it was there to build with
+        return self._start([node, "clients.mjs"], where)
+
+    @staticmethod
+    def _venv(venv: Venv, folder: Path) -> str | None:
+        """Build `venv` in `folder`: None, or why it could not be."""
         subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(folder)], check=True, timeout=120)
         python = folder / "bin" / "python"
         # pip's own cache makes this quick after the first time; with no index to reach, it fails soon.
@@ -177,9 +204,11 @@ class Workers:
         if installed.returncode != 0:
             said = installed.stderr.strip().splitlines()[-1:] or ["(nothing on stderr)"]
             return f"{venv.why}; pip could not install {' '.join(venv.requirements)} in a venv of its own: {said[0]}"
-        return self._start([str(python), str(TESTS / "venv_clients.py")], folder)
+        return None
 
-    def _node(self, folder: Path) -> subprocess.Popen[str] | str:
+    @staticmethod
+    def _node(folder: Path) -> str | None:
+        """Install the JavaScript clients in `folder`: None, or why they could not be."""
         node, npm = shutil.which("node"), shutil.which("npm")
         if node is None or npm is None:
             return "the JavaScript clients need node and npm, and this machine has no " + (
@@ -195,14 +224,17 @@ class Workers:
         if installed.returncode != 0:
             said = installed.stderr.strip().splitlines()[-1:] or ["(nothing on stderr)"]
             return f"npm could not install the JavaScript clients (tests/js/package.json): {said[0]}"
-        return self._start([node, "clients.mjs"], folder)
+        return None
 
-    @staticmethod
-    def _start(command: list[str], folder: Path) -> subprocess.Popen[str]:
-        with (folder / "stderr.log").open("w") as log:  # read when a case fails; a pipe nobody reads could fill
+    def _log(self, where: Venv | NodeModules) -> Path:
+        """Where this process's worker in `where` writes its stderr."""
+        return self.root / where.name / f"stderr-{os.getpid()}.log"
+
+    def _start(self, command: list[str], where: Venv | NodeModules) -> subprocess.Popen[str]:
+        with self._log(where).open("w") as log:  # read when a case fails; a pipe nobody reads could fill
             return subprocess.Popen(
                 command,
-                cwd=folder,
+                cwd=self.root / where.name,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
@@ -229,7 +261,7 @@ class Workers:
                 result: dict[str, Any] = json.loads(line.removeprefix("RESULT "))
                 assert "error" not in result, f"{name} {case} raised:\n{result['error']}"
                 return result
-        log = (self.root / where.name / "stderr.log").read_text()
+        log = self._log(where).read_text()
         raise AssertionError(f"the worker exited with {worker.wait()} during {name} {case}:\n{log}")
 
     def close(self) -> None:

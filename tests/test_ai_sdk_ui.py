@@ -5,7 +5,7 @@ package's own reader (`readUIMessageStream`, in node) reads the replay whole."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,15 +31,6 @@ CHAT = {
 """What `useChat` posts to its route."""
 ANSWER = "It's 18°C with light rain in Tokyo."
 NODE = NodeModules()
-
-
-@pytest.fixture(scope="module")
-def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
-    """node with the `ai` package (tests/js), made when a test first reads a stream with it; a test that needs it
-    skips, saying why, where node, npm or the packages are missing."""
-    made = Workers(tmp_path_factory.mktemp("workers"))
-    yield made
-    made.close()
 
 
 @pytest.fixture

@@ -84,14 +84,6 @@ def server(request: pytest.FixtureRequest) -> Iterator[MockServer]:
         yield running
 
 
-@pytest.fixture(scope="session")
-def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
-    """This session's workers (venvs, node), each made when a client first needs it."""
-    made = Workers(tmp_path_factory.mktemp("workers"))
-    yield made
-    made.close()
-
-
 @pytest.fixture(scope="session", autouse=True)
 def litellm_closed() -> Iterator[None]:
     """LiteLLM's clients closed at the end of the session (`close_litellm`)."""

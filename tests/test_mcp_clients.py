@@ -126,15 +126,6 @@ def test_a_session_a_module_fixture_opened_goes_on_through_the_modules_tests(
     pytester.runpytest_subprocess("test_module.py").assert_outcomes(passed=2)
 
 
-@pytest.fixture(scope="module")
-def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
-    """node with @modelcontextprotocol/sdk (tests/js), made when a test first needs it; a test that needs it
-    skips, saying why, where node, npm or the packages are missing."""
-    made = Workers(tmp_path_factory.mktemp("workers"))
-    yield made
-    made.close()
-
-
 def test_the_node_sdk_gets_from_the_replay_what_it_got_from_the_server(workers: Workers, tmp_path: Path) -> None:
     cassette = tmp_path / "node.toml"
     with tools_server(tmp_path) as upstream, processes.recording_proxy(upstream, cassette) as url:
