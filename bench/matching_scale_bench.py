@@ -31,7 +31,9 @@ With `--server`, the same through `sse-tape serve --pace instant` in a process o
 `--streams` requests one after another over one connection (the 10 asked at every size), each read whole:
 the server's CPU per stream (user and system, from /proc), the CPU it took to start (imports, loading), its
 resident set size once loaded, and how long (wall clock) its first request took to answer, start to end: what
-any work left for the first request costs, during which the server's event loop answers no other client.
+any work left for the first request costs, during which the server's event loop answers no other client. Then
+`--misses` requests that match no recording (each a body recorded nowhere, all different), each answered 404
+with the closest recordings named, as a server explains a miss: the server's CPU per miss.
 
 The sizes run in turn, their order turning each round, `--rounds` times; each figure is the median of the
 rounds, and each ratio that of CPU per request to the smallest size's with the same count asked, which is what
@@ -202,7 +204,7 @@ def _environment(root: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(root)}
 
 
-def _serve(folder: Path, library: str, size: int, streams: int, root: Path) -> dict[str, float]:
+def _serve(folder: Path, library: str, size: int, streams: int, misses: int, root: Path) -> dict[str, float]:
     """One size's figures through a server in a process of its own, importing `sse_tape` from `root` (see the
     module)."""
     code = "import sys; from sse_tape.__main__ import main; sys.argv[0] = 'sse-tape'; main()"
@@ -227,14 +229,14 @@ def _serve(folder: Path, library: str, size: int, streams: int, root: Path) -> d
         client = http.client.HTTPConnection(host, int(port))
         bodies = [_body(n, library, "client") for n in range(0, size, max(1, size // 10))][:10]
 
-        def ask(body: bytes) -> None:
+        def ask(body: bytes, status: int = 200) -> bytes:
             client.request("POST", PATHS[library], body=body, headers={"content-type": "application/json"})
             answer = client.getresponse()
-            assert answer.status == 200
-            assert LAST[library] in answer.read().rstrip().rsplit(b"\n\n", 1)[-1]
+            assert answer.status == status
+            return answer.read()
 
         began = time.perf_counter()
-        ask(bodies[0])
+        assert LAST[library] in ask(bodies[0]).rstrip().rsplit(b"\n\n", 1)[-1]
         first = time.perf_counter() - began
         for body in bodies[1:]:
             ask(body)
@@ -242,11 +244,22 @@ def _serve(folder: Path, library: str, size: int, streams: int, root: Path) -> d
         for n in range(streams):
             ask(bodies[n % len(bodies)])
         spent = _cpu(server.pid) - before
+        assert b"closest" in ask(_body(size + misses, library, "client"), 404)  # the first miss of all, not timed
+        before = _cpu(server.pid)
+        for n in range(misses):
+            ask(_body(size + n, library, "client"), 404)
+        missed = _cpu(server.pid) - before
         client.close()
     finally:
         server.terminate()
         server.wait(timeout=60)
-    return {"start_s": started, "rss_mb": rss / 1e6, "stream_us": spent / streams * 1e6, "first_stream_ms": first * 1e3}
+    return {
+        "start_s": started,
+        "rss_mb": rss / 1e6,
+        "stream_us": spent / streams * 1e6,
+        "first_stream_ms": first * 1e3,
+        "miss_us": missed / misses * 1e6,
+    }
 
 
 def main() -> None:
@@ -259,6 +272,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds, of which the median is shown (default 3)")
     parser.add_argument("--server", action="store_true", help="measure through a server process too")
     parser.add_argument("--streams", type=int, default=2000, help="streams a size and round, with --server")
+    parser.add_argument("--misses", type=int, default=200, help="misses a size and round, with --server")
     parser.add_argument("--folder", help="where the cassettes are written and kept (default: a temporary one)")
     parser.add_argument("--baseline", type=Path, help="another checkout or export, measured alongside")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a child's library, size and its files' folder
@@ -294,7 +308,7 @@ def main() -> None:
                         out = subprocess.run(command, capture_output=True, check=True, env=_environment(root))
                         row = json.loads(out.stdout)
                         if args.server:
-                            row.update(_serve(folder, library, size, args.streams, root))
+                            row.update(_serve(folder, library, size, args.streams, args.misses, root))
                         figures.setdefault((code, library, size), []).append(row)
     medians = {key: {k: statistics.median(f[k] for f in rows) for k in rows[0]} for key, rows in figures.items()}
     for library in libraries:
@@ -303,7 +317,7 @@ def main() -> None:
             _table({size: medians[code, library, size] for size in sizes}, asked, args.server)
         if "baseline" in codes:
             print(f"{library} library: sse-tape's figures over the baseline's")
-            served = ["stream_us", "first_stream_ms"] if args.server else []
+            served = ["stream_us", "first_stream_ms", "miss_us"] if args.server else []
             cells = ["build_s", "first_ms", *(f"find_us_{c}" for c in asked), *served]
             print(f"{'interactions':>12} | " + " | ".join(cells))
             for size in sizes:
@@ -333,13 +347,13 @@ def _table(medians: dict[int, dict[str, float]], asked: list[int], server: bool)
         first = medians[sizes[0]]["stream_us"]
         print(
             f"{'interactions':>12} | server start CPU s | server RSS MB | server CPU per stream us (ratio) | "
-            "first request ms"
+            "first request ms | server CPU per miss us"
         )
         for size, m in medians.items():
             ratio = f"{m['stream_us'] / first:.2f}" if first else "-"  # a few streams may cost less than a tick
             print(
                 f"{size:>12,} | {m['start_s']:18.2f} | {m['rss_mb']:13.0f} | {m['stream_us']:.0f} ({ratio}) | "
-                f"{m['first_stream_ms']:.1f}"
+                f"{m['first_stream_ms']:.1f} | {m['miss_us']:.0f}"
             )
 
 
