@@ -1004,6 +1004,31 @@ async def test_after_a_408_the_rest_of_the_body_is_read_not_met_with_a_reset(pat
     assert after == b""  # the end of the output, as before: no reset
 
 
+async def test_a_connection_draining_the_body_after_its_408_does_not_give_way_to_a_new_one() -> None:
+    # At the connection limit a new connection takes the place of an idle one. One whose 408 is out while its
+    # body still comes is not idle: it used to be closed with a reset, and its client, still sending, lost the
+    # 408 it had not read. Now the new connection gets the 503, and the first ends as the test above's does.
+    limits = Limits(request_timeout=2, keep_alive=600, max_connections=1)
+    async with MockServer([Cassette()], limits=limits) as server:
+        loop = asyncio.get_running_loop()
+
+        def scenario() -> tuple[bytes, bytes, bytes]:
+            with socket.create_connection(("127.0.0.1", server.port)) as sock:
+                sock.sendall(_post_head(server.port, "/v1/chat/completions", "application/json", 100) + b"{")
+                answer = _read_to_close(sock)  # the 408, then the end of the server's output
+                with socket.create_connection(("127.0.0.1", server.port)) as newcomer:  # sends nothing, and waits
+                    refused = _read_to_close(newcomer)
+                sock.sendall(b" " * 50)
+                time.sleep(0.1)  # what the system answers to those bytes has come back
+                sock.sendall(b" " * 49)  # the body's end
+                return answer, refused, sock.recv(1)
+
+        answer, refused, after = await loop.run_in_executor(None, scenario)
+    assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
+    assert refused.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
+    assert after == b""
+
+
 async def test_a_body_its_answer_did_not_read_has_the_request_deadline_to_come_after_it() -> None:
     # A 415 is answered before its body is read; the body, a byte every 0.1 s, is drained for `request_timeout`
     # after the answer (0.3 s: about 3 bytes), then the connection closes; not after aiohttp's own 10 s

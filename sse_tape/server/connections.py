@@ -37,8 +37,10 @@ class ConnectionGuard:
     that a client that never reads holds nothing for longer.
 
     Beyond `max_connections`, a new connection takes the place of the one
-    that gave way longest ago: a connection idle between requests, or one
-    whose client has stopped reading its answer (`evicted` counts them); when
+    that gave way longest ago: a connection idle between requests (not one
+    still taking in the body of a request answered without it, a 408's, whose
+    client a close would meet with a reset), or one whose client has stopped
+    reading its answer (`evicted` counts them); when
     there is none, it gets a 503 and is closed at once, so the descriptors it
     took are freed before the process runs out of them. Clients that never
     read cannot keep the others out.
@@ -232,10 +234,11 @@ class _Guarded(asyncio.Protocol):
                 inner.data_received(data)
                 if self.body_read():  # bytes past its end, in the same read, leave the next head idle
                     self.body_read = None
+                    self._yield()
                 return
             if self.idle:  # the first bytes of the next request: its head has the request deadline
                 self.idle = False
-                self._yield(self.paused_at is not None)
+                self._yield()
                 self._close_at(now + self.guard.request_timeout)
         elif self.body_read is not None and self.body_read():  # past the answered request's body: the next head
             self.heard = True
@@ -261,7 +264,7 @@ class _Guarded(asyncio.Protocol):
         self.inner.pause_writing()
         loop = asyncio.get_running_loop()
         self.paused_at = loop.time()
-        self._yield(True)
+        self._yield()
         self._watch_stall(loop)
 
     def resume_writing(self) -> None:
@@ -271,7 +274,7 @@ class _Guarded(asyncio.Protocol):
         if self.stall_timer is not None:
             self.stall_timer.cancel()
             self.stall_timer = None
-        self._yield(self.idle)
+        self._yield()
         self.inner.resume_writing()
 
     def set_busy(self, busy: bool) -> None:
@@ -291,7 +294,7 @@ class _Guarded(asyncio.Protocol):
             self.idle = not heard
             timeout = self.guard.request_timeout if heard else self.guard.keep_alive
             self._close_at(self.loop.time() + timeout)
-        self._yield(self.idle or self.paused_at is not None)
+        self._yield()
 
     def gone(self) -> bool:
         """Whether the client is known to have hung up on a connection that is not being read (the system has
@@ -318,9 +321,11 @@ class _Guarded(asyncio.Protocol):
             self.guard.open.pop(transport, None)  # room for another at once: the socket closes in a moment
         transport.abort()
 
-    def _yield(self, may: bool) -> None:
-        """Whether this connection may give way to a new one (idle, or its client reads nothing)."""
-        if not may:
+    def _yield(self) -> None:
+        """Note whether this connection may give way to a new one: idle (and not still taking in the body of the
+        request answered last, which a close would meet with a reset that can cost its client the answer), or
+        its client reads nothing."""
+        if not ((self.idle and self.body_read is None) or self.paused_at is not None):
             self.guard._yielding.pop(self, None)
         elif self not in self.guard._yielding and self.inner is not None:
             self.guard._yielding[self] = None
