@@ -230,8 +230,10 @@ async def _send_plan(
             delay = started + pending[0] - loop.time()  # inline: this loop runs once per write the pacer gives back
             if delay > 0:
                 await asyncio.sleep(delay)
+            elif not plan.apart:  # late: what else is due goes out with it
+                pending, following = _caught_up(pending, following, timeline, loop.time() - started)
             await _write(http, out, pending[1], progress)
-            pacer = _Pacer(http, out, started, following, timeline, progress)
+            pacer = _Pacer(http, out, started, following, timeline, progress, join=not plan.apart)
             try:
                 pending = await pacer.stopped
             finally:
@@ -334,6 +336,25 @@ def coalesced(plan: Plan) -> list[Write] | None:
 _JOINED = 65536
 
 
+def _caught_up(pending: Write, following: Write, writes: Iterator[Write], now: float) -> tuple[Write, Write]:
+    """`pending`, with the writes after it that are due by `now` (offsets on the same clock) joined to it, up to
+    `_JOINED` bytes; and the write after those. A stream that has fallen behind its schedule (a loop busy with
+    many) catches up in one write, where one write per turn of the loop would leave it further behind. The last
+    write is never joined: it may go out with the body's end."""
+    if following[0] > now:
+        return pending, following
+    at, parts, size = pending[0], [pending[1]], len(pending[1])
+    while following[0] <= now and size < _JOINED:
+        after = next(writes, None)
+        if after is None:
+            break
+        at = following[0]
+        parts.append(following[1])
+        size += len(following[1])
+        following = after
+    return (at, b"".join(parts)), following
+
+
 def _together(timeline: Iterable[Write], apart: bool) -> Iterator[Write]:
     """The writes of a timeline, those due at the same moment joined into one (the network keeps no
     boundaries between writes with no time between them anyway) up to `_JOINED` bytes, unless `apart`
@@ -364,12 +385,15 @@ class _Pacer:
     pacer stops, and `stopped` gives back the write it did not send, before
     the last write (which may go out with the body's end), when the
     transport's buffer is past its high-water mark (the caller drains it),
-    and when the client has gone (the caller's next write says so).
+    and when the client has gone (the caller's next write says so). With
+    `join`, a callback that comes late sends every write due by then in
+    one (see `_caught_up`).
     """
 
     __slots__ = (
         "chunked",
         "full",
+        "join",
         "loop",
         "pending",
         "progress",
@@ -389,6 +413,8 @@ class _Pacer:
         pending: Write,
         writes: Iterator[Write],
         progress: Progress,
+        *,
+        join: bool,
     ) -> None:
         assert http.transport is not None  # the caller has just written through it
         self.loop = asyncio.get_running_loop()
@@ -401,6 +427,7 @@ class _Pacer:
         self.pending = pending
         self.writes = writes
         self.progress = progress
+        self.join = join
         self.stopped: asyncio.Future[Write] = self.loop.create_future()
         self.timer = self.loop.call_at(start + pending[0], self._send)
 
@@ -416,7 +443,10 @@ class _Pacer:
             if following is None:
                 self.stopped.set_result(self.pending)  # the last write; `writes` has nothing more to give
                 return
-            if data := self.pending[1]:  # an empty chunk would be the chunked body's end
+            pending = self.pending
+            if self.join:
+                pending, following = _caught_up(pending, following, self.writes, self.loop.time() - self.start)
+            if data := pending[1]:  # an empty chunk would be the chunked body's end
                 transport.write(b"%x\r\n%b\r\n" % (len(data), data) if self.chunked else data)
                 self.writer.output_size += len(data)
                 self.progress.bytes += len(data)
