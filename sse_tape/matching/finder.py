@@ -597,10 +597,10 @@ class Matcher:
     def _misfit(self, asked: _Asked, n: int) -> str | None:
         """Why recording n cannot answer the request in its phase (see `Phase.fits`), or at all: to an LLM API,
         a request whose body is not a JSON object (none, or broken JSON) and a recording whose body is one, or a
-        JSON object and a recording of a body that is not one (the API answers the one 400, never with the other's
-        answer). None when it can: when the recording has no phase and no body that says otherwise (an API that
-        is not an LLM's, no body at all, two bodies the API answers alike), or when the request's JSON object has
-        none the API reads."""
+        JSON object and a recording of a body that is not one, or of one sent empty (the API answers the one 400,
+        never with the other's answer). None when it can: when the recording has no phase and no body that says
+        otherwise (an API that is not an LLM's, no body at all, two bodies the API answers alike), or when the
+        request's JSON object has none the API reads."""
         if asked.sent_as(n):  # its phase is recording n's own (see `_Asked.phase`): the answer is the same each time
             misfit = self._own_misfits[n]
             if misfit is _NOT_YET:
@@ -610,13 +610,16 @@ class Matcher:
         here, there = asked.phase(), self._phase(n)
         if there is None:
             # A recording of a bad body (what the API answered it: a 400, say) answers none that is good. One of no
-            # body at all answers any: a cassette written by hand often gives none.
+            # body at all answers any (a cassette written by hand often gives none), unless it says it was sent
+            # empty, as a recorded one does (`Content-Length: 0`).
             if isinstance(self._apis[n], Generation):  # first: MCP's and A2A's requests come this way on every hit
                 recorded = self._compared[n]
-                if recorded.body and isinstance(asked.request.json(), dict) and not isinstance(recorded.json(), dict):
-                    return (
-                        "the request has a JSON object as its body, the recorded one a body that is not a JSON object"
-                    )
+                if recorded.body:
+                    bad = None if isinstance(recorded.json(), dict) else "a body that is not a JSON object"
+                else:
+                    bad = "none, sent so (Content-Length: 0)" if recorded.header("content-length") == "0" else None
+                if bad is not None and isinstance(asked.request.json(), dict):
+                    return f"the request has a JSON object as its body, the recorded one {bad}"
             return None
         if here is None:
             # The API answers a body that is not its JSON object with a 400, never with this recording's answer.
