@@ -219,13 +219,14 @@ async def _send_plan(
         and (length or http.version >= HttpVersion11)  # HTTP/1.0 without a length: ended by the close
     ):
         return await _write_whole(http, plan, fields, pending, progress, started=started, length=length, close=close)
-    out = web.StreamResponse(status=plan.status, headers=fields)
+    out = _HeadWithBody(status=plan.status, headers=fields)
     if close:
         out.force_close()
     try:
         if plan.headers_at is not None:
             await sleep_until(started + plan.headers_at)
             await out.prepare(http)
+            http.writer.send_headers()  # at the time recorded for it, alone
         while pending is not None and following is not None:
             delay = started + pending[0] - loop.time()  # inline: this loop runs once per write the pacer gives back
             if delay > 0:
@@ -255,6 +256,7 @@ async def _send_plan(
             await sleep_until(started + at)
             if not out.prepared:
                 await out.prepare(http)
+            http.writer.send_headers()
             if http.transport is not None:
                 http.transport.write(data)  # under the chunked framing aiohttp puts around each write
                 progress.bytes += len(data)
@@ -268,6 +270,7 @@ async def _send_plan(
             await out.write_eof()
         else:
             # The recorded response never ended properly, or a fault says so: neither does this one.
+            http.writer.send_headers()
             drop_connection(http, reset=plan.end is End.UPSTREAM_RESET)
     except (ConnectionResetError, ConnectionAbortedError):
         progress.end = End.CLIENT_GONE  # the client hung up between two writes
@@ -460,9 +463,18 @@ class _Pacer:
         self.timer.cancel()
 
 
+class _HeadWithBody(web.StreamResponse):
+    """A streamed response whose head goes out with the first of its body, in one send (aiohttp sends a
+    `StreamResponse`'s head on its own when it is prepared, where a plan's first write is due at the same moment:
+    a send, and a segment to read, more for every stream). Where the head must go alone (at the plan's own
+    time for it, or before an end with no body), the writer's `send_headers()` sends it."""
+
+    _send_headers_immediately = False  # aiohttp's switch; were it gone, the head would go at `prepare` again
+
+
 async def _write(http: web.BaseRequest, out: web.StreamResponse, data: bytes, progress: Progress) -> None:
     if not out.prepared:
-        await out.prepare(http)  # the headers go out with the first chunk
+        await out.prepare(http)  # the head goes out with the first chunk (see `_HeadWithBody`)
     await out.write(data)
     progress.bytes += len(data)
 

@@ -476,7 +476,7 @@ async def test_a_paced_stream_goes_out_one_chunk_per_event_or_unframed_where_htt
 async def test_a_stream_due_all_at_once_goes_out_with_its_headers_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
     # An instant replay is one write on the connection's transport, head and body (the network would keep no
     # boundary between them anyway), framed as a stream would be: chunked, with its recorded length, or for
-    # HTTP/1.0 without one, unframed, ended by the close (whose head aiohttp sends on its own).
+    # HTTP/1.0 without one, unframed, ended by the close. A paced stream's head goes out with its first event.
     writes: list[bytes] = []
     transport_write = asyncio.selector_events._SelectorSocketTransport.write  # type: ignore[attr-defined]
 
@@ -498,7 +498,14 @@ async def test_a_stream_due_all_at_once_goes_out_with_its_headers_in_one_write(m
         assert b"transfer-encoding" not in head.lower()
         assert b"content-length" not in head.lower()
         assert body == b"".join(events)
-        assert writes == [head + b"\r\n\r\n", body]
+        assert writes == [head + b"\r\n\r\n" + body]
+    async with aserve(_paced(events, 0.005), pace="recorded") as server:
+        writes.clear()
+        head, body = await _raw_exchange(server.port, b"POST /stream HTTP/1.1\r\nHost: x\r\n")
+        assert b"".join(_dechunk(body)) == b"".join(events)
+        # With the first event, and with those due by then (a loop slow to come to it sends them together).
+        assert writes[0].startswith(head + b"\r\n\r\n")
+        assert events[0] in writes[0]
     length = (("content-length", str(sum(map(len, events)))),)
     async with aserve(_paced(events, 0.005, length), pace="instant") as server:
         writes.clear()
