@@ -235,6 +235,7 @@ async def _send_plan(
                 pending, following = _caught_up(pending, following, timeline, loop.time() - started)
             await _write(http, out, pending[1], progress)
             pacer = _Pacer(http, out, started, following, timeline, progress, join=not plan.apart)
+            del pending  # sent: the bytes of writes joined to catch up are not the stream's to hold while it plays
             try:
                 pending = await pacer.stopped
             finally:
