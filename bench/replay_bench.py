@@ -12,7 +12,11 @@ schedule; one client process measures both, alternately, in one run:
   gaps a client observes are from the recorded gaps, and how late the first
   event comes.
 
-Run: python bench/replay_bench.py [--streams 1000] [--events 60] [--rounds 3] [--held-only]
+With --baseline DIR (another checkout, or `git archive` of an earlier commit
+unpacked there), sse-tape from DIR is measured too, in the same rounds: the
+figures of a change against the code before it, beside the same floor.
+
+Run: python bench/replay_bench.py [--streams 1000] [--events 60] [--rounds 3] [--held-only] [--baseline DIR]
 Figures vary with the machine and its load; compare the ratios.
 """
 
@@ -27,6 +31,7 @@ import os
 import select
 import socket
 import statistics
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -119,13 +124,21 @@ def cpu_seconds(pid: int) -> float:
 
 
 class ServerProcess:
-    def __init__(self, kind: str, interaction: Interaction, pace: str) -> None:
+    def __init__(self, kind: str, interaction: Interaction, pace: str, *, tree: Path | None = None) -> None:
         # A fresh interpreter, not a fork of this one: a forked server would reuse the memory this process
         # freed, as much as it happens to have, and its resident memory would grow by less than it uses.
         spawn = mp.get_context("spawn")
         ready: mp.Queue = spawn.Queue()  # type: ignore[type-arg]
         self.proc = spawn.Process(target=run_server, args=(kind, interaction, pace, ready), daemon=True)
-        self.proc.start()
+        # With `tree` (another checkout), the new interpreter imports sse_tape from there: it takes this
+        # process's import path as it is when it starts.
+        if tree is not None:
+            sys.path.insert(0, str(tree))
+        try:
+            self.proc.start()
+        finally:
+            if tree is not None:
+                sys.path.remove(str(tree))
         self.port = ready.get(timeout=30)
 
     def __enter__(self) -> ServerProcess:
@@ -273,22 +286,25 @@ def main() -> None:
     parser.add_argument("--ramp", type=float, default=1.0, help="seconds over which streams start (default 1)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per server (default 3)")
     parser.add_argument("--held-only", action="store_true", help="only the held streams: no instant, no fidelity")
+    parser.add_argument("--baseline", type=Path, help="another checkout whose sse-tape is measured too (held streams)")
     args = parser.parse_args()
 
     held = make_interaction(args.events, args.gap)
     offsets = [c.t for c in held.response.chunks]
     instant = make_interaction(20_000, 0.0)
-    table: dict[str, dict[str, list[float]]] = {"baseline": {}, "sse-tape": {}}
+    kinds = ("baseline", "sse-tape", "before") if args.baseline else ("baseline", "sse-tape")
+    table: dict[str, dict[str, list[float]]] = {kind: {} for kind in kinds}
 
     for _ in range(args.rounds):
-        for kind in ("baseline", "sse-tape"):
-            with ServerProcess(kind, held, "recorded") as server:
+        for kind in kinds:
+            tree = args.baseline if kind == "before" else None
+            with ServerProcess("sse-tape" if tree else kind, held, "recorded", tree=tree) as server:
                 cpu = cpu_seconds(server.proc.pid)
                 result = held_streams(server.port, server.proc.pid, offsets, args.streams, args.ramp)
                 result["cpu"] = (cpu_seconds(server.proc.pid) - cpu) / (args.streams * args.events) * 1e6
             for key, value in result.items():
                 table[kind].setdefault(key, []).append(value)
-            if args.held_only:
+            if args.held_only or kind == "before":
                 continue
             with ServerProcess(kind, instant, "instant") as server:
                 rate = asyncio.run(instant_rate(server.port, 4))
@@ -297,7 +313,11 @@ def main() -> None:
     print(f"{args.streams} streams x {args.events} events, {args.gap * 1000:.0f} ms gaps, started over {args.ramp} s;")
     instant_line = "" if args.held_only else "instant: 4 streams x 20000 events. "
     print(f"{instant_line}Median of {args.rounds} alternating rounds [min-max]; ratio of medians.")
-    print(f"{'':22}{'baseline':>24}{'sse-tape':>24}{'ratio':>8}")
+    if args.baseline:
+        print(f"before: sse-tape from {args.baseline}; after: this tree's (the ratio column is after / baseline).")
+    named = {"baseline": "baseline", "sse-tape": "after" if args.baseline else "sse-tape", "before": "before"}
+    extra = f"{'before/base':>12}{'after/before':>13}" if args.baseline else ""
+    print(f"{'':22}" + "".join(f"{named[kind]:>24}" for kind in kinds) + f"{'ratio':>8}{extra}")
     rows = [
         ("streams completed", "completed", "{:.0f}"),
         ("lateness p50 (ms)", "p50", "{:.2f}"),
@@ -312,13 +332,21 @@ def main() -> None:
     for label, key, fmt in rows:
         if key not in table["sse-tape"]:
             continue
-        cells = []
-        for kind in ("baseline", "sse-tape"):
-            values = table[kind][key]
+        cells, medians = [], {}
+        for kind in kinds:
+            values = table[kind].get(key)
+            if not values:
+                cells.append("")
+                continue
             spread = f"[{fmt.format(min(values))}-{fmt.format(max(values))}]"
             cells.append(f"{fmt.format(statistics.median(values))} {spread}")
-        a, b = (statistics.median(table[kind][key]) for kind in ("baseline", "sse-tape"))
-        print(f"{label:22}{cells[0]:>24}{cells[1]:>24}{b / a if a else float('nan'):>8.2f}")
+            medians[kind] = statistics.median(values)
+        ratios = [("sse-tape", "baseline"), ("before", "baseline"), ("sse-tape", "before")][: 3 if args.baseline else 1]
+        widths = [8, 12, 13]
+        shown = "".join(
+            f"{_ratio(medians, over, under):>{width}.2f}" for (over, under), width in zip(ratios, widths, strict=False)
+        )
+        print(f"{label:22}" + "".join(f"{cell:>24}" for cell in cells) + shown)
     if args.held_only:
         return
 
@@ -347,6 +375,11 @@ def main() -> None:
     ):
         cells = [percentile([abs(v) for v in values[kind]], q) for kind in ("baseline", "sse-tape")]
         print(f"{label:36}{cells[0]:>12.2f}{cells[1]:>12.2f}")
+
+
+def _ratio(medians: dict[str, float], over: str, under: str) -> float:
+    a, b = medians.get(under), medians.get(over)
+    return b / a if a and b is not None else float("nan")
 
 
 if __name__ == "__main__":
