@@ -515,6 +515,40 @@ async def test_a_stream_due_all_at_once_goes_out_with_its_headers_in_one_write(m
         assert writes == [head + b"\r\n\r\n" + body]
 
 
+@pytest.mark.parametrize("fault", [None, "fragment:size=5"])
+async def test_a_stream_behind_its_schedule_sends_what_is_due_in_one_write(
+    monkeypatch: pytest.MonkeyPatch, fault: str | None
+) -> None:
+    # A loop busy elsewhere (here blocked for 0.3 s, once the first event is out) leaves a paced stream behind:
+    # the writes due by the time it comes back go out in one, where one went out each turn of the loop. A plan
+    # whose writes go apart keeps them apart: a fragment fault's pieces are never joined.
+    writes: list[bytes] = []
+    transport_write = asyncio.selector_events._SelectorSocketTransport.write  # type: ignore[attr-defined]
+
+    def counted(self: asyncio.Transport, data: bytes) -> None:
+        if not data.startswith(b"POST /stream "):  # the test's own request
+            writes.append(bytes(data))
+        transport_write(self, data)
+
+    monkeypatch.setattr(asyncio.selector_events._SelectorSocketTransport, "write", counted)  # type: ignore[attr-defined]
+    events = [f"data: {i:02}\n\n".encode() for i in range(40)]  # 10 bytes each, 10 ms apart
+    async with aserve(_paced(events, 0.01), faults=[fault] if fault else []) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"POST /stream HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+        got = b""
+        while b"\r\n\r\n" not in got or not got.partition(b"\r\n\r\n")[2]:  # the head and the first of the body
+            got += await reader.read(65536)
+        time.sleep(0.3)  # noqa: ASYNC251 (the loop blocked, the server's too: 30 events fall due meanwhile)
+        got += await reader.read()
+        writer.close()
+    body = [write for write in writes if not write.startswith(b"HTTP/")]
+    assert b"".join(_dechunk(got.partition(b"\r\n\r\n")[2])) == b"".join(events)
+    if fault is None:
+        assert max(write.count(b"data: ") for write in body) > 1
+    else:
+        assert max(map(len, body)) <= len(b"5\r\n" + b"x" * 5 + b"\r\n0\r\n\r\n")
+
+
 async def test_a_paced_stream_keeps_its_times_from_the_request_s_arrival_however_long_its_body_takes() -> None:
     # The recorder counts a chunk's time from the request's head, and so does the replay: time spent waiting
     # for the body (or matching, or preparing a first play) is not added in front of the first event.
