@@ -297,8 +297,8 @@ async def _write_whole(
     length: bool,
     close: bool,
 ) -> web.StreamResponse:
-    """Send a plan whose body is one write with its end in one send with the headers (a streamed response
-    sends its headers on their own), framed as its stream would be: with its length, or chunked."""
+    """Send a plan whose body is one write with its end in one send with the headers, framed as its stream
+    would be: with its length, or chunked."""
     at, body = write
     out = web.Response(status=plan.status, headers=fields, body=body)
     if not length:
@@ -341,8 +341,8 @@ _JOINED = 65536
 
 
 def _caught_up(pending: Write, following: Write, writes: Iterator[Write], now: float) -> tuple[Write, Write]:
-    """`pending`, with the writes after it that are due by `now` (offsets on the same clock) joined to it, up to
-    `_JOINED` bytes; and the write after those. A stream that has fallen behind its schedule (a loop busy with
+    """`pending`, with the writes after it that are due by `now` (offsets on the same clock) joined to it until
+    they hold `_JOINED` bytes or more; and the write after those. A stream that has fallen behind its schedule (a loop busy with
     many) catches up in one write, where one write per turn of the loop would leave it further behind. The last
     write is never joined: it may go out with the body's end."""
     if following[0] > now:
@@ -467,8 +467,9 @@ class _Pacer:
 class _HeadWithBody(web.StreamResponse):
     """A streamed response whose head goes out with the first of its body, in one send (aiohttp sends a
     `StreamResponse`'s head on its own when it is prepared, where a plan's first write is due at the same moment:
-    a send, and a segment to read, more for every stream). Where the head must go alone (at the plan's own
-    time for it, or before an end with no body), the writer's `send_headers()` sends it."""
+    a send, and a segment to read, more for every stream), or with its end (`write_eof`). Where the head must go
+    alone (at the plan's own time for it, before unframed bytes, before a connection dropped with no body), the
+    writer's `send_headers()` sends it."""
 
     _send_headers_immediately = False  # aiohttp's switch; were it gone, the head would go at `prepare` again
 
