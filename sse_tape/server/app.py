@@ -92,7 +92,8 @@ class Limits:
     its answer for `send_timeout` is cut off. Beyond `max_connections` (by
     default, what the process's descriptor limit leaves room for), a new
     connection takes the place of one idle or cut off from its client that
-    way, or else gets a 503 and is closed (see `connections`).
+    way (not one still taking in the body of a request answered without
+    it), or else gets a 503 and is closed (see `connections`).
     """
 
     request_timeout: float = OPTIONS["request_timeout"].value
