@@ -288,6 +288,8 @@ def main() -> None:
     parser.add_argument("--held-only", action="store_true", help="only the held streams: no instant, no fidelity")
     parser.add_argument("--baseline", type=Path, help="another checkout whose sse-tape is measured too (held streams)")
     args = parser.parse_args()
+    if args.baseline is not None and not (args.baseline / "sse_tape" / "__init__.py").is_file():
+        parser.error(f"--baseline {args.baseline}: no sse_tape package there (a checkout's root, or a git archive's)")
 
     held = make_interaction(args.events, args.gap)
     offsets = [c.t for c in held.response.chunks]
