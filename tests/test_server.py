@@ -473,19 +473,26 @@ async def test_a_paced_stream_goes_out_one_chunk_per_event_or_unframed_where_htt
         assert body == b"".join(events)
 
 
-async def test_a_stream_due_all_at_once_goes_out_with_its_headers_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
-    # An instant replay is one write on the connection's transport, head and body (the network would keep no
-    # boundary between them anyway), framed as a stream would be: chunked, with its recorded length, or for
-    # HTTP/1.0 without one, unframed, ended by the close. A paced stream's head goes out with its first event.
-    writes: list[bytes] = []
+@pytest.fixture
+def writes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """What the server writes on its connections' transports, each write as one item (the tests' own requests,
+    to `/stream`, left out)."""
+    written: list[bytes] = []
     transport_write = asyncio.selector_events._SelectorSocketTransport.write  # type: ignore[attr-defined]
 
     def counted(self: asyncio.Transport, data: bytes) -> None:
-        if not data.startswith(b"POST /stream "):  # the test's own request
-            writes.append(bytes(data))
+        if not data.startswith(b"POST /stream "):
+            written.append(bytes(data))
         transport_write(self, data)
 
     monkeypatch.setattr(asyncio.selector_events._SelectorSocketTransport, "write", counted)  # type: ignore[attr-defined]
+    return written
+
+
+async def test_a_stream_due_all_at_once_goes_out_with_its_headers_in_one_write(writes: list[bytes]) -> None:
+    # An instant replay is one write on the connection's transport, head and body (the network would keep no
+    # boundary between them anyway), framed as a stream would be: chunked, with its recorded length, or for
+    # HTTP/1.0 without one, unframed, ended by the close. A paced stream's head goes out with its first event.
     events = [f"data: {i} {'x' * i}\n\n".encode() for i in range(6)]
     async with aserve(_paced(events, 0.005), pace="instant") as server:
         writes.clear()
@@ -517,20 +524,11 @@ async def test_a_stream_due_all_at_once_goes_out_with_its_headers_in_one_write(m
 
 @pytest.mark.parametrize("fault", [None, "fragment:size=5"])
 async def test_a_stream_behind_its_schedule_sends_what_is_due_in_one_write(
-    monkeypatch: pytest.MonkeyPatch, fault: str | None
+    writes: list[bytes], fault: str | None
 ) -> None:
     # A loop busy elsewhere (here blocked for 0.3 s, once the first event is out) leaves a paced stream behind:
     # the writes due by the time it comes back go out in one, where one went out each turn of the loop. A plan
     # whose writes go apart keeps them apart: a fragment fault's pieces are never joined.
-    writes: list[bytes] = []
-    transport_write = asyncio.selector_events._SelectorSocketTransport.write  # type: ignore[attr-defined]
-
-    def counted(self: asyncio.Transport, data: bytes) -> None:
-        if not data.startswith(b"POST /stream "):  # the test's own request
-            writes.append(bytes(data))
-        transport_write(self, data)
-
-    monkeypatch.setattr(asyncio.selector_events._SelectorSocketTransport, "write", counted)  # type: ignore[attr-defined]
     events = [f"data: {i:02}\n\n".encode() for i in range(40)]  # 10 bytes each, 10 ms apart
     async with aserve(_paced(events, 0.01), faults=[fault] if fault else []) as server:
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
