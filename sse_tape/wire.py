@@ -342,9 +342,9 @@ _JOINED = 65536
 
 def _caught_up(pending: Write, following: Write, writes: Iterator[Write], now: float) -> tuple[Write, Write]:
     """`pending`, with the writes after it that are due by `now` (offsets on the same clock) joined to it until
-    they hold `_JOINED` bytes or more; and the write after those. A stream that has fallen behind its schedule (a loop busy with
-    many) catches up in one write, where one write per turn of the loop would leave it further behind. The last
-    write is never joined: it may go out with the body's end."""
+    they hold `_JOINED` bytes or more; and the write after those. A stream that has fallen behind its schedule
+    (a loop busy with many) catches up in one write, where one write per turn of the loop would leave it further
+    behind. The last write is never joined: it may go out with the body's end."""
     if following[0] > now:
         return pending, following
     at, parts, size = pending[0], [pending[1]], len(pending[1])
