@@ -287,6 +287,7 @@ class Matcher:
         self._rules: list[_Rule] = []
         self._made: dict[tuple[tuple[str, ...], tuple[str, ...]], _Rule] = {}  # rules by names and fields
         self._compared: list[Request] = []  # each one's request as the matchers compare it
+        self._bad_bodies: list[str | None] = []  # what each one's body is when its API answers it 400 (`_bad_body`)
         self._shapes: list[bool | None] = []  # whether each successful answer streams; None: an error answer
         self._last_ids: list[str | None] = []  # the Last-Event-ID each was recorded with
         self._reconnections = 0  # how many were recorded with one
@@ -341,6 +342,7 @@ class Matcher:
         self._rules.append(rule)
         compared = _as_compared(request, rule.ignore, self.reshape and not rule.strict, self._apis[-1])
         self._compared.append(compared)
+        self._bad_bodies.append(_bad_body(compared) if isinstance(self._apis[-1], Generation) else None)
         self._paths.setdefault(compared.path, []).append(len(self.recordings) - 1)
         response = recording.interaction.response
         self._shapes.append(is_streamed(recording.interaction) if 200 <= response.status < 300 else None)
@@ -609,17 +611,10 @@ class Matcher:
             return misfit  # type: ignore[no-any-return]
         here, there = asked.phase(), self._phase(n)
         if there is None:
-            # A recording of a bad body (what the API answered it: a 400, say) answers none that is good. One of no
-            # body at all answers any (a cassette written by hand often gives none), unless it says it was sent
-            # empty, as a recorded one does (`Content-Length: 0`).
-            if isinstance(self._apis[n], Generation):  # first: MCP's and A2A's requests come this way on every hit
-                recorded = self._compared[n]
-                if recorded.body:
-                    bad = None if isinstance(recorded.json(), dict) else "a body that is not a JSON object"
-                else:
-                    bad = "none, sent so (Content-Length: 0)" if recorded.header("content-length") == "0" else None
-                if bad is not None and isinstance(asked.request.json(), dict):
-                    return f"the request has a JSON object as its body, the recorded one {bad}"
+            # A recording of a bad body (what the API answered it: a 400, say) answers none that is good.
+            bad = self._bad_bodies[n]
+            if bad is not None and isinstance(asked.request.json(), dict):
+                return f"the request has a JSON object as its body, the recorded one {bad}"
             return None
         if here is None:
             # The API answers a body that is not its JSON object with a 400, never with this recording's answer.
@@ -808,6 +803,16 @@ def _phase_key(phase: Phase) -> int:
         return hash(parts)
     except TypeError:  # a list or an object in a turn's content
         return digest(parts)
+
+
+def _bad_body(request: Request) -> str | None:
+    """How a miss names the body of a recorded request to an LLM API when the API answers it 400, whatever it
+    says, and so never with another's answer: one that is not a JSON object, or none, sent so (`Content-Length:
+    0`, which a recorder keeps). None for any other, and for no body at all without that header: a cassette
+    written by hand often gives none, to answer any (see `Matcher._misfit`)."""
+    if request.body:
+        return None if isinstance(request.json(), dict) else "a body that is not a JSON object"
+    return "none, sent so (Content-Length: 0)" if request.header("content-length") == "0" else None
 
 
 def _as_compared(request: Request, ignore: tuple[tuple[str, ...], ...], reshape: bool, api: Dialect | None) -> Request:
