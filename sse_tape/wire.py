@@ -197,7 +197,6 @@ async def _send_plan(
     """Send a plan known whole in advance (see `send`)."""
     if plan.hang:
         await asyncio.Event().wait()  # until the client goes or the server stops
-    loop = asyncio.get_running_loop()
     fields, recorded_length = _head(tuple(plan.headers), tuple(headers.items()) if headers else ())
     # A recorded length, or one a fault set, is sent again for the body as it is now.
     length = recorded_length and plan.end is End.COMPLETE
@@ -228,20 +227,15 @@ async def _send_plan(
             await out.prepare(http)
             http.writer.send_headers()  # at the time recorded for it, alone
         while pending is not None and following is not None:
-            delay = started + pending[0] - loop.time()  # inline: this loop runs once per write the pacer gives back
-            if delay > 0:
-                await asyncio.sleep(delay)
-            elif not plan.apart:  # late: what else is due goes out with it
-                pending, following = _caught_up(pending, following, timeline, loop.time() - started)
-            await _write(http, out, pending[1], progress)
-            pacer = _Pacer(http, out, started, following, timeline, progress, join=not plan.apart)
-            del pending  # sent: the bytes of writes joined to catch up are not the stream's to hold while it plays
+            if not out.prepared:
+                await out.prepare(http)  # its head goes out when the pacer's first write does
+            pacer = _Pacer(http, out, started, pending, following, timeline, progress, join=not plan.apart)
+            del pending, following  # the pacer's now: what it has sent is not the stream's to hold while it plays
             try:
-                pending = await pacer.stopped
+                pending, following = await pacer.stopped
             finally:
                 pacer.stop()
             await http.writer.drain()  # the pacer stops when the client's buffer is full
-            following = next(timeline, None)
         if pending is not None:  # the last write
             await sleep_until(started + pending[0])
             if _ends_with(plan, pending):
@@ -385,17 +379,25 @@ class _Pacer:
     Waking the handler's task for every write costs more than the write: a
     future, a task step, and every coroutine of the handler's chain resumed
     on the way down. Here a write is one timer callback that frames its
-    bytes as aiohttp frames a chunk and hands them to the transport. The
-    pacer stops, and `stopped` gives back the write it did not send, before
-    the last write (which may go out with the body's end), when the
-    transport's buffer is past its high-water mark (the caller drains it),
-    and when the client has gone (the caller's next write says so). With
-    `join`, a callback that comes late sends every write due by then in
-    one (see `_caught_up`).
+    bytes as aiohttp frames a chunk and hands them to the transport; the
+    first sends the response's head before it. Timers fire in the order they
+    are due, so in a burst of new requests the streams' first writes go out
+    in the order the requests came: a handler's task, woken for its first
+    write, would wait behind the handlers of every request that came in the
+    same turn of the loop, and a request that came later, its handler run
+    when its first write was due already, would write first.
+
+    The pacer stops, and `stopped` gives back the write it did not send and
+    the one after it (None: it is the last), before the last write (which
+    may go out with the body's end), when the transport's buffer is past its
+    high-water mark (the caller drains it), and when the client has gone
+    (the caller's next write says so). With `join`, a callback that comes
+    late sends every write due by then in one (see `_caught_up`).
     """
 
     __slots__ = (
         "chunked",
+        "following",
         "full",
         "join",
         "loop",
@@ -415,46 +417,45 @@ class _Pacer:
         out: web.StreamResponse,
         start: float,
         pending: Write,
+        following: Write,
         writes: Iterator[Write],
         progress: Progress,
         *,
         join: bool,
     ) -> None:
-        assert http.transport is not None  # the caller has just written through it
+        if http.transport is None:
+            raise ConnectionResetError("the client has gone")  # as aiohttp's write would say
         self.loop = asyncio.get_running_loop()
         self.transport = http.transport
         self.writer = http.writer
-        self.writer.send_headers()  # already sent by the first write, unless aiohttp holds them back
         self.chunked = out.headers.get("Transfer-Encoding") == "chunked"
         self.full = self.transport.get_write_buffer_limits()[1]
         self.start = start
-        self.pending = pending
+        self.pending: Write = pending
+        self.following: Write | None = following
         self.writes = writes
         self.progress = progress
         self.join = join
-        self.stopped: asyncio.Future[Write] = self.loop.create_future()
+        self.stopped: asyncio.Future[tuple[Write, Write | None]] = self.loop.create_future()
         self.timer = self.loop.call_at(start + pending[0], self._send)
 
     def _send(self) -> None:
         if self.stopped.done():
             return  # the handler was cancelled (and `stopped` with it) before it could stop the timer
         try:
-            transport = self.transport
-            if transport.is_closing() or transport.get_write_buffer_size() > self.full:
-                self.stopped.set_result(self.pending)
-                return
-            following = next(self.writes, None)
-            if following is None:
-                self.stopped.set_result(self.pending)  # the last write; `writes` has nothing more to give
+            transport, following = self.transport, self.following
+            if following is None or transport.is_closing() or transport.get_write_buffer_size() > self.full:
+                self.stopped.set_result((self.pending, following))  # the last write, or the caller's to send
                 return
             pending = self.pending
             if self.join:
                 pending, following = _caught_up(pending, following, self.writes, self.loop.time() - self.start)
+            self.writer.send_headers()  # the head, held back until the first write (see `_HeadWithBody`)
             if data := pending[1]:  # an empty chunk would be the chunked body's end
                 transport.write(b"%x\r\n%b\r\n" % (len(data), data) if self.chunked else data)
                 self.writer.output_size += len(data)
                 self.progress.bytes += len(data)
-            self.pending = following
+            self.pending, self.following = following, next(self.writes, None)
             self.timer = self.loop.call_at(self.start + following[0], self._send)
         except Exception as exc:  # raised in the handler, as it was before there was a pacer
             self.stopped.set_exception(exc)
@@ -465,18 +466,18 @@ class _Pacer:
 
 
 class _HeadWithBody(web.StreamResponse):
-    """A streamed response whose head goes out with the first of its body, in one send (aiohttp sends a
-    `StreamResponse`'s head on its own when it is prepared, where a plan's first write is due at the same moment:
-    a send, and a segment to read, more for every stream), or with its end (`write_eof`). Where the head must go
-    alone (at the plan's own time for it, before unframed bytes, before a connection dropped with no body), the
-    writer's `send_headers()` sends it."""
+    """A streamed response whose head is held back until its body begins (aiohttp sends a `StreamResponse`'s head
+    on its own when it is prepared, where a plan's first write is due later): it goes out with the handler's first
+    write, or its end (`write_eof`), in one send, or at the pacer's first write, just before it. Where the head
+    must go alone (at the plan's own time for it, before unframed bytes, before a connection dropped with no
+    body), the writer's `send_headers()` sends it."""
 
     _send_headers_immediately = False  # aiohttp's switch; were it gone, the head would go at `prepare` again
 
 
 async def _write(http: web.BaseRequest, out: web.StreamResponse, data: bytes, progress: Progress) -> None:
     if not out.prepared:
-        await out.prepare(http)  # the head goes out with the first chunk (see `_HeadWithBody`)
+        await out.prepare(http)  # the head goes out with this chunk (see `_HeadWithBody`)
     await out.write(data)
     progress.bytes += len(data)
 

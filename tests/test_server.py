@@ -45,7 +45,7 @@ from sse_tape import (
 )
 from sse_tape.dialects import DIALECTS
 from sse_tape.dialects.events import TextDelta
-from sse_tape.journal import Ended, Matched
+from sse_tape.journal import Ended, Entry, Matched, Received
 from sse_tape.plan import Plan
 from sse_tape.server import Limits, load_cassettes
 
@@ -492,7 +492,8 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
 async def test_a_stream_due_all_at_once_goes_out_with_its_headers_in_one_write(writes: list[bytes]) -> None:
     # An instant replay is one write on the connection's transport, head and body (the network would keep no
     # boundary between them anyway), framed as a stream would be: chunked, with its recorded length, or for
-    # HTTP/1.0 without one, unframed, ended by the close. A paced stream's head goes out with its first event.
+    # HTTP/1.0 without one, unframed, ended by the close. A paced stream's head goes out when its first event
+    # does, just before it (the pacer's timer sends both; see `wire._Pacer`).
     events = [f"data: {i} {'x' * i}\n\n".encode() for i in range(6)]
     async with aserve(_paced(events, 0.005), pace="instant") as server:
         writes.clear()
@@ -510,9 +511,9 @@ async def test_a_stream_due_all_at_once_goes_out_with_its_headers_in_one_write(w
         writes.clear()
         head, body = await _raw_exchange(server.port, b"POST /stream HTTP/1.1\r\nHost: x\r\n")
         assert b"".join(_dechunk(body)) == b"".join(events)
-        # With the first event, and with those due by then (a loop slow to come to it sends them together).
-        assert writes[0].startswith(head + b"\r\n\r\n")
-        assert events[0] in writes[0]
+        # Then the first event, with those due by then (a loop slow to come to it sends them together).
+        assert writes[0] == head + b"\r\n\r\n"
+        assert events[0] in writes[1]
     length = (("content-length", str(sum(map(len, events)))),)
     async with aserve(_paced(events, 0.005, length), pace="instant") as server:
         writes.clear()
@@ -545,6 +546,44 @@ async def test_a_stream_behind_its_schedule_sends_what_is_due_in_one_write(
         assert max(write.count(b"data: ") for write in body) > 1
     else:
         assert max(map(len, body)) <= len(b"5\r\n" + b"x" * 5 + b"\r\n0\r\n\r\n")
+
+
+async def test_streams_first_events_go_out_in_the_order_they_fall_due(
+    writes: list[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A loop busy with a new request's handler (here one that blocks it for 0.6 s before it matches) comes back
+    # to a first event that fell due meanwhile, and to the new stream's own, due later: the one due first goes
+    # out first. (A handler that waited for its first event in its task, woken behind the busy handler, once
+    # went out after the new stream's, sent at once by its late handler: in a burst of new requests, the first
+    # to come had their first events last.)
+    def stream(path: str, first: float) -> Interaction:
+        chunks = (Chunk(first, f"data: {path}\n\n".encode()), Chunk(first + 0.01, b"data: end\n\n"))
+        response = Response(200, (("content-type", "text/event-stream"),), chunks)
+        return Interaction(Request("POST", path, body=b"{}"), response)
+
+    async def ask(path: str) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}".encode())
+        try:
+            return await reader.read()
+        finally:
+            writer.close()
+
+    async with aserve(Cassette([stream("/due", 0.5), stream("/busy", 0.55)]), match_on="method,path") as server:
+        add = server.journal.add
+
+        def slowly(entry: Entry) -> None:
+            if isinstance(entry, Received) and entry.path == "/busy":
+                time.sleep(0.6)  # the loop blocked, the first stream's event falling due meanwhile
+            add(entry)
+
+        monkeypatch.setattr(server.journal, "add", slowly)
+        due = asyncio.create_task(ask("/due"))
+        await auntil(lambda: any(isinstance(e, Matched) for e in server.journal), "the first stream's match")
+        answers = await asyncio.gather(due, ask("/busy"))
+    assert all(answer.startswith(b"HTTP/1.1 200 OK\r\n") for answer in answers)
+    sent = [write for write in writes if b"data: /" in write]
+    assert [write.split(b"data: ")[1][:5] for write in sent] == [b"/due\n", b"/busy"]
 
 
 async def test_a_paced_stream_keeps_its_times_from_the_request_s_arrival_however_long_its_body_takes() -> None:
