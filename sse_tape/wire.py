@@ -9,9 +9,10 @@ import socket
 import struct
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from aiohttp import HttpVersion11, web
+from aiohttp.http import StreamWriter
 
 from .cassette import End
 from .plan import Heartbeats, Plan, Write
@@ -379,8 +380,8 @@ class _Pacer:
     Waking the handler's task for every write costs more than the write: a
     future, a task step, and every coroutine of the handler's chain resumed
     on the way down. Here a write is one timer callback that frames its
-    bytes as aiohttp frames a chunk and hands them to the transport; the
-    first sends the response's head before it. Timers fire in the order they
+    bytes as aiohttp frames a chunk and hands them to the transport (the
+    first goes through aiohttp's writer, with the head). Timers fire in the order they
     are due, so in a burst of new requests the streams' first writes go out
     in the order the requests came: a handler's task, woken for its first
     write, would wait behind the handlers of every request that came in the
@@ -397,6 +398,7 @@ class _Pacer:
 
     __slots__ = (
         "chunked",
+        "first",
         "following",
         "full",
         "join",
@@ -427,7 +429,7 @@ class _Pacer:
             raise ConnectionResetError("the client has gone")  # as aiohttp's write would say
         self.loop = asyncio.get_running_loop()
         self.transport = http.transport
-        self.writer = http.writer
+        self.writer = cast(StreamWriter, http.writer)  # what aiohttp's server writes every response with
         self.chunked = out.headers.get("Transfer-Encoding") == "chunked"
         self.full = self.transport.get_write_buffer_limits()[1]
         self.start = start
@@ -436,6 +438,7 @@ class _Pacer:
         self.writes = writes
         self.progress = progress
         self.join = join
+        self.first = True
         self.stopped: asyncio.Future[tuple[Write, Write | None]] = self.loop.create_future()
         self.timer = self.loop.call_at(start + pending[0], self._send)
 
@@ -450,11 +453,14 @@ class _Pacer:
             pending = self.pending
             if self.join:
                 pending, following = _caught_up(pending, following, self.writes, self.loop.time() - self.start)
-            self.writer.send_headers()  # the head, held back until the first write (see `_HeadWithBody`)
-            if data := pending[1]:  # an empty chunk would be the chunked body's end
+            data = pending[1]
+            if self.first:  # through aiohttp's writer, which sends the head it held back with it (`_HeadWithBody`)
+                self.first = False
+                _at_once(self.writer.write(data, drain=False))
+            elif data:  # an empty chunk would be the chunked body's end
                 transport.write(b"%x\r\n%b\r\n" % (len(data), data) if self.chunked else data)
                 self.writer.output_size += len(data)
-                self.progress.bytes += len(data)
+            self.progress.bytes += len(data)
             self.pending, self.following = following, next(self.writes, None)
             self.timer = self.loop.call_at(self.start + following[0], self._send)
         except Exception as exc:  # raised in the handler, as it was before there was a pacer
@@ -465,10 +471,22 @@ class _Pacer:
         self.timer.cancel()
 
 
+def _at_once(coroutine: Coroutine[Any, Any, None]) -> None:
+    """Run to its end, here, a coroutine that never waits: aiohttp's `StreamWriter.write` without `drain`,
+    for a response neither compressed nor signalled, as a pacer's timer callback makes it (a task to run it
+    would cost what the pacer saves)."""
+    try:
+        coroutine.send(None)
+    except StopIteration:
+        return
+    coroutine.close()
+    raise RuntimeError("aiohttp's writer waited to write, which it never did before: sse-tape needs mending")
+
+
 class _HeadWithBody(web.StreamResponse):
     """A streamed response whose head is held back until its body begins (aiohttp sends a `StreamResponse`'s head
-    on its own when it is prepared, where a plan's first write is due later): it goes out with the handler's first
-    write, or its end (`write_eof`), in one send, or at the pacer's first write, just before it. Where the head
+    on its own when it is prepared, where a plan's first write is due later): it goes out with the first write, or
+    with the body's end (`write_eof`), in one send. Where the head
     must go alone (at the plan's own time for it, before unframed bytes, before a connection dropped with no
     body), the writer's `send_headers()` sends it."""
 
