@@ -381,12 +381,12 @@ class _Pacer:
     future, a task step, and every coroutine of the handler's chain resumed
     on the way down. Here a write is one timer callback that frames its
     bytes as aiohttp frames a chunk and hands them to the transport (the
-    first goes through aiohttp's writer, with the head). Timers fire in the order they
-    are due, so in a burst of new requests the streams' first writes go out
-    in the order the requests came: a handler's task, woken for its first
-    write, would wait behind the handlers of every request that came in the
-    same turn of the loop, and a request that came later, its handler run
-    when its first write was due already, would write first.
+    first goes through aiohttp's writer, with the head). Timers fire in the
+    order they are due, so in a burst of new requests the streams' first
+    writes go out in the order the requests came: a handler's task, woken
+    for its first write, would wait behind the handlers of every request
+    that came in the same turn of the loop, and a request that came later,
+    its handler run when its first write was due already, would write first.
 
     The pacer stops, and `stopped` gives back the write it did not send and
     the one after it (None: it is the last), before the last write (which
@@ -480,15 +480,15 @@ def _at_once(coroutine: Coroutine[Any, Any, None]) -> None:
     except StopIteration:
         return
     coroutine.close()
-    raise RuntimeError("aiohttp's writer waited to write, which it never did before: sse-tape needs mending")
+    raise RuntimeError("aiohttp's StreamWriter.write waited, which it never did for a plain response")
 
 
 class _HeadWithBody(web.StreamResponse):
     """A streamed response whose head is held back until its body begins (aiohttp sends a `StreamResponse`'s head
-    on its own when it is prepared, where a plan's first write is due later): it goes out with the first write, or
-    with the body's end (`write_eof`), in one send. Where the head
-    must go alone (at the plan's own time for it, before unframed bytes, before a connection dropped with no
-    body), the writer's `send_headers()` sends it."""
+    on its own when it is prepared, where a plan's first write is due later): it goes out with the first write,
+    or with the body's end (`write_eof`), in one send. Where the head must go alone (at the plan's own time for
+    it, before unframed bytes, before a connection dropped with no body), the writer's `send_headers()` sends
+    it."""
 
     _send_headers_immediately = False  # aiohttp's switch; were it gone, the head would go at `prepare` again
 
