@@ -237,16 +237,17 @@ async def _send_plan(
             finally:
                 pacer.stop()
             await http.writer.drain()  # the pacer stops when the client's buffer is full
-        if pending is not None:  # the last write
+        if pending is not None:  # the last write (the head goes out with it, if nothing went before)
             await sleep_until(started + pending[0])
+            if not out.prepared:
+                await out.prepare(http)
             if _ends_with(plan, pending):
-                if not out.prepared:
-                    await out.prepare(http)
                 await out.write_eof(pending[1])  # the last write and the body's end, in one
                 progress.bytes += len(pending[1])
                 progress.end = plan.end
                 return out
-            await _write(http, out, pending[1], progress)
+            await out.write(pending[1])
+            progress.bytes += len(pending[1])
         if plan.unframed is not None:
             at, data = plan.unframed
             await sleep_until(started + at)
@@ -491,13 +492,6 @@ class _HeadWithBody(web.StreamResponse):
     it."""
 
     _send_headers_immediately = False  # aiohttp's switch; were it gone, the head would go at `prepare` again
-
-
-async def _write(http: web.BaseRequest, out: web.StreamResponse, data: bytes, progress: Progress) -> None:
-    if not out.prepared:
-        await out.prepare(http)  # the head goes out with this chunk (see `_HeadWithBody`)
-    await out.write(data)
-    progress.bytes += len(data)
 
 
 async def _stream_live(out: web.StreamResponse, live: Live, *, started: float, progress: Progress) -> None:
